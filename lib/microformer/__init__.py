@@ -1,0 +1,14 @@
+# microformer: train and fine-tune small attention models on a microcontroller.
+# Forward and backward passes on array('f') buffers; the same code under CPython and MicroPython.
+__version__ = "0.1.0"
+
+from .tensor import Tensor, Rng, seed, xavier_uniform
+from .backend import set_backend, get_backend, available as available_backends
+from .dense import Dense
+from .attention import Attention
+from .pool import GlobalAvgPool
+from .activation import ActivationLayer
+from .reshape import Reshape
+from .model import Sequential
+from .loss import CrossEntropyLoss, MSELoss, NonFiniteLossError, softmax_cross_entropy, mse
+from .optim import SGD, Adam, clip_grad_norm

@@ -1,0 +1,41 @@
+# microformer.backend: which kernel module the layers call.
+# 'python' (kernels.py) runs anywhere; 'viper' (kernels_viper.py) needs MicroPython's native emitter.
+from . import kernels as _python_kernels
+
+K = _python_kernels
+name = "python"
+
+
+def _viper_kernels():
+    try:
+        from . import kernels_viper
+    except (ImportError, SyntaxError, NotImplementedError, ValueError) as e:
+        raise ValueError("set_backend: 'viper' needs MicroPython with the native emitter (%s)" % (e,))
+    return kernels_viper
+
+
+def set_backend(which):
+    """Select the kernels every layer uses: 'python' or 'viper'."""
+    global K, name
+    if which == "python":
+        K = _python_kernels
+    elif which == "viper":
+        K = _viper_kernels()
+    else:
+        raise ValueError("set_backend: expected 'python' or 'viper', got %r" % (which,))
+    name = which
+
+
+def get_backend():
+    return name
+
+
+def available():
+    """The backends this interpreter can run."""
+    out = ["python"]
+    try:
+        _viper_kernels()
+        out.append("viper")
+    except ValueError:
+        pass
+    return out

@@ -1,0 +1,63 @@
+# microformer.dense: fully connected layer, y = x W^T + b (torch.nn.Linear layout).
+from . import backend
+from .layer import Layer, check_tensor, shape_error
+from .tensor import Tensor, default_rng, xavier_uniform
+
+
+class Dense(Layer):
+    """Dense(in_features, out_features, use_bias=True): x (..., in) -> y (..., out)."""
+
+    def __init__(self, in_features, out_features, use_bias=True, rng=None):
+        for what, v in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError("Dense: %s must be a positive int, got %r" % (what, v))
+        self.in_features = in_features
+        self.out_features = out_features
+        self.use_bias = use_bias
+        self.W = xavier_uniform(Tensor((out_features, in_features), name="W"),
+                                in_features, out_features, rng or default_rng())   # (OC, C)
+        self.dW = Tensor.zeros((out_features, in_features), "dW")
+        self.b = Tensor.zeros((out_features,), "b") if use_bias else None    # (OC,)
+        self.db = Tensor.zeros((out_features,), "db") if use_bias else None
+        self._x = None
+
+    def params(self):
+        if self.use_bias:
+            return ((self.W, self.dW), (self.b, self.db))
+        return ((self.W, self.dW),)
+
+    def output_shape(self, in_shape):
+        return tuple(in_shape[:-1]) + (self.out_features,)
+
+    def cache_floats(self, in_shape):
+        n = 1
+        for d in in_shape[:-1]:
+            n *= d
+        return n * (self.out_features + self.in_features)   # y and dx
+
+    def forward(self, x):
+        check_tensor("Dense", "x", x)
+        C = self.in_features
+        if len(x.shape) < 2 or x.shape[-1] != C:
+            raise shape_error("Dense", "x", "[N,%d] (or [..., %d])" % (C, C), x.shape)
+        N = x.size // C
+        y = self._buffer("_y", self.output_shape(x.shape))
+        backend.K.matmul_forward(y.data, x.data, self.W.data,
+                                 self.b.data if self.use_bias else None, N, C, self.out_features)
+        self._x = x
+        return y
+
+    def backward(self, dy):
+        self._need_forward(self._x)
+        x = self._x
+        check_tensor("Dense", "dy", dy)
+        if dy.shape != self._y.shape:
+            raise shape_error("Dense", "dy", repr(self._y.shape), dy.shape)
+        C = self.in_features
+        N = x.size // C
+        dx = self._buffer("_dx", x.shape)
+        train = self.trainable
+        backend.K.matmul_backward(dx.data, self.dW.data if train else None,
+                                  self.db.data if (train and self.use_bias) else None,
+                                  dy.data, x.data, self.W.data, N, C, self.out_features)
+        return dx

@@ -1,0 +1,339 @@
+# microformer.kernels: the portable loops, llm.c style.
+# Every kernel takes its outputs first, then inputs, then sizes; none allocates.
+# Buffers are flat float32 arrays (array('f')); shape comments name their layout.
+# kernels_viper.py holds the same functions with the same signatures.
+from math import exp, log as _log, sqrt, tanh
+
+RELU = 0
+LEAKY_RELU = 1
+GELU = 2
+TANH = 3
+SIGMOID = 4
+LEAKY_SLOPE = 0.01
+_GELU_C = 0.7978845608028654  # sqrt(2/pi)
+
+
+def zero(buf, n):
+    for i in range(n):
+        buf[i] = 0.0
+
+
+def add_inplace(out, inp, n):
+    # out (n,) += inp (n,)
+    for i in range(n):
+        out[i] += inp[i]
+
+
+def matmul_forward(out, inp, weight, bias, N, C, OC):
+    # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
+    for n in range(N):
+        ib = n * C
+        ob = n * OC
+        for o in range(OC):
+            wb = o * C
+            s = 0.0 if bias is None else bias[o]
+            for c in range(C):
+                s += inp[ib + c] * weight[wb + c]
+            out[ob + o] = s
+
+
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
+    # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
+    # dinp (N, C) = dout . weight        (written; skipped when None)
+    # dweight (OC, C) += dout^T . inp    (accumulated; skipped when None)
+    # dbias (OC,) += sum over N of dout  (accumulated; skipped when None)
+    if dinp is not None:
+        for n in range(N):
+            ib = n * C
+            ob = n * OC
+            for c in range(C):
+                s = 0.0
+                wi = c
+                for o in range(OC):
+                    s += dout[ob + o] * weight[wi]
+                    wi += C
+                dinp[ib + c] = s
+    if dweight is not None:
+        for o in range(OC):
+            wb = o * C
+            for c in range(C):
+                s = 0.0
+                di = o
+                ii = c
+                for n in range(N):
+                    s += dout[di] * inp[ii]
+                    di += OC
+                    ii += C
+                dweight[wb + c] += s
+    if dbias is not None:
+        for o in range(OC):
+            s = 0.0
+            di = o
+            for n in range(N):
+                s += dout[di]
+                di += OC
+            dbias[o] += s
+
+
+def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+    # q (B, Tq, C), k v (B, Tk, C): projected queries, keys, values; head h owns
+    #   columns h*hs .. (h+1)*hs of C, hs = C // NH
+    # att (B, NH, Tq, Tk): softmax weights, written; masked weights are exactly 0
+    # out (B, Tq, C): per-head context A . V, heads concatenated
+    # mask (B, Tk) bytes-like, nonzero = padded key; or None
+    # causal: nonzero -> query t sees keys j <= t + (Tk - Tq)
+    # a query row with no visible key gets weights 0 and output 0
+    hs = C // NH
+    scale = 1.0 / sqrt(hs)
+    shift = Tk - Tq
+    for b in range(B):
+        for t in range(Tq):
+            qb = (b * Tq + t) * C
+            last = Tk - 1
+            if causal:
+                last = t + shift
+                if last > Tk - 1:
+                    last = Tk - 1
+            for h in range(NH):
+                ab = ((b * NH + h) * Tq + t) * Tk
+                qh = qb + h * hs
+                # pass 1: scaled scores and the row max over visible keys
+                m = -1e30
+                seen = 0
+                for j in range(Tk):
+                    if j > last or (mask is not None and mask[b * Tk + j]):
+                        att[ab + j] = 0.0
+                        continue
+                    kh = (b * Tk + j) * C + h * hs
+                    s = 0.0
+                    for i in range(hs):
+                        s += q[qh + i] * k[kh + i]
+                    s *= scale
+                    att[ab + j] = s
+                    if s > m:
+                        m = s
+                    seen = 1
+                # pass 2: exponentials and their sum (masked stay 0)
+                total = 0.0
+                if seen:
+                    for j in range(last + 1):
+                        if mask is not None and mask[b * Tk + j]:
+                            continue
+                        e = exp(att[ab + j] - m)
+                        att[ab + j] = e
+                        total += e
+                    inv = 1.0 / total
+                    for j in range(last + 1):
+                        att[ab + j] *= inv
+                # pass 3: context = sum_j att[j] * v[j]
+                for i in range(hs):
+                    s = 0.0
+                    vi = b * Tk * C + h * hs + i
+                    for j in range(last + 1):
+                        s += att[ab + j] * v[vi]
+                        vi += C
+                    out[qh + i] = s
+
+
+def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
+    # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
+    # dq (B, Tq, C), dk dv (B, Tk, C): written
+    # scratch (>= Tk,): one row of dA
+    # dout (B, Tq, C): gradient of the concatenated context
+    # att (B, NH, Tq, Tk): the forward's weights (0 where masked, so masked keys get no gradient)
+    hs = C // NH
+    scale = 1.0 / sqrt(hs)
+    zero(dq, B * Tq * C)
+    zero(dk, B * Tk * C)
+    zero(dv, B * Tk * C)
+    for b in range(B):
+        for t in range(Tq):
+            qb = (b * Tq + t) * C
+            for h in range(NH):
+                ab = ((b * NH + h) * Tq + t) * Tk
+                qh = qb + h * hs
+                # dA[j] = dctx . v[j];  dv[j] += A[j] * dctx;  dot = sum_j dA[j] * A[j]
+                dot = 0.0
+                for j in range(Tk):
+                    a = att[ab + j]
+                    vh = (b * Tk + j) * C + h * hs
+                    s = 0.0
+                    for i in range(hs):
+                        g = dout[qh + i]
+                        s += g * v[vh + i]
+                        dv[vh + i] += a * g
+                    scratch[j] = s
+                    dot += s * a
+                # softmax backward: dS = A * (dA - dot) * scale; dq += dS . k; dk += dS * q
+                for j in range(Tk):
+                    a = att[ab + j]
+                    if a == 0.0:
+                        continue
+                    ds = a * (scratch[j] - dot) * scale
+                    kh = (b * Tk + j) * C + h * hs
+                    for i in range(hs):
+                        dq[qh + i] += ds * k[kh + i]
+                        dk[kh + i] += ds * q[qh + i]
+
+
+def act_forward(out, inp, N, kind):
+    # out (N,) = f(inp (N,))
+    if kind == RELU:
+        for i in range(N):
+            x = inp[i]
+            out[i] = x if x > 0.0 else 0.0
+    elif kind == LEAKY_RELU:
+        for i in range(N):
+            x = inp[i]
+            out[i] = x if x > 0.0 else LEAKY_SLOPE * x
+    elif kind == GELU:
+        # tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        for i in range(N):
+            x = inp[i]
+            out[i] = 0.5 * x * (1.0 + tanh(_GELU_C * (x + 0.044715 * x * x * x)))
+    elif kind == TANH:
+        for i in range(N):
+            out[i] = tanh(inp[i])
+    elif kind == SIGMOID:
+        for i in range(N):
+            x = inp[i]
+            if x >= 0.0:
+                out[i] = 1.0 / (1.0 + exp(-x))
+            else:
+                e = exp(x)
+                out[i] = e / (1.0 + e)
+    else:
+        raise ValueError("act_forward: unknown activation kind %r" % kind)
+
+
+def act_backward(dinp, dout, inp, out, N, kind):
+    # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
+    if kind == RELU:
+        for i in range(N):
+            dinp[i] = dout[i] if inp[i] > 0.0 else 0.0
+    elif kind == LEAKY_RELU:
+        for i in range(N):
+            dinp[i] = dout[i] if inp[i] > 0.0 else LEAKY_SLOPE * dout[i]
+    elif kind == GELU:
+        for i in range(N):
+            x = inp[i]
+            th = tanh(_GELU_C * (x + 0.044715 * x * x * x))
+            dth = (1.0 - th * th) * _GELU_C * (1.0 + 3.0 * 0.044715 * x * x)
+            dinp[i] = dout[i] * (0.5 * (1.0 + th) + 0.5 * x * dth)
+    elif kind == TANH:
+        for i in range(N):
+            y = out[i]
+            dinp[i] = dout[i] * (1.0 - y * y)
+    elif kind == SIGMOID:
+        for i in range(N):
+            y = out[i]
+            dinp[i] = dout[i] * y * (1.0 - y)
+    else:
+        raise ValueError("act_backward: unknown activation kind %r" % kind)
+
+
+def avgpool_forward(out, inp, B, T, C):
+    # out (B, C) = mean over T of inp (B, T, C)
+    inv = 1.0 / T
+    for b in range(B):
+        for c in range(C):
+            s = 0.0
+            ii = b * T * C + c
+            for t in range(T):
+                s += inp[ii]
+                ii += C
+            out[b * C + c] = s * inv
+
+
+def avgpool_backward(dinp, dout, B, T, C):
+    # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
+    inv = 1.0 / T
+    for b in range(B):
+        for c in range(C):
+            g = dout[b * C + c] * inv
+            ii = b * T * C + c
+            for t in range(T):
+                dinp[ii] = g
+                ii += C
+
+
+def crossentropy_softmax(dlogits, logits, labels, B, V):
+    # logits (B, V), labels (B,) ints in [0, V)
+    # returns the mean over B of -log softmax(logits)[label]
+    # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
+    total = 0.0
+    invb = 1.0 / B
+    for b in range(B):
+        lb = b * V
+        m = logits[lb]
+        for i in range(1, V):
+            if logits[lb + i] > m:
+                m = logits[lb + i]
+        z = 0.0
+        for i in range(V):
+            e = exp(logits[lb + i] - m)
+            dlogits[lb + i] = e
+            z += e
+        y = labels[b]
+        total += m + _log(z) - logits[lb + y]
+        invz = 1.0 / z
+        for i in range(V):
+            dlogits[lb + i] = dlogits[lb + i] * invz * invb
+        dlogits[lb + y] -= invb
+    return total * invb
+
+
+def mse(dpred, pred, target, N):
+    # returns mean over N of (pred - target)^2; dpred (N,) = 2 (pred - target) / N (written)
+    total = 0.0
+    k = 2.0 / N
+    for i in range(N):
+        d = pred[i] - target[i]
+        total += d * d
+        dpred[i] = k * d
+    return total / N
+
+
+def sum_squares(g, n):
+    s = 0.0
+    for i in range(n):
+        x = g[i]
+        s += x * x
+    return s
+
+
+def scale_inplace(g, n, factor):
+    for i in range(n):
+        g[i] *= factor
+
+
+def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
+    # p (n,) -= lr * step, step = g + wd p, with momentum buf = momentum buf + step
+    for i in range(n):
+        d = g[i]
+        if weight_decay:
+            d += weight_decay * p[i]
+        if buf is not None:
+            d += momentum * buf[i]
+            buf[i] = d
+        p[i] -= lr * d
+
+
+def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
+    # Adam (decoupled: AdamW). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for step t.
+    # m, v (n,): first and second moment estimates, updated in place
+    a = lr / bc1
+    rb2 = 1.0 / bc2
+    for i in range(n):
+        d = g[i]
+        if weight_decay:
+            if decoupled:
+                p[i] -= lr * weight_decay * p[i]
+            else:
+                d += weight_decay * p[i]
+        mi = beta1 * m[i] + (1.0 - beta1) * d
+        vi = beta2 * v[i] + (1.0 - beta2) * d * d
+        m[i] = mi
+        v[i] = vi
+        p[i] -= a * mi / (sqrt(vi * rb2) + eps)
+

@@ -1,0 +1,84 @@
+# microformer.loss: losses that return the mean loss and write the gradient of their input.
+from . import backend
+from .layer import check_tensor, shape_error
+from .tensor import Tensor
+
+_INF = float("inf")
+
+
+class NonFiniteLossError(ValueError):
+    """The loss came out as nan or inf: the step is refused, the weights stay as they were."""
+
+
+def _check_finite(who, value):
+    if value != value or value == _INF or value == -_INF:
+        raise NonFiniteLossError("%s: loss is not finite (%r); refusing to train on it "
+                                 "(lower the learning rate or check the inputs)" % (who, value))
+    return value
+
+
+class CrossEntropyLoss:
+    """Softmax cross-entropy from logits [B,C] and integer labels (B ints in [0, C))."""
+
+    def __init__(self):
+        self._grad = None
+
+    def forward(self, logits, labels):
+        check_tensor("CrossEntropyLoss", "logits", logits)
+        if len(logits.shape) != 2:
+            raise shape_error("CrossEntropyLoss", "logits", "[B,C]", logits.shape)
+        B, C = logits.shape
+        if len(labels) != B:
+            raise ValueError("CrossEntropyLoss: labels must have B=%d entries, got %d" % (B, len(labels)))
+        for i in range(B):
+            y = labels[i]
+            if not isinstance(y, int) or y < 0 or y >= C:
+                raise ValueError("CrossEntropyLoss: labels must be ints in [0, %d), got %r at index %d"
+                                 % (C, y, i))
+        g = self._grad
+        if g is None or g.shape != logits.shape:
+            g = self._grad = Tensor.zeros(logits.shape)
+        loss = backend.K.crossentropy_softmax(g.data, logits.data, labels, B, C)
+        return _check_finite("CrossEntropyLoss", loss)
+
+    def backward(self):
+        if self._grad is None:
+            raise RuntimeError("CrossEntropyLoss: backward() called before forward()")
+        return self._grad
+
+
+class MSELoss:
+    """Mean squared error over every element of pred and target (same shape)."""
+
+    def __init__(self):
+        self._grad = None
+
+    def forward(self, pred, target):
+        check_tensor("MSELoss", "pred", pred)
+        check_tensor("MSELoss", "target", target)
+        if pred.shape != target.shape:
+            raise shape_error("MSELoss", "target", repr(pred.shape), target.shape)
+        g = self._grad
+        if g is None or g.shape != pred.shape:
+            g = self._grad = Tensor.zeros(pred.shape)
+        loss = backend.K.mse(g.data, pred.data, target.data, pred.size)
+        return _check_finite("MSELoss", loss)
+
+    def backward(self):
+        if self._grad is None:
+            raise RuntimeError("MSELoss: backward() called before forward()")
+        return self._grad
+
+
+def softmax_cross_entropy(logits, labels):
+    """(mean loss, dlogits) for logits [B,C] and integer labels."""
+    f = CrossEntropyLoss()
+    loss = f.forward(logits, labels)
+    return loss, f.backward()
+
+
+def mse(pred, target):
+    """(mean loss, dpred)."""
+    f = MSELoss()
+    loss = f.forward(pred, target)
+    return loss, f.backward()

@@ -1,0 +1,95 @@
+# microformer.model: Sequential, a stack of layers trained together.
+from .layer import Layer
+
+
+class Sequential(Layer):
+    """Sequential([layer, ...]): forward in order, backward in reverse."""
+
+    def __init__(self, layers):
+        layers = list(layers)
+        for i, l in enumerate(layers):
+            if not (hasattr(l, "forward") and hasattr(l, "backward") and hasattr(l, "collect_params")):
+                raise ValueError("Sequential: layer %d must have forward/backward/collect_params, got %r"
+                                 % (i, l))
+        self.layers = layers
+
+    def __getitem__(self, i):
+        return self.layers[i]
+
+    def __len__(self):
+        return len(self.layers)
+
+    def forward(self, x):
+        for l in self.layers:
+            x = l.forward(x)
+        return x
+
+    def backward(self, dy):
+        for i in range(len(self.layers) - 1, -1, -1):
+            dy = self.layers[i].backward(dy)
+        return dy
+
+    def collect_params(self, groups):
+        if self.trainable:
+            for l in self.layers:
+                l.collect_params(groups)
+        return groups
+
+    def params(self):
+        out = []
+        for l in self.layers:
+            out.extend(l.params())
+        return out
+
+    def named_params(self):
+        """[(name, param)] with names like '2.Wq' (layer index . parameter name)."""
+        out = []
+        for i, l in enumerate(self.layers):
+            for p, _ in l.params():
+                out.append(("%d.%s" % (i, p.name), p))
+        return out
+
+    def train(self, mode=True):
+        self.training = mode
+        for l in self.layers:
+            l.train(mode)
+        return self
+
+    def output_shape(self, in_shape):
+        for l in self.layers:
+            in_shape = l.output_shape(in_shape)
+        return in_shape
+
+    def cache_floats(self, in_shape):
+        n = 0
+        for l in self.layers:
+            n += l.cache_floats(in_shape)
+            in_shape = l.output_shape(in_shape)
+        return n
+
+    def summary(self, input_shape, optimizer_slots=2, show=True):
+        """Parameter count and the bytes a training batch of `input_shape` needs (float32).
+
+        optimizer_slots: per-parameter state floats of the optimizer (Adam 2, SGD+momentum 1).
+        Returns a dict with the totals.
+        """
+        shape = tuple(input_shape)
+        rows = []
+        for i, l in enumerate(self.layers):
+            out = l.output_shape(shape)
+            rows.append((i, type(l).__name__, out, l.param_count(), l.cache_floats(shape)))
+            shape = out
+        params = self.param_count()
+        acts = self.cache_floats(tuple(input_shape))
+        info = {"params": params,
+                "param_bytes": 4 * params * (2 + optimizer_slots),   # weights + grads + optimizer
+                "activation_bytes": 4 * acts}
+        info["total_bytes"] = info["param_bytes"] + info["activation_bytes"]
+        if show:
+            print("%-3s %-16s %-16s %8s %12s" % ("#", "layer", "output", "params", "act bytes"))
+            for i, name, out, n, c in rows:
+                print("%-3d %-16s %-16s %8d %12d" % (i, name, str(list(out)), n, 4 * c))
+            print("params: %d (%d bytes with grads and optimizer state)" % (params, info["param_bytes"]))
+            print("activations for input %r: %d bytes; total %d bytes"
+                  % (list(input_shape), info["activation_bytes"], info["total_bytes"]))
+        return info

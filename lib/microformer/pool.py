@@ -1,0 +1,34 @@
+# microformer.pool: mean over the sequence axis.
+from . import backend
+from .layer import Layer, check_tensor, shape_error
+
+
+class GlobalAvgPool(Layer):
+    """x [B,S,E] -> y [B,E], the mean over S."""
+
+    def output_shape(self, in_shape):
+        return (in_shape[0], in_shape[2])
+
+    def cache_floats(self, in_shape):
+        B, S, E = in_shape
+        return B * E + B * S * E
+
+    def forward(self, x):
+        check_tensor("GlobalAvgPool", "x", x)
+        if len(x.shape) != 3:
+            raise shape_error("GlobalAvgPool", "x", "[B,S,E]", x.shape)
+        B, S, E = x.shape
+        y = self._buffer("_y", (B, E))
+        backend.K.avgpool_forward(y.data, x.data, B, S, E)
+        self._xshape = x.shape
+        return y
+
+    def backward(self, dy):
+        self._need_forward(getattr(self, "_xshape", None))
+        B, S, E = self._xshape
+        check_tensor("GlobalAvgPool", "dy", dy)
+        if dy.shape != (B, E):
+            raise shape_error("GlobalAvgPool", "dy", "[%d,%d]" % (B, E), dy.shape)
+        dx = self._buffer("_dx", self._xshape)
+        backend.K.avgpool_backward(dx.data, dy.data, B, S, E)
+        return dx

@@ -1,0 +1,34 @@
+# microformer.reshape: a view with another shape; the batch axis stays first.
+from .layer import Layer, check_tensor, shape_error
+
+
+class Reshape(Layer):
+    """Reshape((4, 8)): x [B, 32] -> view [B, 4, 8]; no copy."""
+
+    def __init__(self, shape):
+        shape = tuple(shape)
+        n = 1
+        for d in shape:
+            if not isinstance(d, int) or d < 1:
+                raise ValueError("Reshape: shape must hold positive ints, got %r" % (shape,))
+            n *= d
+        self.shape = shape
+        self._n = n
+
+    def output_shape(self, in_shape):
+        return (in_shape[0],) + self.shape
+
+    def forward(self, x):
+        check_tensor("Reshape", "x", x)
+        if x.size != x.shape[0] * self._n:
+            raise shape_error("Reshape", "x", "[B, %d values per sample] for %r"
+                              % (self._n, self.shape), x.shape)
+        self._xshape = x.shape
+        return x.reshape((x.shape[0],) + self.shape)
+
+    def backward(self, dy):
+        self._need_forward(getattr(self, "_xshape", None))
+        check_tensor("Reshape", "dy", dy)
+        if dy.shape != (self._xshape[0],) + self.shape:
+            raise shape_error("Reshape", "dy", repr((self._xshape[0],) + self.shape), dy.shape)
+        return dy.reshape(self._xshape)
