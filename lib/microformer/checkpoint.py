@@ -1,0 +1,416 @@
+# microformer.checkpoint: on-flash weights. One binary file per model, written atomically.
+# Runs unchanged under CPython and MicroPython; streams the weight buffers (no big copies).
+#
+# Byte layout, format version 1 (every integer unsigned little-endian):
+#
+#   offset  size   field
+#   0       4      magic b"MFCK"
+#   4       2      version = 1
+#   6       2      flags = 0 (reserved)
+#   8       4      file_size: total bytes of the file, trailing CRC included
+#   12      4      header_crc: CRC32 of bytes 0..11 (so a damaged size field is not taken for
+#                  truncation); bytes 0..15 keep this layout in every future version
+#   16      2      T, then T bytes: model tag (UTF-8), an architecture fingerprint
+#           4      M, then M bytes: metadata (UTF-8 JSON object, free-form)
+#           4      N: number of tensors, then N records:
+#                    2      L, then L bytes: tensor name (UTF-8), e.g. "3.Wq"
+#                    1      R: rank (>= 1)
+#                    4*R    dims, outermost first
+#                    4*prod(dims)  float32 little-endian, row-major (no padding, no alignment)
+#   file_size-4  4  CRC32 (IEEE 802.3 / zlib.crc32) of bytes 0 .. file_size-5
+#
+# The default tag is model_tag(model), e.g. "Sequential(Dense,ActivationLayer(relu),Attention)":
+# layer classes only, so a model of the same kind but other sizes gets a "wrong shape" message.
+#
+# save() writes PATH.tmp, flushes, closes, then renames it over PATH (os.replace on CPython,
+# os.rename on MicroPython: VfsPosix, littlefs and FAT all replace an existing target; FAT
+# does it as unlink + rename). If the rename fails, save() removes PATH and renames again;
+# load() reads a complete PATH.tmp when PATH is missing. An interruption at any byte therefore
+# leaves the previous checkpoint (or a CRC-verified newer one) loadable.
+#
+# load() checks magic, header CRC, version, size and the whole-file CRC (pass 1, a 512-byte
+# scratch buffer), then the tag and every name and shape against the model (pass 2), and only
+# then reads the data straight into the parameter arrays with readinto (pass 3). Every refusal
+# is a CheckpointError (a ValueError) naming the file and what is wrong; the model is untouched.
+import json
+import os
+import struct
+import sys
+from array import array
+
+try:
+    from binascii import crc32 as _crc32_native
+except ImportError:
+    _crc32_native = None
+
+MAGIC = b"MFCK"
+VERSION = 1
+_PREFIX = 16
+_CHUNK = 512
+_open = open            # tests replace this to simulate a crash in the middle of a save
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+# ---- CRC32 (zlib-compatible); pure-Python fallback kept in 16-bit halves (small ints only) --
+
+_tlo = None
+_thi = None
+
+
+def _make_tables():
+    global _tlo, _thi
+    lo = array("H", bytes(512))
+    hi = array("H", bytes(512))
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        lo[n] = c & 0xFFFF
+        hi[n] = c >> 16
+    _tlo, _thi = lo, hi
+
+
+def crc32_py(data, crc=0):
+    """CRC32 of a bytes-like `data` continuing from `crc` (pure Python, incremental)."""
+    if _tlo is None:
+        _make_tables()
+    tlo, thi = _tlo, _thi
+    crc ^= 0xFFFFFFFF
+    lo = crc & 0xFFFF
+    hi = crc >> 16
+    for b in data:
+        i = (lo ^ b) & 0xFF
+        lo = ((lo >> 8) | ((hi & 0xFF) << 8)) ^ tlo[i]
+        hi = (hi >> 8) ^ thi[i]
+    return ((hi << 16) | lo) ^ 0xFFFFFFFF
+
+
+def crc32(data, crc=0):
+    """zlib-compatible CRC32 of a bytes-like or array buffer, continuing from `crc`."""
+    if _crc32_native is not None:
+        return _crc32_native(data, crc) & 0xFFFFFFFF
+    if isinstance(data, (bytes, bytearray)):
+        return crc32_py(data, crc)
+    mv = memoryview(data)
+    if hasattr(mv, "cast"):
+        return crc32_py(mv.cast("B"), crc)
+    # MicroPython without binascii.crc32: copy 128 items at a time to get at the bytes
+    for i in range(0, len(mv), 128):
+        crc = crc32_py(bytearray(mv[i:i + 128]), crc)
+    return crc
+
+
+# ---- helpers ----------------------------------------------------------------------------
+
+def _check_byteorder():
+    if sys.byteorder != "little":
+        raise CheckpointError("checkpoint: float32 data is little-endian; this machine is %s-endian"
+                              % sys.byteorder)
+
+
+def _named(model):
+    if hasattr(model, "named_params"):
+        return model.named_params()
+    return [(p.name, p) for p, _ in model.params()]
+
+
+def model_tag(model):
+    """Architecture fingerprint: the layer classes (and activation kinds) in order."""
+    def one(l):
+        s = type(l).__name__
+        k = getattr(l, "kind", None)
+        return "%s(%s)" % (s, k) if isinstance(k, str) else s
+    if hasattr(model, "layers"):
+        return "%s(%s)" % (type(model).__name__, ",".join(one(l) for l in model.layers))
+    return one(model)
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _file_size(path):
+    return os.stat(path)[6]
+
+
+def _exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def _resolve(path):
+    # PATH, or a complete PATH.tmp left by a save interrupted between unlink and rename.
+    if not _exists(path) and _exists(path + ".tmp"):
+        return path + ".tmp"
+    return path
+
+
+class _Writer:
+    def __init__(self, f):
+        self.f = f
+        self.crc = 0
+        self.n = 0
+
+    def write(self, buf):
+        self.crc = crc32(buf, self.crc)
+        self.f.write(buf)
+        self.n += len(buf) if isinstance(buf, (bytes, bytearray)) else 4 * len(buf)
+
+
+# ---- save ---------------------------------------------------------------------------------
+
+def save(path, model, meta=None, tag=None):
+    """Write every parameter of `model` (frozen ones too) to `path`, atomically.
+
+    meta: a JSON-serialisable dict (class names, normalisation, epoch, ...).
+    tag: the model tag; default model_tag(model).
+    """
+    _check_byteorder()
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise ValueError("checkpoint.save: meta must be a dict, got %s" % type(meta).__name__)
+    tag_b = (model_tag(model) if tag is None else tag).encode()
+    meta_b = json.dumps(meta).encode()
+    named = _named(model)
+    if len(tag_b) > 0xFFFF:
+        raise ValueError("checkpoint.save: tag longer than 65535 bytes")
+    size = _PREFIX + 2 + len(tag_b) + 4 + len(meta_b) + 4 + 4
+    seen = {}
+    for name, p in named:
+        nb = name.encode()
+        if name in seen:
+            raise ValueError("checkpoint.save: two tensors named %r" % name)
+        seen[name] = 1
+        if len(nb) > 0xFFFF or not 1 <= len(p.shape) <= 255:
+            raise ValueError("checkpoint.save: %r: name too long or rank %d" % (name, len(p.shape)))
+        size += 2 + len(nb) + 1 + 4 * len(p.shape) + 4 * len(p.data)
+
+    tmp = path + ".tmp"
+    f = _open(tmp, "wb")
+    try:
+        w = _Writer(f)
+        head = MAGIC + struct.pack("<HHI", VERSION, 0, size)
+        w.write(head)
+        w.write(struct.pack("<I", crc32(head)))
+        w.write(struct.pack("<H", len(tag_b)))
+        w.write(tag_b)
+        w.write(struct.pack("<I", len(meta_b)))
+        w.write(meta_b)
+        w.write(struct.pack("<I", len(named)))
+        for name, p in named:
+            nb = name.encode()
+            w.write(struct.pack("<H", len(nb)))
+            w.write(nb)
+            w.write(struct.pack("<B", len(p.shape)))
+            w.write(struct.pack("<%dI" % len(p.shape), *p.shape))
+            w.write(p.data)                 # the array's own buffer, no copy
+        if w.n != size - 4:
+            raise RuntimeError("checkpoint.save: wrote %d bytes, planned %d" % (w.n, size - 4))
+        f.write(struct.pack("<I", w.crc))
+        f.flush()
+        try:
+            os.fsync(f.fileno())            # CPython; MicroPython syncs on close
+        except (AttributeError, OSError):
+            pass
+    finally:
+        f.close()
+    _replace(tmp, path)
+    return size
+
+
+def _replace(src, dst):
+    rep = getattr(os, "replace", None)      # CPython: atomic on POSIX and Windows
+    if rep is not None:
+        rep(src, dst)
+        return
+    try:
+        os.rename(src, dst)                 # MicroPython: replaces on VfsPosix, littlefs, FAT
+    except OSError:
+        # A filesystem that refuses to rename over a file: unlink, then rename. In between,
+        # load() finds PATH missing and reads the complete PATH.tmp.
+        os.remove(dst)
+        os.rename(src, dst)
+
+
+# ---- load / read ------------------------------------------------------------------------
+
+def _err(path, msg):
+    return CheckpointError("checkpoint %r: %s" % (path, msg))
+
+
+def _readn(f, n, path):
+    b = f.read(n)
+    if b is None or len(b) != n:
+        raise _err(path, "malformed (record runs past the end)")
+    return b
+
+
+def _verify(f, path):
+    """Pass 1: prefix, version, size, whole-file CRC. Returns file_size."""
+    have = _file_size(path)
+    head = f.read(_PREFIX)
+    if len(head) >= 4 and head[:4] != MAGIC:
+        raise _err(path, "not a microformer checkpoint (magic %r, expected %r)" % (head[:4], MAGIC))
+    if len(head) < _PREFIX:
+        raise _err(path, "truncated: %d bytes, a header alone needs %d" % (len(head), _PREFIX))
+    version, flags, size, hcrc = struct.unpack("<HHII", head[4:16])
+    if crc32(head[:12]) != hcrc:
+        raise _err(path, "corrupt header (bad header CRC)")
+    if version != VERSION:
+        raise _err(path, "unsupported version %d (this reader knows version %d)" % (version, VERSION))
+    if have < size:
+        raise _err(path, "truncated: expected %d bytes, got %d" % (size, have))
+    if have > size:
+        raise _err(path, "%d unexpected bytes after the end (expected %d bytes, got %d)"
+                   % (have - size, size, have))
+    crc = crc32(head)
+    left = size - 4 - _PREFIX
+    buf = bytearray(_CHUNK)
+    mv = memoryview(buf)
+    while left > 0:
+        k = _CHUNK if left > _CHUNK else left
+        n = f.readinto(mv[:k])
+        if not n:
+            raise _err(path, "truncated: expected %d bytes, got fewer while reading" % size)
+        crc = crc32(mv[:n], crc)
+        left -= n
+    stored = struct.unpack("<I", _readn(f, 4, path))[0]
+    if stored != crc:
+        raise _err(path, "bad CRC (stored 0x%08x, computed 0x%08x): the file is corrupted"
+                   % (stored, crc))
+    return size
+
+
+def _parse(f, path, size):
+    """Pass 2 (file verified): tag, meta, and [(name, shape, data offset)] ."""
+    f.seek(_PREFIX)
+    t = struct.unpack("<H", _readn(f, 2, path))[0]
+    tag = _readn(f, t, path).decode()
+    m = struct.unpack("<I", _readn(f, 4, path))[0]
+    try:
+        meta = json.loads(_readn(f, m, path).decode())
+    except ValueError:
+        raise _err(path, "malformed metadata (not JSON)")
+    n = struct.unpack("<I", _readn(f, 4, path))[0]
+    pos = _PREFIX + 2 + t + 4 + m + 4
+    recs = []
+    for _ in range(n):
+        L = struct.unpack("<H", _readn(f, 2, path))[0]
+        name = _readn(f, L, path).decode()
+        r = _readn(f, 1, path)[0]
+        shape = tuple(struct.unpack("<%dI" % r, _readn(f, 4 * r, path))) if r else ()
+        pos += 2 + L + 1 + 4 * r
+        nbytes = 4 * _size(shape)
+        if r == 0 or pos + nbytes > size - 4:
+            raise _err(path, "malformed tensor record %r" % name)
+        recs.append((name, shape, pos))
+        pos += nbytes
+        f.seek(pos)
+    if pos != size - 4:
+        raise _err(path, "malformed (%d stray bytes before the CRC)" % (size - 4 - pos))
+    return tag, meta, recs
+
+
+def _read_floats(f, dst, offset, path):
+    # readinto the array's own buffer, in chunks of whole floats
+    f.seek(offset)
+    mv = memoryview(dst)
+    i = 0
+    n = len(dst)
+    step = _CHUNK
+    while i < n:
+        k = step if n - i > step else n - i
+        got = f.readinto(mv[i:i + k])
+        if got != 4 * k:
+            raise _err(path, "truncated while reading data")
+        i += k
+
+
+def load(path, model, tag=None):
+    """Copy the weights in `path` into `model`; return the metadata dict.
+
+    Everything is verified before the first weight changes; a refusal raises CheckpointError.
+    tag: the expected model tag; default model_tag(model).
+    """
+    _check_byteorder()
+    path = _resolve(path)
+    want = model_tag(model) if tag is None else tag
+    named = _named(model)
+    with _open(path, "rb") as f:
+        size = _verify(f, path)
+        ctag, meta, recs = _parse(f, path, size)
+        if ctag != want:
+            raise _err(path, "wrong model: checkpoint is for %r, this model is %r" % (ctag, want))
+        have = {}
+        for name, shape, off in recs:
+            if name in have:
+                raise _err(path, "malformed (tensor %r twice)" % name)
+            have[name] = (shape, off)
+        for name, p in named:
+            if name not in have:
+                raise _err(path, "wrong model: checkpoint has no tensor %r" % name)
+        if len(recs) != len(named):
+            mine = {}
+            for name, p in named:
+                mine[name] = 1
+            for name, shape, off in recs:
+                if name not in mine:
+                    raise _err(path, "wrong model: checkpoint has tensor %r the model lacks" % name)
+        for name, p in named:
+            shape = have[name][0]
+            if tuple(shape) != tuple(p.shape):
+                raise _err(path, "wrong shape: %s: expected %r, got %r" % (name, tuple(p.shape), shape))
+        for name, p in named:
+            _read_floats(f, p.data, have[name][1], path)
+    return meta
+
+
+def read_header(path):
+    """Verify `path` and return {'version', 'size', 'tag', 'meta', 'tensors': [(name, shape)]}."""
+    path = _resolve(path)
+    with _open(path, "rb") as f:
+        size = _verify(f, path)
+        tag, meta, recs = _parse(f, path, size)
+    return {"version": VERSION, "size": size, "tag": tag, "meta": meta,
+            "tensors": [(n, s) for n, s, _ in recs]}
+
+
+def read(path):
+    """(meta, [(name, shape, array('f'))]) of a verified checkpoint, for inspection."""
+    _check_byteorder()
+    path = _resolve(path)
+    out = []
+    with _open(path, "rb") as f:
+        size = _verify(f, path)
+        tag, meta, recs = _parse(f, path, size)
+        for name, shape, off in recs:
+            a = array("f", bytes(4 * _size(shape)))
+            _read_floats(f, a, off, path)
+            out.append((name, shape, a))
+    return meta, out
+
+
+def info(path, show=True):
+    """A short summary: size, tag, meta, one line per tensor. Returns the text."""
+    h = read_header(path)
+    lines = ["%s: microformer checkpoint v%d, %d bytes" % (path, h["version"], h["size"]),
+             "tag:  %s" % h["tag"], "meta: %s" % json.dumps(h["meta"])]
+    total = 0
+    for name, shape in h["tensors"]:
+        total += _size(shape)
+        lines.append("  %-12s %s" % (name, "x".join(str(d) for d in shape)))
+    lines.append("%d tensors, %d floats" % (len(h["tensors"]), total))
+    s = "\n".join(lines)
+    if show:
+        print(s)
+    return s
