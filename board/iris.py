@@ -1,0 +1,68 @@
+# iris.py: the seed's Iris attention model, trained from scratch (board REPL, MicroPython or CPython).
+#   >>> import iris; iris.main(epochs=100)
+# Dense(4,32)+ReLU -> [B,4,8] -> Attention(8,2) -> GlobalAvgPool -> Dense(8,3); Adam 1e-3, batch 16.
+import time
+
+import microformer as mf
+from microformer.data import read_csv
+from microformer.train import evaluate, fit
+
+DATA_PATHS = ("data/iris.csv", "/data/iris.csv", "datasets/iris.csv", "../datasets/iris.csv")
+SPLIT_SEED = 7
+
+
+def find_data(path=None):
+    for p in (path,) if path else DATA_PATHS:
+        try:
+            open(p).close()
+            return p
+        except OSError:
+            pass
+    raise OSError("iris.csv not found (looked in %s)" % (path or ", ".join(DATA_PATHS)))
+
+
+def build_model(seed=1):
+    mf.seed(seed)
+    return mf.Sequential([
+        mf.Dense(4, 32), mf.ActivationLayer("relu"),   # [B,4] -> [B,32]
+        mf.Reshape((4, 8)),                            # 4 tokens of 8 features
+        mf.Attention(8, 2),                            # [B,4,8]
+        mf.GlobalAvgPool(),                            # [B,8]
+        mf.Dense(8, 3),                                # logits [B,3]
+    ])
+
+
+def load_split(path=None, seed=SPLIT_SEED):
+    """120/30 seeded split, standardized with the training rows' mean and std."""
+    data = read_csv(find_data(path))
+    train, test = data.split(120, seed)
+    mean, std = train.stats()
+    train.standardize(mean, std)
+    test.standardize(mean, std)
+    return train, test, mean, std
+
+
+def main(epochs=100, backend=None, seed=1, verbose=True, path=None, lr=1e-3, batch_size=16):
+    if backend:
+        mf.set_backend(backend)
+    train, test, _, _ = load_split(path)
+    model = build_model(seed)
+    opt = mf.Adam(model, lr=lr)
+    t0 = time.time()
+    hist = fit(model, mf.CrossEntropyLoss(), opt, train, epochs=epochs, batch_size=batch_size,
+               seed=seed, verbose=verbose)
+    seconds = time.time() - t0
+    train_acc, _ = evaluate(model, train)
+    test_acc, confusion = evaluate(model, test)
+    result = {"backend": mf.get_backend(), "epochs": epochs, "train_acc": train_acc, "test_acc": test_acc,
+              "final_loss": hist[-1]["loss"] if hist else None,
+              "s_per_epoch": seconds / max(1, epochs), "confusion": confusion}
+    if verbose:
+        print("backend %s: train accuracy %.2f%% (%d/%d), test accuracy %.2f%% (%d/%d), %.3f s/epoch"
+              % (result["backend"], 100 * train_acc, round(train_acc * len(train)), len(train),
+                 100 * test_acc, round(test_acc * len(test)), len(test), result["s_per_epoch"]))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""NumPy float64 reference for every microformer layer, loss and optimizer.
+
+Written from the math (seed 000: the tiny_ai Attention layer; seeds 001/002: masks and
+cross-attention), never by calling lib/. Tests judge lib/ against these functions, and
+`gradcheck` judges these functions against finite differences.
+"""
+import numpy as np
+
+# ---------------------------------------------------------------- Dense: y = x W^T + b
+
+
+def dense_forward(x, W, b=None):
+    y = x @ W.T
+    return y if b is None else y + b
+
+
+def dense_backward(dy, x, W):
+    """Returns dx, dW, db for y = x W^T + b (x may have any leading axes)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    dy2 = dy.reshape(-1, dy.shape[-1])
+    return dy @ W, dy2.T @ x2, dy2.sum(axis=0)
+
+
+# ---------------------------------------------------------------- activations
+
+_GELU_C = np.sqrt(2.0 / np.pi)
+LEAKY_SLOPE = 0.01
+
+
+def act_forward(kind, x):
+    if kind == "relu":
+        return np.maximum(x, 0.0)
+    if kind == "leaky_relu":
+        return np.where(x > 0, x, LEAKY_SLOPE * x)
+    if kind == "gelu":
+        return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x ** 3)))
+    if kind == "tanh":
+        return np.tanh(x)
+    if kind == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-x))
+    raise ValueError(kind)
+
+
+def act_backward(kind, dy, x):
+    if kind == "relu":
+        return dy * (x > 0)
+    if kind == "leaky_relu":
+        return dy * np.where(x > 0, 1.0, LEAKY_SLOPE)
+    if kind == "gelu":
+        u = _GELU_C * (x + 0.044715 * x ** 3)
+        th = np.tanh(u)
+        du = _GELU_C * (1.0 + 3 * 0.044715 * x ** 2)
+        return dy * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th ** 2) * du)
+    if kind == "tanh":
+        return dy * (1.0 - np.tanh(x) ** 2)
+    if kind == "sigmoid":
+        s = 1.0 / (1.0 + np.exp(-x))
+        return dy * s * (1.0 - s)
+    raise ValueError(kind)
+
+
+# ---------------------------------------------------------------- GlobalAvgPool [B,S,E] -> [B,E]
+
+
+def avgpool_forward(x):
+    return x.mean(axis=1)
+
+
+def avgpool_backward(dy, S):
+    return np.repeat(dy[:, None, :], S, axis=1) / S
+
+
+# ---------------------------------------------------------------- multi-head attention
+
+
+def attention_mask(B, Sq, Sk, causal=False, key_padding_mask=None):
+    """Boolean [B, Sq, Sk]: True where query i may look at key j."""
+    visible = np.ones((B, Sq, Sk), dtype=bool)
+    if causal:
+        shift = Sk - Sq   # query i sits at absolute position i + shift
+        visible &= (np.arange(Sk)[None, :] <= np.arange(Sq)[:, None] + shift)[None]
+    if key_padding_mask is not None:
+        visible &= ~np.asarray(key_padding_mask, dtype=bool)[:, None, :]
+    return visible
+
+
+def attention_forward(x, p, num_heads, causal=False, key_padding_mask=None, context=None):
+    """x [B,S,E]; p: dict Wq Wk Wv Wo [E,E] and bq bk bv bo [E] (or absent).
+
+    Returns y and a cache holding every intermediate the seeds name:
+    scores_raw (Q K^T), scores_scaled (/sqrt(D)), scores_masked (-inf where hidden),
+    A (softmax weights, exactly 0 where hidden; an all-hidden row is all 0), ctx.
+    """
+    c = x if context is None else context
+    B, S, E = x.shape
+    Sk = c.shape[1]
+    H = num_heads
+    D = E // H
+    Q = dense_forward(x, p["Wq"], p.get("bq"))
+    K = dense_forward(c, p["Wk"], p.get("bk"))
+    V = dense_forward(c, p["Wv"], p.get("bv"))
+    Qh = Q.reshape(B, S, H, D).transpose(0, 2, 1, 3)     # [B,H,S,D]
+    Kh = K.reshape(B, Sk, H, D).transpose(0, 2, 1, 3)    # [B,H,Sk,D]
+    Vh = V.reshape(B, Sk, H, D).transpose(0, 2, 1, 3)
+    raw = Qh @ Kh.transpose(0, 1, 3, 2)                  # [B,H,S,Sk]
+    scaled = raw / np.sqrt(D)
+    visible = attention_mask(B, S, Sk, causal, key_padding_mask)[:, None]   # [B,1,S,Sk]
+    masked = np.where(visible, scaled, -np.inf)
+    row_max = np.where(visible.any(axis=-1, keepdims=True),
+                       np.max(np.where(visible, scaled, -1e300), axis=-1, keepdims=True), 0.0)
+    e = np.where(visible, np.exp(np.where(visible, scaled, 0.0) - row_max), 0.0)
+    z = e.sum(axis=-1, keepdims=True)
+    A = np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+    ctx_h = A @ Vh                                        # [B,H,S,D]
+    ctx = ctx_h.transpose(0, 2, 1, 3).reshape(B, S, E)
+    y = dense_forward(ctx, p["Wo"], p.get("bo"))
+    cache = dict(x=x, c=c, Q=Q, K=K, V=V, Qh=Qh, Kh=Kh, Vh=Vh, scores_raw=raw,
+                 scores_scaled=scaled, scores_masked=masked, A=A, ctx=ctx, H=H, D=D)
+    return y, cache
+
+
+def attention_backward(dy, cache, p):
+    """Returns dx, grads (dWq.. dbo) and dcontext (None for self-attention)."""
+    x, c, A = cache["x"], cache["c"], cache["A"]
+    B, S, E = x.shape
+    Sk = c.shape[1]
+    H, D = cache["H"], cache["D"]
+    g = {}
+    dctx, g["dWo"], g["dbo"] = dense_backward(dy, cache["ctx"], p["Wo"])
+    dctx_h = dctx.reshape(B, S, H, D).transpose(0, 2, 1, 3)          # [B,H,S,D]
+    dVh = A.transpose(0, 1, 3, 2) @ dctx_h                            # A^T dctx
+    dA = dctx_h @ cache["Vh"].transpose(0, 1, 3, 2)                   # dctx V^T
+    dS = A * (dA - (dA * A).sum(axis=-1, keepdims=True)) / np.sqrt(D)  # softmax backward, scale
+    dQh = dS @ cache["Kh"]
+    dKh = dS.transpose(0, 1, 3, 2) @ cache["Qh"]
+    dQ = dQh.transpose(0, 2, 1, 3).reshape(B, S, E)
+    dK = dKh.transpose(0, 2, 1, 3).reshape(B, Sk, E)
+    dV = dVh.transpose(0, 2, 1, 3).reshape(B, Sk, E)
+    dx, g["dWq"], g["dbq"] = dense_backward(dQ, x, p["Wq"])
+    dc_k, g["dWk"], g["dbk"] = dense_backward(dK, c, p["Wk"])
+    dc_v, g["dWv"], g["dbv"] = dense_backward(dV, c, p["Wv"])
+    if cache["c"] is cache["x"]:
+        return dx + dc_k + dc_v, g, None
+    return dx, g, dc_k + dc_v
+
+
+# ---------------------------------------------------------------- losses
+
+
+def softmax_cross_entropy(logits, labels):
+    """Mean over B of -log softmax(logits)[label]; returns loss and dlogits."""
+    B = logits.shape[0]
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    loss = -logp[np.arange(B), labels].mean()
+    d = np.exp(logp)
+    d[np.arange(B), labels] -= 1.0
+    return loss, d / B
+
+
+def mse(pred, target):
+    d = pred - target
+    return (d ** 2).mean(), 2.0 * d / d.size
+
+
+# ---------------------------------------------------------------- optimizers (one step)
+
+
+def sgd_step(p, g, buf, lr, momentum=0.0, weight_decay=0.0):
+    """PyTorch SGD: d = g + wd p; buf = momentum buf + d; p -= lr buf. Returns p, buf."""
+    d = g + weight_decay * p
+    if momentum:
+        buf = momentum * buf + d
+        d = buf
+    return p - lr * d, buf
+
+
+def adam_step(p, g, m, v, t, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, decoupled=False):
+    """Adam (decoupled=True: AdamW) at step t (1-based). Returns p, m, v."""
+    if weight_decay and decoupled:
+        p = p * (1.0 - lr * weight_decay)
+    elif weight_decay:
+        g = g + weight_decay * p
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    mhat = m / (1 - beta1 ** t)
+    vhat = v / (1 - beta2 ** t)
+    return p - lr * mhat / (np.sqrt(vhat) + eps), m, v
+
+
+def clip_grad_norm(grads, max_norm):
+    norm = np.sqrt(sum(float((g ** 2).sum()) for g in grads))
+    if norm > max_norm:
+        grads = [g * (max_norm / norm) for g in grads]
+    return grads, norm
+
+
+# ---------------------------------------------------------------- finite differences
+
+
+def gradcheck(f, x, dy, eps=1e-6):
+    """Numerical d(sum(f(x) * dy))/dx by central differences (x is perturbed in place)."""
+    grad = np.zeros_like(x)
+    it = np.nditer(x, flags=["multi_index"])
+    for _ in it:
+        i = it.multi_index
+        old = x[i]
+        x[i] = old + eps
+        up = float((f() * dy).sum())
+        x[i] = old - eps
+        down = float((f() * dy).sum())
+        x[i] = old
+        grad[i] = (up - down) / (2 * eps)
+    return grad

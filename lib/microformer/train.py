@@ -1,0 +1,125 @@
+# microformer.train: the fit loop, evaluation and prediction for classifiers.
+import gc
+import time
+
+from .data import Batches
+from .tensor import Rng
+
+try:
+    import micropython
+    _kbd_intr = micropython.kbd_intr
+except (ImportError, AttributeError):
+    _kbd_intr = None
+
+
+def _ms():
+    try:
+        return time.ticks_ms()
+    except AttributeError:
+        return int(time.time() * 1000)
+
+
+def _elapsed(t0):
+    try:
+        return time.ticks_diff(time.ticks_ms(), t0)
+    except AttributeError:
+        return _ms() - t0
+
+
+def argmax(row, base, n):
+    best = 0
+    for i in range(1, n):
+        if row[base + i] > row[base + best]:
+            best = i
+    return best
+
+
+def train_step(model, loss_fn, optimizer, X, y):
+    """One step: forward, loss, backward, update. Returns (loss, correct)."""
+    model.train()
+    optimizer.zero_grad()
+    logits = model.forward(X)
+    loss = loss_fn.forward(logits, y)        # raises NonFiniteLossError before any update
+    model.backward(loss_fn.backward())
+    # Ctrl-C is held off while the weights change, so an interrupt never leaves half an update
+    if _kbd_intr:
+        _kbd_intr(-1)
+    try:
+        optimizer.step()
+    finally:
+        if _kbd_intr:
+            _kbd_intr(3)
+    B, C = logits.shape
+    correct = 0
+    for b in range(B):
+        if argmax(logits.data, b * C, C) == y[b]:
+            correct += 1
+    return loss, correct
+
+
+def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbose=True, on_epoch=None):
+    """Train on a Dataset; one progress line per epoch. Ctrl-C stops after the current step.
+
+    Returns a list of per-epoch dicts: epoch, loss, acc, ms_per_step (and 'interrupted').
+    """
+    if not isinstance(epochs, int) or epochs < 0:
+        raise ValueError("fit: epochs must be a non-negative int, got %r" % (epochs,))
+    batches = Batches(data, batch_size, Rng(seed + 1))
+    history = []
+    for epoch in range(1, epochs + 1):
+        total = 0.0
+        correct = 0
+        steps = 0
+        seen = 0
+        t0 = _ms()
+        interrupted = False
+        try:
+            for X, y in batches:
+                loss, c = train_step(model, loss_fn, optimizer, X, y)
+                total += loss * len(y)
+                correct += c
+                steps += 1
+                seen += len(y)
+        except KeyboardInterrupt:
+            interrupted = True
+        ms = _elapsed(t0)
+        seen = seen or 1
+        rec = {"epoch": epoch, "loss": total / seen, "acc": correct / seen,
+               "ms_per_step": ms / max(1, steps), "steps": steps, "interrupted": interrupted}
+        history.append(rec)
+        if verbose:
+            line = "epoch %d/%d  loss %.4f  acc %.1f%%  %.1f ms/step" % (
+                epoch, epochs, rec["loss"], 100 * rec["acc"], rec["ms_per_step"])
+            if hasattr(gc, "mem_free"):
+                line += "  free %d" % gc.mem_free()
+            if interrupted:
+                line += "  (interrupted: weights are those of the last full step)"
+            print(line)
+        if on_epoch:
+            on_epoch(rec)
+        if interrupted:
+            break
+    return history
+
+
+def predict_logits(model, X):
+    model.eval()
+    out = model.forward(X)
+    model.train()
+    return out
+
+
+def evaluate(model, data, batch_size=32):
+    """(accuracy, confusion) where confusion[true][predicted] counts samples."""
+    C = len(data.classes)
+    confusion = [[0] * C for _ in range(C)]
+    correct = 0
+    for X, y in Batches(data, batch_size):
+        logits = predict_logits(model, X)
+        K = logits.shape[1]
+        for b in range(len(y)):
+            p = argmax(logits.data, b * K, K)
+            confusion[y[b]][p] += 1
+            if p == y[b]:
+                correct += 1
+    return correct / max(1, len(data)), confusion

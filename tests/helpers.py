@@ -1,0 +1,60 @@
+"""Shared test helpers: paths, the MicroPython runner, numeric comparison."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIB = os.path.join(ROOT, "lib")
+HOST = os.path.join(ROOT, "host")
+TESTS = os.path.join(ROOT, "tests")
+for _p in (LIB, HOST, TESTS):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+
+def micropython_path():
+    """The real MicroPython unix port; a missing binary is a test failure, not a skip."""
+    exe = os.environ.get("MICROPYTHON") or os.path.join(os.path.dirname(sys.executable), "micropython")
+    assert os.path.exists(exe), "micropython not found at %s: run `make setup`" % exe
+    return exe
+
+
+def run_micropython(script, *args, heap="4M", timeout=600, cwd=None):
+    """Run a script under MicroPython with lib/ and tests/ importable; return stdout."""
+    env = dict(os.environ, MICROPYPATH=os.pathsep.join([LIB, TESTS]))
+    proc = subprocess.run([micropython_path(), "-X", "heapsize=" + heap, script] + list(args),
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT)
+    assert proc.returncode == 0, "micropython failed (rc=%d):\n%s\n%s" % (
+        proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+    return proc.stdout
+
+
+def run_cases_micropython(cases, tmp_path):
+    """The driver inside MicroPython: cases in, results out (JSON)."""
+    src = tmp_path / "cases.json"
+    dst = tmp_path / "results.json"
+    src.write_text(json.dumps(cases))
+    run_micropython(os.path.join(TESTS, "mf_driver.py"), str(src), str(dst))
+    return json.loads(dst.read_text())
+
+
+def rel_err(got, want):
+    """max |got - want| / max |want| (absolute when want is all ~0)."""
+    got = np.asarray(got, dtype=np.float64).ravel()
+    want = np.asarray(want, dtype=np.float64).ravel()
+    assert got.shape == want.shape, (got.shape, want.shape)
+    scale = max(float(np.abs(want).max()) if want.size else 0.0, 1e-6)
+    return float(np.abs(got - want).max()) / scale if want.size else 0.0
+
+
+def assert_close(got, want, tol, what=""):
+    e = rel_err(got, want)
+    assert e <= tol, "%s: relative error %.3g > %.3g" % (what, e, tol)
+
+
+def f32(a):
+    """Round to float32 (what lib stores), returned as float64 for the reference."""
+    return np.asarray(a, dtype=np.float32).astype(np.float64)
