@@ -1,0 +1,106 @@
+# host/checkpoint_np.py: the microformer checkpoint format (MFCK v1) with NumPy, written from the
+# byte layout documented in lib/microformer/checkpoint.py without importing lib/.
+#
+#   python host/checkpoint_np.py info FILE      # header, metadata and every tensor
+#
+# Layout (little-endian): "MFCK" u16 version=1 u16 flags=0 u32 file_size u32 crc32(bytes 0..11)
+# | u16 T, tag | u32 M, meta JSON | u32 N | N x (u16 L, name, u8 R, R x u32 dims, float32 data)
+# | u32 crc32 of everything before it.
+import json
+import struct
+import sys
+import zlib
+
+import numpy as np
+
+MAGIC = b"MFCK"
+VERSION = 1
+
+
+def write(path, tensors, tag, meta=None):
+    """tensors: dict name -> array (saved as float32, C order, in dict order)."""
+    body = bytearray()
+    tb = tag.encode("utf-8")
+    mb = json.dumps({} if meta is None else meta).encode("utf-8")
+    body += struct.pack("<H", len(tb)) + tb
+    body += struct.pack("<I", len(mb)) + mb
+    body += struct.pack("<I", len(tensors))
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(np.asarray(a, dtype="<f4"))
+        if a.ndim < 1:
+            a = a.reshape(1)
+        nb = name.encode("utf-8")
+        body += struct.pack("<H", len(nb)) + nb
+        body += struct.pack("<B", a.ndim) + struct.pack("<%dI" % a.ndim, *a.shape)
+        body += a.tobytes()
+    size = 16 + len(body) + 4
+    head = MAGIC + struct.pack("<HHI", VERSION, 0, size)
+    head += struct.pack("<I", zlib.crc32(head))
+    data = head + bytes(body)
+    data += struct.pack("<I", zlib.crc32(data))
+    with open(path, "wb") as f:
+        f.write(data)
+    return size
+
+
+def read(path):
+    """(tag, meta, {name: float32 ndarray}); raises ValueError on any damage."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != MAGIC:
+        raise ValueError("%s: not a microformer checkpoint" % path)
+    if len(data) < 16:
+        raise ValueError("%s: truncated header" % path)
+    version, flags, size, hcrc = struct.unpack_from("<HHII", data, 4)
+    if zlib.crc32(data[:12]) != hcrc:
+        raise ValueError("%s: bad header CRC" % path)
+    if version != VERSION:
+        raise ValueError("%s: unsupported version %d" % (path, version))
+    if len(data) != size:
+        raise ValueError("%s: truncated or padded: expected %d bytes, got %d" % (path, size, len(data)))
+    (crc,) = struct.unpack_from("<I", data, size - 4)
+    if zlib.crc32(data[:size - 4]) != crc:
+        raise ValueError("%s: bad CRC" % path)
+    pos = 16
+    (t,) = struct.unpack_from("<H", data, pos)
+    tag = data[pos + 2:pos + 2 + t].decode("utf-8")
+    pos += 2 + t
+    (m,) = struct.unpack_from("<I", data, pos)
+    meta = json.loads(data[pos + 4:pos + 4 + m].decode("utf-8"))
+    pos += 4 + m
+    (n,) = struct.unpack_from("<I", data, pos)
+    pos += 4
+    out = {}
+    for _ in range(n):
+        (L,) = struct.unpack_from("<H", data, pos)
+        name = data[pos + 2:pos + 2 + L].decode("utf-8")
+        pos += 2 + L
+        r = data[pos]
+        shape = struct.unpack_from("<%dI" % r, data, pos + 1)
+        pos += 1 + 4 * r
+        count = int(np.prod(shape))
+        out[name] = np.frombuffer(data, dtype="<f4", count=count, offset=pos).reshape(shape).copy()
+        pos += 4 * count
+    if pos != size - 4:
+        raise ValueError("%s: malformed (%d stray bytes)" % (path, size - 4 - pos))
+    return tag, meta, out
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] != "info":
+        print("usage: python host/checkpoint_np.py info FILE")
+        return 2
+    tag, meta, tensors = read(argv[2])
+    print("tag:  %s" % tag)
+    print("meta: %s" % json.dumps(meta))
+    total = 0
+    for name, a in tensors.items():
+        total += a.size
+        print("  %-12s %-10s mean %+.4f  std %.4f  min %+.4f  max %+.4f"
+              % (name, "x".join(map(str, a.shape)), a.mean(), a.std(), a.min(), a.max()))
+    print("%d tensors, %d floats" % (len(tensors), total))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
