@@ -466,3 +466,59 @@ def test_killed_micropython_mid_save(tmp_path):
         last = k
     assert last > 0 and tmp_seen > 0, (last, tmp_seen)
     print("kills that left a partial .tmp: %d / 12" % tmp_seen)
+
+
+VFS_SCRIPT = r'''
+import os, vfs
+import microformer as mf
+from microformer import checkpoint as ck
+
+class RAMBlockDev:
+    def __init__(self, block_size, num_blocks):
+        self.block_size = block_size
+        self.data = bytearray(block_size * num_blocks)
+    def readblocks(self, n, buf, off=0):
+        a = n * self.block_size + off
+        buf[:] = self.data[a:a + len(buf)]
+    def writeblocks(self, n, buf, off=None):
+        a = n * self.block_size + (off or 0)
+        self.data[a:a + len(buf)] = buf
+    def ioctl(self, op, arg):
+        if op == 4:
+            return len(self.data) // self.block_size
+        if op == 5:
+            return self.block_size
+        if op == 6:
+            return 0
+
+def build(seed):
+    mf.seed(seed)
+    return mf.Sequential([mf.Dense(4, 16), mf.ActivationLayer("relu"), mf.Reshape((4, 4)),
+                          mf.Attention(4, 2), mf.GlobalAvgPool(), mf.Dense(4, 3)])
+
+def snap(m):
+    return [bytes(p.data) for n, p in m.named_params()]
+
+for kind, cls, blocks in (("lfs2", vfs.VfsLfs2, 64), ("lfs1", vfs.VfsLfs1, 64), ("fat", vfs.VfsFat, 128)):
+    bdev = RAMBlockDev(512, blocks)
+    cls.mkfs(bdev)
+    mnt = "/" + kind
+    vfs.mount(cls(bdev), mnt)
+    path = mnt + "/model.mfck"
+    a, b = build(3), build(4)
+    ck.save(path, a, {"v": 1})
+    ck.save(path, b, {"v": 2})        # rename over an existing file
+    m = build(9)
+    assert ck.load(path, m) == {"v": 2} and snap(m) == snap(b)
+    assert sorted(os.listdir(mnt)) == ["model.mfck"], os.listdir(mnt)
+    vfs.umount(mnt)
+    print(kind, "ok")
+'''
+
+
+def test_micropython_board_filesystems(tmp_path):
+    """littlefs v2 (the ESP32 default), littlefs v1 and FAT on RAM block devices: rename replaces."""
+    script = tmp_path / "vfs_ck.py"
+    script.write_text(VFS_SCRIPT)
+    out = run_mp(script)
+    assert out.split() == ["lfs2", "ok", "lfs1", "ok", "fat", "ok"], out

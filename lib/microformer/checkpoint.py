@@ -278,11 +278,11 @@ def _verify(f, path):
     buf = bytearray(_CHUNK)
     mv = memoryview(buf)
     while left > 0:
-        k = _CHUNK if left > _CHUNK else left
-        n = f.readinto(mv[:k])
-        if not n:
+        v = mv if left >= _CHUNK else mv[:left]     # no new view per full chunk: no garbage
+        n = f.readinto(v)
+        if n != len(v):
             raise _err(path, "truncated: expected %d bytes, got fewer while reading" % size)
-        crc = crc32(mv[:n], crc)
+        crc = crc32(v, crc)
         left -= n
     stored = struct.unpack("<I", _readn(f, 4, path))[0]
     if stored != crc:
@@ -322,18 +322,10 @@ def _parse(f, path, size):
 
 
 def _read_floats(f, dst, offset, path):
-    # readinto the array's own buffer, in chunks of whole floats
+    # one readinto straight into the array's own buffer
     f.seek(offset)
-    mv = memoryview(dst)
-    i = 0
-    n = len(dst)
-    step = _CHUNK
-    while i < n:
-        k = step if n - i > step else n - i
-        got = f.readinto(mv[i:i + k])
-        if got != 4 * k:
-            raise _err(path, "truncated while reading data")
-        i += k
+    if f.readinto(memoryview(dst)) != 4 * len(dst):
+        raise _err(path, "truncated while reading data")
 
 
 def load(path, model, tag=None):
