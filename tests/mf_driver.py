@@ -19,6 +19,10 @@ def build_layer(spec):
 def run_case(case):
     if "backend" in case:
         mf.set_backend(case["backend"])
+    if "optim" in case:
+        return run_optim(case)
+    if "model" in case:
+        return run_model(case)
     layer = build_layer(case["layer"])
     named = {}
     for p, g in layer.params():
@@ -45,6 +49,54 @@ def run_case(case):
     out["dx"] = list(dx.data)
     for name in named:
         out["d" + name] = list(named[name][1].data)
+    return out
+
+
+def _optimizer(spec, pairs):
+    cls = getattr(mf, spec["type"])
+    return cls(pairs, **spec.get("kwargs", {}))
+
+
+def run_optim(case):
+    """Several steps of an optimizer on given (param, grad sequence); returns the params after each."""
+    params = [_tensor(p) for p in case["params"]]
+    grads = [mf.Tensor(p.shape) for p in params]
+    opt = _optimizer(case["optim"], list(zip(params, grads)))
+    out = {"p": []}
+    for step_grads in case["grads"]:
+        for g, values in zip(grads, step_grads):
+            for i in range(len(values)):
+                g.data[i] = values[i]
+        if "clip" in case:
+            out.setdefault("norm", []).append(mf.clip_grad_norm(opt.params, case["clip"]))
+        opt.step()
+        out["p"].append([list(p.data) for p in params])
+    return out
+
+
+def run_model(case):
+    """Sequential end to end: loss and every grad, then one optimizer step."""
+    model = mf.Sequential([build_layer(s) for s in case["model"]])
+    named = dict(model.named_params())
+    for name in case["params"]:
+        vals = case["params"][name]
+        for i in range(len(vals)):
+            named[name].data[i] = vals[i]
+    grads = {}
+    for i, layer in enumerate(model.layers):
+        for p, g in layer.params():
+            grads["%d.%s" % (i, p.name)] = g
+    opt = _optimizer(case["opt"], model)
+    loss_fn = mf.CrossEntropyLoss()
+    opt.zero_grad()
+    logits = model.forward(_tensor(case["x"]))
+    out = {"logits": list(logits.data), "loss": loss_fn.forward(logits, case["labels"])}
+    out["dx"] = list(model.backward(loss_fn.backward()).data)
+    for name in grads:
+        out["d" + name] = list(grads[name].data)
+    opt.step()
+    for name in named:
+        out["new " + name] = list(named[name].data)
     return out
 
 

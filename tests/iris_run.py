@@ -1,0 +1,16 @@
+# Runs board/iris.py's main() and prints its result as JSON (MicroPython or CPython).
+#   micropython tests/iris_run.py [python|viper] [epochs]
+import json
+import sys
+
+for _p in ("board", "../board"):
+    if _p not in sys.path:
+        sys.path.append(_p)
+
+if __name__ == "__main__":
+    import iris
+    backend = sys.argv[1] if len(sys.argv) > 1 else None
+    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    r = iris.main(epochs=epochs, backend=backend, verbose=False)
+    del r["confusion"]
+    print(json.dumps(r))
