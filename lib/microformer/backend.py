@@ -1,6 +1,17 @@
-# microformer.backend: which kernel module the layers call.
+# microformer.backend: which kernels the layers call.
 # 'python' (kernels.py) runs anywhere; 'viper' (kernels_viper.py) needs MicroPython's native emitter.
+# A kernel the viper module does not define falls back to the portable one.
 from . import kernels as _python_kernels
+
+
+class _Kernels:
+    """A namespace: every name of kernels.py, taken from `fast` where it defines it."""
+
+    def __init__(self, fast, portable):
+        for n in dir(portable):
+            if not n.startswith("__"):
+                setattr(self, n, getattr(fast, n, getattr(portable, n)))
+
 
 K = _python_kernels
 name = "python"
@@ -11,7 +22,7 @@ def _viper_kernels():
         from . import kernels_viper
     except (ImportError, SyntaxError, NotImplementedError, ValueError) as e:
         raise ValueError("set_backend: 'viper' needs MicroPython with the native emitter (%s)" % (e,))
-    return kernels_viper
+    return _Kernels(kernels_viper, _python_kernels)
 
 
 def set_backend(which):
