@@ -32,6 +32,8 @@
 # scratch buffer), then the tag and every name and shape against the model (pass 2), and only
 # then reads the data straight into the parameter arrays with readinto (pass 3). Every refusal
 # is a CheckpointError (a ValueError) naming the file and what is wrong; the model is untouched.
+# (Only a read error of the medium itself during pass 3, after the CRC passed, could leave a
+# partial copy.) A missing PATH and PATH.tmp raises OSError as open() does.
 import json
 import os
 import struct
