@@ -12,3 +12,5 @@ from .reshape import Reshape
 from .model import Sequential
 from .loss import CrossEntropyLoss, MSELoss, NonFiniteLossError, softmax_cross_entropy, mse
 from .optim import SGD, Adam, clip_grad_norm
+from . import checkpoint
+from .checkpoint import save as save_checkpoint, load as load_checkpoint, CheckpointError
