@@ -1,0 +1,762 @@
+# microformer.kernels_viper: the kernels of kernels.py as @micropython.viper block-float loops.
+# Same names, same signatures (outputs first, inputs, sizes); drop-in via set_backend('viper').
+#
+# NUMBER FORMAT. Viper has no native float, so the kernels read array('f') buffers as raw
+# IEEE-754 bits through ptr32 and compute in integers:
+#   * a float32 x = (-1)^s * m * 2^(e-150), m = 24-bit mantissa with the hidden bit, e = 1..254;
+#   * a BLOCK (a row or column of an operand, K values) is quantized with one shared exponent:
+#       Emax = largest biased exponent in the block, L = Emax - 126 - P,
+#       q = round(m * 2^(e - Emax + P - 24)), clamped to |q| <= 2^P - 1, and x ~= q * 2^L.
+#     So every block keeps P significant bits relative to its largest element (rel. err 2^-P-1).
+#   * products are accumulated in an int, written back as float32 bits (normalize to 24 bits,
+#     round to nearest, exponent, sign): _store() / the inline copy in _gemm.
+#
+# OVERFLOW ANALYSIS (the ESP32's viper int is 32 bits and wraps; the unix port's is 64 bits).
+#   MAC loops (_gemm): P = 14, |q_a|, |q_b| <= 2^14 - 1; K is zero-padded to a multiple of 4 and
+#     each 4-term chunk t = sum of 4 products has |t| <= 4 (2^14 - 1)^2 < 2^30 - 2^17. Chunks
+#     are rounded and shifted right by s = clog2(K/4) before they are summed, so
+#       |acc| <= (K/4) * (2^30 - 2^17 + 2^(s-1)) / 2^s < 2^30   (for K < 2^19).           [B1]
+#     On a 64-bit host t is computed modulo 2^32 and sign-extended from bit 31, so the unix
+#     port reproduces the ESP32's wrap-around exactly: an overflow would show up as a wrong
+#     result in tests/test_viper.py, which drives the bound with worst-case inputs.
+#   Adding a bias / the old value (accumulate mode): |acc| < 2^30, addend aligned to < 2^30
+#     before the add, so |sum| < 2^31.                                                     [B2]
+#   Softmax: scores are converted to Q16 and clamped to |s| <= 2^26 (|score| <= 1024), so
+#     s - max >= -2^27; exp in Q15 via Horner with r < ln2 in Q16: r * t < 45426 * 2^15 < 2^31;
+#     weights w = (e << 16) // Z with e <= 2^15 - 1 (< 2^31); A.V is a [B1] MAC.          [B3]
+#   Softmax backward: dot = sum a_j dA_j from 30-bit products (12-bit halves: 2^24 * 2^6 plus
+#     2^25 >> 6 < 2^30) shifted by h >= log2(2 Tk): |dot| < 2^29; dA_j - dot from 30-bit aligned
+#     mantissas: < 2^31; then 15-bit values times 15-bit mantissas: < 2^30.                 [B4]
+#   Adam/SGD: soft-float on 24-bit mantissas split into 15-bit halves; every product is
+#     (< 2^16) * (< 2^15) < 2^31; sums of two aligned 30-bit values < 2^31.                  [B5]
+#   Lines marked `#!chk v` are checked by tests/test_viper.py in an instrumented copy of this
+#   module that asserts |v| < 2^31 after the line.
+#
+# SPECIAL VALUES. Zeros, -0.0 and subnormals quantize to 0 (subnormals are flushed).
+#   +-inf and NaN are read as +-(2 - 2^-23) * 2^127 (NaN keeps its sign bit): results stay
+#   finite or saturate to +-inf on the way out; the block-float kernels never produce NaN.
+#   crossentropy_softmax returns nan if any logit is inf/NaN (so NonFiniteLossError fires).
+#   Scores entering softmax are clamped to +-1024 after the 1/sqrt(D) scale.
+#   Results whose exponent underflows float32 are flushed to 0.
+#
+# Kernels not worth a viper loop here (GELU/TANH/SIGMOID activations, mse, sum_squares) fall
+# back to the portable kernels (they allocate boxed floats).
+import micropython
+from array import array
+from . import kernels as _pk
+
+RELU = 0
+LEAKY_RELU = 1
+GELU = 2
+TANH = 3
+SIGMOID = 4
+LEAKY_SLOPE = _pk.LEAKY_SLOPE
+
+# ---- module scratch (grown on demand, so steady-state calls allocate nothing) ---------------
+_D = array("i", [0] * 32)      # descriptor handed to _gemm / _softmax (geometry, modes)
+_S = [array("i", [0] * 64)]    # int scratch: quantized blocks
+_F = [array("f", [0.0] * 64)]  # float scratch: dA / dS rows of the attention backward
+_ONES = [array("f", [1.0] * 16)]
+_C = array("i", [0] * 16)      # float constants as raw bits for the optimizers (see _bits)
+_CF = array("f", [0.0] * 16)   # the same slots as floats: _CF[i] = x makes _C[i] its bits
+_SCALE = {}                    # head size -> (mantissa Q15, exponent) of 1/sqrt(hs)
+
+
+def _iscratch(n):
+    s = _S[0]
+    if len(s) < n:
+        s = _S[0] = array("i", [0] * (n + n // 4 + 16))
+    return s
+
+
+def _fscratch(n):
+    f = _F[0]
+    if len(f) < n:
+        f = _F[0] = array("f", [0.0] * (n + n // 4 + 16))
+    return f
+
+
+def _ones(n):
+    o = _ONES[0]
+    if len(o) < n:
+        o = _ONES[0] = array("f", [1.0] * (n + n // 4 + 16))
+    return o
+
+
+def _clog2(n):
+    k = 0
+    while (1 << k) < n:
+        k += 1
+    return k
+
+
+def _prec(K):
+    # bits per operand: 4-term chunks of products of |q| <= 2^14 - 1 stay below 2^30   [B1]
+    return 14
+
+
+def _mant15(x):
+    # positive float x -> (m, e) with x ~= m * 2^e and 2^14 <= m < 2^15
+    e = 0
+    while x >= 1.0:
+        x *= 0.5
+        e += 1
+    while x < 0.5:
+        x *= 2.0
+        e -= 1
+    m = int(x * 32768.0 + 0.5)
+    if m >= 32768:
+        m >>= 1
+        e += 1
+    return m, e - 15
+
+
+def _scale_of(hs):
+    sc = _SCALE.get(hs)
+    if sc is None:
+        sc = _SCALE[hs] = _mant15(1.0 / (hs ** 0.5))
+    return sc
+
+
+# ---- element helpers (cold paths; hot loops inline the same code) -------------------------
+@micropython.viper
+def _chk(x: int):
+    # debug guard used by the instrumented copy in tests: |x| must fit a 32-bit signed int
+    b = 30                              # a variable: the compiler would fold 1 << 30 into a bigint
+    lim = (1 << b) + ((1 << b) - 1)
+    if x > lim or x < 0 - lim - 1:
+        raise OverflowError("viper int32 bound exceeded")
+
+
+@micropython.viper
+def _store(buf, i: int, v: int, e: int):
+    # buf[i] = v * 2^e as float32 bits; |v| < 2^31. Round to nearest, flush underflow, inf on overflow.
+    p = ptr32(buf)
+    s = 0
+    if v < 0:
+        s = 1
+        v = 0 - v
+    if v == 0:
+        p[i] = 0
+        return
+    if v >= 0x1000000:
+        sh = 0
+        t = v >> 24
+        while t != 0:
+            t = t >> 1
+            sh += 1
+        v = (v + (1 << (sh - 1))) >> sh
+        e += sh
+        if v >= 0x1000000:
+            v = v >> 1
+            e += 1
+    else:
+        while v < 0x8000:
+            v = v << 8
+            e -= 8
+        while v < 0x800000:
+            v = v << 1
+            e -= 1
+    be = e + 150
+    if be >= 255:
+        be = 255                        # +-inf (not the literal 255 << 23: folded into a bigint)
+        p[i] = (s << 31) | (be << 23)
+    elif be <= 0:
+        p[i] = 0
+    else:
+        p[i] = (s << 31) | (be << 23) | (v & 0x7FFFFF)
+
+
+@micropython.viper
+def _quant(dst, doff: int, src, off: int, stride: int, n: int, P: int) -> int:
+    # dst[doff + k] = q_k for the block src[off + k*stride], k < n; returns Emax (L = Emax - 126 - P)
+    pd = ptr32(dst)
+    ps = ptr32(src)
+    emax = 0
+    i = off
+    for k in range(n):
+        e = (ps[i] >> 23) & 0xFF
+        if e > emax:
+            emax = e
+        i += stride
+    if emax == 255:
+        emax = 254
+    base = emax + 24 - P
+    lim = (1 << P) - 1
+    i = off
+    for k in range(n):
+        x = ps[i]
+        i += stride
+        e = (x >> 23) & 0xFF
+        q = 0
+        if e != 0:
+            m = (x & 0x7FFFFF) | 0x800000
+            if e == 255:
+                m = 0xFFFFFF
+                e = 254
+            sh = base - e
+            if sh <= 30:
+                q = (m + (1 << (sh - 1))) >> sh
+                if q > lim:
+                    q = lim
+                if (x >> 31) & 1:
+                    q = 0 - q
+        pd[doff + k] = q
+    return emax
+
+
+# ---- the block-float GEMM every matmul goes through --------------------------------------
+# _D fields: 0 M, 1 N, 2 K, 3 mode (0 write, 1 accumulate +=, 2 add bias[n]), 4 P,
+#   5 nb1, 6 nb2 (batch counts),
+#   7..11  A: off, sm (step per m), sk (per k), sb1, sb2 (per batch index)
+#   12..16 B: off, sn, sk, sb1, sb2
+#   17..21 out: off, sm, sn, sb1, sb2
+# out[o + b1*ob1 + b2*ob2 + m*osm + n*osn] (=|+=) sum_k A[a + ... + m*asm + k*ask] * B[b + ... + n*bsn + k*bsk]
+@micropython.viper
+def _gemm(out, a, b, bias, d, s):
+    D = ptr32(d)
+    S = ptr32(s)
+    po = ptr32(out)
+    pbias = ptr32(bias)
+    M = D[0]
+    N = D[1]
+    K = D[2]
+    mode = D[3]
+    P = D[4]
+    b31 = 31                            # variables: constant folding would make bigint objects
+    b16 = 16
+    sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints)
+    m32 = (1 << b16) * (1 << b16) - 1   # 0xFFFFFFFF on 64-bit hosts, -1 (all ones) on 32-bit
+    K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
+    sh4 = 0                             # each 4-term chunk sum is shifted right by sh4 [B1]
+    while (1 << sh4) < (K4 >> 2):
+        sh4 += 1
+    rh = (1 << sh4) >> 1
+    xq = N * K4                         # S[0 : N*K4] B rows, S[N*K4 : N*K4+N] B exponents
+    ex = xq + N                         # S[ex : ex+K4] the current A row
+    for b1 in range(D[5]):
+        for b2 in range(D[6]):
+            ab = D[7] + b1 * D[10] + b2 * D[11]
+            bb = D[12] + b1 * D[15] + b2 * D[16]
+            ob = D[17] + b1 * D[20] + b2 * D[21]
+            for n in range(N):
+                S[xq + n] = int(_quant(s, n * K4, b, bb + n * D[13], D[14], K, P))
+                for k in range(K, K4):
+                    S[n * K4 + k] = 0
+            for k in range(K, K4):
+                S[ex + k] = 0
+            for m in range(M):
+                ea = int(_quant(s, ex, a, ab + m * D[8], D[9], K, P))
+                oi = ob + m * D[18]
+                for n in range(N):
+                    # [B1] chunk t: |t| < 4 * 2^28, exact mod 2^32 then sign-extended; |acc| < 2^30
+                    acc = 0
+                    j = n * K4
+                    i = ex
+                    for c in range(K4 >> 2):
+                        t = S[i] * S[j] + S[i + 1] * S[j + 1] + S[i + 2] * S[j + 2] + S[i + 3] * S[j + 3]
+                        t = ((t & m32) ^ sgn) - sgn
+                        acc += (t + rh) >> sh4                          #!chk acc
+                        i += 4
+                        j += 4
+                    e = ea + S[xq + n] - 252 - P - P + sh4   # value = acc * 2^e
+                    # addend: the old output (accumulate) or bias[n]  [B2]
+                    x = 0
+                    if mode == 1:
+                        x = po[oi]
+                    elif mode == 2:
+                        x = pbias[n]
+                    xe = (x >> 23) & 0xFF
+                    if xe != 0:
+                        xm = (x & 0x7FFFFF) | 0x800000
+                        if xe == 255:
+                            xm = 0xFFFFFF
+                            xe = 254
+                        if (x >> 31) & 1:
+                            xm = 0 - xm
+                        xe = xe - 150
+                        if acc == 0:
+                            acc = xm
+                            e = xe
+                        elif xe <= e:
+                            sh = e - xe
+                            if sh > 30:
+                                xm = 0
+                            else:
+                                xm = (xm + ((1 << sh) >> 1)) >> sh
+                            acc += xm                               #!chk acc
+                        else:
+                            u = xe - e
+                            if u > 6:
+                                u = 6
+                            xm = xm << u
+                            sh = xe - u - e
+                            if sh > 30:
+                                acc = 0
+                            elif sh > 0:
+                                acc = (acc + (1 << (sh - 1))) >> sh
+                            acc += xm                               #!chk acc
+                            e = xe - u
+                    # pack acc * 2^e into float32 bits (same as _store, inlined)
+                    sg = 0
+                    v = acc
+                    if v < 0:
+                        sg = 1
+                        v = 0 - v
+                    if v == 0:
+                        po[oi] = 0
+                    else:
+                        if v >= 0x1000000:
+                            sh = 0
+                            t = v >> 24
+                            while t != 0:
+                                t = t >> 1
+                                sh += 1
+                            v = (v + (1 << (sh - 1))) >> sh
+                            e += sh
+                            if v >= 0x1000000:
+                                v = v >> 1
+                                e += 1
+                        else:
+                            while v < 0x8000:
+                                v = v << 8
+                                e -= 8
+                            while v < 0x800000:
+                                v = v << 1
+                                e -= 1
+                        be = e + 150
+                        if be >= 255:
+                            be = 255
+                            po[oi] = (sg << 31) | (be << 23)
+                        elif be <= 0:
+                            po[oi] = 0
+                        else:
+                            po[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                    oi += D[19]
+
+
+def _geom(M, N, K, mode, nb1, nb2):
+    D = _D
+    D[0] = M
+    D[1] = N
+    D[2] = K
+    D[3] = mode
+    D[4] = _prec(K)
+    D[5] = nb1
+    D[6] = nb2
+    return D
+
+
+def _setA(off, sm, sk, sb1, sb2):
+    D = _D
+    D[7] = off
+    D[8] = sm
+    D[9] = sk
+    D[10] = sb1
+    D[11] = sb2
+
+
+def _setB(off, sn, sk, sb1, sb2):
+    D = _D
+    D[12] = off
+    D[13] = sn
+    D[14] = sk
+    D[15] = sb1
+    D[16] = sb2
+
+
+def _setO(off, sm, sn, sb1, sb2):
+    D = _D
+    D[17] = off
+    D[18] = sm
+    D[19] = sn
+    D[20] = sb1
+    D[21] = sb2
+
+
+def _run(out, a, b, bias, N, K):
+    K4 = (K + 3) & -4
+    _gemm(out, a, b, out if bias is None else bias, _D, _iscratch(N * K4 + N + K4))
+
+
+# ---- simple elementwise kernels --------------------------------------------------------------
+@micropython.viper
+def _zero(buf, n: int):
+    p = ptr32(buf)
+    for i in range(n):
+        p[i] = 0
+
+
+def zero(buf, n):
+    _zero(buf, n)
+
+
+@micropython.viper
+def _add2(out, inp, n: int, s):
+    # out (n,) += inp (n,), two floats at a time through one shared exponent per pair  [B2]
+    po = ptr32(out)
+    pi = ptr32(inp)
+    for i in range(n):
+        y = pi[i]
+        ye = (y >> 23) & 0xFF
+        if ye == 0:
+            continue
+        x = po[i]
+        xe = (x >> 23) & 0xFF
+        if xe == 0:
+            po[i] = y
+            continue
+        xm = (x & 0x7FFFFF) | 0x800000
+        ym = (y & 0x7FFFFF) | 0x800000
+        if xe == 255:
+            xm = 0xFFFFFF
+            xe = 254
+        if ye == 255:
+            ym = 0xFFFFFF
+            ye = 254
+        # 6 guard bits: mantissas to 30 bits, the smaller one shifted right (rounded)
+        xm = xm << 6
+        ym = ym << 6
+        if xe >= ye:
+            sh = xe - ye
+            if sh > 30:
+                ym = 0
+            elif sh > 0:
+                ym = (ym + (1 << (sh - 1))) >> sh
+            e = xe
+        else:
+            sh = ye - xe
+            if sh > 30:
+                xm = 0
+            elif sh > 0:
+                xm = (xm + (1 << (sh - 1))) >> sh
+            e = ye
+        if (x >> 31) & 1:
+            xm = 0 - xm
+        if (y >> 31) & 1:
+            ym = 0 - ym
+        _store(out, i, xm + ym, e - 156)                            #!chk xm, ym
+
+
+def add_inplace(out, inp, n):
+    _add2(out, inp, n, None)
+
+
+def matmul_forward(out, inp, weight, bias, N, C, OC):
+    # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
+    _geom(N, OC, C, 0 if bias is None else 2, 1, 1)
+    _setA(0, C, 1, 0, 0)       # inp row n
+    _setB(0, C, 1, 0, 0)       # weight row o
+    _setO(0, OC, 1, 0, 0)
+    _run(out, inp, weight, bias, OC, C)
+
+
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
+    # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
+    # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias (OC,) += sum_n dout
+    if dinp is not None:
+        _geom(N, C, OC, 0, 1, 1)
+        _setA(0, OC, 1, 0, 0)  # dout row n
+        _setB(0, 1, C, 0, 0)   # weight column c
+        _setO(0, C, 1, 0, 0)
+        _run(dinp, dout, weight, None, C, OC)
+    if dweight is not None:
+        _geom(OC, C, N, 1, 1, 1)
+        _setA(0, 1, OC, 0, 0)  # dout column o
+        _setB(0, 1, C, 0, 0)   # inp column c
+        _setO(0, C, 1, 0, 0)
+        _run(dweight, dout, inp, None, C, N)
+    if dbias is not None:
+        _geom(OC, 1, N, 1, 1, 1)
+        _setA(0, 1, OC, 0, 0)  # dout column o
+        _setB(0, 0, 1, 0, 0)   # ones (N,)
+        _setO(0, 1, 1, 0, 0)
+        _run(dbias, dout, _ones(N), None, 1, N)
+
+
+# ---- attention -------------------------------------------------------------------------------
+# _D fields for _softmax / _softmax_back: 22 NH, 23 Tq, 24 Tk, 25 causal, 26 scale mantissa (Q15),
+#   27 scale exponent, 28 mask present, 29 B
+@micropython.viper
+def _softmax(att, mask, d, s):
+    # att (B, NH, Tq, Tk): raw scores in, softmax(scores * scale) out, in place  [B3]
+    D = ptr32(d)
+    S = ptr32(s)
+    pa = ptr32(att)
+    pm = ptr8(mask)
+    NH = D[22]
+    Tq = D[23]
+    Tk = D[24]
+    causal = D[25]
+    sm = D[26]
+    se = D[27]
+    hasmask = D[28]
+    b31 = 31
+    sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load
+    se = (se ^ sx) - sx
+    shift = Tk - Tq
+    clamp = 1 << 26                     # |score| <= 1024 in Q16
+    ab = 0
+    for b in range(D[29]):
+        for h in range(NH):
+            for t in range(Tq):
+                last = Tk - 1
+                if causal:
+                    last = t + shift
+                    if last > Tk - 1:
+                        last = Tk - 1
+                # pass 1: visible scores -> Q16 (scaled, clamped) in S[j]; row max
+                mx = 0 - clamp - 1
+                for j in range(Tk):
+                    if j > last or (hasmask and pm[b * Tk + j] != 0):
+                        S[j] = 0 - clamp - clamp            # sentinel: masked
+                        continue
+                    x = pa[ab + j]
+                    e = (x >> 23) & 0xFF
+                    v = 0
+                    if e != 0:
+                        m = (x & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            m = 0xFFFFFF
+                            e = 254
+                        v = (m >> 9) * sm                       #!chk v
+                        sh = e + se - 125                   # v * 2^sh is the Q16 score
+                        if sh >= 0:
+                            v = clamp
+                        elif sh < 0 - 30:
+                            v = 0
+                        else:
+                            v = (v + (1 << (0 - sh - 1))) >> (0 - sh)
+                            if v > clamp:
+                                v = clamp
+                        if (x >> 31) & 1:
+                            v = 0 - v
+                    S[j] = v
+                    if v > mx:
+                        mx = v
+                # pass 2: e_j = exp(s_j - max) in Q15, Z = sum e_j
+                z = 0
+                for j in range(Tk):
+                    v = (S[j] ^ sx) - sx
+                    if v < 0 - clamp:
+                        S[j] = 0
+                        continue
+                    y = mx - v                              # 0 <= y <= 2^27 (Q16)
+                    k = y // 45426                          # ln 2 in Q16
+                    r = y - k * 45426                       # [0, ln2) in Q16
+                    if k > 15:
+                        S[j] = 0
+                        continue
+                    # e^-r = 1 - r(1 - r/2(1 - r/3(1 - r/4(1 - r/5(1 - r/6))))), Q15 terms
+                    p = 32768 - ((r * 5461) >> 16)          # 5461 = 2^15/6
+                    p = 32768 - ((r * p) >> 16) // 5            #!chk p
+                    p = 32768 - ((r * p) >> 16) // 4
+                    p = 32768 - ((r * p) >> 16) // 3
+                    p = 32768 - ((r * p) >> 16) // 2
+                    p = 32768 - ((r * p) >> 16)
+                    p = (p + ((1 << k) >> 1)) >> k
+                    if p > 32767:
+                        p = 32767
+                    S[j] = p
+                    z += p
+                # pass 3: weights w_j = e_j / Z (written as float32; 0 where masked)
+                for j in range(Tk):
+                    if z == 0:
+                        pa[ab + j] = 0
+                    else:
+                        w = (S[j] << 16) // z
+                        _store(att, ab + j, w, 0 - 16)
+                ab += Tk
+
+
+@micropython.viper
+def _softmax_back(ds, att, d, s):
+    # in the forward pass this was att = softmax(scores * scale)
+    # ds (B, NH, Tq, Tk): dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in place.
+    # dA_j - dot cancels when attention is peaked, so dot is built from 30-bit products
+    # (24x24-bit mantissas split in 12-bit halves) instead of block-float.  [B4]
+    D = ptr32(d)
+    pd = ptr32(ds)
+    pa = ptr32(att)
+    Tk = D[24]
+    sm = D[26]
+    se = D[27]
+    rows = D[29] * D[22] * D[23]
+    b31 = 31
+    sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load
+    se = (se ^ sx) - sx
+    h = 1                               # headroom: 2^h >= 2 Tk
+    while (1 << h) < Tk + Tk:
+        h += 1
+    ab = 0
+    for r in range(rows):
+        # pass 1: largest product exponent
+        pmax = 0
+        for j in range(Tk):
+            ea = (pa[ab + j] >> 23) & 0xFF
+            ed = (pd[ab + j] >> 23) & 0xFF
+            if ea != 0 and ed != 0 and ea + ed > pmax:
+                pmax = ea + ed
+        # pass 2: dot = sum_j a_j dA_j = dot_i * 2^(pmax - 282 + h), |dot_i| < 2^29
+        dot = 0
+        if pmax != 0:
+            for j in range(Tk):
+                x = pa[ab + j]
+                y = pd[ab + j]
+                ea = (x >> 23) & 0xFF
+                ed = (y >> 23) & 0xFF
+                if ea == 0 or ed == 0:
+                    continue
+                ma = (x & 0x7FFFFF) | 0x800000
+                md = (y & 0x7FFFFF) | 0x800000
+                if ea == 255:
+                    ma = 0xFFFFFF
+                if ed == 255:
+                    md = 0xFFFFFF
+                ah = ma >> 12
+                al = ma & 0xFFF
+                dh = md >> 12
+                dl = md & 0xFFF
+                p = (ah * dh << 6) + ((ah * dl + al * dh) >> 6)    # ma*md / 2^18 < 2^30
+                sh = pmax - ea - ed + h
+                if sh > 30:
+                    p = 0
+                else:
+                    p = (p + (1 << (sh - 1))) >> sh
+                if ((x ^ y) >> 31) & 1:
+                    p = 0 - p
+                dot += p                                            #!chk dot
+        de = pmax - 282 + h
+        # pass 3: ds_j = a_j (dA_j - dot) scale
+        for j in range(Tk):
+            x = pa[ab + j]
+            ea = (x >> 23) & 0xFF
+            if ea == 0:
+                pd[ab + j] = 0
+                continue
+            y = pd[ab + j]
+            ed = (y >> 23) & 0xFF
+            md = 0
+            if ed != 0:
+                md = ((y & 0x7FFFFF) | 0x800000) << 6               # < 2^30
+                if ed == 255:
+                    md = 0xFFFFFF << 6
+                if (y >> 31) & 1:
+                    md = 0 - md
+            me = ed - 156
+            o = dot
+            if pmax == 0:
+                o = 0
+            # diff = md * 2^me - o * 2^de, aligned to the larger exponent
+            if md == 0:
+                v = 0 - o
+                e = de
+            elif o == 0:
+                v = md
+                e = me
+            elif me >= de:
+                sh = me - de
+                if sh > 30:
+                    o = 0
+                else:
+                    o = (o + ((1 << sh) >> 1)) >> sh
+                v = md - o                                          #!chk v
+                e = me
+            else:
+                sh = de - me
+                if sh > 30:
+                    md = 0
+                else:
+                    md = (md + ((1 << sh) >> 1)) >> sh
+                v = md - o                                          #!chk v
+                e = de
+            # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits)
+            neg = 0
+            if v < 0:
+                neg = 1
+                v = 0 - v
+            while v >= 0x8000:
+                v = v >> 1
+                e += 1
+            ma = ((x & 0x7FFFFF) | 0x800000) >> 9
+            if ea == 255:
+                ma = 0x7FFF
+            v = ((v * ma) >> 15) * sm                               #!chk v
+            if neg:
+                v = 0 - v
+            _store(ds, ab + j, v, e + ea - 126 + se)
+        ab += Tk
+
+
+def _attn_dims(B, NH, Tq, Tk, hs, causal, hasmask):
+    D = _D
+    sm, se = _scale_of(hs)
+    D[22] = NH
+    D[23] = Tq
+    D[24] = Tk
+    D[25] = causal
+    D[26] = sm
+    D[27] = se
+    D[28] = hasmask
+    D[29] = B
+
+
+def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+    # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
+    # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
+    # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
+    hs = C // NH
+    # scores: att[b,h,t,j] = q[b,t,h] . k[b,j,h]
+    _geom(Tq, Tk, hs, 0, B, NH)
+    _setA(0, C, 1, Tq * C, hs)
+    _setB(0, C, 1, Tk * C, hs)
+    _setO(0, Tk, 1, NH * Tq * Tk, Tq * Tk)
+    _run(att, q, k, None, Tk, hs)
+    _attn_dims(B, NH, Tq, Tk, hs, causal, 0 if mask is None else 1)
+    _softmax(att, _D if mask is None else mask, _D, _iscratch(Tk))
+    # context: out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
+    _geom(Tq, hs, Tk, 0, B, NH)
+    _setA(0, Tk, 1, NH * Tq * Tk, Tq * Tk)
+    _setB(0, 1, C, Tk * C, hs)
+    _setO(0, C, 1, Tq * C, hs)
+    _run(out, att, v, None, hs, Tk)
+
+
+def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
+    # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
+    # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
+    # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights
+    hs = C // NH
+    F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
+    # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
+    _geom(Tq, Tk, hs, 0, B, NH)
+    _setA(0, C, 1, Tq * C, hs)
+    _setB(0, C, 1, Tk * C, hs)
+    _setO(0, Tk, 1, NH * Tq * Tk, Tq * Tk)
+    _run(F, dout, v, None, Tk, hs)
+    # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
+    _geom(Tk, hs, Tq, 0, B, NH)
+    _setA(0, 1, Tk, NH * Tq * Tk, Tq * Tk)
+    _setB(0, 1, C, Tq * C, hs)
+    _setO(0, C, 1, Tk * C, hs)
+    _run(dv, att, dout, None, hs, Tq)
+    # dS = A (dA - rowsum(dA A)) / sqrt(hs)
+    _attn_dims(B, NH, Tq, Tk, hs, 0, 0)
+    _softmax_back(F, att, _D, None)
+    # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h]
+    _geom(Tq, hs, Tk, 0, B, NH)
+    _setA(0, Tk, 1, NH * Tq * Tk, Tq * Tk)
+    _setB(0, 1, C, Tk * C, hs)
+    _setO(0, C, 1, Tq * C, hs)
+    _run(dq, F, k, None, hs, Tk)
+    # dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h]
+    _geom(Tk, hs, Tq, 0, B, NH)
+    _setA(0, 1, Tk, NH * Tq * Tk, Tq * Tk)
+    _setB(0, 1, C, Tq * C, hs)
+    _setO(0, C, 1, Tk * C, hs)
+    _run(dk, F, q, None, hs, Tq)
+
+
+# ---- portable fallbacks (boxed floats; not on the hot path of the models we train) -----------
+mse = _pk.mse
+sum_squares = _pk.sum_squares
