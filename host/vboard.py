@@ -18,7 +18,7 @@ the board shows its first REPL prompt.  The daemon owns two pseudo-terminals:
   master never reports EIO/hang-up while no client is connected; pyserial
   flushes stale input when a client opens the port.
 * the *child pty*: the stdin/stdout/stderr of ``micropython -X heapsize=HEAP -i
-  -c BOOT``.  On a tty the unix port runs the same REPL code as a board (raw
+  BOOT``.  On a tty the unix port runs the same REPL code as a board (raw
   REPL, raw-paste, Ctrl-D ...).  BOOT mounts the flash folder as ``/``, sets
   ``sys.path`` like a board and runs ``boot.py`` then ``main.py``; ``-i`` then
   enters the REPL.
@@ -39,11 +39,13 @@ differs from a board:
   turns it into KeyboardInterrupt, so when the child has its SIGINT handler
   installed (i.e. it is executing code; read from ``/proc/PID/status``) the
   daemon sends SIGINT instead of the byte.  When the REPL is idle the handler
-  is not installed (SIGINT would kill it) and the byte is passed through.
+  is not installed (SIGINT would kill it) and the byte is passed through; so
+  is it after ``micropython.kbd_intr(-1)`` (mpremote mount relies on that).
 * ``VfsPosix.ilistdir`` gives 3-tuples; BOOT mounts a wrapper that adds the
   size so ``mpremote fs ls`` shows it.
 
 The state dir holds ``vboard.pid``, ``vboard.log``, ``config.json``, ``ready``,
+``vboard_boot.py`` (BOOT),
 the ``port`` symlink and (by default) the ``flash/`` folder with ``lib/``.
 """
 
@@ -86,10 +88,13 @@ READY_TIMEOUT = 30.0
 
 log = logging.getLogger("vboard")
 
-# Runs inside MicroPython before the REPL (``micropython -i -c BOOT``).
+# Runs inside MicroPython before the REPL:
+# ``micropython -X heapsize=HEAP -i STATE_DIR/vboard_boot.py FLASH_DIR main|nomain``
 BOOT_TEMPLATE = r'''
 import vfs, os, sys
 sys.stdout.write(%(sentinel)r)
+FLASH, RUN_MAIN = sys.argv[1], sys.argv[2] == 'main'
+sys.argv[:] = []
 
 class _VBFlash:
     # VfsPosix.ilistdir yields 3-tuples; boards add the size (mpremote fs ls).
@@ -100,6 +105,9 @@ class _VBFlash:
 
     def __getattr__(self, name):
         return getattr(self._fs, name)
+
+    def __str__(self):
+        return str(self._fs)  # '<VfsPosix>', for mpremote df
 
     def ilistdir(self, path):
         base = path.rstrip('/')
@@ -129,13 +137,13 @@ def _vb_run(name):
         sys.print_exception(e)
 
 vfs.umount('/')
-vfs.mount(_VBFlash(%(flash)r), '/')
+vfs.mount(_VBFlash(FLASH), '/')
 os.chdir('/')
 sys.path[:] = ['', '.frozen', '/lib']
 _vb_run('boot.py')
-if %(run_main)r:
+if RUN_MAIN:
     _vb_run('main.py')
-del _VBFlash, _vb_run, vfs, os, sys
+del _VBFlash, _vb_run, FLASH, RUN_MAIN, vfs, os, sys
 '''
 
 
@@ -199,6 +207,15 @@ def pid_alive(pid):
         return False
 
 
+def is_vboard(pid):
+    """Guard against a stale pid file whose pid now belongs to something else."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"vboard" in f.read()
+    except OSError:
+        return False
+
+
 class Shutdown(Exception):
     pass
 
@@ -208,13 +225,12 @@ class Shutdown(Exception):
 class Child:
     """One MicroPython process on its own raw pty."""
 
-    def __init__(self, micropython, heap, flash, raw):
-        self.raw_start = raw
+    def __init__(self, micropython, heap, boot, flash, raw):
         self.master, slave = os.openpty()
         tty.setraw(slave)  # no output processing, no ISIG, no echo
-        boot = BOOT_TEMPLATE % {"flash": str(flash), "run_main": not raw, "sentinel": SENTINEL}
         self.proc = subprocess.Popen(
-            [micropython, "-X", f"heapsize={heap}", "-i", "-c", boot],
+            [micropython, "-X", f"heapsize={heap}", "-i", str(boot), str(flash),
+             "nomain" if raw else "main"],
             stdin=slave, stdout=slave, stderr=slave, cwd=str(flash),
             start_new_session=True, preexec_fn=_die_with_parent)
         os.close(slave)
@@ -278,6 +294,8 @@ class Bridge:
     def __init__(self, state_dir, heap, flash):
         self.state_dir, self.heap, self.flash = Path(state_dir), heap, Path(flash)
         self.micropython = find_micropython()
+        self.boot = self.state_dir / "vboard_boot.py"
+        self.boot.write_text(BOOT_TEMPLATE % {"sentinel": SENTINEL})
         self.to_client = bytearray()
         self.to_child = bytearray()
         self.prev_cr = False
@@ -313,7 +331,7 @@ class Bridge:
 
     # -- child lifecycle
     def start_child(self, raw):
-        self.child = Child(self.micropython, self.heap, self.flash, raw)
+        self.child = Child(self.micropython, self.heap, self.boot, self.flash, raw)
         if raw:
             # Come back in the raw REPL like a board: Ctrl-A before anything the
             # client sends, and hide the friendly greeting until the raw banner.
@@ -481,7 +499,7 @@ class VirtualBoard:
             pid = int(self.pid_path.read_text())
         except (OSError, ValueError):
             return None
-        return pid if pid_alive(pid) else None
+        return pid if pid_alive(pid) and is_vboard(pid) else None
 
     def is_ready(self):
         return self.pid() is not None and (self.state_dir / "ready").exists()
