@@ -212,3 +212,94 @@ def gradcheck(f, x, dy, eps=1e-6):
         x[i] = old
         grad[i] = (up - down) / (2 * eps)
     return grad
+
+
+# ---------------------------------------------------------------- the attention family
+# LayerNorm, FeedForward, Embedding, PositionalEncoding, the pre-norm EncoderBlock (seeds 001/002).
+
+
+def layernorm_forward(x, gamma, beta, eps=1e-5):
+    """Normalise over the last axis (biased variance). Returns y and a cache."""
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = (x - mean) * rstd
+    return xhat * gamma + beta, dict(xhat=xhat, rstd=rstd, gamma=gamma)
+
+
+def layernorm_backward(dy, cache):
+    """Returns dx, dgamma, dbeta."""
+    xhat, rstd, gamma = cache["xhat"], cache["rstd"], cache["gamma"]
+    axes = tuple(range(dy.ndim - 1))
+    dgamma = (dy * xhat).sum(axis=axes)
+    dbeta = dy.sum(axis=axes)
+    dn = dy * gamma
+    dx = rstd * (dn - dn.mean(axis=-1, keepdims=True) - xhat * (dn * xhat).mean(axis=-1, keepdims=True))
+    return dx, dgamma, dbeta
+
+
+def feedforward_forward(x, p, kind="gelu"):
+    """p: W1 [H,E], b1 [H], W2 [E,H], b2 [E]. y = act(x W1^T + b1) W2^T + b2."""
+    h = dense_forward(x, p["W1"], p.get("b1"))
+    a = act_forward(kind, h)
+    return dense_forward(a, p["W2"], p.get("b2")), dict(x=x, h=h, a=a, kind=kind)
+
+
+def feedforward_backward(dy, cache, p):
+    g = {}
+    da, g["dW2"], g["db2"] = dense_backward(dy, cache["a"], p["W2"])
+    dh = act_backward(cache["kind"], da, cache["h"])
+    dx, g["dW1"], g["db1"] = dense_backward(dh, cache["x"], p["W1"])
+    return dx, g
+
+
+def embedding_forward(ids, W):
+    """ids: int array [B,S]; W [V,E] -> [B,S,E]."""
+    return W[np.asarray(ids, dtype=np.int64)]
+
+
+def embedding_backward(dy, ids, vocab):
+    """dW [V,E]: every position's dy row added into its id's row."""
+    dW = np.zeros((vocab, dy.shape[-1]))
+    np.add.at(dW, np.asarray(ids, dtype=np.int64).ravel(), dy.reshape(-1, dy.shape[-1]))
+    return dW
+
+
+def positional_encoding(max_len, E):
+    """The sinusoidal table [max_len, E] of the seeds:
+    pe[:, 0::2] = sin(pos * div), pe[:, 1::2] = cos(pos * div), div = exp(-(2i) ln(10000) / E)."""
+    pos = np.arange(max_len)[:, None].astype(np.float64)
+    div = np.exp(-np.arange(0, E, 2) * np.log(10000.0) / E)
+    pe = np.zeros((max_len, E))
+    pe[:, 0::2] = np.sin(pos * div)
+    pe[:, 1::2] = np.cos(pos * div)[:, :E // 2]
+    return pe
+
+
+def encoder_block_forward(x, p, num_heads, causal=False, key_padding_mask=None, kind="gelu", eps=1e-5):
+    """Pre-norm: x1 = x + Attn(LN1(x)); y = x1 + FFN(LN2(x1)).
+    p: 'ln1.gamma' 'ln1.beta' 'attn.Wq'.. 'attn.bo' 'ln2.gamma' 'ln2.beta' 'ffn.W1'.. 'ffn.b2'."""
+    sub = lambda prefix: {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)}
+    h1, c1 = layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)
+    a, ca = attention_forward(h1, sub("attn."), num_heads, causal=causal, key_padding_mask=key_padding_mask)
+    x1 = x + a
+    h2, c2 = layernorm_forward(x1, p["ln2.gamma"], p["ln2.beta"], eps)
+    f, cf = feedforward_forward(h2, sub("ffn."), kind)
+    return x1 + f, dict(c1=c1, ca=ca, c2=c2, cf=cf, sub=sub)
+
+
+def encoder_block_backward(dy, cache, p):
+    """Returns dx and the grads keyed 'dln1.gamma' .. 'dffn.b2'."""
+    sub = cache["sub"]
+    g = {}
+    dh2, gf = feedforward_backward(dy, cache["cf"], sub("ffn."))
+    dl2, g["dln2.gamma"], g["dln2.beta"] = layernorm_backward(dh2, cache["c2"])
+    dx1 = dy + dl2
+    dh1, ga, _ = attention_backward(dx1, cache["ca"], sub("attn."))
+    dl1, g["dln1.gamma"], g["dln1.beta"] = layernorm_backward(dh1, cache["c1"])
+    for k, v in gf.items():
+        g["dffn." + k[1:]] = v
+    for k, v in ga.items():
+        if v is not None:
+            g["dattn." + k[1:]] = v
+    return dx1 + dl1, g

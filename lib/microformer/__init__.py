@@ -14,3 +14,9 @@ from .loss import CrossEntropyLoss, MSELoss, NonFiniteLossError, softmax_cross_e
 from .optim import SGD, Adam, clip_grad_norm
 from . import checkpoint
 from .checkpoint import save as save_checkpoint, load as load_checkpoint, CheckpointError
+from .norm import LayerNorm
+from .feedforward import FeedForward
+from .embedding import Embedding
+from .posenc import PositionalEncoding
+from .block import EncoderBlock, prefill, decode_step, kv_bytes_per_token
+from .show import show

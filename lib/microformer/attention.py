@@ -9,12 +9,18 @@ from .tensor import Tensor, default_rng, xavier_uniform
 class Attention(Layer):
     """Attention(embed_dim, num_heads, use_bias=True, causal=False): x [B,S,E] -> y [B,S,E].
 
-    forward(x, key_padding_mask=None, context=None):
+    forward(x, key_padding_mask=None, context=None, lengths=None):
       key_padding_mask [B,Sk] (nested lists or a flat bytes-like, nonzero = padded key);
+      lengths: B ints, keys j >= lengths[b] are padding (the tail-padding shortcut);
       context [B,Sk,E] gives cross-attention (K and V from context).
+    A masked weight is exactly 0; a query whose keys are all masked gets weights 0, context 0
+    (so its output is bo) and no gradient.
+
+    KV cache (causal self-attention): y = prefill(x [B,S,E]) then y_t = decode_step(x_t [B,1,E])
+    per new token; capacity max_len (here or in prefill). kv_bytes_per_token() = 8 * E.
     """
 
-    def __init__(self, embed_dim, num_heads, use_bias=True, causal=False, rng=None):
+    def __init__(self, embed_dim, num_heads, use_bias=True, causal=False, rng=None, max_len=None):
         if not isinstance(embed_dim, int) or embed_dim < 1:
             raise ValueError("Attention: embed_dim must be a positive int, got %r" % (embed_dim,))
         if not isinstance(num_heads, int) or num_heads < 1 or embed_dim % num_heads:
@@ -26,6 +32,11 @@ class Attention(Layer):
         self.head_dim = E // num_heads
         self.use_bias = use_bias
         self.causal = bool(causal)
+        if max_len is not None and (not isinstance(max_len, int) or max_len < 1):
+            raise ValueError("Attention: max_len must be a positive int or None, got %r" % (max_len,))
+        self.max_len = max_len
+        self._pos = 0
+        self._kc = None
         rng = rng or default_rng()
         for n in ("q", "k", "v", "o"):
             setattr(self, "W" + n, xavier_uniform(Tensor((E, E), name="W" + n), E, E, rng))  # (E, E)
@@ -65,9 +76,12 @@ class Attention(Layer):
                 raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d], got %d bytes"
                                  % (B, Sk, len(mask)))
             return mask
-        if not isinstance(mask, (list, tuple)) or len(mask) != B:
-            raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] nested lists, got %r"
-                             % (B, Sk, type(mask).__name__))
+        if not isinstance(mask, (list, tuple)):
+            raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] (nested lists or %d bytes), got %s"
+                             % (B, Sk, B * Sk, type(mask).__name__))
+        if len(mask) != B:
+            raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] nested lists, got %d rows"
+                             % (B, Sk, len(mask)))
         buf = self._mbuf if getattr(self, "_mbuf", None) is not None and len(self._mbuf) == B * Sk \
             else bytearray(B * Sk)
         self._mbuf = buf
@@ -80,7 +94,22 @@ class Attention(Layer):
                 buf[b * Sk + j] = 1 if row[j] else 0
         return buf
 
-    def forward(self, x, key_padding_mask=None, context=None):
+    def _lengths_mask(self, lengths, B, Sk):
+        if not isinstance(lengths, (list, tuple)) or len(lengths) != B:
+            raise ValueError("Attention: lengths must be a list of B=%d ints in [0, %d], got %r"
+                             % (B, Sk, lengths))
+        buf = self._mbuf if getattr(self, "_mbuf", None) is not None and len(self._mbuf) == B * Sk \
+            else bytearray(B * Sk)
+        self._mbuf = buf
+        for b in range(B):
+            n = lengths[b]
+            if not isinstance(n, int) or n < 0 or n > Sk:
+                raise ValueError("Attention: lengths[%d] must be an int in [0, %d], got %r" % (b, Sk, n))
+            for j in range(Sk):
+                buf[b * Sk + j] = 1 if j >= n else 0
+        return buf
+
+    def forward(self, x, key_padding_mask=None, context=None, lengths=None):
         self._check_x(x, "x")
         B, S, E = x.shape
         c = x
@@ -92,7 +121,13 @@ class Attention(Layer):
         Sk = c.shape[1]
         if self.causal and context is not None and Sk < S:
             raise ValueError("Attention: causal cross-attention needs Sk >= S, got Sk=%d S=%d" % (Sk, S))
-        mask = self._mask_bytes(key_padding_mask, B, Sk)
+        if lengths is not None:
+            if key_padding_mask is not None:
+                raise ValueError("Attention: give key_padding_mask or lengths, not both")
+            mask = self._lengths_mask(lengths, B, Sk)
+        else:
+            mask = self._mask_bytes(key_padding_mask, B, Sk)
+        self._mask = mask
         K = backend.K
         bias = self.use_bias
         Q = self._buffer("_Q", (B, S, E))
@@ -165,3 +200,97 @@ class Attention(Layer):
         base = (b * H + h) * S * Sk
         d = self._A.data
         return [[d[base + i * Sk + j] for j in range(Sk)] for i in range(S)]
+
+    # ------------------------------------------------------------ KV cache (generation)
+
+    def kv_bytes_per_token(self):
+        """Bytes the cache holds per token per sequence: K and V rows, float32."""
+        return 2 * 4 * self.embed_dim
+
+    def kv_cache_bytes(self):
+        """Bytes the allocated cache holds (0 before prefill)."""
+        return 0 if self._kc is None else 2 * 4 * self._kc.size
+
+    def _check_decoding(self, what):
+        if not self.causal:
+            raise ValueError("Attention: %s needs causal=True self-attention (this layer has causal=False)"
+                             % what)
+
+    def prefill(self, x, max_len=None):
+        """Causal forward over the prompt x [B,S,E]; keeps its K and V in a cache of max_len tokens."""
+        self._check_decoding("prefill")
+        self._check_x(x, "x")
+        B, S, E = x.shape
+        cap = max_len if max_len is not None else self.max_len
+        if cap is None:
+            raise ValueError("Attention: prefill needs a cache capacity: Attention(..., max_len=N) "
+                             "or prefill(x, max_len=N)")
+        if not isinstance(cap, int) or cap < S:
+            raise ValueError("Attention: max_len must be an int >= prompt length %d, got %r" % (S, cap))
+        y = self.forward(x)
+        self._kc = self._buffer("_kc", (B, cap, E))          # (B, L, E)
+        self._vc = self._buffer("_vc", (B, cap, E))
+        K = backend.K
+        K.kv_store(self._kc.data, self._K.data, B, S, cap, E, 0)
+        K.kv_store(self._vc.data, self._V.data, B, S, cap, E, 0)
+        self._pos = S
+        return y
+
+    def decode_step(self, x):
+        """One new token per sequence, x [B,1,E] -> y [B,1,E], attending to every cached token."""
+        self._check_decoding("decode_step")
+        if self._kc is None:
+            raise RuntimeError("Attention: decode_step() called before prefill()")
+        B, L, E = self._kc.shape
+        check_tensor("Attention", "x", x)
+        if x.shape != (B, 1, E):
+            raise shape_error("Attention", "x", "[%d,1,%d] (one token per cached sequence)" % (B, E), x.shape)
+        if self._pos >= L:
+            raise ValueError("Attention: KV cache is full: max_len=%d tokens, decode_step would write position %d"
+                             % (L, self._pos))
+        K = backend.K
+        bias = self.use_bias
+        q = self._buffer("_dq1", (B, E))
+        k = self._buffer("_dk1", (B, E))
+        v = self._buffer("_dv1", (B, E))
+        ctx = self._buffer("_dctx1", (B, E))
+        att = self._buffer("_datt", (B, self.num_heads, L))
+        y = self._buffer("_dy1", (B, 1, E))
+        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E)
+        K.matmul_forward(k.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E)
+        K.matmul_forward(v.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E)
+        K.kv_store(self._kc.data, k.data, B, 1, L, E, self._pos)
+        K.kv_store(self._vc.data, v.data, B, 1, L, E, self._pos)
+        self._pos += 1
+        K.attention_decode(ctx.data, att.data, q.data, self._kc.data, self._vc.data,
+                           B, self._pos, L, E, self.num_heads)
+        K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B, E, E)
+        return y
+
+    def cache_len(self):
+        """Tokens in the KV cache."""
+        return self._pos
+
+    # ------------------------------------------------------------ the stages, for golden vectors
+
+    def stages(self):
+        """The last forward's intermediates as Tensors [B,H,S,Sk]: scores before scaling, after
+        scaling, after masking (-inf where hidden), softmax weights; plus Q K V ctx [B,*,E]."""
+        self._need_forward(self._x)
+        B, H, S, Sk = self._A.shape
+        E = self.embed_dim
+        K = backend.K
+        out = {}
+        scale = 1.0 / (self.head_dim ** 0.5)
+        for name, sc, masked in (("scores_raw", 1.0, 0), ("scores_scaled", scale, 0),
+                                 ("scores_masked", scale, 1)):
+            t = Tensor.zeros((B, H, S, Sk), name)
+            K.attention_scores(t.data, self._Q.data, self._K.data, self._mask if masked else None,
+                               B, S, Sk, E, H, sc, 1 if (masked and self.causal) else 0, -_INF)
+            out[name] = t
+        out["weights"] = self._A
+        out["Q"], out["K"], out["V"], out["ctx"] = self._Q, self._K, self._V, self._ctx
+        return out
+
+
+_INF = float("inf")

@@ -337,3 +337,182 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         v[i] = vi
         p[i] -= a * mi / (sqrt(vi * rb2) + eps)
 
+
+
+# ---------------------------------------------------------------- attention family
+# LayerNorm, residual adds, embedding lookup, sinusoidal positions, the KV cache and the
+# attention stages the golden vectors check. Same conventions: outputs first, no allocation.
+from math import cos, sin  # noqa: E402
+
+
+def add_forward(out, a, b, n):
+    # out (n,) = a (n,) + b (n,)   (a residual connection; out may be a or b)
+    for i in range(n):
+        out[i] = a[i] + b[i]
+
+
+def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
+    # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
+    # out (N, C) = (inp - mean) * rstd * weight + bias
+    # mean rstd (N,): saved for the backward pass, rstd = 1 / sqrt(var + eps) (biased var)
+    invc = 1.0 / C
+    for n in range(N):
+        ib = n * C
+        m = 0.0
+        for c in range(C):
+            m += inp[ib + c]
+        m *= invc
+        v = 0.0
+        for c in range(C):
+            d = inp[ib + c] - m
+            v += d * d
+        s = 1.0 / sqrt(v * invc + eps)
+        mean[n] = m
+        rstd[n] = s
+        for c in range(C):
+            out[ib + c] = (inp[ib + c] - m) * s * weight[c] + bias[c]
+
+
+def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C):
+    # in the forward pass this was out = xhat * weight + bias, xhat = (inp - mean) * rstd
+    # dinp (N, C) = rstd * (dnorm - mean_c(dnorm) - xhat * mean_c(dnorm * xhat)), dnorm = dout * weight
+    # dweight (C,) += sum_n dout * xhat;  dbias (C,) += sum_n dout   (skipped when None)
+    invc = 1.0 / C
+    for n in range(N):
+        ib = n * C
+        m = mean[n]
+        s = rstd[n]
+        a = 0.0
+        bsum = 0.0
+        for c in range(C):
+            xh = (inp[ib + c] - m) * s
+            dn = dout[ib + c] * weight[c]
+            a += dn
+            bsum += dn * xh
+        a *= invc
+        bsum *= invc
+        for c in range(C):
+            g = dout[ib + c]
+            xh = (inp[ib + c] - m) * s
+            if dweight is not None:
+                dweight[c] += g * xh
+            if dbias is not None:
+                dbias[c] += g
+            dinp[ib + c] = s * (g * weight[c] - a - xh * bsum)
+
+
+def embedding_forward(out, ids, table, N, C, V):
+    # ids (N,): token ids stored as floats; table (V, C); out (N, C) = table[ids]
+    # returns -1, or the index of the first id that is not an int in [0, V) (that row is not written)
+    for n in range(N):
+        v = ids[n]
+        if not (0.0 <= v < V):
+            return n
+        t = int(v)
+        if t != v:
+            return n
+        tb = t * C
+        ob = n * C
+        for c in range(C):
+            out[ob + c] = table[tb + c]
+    return -1
+
+
+def embedding_backward(dtable, dout, ids, N, C):
+    # in the forward pass this was out (N, C) = table[ids]; dtable (V, C) += dout rows (accumulated)
+    for n in range(N):
+        tb = int(ids[n]) * C
+        ob = n * C
+        for c in range(C):
+            dtable[tb + c] += dout[ob + c]
+
+
+def posenc_table(pe, L, C):
+    # pe (L, C): pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i ln(10000) / C)
+    k = -_log(10000.0) / C
+    for i in range(0, C, 2):
+        div = exp(i * k)
+        for p in range(L):
+            a = p * div
+            pe[p * C + i] = sin(a)
+            if i + 1 < C:
+                pe[p * C + i + 1] = cos(a)
+
+
+def posenc_forward(out, inp, pe, B, S, C, start):
+    # out (B, S, C) = inp (B, S, C) + pe[start + s] (pe (L, C), L >= start + S)
+    for b in range(B):
+        for s in range(S):
+            ib = (b * S + s) * C
+            pb = (start + s) * C
+            for c in range(C):
+                out[ib + c] = inp[ib + c] + pe[pb + c]
+
+
+def kv_store(cache, src, B, S, L, C, pos):
+    # cache (B, L, C)[:, pos:pos+S, :] = src (B, S, C)
+    for b in range(B):
+        for s in range(S):
+            cb = (b * L + pos + s) * C
+            sb = (b * S + s) * C
+            for c in range(C):
+                cache[cb + c] = src[sb + c]
+
+
+def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
+    # one causal query per sequence against the first T cached keys (itself included):
+    # q (B, C): the new token's query; kc vc (B, L, C): cached keys/values, rows 0..T-1 valid
+    # att (B, NH, L): weights, columns 0..T-1 written; out (B, C): heads concatenated
+    # the same operations in the same order as attention_forward with causal=1
+    hs = C // NH
+    scale = 1.0 / sqrt(hs)
+    for b in range(B):
+        for h in range(NH):
+            ab = (b * NH + h) * L
+            qh = b * C + h * hs
+            m = -1e30
+            for j in range(T):
+                kh = (b * L + j) * C + h * hs
+                s = 0.0
+                for i in range(hs):
+                    s += q[qh + i] * kc[kh + i]
+                s *= scale
+                att[ab + j] = s
+                if s > m:
+                    m = s
+            total = 0.0
+            for j in range(T):
+                e = exp(att[ab + j] - m)
+                att[ab + j] = e
+                total += e
+            inv = 1.0 / total
+            for j in range(T):
+                att[ab + j] *= inv
+            for i in range(hs):
+                s = 0.0
+                vi = b * L * C + h * hs + i
+                for j in range(T):
+                    s += att[ab + j] * vc[vi]
+                    vi += C
+                out[qh + i] = s
+
+
+def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
+    # out (B, NH, Tq, Tk) = (q_h . k_h) * scale; a hidden key (padded, or future when causal)
+    # gets `hidden` instead (e.g. -inf). The stages the golden vectors check, not the fast path.
+    hs = C // NH
+    shift = Tk - Tq
+    for b in range(B):
+        for h in range(NH):
+            for t in range(Tq):
+                qh = (b * Tq + t) * C + h * hs
+                ob = ((b * NH + h) * Tq + t) * Tk
+                for j in range(Tk):
+                    if (causal and j > t + shift) or (mask is not None and mask[b * Tk + j]):
+                        out[ob + j] = hidden
+                        continue
+                    kh = (b * Tk + j) * C + h * hs
+                    s = 0.0
+                    for i in range(hs):
+                        s += q[qh + i] * k[kh + i]
+                    out[ob + j] = s * scale

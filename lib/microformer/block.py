@@ -1,0 +1,144 @@
+# microformer.block: the pre-norm transformer encoder block, and generation through a layer stack.
+#   x1 = x + Attention(LayerNorm1(x)),  y = x1 + FeedForward(LayerNorm2(x1))
+from . import backend
+from .attention import Attention
+from .feedforward import FeedForward
+from .layer import Layer, check_tensor, shape_error
+from .norm import LayerNorm
+
+
+class EncoderBlock(Layer):
+    """EncoderBlock(E, H, ffn_hidden, causal=False, activation='gelu', max_len=None): [B,S,E] -> [B,S,E].
+
+    Parameters are named ln1.gamma ln1.beta attn.Wq .. attn.bo ln2.gamma ln2.beta ffn.W1 .. ffn.b2.
+    forward(x, key_padding_mask=None, lengths=None) passes the mask to the attention.
+    With causal=True: prefill(x) then decode_step(x_t [B,1,E]) generate through the KV cache.
+    """
+
+    def __init__(self, embed_dim, num_heads, ffn_hidden, causal=False, activation="gelu",
+                 max_len=None, use_bias=True, rng=None):
+        if not isinstance(embed_dim, int) or embed_dim < 1:
+            raise ValueError("EncoderBlock: embed_dim must be a positive int, got %r" % (embed_dim,))
+        self.embed_dim = embed_dim
+        self.ln1 = LayerNorm(embed_dim)
+        self.attn = Attention(embed_dim, num_heads, use_bias, causal, rng, max_len)
+        self.ln2 = LayerNorm(embed_dim)
+        self.ffn = FeedForward(embed_dim, ffn_hidden, activation, use_bias, rng)
+        self.causal = self.attn.causal
+        for prefix, layer in (("ln1.", self.ln1), ("attn.", self.attn), ("ln2.", self.ln2), ("ffn.", self.ffn)):
+            for p, g in layer.params():
+                p.name = prefix + p.name
+                g.name = prefix + g.name
+        self._x = None
+
+    def _subs(self):
+        return (self.ln1, self.attn, self.ln2, self.ffn)
+
+    def params(self):
+        out = []
+        for l in self._subs():
+            out.extend(l.params())
+        return out
+
+    def train(self, mode=True):
+        self.training = mode
+        for l in self._subs():
+            l.train(mode)
+        return self
+
+    def cache_floats(self, in_shape):
+        n = 1
+        for d in in_shape:
+            n *= d
+        s = 4 * n      # x1 y dx1 dx
+        for l in self._subs():
+            s += l.cache_floats(in_shape)
+        return s
+
+    def _check(self, x, what):
+        check_tensor("EncoderBlock", what, x)
+        E = self.embed_dim
+        if len(x.shape) != 3 or x.shape[2] != E:
+            raise shape_error("EncoderBlock", what, "[B,S,%d]" % E, x.shape)
+
+    def _run(self, x, attend, tag):
+        K = backend.K
+        a = attend(self.ln1.forward(x))
+        x1 = self._buffer("_x1" + tag, x.shape)
+        K.add_forward(x1.data, x.data, a.data, x.size)
+        f = self.ffn.forward(self.ln2.forward(x1))
+        y = self._buffer("_y" + tag, x.shape)
+        K.add_forward(y.data, x1.data, f.data, x.size)
+        return y
+
+    def forward(self, x, key_padding_mask=None, lengths=None):
+        self._check(x, "x")
+        y = self._run(x, lambda h: self.attn.forward(h, key_padding_mask, None, lengths), "")
+        self._x = x
+        return y
+
+    def backward(self, dy):
+        self._need_forward(self._x)
+        check_tensor("EncoderBlock", "dy", dy)
+        x = self._x
+        if dy.shape != x.shape:
+            raise shape_error("EncoderBlock", "dy", repr(x.shape), dy.shape)
+        for l in self._subs():
+            l.trainable = self.trainable
+        K = backend.K
+        n = x.size
+        # y = x1 + ffn(ln2(x1)): dx1 = dy + ln2'(ffn'(dy))
+        d = self.ln2.backward(self.ffn.backward(dy))
+        dx1 = self._buffer("_dx1", x.shape)
+        K.add_forward(dx1.data, dy.data, d.data, n)
+        # x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1))
+        d = self.ln1.backward(self.attn.backward(dx1))
+        dx = self._buffer("_dx", x.shape)
+        K.add_forward(dx.data, dx1.data, d.data, n)
+        return dx
+
+    def prefill(self, x, max_len=None):
+        """Causal forward over the prompt x [B,S,E], filling the attention's KV cache."""
+        self._check(x, "x")
+        self.attn._check_decoding("EncoderBlock.prefill")
+        return self._run(x, lambda h: self.attn.prefill(h, max_len), "_p")
+
+    def decode_step(self, x):
+        """One new token x [B,1,E] -> [B,1,E] through the KV cache."""
+        self._check(x, "x")
+        self.attn._check_decoding("EncoderBlock.decode_step")
+        return self._run(x, self.attn.decode_step, "_d")
+
+    def kv_bytes_per_token(self):
+        return self.attn.kv_bytes_per_token()
+
+
+def _layers(model):
+    return model.layers if hasattr(model, "layers") else [model]
+
+
+def prefill(model, x, max_len=None):
+    """Run a prompt through a Sequential (or one layer): layers with a KV cache or a position
+    (Attention, EncoderBlock, PositionalEncoding) remember it; the others just run forward."""
+    for l in _layers(model):
+        if hasattr(l, "prefill"):
+            x = l.prefill(x, max_len) if isinstance(l, (Attention, EncoderBlock)) else l.prefill(x)
+        else:
+            x = l.forward(x)
+    return x
+
+
+def decode_step(model, x):
+    """The next token (ids [B,1], or x [B,1,E]) through the stack after prefill(); returns its output."""
+    for l in _layers(model):
+        x = l.decode_step(x) if hasattr(l, "decode_step") else l.forward(x)
+    return x
+
+
+def kv_bytes_per_token(model):
+    """KV-cache bytes per generated token per sequence, over every layer of the stack."""
+    n = 0
+    for l in _layers(model):
+        if hasattr(l, "kv_bytes_per_token"):
+            n += l.kv_bytes_per_token()
+    return n

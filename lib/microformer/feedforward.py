@@ -1,0 +1,46 @@
+# microformer.feedforward: the position-wise feed-forward network of a transformer block.
+#   y = act(x W1^T + b1) W2^T + b2, applied to every token alike
+from .activation import ActivationLayer
+from .dense import Dense
+from .layer import Layer, check_tensor, shape_error
+
+
+class FeedForward(Layer):
+    """FeedForward(E, hidden, activation='gelu'): x [..., E] -> y [..., E]; params W1 b1 W2 b2."""
+
+    def __init__(self, embed_dim, hidden, activation="gelu", use_bias=True, rng=None):
+        for what, v in (("embed_dim", embed_dim), ("hidden", hidden)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError("FeedForward: %s must be a positive int, got %r" % (what, v))
+        self.embed_dim = embed_dim
+        self.hidden = hidden
+        self.fc1 = Dense(embed_dim, hidden, use_bias, rng)
+        self.act = ActivationLayer(activation)
+        self.fc2 = Dense(hidden, embed_dim, use_bias, rng)
+        self.kind = activation
+        for layer, k in ((self.fc1, "1"), (self.fc2, "2")):
+            for p, g in layer.params():
+                p.name += k
+                g.name += k
+
+    def params(self):
+        return tuple(self.fc1.params()) + tuple(self.fc2.params())
+
+    def cache_floats(self, in_shape):
+        h = tuple(in_shape[:-1]) + (self.hidden,)
+        return self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) + self.fc2.cache_floats(h)
+
+    def forward(self, x):
+        check_tensor("FeedForward", "x", x)
+        E = self.embed_dim
+        if len(x.shape) < 2 or x.shape[-1] != E:
+            raise shape_error("FeedForward", "x", "[..., %d]" % E, x.shape)
+        return self.fc2.forward(self.act.forward(self.fc1.forward(x)))
+
+    def backward(self, dy):
+        self._need_forward(self.fc1._x)
+        check_tensor("FeedForward", "dy", dy)
+        if dy.shape != self.fc2._y.shape:
+            raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
+        self.fc1.trainable = self.fc2.trainable = self.trainable
+        return self.fc1.backward(self.act.backward(self.fc2.backward(dy)))

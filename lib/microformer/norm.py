@@ -1,0 +1,59 @@
+# microformer.norm: layer normalisation over the last axis.
+#   y = (x - mean) / sqrt(var + eps) * gamma + beta   (biased variance, as torch.nn.LayerNorm)
+from . import backend
+from .layer import Layer, check_tensor, shape_error
+from .tensor import Tensor
+
+
+class LayerNorm(Layer):
+    """LayerNorm(E, eps=1e-5): x [..., E] -> y [..., E]; parameters gamma (ones), beta (zeros)."""
+
+    def __init__(self, dim, eps=1e-5):
+        if not isinstance(dim, int) or dim < 1:
+            raise ValueError("LayerNorm: dim must be a positive int, got %r" % (dim,))
+        if not isinstance(eps, (int, float)) or not eps > 0:
+            raise ValueError("LayerNorm: eps must be a positive number, got %r" % (eps,))
+        self.dim = dim
+        self.eps = float(eps)
+        self.gamma = Tensor.zeros((dim,), "gamma").fill(1.0)   # (E,)
+        self.beta = Tensor.zeros((dim,), "beta")               # (E,)
+        self.dgamma = Tensor.zeros((dim,), "dgamma")
+        self.dbeta = Tensor.zeros((dim,), "dbeta")
+        self._x = None
+
+    def params(self):
+        return ((self.gamma, self.dgamma), (self.beta, self.dbeta))
+
+    def cache_floats(self, in_shape):
+        n = 1
+        for d in in_shape:
+            n *= d
+        return 2 * n + 2 * (n // self.dim)     # y, dx, mean, rstd
+
+    def forward(self, x):
+        check_tensor("LayerNorm", "x", x)
+        E = self.dim
+        if len(x.shape) < 2 or x.shape[-1] != E:
+            raise shape_error("LayerNorm", "x", "[..., %d]" % E, x.shape)
+        N = x.size // E
+        y = self._buffer("_y", x.shape)
+        mean = self._buffer("_mean", (N,))
+        rstd = self._buffer("_rstd", (N,))
+        backend.K.layernorm_forward(y.data, mean.data, rstd.data, x.data, self.gamma.data,
+                                    self.beta.data, N, E, self.eps)
+        self._x = x
+        return y
+
+    def backward(self, dy):
+        self._need_forward(self._x)
+        check_tensor("LayerNorm", "dy", dy)
+        x = self._x
+        if dy.shape != x.shape:
+            raise shape_error("LayerNorm", "dy", repr(x.shape), dy.shape)
+        E = self.dim
+        dx = self._buffer("_dx", x.shape)
+        train = self.trainable
+        backend.K.layernorm_backward(dx.data, self.dgamma.data if train else None,
+                                     self.dbeta.data if train else None, dy.data, x.data,
+                                     self.gamma.data, self._mean.data, self._rstd.data, x.size // E, E)
+        return dx

@@ -1,0 +1,58 @@
+# microformer.posenc: fixed sinusoidal positional encoding added to token vectors.
+#   pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i * ln(10000) / E)
+from . import backend
+from .layer import Layer, check_tensor, shape_error
+from .tensor import Tensor
+
+
+class PositionalEncoding(Layer):
+    """PositionalEncoding(max_len, E): x [B,S,E] -> x + pe[start:start+S] (no parameters).
+
+    forward(x, start=0); prefill(x) / decode_step(x_t) keep the position for generation.
+    """
+
+    def __init__(self, max_len, embed_dim):
+        for what, v in (("max_len", max_len), ("embed_dim", embed_dim)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError("PositionalEncoding: %s must be a positive int, got %r" % (what, v))
+        self.max_len = max_len
+        self.embed_dim = embed_dim
+        self.pe = Tensor.zeros((max_len, embed_dim), "pe")      # (L, E), not a parameter
+        backend.K.posenc_table(self.pe.data, max_len, embed_dim)
+        self._shape = None
+        self.pos = 0
+
+    def cache_floats(self, in_shape):
+        B, S, E = in_shape
+        return B * S * E
+
+    def forward(self, x, start=0):
+        check_tensor("PositionalEncoding", "x", x)
+        E = self.embed_dim
+        if len(x.shape) != 3 or x.shape[2] != E:
+            raise shape_error("PositionalEncoding", "x", "[B,S,%d]" % E, x.shape)
+        B, S, _ = x.shape
+        if not isinstance(start, int) or start < 0 or start + S > self.max_len:
+            raise ValueError("PositionalEncoding: positions %r..%r exceed max_len=%d"
+                             % (start, start + S - 1, self.max_len))
+        y = self._buffer("_y", x.shape)
+        backend.K.posenc_forward(y.data, x.data, self.pe.data, B, S, E, start)
+        self._shape = x.shape
+        return y
+
+    def backward(self, dy):
+        self._need_forward(self._shape)
+        check_tensor("PositionalEncoding", "dy", dy)
+        if dy.shape != self._shape:
+            raise shape_error("PositionalEncoding", "dy", repr(self._shape), dy.shape)
+        return dy                      # the encoding is a constant: dx = dy
+
+    def prefill(self, x):
+        y = self.forward(x, 0)
+        self.pos = x.shape[1]
+        return y
+
+    def decode_step(self, x):
+        y = self.forward(x, self.pos)
+        self.pos += x.shape[1]
+        return y
