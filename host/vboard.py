@@ -392,6 +392,9 @@ class Bridge:
         log.info("ready")
 
     def on_client_input(self, data):
+        if CTRL_C not in data:
+            self.to_child += data
+            return
         for byte in data:
             if byte == CTRL_C and self.child and self.child.interrupt():
                 continue
