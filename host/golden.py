@@ -1,0 +1,120 @@
+"""Golden vectors: a fixed small attention case with every intermediate, from host/reference.py.
+
+    python host/golden.py [OUT]        (default tests/golden/attention.mfg)
+
+File format "MFGV" version 1 (all little-endian; the board reads it with readinto, see
+lib/microformer/golden.py):
+
+    offset 0   4 bytes   magic b"MFGV"
+           4   u16       version = 1
+           6   u16       N, the number of records
+    then N records, one after the other:
+               u8        L, then L bytes: the record name (ASCII)
+               u8        R (rank), then R x u16: the shape
+               4 * prod(shape) bytes: float32 values, row-major
+
+Records, in this order (B=2 S=4 E=8 H=2, causal, item 1's last key padded):
+    config [6]            B, S, E, H, causal (1/0), use_bias (1/0)
+    mask [B,S]            1.0 = padded key
+    x [B,S,E]             the input
+    Wq bq Wk bk Wv bv Wo bo    weights [E,E] and biases [E] (torch.nn.Linear layout)
+    Q K V [B,S,E]         projections
+    scores_raw [B,H,S,S]      Q_h K_h^T, before scaling
+    scores_scaled [B,H,S,S]   / sqrt(D), D = E / H
+    scores_masked [B,H,S,S]   -inf where the key is hidden (future or padded)
+    weights [B,H,S,S]         softmax; exactly 0 where hidden, rows sum to 1
+    ctx [B,S,E]           heads concatenated;  y [B,S,E] = ctx Wo^T + bo
+    dy [B,S,E]            an upstream gradient; then dx [B,S,E] and dWq dbq dWk dbk dWv dbv dWo dbo
+Values are computed in float64 from float32-rounded inputs, then stored as float32.
+"""
+import os
+import struct
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import reference as ref  # noqa: E402
+
+MAGIC = b"MFGV"
+VERSION = 1
+DEFAULT_PATH = os.path.join(os.path.dirname(HERE), "tests", "golden", "attention.mfg")
+ATTN = ("Wq", "bq", "Wk", "bk", "Wv", "bv", "Wo", "bo")
+
+
+def f32(a):
+    return np.asarray(a, dtype=np.float32).astype(np.float64)
+
+
+def attention_case(seed=2024, B=2, S=4, E=8, H=2, causal=True, mask=((0, 0, 0, 0), (0, 0, 0, 1))):
+    """The records (name, float64 array) of the golden attention case, in file order."""
+    rng = np.random.default_rng(seed)
+    mask = np.asarray(mask, dtype=np.float64)
+    x = f32(rng.normal(size=(B, S, E)))
+    p = {}
+    for n in ATTN:
+        p[n] = f32(rng.normal(scale=0.5, size=(E, E))) if n[0] == "W" else f32(rng.normal(scale=0.2, size=E))
+    dy = f32(rng.normal(size=(B, S, E)))
+    y, c = ref.attention_forward(x, p, H, causal=causal, key_padding_mask=mask.astype(bool))
+    dx, g, _ = ref.attention_backward(dy, c, p)
+    rec = [("config", np.array([B, S, E, H, 1 if causal else 0, 1], dtype=np.float64)), ("mask", mask), ("x", x)]
+    rec += [(n, p[n]) for n in ATTN]
+    rec += [("Q", c["Q"]), ("K", c["K"]), ("V", c["V"]),
+            ("scores_raw", c["scores_raw"]), ("scores_scaled", c["scores_scaled"]),
+            ("scores_masked", c["scores_masked"]), ("weights", c["A"]), ("ctx", c["ctx"]), ("y", y),
+            ("dy", dy), ("dx", dx)]
+    rec += [("d" + n, g["d" + n]) for n in ATTN]
+    return rec
+
+
+def write(path, records):
+    out = bytearray(MAGIC + struct.pack("<HH", VERSION, len(records)))
+    for name, a in records:
+        a = np.asarray(a)
+        nb = name.encode("ascii")
+        out += struct.pack("<B", len(nb)) + nb + struct.pack("<B", a.ndim)
+        out += struct.pack("<%dH" % a.ndim, *a.shape)
+        out += a.astype("<f4").tobytes()
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(bytes(out))
+    return len(out)
+
+
+def read(path):
+    """[(name, float32 array)] in file order (the NumPy twin of microformer.golden.read)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != MAGIC:
+        raise ValueError("%s: not a golden-vector file (magic %r)" % (path, data[:4]))
+    version, n = struct.unpack_from("<HH", data, 4)
+    if version != VERSION:
+        raise ValueError("%s: golden version %d, expected %d" % (path, version, VERSION))
+    off = 8
+    out = []
+    for _ in range(n):
+        L = data[off]
+        name = data[off + 1:off + 1 + L].decode("ascii")
+        off += 1 + L
+        R = data[off]
+        shape = struct.unpack_from("<%dH" % R, data, off + 1)
+        off += 1 + 2 * R
+        size = int(np.prod(shape))
+        out.append((name, np.frombuffer(data, "<f4", size, off).reshape(shape)))
+        off += 4 * size
+    if off != len(data):
+        raise ValueError("%s: %d trailing bytes" % (path, len(data) - off))
+    return out
+
+
+def main(argv):
+    path = argv[1] if len(argv) > 1 else DEFAULT_PATH
+    n = write(path, attention_case())
+    print("wrote %s (%d bytes)" % (path, n))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
