@@ -757,6 +757,229 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
     _run(dk, F, q, None, hs, Tq)
 
 
+
+# ---- activations -----------------------------------------------------------------------------
+@micropython.viper
+def _relu(out, inp, n: int, leaky: int):
+    # out (n,) = relu(inp) (sign bit / zero test on the raw bits); leaky: 0.01 x via _store
+    po = ptr32(out)
+    pi = ptr32(inp)
+    for i in range(n):
+        x = pi[i]
+        if (x >> 31) & 1 or ((x >> 23) & 0xFF) == 0:
+            if leaky and ((x >> 23) & 0xFF) != 0:
+                e = (x >> 23) & 0xFF
+                m = (x & 0x7FFFFF) | 0x800000
+                if e == 255:
+                    m = 0xFFFFFF
+                    e = 254
+                _store(out, i, 0 - (m >> 9) * 20972, e - 141 - 21)   # 0.01 ~ 20972 * 2^-21
+            else:
+                po[i] = 0
+        else:
+            po[i] = x
+
+
+@micropython.viper
+def _relu_back(dinp, dout, inp, n: int, leaky: int):
+    # dinp (n,) = dout where inp > 0, else 0 (or 0.01 dout)
+    pd = ptr32(dinp)
+    pg = ptr32(dout)
+    pi = ptr32(inp)
+    for i in range(n):
+        x = pi[i]
+        if (x >> 31) & 1 or ((x >> 23) & 0xFF) == 0:
+            g = pg[i]
+            e = (g >> 23) & 0xFF
+            if leaky and e != 0:
+                m = (g & 0x7FFFFF) | 0x800000
+                if e == 255:
+                    m = 0xFFFFFF
+                    e = 254
+                v = (m >> 9) * 20972
+                if (g >> 31) & 1:
+                    v = 0 - v
+                _store(dinp, i, v, e - 141 - 21)
+            else:
+                pd[i] = 0
+        else:
+            pd[i] = pg[i]
+
+
+def act_forward(out, inp, N, kind):
+    # out (N,) = f(inp (N,)); RELU and LEAKY_RELU in viper, the smooth ones portable
+    if kind == RELU or kind == LEAKY_RELU:
+        _relu(out, inp, N, kind)
+    else:
+        _pk.act_forward(out, inp, N, kind)
+
+
+def act_backward(dinp, dout, inp, out, N, kind):
+    # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
+    if kind == RELU or kind == LEAKY_RELU:
+        _relu_back(dinp, dout, inp, N, kind)
+    else:
+        _pk.act_backward(dinp, dout, inp, out, N, kind)
+
+
+# ---- pooling (through _gemm with a constant 1/T vector) ----------------------------------
+_INV = {}                               # T -> array('f') of T copies of 1/T
+
+
+def _invs(T):
+    a = _INV.get(T)
+    if a is None:
+        a = _INV[T] = array("f", [1.0 / T] * T)
+    return a
+
+
+def avgpool_forward(out, inp, B, T, C):
+    # out (B, C) = mean over T of inp (B, T, C)
+    _geom(C, 1, T, 0, B, 1)
+    _setA(0, 1, C, T * C, 0)        # inp column c of batch b
+    _setB(0, 0, 1, 0, 0)            # 1/T (T,)
+    _setO(0, 1, 0, C, 0)
+    _run(out, inp, _invs(T), None, 1, T)
+
+
+def avgpool_backward(dinp, dout, B, T, C):
+    # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
+    _geom(C, T, 1, 0, B, 1)
+    _setA(0, 1, 0, C, 0)            # dout[b, c]
+    _setB(0, 1, 0, 0, 0)            # 1/T
+    _setO(0, 1, C, T * C, 0)
+    _run(dinp, dout, _invs(T), None, T, 1)
+
+
+# ---- softmax cross-entropy -------------------------------------------------------------------
+_R = array("i", [0] * 8)            # results of _xent: 0 sum(m - s_y) >> 16, 1 its low 16 bits,
+                                    #   2 prod(z) mantissa, 3 its exponent, 4 non-finite flag
+
+
+@micropython.viper
+def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r):
+    # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B; loss parts in r (see _R)  [B3]
+    pl = ptr32(logits)
+    S = ptr32(s)
+    R = ptr32(r)
+    b31 = 31
+    sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
+    clamp = 1 << 26
+    hi = 0
+    lo = 0
+    pm = 1 << 14                        # running product of z_b / 2^15: pm * 2^pe
+    pe = 0 - 14
+    bad = 0
+    zq = 29
+    while (1 << (29 - zq)) < V:
+        zq -= 1
+    for b in range(B):
+        lb = b * V
+        y = int(labels[b])
+        mx = 0 - clamp
+        for j in range(V):
+            x = pl[lb + j]
+            e = (x >> 23) & 0xFF
+            v = 0
+            if e == 255:
+                bad = 1
+            if e != 0:
+                m = (x & 0x7FFFFF) | 0x800000
+                if e == 255:
+                    m = 0xFFFFFF
+                    e = 254
+                sh = e - 134                    # m * 2^sh is the Q16 value
+                if sh >= 3:
+                    v = clamp
+                elif sh < 0 - 30:
+                    v = 0
+                elif sh >= 0:
+                    v = m << sh
+                else:
+                    v = (m + (1 << (0 - sh - 1))) >> (0 - sh)
+                if v > clamp:
+                    v = clamp
+                if (x >> 31) & 1:
+                    v = 0 - v
+            S[j] = v
+            if v > mx:
+                mx = v
+        # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
+        # probabilities keep 15 significant bits; z = sum in Q(zq), zq = 29 - clog2(V)
+        z = 0
+        for j in range(V):
+            yv = mx - ((S[j] ^ sx) - sx)
+            if j == y:
+                hi += yv >> 16
+                lo += yv & 0xFFFF
+            k = yv // 45426
+            rr = yv - k * 45426
+            p = 0
+            if k <= 29:
+                p = 32768 - ((rr * 5461) >> 16)
+                p = 32768 - ((rr * p) >> 16) // 5
+                p = 32768 - ((rr * p) >> 16) // 4
+                p = 32768 - ((rr * p) >> 16) // 3
+                p = 32768 - ((rr * p) >> 16) // 2
+                p = 32768 - ((rr * p) >> 16)
+                z += (p << (zq - 15)) >> k                          #!chk z
+            S[j] = p
+            S[V + j] = k
+        # z normalized to zr < 2^16 (zr * 2^zr_e = z in Q(zq))
+        zr = z
+        zre = 0
+        while zr >= 65536:
+            zr = zr >> 1
+            zre += 1
+        for j in range(V):
+            if j == y:
+                # p_y - 1 = -(z - e_y) / z, from the exact integer sum of the others
+                o = z - ((S[j] << (zq - 15)) >> S[V + j])
+                e = 0
+                while o != 0 and o < (1 << 29):
+                    o = o << 1
+                    e -= 1
+                q = o // zr                                         #!chk q
+                _store(dlogits, lb + j, 0 - q * ibm, e - zre + ibe)
+            else:
+                q = (S[j] << 15) // zr                              #!chk q
+                _store(dlogits, lb + j, q * ibm, zq - 30 - S[V + j] - zre + ibe)
+        z = z >> (zq - 15)
+        # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
+        while z >= 32768:
+            z = z >> 1
+            pe += 1
+        pm = pm * z                                         #!chk pm
+        pe -= 15
+        while pm >= 32768:
+            pm = pm >> 1
+            pe += 1
+    R[0] = hi
+    R[1] = lo
+    R[2] = pm
+    R[3] = pe
+    R[4] = bad
+
+
+_LN2 = 0.6931471805599453
+
+
+def crossentropy_softmax(dlogits, logits, labels, B, V):
+    # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
+    # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
+    ib = _INVB.get(B)
+    if ib is None:
+        ib = _INVB[B] = _mant15(1.0 / B)
+    R = _R
+    _xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), R)
+    if R[4]:
+        return float("nan")
+    return (_log(R[2]) + R[3] * _LN2 + R[0] + R[1] * (1.0 / 65536)) / B
+
+
+_INVB = {}
+from math import log as _log
+
 # ---- portable fallbacks (boxed floats; not on the hot path of the models we train) -----------
 mse = _pk.mse
 sum_squares = _pk.sum_squares
