@@ -43,6 +43,7 @@
 # back to the portable kernels (they allocate boxed floats).
 import micropython
 from array import array
+from math import frexp as _frexp
 from . import kernels as _pk
 
 RELU = 0
@@ -96,15 +97,11 @@ def _prec(K):
 
 
 def _mant15(x):
-    # positive float x -> (m, e) with x ~= m * 2^e and 2^14 <= m < 2^15
-    e = 0
-    while x >= 1.0:
-        x *= 0.5
-        e += 1
-    while x < 0.5:
-        x *= 2.0
-        e -= 1
-    m = int(x * 32768.0 + 0.5)
+    # float x >= 0 -> (m, e) with x ~= m * 2^e and 2^14 <= m < 2^15 (m = 0 for x == 0)
+    if x <= 0.0:
+        return 0, 0
+    f, e = _frexp(x)
+    m = int(f * 32768.0 + 0.5)
     if m >= 32768:
         m >>= 1
         e += 1
@@ -640,7 +637,8 @@ def _softmax_back(ds, att, d, s):
             if ed != 0:
                 md = ((y & 0x7FFFFF) | 0x800000) << 6               # < 2^30
                 if ed == 255:
-                    md = 0xFFFFFF << 6
+                    md = 0xFFFFFF
+                    md = md << 6
                 if (y >> 31) & 1:
                     md = 0 - md
             me = ed - 156
@@ -980,6 +978,337 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
 _INVB = {}
 from math import log as _log
 
+
+# ---- optimizers: soft float on the raw bits ---------------------------------------------------
+# Values are (M, E) int pairs, x = M * 2^E, normalized to 2^29 <= |M| < 2^30 after every add;
+# products use the top 15 bits of each side ([B5]: < 2^30), sums of two aligned 30-bit values
+# < 2^31. The final p - step is an aligned add with 6 guard bits and round-to-nearest, so a
+# step below half an ulp of p vanishes exactly as it would in float32, and no sooner.
+# _C slots (ints): 0,1 beta1; 2,3 1-beta1; 4,5 beta2; 6,7 1-beta2; 8,9 lr/bc1 (Adam) or lr (SGD);
+#   10,11 1/bc2; 12,13 eps; 14,15 weight decay (Adam decoupled: lr*wd); 16 decoupled; 17 momentum
+#   present, 18,19 momentum  (each pair is a 15-bit mantissa and an exponent, see _mant15)
+_C = array("i", [0] * 24)
+
+
+@micropython.viper
+def _adam(p, g, m, v, n: int, c):
+    pp = ptr32(p)
+    pg = ptr32(g)
+    pm = ptr32(m)
+    pv = ptr32(v)
+    C = ptr32(c)
+    b31 = 31
+    sx = 1 << b31
+    b1m = C[0]
+    b1e = (C[1] ^ sx) - sx
+    o1m = C[2]
+    o1e = (C[3] ^ sx) - sx
+    b2m = C[4]
+    b2e = (C[5] ^ sx) - sx
+    o2m = C[6]
+    o2e = (C[7] ^ sx) - sx
+    am = C[8]
+    ae = (C[9] ^ sx) - sx
+    rbm = C[10]
+    rbe = (C[11] ^ sx) - sx
+    epm = C[12]
+    epe = (C[13] ^ sx) - sx
+    wdm = C[14]
+    wde = (C[15] ^ sx) - sx
+    dec = C[16]
+    b30 = 30
+    top = 1 << b30                      # 2^30 (a literal would be folded into a bigint)
+    for i in range(n):
+        # ---- d = g (+ wd p) ------------------------------------------------------------
+        x = pg[i]
+        e = (x >> 23) & 0xFF
+        dm = 0
+        de = 0
+        if e != 0:
+            dm = ((x & 0x7FFFFF) | 0x800000) << 6
+            if e == 255:
+                dm = 0xFFFFFF
+                dm = dm << 6
+            if (x >> 31) & 1:
+                dm = 0 - dm
+            de = e - 156
+        if wdm != 0:
+            y = pp[i]
+            e = (y >> 23) & 0xFF
+            if e != 0:
+                t = ((y & 0x7FFFFF) | 0x800000) >> 9
+                if e == 255:
+                    t = 0x7FFF
+                t = t * wdm                                         #!chk t
+                if (y >> 31) & 1:
+                    t = 0 - t
+                te = e - 141 + wde
+                if dec:
+                    # AdamW: p -= lr wd p, as an aligned add onto p itself
+                    pmm = ((y & 0x7FFFFF) | 0x800000) << 6
+                    if (y >> 31) & 1:
+                        pmm = 0 - pmm
+                    sh = e - 156 - te
+                    if sh > 30:
+                        t = 0
+                    elif sh > 0:
+                        t = (t + (1 << (sh - 1))) >> sh
+                    _store(p, i, pmm - t, e - 156)
+                else:
+                    # d += wd p
+                    if dm == 0:
+                        dm = t
+                        de = te
+                    elif de >= te:
+                        sh = de - te
+                        if sh > 30:
+                            t = 0
+                        else:
+                            t = (t + ((1 << sh) >> 1)) >> sh
+                        dm = dm + t                                 #!chk dm
+                    else:
+                        sh = te - de
+                        if sh > 30:
+                            dm = 0
+                        else:
+                            dm = (dm + ((1 << sh) >> 1)) >> sh
+                        dm = dm + t
+                        de = te
+        # normalize d to 2^29 <= |d| < 2^30 (or 0)
+        if dm != 0:
+            neg = 0
+            if dm < 0:
+                neg = 1
+                dm = 0 - dm
+            while dm >= top:
+                dm = dm >> 1
+                de += 1
+            if dm < 0x4000:
+                dm = dm << 16
+                de -= 16
+            while dm < 0x20000000:
+                dm = dm << 1
+                de -= 1
+            if neg:
+                dm = 0 - dm
+        # ---- m = beta1 m + (1 - beta1) d ---------------------------------------------------
+        x = pm[i]
+        e = (x >> 23) & 0xFF
+        mm = 0
+        me = 0
+        if e != 0:
+            mm = (((x & 0x7FFFFF) | 0x800000) >> 9) * b1m          # < 2^30
+            if e == 255:
+                mm = 0x7FFF * b1m
+            if (x >> 31) & 1:
+                mm = 0 - mm
+            me = e - 141 + b1e
+        t = (dm >> 15) * o1m                                        #!chk t
+        te = de + 15 + o1e
+        if dm == 0:
+            t = 0
+        if mm == 0:
+            mm = t
+            me = te
+        elif t != 0:
+            if me >= te:
+                sh = me - te
+                if sh > 30:
+                    t = 0
+                else:
+                    t = (t + ((1 << sh) >> 1)) >> sh
+                mm = mm + t                                         #!chk mm
+            else:
+                sh = te - me
+                if sh > 30:
+                    mm = 0
+                else:
+                    mm = (mm + ((1 << sh) >> 1)) >> sh
+                mm = mm + t
+                me = te
+        _store(m, i, mm, me)
+        # ---- v = beta2 v + (1 - beta2) d^2 ----------------------------------------------
+        x = pv[i]
+        e = (x >> 23) & 0xFF
+        vm = 0
+        ve = 0
+        if e != 0:
+            vm = (((x & 0x7FFFFF) | 0x800000) >> 9) * b2m
+            if e == 255:
+                vm = 0x7FFF * b2m
+            ve = e - 141 + b2e
+        t = 0
+        te = 0
+        if dm != 0:
+            t = dm >> 15
+            t = ((t * t) >> 15) * o2m                               #!chk t
+            te = de + de + 30 + 15 + o2e
+        if vm == 0:
+            vm = t
+            ve = te
+        elif t != 0:
+            if ve >= te:
+                sh = ve - te
+                if sh > 30:
+                    t = 0
+                else:
+                    t = (t + ((1 << sh) >> 1)) >> sh
+                vm = vm + t                                         #!chk vm
+            else:
+                sh = te - ve
+                if sh > 30:
+                    vm = 0
+                else:
+                    vm = (vm + ((1 << sh) >> 1)) >> sh
+                vm = vm + t
+                ve = te
+        _store(v, i, vm, ve)
+        if mm == 0:
+            continue
+        # ---- step = (lr / bc1) m / (sqrt(v / bc2) + eps) -----------------------------------
+        # s = sqrt(v * rb): v * rb normalized to [2^28, 2^30) with an even exponent, isqrt
+        sm = 0
+        sme = 0
+        if vm > 0:
+            while vm >= top:
+                vm = vm >> 1
+                ve += 1
+            if vm < 0x4000:
+                vm = vm << 16
+                ve -= 16
+            while vm < 0x20000000:
+                vm = vm << 1
+                ve -= 1
+            x = (vm >> 15) * rbm                                    #!chk x
+            e = ve + 15 + rbe
+            if e & 1:
+                x = x >> 1
+                e += 1
+            r = 0
+            bit = 1 << 28
+            while bit > x:
+                bit = bit >> 2
+            while bit != 0:
+                if x >= r + bit:
+                    x = x - r - bit
+                    r = (r >> 1) + bit
+                else:
+                    r = r >> 1
+                bit = bit >> 2
+            sm = r                                                  # < 2^15
+            sme = e >> 1
+        # den = s + eps, both aligned, then 15 significant bits
+        den = epm
+        dne = epe
+        if sm != 0:
+            if sme >= dne:
+                sh = sme - dne
+                if sh > 30:
+                    den = 0
+                else:
+                    den = (den + ((1 << sh) >> 1)) >> sh
+                den = den + sm
+                dne = sme
+            else:
+                sh = dne - sme
+                if sh <= 30:
+                    den = den + ((sm + ((1 << sh) >> 1)) >> sh)
+        while den >= 0x8000:
+            den = den >> 1
+            dne += 1
+        while den < 0x4000:
+            den = den << 1
+            dne -= 1
+        # num = a m, m normalized to 30 bits
+        neg = 0
+        if mm < 0:
+            neg = 1
+            mm = 0 - mm
+        while mm >= top:
+            mm = mm >> 1
+            me += 1
+        if mm < 0x4000:
+            mm = mm << 16
+            me -= 16
+        while mm < 0x20000000:
+            mm = mm << 1
+            me -= 1
+        num = (mm >> 15) * am                                       #!chk num
+        ne = me + 15 + ae
+        q = num // den                                              # [2^14, 2^16)
+        qe = ne - dne
+        # ---- p -= q * 2^qe, aligned add with 6 guard bits ----------------------------------
+        y = pp[i]
+        e = (y >> 23) & 0xFF
+        if e == 0:
+            if neg:
+                q = 0 - q
+            _store(p, i, 0 - q, qe)
+            continue
+        pmm = ((y & 0x7FFFFF) | 0x800000) << 6
+        if e == 255:
+            pmm = 0xFFFFFF
+            pmm = pmm << 6
+        if (y >> 31) & 1:
+            pmm = 0 - pmm
+        pe = e - 156
+        q = q << 14                                                 # < 2^30
+        qe -= 14
+        if neg:
+            q = 0 - q
+        if pe >= qe:
+            sh = pe - qe
+            if sh > 30:
+                q = 0
+            else:
+                q = (q + ((1 << sh) >> 1)) >> sh
+            _store(p, i, pmm - q, pe)                               
+        else:
+            sh = qe - pe
+            if sh > 30:
+                pmm = 0
+            else:
+                pmm = (pmm + ((1 << sh) >> 1)) >> sh
+            _store(p, i, pmm - q, qe)
+
+
+def _setc(slot, x):
+    m, e = _mant15(x)
+    C = _C
+    C[slot] = m
+    C[slot + 1] = e
+
+
+_LAST = [None, None, None, None, None, None, None, None]
+
+
+def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
+    # Adam (decoupled: AdamW). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for step t.
+    # p, g, m, v (n,): m and v are the moment estimates, updated in place
+    L = _LAST
+    if not (L[0] is lr and L[1] is beta1 and L[2] is beta2 and L[3] is eps
+            and L[4] is weight_decay and L[5] is bc1 and L[6] is bc2 and L[7] is decoupled):
+        _setc(0, beta1)
+        _setc(2, 1.0 - beta1)
+        _setc(4, beta2)
+        _setc(6, 1.0 - beta2)
+        _setc(8, lr / bc1)
+        _setc(10, 1.0 / bc2)
+        _setc(12, eps)
+        _setc(14, (lr * weight_decay) if decoupled else weight_decay)
+        _C[16] = 1 if decoupled else 0
+        L[0] = lr
+        L[1] = beta1
+        L[2] = beta2
+        L[3] = eps
+        L[4] = weight_decay
+        L[5] = bc1
+        L[6] = bc2
+        L[7] = decoupled
+    _adam(p, g, m, v, n, _C)
+
 # ---- portable fallbacks (boxed floats; not on the hot path of the models we train) -----------
 mse = _pk.mse
 sum_squares = _pk.sum_squares
+sgd_update = _pk.sgd_update
+scale_inplace = _pk.scale_inplace

@@ -1,0 +1,141 @@
+# bench.py: training-step speed and heap use of both kernel backends (board REPL or unix port).
+#   >>> import bench; bench.main()          # every model, every backend this interpreter has
+# Prints one table; host/bench.py runs this file under the unix port and parses the RESULT lines.
+import gc
+import sys
+import time
+
+import microformer as mf
+
+try:
+    from micropython import mem_peak as _mem_peak    # unix port only; not on the esp32 port
+except ImportError:
+    _mem_peak = None
+
+if hasattr(time, "ticks_us"):
+    def _us():
+        return time.ticks_us()
+
+    def _dt(t0):
+        return time.ticks_diff(time.ticks_us(), t0)
+else:                                                 # CPython
+    def _us():
+        return int(time.perf_counter() * 1e6)
+
+    def _dt(t0):
+        return _us() - t0
+
+
+def _iris():
+    # the seed's Iris model at batch 16: x [16,4] -> logits [16,3]
+    mf.seed(1)
+    model = mf.Sequential([mf.Dense(4, 32), mf.ActivationLayer("relu"), mf.Reshape((4, 8)),
+                           mf.Attention(8, 2), mf.GlobalAvgPool(), mf.Dense(8, 3)])
+    return model, (16, 4), 3
+
+
+def _block():
+    # a larger attention block: E=64, S=32, H=4, B=8; x [8,32,16] -> Dense -> Attention -> GAP -> Dense
+    mf.seed(2)
+    model = mf.Sequential([mf.Dense(16, 64), mf.Attention(64, 4), mf.GlobalAvgPool(), mf.Dense(64, 4)])
+    return model, (8, 32, 16), 4
+
+
+MODELS = {"iris": _iris, "block": _block}
+
+
+def _batch(shape, classes):
+    rng = mf.Rng(3)
+    n = 1
+    for d in shape:
+        n *= d
+    x = mf.Tensor(shape)
+    for i in range(n):
+        x.data[i] = rng.uniform(-1.0, 1.0)
+    labels = [i % classes for i in range(shape[0])]
+    return x, labels
+
+
+def run(model_name, backend, steps=None, warmup=3):
+    """Time `steps` training steps; return a dict with ms per step and the fwd/bwd/opt split."""
+    mf.set_backend(backend)
+    model, shape, classes = MODELS[model_name]()
+    opt = mf.Adam(model, lr=1e-3)
+    loss_fn = mf.CrossEntropyLoss()
+    x, labels = _batch(shape, classes)
+    if steps is None:
+        steps = (30 if backend == "viper" else 5) if model_name == "iris" else (5 if backend == "viper" else 1)
+    for _ in range(warmup):                      # buffers get allocated here
+        opt.zero_grad()
+        loss_fn.forward(model.forward(x), labels)
+        model.backward(loss_fn.backward())
+        opt.step()
+    gc.collect()
+    tf = tb = to = 0
+    for _ in range(steps):
+        t0 = _us()
+        opt.zero_grad()
+        loss_fn.forward(model.forward(x), labels)
+        t1 = _us()
+        model.backward(loss_fn.backward())
+        t2 = _us()
+        opt.step()
+        t3 = _us()
+        tf += t1 - t0
+        tb += t2 - t1
+        to += t3 - t2
+    # heap bytes one steady-state step allocates (GC off so nothing is freed meanwhile)
+    gc.collect()
+    gc.disable()
+    try:
+        a0 = gc.mem_alloc()
+        opt.zero_grad()
+        loss_fn.forward(model.forward(x), labels)
+        model.backward(loss_fn.backward())
+        opt.step()
+        alloc = gc.mem_alloc() - a0
+    finally:
+        gc.enable()
+    total = tf + tb + to
+    r = {"model": model_name, "backend": backend, "batch": shape[0], "steps": steps,
+         "ms": total / steps / 1000.0, "fwd": tf / steps / 1000.0, "bwd": tb / steps / 1000.0,
+         "opt": to / steps / 1000.0, "alloc": alloc, "peak": _mem_peak() if _mem_peak else -1,
+         "us_sample": total / steps / shape[0]}
+    print("RESULT %s %s %d %.4f %.4f %.4f %.4f %d %d %.2f" % (
+        model_name, backend, steps, r["ms"], r["fwd"], r["bwd"], r["opt"], r["alloc"], r["peak"],
+        r["us_sample"]))
+    return r
+
+
+def table(rows):
+    print("%-6s %-7s %10s %8s %8s %8s %10s %10s %9s %7s" % (
+        "model", "backend", "ms/step", "fwd", "bwd", "opt", "alloc B", "peak B", "us/sample", "speedup"))
+    base = {}
+    for r in rows:
+        if r["backend"] == "python":
+            base[r["model"]] = r["ms"]
+    for r in rows:
+        b = base.get(r["model"])
+        print("%-6s %-7s %10.3f %8.3f %8.3f %8.3f %10d %10s %9.1f %7s" % (
+            r["model"], r["backend"], r["ms"], r["fwd"], r["bwd"], r["opt"], r["alloc"],
+            r["peak"] if r["peak"] >= 0 else "n/a", r["us_sample"],
+            ("x%.1f" % (b / r["ms"])) if b else ""))
+
+
+def main(models=("iris", "block"), backends=None):
+    backends = backends or mf.available_backends()
+    rows = []
+    for m in models:
+        for b in backends:
+            rows.append(run(m, b))
+            gc.collect()
+    table(rows)
+    return rows
+
+
+if __name__ == "__main__":
+    argv = getattr(sys, "argv", [])
+    if len(argv) >= 3:                 # bench.py MODEL BACKEND [STEPS]: one row (used by host/bench.py)
+        run(argv[1], argv[2], int(argv[3]) if len(argv) > 3 else None)
+    else:
+        main()
