@@ -61,19 +61,26 @@ class EncoderBlock(Layer):
         if len(x.shape) != 3 or x.shape[2] != E:
             raise shape_error("EncoderBlock", what, "[B,S,%d]" % E, x.shape)
 
-    def _run(self, x, attend, tag):
+    def _run(self, x, mode, mask=None, lengths=None, max_len=None):
+        # mode 0: training/eval forward, 1: prefill, 2: decode_step (each keeps its own buffers)
         K = backend.K
-        a = attend(self.ln1.forward(x))
-        x1 = self._buffer("_x1" + tag, x.shape)
+        h = self.ln1.forward(x)
+        if mode == 0:
+            a = self.attn.forward(h, mask, None, lengths)
+        elif mode == 1:
+            a = self.attn.prefill(h, max_len)
+        else:
+            a = self.attn.decode_step(h)
+        x1 = self._buffer(_X1[mode], x.shape)
         K.add_forward(x1.data, x.data, a.data, x.size)
         f = self.ffn.forward(self.ln2.forward(x1))
-        y = self._buffer("_y" + tag, x.shape)
+        y = self._buffer(_Y[mode], x.shape)
         K.add_forward(y.data, x1.data, f.data, x.size)
         return y
 
     def forward(self, x, key_padding_mask=None, lengths=None):
         self._check(x, "x")
-        y = self._run(x, lambda h: self.attn.forward(h, key_padding_mask, None, lengths), "")
+        y = self._run(x, 0, key_padding_mask, lengths)
         self._x = x
         return y
 
@@ -101,16 +108,20 @@ class EncoderBlock(Layer):
         """Causal forward over the prompt x [B,S,E], filling the attention's KV cache."""
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.prefill")
-        return self._run(x, lambda h: self.attn.prefill(h, max_len), "_p")
+        return self._run(x, 1, max_len=max_len)
 
     def decode_step(self, x):
         """One new token x [B,1,E] -> [B,1,E] through the KV cache."""
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.decode_step")
-        return self._run(x, self.attn.decode_step, "_d")
+        return self._run(x, 2)
 
     def kv_bytes_per_token(self):
         return self.attn.kv_bytes_per_token()
+
+
+_X1 = ("_x1", "_x1_p", "_x1_d")
+_Y = ("_y", "_y_p", "_y_d")
 
 
 def _layers(model):
