@@ -13,9 +13,9 @@
 #
 # OVERFLOW ANALYSIS (the ESP32's viper int is 32 bits and wraps; the unix port's is 64 bits).
 #   MAC loops (_gemm): P = 14, |q_a|, |q_b| <= 2^14 - 1; K is zero-padded to a multiple of 4 and
-#     each 4-term chunk t = sum of 4 products has |t| <= 4 (2^14 - 1)^2 < 2^30 - 2^17. Chunks
+#     each 4-term chunk t = sum of 4 products has |t| <= 4 (2^14 - 1)^2 = 2^30 - 2^17 + 4. Chunks
 #     are rounded and shifted right by s = clog2(K/4) before they are summed, so
-#       |acc| <= (K/4) * (2^30 - 2^17 + 2^(s-1)) / 2^s < 2^30   (for K < 2^19).           [B1]
+#       |acc| <= (K/4) * (2^30 - 2^17 + 4 + 2^(s-1)) / 2^s < 2^30   (for K < 2^19).       [B1]
 #     On a 64-bit host t is computed modulo 2^32 and sign-extended from bit 31, so the unix
 #     port reproduces the ESP32's wrap-around exactly: an overflow would show up as a wrong
 #     result in tests/test_viper.py, which drives the bound with worst-case inputs.
@@ -759,49 +759,52 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
 # ---- activations -----------------------------------------------------------------------------
 @micropython.viper
 def _relu(out, inp, n: int, leaky: int):
-    # out (n,) = relu(inp) (sign bit / zero test on the raw bits); leaky: 0.01 x via _store
+    # out (n,) = relu(inp): x > 0 iff the sign bit is clear and the bits are not 0 (subnormals
+    # count); NaN -> 0. leaky: 0.01 x (15-bit mantissa product, via _store)
     po = ptr32(out)
     pi = ptr32(inp)
     for i in range(n):
         x = pi[i]
-        if (x >> 31) & 1 or ((x >> 23) & 0xFF) == 0:
-            if leaky and ((x >> 23) & 0xFF) != 0:
-                e = (x >> 23) & 0xFF
-                m = (x & 0x7FFFFF) | 0x800000
-                if e == 255:
-                    m = 0xFFFFFF
-                    e = 254
-                _store(out, i, 0 - (m >> 9) * 20972, e - 141 - 21)   # 0.01 ~ 20972 * 2^-21
-            else:
-                po[i] = 0
-        else:
+        e = (x >> 23) & 0xFF
+        if e == 255 and (x & 0x7FFFFF) != 0:
+            po[i] = 0
+        elif ((x >> 31) & 1) == 0 and x != 0:
             po[i] = x
+        elif leaky and e != 0:
+            m = (x & 0x7FFFFF) | 0x800000
+            if e == 255:
+                m = 0xFFFFFF
+                e = 254
+            _store(out, i, 0 - (m >> 9) * 20972, e - 141 - 21)   # 0.01 ~ 20972 * 2^-21
+        else:
+            po[i] = 0
 
 
 @micropython.viper
 def _relu_back(dinp, dout, inp, n: int, leaky: int):
-    # dinp (n,) = dout where inp > 0, else 0 (or 0.01 dout)
+    # dinp (n,) = dout where inp > 0, else 0 (or 0.01 dout); NaN dout -> 0
     pd = ptr32(dinp)
     pg = ptr32(dout)
     pi = ptr32(inp)
     for i in range(n):
         x = pi[i]
-        if (x >> 31) & 1 or ((x >> 23) & 0xFF) == 0:
-            g = pg[i]
-            e = (g >> 23) & 0xFF
-            if leaky and e != 0:
-                m = (g & 0x7FFFFF) | 0x800000
-                if e == 255:
-                    m = 0xFFFFFF
-                    e = 254
-                v = (m >> 9) * 20972
-                if (g >> 31) & 1:
-                    v = 0 - v
-                _store(dinp, i, v, e - 141 - 21)
-            else:
-                pd[i] = 0
+        g = pg[i]
+        e = (g >> 23) & 0xFF
+        if e == 255 and (g & 0x7FFFFF) != 0:
+            pd[i] = 0
+        elif ((x >> 31) & 1) == 0 and x != 0 and not (((x >> 23) & 0xFF) == 255 and (x & 0x7FFFFF) != 0):
+            pd[i] = g
+        elif leaky and e != 0:
+            m = (g & 0x7FFFFF) | 0x800000
+            if e == 255:
+                m = 0xFFFFFF
+                e = 254
+            v = (m >> 9) * 20972
+            if (g >> 31) & 1:
+                v = 0 - v
+            _store(dinp, i, v, e - 141 - 21)
         else:
-            pd[i] = pg[i]
+            pd[i] = 0
 
 
 def act_forward(out, inp, N, kind):
@@ -1312,3 +1315,13 @@ mse = _pk.mse
 sum_squares = _pk.sum_squares
 sgd_update = _pk.sgd_update
 scale_inplace = _pk.scale_inplace
+
+
+# ---- every other portable kernel (layernorm, embedding, ...) until it gets a viper loop ---------
+def _fill_from_portable(g):
+    for name in dir(_pk):
+        if not name.startswith("_") and name not in g:
+            g[name] = getattr(_pk, name)
+
+
+_fill_from_portable(globals())
