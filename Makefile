@@ -59,7 +59,7 @@ repl: setup
 	$(MPREMOTE) connect $$($(PY) host/board_link.py port) repl
 
 # Golden vectors from the NumPy reference, checked on the board by board/selftest.py.
-selftest: setup golden deploy
+selftest: setup golden
 	$(PY) host/selftest.py
 
 golden: setup

@@ -51,6 +51,11 @@ def deploy(port, checkpoint=None, data=("iris.csv",)):
     args += ["exec", "import os\ntry:\n os.mkdir('/data')\nexcept OSError:\n pass", "+"]
     for d in data:
         args += ["cp", str(ROOT / "datasets" / d), ":/data/" + d, "+"]
+    goldens = sorted((ROOT / "tests" / "golden").glob("*.mfg"))
+    if goldens:   # golden vectors for selftest.py
+        args += ["exec", "import os\ntry:\n os.mkdir('/golden')\nexcept OSError:\n pass", "+"]
+        for g in goldens:
+            args += ["cp", str(g), ":/golden/" + g.name, "+"]
     if checkpoint:
         args += ["cp", str(checkpoint), ":/" + Path(checkpoint).name, "+"]
     # drop modules left over from an older version (a stale .py would shadow its .mpy)
