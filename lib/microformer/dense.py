@@ -20,6 +20,7 @@ class Dense(Layer):
         self.b = Tensor.zeros((out_features,), "b") if use_bias else None    # (OC,)
         self.db = Tensor.zeros((out_features,), "db") if use_bias else None
         self._x = None
+        self._xshape = None
 
     def params(self):
         if self.use_bias:
@@ -41,7 +42,10 @@ class Dense(Layer):
         if len(x.shape) < 2 or x.shape[-1] != C:
             raise shape_error("Dense", "x", "[N,%d] (or [..., %d])" % (C, C), x.shape)
         N = x.size // C
-        y = self._buffer("_y", self.output_shape(x.shape))
+        if x.shape != self._xshape:          # a new batch shape: new output buffer
+            self._y = Tensor.zeros(self.output_shape(x.shape))
+            self._xshape = x.shape
+        y = self._y
         backend.K.matmul_forward(y.data, x.data, self.W.data,
                                  self.b.data if self.use_bias else None, N, C, self.out_features)
         self._x = x

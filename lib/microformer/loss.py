@@ -4,6 +4,7 @@ from .layer import check_tensor, shape_error
 from .tensor import Tensor
 
 _INF = float("inf")
+_NEG_INF = -_INF
 
 
 class NonFiniteLossError(ValueError):
@@ -11,7 +12,7 @@ class NonFiniteLossError(ValueError):
 
 
 def _check_finite(who, value):
-    if value != value or value == _INF or value == -_INF:
+    if value != value or value == _INF or value == _NEG_INF:
         raise NonFiniteLossError("%s: loss is not finite (%r); refusing to train on it "
                                  "(lower the learning rate or check the inputs)" % (who, value))
     return value

@@ -69,7 +69,9 @@ class SGD(_Optimizer):
         self._clip()
         self.steps += 1
         K = backend.K
-        for i, (p, g) in enumerate(self.params):
+        params = self.params
+        for i in range(len(params)):     # (no enumerate: its tuples would be garbage every step)
+            p, g = params[i]
             K.sgd_update(p.data, g.data, self.buffers[i].data if self.buffers else None,
                          p.size, self.lr, self.momentum, self.weight_decay)
 
@@ -98,7 +100,9 @@ class Adam(_Optimizer):
         bc1 = 1.0 - self.beta1 ** t
         bc2 = 1.0 - self.beta2 ** t
         K = backend.K
-        for i, (p, g) in enumerate(self.params):
+        params = self.params
+        for i in range(len(params)):
+            p, g = params[i]
             K.adam_update(p.data, g.data, self.m[i].data, self.v[i].data, p.size, self.lr,
                           self.beta1, self.beta2, self.eps, self.weight_decay, bc1, bc2,
                           1 if self.decoupled else 0)

@@ -6,6 +6,8 @@ from .layer import Layer, check_tensor, shape_error
 class GlobalAvgPool(Layer):
     """x [B,S,E] -> y [B,E], the mean over S."""
 
+    _xshape = None
+
     def output_shape(self, in_shape):
         return (in_shape[0], in_shape[2])
 
@@ -18,7 +20,7 @@ class GlobalAvgPool(Layer):
         if len(x.shape) != 3:
             raise shape_error("GlobalAvgPool", "x", "[B,S,E]", x.shape)
         B, S, E = x.shape
-        y = self._buffer("_y", (B, E))
+        y = self._y if x.shape == self._xshape else self._buffer("_y", (B, E))
         backend.K.avgpool_forward(y.data, x.data, B, S, E)
         self._xshape = x.shape
         return y
@@ -27,7 +29,7 @@ class GlobalAvgPool(Layer):
         self._need_forward(getattr(self, "_xshape", None))
         B, S, E = self._xshape
         check_tensor("GlobalAvgPool", "dy", dy)
-        if dy.shape != (B, E):
+        if dy.shape != self._y.shape:
             raise shape_error("GlobalAvgPool", "dy", "[%d,%d]" % (B, E), dy.shape)
         dx = self._buffer("_dx", self._xshape)
         backend.K.avgpool_backward(dx.data, dy.data, B, S, E)

@@ -14,6 +14,7 @@ class Reshape(Layer):
             n *= d
         self.shape = shape
         self._n = n
+        self._in_data = self._dy_data = None
 
     def output_shape(self, in_shape):
         return (in_shape[0],) + self.shape
@@ -23,12 +24,19 @@ class Reshape(Layer):
         if x.size != x.shape[0] * self._n:
             raise shape_error("Reshape", "x", "[B, %d values per sample] for %r"
                               % (self._n, self.shape), x.shape)
+        # the same input buffer as last step: hand out the same view (nothing allocated)
+        if x.data is not self._in_data or x.shape != self._xshape:
+            self._view = x.reshape((x.shape[0],) + self.shape)
+            self._in_data = x.data
         self._xshape = x.shape
-        return x.reshape((x.shape[0],) + self.shape)
+        return self._view
 
     def backward(self, dy):
         self._need_forward(getattr(self, "_xshape", None))
         check_tensor("Reshape", "dy", dy)
-        if dy.shape != (self._xshape[0],) + self.shape:
+        if dy.shape != self._view.shape:
             raise shape_error("Reshape", "dy", repr((self._xshape[0],) + self.shape), dy.shape)
-        return dy.reshape(self._xshape)
+        if dy.data is not self._dy_data:
+            self._dview = dy.reshape(self._xshape)
+            self._dy_data = dy.data
+        return self._dview
