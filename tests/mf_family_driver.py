@@ -132,6 +132,13 @@ def run_case(case):
     kind = case.get("kind", "layer")
     if kind == "decode":
         return run_decode(case)
+    if kind == "show":
+        mf.seed(1)
+        a = mf.Attention(8, 2, causal=True)
+        a.forward(mf.Tensor((1, 4, 8)).fill(0.3), lengths=[3])
+        lines = []
+        rows = mf.show(a, 0, 1, out=lines.append)
+        return {"rows": rows, "lines": lines}
     if kind == "bad":
         import family_bad
         return family_bad.run_all()

@@ -54,7 +54,7 @@ def test_family_cpython(name, case, want):
 
 
 def test_family_micropython(tmp_path):
-    results = run_family_micropython([c[1] for c in CASES], tmp_path)
+    results = run_family_micropython([dict(c[1], backend="python") for c in CASES], tmp_path)
     assert len(results) == len(CASES)
     for (name, case, want), got in zip(CASES, results):
         helpers.check_outputs(got, want, TOL, "micropython " + name)
@@ -131,7 +131,7 @@ def test_kv_cache_cpython():
 
 
 def test_kv_cache_micropython(tmp_path):
-    cases = [c for _, c in family_cases.DECODE]
+    cases = [dict(c, backend="python") for _, c in family_cases.DECODE]
     _decode_check(run_family_micropython(cases, tmp_path))
 
 
@@ -200,3 +200,10 @@ def test_show_heatmap():
     assert rows[0] == "@   "                        # the first query sees only itself
     assert all(r[i + 1:].strip() == "" for i, r in enumerate(rows))   # future keys: blank
     assert len(lines) == 4 + 3
+
+
+def test_show_micropython(tmp_path):
+    got = run_family_micropython([{"kind": "show"}], tmp_path)[0]
+    assert got["rows"][0] == "@   " and got["rows"][3][3] == " "      # future and padded keys blank
+    assert all(r[i + 1:].strip() == "" for i, r in enumerate(got["rows"]))
+    assert len(got["lines"]) == 7 and got["lines"][0].startswith("attention b=0 h=1")
