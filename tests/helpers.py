@@ -32,12 +32,12 @@ def run_micropython(script, *args, heap="4M", timeout=600, cwd=None):
     return proc.stdout
 
 
-def run_cases_micropython(cases, tmp_path):
-    """The driver inside MicroPython: cases in, results out (JSON)."""
-    src = tmp_path / "cases.json"
-    dst = tmp_path / "results.json"
+def run_cases_micropython(cases, tmp_path, backend="python"):
+    """The driver inside MicroPython on one backend: cases in, results out (JSON)."""
+    src = tmp_path / ("cases-%s.json" % backend)
+    dst = tmp_path / ("results-%s.json" % backend)
     src.write_text(json.dumps(cases))
-    run_micropython(os.path.join(TESTS, "mf_driver.py"), str(src), str(dst))
+    run_micropython(os.path.join(TESTS, "mf_driver.py"), str(src), str(dst), backend)
     return json.loads(dst.read_text())
 
 

@@ -101,6 +101,8 @@ def run_model(case):
 
 
 def main(argv):
+    # argv[3]: the backend every case runs on unless it names one ('python' by default)
+    mf.set_backend(argv[3] if len(argv) > 3 else "python")
     with open(argv[1]) as f:
         cases = json.load(f)
     results = [run_case(c) for c in cases]

@@ -50,10 +50,10 @@ def _optim_case(kind, kwargs, steps=4, clip=None, seed=3):
     return case, want, norms
 
 
-def _check_optim(got, want, norms, what):
+def _check_optim(got, want, norms, what, tol=TOL):
     for step, (gp, wp) in enumerate(zip(got["p"], want)):
         for i, (g, w) in enumerate(zip(gp, wp)):
-            assert_close(g, w, TOL, "%s step %d param %d" % (what, step + 1, i))
+            assert_close(g, w, tol, "%s step %d param %d" % (what, step + 1, i))
     for g, w in zip(got.get("norm", []), norms):
         assert g == pytest.approx(w, rel=1e-5)
 
@@ -110,8 +110,8 @@ def _iris_model_case(seed=5, B=6):
     return case, want
 
 
-def _check_model(got, want, what):
-    helpers.check_outputs(dict(got, loss=[got["loss"]]), want, TOL, what)
+def _check_model(got, want, what, tol=TOL):
+    helpers.check_outputs(dict(got, loss=[got["loss"]]), want, tol, what)
 
 
 def test_sequential_end_to_end_cpython():
@@ -119,7 +119,8 @@ def test_sequential_end_to_end_cpython():
     _check_model(mf_driver.run_case(copy.deepcopy(case)), want, "cpython")
 
 
-def test_optimizers_and_model_micropython(tmp_path):
+@pytest.mark.parametrize("backend,tol", [("python", TOL), ("viper", 2e-3)])
+def test_optimizers_and_model_micropython(tmp_path, backend, tol):
     cases, wants = [], []
     for kind, kwargs in OPTIMS:
         c, w, n = _optim_case(kind, kwargs)
@@ -131,9 +132,9 @@ def test_optimizers_and_model_micropython(tmp_path):
     c, w = _iris_model_case()
     cases.append(c)
     wants.append(("model", "Iris model", w, None))
-    results = helpers.run_cases_micropython(cases, tmp_path)
+    results = helpers.run_cases_micropython(cases, tmp_path, backend)
     for got, (kind, what, w, n) in zip(results, wants):
         if kind == "optim":
-            _check_optim(got, w, n, "micropython " + what)
+            _check_optim(got, w, n, "micropython %s %s" % (backend, what), tol)
         else:
-            _check_model(got, w, "micropython " + what)
+            _check_model(got, w, "micropython %s %s" % (backend, what), tol)

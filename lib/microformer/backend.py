@@ -37,6 +37,17 @@ def set_backend(which):
     name = which
 
 
+def _default():
+    # MicroPython with the native emitter trains on the viper kernels; anything else on the portable ones
+    import sys
+    if sys.implementation.name != "micropython":
+        return
+    try:
+        set_backend("viper")
+    except ValueError:
+        pass
+
+
 def get_backend():
     return name
 
@@ -50,3 +61,6 @@ def available():
     except ValueError:
         pass
     return out
+
+
+_default()
