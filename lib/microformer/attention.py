@@ -20,6 +20,9 @@ class Attention(Layer):
     per new token; capacity max_len (here or in prefill). kv_bytes_per_token() = 8 * E.
     """
 
+    # input shapes the forward / backward buffers were allocated for
+    _fx = _fc = _bx = _bc = None
+
     def __init__(self, embed_dim, num_heads, use_bias=True, causal=False, rng=None, max_len=None):
         if not isinstance(embed_dim, int) or embed_dim < 1:
             raise ValueError("Attention: embed_dim must be a positive int, got %r" % (embed_dim,))
@@ -130,12 +133,15 @@ class Attention(Layer):
         self._mask = mask
         K = backend.K
         bias = self.use_bias
-        Q = self._buffer("_Q", (B, S, E))
-        Kc = self._buffer("_K", (B, Sk, E))
-        V = self._buffer("_V", (B, Sk, E))
-        ctx = self._buffer("_ctx", (B, S, E))
-        A = self._buffer("_A", (B, self.num_heads, S, Sk))
-        y = self._buffer("_y", (B, S, E))
+        if x.shape != self._fx or c.shape != self._fc:   # a new batch shape: (re)allocate
+            self._buffer("_Q", (B, S, E))
+            self._buffer("_K", (B, Sk, E))
+            self._buffer("_V", (B, Sk, E))
+            self._buffer("_ctx", (B, S, E))
+            self._buffer("_A", (B, self.num_heads, S, Sk))
+            self._buffer("_y", (B, S, E))
+            self._fx, self._fc = x.shape, c.shape
+        Q, Kc, V, ctx, A, y = self._Q, self._K, self._V, self._ctx, self._A, self._y
         K.matmul_forward(Q.data, x.data, self.Wq.data, self.bq.data if bias else None, B * S, E, E)
         K.matmul_forward(Kc.data, c.data, self.Wk.data, self.bk.data if bias else None, B * Sk, E, E)
         K.matmul_forward(V.data, c.data, self.Wv.data, self.bv.data if bias else None, B * Sk, E, E)
@@ -153,18 +159,20 @@ class Attention(Layer):
         B, S, E = x.shape
         Sk = c.shape[1]
         check_tensor("Attention", "dy", dy)
-        if dy.shape != (B, S, E):
+        if dy.shape != x.shape:
             raise shape_error("Attention", "dy", "[%d,%d,%d]" % (B, S, E), dy.shape)
         K = backend.K
         train = self.trainable
         bias = train and self.use_bias
-        dctx = self._buffer("_dctx", (B, S, E))
-        dQ = self._buffer("_dQ", (B, S, E))
-        dK = self._buffer("_dK", (B, Sk, E))
-        dV = self._buffer("_dV", (B, Sk, E))
-        dx = self._buffer("_dx", (B, S, E))
-        tmp = self._buffer("_dtmp", (B, Sk, E))
-        scratch = self._buffer("_scratch", (Sk,))
+        if x.shape != self._bx or c.shape != self._bc:   # a new batch shape: (re)allocate
+            for name in ("_dctx", "_dQ", "_dx"):
+                self._buffer(name, (B, S, E))
+            for name in ("_dK", "_dV", "_dtmp"):
+                self._buffer(name, (B, Sk, E))
+            self._buffer("_scratch", (Sk,))
+            self._bx, self._bc = x.shape, c.shape
+        dctx, dQ, dK, dV, dx = self._dctx, self._dQ, self._dK, self._dV, self._dx
+        tmp, scratch = self._dtmp, self._scratch
         # output projection: dWo += dy^T ctx, dctx = dy Wo
         K.matmul_backward(dctx.data, self.dWo.data if train else None, self.dbo.data if bias else None,
                           dy.data, self._ctx.data, self.Wo.data, B * S, E, E)
