@@ -4,6 +4,7 @@ PORT ?=
 HEAP ?= 512K
 FIRMWARE ?=
 ARCH ?= xtensawin
+DATA ?= iris.csv
 BAUD ?= 460800
 PYTHON ?= python3
 
@@ -15,7 +16,7 @@ STAMP := $(VENV)/.installed
 CHECKPOINT := build/iris.mfck
 export PORT HEAP
 
-.PHONY: setup test demo iris pretrain deploy flash repl selftest bench golden plots \
+.PHONY: setup test demo iris digits charlm pretrain deploy flash repl selftest bench golden plots \
         board-up board-down package compile-check clean
 
 setup: $(STAMP)
@@ -34,14 +35,23 @@ iris: setup
 	PYTHONPATH=lib $(PY) board/iris.py
 	MICROPYPATH=lib $(MICROPYTHON) board/iris.py
 
+# Sequence demos in the unix port: 8x8 digits (rows as tokens, EncoderBlock), and a causal
+# character model generating through the KV cache.
+digits: setup
+	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import digits; digits.main()"
+
+charlm: setup
+	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import charlm; charlm.main()"
+
 # A host-pretrained Iris checkpoint (what the board fine-tunes).
 pretrain: $(CHECKPOINT)
 $(CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py board/iris.py
 	$(PY) host/pretrain.py --data datasets/iris.csv --epochs 100 --out $(CHECKPOINT)
 
 # Precompile lib/ for the board's architecture and copy it, board/*.py, data and checkpoint.
+# DATA="iris.csv digits.csv" also copies the digits data (265 KB) for `import digits` on the board.
 deploy: setup $(CHECKPOINT)
-	$(PY) host/deploy.py --checkpoint $(CHECKPOINT)
+	$(PY) host/deploy.py --checkpoint $(CHECKPOINT) --data "$(DATA)"
 
 # The fine-tuning story on the (virtual) board.
 demo: setup $(CHECKPOINT)
@@ -69,7 +79,7 @@ bench: setup
 	$(PY) host/bench.py
 
 plots: setup
-	$(PY) host/plots.py
+	$(PY) host/plots.py --out build/plots
 
 board-up: setup
 	$(PY) host/vboard.py up --heap $(HEAP)

@@ -29,8 +29,9 @@ def compile_lib(arch):
     for src in sorted(LIB.glob("*.py")):
         if arch is None and src.name in VIPER_FILES:
             continue   # a port without native code cannot load viper kernels
+        # -s: tracebacks on the board name microformer/x.py, not this machine's path
         cmd = [tool("mpy-cross")] + (["-march=" + arch] if arch else []) + \
-              ["-o", str(out / (src.stem + ".mpy")), str(src)]
+              ["-s", "microformer/" + src.name, "-o", str(out / (src.stem + ".mpy")), str(src)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise SystemExit("mpy-cross failed on %s:\n%s" % (src, r.stderr))
@@ -74,12 +75,18 @@ def main(argv=None):
     ap.add_argument("--port", default=None, help="serial port of a board; empty: the virtual board")
     ap.add_argument("--heap", default=None, help="virtual board heap when it has to be started")
     ap.add_argument("--checkpoint", default=None, help="a checkpoint to copy to the flash root")
+    ap.add_argument("--data", default="iris.csv", help="files of datasets/ to copy to :/data/ (space separated)")
     a = ap.parse_args(argv)
     port = resolve_port(a.port, a.heap)
     ck = a.checkpoint
     if ck and not Path(ck).exists():
         raise SystemExit("checkpoint %s not found (make pretrain writes build/iris.mfck)" % ck)
-    deploy(port, ck)
+    data = a.data.replace(",", " ").split()
+    for d in data:
+        if not (ROOT / "datasets" / d).exists():
+            raise SystemExit("--data: datasets/%s not found (have: %s)" % (d, ", ".join(
+                sorted(p.name for p in (ROOT / "datasets").glob("*.csv")))))
+    deploy(port, ck, data)
 
 
 if __name__ == "__main__":
