@@ -7,22 +7,11 @@ import gc
 import time
 
 import microformer as mf
-from microformer.data import read_csv
+from microformer.data import find_file, read_csv
 from microformer.train import evaluate, fit
 
-DATA_PATHS = ("data/digits.csv", "/data/digits.csv", "datasets/digits.csv", "../datasets/digits.csv")
 CLASSES = [str(d) for d in range(10)]
 SPLIT_SEED = 11
-
-
-def find_data(path=None):
-    for p in (path,) if path else DATA_PATHS:
-        try:
-            open(p).close()
-            return p
-        except OSError:
-            pass
-    raise OSError("digits.csv not found (looked in %s)" % (path or ", ".join(DATA_PATHS)))
 
 
 def build_model(seed=1, embed_dim=16, num_heads=2):
@@ -41,7 +30,7 @@ def build_model(seed=1, embed_dim=16, num_heads=2):
 def load_split(path=None, n_train=500, n_test=300, seed=SPLIT_SEED):
     """A seeded shuffle of the 1797 images: n_train to train on, the next n_test held out.
     Pixels 0..16 are scaled to 0..1."""
-    data = read_csv(find_data(path), CLASSES)
+    data = read_csv(find_file("digits.csv", path), CLASSES)
     if n_train + n_test > len(data):
         raise ValueError("digits: n_train + n_test must be <= %d, got %d" % (len(data), n_train + n_test))
     d = data.X.data

@@ -4,21 +4,10 @@
 import time
 
 import microformer as mf
-from microformer.data import read_csv
+from microformer.data import find_file, read_csv
 from microformer.train import evaluate, fit
 
-DATA_PATHS = ("data/iris.csv", "/data/iris.csv", "datasets/iris.csv", "../datasets/iris.csv")
 SPLIT_SEED = 7
-
-
-def find_data(path=None):
-    for p in (path,) if path else DATA_PATHS:
-        try:
-            open(p).close()
-            return p
-        except OSError:
-            pass
-    raise OSError("iris.csv not found (looked in %s)" % (path or ", ".join(DATA_PATHS)))
 
 
 def build_model(seed=1):
@@ -34,7 +23,7 @@ def build_model(seed=1):
 
 def load_split(path=None, seed=SPLIT_SEED):
     """120/30 seeded split, standardized with the training rows' mean and std."""
-    data = read_csv(find_data(path))
+    data = read_csv(find_file("iris.csv", path))
     train, test = data.split(120, seed)
     mean, std = train.stats()
     train.standardize(mean, std)

@@ -23,6 +23,11 @@ def run_case(case):
         return run_optim(case)
     if "model" in case:
         return run_model(case)
+    return run_layer(case)
+
+
+def run_layer(case):
+    """Forward and backward of one layer with given weights; every output and gradient."""
     layer = build_layer(case["layer"])
     named = {}
     for p, g in layer.params():
@@ -33,8 +38,9 @@ def run_case(case):
         for i in range(len(vals)):
             p.data[i] = vals[i]
     kwargs = {}
-    if "mask" in case:
-        kwargs["key_padding_mask"] = case["mask"]
+    for key, arg in (("mask", "key_padding_mask"), ("lengths", "lengths"), ("start", "start")):
+        if key in case:
+            kwargs[arg] = case[key]
     if "context" in case:
         kwargs["context"] = _tensor(case["context"])
     x = _tensor(case["x"])
@@ -46,9 +52,15 @@ def run_case(case):
         dx, dctx = dx
         out["dcontext"] = list(dctx.data)
     out["y"] = list(y.data)
-    out["dx"] = list(dx.data)
+    if dx is not None:                         # Embedding has no input gradient
+        out["dx"] = list(dx.data)
     for name in named:
         out["d" + name] = list(named[name][1].data)
+    att = getattr(layer, "attn", layer)        # EncoderBlock: its attention's weights
+    if getattr(att, "_A", None) is not None:
+        out["A"] = list(att._A.data)
+    if hasattr(att, "_dQ"):
+        out["dQ"] = list(att._dQ.data)
     return out
 
 

@@ -7,55 +7,7 @@ from array import array
 
 import microformer as mf
 from microformer.tensor import Rng
-
-
-def _tensor(spec):
-    return mf.Tensor(tuple(spec["shape"]), array("f", spec["data"]))
-
-
-def build_layer(spec):
-    cls = getattr(mf, spec["type"])
-    return cls(*spec.get("args", []), **spec.get("kwargs", {}))
-
-
-def run_layer(case):
-    layer = build_layer(case["layer"])
-    named = {}
-    for p, g in layer.params():
-        named[p.name] = (p, g)
-    for name in case.get("params", {}):
-        vals = case["params"][name]
-        p = named[name][0]
-        for i in range(len(vals)):
-            p.data[i] = vals[i]
-    kwargs = {}
-    if "mask" in case:
-        kwargs["key_padding_mask"] = case["mask"]
-    if "lengths" in case:
-        kwargs["lengths"] = case["lengths"]
-    if "start" in case:
-        kwargs["start"] = case["start"]
-    if "context" in case:
-        kwargs["context"] = _tensor(case["context"])
-    x = _tensor(case["x"])
-    out = {}
-    for rep in range(case.get("repeat", 1)):
-        y = layer.forward(x, **kwargs)
-        dx = layer.backward(_tensor(case["dy"]))
-    if isinstance(dx, tuple):
-        dx, dctx = dx
-        out["dcontext"] = list(dctx.data)
-    out["y"] = list(y.data)
-    if dx is not None:
-        out["dx"] = list(dx.data)
-    for name in named:
-        out["d" + name] = list(named[name][1].data)
-    att = getattr(layer, "attn", layer)
-    if hasattr(att, "_A") and att._A is not None:
-        out["A"] = list(att._A.data)
-    if hasattr(att, "_dQ"):
-        out["dQ"] = list(att._dQ.data)
-    return out
+from mf_driver import _tensor, build_layer, run_layer  # noqa: F401  (shared with the core cases)
 
 
 def _rand(shape, rng, lo=-1.0, hi=1.0):

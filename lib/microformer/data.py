@@ -66,6 +66,20 @@ class Dataset:
         return self
 
 
+def find_file(name, path=None):
+    """`path` if given, else the first of data/NAME (the board's flash), /data/NAME,
+    datasets/NAME or ../datasets/NAME (a checkout) that exists."""
+    candidates = (path,) if path else ("data/" + name, "/data/" + name, "datasets/" + name,
+                                        "../datasets/" + name)
+    for p in candidates:
+        try:
+            open(p).close()
+            return p
+        except OSError:
+            pass
+    raise OSError("%s not found (looked in %s)" % (name, ", ".join(candidates)))
+
+
 def read_csv(path, classes=None, header=True):
     """Rows of float features with the label name last -> Dataset (classes in first-seen order)."""
     feats = array("f")
