@@ -9,7 +9,8 @@
 #       q = round(m * 2^(e - Emax + P - 24)), clamped to |q| <= 2^P - 1, and x ~= q * 2^L.
 #     So every block keeps P significant bits relative to its largest element (rel. err 2^-P-1).
 #   * products are accumulated in an int, written back as float32 bits (normalize to 24 bits,
-#     round to nearest, exponent, sign): _store() / the inline copy in _gemm.
+#     round to nearest, exponent, sign): _store() and its inline copies in the hot loops
+#     (a viper-to-viper call costs as much as a Python call, so hot loops never call one).
 #
 # OVERFLOW ANALYSIS (the ESP32's viper int is 32 bits and wraps; the unix port's is 64 bits).
 #   MAC loops (_gemm): P = 14, |q_a|, |q_b| <= 2^14 - 1; K is zero-padded to a multiple of 4 and
@@ -67,6 +68,7 @@ def _iscratch(n):
     s = _S[0]
     if len(s) < n:
         s = _S[0] = array("i", [0] * (n + n // 4 + 16))
+    _D[31] = len(s)                     # what _gemm checks its scratch needs against
     return s
 
 
@@ -128,40 +130,55 @@ def _chk(x: int):
 @micropython.viper
 def _store(buf, i: int, v: int, e: int):
     # buf[i] = v * 2^e as float32 bits; |v| < 2^31. Round to nearest, flush underflow, inf on overflow.
+    # The hot kernels carry inline copies of this body (same names: sg t sh be, or k-prefixed).
     p = ptr32(buf)
-    s = 0
+    sg = 0
     if v < 0:
-        s = 1
+        sg = 1
         v = 0 - v
     if v == 0:
         p[i] = 0
-        return
-    if v >= 0x1000000:
-        sh = 0
-        t = v >> 24
-        while t != 0:
-            t = t >> 1
-            sh += 1
-        v = (v + (1 << (sh - 1))) >> sh
-        e += sh
+    else:
         if v >= 0x1000000:
-            v = v >> 1
-            e += 1
-    else:
-        while v < 0x8000:
-            v = v << 8
-            e -= 8
-        while v < 0x800000:
-            v = v << 1
-            e -= 1
-    be = e + 150
-    if be >= 255:
-        be = 255                        # +-inf (not the literal 255 << 23: folded into a bigint)
-        p[i] = (s << 31) | (be << 23)
-    elif be <= 0:
-        p[i] = 0
-    else:
-        p[i] = (s << 31) | (be << 23) | (v & 0x7FFFFF)
+            t = v >> 24                     # 1 .. 127: sh = its bit length
+            sh = 1
+            if t >= 16:
+                t = t >> 4
+                sh += 4
+            if t >= 4:
+                t = t >> 2
+                sh += 2
+            if t >= 2:
+                sh += 1
+            v = (v + (1 << (sh - 1))) >> sh
+            e += sh
+            if v >= 0x1000000:
+                v = v >> 1
+                e += 1
+        else:
+            if v < 0x100:
+                v = v << 16
+                e -= 16
+            if v < 0x10000:
+                v = v << 8
+                e -= 8
+            if v < 0x100000:
+                v = v << 4
+                e -= 4
+            if v < 0x400000:
+                v = v << 2
+                e -= 2
+            if v < 0x800000:
+                v = v << 1
+                e -= 1
+        be = e + 150
+        if be >= 255:
+            be = 255
+            p[i] = (sg << 31) | (be << 23)
+        elif be <= 0:
+            p[i] = 0
+        else:
+            p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
 
 
 @micropython.viper
@@ -203,100 +220,298 @@ def _quant(dst, doff: int, src, off: int, stride: int, n: int, P: int) -> int:
 
 
 # ---- the block-float GEMM every matmul goes through --------------------------------------
-# _D fields: 0 M, 1 N, 2 K, 3 mode (0 write, 1 accumulate +=, 2 add bias[n]), 4 P,
-#   5 nb1, 6 nb2 (batch counts),
-#   7..11  A: off, sm (step per m), sk (per k), sb1, sb2 (per batch index)
-#   12..16 B: off, sn, sk, sb1, sb2
-#   17..21 out: off, sm, sn, sb1, sb2
 # out[o + b1*ob1 + b2*ob2 + m*osm + n*osn] (=|+=) sum_k A[a + ... + m*asm + k*ask] * B[b + ... + n*bsn + k*bsk]
+# The geometry is not passed in: `kind` names the product and x y z w u its sizes, so a call is a
+# single viper call (the Python wrappers cost more than the math at Iris sizes):
+#   1 matmul forward  (N, C, OC, hasbias):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias)
+#   2 matmul dinp     (N, C, OC):           dinp (N, C) = dout (N, OC) . W (OC, C)
+#   3 matmul dweight  (N, C, OC):           dW (OC, C) += dout^T . inp
+#   4 matmul dbias    (N, C, OC):           db (OC,) += dout^T . ones (N,)
+#   5 per-head scores (B, Tq, Tk, C, NH):   att[b,h,t,j] = a[b,t,h] . b[b,j,h]    (att, A = q, B = k)
+#   6 per-head ctx    (B, Tq, Tk, C, NH):   out[b,t,h] = sum_j att[b,h,t,j] b[b,j,h]  (A = att)
+#   7 per-head A^T.   (B, Tq, Tk, C, NH):   out[b,j,h] = sum_t att[b,h,t,j] b[b,t,h]  (A = att)
+#   8 mean pool       (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
+# s: int scratch of d[31] ints; if it needs more, nothing is computed and the size is returned
+# (the caller grows the scratch and calls again); 0 when done.
 @micropython.viper
-def _gemm(out, a, b, bias, d, s):
+def _gemm(out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     D = ptr32(d)
     S = ptr32(s)
     po = ptr32(out)
+    pa = ptr32(a)
+    pb = ptr32(b)
     pbias = ptr32(bias)
-    M = D[0]
-    N = D[1]
-    K = D[2]
-    mode = D[3]
-    P = D[4]
+    nb1 = 1
+    nb2 = 1
+    asb1 = 0
+    asb2 = 0
+    bsb1 = 0
+    bsb2 = 0
+    osb1 = 0
+    osb2 = 0
+    mode = 0
+    if kind <= 4:
+        # x N, y C, z OC, w hasbias
+        if kind == 1:
+            M = x
+            N = z
+            K = y
+            if w:
+                mode = 2
+            asm = y
+            ask = 1
+            bsn = y
+            bsk = 1
+            osm = z
+            osn = 1
+        elif kind == 2:
+            M = x
+            N = y
+            K = z
+            asm = z
+            ask = 1
+            bsn = 1
+            bsk = y
+            osm = y
+            osn = 1
+        elif kind == 3:
+            M = z
+            N = y
+            K = x
+            mode = 1
+            asm = 1
+            ask = z
+            bsn = 1
+            bsk = y
+            osm = y
+            osn = 1
+        else:
+            M = z
+            N = 1
+            K = x
+            mode = 1
+            asm = 1
+            ask = z
+            bsn = 0
+            bsk = 1
+            osm = 1
+            osn = 1
+    elif kind <= 7:
+        # x B, y Tq, z Tk, w C, u NH
+        hs = w // u
+        nb1 = x
+        nb2 = u
+        if kind == 5:
+            M = y
+            N = z
+            K = hs
+            asm = w
+            ask = 1
+            asb1 = y * w
+            asb2 = hs
+            bsn = w
+            bsk = 1
+            bsb1 = z * w
+            bsb2 = hs
+            osm = z
+            osn = 1
+            osb1 = u * y * z
+            osb2 = y * z
+        elif kind == 6:
+            M = y
+            N = hs
+            K = z
+            asm = z
+            ask = 1
+            asb1 = u * y * z
+            asb2 = y * z
+            bsn = 1
+            bsk = w
+            bsb1 = z * w
+            bsb2 = hs
+            osm = w
+            osn = 1
+            osb1 = y * w
+            osb2 = hs
+        else:
+            M = z
+            N = hs
+            K = y
+            asm = 1
+            ask = z
+            asb1 = u * y * z
+            asb2 = y * z
+            bsn = 1
+            bsk = w
+            bsb1 = y * w
+            bsb2 = hs
+            osm = w
+            osn = 1
+            osb1 = z * w
+            osb2 = hs
+    else:
+        # x B, y T, z C
+        nb1 = x
+        M = z
+        N = 1
+        K = y
+        asm = 1
+        ask = z
+        asb1 = y * z
+        bsn = 0
+        bsk = 1
+        osm = 1
+        osn = 0
+        osb1 = z
+    P = 14                              # bits per operand [B1]
+    lim = 16383                         # 2^P - 1
+    K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
+    xq = N * K4                         # S[0 : N*K4] B rows, S[N*K4 : N*K4+N] B exponents
+    ex = xq + N                         # S[ex : ex+K4] the current A row
+    if ex + K4 > D[31]:
+        return ex + K4
     b31 = 31                            # variables: constant folding would make bigint objects
     b16 = 16
     sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints)
     m32 = (1 << b16) * (1 << b16) - 1   # 0xFFFFFFFF on 64-bit hosts, -1 (all ones) on 32-bit
-    K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
     sh4 = 0                             # each 4-term chunk sum is shifted right by sh4 [B1]
     while (1 << sh4) < (K4 >> 2):
         sh4 += 1
     rh = (1 << sh4) >> 1
-    xq = N * K4                         # S[0 : N*K4] B rows, S[N*K4 : N*K4+N] B exponents
-    ex = xq + N                         # S[ex : ex+K4] the current A row
-    for b1 in range(D[5]):
-        for b2 in range(D[6]):
-            ab = D[7] + b1 * D[10] + b2 * D[11]
-            bb = D[12] + b1 * D[15] + b2 * D[16]
-            ob = D[17] + b1 * D[20] + b2 * D[21]
+    nc = K4 >> 2
+    for k in range(K, K4):
+        S[ex + k] = 0
+    for b1 in range(nb1):
+        for b2 in range(nb2):
+            ab = b1 * asb1 + b2 * asb2
+            bb = b1 * bsb1 + b2 * bsb2
+            ob = b1 * osb1 + b2 * osb2
+            # quantize the N rows of B (block = row n, K values; see the header)
+            j = 0
             for n in range(N):
-                S[xq + n] = int(_quant(s, n * K4, b, bb + n * D[13], D[14], K, P))
+                i0 = bb + n * bsn
+                emax = 0
+                i = i0
+                for k in range(K):
+                    e = (pb[i] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    i += bsk
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                i = i0
+                for k in range(K):
+                    v = pb[i]
+                    i += bsk
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        sh = base - e           # >= 24 - P = 10
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q > lim:
+                                q = lim
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[j] = q
+                    j += 1
                 for k in range(K, K4):
-                    S[n * K4 + k] = 0
-            for k in range(K, K4):
-                S[ex + k] = 0
+                    S[j] = 0
+                    j += 1
+                S[xq + n] = emax
             for m in range(M):
-                ea = int(_quant(s, ex, a, ab + m * D[8], D[9], K, P))
-                oi = ob + m * D[18]
+                # quantize row m of A into S[ex : ex + K]
+                i0 = ab + m * asm
+                emax = 0
+                i = i0
+                for k in range(K):
+                    e = (pa[i] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    i += ask
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                i = i0
+                j = ex
+                for k in range(K):
+                    v = pa[i]
+                    i += ask
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        sh = base - e
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q > lim:
+                                q = lim
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[j] = q
+                    j += 1
+                ea = emax - 252 - P - P + sh4
+                oi = ob + m * osm
+                jn = 0
                 for n in range(N):
                     # [B1] chunk t: |t| < 4 * 2^28, exact mod 2^32 then sign-extended; |acc| < 2^30
                     acc = 0
-                    j = n * K4
                     i = ex
-                    for c in range(K4 >> 2):
-                        t = S[i] * S[j] + S[i + 1] * S[j + 1] + S[i + 2] * S[j + 2] + S[i + 3] * S[j + 3]
+                    for c in range(nc):
+                        t = S[i] * S[jn] + S[i + 1] * S[jn + 1] + S[i + 2] * S[jn + 2] + S[i + 3] * S[jn + 3]
                         t = ((t & m32) ^ sgn) - sgn
                         acc += (t + rh) >> sh4                          #!chk acc
                         i += 4
-                        j += 4
-                    e = ea + S[xq + n] - 252 - P - P + sh4   # value = acc * 2^e
+                        jn += 4
+                    e = ea + S[xq + n]          # value = acc * 2^e
                     # addend: the old output (accumulate) or bias[n]  [B2]
-                    x = 0
-                    if mode == 1:
-                        x = po[oi]
-                    elif mode == 2:
-                        x = pbias[n]
-                    xe = (x >> 23) & 0xFF
-                    if xe != 0:
-                        xm = (x & 0x7FFFFF) | 0x800000
-                        if xe == 255:
-                            xm = 0xFFFFFF
-                            xe = 254
-                        if (x >> 31) & 1:
-                            xm = 0 - xm
-                        xe = xe - 150
-                        if acc == 0:
-                            acc = xm
-                            e = xe
-                        elif xe <= e:
-                            sh = e - xe
-                            if sh > 30:
-                                xm = 0
-                            else:
-                                xm = (xm + ((1 << sh) >> 1)) >> sh
-                            acc += xm                               #!chk acc
+                    if mode != 0:
+                        if mode == 1:
+                            v = po[oi]
                         else:
-                            u = xe - e
-                            if u > 6:
-                                u = 6
-                            xm = xm << u
-                            sh = xe - u - e
-                            if sh > 30:
-                                acc = 0
-                            elif sh > 0:
-                                acc = (acc + (1 << (sh - 1))) >> sh
-                            acc += xm                               #!chk acc
-                            e = xe - u
+                            v = pbias[n]
+                        xe = (v >> 23) & 0xFF
+                        if xe != 0:
+                            xm = (v & 0x7FFFFF) | 0x800000
+                            if xe == 255:
+                                xm = 0xFFFFFF
+                                xe = 254
+                            if (v >> 31) & 1:
+                                xm = 0 - xm
+                            xe = xe - 150
+                            if acc == 0:
+                                acc = xm
+                                e = xe
+                            elif xe <= e:
+                                sh = e - xe
+                                if sh > 30:
+                                    xm = 0
+                                else:
+                                    xm = (xm + ((1 << sh) >> 1)) >> sh
+                                acc += xm                               #!chk acc
+                            else:
+                                uu = xe - e
+                                if uu > 6:
+                                    uu = 6
+                                xm = xm << uu
+                                sh = xe - uu - e
+                                if sh > 30:
+                                    acc = 0
+                                elif sh > 0:
+                                    acc = (acc + (1 << (sh - 1))) >> sh
+                                acc += xm                               #!chk acc
+                                e = xe - uu
                     # pack acc * 2^e into float32 bits (same as _store, inlined)
-                    sg = 0
                     v = acc
+                    sg = 0
                     if v < 0:
                         sg = 1
                         v = 0 - v
@@ -304,10 +519,15 @@ def _gemm(out, a, b, bias, d, s):
                         po[oi] = 0
                     else:
                         if v >= 0x1000000:
-                            sh = 0
-                            t = v >> 24
-                            while t != 0:
-                                t = t >> 1
+                            t = v >> 24                     # 1 .. 127: sh = its bit length
+                            sh = 1
+                            if t >= 16:
+                                t = t >> 4
+                                sh += 4
+                            if t >= 4:
+                                t = t >> 2
+                                sh += 2
+                            if t >= 2:
                                 sh += 1
                             v = (v + (1 << (sh - 1))) >> sh
                             e += sh
@@ -315,10 +535,19 @@ def _gemm(out, a, b, bias, d, s):
                                 v = v >> 1
                                 e += 1
                         else:
-                            while v < 0x8000:
+                            if v < 0x100:
+                                v = v << 16
+                                e -= 16
+                            if v < 0x10000:
                                 v = v << 8
                                 e -= 8
-                            while v < 0x800000:
+                            if v < 0x100000:
+                                v = v << 4
+                                e -= 4
+                            if v < 0x400000:
+                                v = v << 2
+                                e -= 2
+                            if v < 0x800000:
                                 v = v << 1
                                 e -= 1
                         be = e + 150
@@ -329,51 +558,15 @@ def _gemm(out, a, b, bias, d, s):
                             po[oi] = 0
                         else:
                             po[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                    oi += D[19]
+                    oi += osn
+    return 0
 
 
-def _geom(M, N, K, mode, nb1, nb2):
-    D = _D
-    D[0] = M
-    D[1] = N
-    D[2] = K
-    D[3] = mode
-    D[4] = _prec(K)
-    D[5] = nb1
-    D[6] = nb2
-    return D
-
-
-def _setA(off, sm, sk, sb1, sb2):
-    D = _D
-    D[7] = off
-    D[8] = sm
-    D[9] = sk
-    D[10] = sb1
-    D[11] = sb2
-
-
-def _setB(off, sn, sk, sb1, sb2):
-    D = _D
-    D[12] = off
-    D[13] = sn
-    D[14] = sk
-    D[15] = sb1
-    D[16] = sb2
-
-
-def _setO(off, sm, sn, sb1, sb2):
-    D = _D
-    D[17] = off
-    D[18] = sm
-    D[19] = sn
-    D[20] = sb1
-    D[21] = sb2
-
-
-def _run(out, a, b, bias, N, K):
-    K4 = (K + 3) & -4
-    _gemm(out, a, b, out if bias is None else bias, _D, _iscratch(N * K4 + N + K4))
+def _mm(out, a, b, bias, kind, x, y, z, w, u):
+    # _gemm with the module scratch (_D[31] = its length, kept by _iscratch), grown on demand
+    n = _gemm(out, a, b, bias, _D, _S[0], kind, x, y, z, w, u)
+    if n:
+        _gemm(out, a, b, bias, _D, _iscratch(n), kind, x, y, z, w, u)
 
 
 # ---- simple elementwise kernels --------------------------------------------------------------
@@ -432,7 +625,55 @@ def _add2(out, inp, n: int, s):
             xm = 0 - xm
         if (y >> 31) & 1:
             ym = 0 - ym
-        _store(out, i, xm + ym, e - 156)                            #!chk xm, ym
+        v = xm + ym                                                 #!chk xm, ym, v
+        e = e - 156
+        sg = 0
+        if v < 0:
+            sg = 1
+            v = 0 - v
+        if v == 0:
+            po[i] = 0
+        else:
+            if v >= 0x1000000:
+                t = v >> 24                     # 1 .. 127: sh = its bit length
+                sh = 1
+                if t >= 16:
+                    t = t >> 4
+                    sh += 4
+                if t >= 4:
+                    t = t >> 2
+                    sh += 2
+                if t >= 2:
+                    sh += 1
+                v = (v + (1 << (sh - 1))) >> sh
+                e += sh
+                if v >= 0x1000000:
+                    v = v >> 1
+                    e += 1
+            else:
+                if v < 0x100:
+                    v = v << 16
+                    e -= 16
+                if v < 0x10000:
+                    v = v << 8
+                    e -= 8
+                if v < 0x100000:
+                    v = v << 4
+                    e -= 4
+                if v < 0x400000:
+                    v = v << 2
+                    e -= 2
+                if v < 0x800000:
+                    v = v << 1
+                    e -= 1
+            be = e + 150
+            if be >= 255:
+                be = 255
+                po[i] = (sg << 31) | (be << 23)
+            elif be <= 0:
+                po[i] = 0
+            else:
+                po[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
 
 
 def add_inplace(out, inp, n):
@@ -441,48 +682,33 @@ def add_inplace(out, inp, n):
 
 def matmul_forward(out, inp, weight, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
-    _geom(N, OC, C, 0 if bias is None else 2, 1, 1)
-    _setA(0, C, 1, 0, 0)       # inp row n
-    _setB(0, C, 1, 0, 0)       # weight row o
-    _setO(0, OC, 1, 0, 0)
-    _run(out, inp, weight, bias, OC, C)
+    if bias is None:
+        _mm(out, inp, weight, out, 1, N, C, OC, 0, 0)
+    else:
+        _mm(out, inp, weight, bias, 1, N, C, OC, 1, 0)
 
 
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
     # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias (OC,) += sum_n dout
     if dinp is not None:
-        _geom(N, C, OC, 0, 1, 1)
-        _setA(0, OC, 1, 0, 0)  # dout row n
-        _setB(0, 1, C, 0, 0)   # weight column c
-        _setO(0, C, 1, 0, 0)
-        _run(dinp, dout, weight, None, C, OC)
+        _mm(dinp, dout, weight, dinp, 2, N, C, OC, 0, 0)
     if dweight is not None:
-        _geom(OC, C, N, 1, 1, 1)
-        _setA(0, 1, OC, 0, 0)  # dout column o
-        _setB(0, 1, C, 0, 0)   # inp column c
-        _setO(0, C, 1, 0, 0)
-        _run(dweight, dout, inp, None, C, N)
+        _mm(dweight, dout, inp, dweight, 3, N, C, OC, 0, 0)
     if dbias is not None:
-        _geom(OC, 1, N, 1, 1, 1)
-        _setA(0, 1, OC, 0, 0)  # dout column o
-        _setB(0, 0, 1, 0, 0)   # ones (N,)
-        _setO(0, 1, 1, 0, 0)
-        _run(dbias, dout, _ones(N), None, 1, N)
+        _mm(dbias, dout, _ones(N), dbias, 4, N, C, OC, 0, 0)
 
 
 # ---- attention -------------------------------------------------------------------------------
-# _D fields for _softmax / _softmax_back: 22 NH, 23 Tq, 24 Tk, 25 causal, 26 scale mantissa (Q15),
-#   27 scale exponent, 28 mask present, 29 B
+# _D fields for _softmax: 24 Tk, 25 causal, 26 scale mantissa (Q15), 27 scale exponent,
+#   28 mask present, 29 B
 @micropython.viper
-def _softmax(att, mask, d, s):
+def _softmax(att, mask, d, s, NH: int, Tq: int):
     # att (B, NH, Tq, Tk): raw scores in, softmax(scores * scale) out, in place  [B3]
     D = ptr32(d)
     S = ptr32(s)
     pa = ptr32(att)
     pm = ptr8(mask)
-    NH = D[22]
-    Tq = D[23]
     Tk = D[24]
     causal = D[25]
     sm = D[26]
@@ -493,6 +719,7 @@ def _softmax(att, mask, d, s):
     se = (se ^ sx) - sx
     shift = Tk - Tq
     clamp = 1 << 26                     # |score| <= 1024 in Q16
+    ymax = 16 * 45426                   # exp(-y) < 2^-16: weight 0
     ab = 0
     for b in range(D[29]):
         for h in range(NH):
@@ -539,49 +766,58 @@ def _softmax(att, mask, d, s):
                         S[j] = 0
                         continue
                     y = mx - v                              # 0 <= y <= 2^27 (Q16)
-                    k = y // 45426                          # ln 2 in Q16
-                    r = y - k * 45426                       # [0, ln2) in Q16
-                    if k > 15:
+                    if y >= ymax:
                         S[j] = 0
                         continue
-                    # e^-r = 1 - r(1 - r/2(1 - r/3(1 - r/4(1 - r/5(1 - r/6))))), Q15 terms
+                    # k = y // ln2 (ln 2 = 45426 in Q16), r = y - k ln2 in [0, ln2): a
+                    # reciprocal estimate ((y >> 5) * 1477 < 2^26) that is low by at most 1
+                    k = ((y >> 5) * 1477) >> 21
+                    r = y - k * 45426
+                    if r >= 45426:
+                        r -= 45426
+                        k += 1
+                    # e^-r = 1 - r(1 - r/2(1 - r/3(1 - r/4(1 - r/5(1 - r/6))))), Q15 terms;
+                    # (r p) >> 16 < 45426 * 2^15 / 2^16 < 2^15, so /5 and /3 are exact reciprocal
+                    # multiplies (x < 2^16: x // 3 = (x * 43691) >> 17, x // 5 = (x * 52429) >> 18;
+                    # products < 2^31)
                     p = 32768 - ((r * 5461) >> 16)          # 5461 = 2^15/6
-                    p = 32768 - ((r * p) >> 16) // 5            #!chk p
-                    p = 32768 - ((r * p) >> 16) // 4
-                    p = 32768 - ((r * p) >> 16) // 3
-                    p = 32768 - ((r * p) >> 16) // 2
+                    p = 32768 - ((((r * p) >> 16) * 52429) >> 18)   #!chk p
+                    p = 32768 - (((r * p) >> 16) >> 2)
+                    p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
+                    p = 32768 - (((r * p) >> 16) >> 1)
                     p = 32768 - ((r * p) >> 16)
                     p = (p + ((1 << k) >> 1)) >> k
                     if p > 32767:
                         p = 32767
                     S[j] = p
                     z += p
-                # pass 3: weights w_j = e_j / Z (written as float32; 0 where masked)
+                # pass 3: weights w_j = e_j / Z = w * 2^-16, w <= 2^16 (0 where masked)
                 for j in range(Tk):
-                    if z == 0:
+                    w = 0
+                    if z != 0:
+                        w = (S[j] << 16) // z
+                    if w == 0:
                         pa[ab + j] = 0
                     else:
-                        w = (S[j] << 16) // z
-                        _store(att, ab + j, w, 0 - 16)
+                        e = 150 - 16                # biased exponent of w * 2^-16 (>= 111)
+                        while w < 0x8000:
+                            w = w << 8
+                            e -= 8
+                        while w < 0x800000:
+                            w = w << 1
+                            e -= 1
+                        pa[ab + j] = (e << 23) | (w & 0x7FFFFF)
                 ab += Tk
 
 
 @micropython.viper
-def _softmax_back(ds, att, d, s):
-    # in the forward pass this was att = softmax(scores * scale)
-    # ds (B, NH, Tq, Tk): dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in place.
+def _softmax_back(ds, att, rows: int, Tk: int, sm: int, se: int):
+    # in the forward pass this was att = softmax(scores * scale), rows = B * NH * Tq
+    # ds (rows, Tk): dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in place.
     # dA_j - dot cancels when attention is peaked, so dot is built from 30-bit products
     # (24x24-bit mantissas split in 12-bit halves) instead of block-float.  [B4]
-    D = ptr32(d)
     pd = ptr32(ds)
     pa = ptr32(att)
-    Tk = D[24]
-    sm = D[26]
-    se = D[27]
-    rows = D[29] * D[22] * D[23]
-    b31 = 31
-    sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load
-    se = (se ^ sx) - sx
     h = 1                               # headroom: 2^h >= 2 Tk
     while (1 << h) < Tk + Tk:
         h += 1
@@ -668,92 +904,110 @@ def _softmax_back(ds, att, d, s):
                     md = (md + ((1 << sh) >> 1)) >> sh
                 v = md - o                                          #!chk v
                 e = de
-            # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits)
+            # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
             neg = 0
             if v < 0:
                 neg = 1
                 v = 0 - v
-            while v >= 0x8000:
+            while v >= 0x800000:
+                v = v >> 8
+                e += 8
+            if v >= 0x80000:
+                v = v >> 4
+                e += 4
+            if v >= 0x20000:
+                v = v >> 2
+                e += 2
+            if v >= 0x10000:
+                v = v >> 1
+                e += 1
+            if v >= 0x8000:
                 v = v >> 1
                 e += 1
             ma = ((x & 0x7FFFFF) | 0x800000) >> 9
             if ea == 255:
                 ma = 0x7FFF
             v = ((v * ma) >> 15) * sm                               #!chk v
-            if neg:
-                v = 0 - v
-            _store(ds, ab + j, v, e + ea - 126 + se)
+            # pack v * 2^(e + ea - 126 + se) into float32 bits (_store inlined; v < 2^30)
+            e = e + ea - 126 + se
+            sg = neg
+            if v == 0:
+                pd[ab + j] = 0
+            else:
+                if v >= 0x1000000:
+                    t = v >> 24                     # 1 .. 127: sh = its bit length
+                    sh = 1
+                    if t >= 16:
+                        t = t >> 4
+                        sh += 4
+                    if t >= 4:
+                        t = t >> 2
+                        sh += 2
+                    if t >= 2:
+                        sh += 1
+                    v = (v + (1 << (sh - 1))) >> sh
+                    e += sh
+                    if v >= 0x1000000:
+                        v = v >> 1
+                        e += 1
+                else:
+                    if v < 0x100:
+                        v = v << 16
+                        e -= 16
+                    if v < 0x10000:
+                        v = v << 8
+                        e -= 8
+                    if v < 0x100000:
+                        v = v << 4
+                        e -= 4
+                    if v < 0x400000:
+                        v = v << 2
+                        e -= 2
+                    if v < 0x800000:
+                        v = v << 1
+                        e -= 1
+                be = e + 150
+                if be >= 255:
+                    be = 255
+                    pd[ab + j] = (sg << 31) | (be << 23)
+                elif be <= 0:
+                    pd[ab + j] = 0
+                else:
+                    pd[ab + j] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
         ab += Tk
-
-
-def _attn_dims(B, NH, Tq, Tk, hs, causal, hasmask):
-    D = _D
-    sm, se = _scale_of(hs)
-    D[22] = NH
-    D[23] = Tq
-    D[24] = Tk
-    D[25] = causal
-    D[26] = sm
-    D[27] = se
-    D[28] = hasmask
-    D[29] = B
 
 
 def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
     # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
     # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
-    hs = C // NH
-    # scores: att[b,h,t,j] = q[b,t,h] . k[b,j,h]
-    _geom(Tq, Tk, hs, 0, B, NH)
-    _setA(0, C, 1, Tq * C, hs)
-    _setB(0, C, 1, Tk * C, hs)
-    _setO(0, Tk, 1, NH * Tq * Tk, Tq * Tk)
-    _run(att, q, k, None, Tk, hs)
-    _attn_dims(B, NH, Tq, Tk, hs, causal, 0 if mask is None else 1)
-    _softmax(att, _D if mask is None else mask, _D, _iscratch(Tk))
-    # context: out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
-    _geom(Tq, hs, Tk, 0, B, NH)
-    _setA(0, Tk, 1, NH * Tq * Tk, Tq * Tk)
-    _setB(0, 1, C, Tk * C, hs)
-    _setO(0, C, 1, Tq * C, hs)
-    _run(out, att, v, None, hs, Tk)
+    sc = _scale_of(C // NH)
+    _mm(att, q, k, att, 5, B, Tq, Tk, C, NH)         # scores att[b,h,t,j] = q[b,t,h] . k[b,j,h]
+    _D[24] = Tk
+    _D[25] = causal
+    _D[26] = sc[0]
+    _D[27] = sc[1]
+    _D[29] = B
+    if mask is None:
+        _D[28] = 0
+        _softmax(att, _D, _D, _iscratch(Tk), NH, Tq)
+    else:
+        _D[28] = 1
+        _softmax(att, mask, _D, _iscratch(Tk), NH, Tq)
+    _mm(out, att, v, out, 6, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
     # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights
-    hs = C // NH
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
-    # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
-    _geom(Tq, Tk, hs, 0, B, NH)
-    _setA(0, C, 1, Tq * C, hs)
-    _setB(0, C, 1, Tk * C, hs)
-    _setO(0, Tk, 1, NH * Tq * Tk, Tq * Tk)
-    _run(F, dout, v, None, Tk, hs)
-    # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
-    _geom(Tk, hs, Tq, 0, B, NH)
-    _setA(0, 1, Tk, NH * Tq * Tk, Tq * Tk)
-    _setB(0, 1, C, Tq * C, hs)
-    _setO(0, C, 1, Tk * C, hs)
-    _run(dv, att, dout, None, hs, Tq)
-    # dS = A (dA - rowsum(dA A)) / sqrt(hs)
-    _attn_dims(B, NH, Tq, Tk, hs, 0, 0)
-    _softmax_back(F, att, _D, None)
-    # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h]
-    _geom(Tq, hs, Tk, 0, B, NH)
-    _setA(0, Tk, 1, NH * Tq * Tk, Tq * Tk)
-    _setB(0, 1, C, Tk * C, hs)
-    _setO(0, C, 1, Tq * C, hs)
-    _run(dq, F, k, None, hs, Tk)
-    # dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h]
-    _geom(Tk, hs, Tq, 0, B, NH)
-    _setA(0, 1, Tk, NH * Tq * Tk, Tq * Tk)
-    _setB(0, 1, C, Tq * C, hs)
-    _setO(0, C, 1, Tk * C, hs)
-    _run(dk, F, q, None, hs, Tq)
-
+    _mm(F, dout, v, F, 5, B, Tq, Tk, C, NH)          # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
+    _mm(dv, att, dout, dv, 7, B, Tq, Tk, C, NH)      # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
+    sc = _scale_of(C // NH)
+    _softmax_back(F, att, B * NH * Tq, Tk, sc[0], sc[1])   # dS = A (dA - rowsum(dA A)) / sqrt(hs)
+    _mm(dq, F, k, dq, 6, B, Tq, Tk, C, NH)           # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h]
+    _mm(dk, F, q, dk, 7, B, Tq, Tk, C, NH)           # dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h]
 
 
 # ---- activations -----------------------------------------------------------------------------
@@ -834,22 +1088,75 @@ def _invs(T):
     return a
 
 
+@micropython.viper
+def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
+    # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
+    # (m >> 8) * im < 2^16 * 2^15 = 2^31, rounded to float32 like _store, then copied T times
+    pi = ptr32(dinp)
+    po = ptr32(dout)
+    TC = T * C
+    b31 = 31                            # a variable: 1 << 31 would be folded into a bigint
+    for b in range(B):
+        for c in range(C):
+            x = po[b * C + c]
+            ex = (x >> 23) & 0xFF
+            r = 0
+            if ex != 0:
+                m = (x & 0x7FFFFF) | 0x800000
+                if ex == 255:
+                    m = 0xFFFFFF
+                    ex = 254
+                v = (m >> 8) * im                                   #!chk v
+                e = ex - 142 + ie
+                sh = 0
+                t = v >> 24
+                while t != 0:
+                    t = t >> 1
+                    sh += 1
+                if sh > 0:
+                    v = (v + (1 << (sh - 1))) >> sh
+                    e += sh
+                    if v >= 0x1000000:
+                        v = v >> 1
+                        e += 1
+                while v < 0x800000:
+                    v = v << 1
+                    e -= 1
+                be = e + 150
+                if be >= 255:
+                    be = 255
+                    r = be << 23
+                elif be > 0:
+                    r = (be << 23) | (v & 0x7FFFFF)
+                if (x >> 31) & 1:
+                    r = r | (1 << b31)
+                if be <= 0:
+                    r = 0
+            i = b * TC + c
+            for t in range(T):
+                pi[i] = r
+                i += C
+
+
+_INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
+
+
+def _invT(T):
+    sc = _INVT.get(T)
+    if sc is None:
+        sc = _INVT[T] = _mant15(1.0 / T)
+    return sc
+
+
 def avgpool_forward(out, inp, B, T, C):
     # out (B, C) = mean over T of inp (B, T, C)
-    _geom(C, 1, T, 0, B, 1)
-    _setA(0, 1, C, T * C, 0)        # inp column c of batch b
-    _setB(0, 0, 1, 0, 0)            # 1/T (T,)
-    _setO(0, 1, 0, C, 0)
-    _run(out, inp, _invs(T), None, 1, T)
+    _mm(out, inp, _invs(T), out, 8, B, T, C, 0, 0)
 
 
 def avgpool_backward(dinp, dout, B, T, C):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
-    _geom(C, T, 1, 0, B, 1)
-    _setA(0, 1, 0, C, 0)            # dout[b, c]
-    _setB(0, 1, 0, 0, 0)            # 1/T
-    _setO(0, 1, C, T * C, 0)
-    _run(dinp, dout, _invs(T), None, T, 1)
+    sc = _invT(T)
+    _bcast(dinp, dout, B, T, C, sc[0], sc[1])
 
 
 # ---- softmax cross-entropy -------------------------------------------------------------------
@@ -1129,7 +1436,55 @@ def _adam(p, g, m, v, n: int, c):
                     mm = (mm + ((1 << sh) >> 1)) >> sh
                 mm = mm + t
                 me = te
-        _store(m, i, mm, me)
+        kv = mm
+        ke = me
+        ks = 0
+        if kv < 0:
+            ks = 1
+            kv = 0 - kv
+        if kv == 0:
+            pm[i] = 0
+        else:
+            if kv >= 0x1000000:
+                kt = kv >> 24                     # 1 .. 127: kh = its bit length
+                kh = 1
+                if kt >= 16:
+                    kt = kt >> 4
+                    kh += 4
+                if kt >= 4:
+                    kt = kt >> 2
+                    kh += 2
+                if kt >= 2:
+                    kh += 1
+                kv = (kv + (1 << (kh - 1))) >> kh
+                ke += kh
+                if kv >= 0x1000000:
+                    kv = kv >> 1
+                    ke += 1
+            else:
+                if kv < 0x100:
+                    kv = kv << 16
+                    ke -= 16
+                if kv < 0x10000:
+                    kv = kv << 8
+                    ke -= 8
+                if kv < 0x100000:
+                    kv = kv << 4
+                    ke -= 4
+                if kv < 0x400000:
+                    kv = kv << 2
+                    ke -= 2
+                if kv < 0x800000:
+                    kv = kv << 1
+                    ke -= 1
+            kb = ke + 150
+            if kb >= 255:
+                kb = 255
+                pm[i] = (ks << 31) | (kb << 23)
+            elif kb <= 0:
+                pm[i] = 0
+            else:
+                pm[i] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
         # ---- v = beta2 v + (1 - beta2) d^2 ----------------------------------------------
         x = pv[i]
         e = (x >> 23) & 0xFF
@@ -1165,7 +1520,55 @@ def _adam(p, g, m, v, n: int, c):
                     vm = (vm + ((1 << sh) >> 1)) >> sh
                 vm = vm + t
                 ve = te
-        _store(v, i, vm, ve)
+        kv = vm
+        ke = ve
+        ks = 0
+        if kv < 0:
+            ks = 1
+            kv = 0 - kv
+        if kv == 0:
+            pv[i] = 0
+        else:
+            if kv >= 0x1000000:
+                kt = kv >> 24                     # 1 .. 127: kh = its bit length
+                kh = 1
+                if kt >= 16:
+                    kt = kt >> 4
+                    kh += 4
+                if kt >= 4:
+                    kt = kt >> 2
+                    kh += 2
+                if kt >= 2:
+                    kh += 1
+                kv = (kv + (1 << (kh - 1))) >> kh
+                ke += kh
+                if kv >= 0x1000000:
+                    kv = kv >> 1
+                    ke += 1
+            else:
+                if kv < 0x100:
+                    kv = kv << 16
+                    ke -= 16
+                if kv < 0x10000:
+                    kv = kv << 8
+                    ke -= 8
+                if kv < 0x100000:
+                    kv = kv << 4
+                    ke -= 4
+                if kv < 0x400000:
+                    kv = kv << 2
+                    ke -= 2
+                if kv < 0x800000:
+                    kv = kv << 1
+                    ke -= 1
+            kb = ke + 150
+            if kb >= 255:
+                kb = 255
+                pv[i] = (ks << 31) | (kb << 23)
+            elif kb <= 0:
+                pv[i] = 0
+            else:
+                pv[i] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
         if mm == 0:
             continue
         # ---- step = (lr / bc1) m / (sqrt(v / bc2) + eps) -----------------------------------
@@ -1246,7 +1649,55 @@ def _adam(p, g, m, v, n: int, c):
         if e == 0:
             if neg:
                 q = 0 - q
-            _store(p, i, 0 - q, qe)
+            kv = 0 - q
+            ke = qe
+            ks = 0
+            if kv < 0:
+                ks = 1
+                kv = 0 - kv
+            if kv == 0:
+                pp[i] = 0
+            else:
+                if kv >= 0x1000000:
+                    kt = kv >> 24                     # 1 .. 127: kh = its bit length
+                    kh = 1
+                    if kt >= 16:
+                        kt = kt >> 4
+                        kh += 4
+                    if kt >= 4:
+                        kt = kt >> 2
+                        kh += 2
+                    if kt >= 2:
+                        kh += 1
+                    kv = (kv + (1 << (kh - 1))) >> kh
+                    ke += kh
+                    if kv >= 0x1000000:
+                        kv = kv >> 1
+                        ke += 1
+                else:
+                    if kv < 0x100:
+                        kv = kv << 16
+                        ke -= 16
+                    if kv < 0x10000:
+                        kv = kv << 8
+                        ke -= 8
+                    if kv < 0x100000:
+                        kv = kv << 4
+                        ke -= 4
+                    if kv < 0x400000:
+                        kv = kv << 2
+                        ke -= 2
+                    if kv < 0x800000:
+                        kv = kv << 1
+                        ke -= 1
+                kb = ke + 150
+                if kb >= 255:
+                    kb = 255
+                    pp[i] = (ks << 31) | (kb << 23)
+                elif kb <= 0:
+                    pp[i] = 0
+                else:
+                    pp[i] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
             continue
         pmm = ((y & 0x7FFFFF) | 0x800000) << 6
         if e == 255:
@@ -1265,14 +1716,63 @@ def _adam(p, g, m, v, n: int, c):
                 q = 0
             else:
                 q = (q + ((1 << sh) >> 1)) >> sh
-            _store(p, i, pmm - q, pe)                               
+            kv = pmm - q
+            ke = pe
         else:
             sh = qe - pe
             if sh > 30:
                 pmm = 0
             else:
                 pmm = (pmm + ((1 << sh) >> 1)) >> sh
-            _store(p, i, pmm - q, qe)
+            kv = pmm - q
+            ke = qe
+        ks = 0
+        if kv < 0:
+            ks = 1
+            kv = 0 - kv
+        if kv == 0:
+            pp[i] = 0
+        else:
+            if kv >= 0x1000000:
+                kt = kv >> 24                     # 1 .. 127: kh = its bit length
+                kh = 1
+                if kt >= 16:
+                    kt = kt >> 4
+                    kh += 4
+                if kt >= 4:
+                    kt = kt >> 2
+                    kh += 2
+                if kt >= 2:
+                    kh += 1
+                kv = (kv + (1 << (kh - 1))) >> kh
+                ke += kh
+                if kv >= 0x1000000:
+                    kv = kv >> 1
+                    ke += 1
+            else:
+                if kv < 0x100:
+                    kv = kv << 16
+                    ke -= 16
+                if kv < 0x10000:
+                    kv = kv << 8
+                    ke -= 8
+                if kv < 0x100000:
+                    kv = kv << 4
+                    ke -= 4
+                if kv < 0x400000:
+                    kv = kv << 2
+                    ke -= 2
+                if kv < 0x800000:
+                    kv = kv << 1
+                    ke -= 1
+            kb = ke + 150
+            if kb >= 255:
+                kb = 255
+                pp[i] = (ks << 31) | (kb << 23)
+            elif kb <= 0:
+                pp[i] = 0
+            else:
+                pp[i] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
 
 
 def _setc(slot, x):
