@@ -59,8 +59,7 @@ _D = array("i", [0] * 32)      # descriptor handed to _gemm / _softmax (geometry
 _S = [array("i", [0] * 64)]    # int scratch: quantized blocks
 _F = [array("f", [0.0] * 64)]  # float scratch: dA / dS rows of the attention backward
 _ONES = [array("f", [1.0] * 16)]
-_C = array("i", [0] * 16)      # float constants as raw bits for the optimizers (see _bits)
-_CF = array("f", [0.0] * 16)   # the same slots as floats: _CF[i] = x makes _C[i] its bits
+_CF = array("f", [0.0, 0.0, 1.0, 0.0])  # floats handed to viper as float32 bits (adam_update)
 _SCALE = {}                    # head size -> (mantissa Q15, exponent) of 1/sqrt(hs)
 
 
@@ -1775,6 +1774,43 @@ def _adam(p, g, m, v, n: int, c):
                 pp[i] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
 
 
+@micropython.viper
+def _m15div(c, slot: int, cf, ia: int, ib: int):
+    # c[slot], c[slot+1] = _mant15(cf[ia] / cf[ib]) for positive float32 operands, without boxing
+    # a float: 16-bit restoring division of the 24-bit mantissas (r < 2^26), then the same
+    # round-half-up to 15 bits as _mant15 (floor((floor(x 2^15) + 1) / 2) = floor(x 2^14 + 1/2))
+    C = ptr32(c)
+    F = ptr32(cf)
+    a = F[ia]
+    b = F[ib]
+    ea = (a >> 23) & 0xFF
+    eb = (b >> 23) & 0xFF
+    if ea == 0 or eb == 0:
+        C[slot] = 0
+        C[slot + 1] = 0
+        return
+    r = (a & 0x7FFFFF) | 0x800000
+    d = (b & 0x7FFFFF) | 0x800000
+    e = ea - eb
+    if r < d:
+        r = r << 1
+        e -= 1
+    q = 1                               # the ratio is now in [1, 2)
+    r = r - d
+    for k in range(15):
+        r = r << 1
+        q = q << 1
+        if r >= d:
+            r = r - d
+            q = q | 1
+    m = (q + 1) >> 1                    # [2^14, 2^15]
+    if m >= 32768:
+        m = m >> 1
+        e += 1
+    C[slot] = m
+    C[slot + 1] = e - 14
+
+
 def _setc(slot, x):
     m, e = _mant15(x)
     C = _C
@@ -1788,15 +1824,15 @@ _LAST = [None, None, None, None, None, None, None, None]
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for step t.
     # p, g, m, v (n,): m and v are the moment estimates, updated in place
+    # The constants are converted only when they change: the hyperparameters (boxed floats
+    # allowed, rare), and bc1/bc2 once per step, through float32 slots and viper (no allocation).
     L = _LAST
     if not (L[0] is lr and L[1] is beta1 and L[2] is beta2 and L[3] is eps
-            and L[4] is weight_decay and L[5] is bc1 and L[6] is bc2 and L[7] is decoupled):
+            and L[4] is weight_decay and L[7] is decoupled):
         _setc(0, beta1)
         _setc(2, 1.0 - beta1)
         _setc(4, beta2)
         _setc(6, 1.0 - beta2)
-        _setc(8, lr / bc1)
-        _setc(10, 1.0 / bc2)
         _setc(12, eps)
         _setc(14, (lr * weight_decay) if decoupled else weight_decay)
         _C[16] = 1 if decoupled else 0
@@ -1805,9 +1841,17 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         L[2] = beta2
         L[3] = eps
         L[4] = weight_decay
+        L[5] = None
+        L[7] = decoupled
+    if not (L[5] is bc1 and L[6] is bc2):
+        CF = _CF
+        CF[0] = lr
+        CF[1] = bc1
+        CF[3] = bc2
+        _m15div(_C, 8, CF, 0, 1)        # lr / bc1
+        _m15div(_C, 10, CF, 2, 3)       # 1 / bc2
         L[5] = bc1
         L[6] = bc2
-        L[7] = decoupled
     _adam(p, g, m, v, n, _C)
 
 # ---- portable fallbacks (boxed floats; not on the hot path of the models we train) -----------
