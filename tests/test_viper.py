@@ -299,10 +299,16 @@ def _clog2(n):
 
 def test_overflow_bounds_analytic():
     # [B1] _gemm: |q| <= 2^14 - 1, chunks of 4, each chunk rounded and shifted by s = clog2(K4/4)
+    # when K4 > 8; K4 = 4 is one unshifted chunk, K4 = 8 two unshifted chunks (halved, rounded,
+    # before an addend)
     q = (1 << 14) - 1
+    assert 8 * q * q == 2 ** 31 - 2 ** 18 + 8 < 2 ** 31
+    assert ((8 * q * q + 1) >> 1) + (1 << 30) - 1 < 2 ** 31
     for K in list(range(1, 300)) + [1 << p for p in range(9, 19)]:
         K4 = (K + 3) // 4 * 4
-        s = _clog2(K4 // 4)
+        s = _clog2(K4 // 4) if K4 > 8 else 0
+        if K4 <= 8:
+            continue
         chunk = 4 * q * q
         assert chunk == 2 ** 30 - 2 ** 17 + 4
         acc = (K4 // 4) * ((chunk + ((1 << s) >> 1)) >> s)
@@ -329,7 +335,7 @@ def full(n, val):
 def rel(a, b):
     m = max(abs(t) for t in a)
     return max(abs(a[i] - b[i]) for i in range(len(a))) / m
-for K in (1, 3, 4, 5, 64, 1000, 4096):
+for K in (1, 3, 4, 5, 8, 9, 64, 1000, 4096):
     for sgn in (1.0, -1.0):
         x = full(2 * K, M); w = full(2 * K, sgn * M); b = full(2, sgn * 3e38 / 1e38)
         o1 = array('f', bytes(16)); o2 = array('f', bytes(16))
@@ -339,6 +345,11 @@ for K in (1, 3, 4, 5, 64, 1000, 4096):
         P.matmul_backward(None, dw1, None, w, x, w, K, 2, 2)
         V.matmul_backward(None, dw2, None, w, x, w, K, 2, 2)
         print("ERR worst dweight N=%d sgn=%d %.3e" % (K, sgn, rel(dw1, dw2)))
+        # the bias gradient fused into the dweight product (a row of ones)
+        dw1 = full(4 * K, sgn * M); dw2 = array('f', dw1); db1 = full(2, sgn * M); db2 = array('f', db1)
+        P.matmul_backward(None, dw1, db1, w, x, w, K, 2, 2)
+        V.matmul_backward(None, dw2, db2, w, x, w, K, 2, 2)
+        print("ERR worst dweight+dbias N=%d sgn=%d %.3e" % (K, sgn, max(rel(dw1, dw2), rel(db1, db2))))
 # attention with the largest scores (clamped) and the largest values
 for T in (1, 4, 33):
     C = 8

@@ -17,11 +17,14 @@
 #     each 4-term chunk t = sum of 4 products has |t| <= 4 (2^14 - 1)^2 = 2^30 - 2^17 + 4. Chunks
 #     are rounded and shifted right by s = clog2(K/4) before they are summed, so
 #       |acc| <= (K/4) * (2^30 - 2^17 + 4 + 2^(s-1)) / 2^s < 2^30   (for K < 2^19).       [B1]
-#     On a 64-bit host t is computed modulo 2^32 and sign-extended from bit 31, so the unix
-#     port reproduces the ESP32's wrap-around exactly: an overflow would show up as a wrong
-#     result in tests/test_viper.py, which drives the bound with worst-case inputs.
+#     Short rows skip the shifts: K4 = 4 is one chunk (< 2^30); K4 = 8 sums two chunks,
+#     |acc| <= 8 (2^14 - 1)^2 = 2^31 - 2^18 + 8 < 2^31, halved (rounded) before an addend.
+#     On a 64-bit host ptr32 loads zero-extend, so t (or the short-row acc) is computed modulo
+#     2^32 and sign-extended from bit 31: the unix port reproduces the ESP32's wrap-around
+#     exactly, and an overflow would show up as a wrong result in tests/test_viper.py, which
+#     drives the bound with worst-case inputs (K = 1..9, 64, 1000, 4096).
 #   Adding a bias / the old value (accumulate mode): |acc| < 2^30, addend aligned to < 2^30
-#     before the add, so |sum| < 2^31.                                                     [B2]
+#     before the add, so |sum| < 2^31. The dbias row of ones (q = 2^13) obeys [B1] too.     [B2]
 #   Softmax: scores are converted to Q16 and clamped to |s| <= 2^26 (|score| <= 1024), so
 #     s - max >= -2^27; exp in Q15 via Horner with r < ln2 in Q16: r * t < 45426 * 2^15 < 2^31;
 #     weights w = (e << 16) // Z with e <= 2^15 - 1 (< 2^31); A.V is a [B1] MAC.          [B3]
@@ -224,7 +227,7 @@ def _quant(dst, doff: int, src, off: int, stride: int, n: int, P: int) -> int:
 # single viper call (the Python wrappers cost more than the math at Iris sizes):
 #   1 matmul forward  (N, C, OC, hasbias):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias)
 #   2 matmul dinp     (N, C, OC):           dinp (N, C) = dout (N, OC) . W (OC, C)
-#   3 matmul dweight  (N, C, OC):           dW (OC, C) += dout^T . inp
+#   3 matmul dweight  (N, C, OC, hasbias):  dW (OC, C) += dout^T . inp (and bias: db (OC,) += dout^T . 1)
 #   4 matmul dbias    (N, C, OC):           db (OC,) += dout^T . ones (N,)
 #   5 per-head scores (B, Tq, Tk, C, NH):   att[b,h,t,j] = a[b,t,h] . b[b,j,h]    (att, A = q, B = k)
 #   6 per-head ctx    (B, Tq, Tk, C, NH):   out[b,t,h] = sum_j att[b,h,t,j] b[b,j,h]  (A = att)
@@ -365,21 +368,48 @@ def _gemm(out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: i
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
     K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
-    xq = N * K4                         # S[0 : N*K4] B rows, S[N*K4 : N*K4+N] B exponents
-    ex = xq + N                         # S[ex : ex+K4] the current A row
-    if ex + K4 > D[31]:
-        return ex + K4
+    nc = K4 >> 2
+    NB = N                              # B rows quantized: N, plus a row of ones when the
+    fuse = 0                            # bias gradient rides along (kind 3 with a bias)
+    if kind == 3 and w:
+        NB = N + 1
+        fuse = 1
+    xq = NB * K4                        # S[0 : NB*K4] B rows, S[xq : xq+NB] B exponents
+    ex = xq + NB                        # S[ex : ex+K4] the current A row
+    bd = ex + K4                        # S[bd : bd+2N] bias[n] decoded (mode 2): mantissa, exponent
+    if bd + N + N > D[31]:
+        return bd + N + N
+    sh4 = 0                             # each 4-term chunk sum is shifted right by sh4 [B1]
+    if nc > 2:
+        while (1 << sh4) < nc:
+            sh4 += 1
+    rh = (1 << sh4) >> 1
     b31 = 31                            # variables: constant folding would make bigint objects
     b16 = 16
-    sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints)
-    m32 = (1 << b16) * (1 << b16) - 1   # 0xFFFFFFFF on 64-bit hosts, -1 (all ones) on 32-bit
-    sh4 = 0                             # each 4-term chunk sum is shifted right by sh4 [B1]
-    while (1 << sh4) < (K4 >> 2):
-        sh4 += 1
-    rh = (1 << sh4) >> 1
-    nc = K4 >> 2
-    for k in range(K, K4):
+    sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints):
+    m32 = (1 << b16) * (1 << b16) - 1   # ptr32 loads of S zero-extend on 64-bit hosts; sums are
+    for k in range(K, K4):              # exact mod 2^32 and bounded below 2^31, so this restores them
         S[ex + k] = 0
+    if mode == 2:
+        for n in range(N):
+            v = pbias[n]
+            xe = (v >> 23) & 0xFF
+            xm = 0
+            if xe != 0:
+                xm = (v & 0x7FFFFF) | 0x800000
+                if xe == 255:
+                    xm = 0xFFFFFF
+                    xe = 254
+                if (v >> 31) & 1:
+                    xm = 0 - xm
+            S[bd + n + n] = xm
+            S[bd + n + n + 1] = xe - 150
+    if fuse:
+        for k in range(K4):
+            S[N * K4 + k] = 0
+        for k in range(K):
+            S[N * K4 + k] = 8192        # 1.0 quantized: 2^23 >> 10 with exponent 127
+        S[xq + N] = 127
     for b1 in range(nb1):
         for b2 in range(nb2):
             ab = b1 * asb1 + b2 * asb2
@@ -458,34 +488,69 @@ def _gemm(out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: i
                     S[j] = q
                     j += 1
                 ea = emax - 252 - P - P + sh4
+                a0 = S[ex]
+                a1 = S[ex + 1]
+                a2 = S[ex + 2]
+                a3 = S[ex + 3]
+                a4 = 0
+                a5 = 0
+                a6 = 0
+                a7 = 0
+                if nc == 2:
+                    a4 = S[ex + 4]
+                    a5 = S[ex + 5]
+                    a6 = S[ex + 6]
+                    a7 = S[ex + 7]
+                pw = po
                 oi = ob + m * osm
                 jn = 0
-                for n in range(N):
-                    # [B1] chunk t: |t| < 4 * 2^28, exact mod 2^32 then sign-extended; |acc| < 2^30
-                    acc = 0
-                    i = ex
-                    for c in range(nc):
-                        t = S[i] * S[jn] + S[i + 1] * S[jn + 1] + S[i + 2] * S[jn + 2] + S[i + 3] * S[jn + 3]
-                        t = ((t & m32) ^ sgn) - sgn
-                        acc += (t + rh) >> sh4                          #!chk acc
-                        i += 4
+                for n in range(NB):
+                    if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
+                        pw = pbias
+                        oi = m
+                    # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so K <= 4
+                    # needs no shift and K <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                    # rows shift each chunk (rounded) by sh4 = clog2(K4/4): |acc| < 2^30
+                    if nc == 1:
+                        acc = a0 * S[jn] + a1 * S[jn + 1] + a2 * S[jn + 2] + a3 * S[jn + 3]
+                        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
                         jn += 4
+                    elif nc == 2:
+                        acc = (a0 * S[jn] + a1 * S[jn + 1] + a2 * S[jn + 2] + a3 * S[jn + 3]
+                               + a4 * S[jn + 4] + a5 * S[jn + 5] + a6 * S[jn + 6] + a7 * S[jn + 7])
+                        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
+                        jn += 8
+                    else:
+                        acc = 0
+                        i = ex
+                        for c in range(nc):
+                            t = S[i] * S[jn] + S[i + 1] * S[jn + 1] + S[i + 2] * S[jn + 2] + S[i + 3] * S[jn + 3]
+                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                            acc += (t + rh) >> sh4                          #!chk acc
+                            i += 4
+                            jn += 4
                     e = ea + S[xq + n]          # value = acc * 2^e
                     # addend: the old output (accumulate) or bias[n]  [B2]
                     if mode != 0:
+                        if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
+                            acc = (acc + 1) >> 1
+                            e += 1
                         if mode == 1:
-                            v = po[oi]
-                        else:
-                            v = pbias[n]
-                        xe = (v >> 23) & 0xFF
-                        if xe != 0:
-                            xm = (v & 0x7FFFFF) | 0x800000
-                            if xe == 255:
-                                xm = 0xFFFFFF
-                                xe = 254
-                            if (v >> 31) & 1:
-                                xm = 0 - xm
+                            v = pw[oi]
+                            xe = (v >> 23) & 0xFF
+                            xm = 0
+                            if xe != 0:
+                                xm = (v & 0x7FFFFF) | 0x800000
+                                if xe == 255:
+                                    xm = 0xFFFFFF
+                                    xe = 254
+                                if (v >> 31) & 1:
+                                    xm = 0 - xm
                             xe = xe - 150
+                        else:
+                            xm = (S[bd + n + n] ^ sgn) - sgn
+                            xe = (S[bd + n + n + 1] ^ sgn) - sgn
+                        if xm != 0:
                             if acc == 0:
                                 acc = xm
                                 e = xe
@@ -515,7 +580,7 @@ def _gemm(out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: i
                         sg = 1
                         v = 0 - v
                     if v == 0:
-                        po[oi] = 0
+                        pw[oi] = 0
                     else:
                         if v >= 0x1000000:
                             t = v >> 24                     # 1 .. 127: sh = its bit length
@@ -552,11 +617,11 @@ def _gemm(out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: i
                         be = e + 150
                         if be >= 255:
                             be = 255
-                            po[oi] = (sg << 31) | (be << 23)
+                            pw[oi] = (sg << 31) | (be << 23)
                         elif be <= 0:
-                            po[oi] = 0
+                            pw[oi] = 0
                         else:
-                            po[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                            pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
                     oi += osn
     return 0
 
@@ -692,10 +757,13 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias (OC,) += sum_n dout
     if dinp is not None:
         _mm(dinp, dout, weight, dinp, 2, N, C, OC, 0, 0)
-    if dweight is not None:
+    if dweight is None:
+        if dbias is not None:
+            _mm(dbias, dout, _ones(N), dbias, 4, N, C, OC, 0, 0)
+    elif dbias is None:
         _mm(dweight, dout, inp, dweight, 3, N, C, OC, 0, 0)
-    if dbias is not None:
-        _mm(dbias, dout, _ones(N), dbias, 4, N, C, OC, 0, 0)
+    else:                               # dbias as an extra row of ones in the dweight product
+        _mm(dweight, dout, inp, dbias, 3, N, C, OC, 1, 0)
 
 
 # ---- attention -------------------------------------------------------------------------------
