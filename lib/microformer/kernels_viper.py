@@ -1463,7 +1463,16 @@ def _adam(p, g, m, v, n: int, c):
             if dm < 0x4000:
                 dm = dm << 16
                 de -= 16
-            while dm < 0x20000000:
+            if dm < 0x400000:
+                dm = dm << 8
+                de -= 8
+            if dm < 0x4000000:
+                dm = dm << 4
+                de -= 4
+            if dm < 0x10000000:
+                dm = dm << 2
+                de -= 2
+            if dm < 0x20000000:
                 dm = dm << 1
                 de -= 1
             if neg:
@@ -1649,7 +1658,16 @@ def _adam(p, g, m, v, n: int, c):
             if vm < 0x4000:
                 vm = vm << 16
                 ve -= 16
-            while vm < 0x20000000:
+            if vm < 0x400000:
+                vm = vm << 8
+                ve -= 8
+            if vm < 0x4000000:
+                vm = vm << 4
+                ve -= 4
+            if vm < 0x10000000:
+                vm = vm << 2
+                ve -= 2
+            if vm < 0x20000000:
                 vm = vm << 1
                 ve -= 1
             x = (vm >> 15) * rbm                                    #!chk x
@@ -1657,17 +1675,20 @@ def _adam(p, g, m, v, n: int, c):
             if e & 1:
                 x = x >> 1
                 e += 1
-            r = 0
-            bit = 1 << 28
-            while bit > x:
-                bit = bit >> 2
-            while bit != 0:
-                if x >= r + bit:
-                    x = x - r - bit
-                    r = (r >> 1) + bit
-                else:
-                    r = r >> 1
-                bit = bit >> 2
+            # r = floor(sqrt(x)), x in [2^27, 2^30): a chord of sqrt over x's octave (low by
+            # < 3 %), two Newton steps (then within +-1) and an exact fix-up; r*r <= 2^30
+            if x >= 0x20000000:
+                r = 23170 + ((((x - 0x20000000) >> 14) * 9598) >> 15)
+            elif x >= 0x10000000:
+                r = 16384 + ((((x - 0x10000000) >> 13) * 6787) >> 15)
+            else:
+                r = 11585 + ((((x - 0x8000000) >> 12) * 4799) >> 15)
+            r = (r + x // r) >> 1
+            r = (r + x // r) >> 1
+            while r * r > x:
+                r -= 1
+            while (r + 1) * (r + 1) <= x:
+                r += 1
             sm = r                                                  # < 2^15
             sme = e >> 1
         # den = s + eps, both aligned, then 15 significant bits
@@ -1703,7 +1724,16 @@ def _adam(p, g, m, v, n: int, c):
         if mm < 0x4000:
             mm = mm << 16
             me -= 16
-        while mm < 0x20000000:
+        if mm < 0x400000:
+            mm = mm << 8
+            me -= 8
+        if mm < 0x4000000:
+            mm = mm << 4
+            me -= 4
+        if mm < 0x10000000:
+            mm = mm << 2
+            me -= 2
+        if mm < 0x20000000:
             mm = mm << 1
             me -= 1
         num = (mm >> 15) * am                                       #!chk num
