@@ -236,7 +236,8 @@ def _quant(dst, doff: int, src, off: int, stride: int, n: int, P: int) -> int:
 # s: int scratch of d[31] ints; if it needs more, nothing is computed and the size is returned
 # (the caller grows the scratch and calls again); 0 when done.
 @micropython.viper
-def _gemm(out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
+def _gemm(v: int, e: int, i: int, out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
+    # v e i: the hottest locals; as the first three they live in registers (callers pass 0s)
     D = ptr32(d)
     S = ptr32(s)
     po = ptr32(out)
@@ -503,7 +504,8 @@ def _gemm(out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: i
                     a7 = S[ex + 7]
                 pw = po
                 oi = ob + m * osm
-                jn = 0
+                i = 0                           # B row index for short rows
+                jn = 0                          # B row index for long rows
                 for n in range(NB):
                     if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                         pw = pbias
@@ -512,22 +514,22 @@ def _gemm(out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: i
                     # needs no shift and K <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                     # rows shift each chunk (rounded) by sh4 = clog2(K4/4): |acc| < 2^30
                     if nc == 1:
-                        acc = a0 * S[jn] + a1 * S[jn + 1] + a2 * S[jn + 2] + a3 * S[jn + 3]
+                        acc = a0 * S[i] + a1 * S[i + 1] + a2 * S[i + 2] + a3 * S[i + 3]
                         acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
-                        jn += 4
+                        i += 4
                     elif nc == 2:
-                        acc = (a0 * S[jn] + a1 * S[jn + 1] + a2 * S[jn + 2] + a3 * S[jn + 3]
-                               + a4 * S[jn + 4] + a5 * S[jn + 5] + a6 * S[jn + 6] + a7 * S[jn + 7])
+                        acc = (a0 * S[i] + a1 * S[i + 1] + a2 * S[i + 2] + a3 * S[i + 3]
+                               + a4 * S[i + 4] + a5 * S[i + 5] + a6 * S[i + 6] + a7 * S[i + 7])
                         acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
-                        jn += 8
+                        i += 8
                     else:
                         acc = 0
-                        i = ex
+                        ia = ex
                         for c in range(nc):
-                            t = S[i] * S[jn] + S[i + 1] * S[jn + 1] + S[i + 2] * S[jn + 2] + S[i + 3] * S[jn + 3]
+                            t = S[ia] * S[jn] + S[ia + 1] * S[jn + 1] + S[ia + 2] * S[jn + 2] + S[ia + 3] * S[jn + 3]
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             acc += (t + rh) >> sh4                          #!chk acc
-                            i += 4
+                            ia += 4
                             jn += 4
                     e = ea + S[xq + n]          # value = acc * 2^e
                     # addend: the old output (accumulate) or bias[n]  [B2]
@@ -628,9 +630,9 @@ def _gemm(out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: i
 
 def _mm(out, a, b, bias, kind, x, y, z, w, u):
     # _gemm with the module scratch (_D[31] = its length, kept by _iscratch), grown on demand
-    n = _gemm(out, a, b, bias, _D, _S[0], kind, x, y, z, w, u)
+    n = _gemm(0, 0, 0, out, a, b, bias, _D, _S[0], kind, x, y, z, w, u)
     if n:
-        _gemm(out, a, b, bias, _D, _iscratch(n), kind, x, y, z, w, u)
+        _gemm(0, 0, 0, out, a, b, bias, _D, _iscratch(n), kind, x, y, z, w, u)
 
 
 # ---- simple elementwise kernels --------------------------------------------------------------
