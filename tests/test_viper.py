@@ -410,6 +410,32 @@ def test_overflow_worst_case_inputs(tmp_path):
     _check(_errors(out))
 
 
+LOSS = COMMON + r'''
+# the loss value (computed in integer arithmetic by the viper kernel): many shapes and scales,
+# from near-zero losses (confident, correct) to large ones (confident, wrong), both modules
+for B, K in ((1, 2), (3, 3), (16, 3), (64, 10), (5, 100), (200, 7)):
+    for sc in (0.01, 1.0, 8.0, 60.0, 500.0):
+        lg = rarr(B * K, sc); lab = [int(rnd() * K) for _ in range(B)]
+        d1 = z(B * K); d2 = z(B * K)
+        l1 = P.crossentropy_softmax(d1, lg, lab, B, K); l2 = V.crossentropy_softmax(d2, lg, lab, B, K)
+        print("ERR loss B=%d K=%d sc=%g %.3e" % (B, K, sc, abs(l1 - l2) / max(1.0, abs(l1))))
+    lg = z(B * K)
+    for b in range(B):
+        lg[b * K + b % K] = 30.0                # confident and right: loss ~ (K-1) e^-30
+    l2 = V.crossentropy_softmax(z(B * K), lg, [b % K for b in range(B)], B, K)
+    print("ERR loss tiny B=%d K=%d %.3e" % (B, K, abs(l2)))
+print("DONE")
+'''
+
+
+def test_crossentropy_loss_value(tmp_path):
+    d = _instrumented(tmp_path)             # the copy that checks every #!chk bound
+    for module, path in (("microformer.kernels_viper", ("lib",)), ("kv_checked", ("lib", d))):
+        out = run_mp(_script(LOSS, module=module), tmp_path, path=path)
+        assert "DONE" in out
+        _check(_errors(out), tol=1e-4)          # the 15-bit softmax sums limit it to ~3e-5
+
+
 def test_chk_trips_on_overflow(tmp_path):
     out = run_mp(r'''
 from microformer.kernels_viper import _chk

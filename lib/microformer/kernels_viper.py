@@ -1229,12 +1229,11 @@ def avgpool_backward(dinp, dout, B, T, C):
 
 
 # ---- softmax cross-entropy -------------------------------------------------------------------
-_R = array("i", [0] * 8)            # results of _xent: 0 sum(m - s_y) >> 16, 1 its low 16 bits,
-                                    #   2 prod(z) mantissa, 3 its exponent, 4 non-finite flag
+_R = array("i", [0] * 8)            # results of _xent: 4 non-finite flag
 
 
 @micropython.viper
-def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r):
+def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt, lf):
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B; loss parts in r (see _R)  [B3]
     pl = ptr32(logits)
     S = ptr32(s)
@@ -1331,31 +1330,84 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r):
         while pm >= 32768:
             pm = pm >> 1
             pe += 1
-    R[0] = hi
-    R[1] = lo
-    R[2] = pm
-    R[3] = pe
     R[4] = bad
+    # ---- the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
+    # caller boxes one float. ln(pm * 2^pe) = ln(f) + N ln2 with f = pm / 2^15 in [1/2, 1),
+    # N = pe + 15; ln f = ln(h / 256) + ln(1 + x), h = pm >> 7, x = (pm & 127) / (128 h) < 2^-7:
+    # the table lnt[h - 128] = -ln(h / 256) in Q24, ln(1 + x) ~ x - x^2 / 2 (error < 2^-22).
+    # Integer part I and a Q24 fraction F are kept apart, so no term needs more than 31 bits.
+    LT = ptr32(lnt)
+    PF = ptr32(lf)
+    h = pm >> 7
+    x = ((pm & 127) << 17) // h                             # Q24, < 2^17
+    xs = x >> 4
+    lnf = x - ((xs * xs) >> 17) - LT[h - 128]               # Q24, in (-ln2 2^24, 0]
+    N = pe + 15                                             # |N| < 2^15 (B log2 V < 2^15)
+    # N ln2 in Q16 (ln2 = (45426 + 6135 / 2^16) / 2^16): |N 45426| < 2^31; |F| < 2^26
+    nl = N * 45426 + ((N * 6135) >> 16)                     #!chk nl
+    I = hi + (lo >> 16) + (nl >> 16)
+    F = ((lo & 0xFFFF) << 8) + ((nl & 0xFFFF) << 8) + lnf   #!chk F
+    I += F >> 24
+    F = F & 0xFFFFFF
+    if I < 0:                                               # rounding below an exact 0
+        I = 0
+        F = 0
+    # (I + F / 2^24) / B by long division: qi integer part, qf 26 fraction bits (truncated)
+    qi = I // B
+    rem = I - qi * B
+    qf = 0
+    for k in range(26):
+        rem = rem << 1
+        if k < 24:
+            rem += (F >> (23 - k)) & 1
+        qf = qf << 1
+        if rem >= B:
+            rem -= B
+            qf += 1
+    # v * 2^e with v < 2^31: qi's bits, then as many fraction bits as fit
+    if qi == 0:
+        v = qf
+        e = 0 - 26
+    else:
+        L = 0
+        while (qi >> L) != 0:
+            L += 1
+        sh = 30 - L                                         # qi << sh < 2^30
+        if sh <= 26:
+            v = (qi << sh) | (qf >> (26 - sh))
+        else:
+            v = (qi << sh) | (qf << (sh - 26))
+        e = 0 - sh
+    _store(lf, 0, v, e)
 
 
-_LN2 = 0.6931471805599453
 
 
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
+    # (the loss is computed in viper; the returned float is the only object allocated)
     ib = _INVB.get(B)
     if ib is None:
         ib = _INVB[B] = _mant15(1.0 / B)
     R = _R
-    _xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), R)
+    _xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), R, _LNT, _LF)
     if R[4]:
-        return float("nan")
-    return (_log(R[2]) + R[3] * _LN2 + R[0] + R[1] * (1.0 / 65536)) / B
+        return _NAN
+    return _LF[0]
 
 
 _INVB = {}
-from math import log as _log
+_LF = array("f", [0.0])             # the loss as float32, written by _xent
+_NAN = float("nan")
+
+
+def _lntable():
+    from math import log
+    return array("i", [int(-log(h / 256.0) * 16777216.0 + 0.5) for h in range(128, 256)])
+
+
+_LNT = _lntable()                   # -ln(h / 256) in Q24 for h = 128 .. 255
 
 
 # ---- optimizers: soft float on the raw bits ---------------------------------------------------
