@@ -58,7 +58,7 @@ SIGMOID = 4
 LEAKY_SLOPE = _pk.LEAKY_SLOPE
 
 # ---- module scratch (grown on demand, so steady-state calls allocate nothing) ---------------
-_D = array("i", [0] * 32)      # descriptor handed to _gemm / _softmax (geometry, modes)
+_D = array("i", [0] * 32)      # 24..29 _softmax parameters; 31 the length of _S[0] (_gemm checks it)
 _S = [array("i", [0] * 64)]    # int scratch: quantized blocks
 _F = [array("f", [0.0] * 64)]  # float scratch: dA / dS rows of the attention backward
 _ONES = [array("f", [1.0] * 16)]
@@ -86,18 +86,6 @@ def _ones(n):
     if len(o) < n:
         o = _ONES[0] = array("f", [1.0] * (n + n // 4 + 16))
     return o
-
-
-def _clog2(n):
-    k = 0
-    while (1 << k) < n:
-        k += 1
-    return k
-
-
-def _prec(K):
-    # bits per operand: 4-term chunks of products of |q| <= 2^14 - 1 stay below 2^30   [B1]
-    return 14
 
 
 def _mant15(x):
@@ -181,44 +169,6 @@ def _store(buf, i: int, v: int, e: int):
             p[i] = 0
         else:
             p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-
-
-@micropython.viper
-def _quant(dst, doff: int, src, off: int, stride: int, n: int, P: int) -> int:
-    # dst[doff + k] = q_k for the block src[off + k*stride], k < n; returns Emax (L = Emax - 126 - P)
-    pd = ptr32(dst)
-    ps = ptr32(src)
-    emax = 0
-    i = off
-    for k in range(n):
-        e = (ps[i] >> 23) & 0xFF
-        if e > emax:
-            emax = e
-        i += stride
-    if emax == 255:
-        emax = 254
-    base = emax + 24 - P
-    lim = (1 << P) - 1
-    i = off
-    for k in range(n):
-        x = ps[i]
-        i += stride
-        e = (x >> 23) & 0xFF
-        q = 0
-        if e != 0:
-            m = (x & 0x7FFFFF) | 0x800000
-            if e == 255:
-                m = 0xFFFFFF
-                e = 254
-            sh = base - e
-            if sh <= 30:
-                q = (m + (1 << (sh - 1))) >> sh
-                if q > lim:
-                    q = lim
-                if (x >> 31) & 1:
-                    q = 0 - q
-        pd[doff + k] = q
-    return emax
 
 
 # ---- the block-float GEMM every matmul goes through --------------------------------------
