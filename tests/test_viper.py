@@ -313,6 +313,10 @@ def test_overflow_bounds_analytic():
         assert chunk == 2 ** 30 - 2 ** 17 + 4
         acc = (K4 // 4) * ((chunk + ((1 << s) >> 1)) >> s)
         assert acc < 2 ** 30, K
+        nc = K4 // 4                              # pairs of chunks share the shift
+        pair = 8 * q * q
+        acc = (nc // 2) * ((pair + ((1 << s) >> 1)) >> s) + (nc & 1) * ((chunk + ((1 << s) >> 1)) >> s)
+        assert acc < 2 ** 30, K
         assert acc + (1 << 30) < 2 ** 31          # [B2] plus an addend aligned below 2^30
     # [B3] softmax: clamped Q16 scores, Horner in Q15 with r < ln2 (Q16)
     assert 45426 * 32768 < 2 ** 31 and (32767 << 16) < 2 ** 31 and 2 * (1 << 26) < 2 ** 31
@@ -335,7 +339,7 @@ def full(n, val):
 def rel(a, b):
     m = max(abs(t) for t in a)
     return max(abs(a[i] - b[i]) for i in range(len(a))) / m
-for K in (1, 3, 4, 5, 8, 9, 64, 1000, 4096):
+for K in (1, 3, 4, 5, 8, 9, 12, 13, 64, 1000, 4096):
     for sgn in (1.0, -1.0):
         x = full(2 * K, M); w = full(2 * K, sgn * M); b = full(2, sgn * 3e38 / 1e38)
         o1 = array('f', bytes(16)); o2 = array('f', bytes(16))

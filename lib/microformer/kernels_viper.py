@@ -19,6 +19,8 @@
 #       |acc| <= (K/4) * (2^30 - 2^17 + 4 + 2^(s-1)) / 2^s < 2^30   (for K < 2^19).       [B1]
 #     Short rows skip the shifts: K4 = 4 is one chunk (< 2^30); K4 = 8 sums two chunks,
 #     |acc| <= 8 (2^14 - 1)^2 = 2^31 - 2^18 + 8 < 2^31, halved (rounded) before an addend.
+#     Longer rows shift pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) by the same s:
+#     (K/8) (2^31 - 2^18 + 8 + 2^(s-1)) / 2^s <= (2^31 - 2^18 + 8 + 2^(s-1)) / 2 < 2^30 for s <= 18.
 #     On a 64-bit host ptr32 loads zero-extend, so t (or the short-row acc) is computed modulo
 #     2^32 and sign-extended from bit 31: the unix port reproduces the ESP32's wrap-around
 #     exactly, and an overflow would show up as a wrong result in tests/test_viper.py, which
@@ -473,13 +475,21 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, d, s, kind: int, x: int, y: i
                         acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
                         i += 8
                     else:
+                        # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift
                         acc = 0
                         ia = ex
-                        for c in range(nc):
+                        for c in range(nc >> 1):
+                            t = (S[ia] * S[jn] + S[ia + 1] * S[jn + 1] + S[ia + 2] * S[jn + 2] + S[ia + 3] * S[jn + 3]
+                                 + S[ia + 4] * S[jn + 4] + S[ia + 5] * S[jn + 5] + S[ia + 6] * S[jn + 6]
+                                 + S[ia + 7] * S[jn + 7])
+                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                            acc += (t + rh) >> sh4                          #!chk acc
+                            ia += 8
+                            jn += 8
+                        if nc & 1:
                             t = S[ia] * S[jn] + S[ia + 1] * S[jn + 1] + S[ia + 2] * S[jn + 2] + S[ia + 3] * S[jn + 3]
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             acc += (t + rh) >> sh4                          #!chk acc
-                            ia += 4
                             jn += 4
                     e = ea + S[xq + n]          # value = acc * 2^e
                     # addend: the old output (accumulate) or bias[n]  [B2]
