@@ -34,7 +34,7 @@ def _callgrind_ir(model, backend, steps, heap):
         out = os.path.join(d, "cg.out")
         env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
         cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, MP, "-X", "heapsize=" + heap,
-               os.path.join(ROOT, "board", "bench.py"), model, backend, str(steps)]
+               os.path.join(ROOT, "board", "bench.py"), model, backend, str(steps), "1"]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         m = re.search(r"Collected\s*:\s*(\d+)", r.stderr) or re.search(r"refs:\s*([\d,]+)", r.stderr)
         if not m:
@@ -52,7 +52,8 @@ def main(argv):
     for model in ("iris", "block"):
         for backend in ("python", "viper"):
             rows.append(_run(model, backend, heap))
-    print("microformer training step inside the MicroPython unix port (%s heap); ms are wall time" % heap)
+    print("microformer training step inside the MicroPython unix port (%s heap); ms are wall time,"
+          " fastest of 3 rounds (block/python: 1)" % heap)
     print("%-6s %-7s %9s %8s %8s %8s %9s %10s %10s %8s" % (
         "model", "backend", "ms/step", "fwd", "bwd", "opt", "us/sample", "alloc B", "peak B", "speedup"))
     base = {r["model"]: r["ms"] for r in rows if r["backend"] == "python"}
