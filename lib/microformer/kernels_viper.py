@@ -840,7 +840,8 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
 
 
 @micropython.viper
-def _softmax_back(ds, att, rows: int, Tk: int, sm: int, se: int):
+def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int):
+    # j x ab: the hottest locals; as the first three they live in registers (callers pass 0s)
     # in the forward pass this was att = softmax(scores * scale), rows = B * NH * Tq
     # ds (rows, Tk): dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in place.
     # dA_j - dot cancels when attention is peaked, so dot is built from 30-bit products
@@ -1034,7 +1035,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
     _mm(F, dout, v, F, 5, B, Tq, Tk, C, NH)          # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
     _mm(dv, att, dout, dv, 7, B, Tq, Tk, C, NH)      # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
     sc = _scale_of(C // NH)
-    _softmax_back(F, att, B * NH * Tq, Tk, sc[0], sc[1])   # dS = A (dA - rowsum(dA A)) / sqrt(hs)
+    _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1])   # dS = A (dA - rowsum(dA A)) / sqrt(hs)
     _mm(dq, F, k, dq, 6, B, Tq, Tk, C, NH)           # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h]
     _mm(dk, F, q, dk, 7, B, Tq, Tk, C, NH)           # dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h]
 
