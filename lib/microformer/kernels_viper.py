@@ -178,7 +178,7 @@ def _store(buf, i: int, v: int, e: int):
 # The geometry is not passed in: `kind` names the product and x y z w u its sizes, so a call is a
 # single viper call (the Python wrappers cost more than the math at Iris sizes):
 #   1 matmul forward  (N, C, OC, hasbias):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias)
-#   2 matmul dinp     (N, C, OC):           dinp (N, C) = dout (N, OC) . W (OC, C)
+#   2 matmul dinp     (N, C, OC, acc):      dinp (N, C) = dout (N, OC) . W (OC, C)  (acc: +=)
 #   3 matmul dweight  (N, C, OC, hasbias):  dW (OC, C) += dout^T . inp (and bias: db (OC,) += dout^T . 1)
 #   4 matmul dbias    (N, C, OC):           db (OC,) += dout^T . ones (N,)
 #   5 per-head scores (B, Tq, Tk, C, NH):   att[b,h,t,j] = a[b,t,h] . b[b,j,h]    (att, A = q, B = k)
@@ -223,6 +223,8 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, d, s, kind: int, x: int, y: i
             M = x
             N = y
             K = z
+            if w:
+                mode = 1                # dinp += dout . W (for a future accumulate kernel)
             asm = z
             ask = 1
             bsn = 1
