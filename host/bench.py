@@ -1,6 +1,7 @@
 # host/bench.py: `make bench` — board/bench.py run INSIDE the MicroPython unix port, both backends.
 #   python host/bench.py [--heap 64M] [--callgrind]
-# One micropython process per (model, backend) so each peak-heap figure is its own.
+# One micropython process per (model, backend) run so each peak-heap figure is its own; the iris
+# rows are the faster of two alternating runs per backend (the machine may be shared).
 import os
 import re
 import shutil
@@ -50,8 +51,16 @@ def main(argv):
         raise SystemExit("no MicroPython binary at %s (make setup)" % MP)
     rows = []
     for model in ("iris", "block"):
-        for backend in ("python", "viper"):
-            rows.append(_run(model, backend, heap))
+        # iris: the two backends alternate twice and each keeps its faster process, so a load
+        # spike on this shared machine during one process does not set the ratio
+        best = {}
+        for _ in range(2 if model == "iris" else 1):
+            for backend in ("python", "viper"):
+                r = _run(model, backend, heap)
+                if backend not in best or r["ms"] < best[backend]["ms"]:
+                    best[backend] = r
+        rows.append(best["python"])
+        rows.append(best["viper"])
     print("microformer training step inside the MicroPython unix port (%s heap); ms are wall time,"
           " fastest of 3 rounds (block/python: 1)" % heap)
     print("%-6s %-7s %9s %8s %8s %8s %9s %10s %10s %8s" % (
