@@ -62,8 +62,8 @@ class Attention(Layer):
 
     def cache_floats(self, in_shape):
         B, S, E = in_shape
-        # Q K V ctx y and their grads (dctx dQ dK dV dx tmp), plus A [B,H,S,S]
-        return 11 * B * S * E + B * self.num_heads * S * S + S
+        # Q K V ctx y and their grads (dctx dQ dK dV dx), plus A [B,H,S,S]
+        return 10 * B * S * E + B * self.num_heads * S * S + S
 
     def _check_x(self, x, what):
         check_tensor("Attention", what, x)
@@ -141,7 +141,12 @@ class Attention(Layer):
             self._buffer("_A", (B, self.num_heads, S, Sk))
             self._buffer("_y", (B, S, E))
             self._fx, self._fc = x.shape, c.shape
-        Q, Kc, V, ctx, A, y = self._Q, self._K, self._V, self._ctx, self._A, self._y
+        Q = self._Q              # (separate assignments: a 6-way unpack builds a tuple each step)
+        Kc = self._K
+        V = self._V
+        ctx = self._ctx
+        A = self._A
+        y = self._y
         K.matmul_forward(Q.data, x.data, self.Wq.data, self.bq.data if bias else None, B * S, E, E)
         K.matmul_forward(Kc.data, c.data, self.Wk.data, self.bk.data if bias else None, B * Sk, E, E)
         K.matmul_forward(V.data, c.data, self.Wv.data, self.bv.data if bias else None, B * Sk, E, E)
@@ -167,12 +172,16 @@ class Attention(Layer):
         if x.shape != self._bx or c.shape != self._bc:   # a new batch shape: (re)allocate
             for name in ("_dctx", "_dQ", "_dx"):
                 self._buffer(name, (B, S, E))
-            for name in ("_dK", "_dV", "_dtmp"):
+            for name in ("_dK", "_dV"):
                 self._buffer(name, (B, Sk, E))
             self._buffer("_scratch", (Sk,))
             self._bx, self._bc = x.shape, c.shape
-        dctx, dQ, dK, dV, dx = self._dctx, self._dQ, self._dK, self._dV, self._dx
-        tmp, scratch = self._dtmp, self._scratch
+        dctx = self._dctx
+        dQ = self._dQ
+        dK = self._dK
+        dV = self._dV
+        dx = self._dx
+        scratch = self._scratch
         # output projection: dWo += dy^T ctx, dctx = dy Wo
         K.matmul_backward(dctx.data, self.dWo.data if train else None, self.dbo.data if bias else None,
                           dy.data, self._ctx.data, self.Wo.data, B * S, E, E)
@@ -182,21 +191,24 @@ class Attention(Layer):
         # input projections: dW += dProj^T x, dx (+)= dProj W
         K.matmul_backward(dx.data, self.dWq.data if train else None, self.dbq.data if bias else None,
                           dQ.data, x.data, self.Wq.data, B * S, E, E)
+        # K and V: their weight grads, then their input grads added into dx (or dcontext)
         dc = dx
         if self._c is not None:
             dc = self._buffer("_dcontext", (B, Sk, E))
-            K.matmul_backward(dc.data, self.dWk.data if train else None, self.dbk.data if bias else None,
-                              dK.data, c.data, self.Wk.data, B * Sk, E, E)
-        else:
-            K.matmul_backward(tmp.data, self.dWk.data if train else None, self.dbk.data if bias else None,
-                              dK.data, c.data, self.Wk.data, B * Sk, E, E)
-            K.add_inplace(dc.data, tmp.data, B * Sk * E)
-        K.matmul_backward(tmp.data, self.dWv.data if train else None, self.dbv.data if bias else None,
-                          dV.data, c.data, self.Wv.data, B * Sk, E, E)
-        K.add_inplace(dc.data, tmp.data, B * Sk * E)
+            K.zero(dc.data, B * Sk * E)
+        self._project_back(dc, dK, c, self.Wk, self.dWk, self.dbk, train, bias, B * Sk)
+        self._project_back(dc, dV, c, self.Wv, self.dWv, self.dbv, train, bias, B * Sk)
         if self._c is not None:
             return dx, dc
         return dx
+
+    def _project_back(self, dc, dP, c, W, dW, db, train, bias, N):
+        # in the forward pass this was P = c W^T + b: dW += dP^T c, db += sum dP, dc += dP W
+        K = backend.K
+        E = self.embed_dim
+        K.matmul_backward(None, dW.data if train else None, db.data if bias else None,
+                          dP.data, c.data, W.data, N, E, E)
+        K.matmul_backward_input_acc(dc.data, dP.data, W.data, N, E, E)
 
     def weights(self, b=0, h=0):
         """The last forward's attention weights of batch item b, head h: [S][Sk] lists."""

@@ -75,6 +75,21 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
             dbias[o] += s
 
 
+def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
+    # dinp (N, C) += dout (N, OC) . weight (OC, C): a second projection's input gradient,
+    # accumulated (self-attention's x feeds Q, K and V)
+    for n in range(N):
+        ib = n * C
+        ob = n * OC
+        for c in range(C):
+            s = 0.0
+            wi = c
+            for o in range(OC):
+                s += dout[ob + o] * weight[wi]
+                wi += C
+            dinp[ib + c] += s
+
+
 def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C): projected queries, keys, values; head h owns
     #   columns h*hs .. (h+1)*hs of C, hs = C // NH

@@ -730,6 +730,11 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
         _mm(dweight, dout, inp, dbias, 3, N, C, OC, 1, 0)
 
 
+def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
+    # dinp (N, C) += dout (N, OC) . weight (OC, C)   (_gemm kind 2 with its accumulate flag)
+    _mm(dinp, dout, weight, dinp, 2, N, C, OC, 1, 0)
+
+
 # ---- attention -------------------------------------------------------------------------------
 # _D fields for _softmax: 24 Tk, 25 causal, 26 scale mantissa (Q15), 27 scale exponent,
 #   28 mask present, 29 B
