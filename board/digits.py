@@ -4,11 +4,10 @@
 # [B,64] -> [B,8 rows,8 px] -> Dense(8,E) -> PositionalEncoding -> EncoderBlock(E,2,2E) -> GlobalAvgPool
 # -> Dense(E,10). A row token alone cannot tell a 3 from an 8: the block must mix rows (attention).
 import gc
-import time
 
 import microformer as mf
 from microformer.data import find_file, read_csv
-from microformer.train import evaluate, fit
+from microformer.train import fit_and_evaluate
 
 CLASSES = [str(d) for d in range(10)]
 SPLIT_SEED = 11
@@ -53,17 +52,9 @@ def main(epochs=10, backend=None, verbose=True, seed=1, path=None, n_train=500, 
     model = build_model(seed, embed_dim)
     if verbose:
         model.summary((batch_size, 64))
-    opt = mf.Adam(model, lr=lr)
-    t0 = time.time()
-    hist = fit(model, mf.CrossEntropyLoss(), opt, train, epochs=epochs, batch_size=batch_size,
-               seed=seed, verbose=verbose)
-    seconds = time.time() - t0
-    train_acc, _ = evaluate(model, train)
-    test_acc, confusion = evaluate(model, test)
-    result = {"backend": mf.get_backend(), "epochs": epochs, "n_train": len(train), "n_test": len(test),
-              "train_acc": train_acc, "test_acc": test_acc,
-              "final_loss": hist[-1]["loss"] if hist else None, "s_per_epoch": seconds / max(1, epochs),
-              "history": hist, "confusion": confusion, "model": model}
+    result = fit_and_evaluate(model, train, test, epochs, batch_size, lr, seed, verbose)
+    result["model"] = model
+    train_acc, test_acc = result["train_acc"], result["test_acc"]
     if verbose:
         print("backend %s: train accuracy %.2f%% (%d images), held-out accuracy %.2f%% (%d images), %.1f s/epoch"
               % (result["backend"], 100 * train_acc, len(train), 100 * test_acc, len(test),

@@ -1,11 +1,9 @@
 # iris.py: the seed's Iris attention model, trained from scratch (board REPL, MicroPython or CPython).
 #   >>> import iris; iris.main(epochs=100)
 # Dense(4,32)+ReLU -> [B,4,8] -> Attention(8,2) -> GlobalAvgPool -> Dense(8,3); Adam 1e-3, batch 16.
-import time
-
 import microformer as mf
 from microformer.data import find_file, read_csv
-from microformer.train import evaluate, fit
+from microformer.train import fit_and_evaluate
 
 SPLIT_SEED = 7
 
@@ -35,17 +33,9 @@ def main(epochs=100, backend=None, seed=1, verbose=True, path=None, lr=1e-3, bat
     if backend:
         mf.set_backend(backend)
     train, test, _, _ = load_split(path)
-    model = build_model(seed)
-    opt = mf.Adam(model, lr=lr)
-    t0 = time.time()
-    hist = fit(model, mf.CrossEntropyLoss(), opt, train, epochs=epochs, batch_size=batch_size,
-               seed=seed, verbose=verbose)
-    seconds = time.time() - t0
-    train_acc, _ = evaluate(model, train)
-    test_acc, confusion = evaluate(model, test)
-    result = {"backend": mf.get_backend(), "epochs": epochs, "train_acc": train_acc, "test_acc": test_acc,
-              "final_loss": hist[-1]["loss"] if hist else None,
-              "s_per_epoch": seconds / max(1, epochs), "confusion": confusion}
+    result = fit_and_evaluate(build_model(seed), train, test, epochs, batch_size, lr, seed, verbose)
+    del result["history"]
+    train_acc, test_acc = result["train_acc"], result["test_acc"]
     if verbose:
         print("backend %s: train accuracy %.2f%% (%d/%d), test accuracy %.2f%% (%d/%d), %.3f s/epoch"
               % (result["backend"], 100 * train_acc, round(train_acc * len(train)), len(train),

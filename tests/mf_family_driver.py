@@ -97,14 +97,7 @@ def run_case(case):
     return run_layer(case)
 
 
-def main(argv):
-    with open(argv[1]) as f:
-        cases = json.load(f)
-    results = [run_case(c) for c in cases]
-    with open(argv[2], "w") as f:
-        json.dump(results, f)
-
-
 if __name__ == "__main__":
     import sys
-    main(sys.argv)
+    import mf_driver
+    mf_driver.main(sys.argv, run_case)

@@ -43,16 +43,8 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # dweight (OC, C) += dout^T . inp    (accumulated; skipped when None)
     # dbias (OC,) += sum over N of dout  (accumulated; skipped when None)
     if dinp is not None:
-        for n in range(N):
-            ib = n * C
-            ob = n * OC
-            for c in range(C):
-                s = 0.0
-                wi = c
-                for o in range(OC):
-                    s += dout[ob + o] * weight[wi]
-                    wi += C
-                dinp[ib + c] = s
+        zero(dinp, N * C)
+        matmul_backward_input_acc(dinp, dout, weight, N, C, OC)
     if dweight is not None:
         for o in range(OC):
             wb = o * C

@@ -123,3 +123,20 @@ def evaluate(model, data, batch_size=32):
             if p == y[b]:
                 correct += 1
     return correct / max(1, len(data)), confusion
+
+
+def fit_and_evaluate(model, train, test, epochs=100, batch_size=16, lr=1e-3, seed=0, verbose=True):
+    """Adam + softmax cross-entropy on `train`, then accuracy on `train` and `test`: a dict."""
+    from .loss import CrossEntropyLoss
+    from .optim import Adam
+    from . import backend
+    t0 = _ms()
+    hist = fit(model, CrossEntropyLoss(), Adam(model, lr=lr), train, epochs=epochs,
+               batch_size=batch_size, seed=seed, verbose=verbose)
+    seconds = _elapsed(t0) / 1000.0
+    train_acc, _ = evaluate(model, train)
+    test_acc, confusion = evaluate(model, test)
+    return {"backend": backend.name, "epochs": epochs, "n_train": len(train), "n_test": len(test),
+            "train_acc": train_acc, "test_acc": test_acc,
+            "final_loss": hist[-1]["loss"] if hist else None,
+            "s_per_epoch": seconds / max(1, epochs), "history": hist, "confusion": confusion}
