@@ -2,7 +2,10 @@
 import gc
 import time
 
+from . import backend
 from .data import Batches
+from .loss import CrossEntropyLoss
+from .optim import Adam
 from .tensor import Rng
 
 try:
@@ -127,9 +130,6 @@ def evaluate(model, data, batch_size=32):
 
 def fit_and_evaluate(model, train, test, epochs=100, batch_size=16, lr=1e-3, seed=0, verbose=True):
     """Adam + softmax cross-entropy on `train`, then accuracy on `train` and `test`: a dict."""
-    from .loss import CrossEntropyLoss
-    from .optim import Adam
-    from . import backend
     t0 = _ms()
     hist = fit(model, CrossEntropyLoss(), Adam(model, lr=lr), train, epochs=epochs,
                batch_size=batch_size, seed=seed, verbose=verbose)
