@@ -22,10 +22,28 @@ def micropython_path():
     return exe
 
 
-def run_micropython(script, *args, heap="4M", timeout=600, cwd=None):
-    """Run a script under MicroPython with lib/ and tests/ importable; return stdout."""
+MP32 = os.path.join(ROOT, "build", "mp32", "micropython32-sp")
+
+
+def interpreters():
+    """The MicroPython interpreters the suite runs on: 'stock', and 'mp32' when it is built."""
+    mp32 = os.environ.get("MICROPYTHON32") or MP32
+    return ["stock", "mp32"] if os.path.exists(mp32) else ["stock"]
+
+
+def interpreter_path(name):
+    if name == "stock":
+        return micropython_path()
+    exe = os.environ.get("MICROPYTHON32") or MP32
+    assert os.path.exists(exe), "32-bit MicroPython not found at %s: run `make mp32`" % exe
+    return exe
+
+
+def run_micropython(script, *args, heap="4M", timeout=600, cwd=None, exe=None):
+    """Run a script under MicroPython (`exe`, default the stock port) with lib/ and tests/
+    importable; return stdout."""
     env = dict(os.environ, MICROPYPATH=os.pathsep.join([LIB, TESTS]))
-    proc = subprocess.run([micropython_path(), "-X", "heapsize=" + heap, script] + list(args),
+    proc = subprocess.run([exe or micropython_path(), "-X", "heapsize=" + heap, script] + list(args),
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT)
     assert proc.returncode == 0, "micropython failed (rc=%d):\n%s\n%s" % (
         proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
