@@ -95,8 +95,10 @@ selftest: setup golden
 golden: setup
 	$(PY) host/golden.py
 
-bench: setup
-	$(PY) host/bench.py
+# Speed and heap on the stock port and the 32-bit single-precision port (built when MICROPYTHON_SRC is
+# known; without it the 32-bit rows are missing and the bench says so).
+bench: setup $(CHECKPOINT) $(if $(MICROPYTHON_SRC),$(MP32))
+	$(PY) host/bench.py --checkpoint $(CHECKPOINT)
 
 plots: setup
 	$(PY) host/plots.py --out build/plots
