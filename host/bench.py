@@ -114,18 +114,18 @@ def smallest_session_heap(exe, checkpoint, lo=8, hi=1024, above=tuple(range(1, 3
 
 
 def interpreters():
-    """(name, path) of the interpreters to bench: stock, and the 32-bit port when it is built."""
+    """(name, path, word bits) of the interpreters to bench: stock, and the 32-bit port when it is built."""
     if not os.path.exists(STOCK):
         raise SystemExit("no MicroPython binary at %s (make setup)" % STOCK)
-    out = [("stock 64-bit, double floats", STOCK)]
+    out = [("stock 64-bit, double floats", STOCK, 64)]
     if os.path.exists(MP32):
-        out.append(("32-bit, single floats (ESP32-like)", MP32))
+        out.append(("32-bit, single floats (ESP32-like)", MP32, 32))
     else:
         print("bench: the 32-bit port is not built (%s): its rows are missing; `make mp32` builds it" % MP32)
     return out
 
 
-def table(exe, heap):
+def table(exe, heap, bits=64):
     rows = []
     print("microformer training step inside %s (%s heap); ms are wall time, fastest of 3 rounds"
           " (block/python: 1)" % (exe, heap))
@@ -142,12 +142,13 @@ def table(exe, heap):
                     best[backend] = r
         for r in (best["python"], best["viper"]):
             rows.append(r)
-            print("%-6s %-7s %9.3f %8.3f %8.3f %8.3f %9.1f %10s %10d %8s" % (
+            print("%-6s %-7s %9.3f %8.3f %8.3f %8.3f %9.1f %10s %10s %8s" % (
                 r["model"], r["backend"], r["ms"], r["fwd"], r["bwd"], r["opt"], r["us_sample"],
-                r["alloc"] if r["alloc"] >= 0 else ">heap", r["peak"],
+                r["alloc"] if r["alloc"] >= 0 else ">heap", r["peak"] if bits == 64 else "n/a",
                 "x%.1f" % (best["python"]["ms"] / r["ms"]) if r["backend"] == "viper" else ""), flush=True)
     print("alloc B: heap bytes one steady-state step allocates (gc.mem_alloc delta, GC off);"
-          " peak B: micropython.mem_peak() of the whole run (allocated minus explicit frees, not a heap peak)")
+          " peak B: micropython.mem_peak() of the whole run (allocated minus explicit frees, not a heap peak;"
+          " n/a on a 32-bit port, where it wraps)")
     return rows
 
 
@@ -160,9 +161,9 @@ def main(argv):
         checkpoint = argv[argv.index("--checkpoint") + 1]
     if not os.path.exists(checkpoint):
         raise SystemExit("bench: no pretrained checkpoint at %s (make pretrain)" % checkpoint)
-    for name, exe in interpreters():
+    for name, exe, bits in interpreters():
         print("== %s: %s" % (name, exe), flush=True)
-        table(exe, heap)
+        table(exe, heap, bits)
         print("Iris heap (viper backend, gc.mem_alloc after a collection):", flush=True)
         m = memory(exe)
         print("  heap after import microformer: %s (the import added %s)" % (

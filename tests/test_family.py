@@ -66,6 +66,7 @@ def test_family_micropython_viper(tmp_path, micropython):
     kernel elsewhere) within the viper tolerance."""
     cases = [dict(c[1], backend="viper") for c in CASES]
     results = run_family_micropython(cases, tmp_path, micropython)
+    assert len(results) == len(CASES)
     for (name, case, want), got in zip(CASES, results):
         helpers.check_outputs(got, want, 5e-3, "micropython viper " + name)
 
@@ -137,7 +138,9 @@ def test_kv_cache_micropython(tmp_path, micropython):
 
 def test_kv_cache_micropython_viper(tmp_path, micropython):
     cases = [dict(c, backend="viper") for _, c in family_cases.DECODE]
-    for (name, _), got in zip(family_cases.DECODE, run_family_micropython(cases, tmp_path, micropython)):
+    results = run_family_micropython(cases, tmp_path, micropython)
+    assert len(results) == len(family_cases.DECODE)
+    for (name, _), got in zip(family_cases.DECODE, results):
         assert got["rel_err"] <= 5e-3, "%s viper: rel err %.3g" % (name, got["rel_err"])
 
 
