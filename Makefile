@@ -7,6 +7,9 @@ ARCH ?= xtensawin
 DATA ?= iris.csv
 BAUD ?= 460800
 PYTHON ?= python3
+# MicroPython's source (a tree or a .tar.gz) for the 32-bit, single-precision port `make test` also
+# runs on (ESP32-like ints, floats and object sizes); default: the tarball next to this project.
+MICROPYTHON_SRC ?= $(firstword $(wildcard ../shared/micropython/micropython-*-src.tar.gz))
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,9 +17,10 @@ MICROPYTHON ?= $(VENV)/bin/micropython
 MPREMOTE := $(VENV)/bin/mpremote
 STAMP := $(VENV)/.installed
 CHECKPOINT := build/iris.mfck
+MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
-.PHONY: setup test demo iris digits charlm pretrain deploy flash repl selftest bench golden plots \
+.PHONY: setup test mp32 demo iris digits charlm pretrain deploy flash repl selftest bench golden plots \
         board-up board-down package compile-check clean
 
 setup: $(STAMP)
@@ -26,9 +30,25 @@ $(STAMP): requirements.txt
 	$(VENV)/bin/pip install -q -r requirements.txt
 	touch $(STAMP)
 
-# The whole suite: CPython tests, tests run inside MicroPython, the board path on the virtual board.
+# The whole suite: CPython tests, tests run inside MicroPython (the stock 64-bit port and the 32-bit
+# single-precision port built from MICROPYTHON_SRC), the board path on the virtual board. Without a
+# source the 32-bit leg does not run and one line says so; under CI (CI=true) that is a failure.
 test: setup
+	@if [ -n "$(MICROPYTHON_SRC)" ]; then $(MAKE) --no-print-directory mp32 || exit 1; \
+	elif [ ! -x $(MP32) ]; then \
+	  if [ "$(CI)" = true ]; then \
+	    echo "make test: CI needs the 32-bit MicroPython leg, but no MicroPython source was found (set MICROPYTHON_SRC to a source tree or .tar.gz)"; exit 1; \
+	  fi; \
+	  echo "make test: 32-bit MicroPython leg NOT run: no MicroPython source (set MICROPYTHON_SRC=path/to/micropython-src.tar.gz or a source tree)"; \
+	fi
 	$(PY) -m pytest -q tests
+
+# The ESP32-like interpreter: MicroPython's unix port as a static 32-bit program with single-precision
+# floats, Ctrl-C scheduled as on an ESP32 (host/build_mp32.sh says how and why).
+mp32: $(MP32)
+$(MP32): host/build_mp32.sh
+	@test -n "$(MICROPYTHON_SRC)" || { echo "make mp32 needs MICROPYTHON_SRC=path/to/micropython source tree or .tar.gz"; exit 2; }
+	host/build_mp32.sh "$(MICROPYTHON_SRC)" build/mp32
 
 # The seed's Iris attention model trained from scratch, under CPython then under MicroPython.
 iris: setup
@@ -75,8 +95,10 @@ selftest: setup golden
 golden: setup
 	$(PY) host/golden.py
 
-bench: setup
-	$(PY) host/bench.py
+# Speed and heap on the stock port and the 32-bit single-precision port (built when MICROPYTHON_SRC is
+# known; without it the 32-bit rows are missing and the bench says so).
+bench: setup $(CHECKPOINT) $(if $(MICROPYTHON_SRC),$(MP32))
+	$(PY) host/bench.py --checkpoint $(CHECKPOINT)
 
 plots: setup
 	$(PY) host/plots.py --out build/plots

@@ -1,11 +1,17 @@
 # bench.py: training-step speed and heap use of both kernel backends (board REPL or unix port).
 #   >>> import bench; bench.main()          # every model, every backend this interpreter has
-# Prints one table; host/bench.py runs this file under the unix port and parses the RESULT lines.
+#   >>> bench.memory()                      # heap after import, after the first Iris step, per step
+#   >>> bench.session()                     # an Iris fine-tune session (needs /iris.mfck, /data)
+# Prints one table; host/bench.py runs this file under the unix port and parses the RESULT/MEM lines.
 import gc
 import sys
 import time
 
-import microformer as mf
+gc.collect()
+_HEAP_START = gc.mem_alloc()
+import microformer as mf                              # noqa: E402  (the heap it takes is measured)
+gc.collect()
+_HEAP_IMPORT = gc.mem_alloc()
 
 try:
     from micropython import mem_peak as _mem_peak    # unix port only; not on the esp32 port
@@ -118,6 +124,53 @@ def run(model_name, backend, steps=None, warmup=3, rounds=None):
     return r
 
 
+def memory(steps=20):
+    """Heap of the Iris model on the current backend, one MEM line per figure, printed as it goes:
+    heap in use after `import microformer` (gc.mem_alloc after a collection; what the import
+    added), after the model, Adam and the first training step, and the garbage one steady-state
+    step leaves (gc.mem_alloc delta over `steps` steps with the GC off, divided by `steps`)."""
+    out = {"import": _HEAP_IMPORT, "import_added": _HEAP_IMPORT - _HEAP_START}
+    print("MEM import %d %d" % (out["import"], out["import_added"]))
+    model, shape, classes = _iris()
+    opt = mf.Adam(model, lr=1e-3)
+    loss_fn = mf.CrossEntropyLoss()
+    x, labels = _batch(shape, classes)
+
+    def step():
+        opt.zero_grad()
+        loss_fn.forward(model.forward(x), labels)
+        model.backward(loss_fn.backward())
+        opt.step()
+    step()
+    gc.collect()
+    out["first_step"] = gc.mem_alloc()
+    print("MEM first_step %d %s" % (out["first_step"], mf.get_backend()))
+    for _ in range(3):
+        step()
+    gc.collect()
+    gc.disable()
+    try:
+        a0 = gc.mem_alloc()
+        for _ in range(steps):
+            step()
+        out["per_step"] = (gc.mem_alloc() - a0) / steps
+    finally:
+        gc.enable()
+    print("MEM per_step %.1f %d" % (out["per_step"], steps))
+    return out
+
+
+def session(root=None, epochs=1):
+    """An Iris fine-tune session as on the board: finetune.Session on the pretrained checkpoint,
+    a short fit (`epochs` over the training split), evaluate. Prints SESSION and the accuracy."""
+    import finetune
+    s = finetune.Session(root=root, verbose=False)
+    s.fit(epochs=epochs, data="train", verbose=False)
+    r = s.evaluate(verbose=False)
+    print("SESSION ok %.4f" % r["accuracy"])
+    return r
+
+
 def table(rows):
     print("%-6s %-7s %10s %8s %8s %8s %10s %10s %9s %7s" % (
         "model", "backend", "ms/step", "fwd", "bwd", "opt", "alloc B", "peak B", "us/sample", "speedup"))
@@ -147,7 +200,11 @@ def main(models=("iris", "block"), backends=None):
 
 if __name__ == "__main__":
     argv = getattr(sys, "argv", [])
-    if len(argv) >= 3:                 # bench.py MODEL BACKEND [STEPS [ROUNDS]]: one row (host/bench.py)
+    if len(argv) >= 2 and argv[1] == "memory":       # bench.py memory: the MEM lines
+        memory()
+    elif len(argv) >= 2 and argv[1] == "session":    # bench.py session ROOT: one fine-tune session
+        session(argv[2] if len(argv) > 2 else None)
+    elif len(argv) >= 3:                 # bench.py MODEL BACKEND [STEPS [ROUNDS]]: one row (host/bench.py)
         run(argv[1], argv[2], int(argv[3]) if len(argv) > 3 else None,
             rounds=int(argv[4]) if len(argv) > 4 else None)
     else:

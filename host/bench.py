@@ -1,7 +1,10 @@
-# host/bench.py: `make bench` — board/bench.py run INSIDE the MicroPython unix port, both backends.
-#   python host/bench.py [--heap 64M] [--callgrind]
+# host/bench.py: `make bench` — board/bench.py run INSIDE MicroPython unix ports, both backends:
+# the stock 64-bit port and, when built (`make mp32`), the 32-bit single-precision port, whose heap
+# figures are the ESP32-like ones (object sizes, float width).
+#   python host/bench.py [--heap 64M] [--callgrind] [--checkpoint build/iris.mfck]
 # One micropython process per (model, backend) run so each peak-heap figure is its own; the iris
-# rows are the faster of two alternating runs per backend (the machine may be shared).
+# rows are the faster of two alternating runs per backend (the machine may be shared). One line is
+# printed per item as it is measured.
 import os
 import re
 import shutil
@@ -10,13 +13,14 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MP = os.environ.get("MICROPYTHON") or os.path.join(ROOT, ".venv", "bin", "micropython")
+STOCK = os.environ.get("MICROPYTHON") or os.path.join(ROOT, ".venv", "bin", "micropython")
+MP32 = os.environ.get("MICROPYTHON32") or os.path.join(ROOT, "build", "mp32", "micropython32-sp")
 PEER = "seed C++ tiny_ai (g++ -O2): 3.6 us and 54.3k instructions per training sample"
 
 
-def _run(model, backend, heap, steps=None, prefix=()):
+def _run(exe, model, backend, heap, steps=None, prefix=()):
     env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
-    cmd = list(prefix) + [MP, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench.py"), model, backend]
+    cmd = list(prefix) + [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench.py"), model, backend]
     if steps:
         cmd.append(str(steps))
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -34,7 +38,7 @@ def _callgrind_ir(model, backend, steps, heap):
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cg.out")
         env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
-        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, MP, "-X", "heapsize=" + heap,
+        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, STOCK, "-X", "heapsize=" + heap,
                os.path.join(ROOT, "board", "bench.py"), model, backend, str(steps), "1"]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         m = re.search(r"Collected\s*:\s*(\d+)", r.stderr) or re.search(r"refs:\s*([\d,]+)", r.stderr)
@@ -43,36 +47,135 @@ def _callgrind_ir(model, backend, steps, heap):
         return int(m.group(1).replace(",", ""))
 
 
-def main(argv):
-    heap = "64M"
-    if "--heap" in argv:
-        heap = argv[argv.index("--heap") + 1]
-    if not os.path.exists(MP):
-        raise SystemExit("no MicroPython binary at %s (make setup)" % MP)
+def _kb(n):
+    return "%.1f KB" % (n / 1024.0)
+
+
+def memory(exe):
+    """The MEM lines of board/bench.py (viper, the board's default backend) on interpreter `exe`."""
+    env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
+    cmd = [exe, "-X", "heapsize=4M", os.path.join(ROOT, "board", "bench.py"), "memory"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    got = dict((m.group(1), m.group(2).split()) for m in re.finditer(r"^MEM (\w+) (.*)$", out.stdout, re.M))
+    if out.returncode or set(got) != {"import", "first_step", "per_step"}:
+        raise SystemExit("bench memory failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    return got
+
+
+def _session_runs(exe, flash, kb):
+    """True when an Iris fine-tune session runs in a heap of `kb` KB; False on MemoryError; any
+    other failure stops the bench."""
+    env = dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")]))
+    cmd = [exe, "-X", "heapsize=%dK" % kb, os.path.join(ROOT, "board", "bench.py"), "session", flash]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if out.returncode == 0 and re.search(r"^SESSION ok ", out.stdout, re.M):
+        return True
+    if "MemoryError" in out.stdout + out.stderr:
+        return False
+    raise SystemExit("bench session failed (not a MemoryError): %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+
+
+def smallest_session_heap(exe, checkpoint, lo=8, hi=1024, above=tuple(range(1, 33)) + (48, 64, 96, 128, 256, 512)):
+    """The smallest -X heapsize (KB) from which every larger size runs an Iris fine-tune session
+    (board/bench.py session: Session on the pretrained checkpoint, a one-epoch fit, evaluate).
+    Bisection between `lo` (must fail) and `hi` (must run), then every size in `above` KB over the
+    result is verified; a failure there moves the answer above it and the check starts again (the
+    smallest working heap is not a clean threshold: fragmentation). Returns (kb, sizes tried)."""
+    flash = tempfile.mkdtemp(prefix="mf-bench-flash-")
+    try:
+        os.makedirs(os.path.join(flash, "data"))
+        shutil.copy(checkpoint, os.path.join(flash, "iris.mfck"))
+        shutil.copy(os.path.join(ROOT, "datasets", "iris.csv"), os.path.join(flash, "data", "iris.csv"))
+        tried = {}
+
+        def runs(kb):
+            if kb not in tried:
+                tried[kb] = _session_runs(exe, flash, kb)
+            return tried[kb]
+        if runs(lo):
+            raise SystemExit("bench: a fine-tune session already runs in %d KB; lower the bisection start" % lo)
+        if not runs(hi):
+            raise SystemExit("bench: a fine-tune session does not run in %d KB" % hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if runs(mid):
+                hi = mid
+            else:
+                lo = mid
+        while True:
+            bad = [hi + d for d in above if not runs(hi + d)]
+            if not bad:
+                return hi, tried
+            hi = max(bad) + 1
+            while not runs(hi):
+                hi += 1
+    finally:
+        shutil.rmtree(flash, ignore_errors=True)
+
+
+def interpreters():
+    """(name, path, word bits) of the interpreters to bench: stock, and the 32-bit port when it is built."""
+    if not os.path.exists(STOCK):
+        raise SystemExit("no MicroPython binary at %s (make setup)" % STOCK)
+    out = [("stock 64-bit, double floats", STOCK, 64)]
+    if os.path.exists(MP32):
+        out.append(("32-bit, single floats (ESP32-like)", MP32, 32))
+    else:
+        print("bench: the 32-bit port is not built (%s): its rows are missing; `make mp32` builds it" % MP32)
+    return out
+
+
+def table(exe, heap, bits=64):
     rows = []
+    print("microformer training step inside %s (%s heap); ms are wall time, fastest of 3 rounds"
+          " (block/python: 1)" % (exe, heap))
+    print("%-6s %-7s %9s %8s %8s %8s %9s %10s %10s %8s" % (
+        "model", "backend", "ms/step", "fwd", "bwd", "opt", "us/sample", "alloc B", "peak B", "speedup"))
     for model in ("iris", "block"):
         # iris: the two backends alternate twice and each keeps its faster process, so a load
         # spike on this shared machine during one process does not set the ratio
         best = {}
         for _ in range(2 if model == "iris" else 1):
             for backend in ("python", "viper"):
-                r = _run(model, backend, heap)
+                r = _run(exe, model, backend, heap)
                 if backend not in best or r["ms"] < best[backend]["ms"]:
                     best[backend] = r
-        rows.append(best["python"])
-        rows.append(best["viper"])
-    print("microformer training step inside the MicroPython unix port (%s heap); ms are wall time,"
-          " fastest of 3 rounds (block/python: 1)" % heap)
-    print("%-6s %-7s %9s %8s %8s %8s %9s %10s %10s %8s" % (
-        "model", "backend", "ms/step", "fwd", "bwd", "opt", "us/sample", "alloc B", "peak B", "speedup"))
-    base = {r["model"]: r["ms"] for r in rows if r["backend"] == "python"}
-    for r in rows:
-        print("%-6s %-7s %9.3f %8.3f %8.3f %8.3f %9.1f %10s %10d %8s" % (
-            r["model"], r["backend"], r["ms"], r["fwd"], r["bwd"], r["opt"], r["us_sample"],
-            r["alloc"] if r["alloc"] >= 0 else ">heap", r["peak"],
-            "x%.1f" % (base[r["model"]] / r["ms"]) if r["backend"] == "viper" else ""))
+        for r in (best["python"], best["viper"]):
+            rows.append(r)
+            print("%-6s %-7s %9.3f %8.3f %8.3f %8.3f %9.1f %10s %10s %8s" % (
+                r["model"], r["backend"], r["ms"], r["fwd"], r["bwd"], r["opt"], r["us_sample"],
+                r["alloc"] if r["alloc"] >= 0 else ">heap", r["peak"] if bits == 64 else "n/a",
+                "x%.1f" % (best["python"]["ms"] / r["ms"]) if r["backend"] == "viper" else ""), flush=True)
     print("alloc B: heap bytes one steady-state step allocates (gc.mem_alloc delta, GC off);"
-          " peak B: micropython.mem_peak() of the whole run (64-bit port: ~2x an ESP32's bytes)")
+          " peak B: micropython.mem_peak() of the whole run (allocated minus explicit frees, not a heap peak;"
+          " n/a on a 32-bit port, where it wraps)")
+    return rows
+
+
+def main(argv):
+    heap = "64M"
+    if "--heap" in argv:
+        heap = argv[argv.index("--heap") + 1]
+    checkpoint = os.path.join(ROOT, "build", "iris.mfck")
+    if "--checkpoint" in argv:
+        checkpoint = argv[argv.index("--checkpoint") + 1]
+    if not os.path.exists(checkpoint):
+        raise SystemExit("bench: no pretrained checkpoint at %s (make pretrain)" % checkpoint)
+    for name, exe, bits in interpreters():
+        print("== %s: %s" % (name, exe), flush=True)
+        table(exe, heap, bits)
+        print("Iris heap (viper backend, gc.mem_alloc after a collection):", flush=True)
+        m = memory(exe)
+        print("  heap after import microformer: %s (the import added %s)" % (
+            _kb(int(m["import"][0])), _kb(int(m["import"][1]))), flush=True)
+        print("  heap after model + Adam + the first Iris step: %s" % _kb(int(m["first_step"][0])), flush=True)
+        print("  garbage per steady-state step: %.0f B (mean over %s steps, GC off)" % (
+            float(m["per_step"][0]), m["per_step"][1]), flush=True)
+        kb, tried = smallest_session_heap(exe, checkpoint)
+        above = sorted(k for k in tried if k > kb)
+        print("  smallest -X heapsize from which every larger size runs an Iris fine-tune session: %d KB"
+              " (bisection, then %d larger sizes verified: every KB up to %d, and up to %d KB; %d runs)" % (
+                  kb, len(above), kb + 32, max(above), len(tried)), flush=True)
     if "--callgrind" in argv and shutil.which("valgrind"):
         # instructions per training sample: difference of two runs, so startup cancels
         for backend, (s0, s1) in (("viper", (5, 25)), ("python", (1, 3))):

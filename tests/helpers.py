@@ -15,11 +15,18 @@ for _p in (LIB, HOST, TESTS):
         sys.path.insert(0, _p)
 
 
+def interpreter_file(name):
+    """Where interpreter `name` ('stock' or 'mp32') is expected (it may not exist)."""
+    if name == "stock":
+        return os.environ.get("MICROPYTHON") or os.path.join(os.path.dirname(sys.executable), "micropython")
+    if name == "mp32":
+        return os.environ.get("MICROPYTHON32") or MP32
+    raise ValueError("interpreter must be 'stock' or 'mp32', got %r" % (name,))
+
+
 def micropython_path():
-    """The real MicroPython unix port; a missing binary is a test failure, not a skip."""
-    exe = os.environ.get("MICROPYTHON") or os.path.join(os.path.dirname(sys.executable), "micropython")
-    assert os.path.exists(exe), "micropython not found at %s: run `make setup`" % exe
-    return exe
+    """The stock MicroPython unix port; a missing binary is a test failure, not a skip."""
+    return interpreter_path("stock")
 
 
 MP32 = os.path.join(ROOT, "build", "mp32", "micropython32-sp")
@@ -27,16 +34,28 @@ MP32 = os.path.join(ROOT, "build", "mp32", "micropython32-sp")
 
 def interpreters():
     """The MicroPython interpreters the suite runs on: 'stock', and 'mp32' when it is built."""
-    mp32 = os.environ.get("MICROPYTHON32") or MP32
-    return ["stock", "mp32"] if os.path.exists(mp32) else ["stock"]
+    return ["stock", "mp32"] if os.path.exists(interpreter_file("mp32")) else ["stock"]
 
 
 def interpreter_path(name):
-    if name == "stock":
-        return micropython_path()
-    exe = os.environ.get("MICROPYTHON32") or MP32
-    assert os.path.exists(exe), "32-bit MicroPython not found at %s: run `make mp32`" % exe
+    exe = interpreter_file(name)
+    assert os.path.exists(exe), "%s MicroPython not found at %s: run `make %s`" % (
+        name, exe, "setup" if name == "stock" else "mp32")
     return exe
+
+
+_TRAITS = {}
+
+
+def traits(exe):
+    """What interpreter `exe` is, asked of the interpreter itself: {'bits': 32 or 64 (the machine
+    word, viper's int), 'float': 'single' or 'double'}."""
+    if exe not in _TRAITS:
+        out = subprocess.run([exe, "-c", "import sys, array\nprint(32 if sys.maxsize < 2**32 else 64, "
+                              "'single' if array.array('f', [0.1])[0] == 0.1 else 'double')"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout.split()
+        _TRAITS[exe] = {"bits": int(out[0]), "float": out[1]}
+    return _TRAITS[exe]
 
 
 def run_micropython(script, *args, heap="4M", timeout=600, cwd=None, exe=None):
@@ -50,12 +69,12 @@ def run_micropython(script, *args, heap="4M", timeout=600, cwd=None, exe=None):
     return proc.stdout
 
 
-def run_cases_micropython(cases, tmp_path, backend="python"):
+def run_cases_micropython(cases, tmp_path, backend="python", exe=None):
     """The driver inside MicroPython on one backend: cases in, results out (JSON)."""
     src = tmp_path / ("cases-%s.json" % backend)
     dst = tmp_path / ("results-%s.json" % backend)
     src.write_text(json.dumps(cases))
-    run_micropython(os.path.join(TESTS, "mf_driver.py"), str(src), str(dst), backend)
+    run_micropython(os.path.join(TESTS, "mf_driver.py"), str(src), str(dst), backend, exe=exe)
     return json.loads(dst.read_text())
 
 

@@ -33,15 +33,9 @@ def snapshot(model):
     return [(n, p.shape, bytes(p.data)) for n, p in model.named_params()]
 
 
-def micropython():
-    exe = os.environ.get("MICROPYTHON") or os.path.join(ROOT, ".venv", "bin", "micropython")
-    assert os.path.exists(exe), "micropython not found at %s (set MICROPYTHON or run make setup)" % exe
-    return exe
-
-
-def run_mp(script_path, *args, timeout=300):
+def run_mp(exe, script_path, *args, timeout=300):
     env = dict(os.environ, MICROPYPATH=LIB)
-    p = subprocess.run([micropython(), "-X", "heapsize=4M", str(script_path)] + [str(a) for a in args],
+    p = subprocess.run([exe, "-X", "heapsize=4M", str(script_path)] + [str(a) for a in args],
                        capture_output=True, text=True, timeout=timeout, env=env)
     assert p.returncode == 0, "micropython rc=%d\n%s\n%s" % (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
     return p.stdout
@@ -209,13 +203,13 @@ print("crashes", crashes)
 '''
 
 
-def test_micropython_roundtrip_bit_identical(tmp_path):
+def test_micropython_roundtrip_bit_identical(tmp_path, micropython):
     m = build(3)
     tensors = special_tensors(m, seed=5)
     checkpoint_np.write(str(tmp_path / "np.mfck"), tensors, ck.model_tag(m), {"from": "numpy"})
     script = tmp_path / "mp_ck.py"
     script.write_text(MP_SCRIPT)
-    out = run_mp(script, tmp_path)
+    out = run_mp(micropython, script, tmp_path)
     assert "meta numpy" in out and "fallback ok" in out
     lines = dict(l.split(" ", 1) for l in out.splitlines())
     assert int(lines["refused"]) > 200
@@ -435,7 +429,7 @@ while True:
 '''
 
 
-def test_killed_micropython_mid_save(tmp_path):
+def test_killed_micropython_mid_save(tmp_path, micropython):
     """SIGKILL a MicroPython process that saves in a loop; every survivor file is one whole save."""
     path = str(tmp_path / "kill.mfck")
     script = tmp_path / "kill.py"
@@ -445,7 +439,7 @@ def test_killed_micropython_mid_save(tmp_path):
     tmp_seen = 0
     last = 0
     for round_ in range(12):
-        p = subprocess.Popen([micropython(), "-X", "heapsize=4M", str(script), path],
+        p = subprocess.Popen([micropython, "-X", "heapsize=4M", str(script), path],
                              stdout=subprocess.PIPE, env=env)
         assert p.stdout.readline().strip() == b"ready"
         time.sleep(0.05 + rng.random() * 0.3)
@@ -516,9 +510,9 @@ for kind, cls, blocks in (("lfs2", vfs.VfsLfs2, 64), ("lfs1", vfs.VfsLfs1, 64), 
 '''
 
 
-def test_micropython_board_filesystems(tmp_path):
+def test_micropython_board_filesystems(tmp_path, micropython):
     """littlefs v2 (the ESP32 default), littlefs v1 and FAT on RAM block devices: rename replaces."""
     script = tmp_path / "vfs_ck.py"
     script.write_text(VFS_SCRIPT)
-    out = run_mp(script)
+    out = run_mp(micropython, script)
     assert out.split() == ["lfs2", "ok", "lfs1", "ok", "fat", "ok"], out

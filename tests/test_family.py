@@ -18,11 +18,11 @@ IDS = [c[0] for c in CASES]
 TOL = 1e-4
 
 
-def run_family_micropython(cases, tmp_path, heap="4M"):
+def run_family_micropython(cases, tmp_path, exe, heap="4M"):
     src = tmp_path / "cases.json"
     dst = tmp_path / "results.json"
     src.write_text(json.dumps(cases))
-    helpers.run_micropython(os.path.join(helpers.TESTS, "mf_family_driver.py"), str(src), str(dst), heap=heap)
+    helpers.run_micropython(os.path.join(helpers.TESTS, "mf_family_driver.py"), str(src), str(dst), heap=heap, exe=exe)
     return json.loads(dst.read_text())
 
 
@@ -53,19 +53,20 @@ def test_family_cpython(name, case, want):
     _check_masking(name, case, got)
 
 
-def test_family_micropython(tmp_path):
-    results = run_family_micropython([dict(c[1], backend="python") for c in CASES], tmp_path)
+def test_family_micropython(tmp_path, micropython):
+    results = run_family_micropython([dict(c[1], backend="python") for c in CASES], tmp_path, micropython)
     assert len(results) == len(CASES)
     for (name, case, want), got in zip(CASES, results):
         helpers.check_outputs(got, want, TOL, "micropython " + name)
         _check_masking(name, case, got)
 
 
-def test_family_micropython_viper(tmp_path):
+def test_family_micropython_viper(tmp_path, micropython):
     """The viper backend (block floating point where kernels_viper defines a kernel, the portable
     kernel elsewhere) within the viper tolerance."""
     cases = [dict(c[1], backend="viper") for c in CASES]
-    results = run_family_micropython(cases, tmp_path)
+    results = run_family_micropython(cases, tmp_path, micropython)
+    assert len(results) == len(CASES)
     for (name, case, want), got in zip(CASES, results):
         helpers.check_outputs(got, want, 5e-3, "micropython viper " + name)
 
@@ -130,14 +131,16 @@ def test_kv_cache_cpython():
     assert got["kv_bytes_per_token"] == c["blocks"] * 2 * 4 * c["E"]
 
 
-def test_kv_cache_micropython(tmp_path):
+def test_kv_cache_micropython(tmp_path, micropython):
     cases = [dict(c, backend="python") for _, c in family_cases.DECODE]
-    _decode_check(run_family_micropython(cases, tmp_path))
+    _decode_check(run_family_micropython(cases, tmp_path, micropython))
 
 
-def test_kv_cache_micropython_viper(tmp_path):
+def test_kv_cache_micropython_viper(tmp_path, micropython):
     cases = [dict(c, backend="viper") for _, c in family_cases.DECODE]
-    for (name, _), got in zip(family_cases.DECODE, run_family_micropython(cases, tmp_path)):
+    results = run_family_micropython(cases, tmp_path, micropython)
+    assert len(results) == len(family_cases.DECODE)
+    for (name, _), got in zip(family_cases.DECODE, results):
         assert got["rel_err"] <= 5e-3, "%s viper: rel err %.3g" % (name, got["rel_err"])
 
 
@@ -183,8 +186,8 @@ def test_bad_input_cpython():
     _check_bad(family_bad.run_all(), "cpython")
 
 
-def test_bad_input_micropython(tmp_path):
-    _check_bad(run_family_micropython([{"kind": "bad"}], tmp_path)[0], "micropython")
+def test_bad_input_micropython(tmp_path, micropython):
+    _check_bad(run_family_micropython([{"kind": "bad"}], tmp_path, micropython)[0], "micropython")
 
 
 def test_show_heatmap():
@@ -202,8 +205,8 @@ def test_show_heatmap():
     assert len(lines) == 4 + 3
 
 
-def test_show_micropython(tmp_path):
-    got = run_family_micropython([{"kind": "show"}], tmp_path)[0]
+def test_show_micropython(tmp_path, micropython):
+    got = run_family_micropython([{"kind": "show"}], tmp_path, micropython)[0]
     assert got["rows"][0] == "@   " and got["rows"][3][3] == " "      # future and padded keys blank
     assert all(r[i + 1:].strip() == "" for i, r in enumerate(got["rows"]))
     assert len(got["lines"]) == 7 and got["lines"][0].startswith("attention b=0 h=1")

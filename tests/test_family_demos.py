@@ -21,10 +21,10 @@ print("RESULT " + json.dumps([keep(d, ("train_acc", "test_acc", "n_train", "n_te
 """
 
 
-def test_demos_micropython(tmp_path):
+def test_demos_micropython(tmp_path, micropython):
     script = tmp_path / "demos.py"
     script.write_text(MP_SCRIPT)
-    out = helpers.run_micropython(str(script), BOARD, heap="8M")
+    out = helpers.run_micropython(str(script), BOARD, heap="8M", exe=micropython)
     line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     d, c = json.loads(line[7:])
     assert (d["n_train"], d["n_test"]) == (500, 300)

@@ -199,12 +199,12 @@ def test_session_cpython(tmp_path):
     _check(r, "cpython")
 
 
-def test_session_micropython(tmp_path):
+def test_session_micropython(tmp_path, micropython):
     a, b = _flash(tmp_path / "a"), _flash(tmp_path / "b")
     script = tmp_path / "ft_script.py"
     script.write_text("import sys\nsys.path.append(%r)\n" % BOARD + SCRIPT)
     out = tmp_path / "out.json"
-    helpers.run_micropython(str(script), a, b, str(out), heap="512K")
+    helpers.run_micropython(str(script), a, b, str(out), heap="512K", exe=micropython)
     r = json.loads(out.read_text())
     _check(r, "micropython")
 

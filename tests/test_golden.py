@@ -60,10 +60,10 @@ print("GOLDEN OK")
 """
 
 
-def test_golden_lib_micropython(tmp_path):
+def test_golden_lib_micropython(tmp_path, micropython):
     script = tmp_path / "golden_check.py"
     script.write_text(MP_SCRIPT)
-    out = helpers.run_micropython(str(script), PATH)
+    out = helpers.run_micropython(str(script), PATH, exe=micropython)
     assert "GOLDEN OK" in out, out
 
 

@@ -8,10 +8,10 @@ import iris_run  # noqa: F401  (sets up board/ on sys.path)
 SEED_TRAIN, SEED_TEST = 119 / 120, 28 / 30   # tiny_ai C++: 99.17 % train, 93.33 % test
 
 
-def test_iris_cpython_and_micropython_match_the_seed():
+def test_iris_cpython_and_micropython_match_the_seed(micropython):
     import iris
     cp = iris.main(epochs=100, verbose=False)
-    out = helpers.run_micropython(os.path.join(helpers.TESTS, "iris_run.py"), "python")
+    out = helpers.run_micropython(os.path.join(helpers.TESTS, "iris_run.py"), "python", exe=micropython)
     mp = json.loads(out.strip().splitlines()[-1])
     for r in (cp, mp):
         assert r["train_acc"] >= SEED_TRAIN - 1e-9, r

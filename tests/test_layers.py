@@ -22,8 +22,8 @@ def test_layer_cpython(name, case, want):
     _check(name, mf_driver.run_case(copy.deepcopy(case)), want)
 
 
-def test_layers_micropython(tmp_path):
-    results = helpers.run_cases_micropython([c[1] for c in CASES], tmp_path)
+def test_layers_micropython(tmp_path, micropython):
+    results = helpers.run_cases_micropython([c[1] for c in CASES], tmp_path, exe=micropython)
     assert len(results) == len(CASES)
     for (name, _, want), got in zip(CASES, results):
         _check("micropython " + name, got, want)
@@ -32,8 +32,9 @@ def test_layers_micropython(tmp_path):
 VIPER_TOL = 2e-3   # block floating point: ~1e-4 typical, 2e-3 is the documented bound
 
 
-def test_layers_micropython_viper(tmp_path):
-    results = helpers.run_cases_micropython([c[1] for c in CASES], tmp_path, backend="viper")
+def test_layers_micropython_viper(tmp_path, micropython):
+    results = helpers.run_cases_micropython([c[1] for c in CASES], tmp_path, backend="viper", exe=micropython)
+    assert len(results) == len(CASES)
     for (name, _, want), got in zip(CASES, results):
         helpers.check_outputs(got, want, VIPER_TOL, "viper " + name)
 

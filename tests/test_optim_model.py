@@ -120,7 +120,7 @@ def test_sequential_end_to_end_cpython():
 
 
 @pytest.mark.parametrize("backend,tol", [("python", TOL), ("viper", 2e-3)])
-def test_optimizers_and_model_micropython(tmp_path, backend, tol):
+def test_optimizers_and_model_micropython(tmp_path, micropython, backend, tol):
     cases, wants = [], []
     for kind, kwargs in OPTIMS:
         c, w, n = _optim_case(kind, kwargs)
@@ -132,7 +132,7 @@ def test_optimizers_and_model_micropython(tmp_path, backend, tol):
     c, w = _iris_model_case()
     cases.append(c)
     wants.append(("model", "Iris model", w, None))
-    results = helpers.run_cases_micropython(cases, tmp_path, backend)
+    results = helpers.run_cases_micropython(cases, tmp_path, backend, exe=micropython)
     for got, (kind, what, w, n) in zip(results, wants):
         if kind == "optim":
             _check_optim(got, w, n, "micropython %s %s" % (backend, what), tol)

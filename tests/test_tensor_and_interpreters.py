@@ -15,9 +15,9 @@ def _cpython_basics():
     return json.loads(out)
 
 
-def test_same_numbers_and_messages_in_both_interpreters():
+def test_same_numbers_and_messages_in_both_interpreters(micropython):
     cp = _cpython_basics()
-    mp = json.loads(helpers.run_micropython(os.path.join(helpers.TESTS, "mp_basics.py")))
+    mp = json.loads(helpers.run_micropython(os.path.join(helpers.TESTS, "mp_basics.py"), exe=micropython))
     assert cp == mp
     # xorshift32 by hand: x ^= x << 13; x ^= x >> 17; x ^= x << 5 (mod 2^32), from 42
     x, want = 42, []

