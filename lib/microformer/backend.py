@@ -1,5 +1,6 @@
 # microformer.backend: which kernels the layers call.
-# 'python' (kernels.py) runs anywhere; 'viper' (kernels_viper.py) needs MicroPython's native emitter.
+# 'python' (kernels.py) runs anywhere; 'viper' (kernels_viper.py) needs MicroPython's native emitter;
+# 'numpy' (kernels_numpy.py) needs CPython with NumPy (the host).
 # A kernel the viper module does not define falls back to the portable one.
 from . import kernels as _python_kernels
 
@@ -25,15 +26,25 @@ def _viper_kernels():
     return _Kernels(kernels_viper, _python_kernels)
 
 
+def _numpy_kernels():
+    try:
+        from . import kernels_numpy
+    except ImportError as e:
+        raise ValueError("set_backend: 'numpy' needs CPython with NumPy (%s)" % (e,))
+    return kernels_numpy
+
+
 def set_backend(which):
-    """Select the kernels every layer uses: 'python' or 'viper'."""
+    """Select the kernels every layer uses: 'python', 'viper' or 'numpy'."""
     global K, name
     if which == "python":
         K = _python_kernels
     elif which == "viper":
         K = _viper_kernels()
+    elif which == "numpy":
+        K = _numpy_kernels()
     else:
-        raise ValueError("set_backend: expected 'python' or 'viper', got %r" % (which,))
+        raise ValueError("set_backend: expected 'python', 'viper' or 'numpy', got %r" % (which,))
     name = which
 
 
@@ -55,11 +66,12 @@ def get_backend():
 def available():
     """The backends this interpreter can run."""
     out = ["python"]
-    try:
-        _viper_kernels()
-        out.append("viper")
-    except ValueError:
-        pass
+    for which, load in (("viper", _viper_kernels), ("numpy", _numpy_kernels)):
+        try:
+            load()
+            out.append(which)
+        except ValueError:
+            pass
     return out
 
 
