@@ -124,3 +124,18 @@ def test_backend_names():
     assert "numpy" in backend.available()
     with pytest.raises(ValueError, match="expected 'python', 'viper' or 'numpy', got 'torch'"):
         mf.set_backend("torch")
+
+
+def _default_backend(prelude=""):
+    import subprocess
+    import sys
+    code = prelude + "import microformer; print(microformer.get_backend())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": helpers.LIB}).stdout
+    return out.strip()
+
+
+def test_numpy_is_the_default_on_cpython_and_portable_without_numpy():
+    assert _default_backend() == "numpy"
+    # an interpreter where `import numpy` fails gets the portable loops
+    assert _default_backend("import sys; sys.modules['numpy'] = None\n") == "python"

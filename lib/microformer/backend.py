@@ -49,12 +49,11 @@ def set_backend(which):
 
 
 def _default():
-    # MicroPython with the native emitter trains on the viper kernels; anything else on the portable ones
+    # MicroPython with the native emitter trains on the viper kernels, CPython with NumPy on the
+    # NumPy kernels; anything else on the portable ones (get_backend() says which)
     import sys
-    if sys.implementation.name != "micropython":
-        return
     try:
-        set_backend("viper")
+        set_backend("viper" if sys.implementation.name == "micropython" else "numpy")
     except ValueError:
         pass
 
