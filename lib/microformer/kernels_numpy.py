@@ -5,7 +5,16 @@
 # Host only: the board has no NumPy (make deploy and mip leave this file out).
 import numpy as np
 
-from .kernels import GELU, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH, _GELU_C
+from math import erf as _erf1
+
+from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH, _GELU_C
+
+_erf = np.frompyfunc(_erf1, 1, 1)      # math.erf elementwise (NumPy has no erf of its own)
+
+
+def _phi_cdf(x):
+    # Phi(x) = 0.5 (1 + erf(x / sqrt 2))
+    return 0.5 * (1.0 + _erf(x * 0.7071067811865476).astype(_F64))
 
 _F32 = np.float32
 _F64 = np.float64
@@ -133,6 +142,8 @@ def _act(x, kind):
     if kind == LEAKY_RELU:
         return np.where(x > 0.0, x, LEAKY_SLOPE * x)
     if kind == GELU:
+        return x * _phi_cdf(x)
+    if kind == GELU_TANH:
         return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x * x * x)))
     if kind == TANH:
         return np.tanh(x)
@@ -155,6 +166,9 @@ def act_backward(dinp, dout, inp, out, N, kind):
     elif kind == LEAKY_RELU:
         r = np.where(_d(inp, N, N) > 0.0, g, LEAKY_SLOPE * g)
     elif kind == GELU:
+        x = _d(inp, N, N)
+        r = g * (_phi_cdf(x) + x * 0.3989422804014327 * np.exp(-0.5 * x * x))
+    elif kind == GELU_TANH:
         x = _d(inp, N, N)
         th = np.tanh(_GELU_C * (x + 0.044715 * x * x * x))
         dth = (1.0 - th * th) * _GELU_C * (1.0 + 3.0 * 0.044715 * x * x)
