@@ -6,6 +6,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+LIB = ROOT / "lib" / "microformer"
+
+# lib/microformer files that run on the host only (the board has no NumPy): deploy and mip skip them
+HOST_ONLY = ("kernels_numpy.py",)
+
+
+def board_lib_files():
+    """The lib/microformer/*.py files a board gets, sorted."""
+    return [p for p in sorted(LIB.glob("*.py")) if p.name not in HOST_ONLY]
 
 # sys.implementation._mpy >> 10 & 0xF -> the -march mpy-cross needs for native/viper code
 ARCHS = {0: None, 1: "x86", 2: "x64", 3: "armv6", 4: "armv6m", 5: "armv7m", 6: "armv7em",

@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from board_link import ROOT, board_mpy, mpremote, resolve_port, tool  # noqa: E402
+from board_link import ROOT, board_lib_files, board_mpy, mpremote, resolve_port, tool  # noqa: E402
 
-LIB = ROOT / "lib" / "microformer"
 BUILD = ROOT / "build" / "deploy"
 VIPER_FILES = ("kernels_viper.py",)
 
@@ -26,7 +25,7 @@ def compile_lib(arch):
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    for src in sorted(LIB.glob("*.py")):
+    for src in board_lib_files():
         if arch is None and src.name in VIPER_FILES:
             continue   # a port without native code cannot load viper kernels
         # -s: tracebacks on the board name microformer/x.py, not this machine's path

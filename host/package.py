@@ -9,7 +9,9 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from board_link import ROOT, board_lib_files  # noqa: E402
+
 LIB = ROOT / "lib"
 TARGET = LIB / "package.json"
 
@@ -17,7 +19,7 @@ TARGET = LIB / "package.json"
 def build():
     init = (LIB / "microformer" / "__init__.py").read_text()
     version = re.search(r'__version__ = "([^"]+)"', init).group(1)
-    files = sorted(p.relative_to(LIB).as_posix() for p in (LIB / "microformer").glob("*.py"))
+    files = [p.relative_to(LIB).as_posix() for p in board_lib_files()]
     return {"urls": [[f, f] for f in files], "version": version}
 
 

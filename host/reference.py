@@ -27,12 +27,35 @@ _GELU_C = np.sqrt(2.0 / np.pi)
 LEAKY_SLOPE = 0.01
 
 
+def _erf(x):
+    # erf from its Maclaurin series (|x| < 4) and its asymptotic series (|x| >= 4), float64:
+    # the reference does not borrow the library's math.erf
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    small = np.abs(x) < 4.0
+    xs = x[small]
+    term = xs.copy()
+    total = xs.copy()
+    for n in range(1, 120):
+        term = term * (-xs * xs) / n
+        total = total + term / (2 * n + 1)
+    out[small] = 2.0 / np.sqrt(np.pi) * total
+    xl = np.abs(x[~small])
+    # erfc(x) ~ exp(-x^2)/(x sqrt(pi)) (1 - 1/(2x^2) + 3/(4x^4) - 15/(8x^6) + 105/(16x^8))
+    u = 1.0 / (2.0 * xl * xl)
+    series = 1.0 - u + 3.0 * u ** 2 - 15.0 * u ** 3 + 105.0 * u ** 4
+    out[~small] = np.sign(x[~small]) * (1.0 - np.exp(-xl * xl) / (xl * np.sqrt(np.pi)) * series)
+    return out
+
+
 def act_forward(kind, x):
     if kind == "relu":
         return np.maximum(x, 0.0)
     if kind == "leaky_relu":
         return np.where(x > 0, x, LEAKY_SLOPE * x)
     if kind == "gelu":
+        return 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
+    if kind == "gelu_tanh":
         return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x ** 3)))
     if kind == "tanh":
         return np.tanh(x)
@@ -47,6 +70,8 @@ def act_backward(kind, dy, x):
     if kind == "leaky_relu":
         return dy * np.where(x > 0, 1.0, LEAKY_SLOPE)
     if kind == "gelu":
+        return dy * (0.5 * (1.0 + _erf(x / np.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi))
+    if kind == "gelu_tanh":
         u = _GELU_C * (x + 0.044715 * x ** 3)
         th = np.tanh(u)
         du = _GELU_C * (1.0 + 3 * 0.044715 * x ** 2)

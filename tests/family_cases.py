@@ -134,6 +134,8 @@ def all_cases(seed=4321):
         block_case(rng, 2, 5, 8, 2, 12, causal=True),
         block_case(rng, 2, 4, 8, 4, 8, mask=[[0, 0, 1, 0], [0, 0, 0, 0]], kind="relu"),
         block_case(rng, 3, 4, 6, 3, 10, lengths=[4, 1, 0]),
+        feedforward_case(rng, (3, 5), 7, "gelu_tanh"),
+        block_case(rng, 2, 3, 8, 2, 12, kind="gelu_tanh"),
     ]
 
 

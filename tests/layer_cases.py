@@ -97,6 +97,6 @@ def all_cases(seed=1234):
         pool_case(rng, 1, 1, 5),
         pool_case(rng, 3, 7, 2),
     ]
-    for kind in ("relu", "leaky_relu", "gelu", "tanh", "sigmoid"):
+    for kind in ("relu", "leaky_relu", "gelu", "gelu_tanh", "tanh", "sigmoid"):
         cases.append(activation_case(rng, kind, (3, 7)))
     return cases

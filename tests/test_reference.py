@@ -22,7 +22,7 @@ def test_dense_grads():
     _fd_close(db, ref.gradcheck(f, b, dy))
 
 
-@pytest.mark.parametrize("kind", ["relu", "leaky_relu", "gelu", "tanh", "sigmoid"])
+@pytest.mark.parametrize("kind", ["relu", "leaky_relu", "gelu", "gelu_tanh", "tanh", "sigmoid"])
 def test_activation_grads(kind):
     x = RNG.normal(size=(4, 6))
     x[np.abs(x) < 1e-3] = 0.5     # keep finite differences away from the ReLU kink

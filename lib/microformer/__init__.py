@@ -20,3 +20,6 @@ from .embedding import Embedding
 from .posenc import PositionalEncoding
 from .block import EncoderBlock, prefill, decode_step, kv_bytes_per_token
 from .show import show
+from . import data, train
+from . import spec
+from .spec import to_spec, from_spec, load_model

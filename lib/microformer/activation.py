@@ -5,19 +5,23 @@ from .layer import Layer, check_tensor, shape_error
 KINDS = {
     "relu": kernels.RELU,
     "leaky_relu": kernels.LEAKY_RELU,
-    "gelu": kernels.GELU,         # tanh approximation
+    "gelu": kernels.GELU,             # exact: 0.5 x (1 + erf(x / sqrt 2)), like torch.nn.GELU()
+    "gelu_tanh": kernels.GELU_TANH,   # the tanh approximation, like torch.nn.GELU('tanh')
     "tanh": kernels.TANH,
     "sigmoid": kernels.SIGMOID,
 }
 
 
 class ActivationLayer(Layer):
-    """ActivationLayer('relu' | 'leaky_relu' | 'gelu' | 'tanh' | 'sigmoid'); any shape."""
+    """ActivationLayer('relu' | 'leaky_relu' | 'gelu' | 'gelu_tanh' | 'tanh' | 'sigmoid'); any shape."""
 
     def __init__(self, kind="relu"):
         if kind not in KINDS:
             raise ValueError("ActivationLayer: kind must be one of %s, got %r"
                              % (", ".join(sorted(KINDS)), kind))
+        if kind == "gelu" and kernels.erf is None:
+            raise ValueError("ActivationLayer: 'gelu' needs math.erf, which this MicroPython build lacks; "
+                             "use 'gelu_tanh' (the tanh approximation)")
         self.kind = kind
         self._code = KINDS[kind]
         self._x = None

@@ -60,6 +60,16 @@ class Attention(Layer):
                 out.append((getattr(self, "b" + n), getattr(self, "db" + n)))
         return out
 
+    def _state(self):
+        # nn.MultiheadAttention(E, H, batch_first=True): in_proj = [Wq; Wk; Wv] [3E, E]
+        out = [("in_proj_weight", [self.Wq, self.Wk, self.Wv])]
+        if self.use_bias:
+            out.append(("in_proj_bias", [self.bq, self.bk, self.bv]))
+        out.append(("out_proj.weight", [self.Wo]))
+        if self.use_bias:
+            out.append(("out_proj.bias", [self.bo]))
+        return out
+
     def cache_floats(self, in_shape):
         B, S, E = in_shape
         # Q K V ctx y and their grads (dctx dQ dK dV dx), plus A [B,H,S,S]

@@ -1,5 +1,6 @@
 # microformer.backend: which kernels the layers call.
-# 'python' (kernels.py) runs anywhere; 'viper' (kernels_viper.py) needs MicroPython's native emitter.
+# 'python' (kernels.py) runs anywhere; 'viper' (kernels_viper.py) needs MicroPython's native emitter;
+# 'numpy' (kernels_numpy.py) needs CPython with NumPy (the host).
 # A kernel the viper module does not define falls back to the portable one.
 from . import kernels as _python_kernels
 
@@ -25,25 +26,34 @@ def _viper_kernels():
     return _Kernels(kernels_viper, _python_kernels)
 
 
+def _numpy_kernels():
+    try:
+        from . import kernels_numpy
+    except ImportError as e:
+        raise ValueError("set_backend: 'numpy' needs CPython with NumPy (%s)" % (e,))
+    return kernels_numpy
+
+
 def set_backend(which):
-    """Select the kernels every layer uses: 'python' or 'viper'."""
+    """Select the kernels every layer uses: 'python', 'viper' or 'numpy'."""
     global K, name
     if which == "python":
         K = _python_kernels
     elif which == "viper":
         K = _viper_kernels()
+    elif which == "numpy":
+        K = _numpy_kernels()
     else:
-        raise ValueError("set_backend: expected 'python' or 'viper', got %r" % (which,))
+        raise ValueError("set_backend: expected 'python', 'viper' or 'numpy', got %r" % (which,))
     name = which
 
 
 def _default():
-    # MicroPython with the native emitter trains on the viper kernels; anything else on the portable ones
+    # MicroPython with the native emitter trains on the viper kernels, CPython with NumPy on the
+    # NumPy kernels; anything else on the portable ones (get_backend() says which)
     import sys
-    if sys.implementation.name != "micropython":
-        return
     try:
-        set_backend("viper")
+        set_backend("viper" if sys.implementation.name == "micropython" else "numpy")
     except ValueError:
         pass
 
@@ -55,11 +65,12 @@ def get_backend():
 def available():
     """The backends this interpreter can run."""
     out = ["python"]
-    try:
-        _viper_kernels()
-        out.append("viper")
-    except ValueError:
-        pass
+    for which, load in (("viper", _viper_kernels), ("numpy", _numpy_kernels)):
+        try:
+            load()
+            out.append(which)
+        except ValueError:
+            pass
     return out
 
 

@@ -3,7 +3,7 @@
 from . import backend
 from .attention import Attention
 from .feedforward import FeedForward
-from .layer import Layer, check_tensor, shape_error
+from .layer import Layer, check_tensor, prefixed, shape_error
 from .norm import LayerNorm
 
 
@@ -39,6 +39,11 @@ class EncoderBlock(Layer):
         for l in self._subs():
             out.extend(l.params())
         return out
+
+    def _state(self):
+        # nn.TransformerEncoderLayer(E, H, hidden, dropout=0, batch_first=True, norm_first=True)
+        return (prefixed("self_attn.", self.attn) + self.ffn._state()
+                + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2))
 
     def train(self, mode=True):
         self.training = mode

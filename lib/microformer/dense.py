@@ -27,6 +27,10 @@ class Dense(Layer):
             return ((self.W, self.dW), (self.b, self.db))
         return ((self.W, self.dW),)
 
+    def _state(self):
+        # nn.Linear: weight [out, in], bias [out]
+        return [("weight", [self.W])] + ([("bias", [self.b])] if self.use_bias else [])
+
     def output_shape(self, in_shape):
         return tuple(in_shape[:-1]) + (self.out_features,)
 

@@ -26,6 +26,10 @@ class Embedding(Layer):
     def params(self):
         return ((self.W, self.dW),)
 
+    def _state(self):
+        # nn.Embedding: weight [vocab, E]
+        return [("weight", [self.W])]
+
     def output_shape(self, in_shape):
         return tuple(in_shape) + (self.embed_dim,)
 

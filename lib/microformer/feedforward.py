@@ -2,7 +2,7 @@
 #   y = act(x W1^T + b1) W2^T + b2, applied to every token alike
 from .activation import ActivationLayer
 from .dense import Dense
-from .layer import Layer, check_tensor, shape_error
+from .layer import Layer, check_tensor, prefixed, shape_error
 
 
 class FeedForward(Layer):
@@ -25,6 +25,10 @@ class FeedForward(Layer):
 
     def params(self):
         return tuple(self.fc1.params()) + tuple(self.fc2.params())
+
+    def _state(self):
+        # the linear1 / linear2 of nn.TransformerEncoderLayer
+        return prefixed("linear1.", self.fc1) + prefixed("linear2.", self.fc2)
 
     def cache_floats(self, in_shape):
         h = tuple(in_shape[:-1]) + (self.hidden,)

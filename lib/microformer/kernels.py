@@ -4,13 +4,21 @@
 # kernels_viper.py holds the same functions with the same signatures.
 from math import exp, log as _log, sqrt, tanh
 
+try:
+    from math import erf
+except ImportError:          # a MicroPython built without the math special functions
+    erf = None
+
 RELU = 0
 LEAKY_RELU = 1
-GELU = 2
+GELU = 2                      # exact: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), torch's default
 TANH = 3
 SIGMOID = 4
+GELU_TANH = 5                 # the tanh approximation, torch's approximate='tanh'
 LEAKY_SLOPE = 0.01
 _GELU_C = 0.7978845608028654  # sqrt(2/pi)
+_RSQRT2 = 0.7071067811865476  # 1/sqrt(2)
+_RSQRT2PI = 0.3989422804014327  # 1/sqrt(2 pi)
 
 
 def zero(buf, n):
@@ -194,6 +202,11 @@ def act_forward(out, inp, N, kind):
             x = inp[i]
             out[i] = x if x > 0.0 else LEAKY_SLOPE * x
     elif kind == GELU:
+        # 0.5 x (1 + erf(x / sqrt 2))
+        for i in range(N):
+            x = inp[i]
+            out[i] = 0.5 * x * (1.0 + erf(x * _RSQRT2))
+    elif kind == GELU_TANH:
         # tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
         for i in range(N):
             x = inp[i]
@@ -222,6 +235,11 @@ def act_backward(dinp, dout, inp, out, N, kind):
         for i in range(N):
             dinp[i] = dout[i] if inp[i] > 0.0 else LEAKY_SLOPE * dout[i]
     elif kind == GELU:
+        # d/dx x Phi(x) = Phi(x) + x phi(x)
+        for i in range(N):
+            x = inp[i]
+            dinp[i] = dout[i] * (0.5 * (1.0 + erf(x * _RSQRT2)) + x * _RSQRT2PI * exp(-0.5 * x * x))
+    elif kind == GELU_TANH:
         for i in range(N):
             x = inp[i]
             th = tanh(_GELU_C * (x + 0.044715 * x * x * x))

@@ -1,5 +1,11 @@
-# microformer.layer: the base class every layer derives from (the layer contract).
+# microformer.layer: the base class every layer derives from (the layer contract), and
+# state_dict / load_state_dict with PyTorch's parameter names and layouts.
 from .tensor import Tensor
+
+try:
+    from collections import OrderedDict as _Ordered
+except ImportError:          # a MicroPython without OrderedDict: a plain dict
+    _Ordered = dict
 
 
 class Layer:
@@ -18,6 +24,66 @@ class Layer:
     def params(self):
         """Every (param, grad) pair, frozen or not (what a checkpoint saves)."""
         return ()
+
+    def parameters(self):
+        """The trainable (param, grad) pairs, for an optimizer: Adam(model.parameters(), lr=...)."""
+        return self.collect_params([])
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- state_dict: PyTorch's names and layouts ---------------------------------------
+
+    def _state(self):
+        """[(name, [param Tensors])] in the order and with the names of the PyTorch module this
+        layer mirrors; an entry of several Tensors is their concatenation along dimension 0
+        (e.g. Attention's in_proj_weight = [Wq; Wk; Wv])."""
+        return []
+
+    def state_dict(self):
+        """Ordered {name: Tensor}, named as in PyTorch (nn.Linear: 'weight' [out,in], 'bias').
+        A value is the parameter itself where the layouts agree, a concatenated copy otherwise."""
+        sd = _Ordered()
+        for name, parts in self._state():
+            sd[name] = parts[0] if len(parts) == 1 else _concat(parts)
+        return sd
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Load weights named as state_dict() names them. Values: Tensors, nested lists, or
+        anything with .tolist() (NumPy arrays, torch tensors). Every key, shape and value is
+        checked before any weight changes; missing or unexpected keys raise ValueError when
+        strict. Returns (missing_keys, unexpected_keys)."""
+        who = "%s.load_state_dict" % type(self).__name__
+        if not hasattr(state_dict, "items"):
+            raise ValueError("%s: expected a dict of name -> tensor, got %s" % (who, type(state_dict).__name__))
+        entries = self._state()
+        names = [n for n, _ in entries]
+        missing = [n for n in names if n not in state_dict]
+        unexpected = [k for k in state_dict if k not in names]
+        if strict and (missing or unexpected):
+            raise ValueError("%s: missing keys %s, unexpected keys %s (expected exactly %s)"
+                             % (who, missing, unexpected, names))
+        staged = []
+        for name, parts in entries:
+            if name not in state_dict:
+                continue
+            t = _as_tensor(state_dict[name], who, name)
+            want = (sum(p.shape[0] for p in parts),) + tuple(parts[0].shape[1:])
+            if tuple(t.shape) != want:
+                raise ValueError("%s: %r has shape %s, expected %s" % (who, name, list(t.shape), list(want)))
+            d = t.data
+            for i in range(len(d)):
+                v = d[i]
+                if v - v != 0.0:
+                    raise ValueError("%s: %r holds a non-finite value (%r at flat index %d)" % (who, name, v, i))
+            staged.append((parts, d))
+        for parts, d in staged:          # everything checked: now write
+            off = 0
+            for p in parts:
+                n = p.size
+                p.data[0:n] = d[off:off + n]
+                off += n
+        return missing, unexpected
 
     def train(self, mode=True):
         self.training = mode
@@ -50,6 +116,35 @@ class Layer:
     def _need_forward(self, cached):
         if cached is None:
             raise RuntimeError("%s: backward() called before forward()" % type(self).__name__)
+
+
+def _concat(parts):
+    shape = (sum(p.shape[0] for p in parts),) + tuple(parts[0].shape[1:])
+    out = Tensor(shape)
+    off = 0
+    for p in parts:
+        out.data[off:off + p.size] = p.data
+        off += p.size
+    return out
+
+
+def _as_tensor(v, who, name):
+    if isinstance(v, Tensor):
+        return v
+    if hasattr(v, "tolist"):                    # NumPy arrays, torch tensors
+        v = v.tolist()
+    if isinstance(v, (list, tuple)):
+        try:
+            return Tensor.from_list(v)
+        except (ValueError, TypeError) as e:
+            raise ValueError("%s: %r is not a rectangular list of numbers (%s)" % (who, name, e))
+    raise ValueError("%s: %r must be a Tensor, a nested list or have .tolist(), got %s"
+                     % (who, name, type(v).__name__))
+
+
+def prefixed(prefix, layer):
+    """layer._state() with every name prefixed (composites and Sequential)."""
+    return [(prefix + n, parts) for n, parts in layer._state()]
 
 
 def shape_error(layer, what, expected, got):

@@ -1,5 +1,5 @@
 # microformer.model: Sequential, a stack of layers trained together.
-from .layer import Layer
+from .layer import Layer, prefixed
 
 
 class Sequential(Layer):
@@ -39,6 +39,13 @@ class Sequential(Layer):
         out = []
         for l in self.layers:
             out.extend(l.params())
+        return out
+
+    def _state(self):
+        # nn.Sequential: '<index>.<name>'; parameter-free layers keep their index
+        out = []
+        for i in range(len(self.layers)):
+            out.extend(prefixed("%d." % i, self.layers[i]))
         return out
 
     def named_params(self):

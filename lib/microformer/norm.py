@@ -24,6 +24,10 @@ class LayerNorm(Layer):
     def params(self):
         return ((self.gamma, self.dgamma), (self.beta, self.dbeta))
 
+    def _state(self):
+        # nn.LayerNorm: weight (gamma), bias (beta)
+        return [("weight", [self.gamma]), ("bias", [self.beta])]
+
     def cache_floats(self, in_shape):
         n = 1
         for d in in_shape:

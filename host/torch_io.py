@@ -1,0 +1,247 @@
+"""PyTorch in and out: torch modules <-> microformer models, and torch files <-> checkpoints.
+
+    from torch_io import from_torch, to_torch
+    model = from_torch(torch_module)       # microformer model with the same weights
+    module = to_torch(model)               # and back (torch.nn modules, state_dict names kept)
+
+    python host/torch_io.py model.pt --out model.mfck [--meta meta.json]
+        model.pt: a whole module saved with torch.save(module, 'model.pt'); writes a checkpoint
+        that carries its spec, so mf.load_model('model.mfck') rebuilds it on the board.
+    python host/torch_io.py model.mfck --out model.pt
+        the reverse: a checkpoint (with its spec) to a torch module file.
+
+Supported: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01),
+nn.MultiheadAttention (batch_first=True), nn.LayerNorm, nn.Embedding,
+nn.TransformerEncoderLayer (norm_first=True, batch_first=True), nn.Sequential, nn.Unflatten(1, ...),
+and this file's GlobalAvgPool, PositionalEncoding and FeedForward modules. Anything else is named in
+the error. torch is needed on the host only; the board never imports it.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+import microformer as mf  # noqa: E402
+from microformer import checkpoint  # noqa: E402
+from microformer.spec import load_model, to_spec  # noqa: E402
+
+
+# ---- torch modules for the microformer layers torch has no module for -------------------
+
+class GlobalAvgPool(nn.Module):
+    """[B,S,E] -> [B,E], the mean over S (microformer.GlobalAvgPool)."""
+
+    def forward(self, x):
+        return x.mean(dim=1)
+
+
+class PositionalEncoding(nn.Module):
+    """x [B,S,E] + the sinusoidal table of the seeds (microformer.PositionalEncoding)."""
+
+    def __init__(self, max_len, embed_dim):
+        super().__init__()
+        self.max_len, self.embed_dim = max_len, embed_dim
+        pe = torch.zeros(max_len, embed_dim)
+        pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+        div = torch.exp(torch.arange(0, embed_dim, 2, dtype=torch.float64) * (-math.log(10000.0) / embed_dim))
+        pe[:, 0::2] = torch.sin(pos * div).float()
+        pe[:, 1::2] = torch.cos(pos * div).float()[:, :embed_dim // 2]
+        self.register_buffer("pe", pe, persistent=False)
+
+    def forward(self, x):
+        return x + self.pe[:x.shape[1]]
+
+
+class FeedForward(nn.Module):
+    """linear1 -> activation -> linear2 (microformer.FeedForward; names as in TransformerEncoderLayer)."""
+
+    def __init__(self, embed_dim, hidden, activation="gelu", bias=True):
+        super().__init__()
+        self.activation_name = activation
+        self.linear1 = nn.Linear(embed_dim, hidden, bias=bias)
+        self.act = _torch_activation(activation)
+        self.linear2 = nn.Linear(hidden, embed_dim, bias=bias)
+
+    def forward(self, x):
+        return self.linear2(self.act(self.linear1(x)))
+
+
+def _torch_activation(kind):
+    return {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU("tanh"), "tanh": nn.Tanh,
+            "sigmoid": nn.Sigmoid, "leaky_relu": lambda: nn.LeakyReLU(0.01)}[kind]()
+
+
+def _activation_kind(m, where):
+    if isinstance(m, nn.ReLU):
+        return "relu"
+    if isinstance(m, nn.GELU):
+        return "gelu_tanh" if m.approximate == "tanh" else "gelu"
+    if isinstance(m, nn.Tanh):
+        return "tanh"
+    if isinstance(m, nn.Sigmoid):
+        return "sigmoid"
+    if isinstance(m, nn.LeakyReLU):
+        if m.negative_slope != 0.01:
+            raise ValueError("from_torch: %s: LeakyReLU(negative_slope=%r) is not supported (microformer's "
+                             "leaky_relu has slope 0.01)" % (where, m.negative_slope))
+        return "leaky_relu"
+    return None
+
+
+def _refuse(where, m, why):
+    raise ValueError("from_torch: %s (%s): %s" % (where, type(m).__name__, why))
+
+
+def _convert(m, where, ignore_dropout):
+    """One torch module -> a microformer layer without weights."""
+    kind = _activation_kind(m, where)
+    if kind:
+        return mf.ActivationLayer(kind)
+    if isinstance(m, nn.Sequential):
+        return mf.Sequential([_convert(c, "%s[%d]" % (where, i), ignore_dropout) for i, c in enumerate(m)])
+    if isinstance(m, nn.Linear):
+        return mf.Dense(m.in_features, m.out_features, use_bias=m.bias is not None)
+    if isinstance(m, nn.MultiheadAttention):
+        if not m.batch_first:
+            _refuse(where, m, "needs batch_first=True (microformer is [B,S,E])")
+        if not m._qkv_same_embed_dim or m.bias_k is not None:
+            _refuse(where, m, "kdim/vdim other than embed_dim and add_bias_kv are not supported")
+        if m.dropout and not ignore_dropout:
+            _refuse(where, m, "dropout=%g (microformer has no attention dropout yet); "
+                              "from_torch(..., ignore_dropout=True) converts it without" % m.dropout)
+        return mf.Attention(m.embed_dim, m.num_heads, use_bias=m.in_proj_bias is not None)
+    if isinstance(m, nn.LayerNorm):
+        if len(m.normalized_shape) != 1 or not m.elementwise_affine or m.bias is None:
+            _refuse(where, m, "only LayerNorm(E) over the last dimension with weight and bias is supported")
+        return mf.LayerNorm(m.normalized_shape[0], eps=m.eps)
+    if isinstance(m, nn.Embedding):
+        if m.padding_idx is not None or m.max_norm is not None:
+            _refuse(where, m, "padding_idx and max_norm are not supported")
+        return mf.Embedding(m.num_embeddings, m.embedding_dim)
+    if isinstance(m, nn.TransformerEncoderLayer):
+        if not m.norm_first:
+            _refuse(where, m, "needs norm_first=True (microformer's EncoderBlock is pre-norm)")
+        if not m.self_attn.batch_first:
+            _refuse(where, m, "needs batch_first=True")
+        drop = max(m.dropout.p, m.dropout1.p, m.dropout2.p, m.self_attn.dropout)
+        if drop and not ignore_dropout:
+            _refuse(where, m, "dropout=%g (microformer has no dropout yet); "
+                              "from_torch(..., ignore_dropout=True) converts it without" % drop)
+        act = m.activation
+        if isinstance(act, nn.Module):
+            kind = _activation_kind(act, where + ".activation")
+        else:
+            kind = {torch.nn.functional.relu: "relu", torch.nn.functional.gelu: "gelu"}.get(act)
+        if kind is None:
+            _refuse(where, m, "activation %r is not supported (relu, gelu, nn.GELU('tanh'))" % (act,))
+        return mf.EncoderBlock(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
+                               activation=kind, use_bias=m.linear1.bias is not None)
+    if isinstance(m, nn.Unflatten):
+        if m.dim != 1:
+            _refuse(where, m, "only Unflatten(1, shape) is supported ([B, n] -> [B, *shape])")
+        return mf.Reshape(tuple(m.unflattened_size))
+    if isinstance(m, GlobalAvgPool):
+        return mf.GlobalAvgPool()
+    if isinstance(m, PositionalEncoding):
+        return mf.PositionalEncoding(m.max_len, m.embed_dim)
+    if isinstance(m, FeedForward):
+        return mf.FeedForward(m.linear1.in_features, m.linear1.out_features, m.activation_name,
+                              use_bias=m.linear1.bias is not None)
+    _refuse(where, m, "no microformer layer for it (supported: Linear, ReLU, GELU, Tanh, Sigmoid, "
+                      "LeakyReLU, MultiheadAttention, LayerNorm, Embedding, TransformerEncoderLayer, "
+                      "Sequential, Unflatten, and GlobalAvgPool/PositionalEncoding/FeedForward of torch_io)")
+
+
+def from_torch(module, ignore_dropout=False):
+    """The microformer model for a supported torch module tree, with its weights."""
+    model = _convert(module, type(module).__name__, ignore_dropout)
+    model.load_state_dict({k: v.detach() for k, v in module.state_dict().items()})
+    return model
+
+
+def _to_module(layer, where):
+    name = type(layer).__name__
+    if isinstance(layer, mf.Sequential):
+        return nn.Sequential(*[_to_module(l, "%s[%d]" % (where, i)) for i, l in enumerate(layer.layers)])
+    if isinstance(layer, mf.Dense):
+        return nn.Linear(layer.in_features, layer.out_features, bias=bool(layer.use_bias))
+    if isinstance(layer, mf.ActivationLayer):
+        return _torch_activation(layer.kind)
+    if isinstance(layer, mf.Attention):
+        # causal attention takes its mask at call time in torch: attn_mask=..., is_causal=True
+        return nn.MultiheadAttention(layer.embed_dim, layer.num_heads, bias=bool(layer.use_bias),
+                                     batch_first=True)
+    if isinstance(layer, mf.LayerNorm):
+        return nn.LayerNorm(layer.dim, eps=layer.eps)
+    if isinstance(layer, mf.Embedding):
+        return nn.Embedding(layer.vocab, layer.embed_dim)
+    if isinstance(layer, mf.EncoderBlock):
+        act = {"relu": "relu", "gelu": "gelu"}.get(layer.ffn.kind) or _torch_activation(layer.ffn.kind)
+        return nn.TransformerEncoderLayer(layer.embed_dim, layer.attn.num_heads, layer.ffn.hidden,
+                                          dropout=0.0, activation=act, batch_first=True, norm_first=True,
+                                          bias=bool(layer.attn.use_bias))
+    if isinstance(layer, mf.Reshape):
+        return nn.Unflatten(1, tuple(layer.shape))
+    if isinstance(layer, mf.GlobalAvgPool):
+        return GlobalAvgPool()
+    if isinstance(layer, mf.PositionalEncoding):
+        return PositionalEncoding(layer.max_len, layer.embed_dim)
+    if isinstance(layer, mf.FeedForward):
+        return FeedForward(layer.embed_dim, layer.hidden, layer.kind, bias=bool(layer.fc1.use_bias))
+    raise ValueError("to_torch: %s is a %s, which has no torch counterpart here" % (where, name))
+
+
+def to_torch(model):
+    """torch.nn modules with the model's weights (state_dict names are the same on both sides)."""
+    module = _to_module(model, "model")
+    sd = {k: torch.tensor(v.tolist(), dtype=torch.float32) for k, v in model.state_dict().items()}
+    module.load_state_dict(sd, strict=True)
+    return module
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="torch module file <-> microformer checkpoint")
+    ap.add_argument("src", help="model.pt (a module saved with torch.save) or model.mfck")
+    ap.add_argument("--out", required=True, help="model.mfck or model.pt")
+    ap.add_argument("--meta", help="a JSON file of metadata to store in the checkpoint (classes, ...)")
+    ap.add_argument("--ignore-dropout", action="store_true", help="convert modules with dropout without it")
+    ap.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    a = ap.parse_args(argv)
+    if os.path.exists(a.out) and not a.force:
+        raise SystemExit("torch_io: %s exists; pass --force to overwrite it" % a.out)
+    if a.src.endswith(".mfck"):
+        module = to_torch(load_model(a.src))
+        torch.save(module, a.out)
+        print("wrote %s: %s" % (a.out, type(module).__name__))
+        return
+    obj = torch.load(a.src, weights_only=False)
+    if not isinstance(obj, nn.Module):
+        raise SystemExit("torch_io: %s holds a %s, not a module: save the whole module with "
+                         "torch.save(module, path) (a state_dict alone does not say the architecture)"
+                         % (a.src, type(obj).__name__))
+    model = from_torch(obj, ignore_dropout=a.ignore_dropout)
+    meta = {}
+    if a.meta:
+        with open(a.meta) as f:
+            meta = json.load(f)
+        if not isinstance(meta, dict):
+            raise SystemExit("torch_io: --meta %s must hold a JSON object" % a.meta)
+    meta["spec"] = to_spec(model)
+    meta.setdefault("source", "torch %s: %s" % (torch.__version__, type(obj).__name__))
+    n = checkpoint.save(a.out, model, meta)
+    print("wrote %s (%d bytes): %d params, %s" % (a.out, n, model.param_count(),
+                                                  " -> ".join(l["type"] for l in meta["spec"].get("layers", [meta["spec"]]))))
+
+
+if __name__ == "__main__":
+    # run as the importable module, so that pickled torch_io modules (e.g. PositionalEncoding)
+    # are the very classes from_torch checks for
+    sys.path.insert(0, HERE)
+    import torch_io
+    torch_io.main()

@@ -1,0 +1,359 @@
+# microformer.kernels_numpy: the kernels of kernels.py over NumPy, for CPython on the host.
+# Same functions, same signatures, same buffers: every flat array('f') is viewed in place with
+# numpy.frombuffer (no copy), so layers, optimizers and checkpoints are unchanged. Arithmetic runs
+# in float64 and is rounded to float32 once, on the store, as the portable loops do under CPython.
+# Host only: the board has no NumPy (make deploy and mip leave this file out).
+import numpy as np
+
+from math import erf as _erf1
+
+from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH, _GELU_C
+
+_erf = np.frompyfunc(_erf1, 1, 1)      # math.erf elementwise (NumPy has no erf of its own)
+
+
+def _phi_cdf(x):
+    # Phi(x) = 0.5 (1 + erf(x / sqrt 2))
+    return 0.5 * (1.0 + _erf(x * 0.7071067811865476).astype(_F64))
+
+_F32 = np.float32
+_F64 = np.float64
+
+
+def _v(buf, n):
+    # a writable float32 view of the first n elements of buf (array('f')): no copy
+    return np.frombuffer(buf, dtype=_F32, count=n)
+
+
+def _d(buf, n, *shape):
+    # the first n elements of buf as float64 (a copy), shaped
+    return np.frombuffer(buf, dtype=_F32, count=n).astype(_F64).reshape(shape)
+
+
+def _mask(mask, B, Tk):
+    # (B, Tk) bool, True = padded key; None when there is no mask
+    if mask is None:
+        return None
+    return np.frombuffer(bytes(mask), dtype=np.uint8, count=B * Tk).reshape(B, Tk) != 0
+
+
+def zero(buf, n):
+    _v(buf, n)[:] = 0.0
+
+
+def add_inplace(out, inp, n):
+    # out (n,) += inp (n,)
+    o = _v(out, n)
+    o[:] = o.astype(_F64) + _d(inp, n, n)
+
+
+def matmul_forward(out, inp, weight, bias, N, C, OC):
+    # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
+    r = _d(inp, N * C, N, C) @ _d(weight, OC * C, OC, C).T
+    if bias is not None:
+        r += _d(bias, OC, OC)
+    _v(out, N * OC)[:] = r.ravel()
+
+
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
+    # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
+    # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias += sum_N dout
+    g = _d(dout, N * OC, N, OC)
+    if dinp is not None:
+        _v(dinp, N * C)[:] = (g @ _d(weight, OC * C, OC, C)).ravel()
+    if dweight is not None:
+        w = _v(dweight, OC * C)
+        w[:] = w.astype(_F64) + (g.T @ _d(inp, N * C, N, C)).ravel()
+    if dbias is not None:
+        b = _v(dbias, OC)
+        b[:] = b.astype(_F64) + g.sum(axis=0)
+
+
+def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
+    # dinp (N, C) += dout (N, OC) . weight (OC, C)
+    d = _v(dinp, N * C)
+    d[:] = d.astype(_F64) + (_d(dout, N * OC, N, OC) @ _d(weight, OC * C, OC, C)).ravel()
+
+
+def _heads(buf, B, T, C, NH):
+    # (B, T, C) -> (B, NH, T, hs) float64
+    return _d(buf, B * T * C, B, T, NH, C // NH).transpose(0, 2, 1, 3)
+
+
+def _visible(mask, B, Tq, Tk, causal):
+    # (B, 1, Tq, Tk) bool: True where query t may see key j
+    vis = np.ones((B, 1, Tq, Tk), dtype=bool)
+    if causal:
+        shift = Tk - Tq
+        vis &= (np.arange(Tk)[None, :] <= np.arange(Tq)[:, None] + shift)[None, None]
+    m = _mask(mask, B, Tk)
+    if m is not None:
+        vis &= ~m[:, None, None, :]
+    return vis
+
+
+def _softmax_visible(s, vis):
+    # softmax over the last axis among visible entries; hidden entries and rows with no
+    # visible entry get 0
+    s = np.where(vis, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.where(vis, np.exp(s - m), 0.0)
+    z = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, z, out=np.zeros_like(e), where=z > 0.0)
+
+
+def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+    # q (B, Tq, C), k v (B, Tk, C); att (B, NH, Tq, Tk) written, masked weights exactly 0;
+    # out (B, Tq, C) = per-head softmax(q.k^T / sqrt(hs)) . v, heads concatenated
+    hs = C // NH
+    s = (_heads(q, B, Tq, C, NH) @ _heads(k, B, Tk, C, NH).transpose(0, 1, 3, 2)) * (1.0 / np.sqrt(hs))
+    a = _softmax_visible(s, _visible(mask, B, Tq, Tk, causal))
+    _v(att, B * NH * Tq * Tk)[:] = a.ravel()
+    a = a.astype(_F32).astype(_F64)           # the stored weights, as the portable loops use them
+    ctx = a @ _heads(v, B, Tk, C, NH)          # (B, NH, Tq, hs)
+    _v(out, B * Tq * C)[:] = ctx.transpose(0, 2, 1, 3).ravel()
+
+
+def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
+    # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
+    # dq (B, Tq, C), dk dv (B, Tk, C): written; att: the forward's weights (0 where masked)
+    hs = C // NH
+    scale = 1.0 / np.sqrt(hs)
+    a = _d(att, B * NH * Tq * Tk, B, NH, Tq, Tk)
+    g = _heads(dout, B, Tq, C, NH)
+    qh = _heads(q, B, Tq, C, NH)
+    kh = _heads(k, B, Tk, C, NH)
+    vh = _heads(v, B, Tk, C, NH)
+    da = g @ vh.transpose(0, 1, 3, 2)                      # (B, NH, Tq, Tk)
+    dvh = a.transpose(0, 1, 3, 2) @ g                      # (B, NH, Tk, hs)
+    dot = (da * a).sum(axis=-1, keepdims=True)
+    ds = a * (da - dot) * scale
+    dqh = ds @ kh
+    dkh = ds.transpose(0, 1, 3, 2) @ qh
+    _v(dq, B * Tq * C)[:] = dqh.transpose(0, 2, 1, 3).ravel()
+    _v(dk, B * Tk * C)[:] = dkh.transpose(0, 2, 1, 3).ravel()
+    _v(dv, B * Tk * C)[:] = dvh.transpose(0, 2, 1, 3).ravel()
+
+
+def _act(x, kind):
+    if kind == RELU:
+        return np.where(x > 0.0, x, 0.0)
+    if kind == LEAKY_RELU:
+        return np.where(x > 0.0, x, LEAKY_SLOPE * x)
+    if kind == GELU:
+        return x * _phi_cdf(x)
+    if kind == GELU_TANH:
+        return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x * x * x)))
+    if kind == TANH:
+        return np.tanh(x)
+    if kind == SIGMOID:
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+    raise ValueError("act_forward: unknown activation kind %r" % kind)
+
+
+def act_forward(out, inp, N, kind):
+    # out (N,) = f(inp (N,))
+    _v(out, N)[:] = _act(_d(inp, N, N), kind)
+
+
+def act_backward(dinp, dout, inp, out, N, kind):
+    # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
+    g = _d(dout, N, N)
+    if kind == RELU:
+        r = np.where(_d(inp, N, N) > 0.0, g, 0.0)
+    elif kind == LEAKY_RELU:
+        r = np.where(_d(inp, N, N) > 0.0, g, LEAKY_SLOPE * g)
+    elif kind == GELU:
+        x = _d(inp, N, N)
+        r = g * (_phi_cdf(x) + x * 0.3989422804014327 * np.exp(-0.5 * x * x))
+    elif kind == GELU_TANH:
+        x = _d(inp, N, N)
+        th = np.tanh(_GELU_C * (x + 0.044715 * x * x * x))
+        dth = (1.0 - th * th) * _GELU_C * (1.0 + 3.0 * 0.044715 * x * x)
+        r = g * (0.5 * (1.0 + th) + 0.5 * x * dth)
+    elif kind == TANH:
+        y = _d(out, N, N)
+        r = g * (1.0 - y * y)
+    elif kind == SIGMOID:
+        y = _d(out, N, N)
+        r = g * y * (1.0 - y)
+    else:
+        raise ValueError("act_backward: unknown activation kind %r" % kind)
+    _v(dinp, N)[:] = r
+
+
+def avgpool_forward(out, inp, B, T, C):
+    # out (B, C) = mean over T of inp (B, T, C)
+    _v(out, B * C)[:] = (_d(inp, B * T * C, B, T, C).sum(axis=1) * (1.0 / T)).ravel()
+
+
+def avgpool_backward(dinp, dout, B, T, C):
+    # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
+    g = _d(dout, B * C, B, 1, C) * (1.0 / T)
+    _v(dinp, B * T * C)[:] = np.broadcast_to(g, (B, T, C)).ravel()
+
+
+def crossentropy_softmax(dlogits, logits, labels, B, V):
+    # returns the mean over B of -log softmax(logits)[label];
+    # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
+    x = _d(logits, B * V, B, V)
+    y = np.asarray(labels[:B], dtype=np.intp)
+    m = x.max(axis=1, keepdims=True)
+    e = np.exp(x - m)
+    z = e.sum(axis=1, keepdims=True)
+    rows = np.arange(B)
+    loss = float((m[:, 0] + np.log(z[:, 0]) - x[rows, y]).sum() / B)
+    g = e / z / B
+    g[rows, y] -= 1.0 / B
+    _v(dlogits, B * V)[:] = g.ravel()
+    return loss
+
+
+def mse(dpred, pred, target, N):
+    # returns mean over N of (pred - target)^2; dpred (N,) = 2 (pred - target) / N (written)
+    d = _d(pred, N, N) - _d(target, N, N)
+    _v(dpred, N)[:] = (2.0 / N) * d
+    return float((d * d).sum() / N)
+
+
+def sum_squares(g, n):
+    x = _d(g, n, n)
+    return float((x * x).sum())
+
+
+def scale_inplace(g, n, factor):
+    x = _v(g, n)
+    x[:] = x.astype(_F64) * factor
+
+
+def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
+    # p (n,) -= lr * step, step = g + wd p, with momentum buf = momentum buf + step
+    pv = _v(p, n)
+    d = _d(g, n, n)
+    if weight_decay:
+        d = d + weight_decay * pv.astype(_F64)
+    if buf is not None:
+        b = _v(buf, n)
+        b[:] = d + momentum * b.astype(_F64)
+        d = b.astype(_F64)
+    pv[:] = pv.astype(_F64) - lr * d
+
+
+def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
+    # Adam (decoupled: AdamW). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for step t.
+    pv = _v(p, n)
+    d = _d(g, n, n)
+    if weight_decay:
+        if decoupled:
+            pv[:] = pv.astype(_F64) - lr * weight_decay * pv.astype(_F64)
+        else:
+            d = d + weight_decay * pv.astype(_F64)
+    mv = _v(m, n)
+    vv = _v(v, n)
+    mv[:] = beta1 * mv.astype(_F64) + (1.0 - beta1) * d
+    vv[:] = beta2 * vv.astype(_F64) + (1.0 - beta2) * d * d
+    mi = mv.astype(_F64)
+    vi = vv.astype(_F64)
+    pv[:] = pv.astype(_F64) - (lr / bc1) * mi / (np.sqrt(vi * (1.0 / bc2)) + eps)
+
+
+def add_forward(out, a, b, n):
+    # out (n,) = a (n,) + b (n,)   (out may be a or b)
+    _v(out, n)[:] = _d(a, n, n) + _d(b, n, n)
+
+
+def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
+    # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved, biased variance
+    x = _d(inp, N * C, N, C)
+    mu = x.sum(axis=1) * (1.0 / C)
+    xc = x - mu[:, None]
+    s = 1.0 / np.sqrt((xc * xc).sum(axis=1) * (1.0 / C) + eps)
+    _v(mean, N)[:] = mu
+    _v(rstd, N)[:] = s
+    m32 = _d(mean, N, N)                      # the stored statistics, as the portable loops use them
+    s32 = _d(rstd, N, N)
+    _v(out, N * C)[:] = ((x - m32[:, None]) * s32[:, None] * _d(weight, C, C) + _d(bias, C, C)).ravel()
+
+
+def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C):
+    # in the forward pass this was out = xhat * weight + bias, xhat = (inp - mean) * rstd
+    g = _d(dout, N * C, N, C)
+    s = _d(rstd, N, N)[:, None]
+    xh = (_d(inp, N * C, N, C) - _d(mean, N, N)[:, None]) * s
+    w = _d(weight, C, C)
+    dn = g * w
+    a = dn.sum(axis=1, keepdims=True) * (1.0 / C)
+    bs = (dn * xh).sum(axis=1, keepdims=True) * (1.0 / C)
+    if dweight is not None:
+        dw = _v(dweight, C)
+        dw[:] = dw.astype(_F64) + (g * xh).sum(axis=0)
+    if dbias is not None:
+        db = _v(dbias, C)
+        db[:] = db.astype(_F64) + g.sum(axis=0)
+    _v(dinp, N * C)[:] = (s * (dn - a - xh * bs)).ravel()
+
+
+def embedding_forward(out, ids, table, N, C, V):
+    # out (N, C) = table[ids]; returns -1, or the index of the first id that is not an int in
+    # [0, V) (rows before it are written, that row and later ones are not)
+    x = _d(ids, N, N)
+    bad = np.nonzero(~((x >= 0.0) & (x < V) & (np.floor(x) == x)))[0]
+    n = int(bad[0]) if bad.size else N
+    t = _v(table, V * C).reshape(V, C)
+    _v(out, N * C).reshape(N, C)[:n] = t[x[:n].astype(np.intp)]
+    return n if bad.size else -1
+
+
+def embedding_backward(dtable, dout, ids, N, C):
+    # in the forward pass this was out (N, C) = table[ids]; dtable (V, C) += dout rows
+    idx = _d(ids, N, N).astype(np.intp)
+    V = len(dtable) // C
+    acc = _d(dtable, V * C, V, C)
+    np.add.at(acc, idx, _d(dout, N * C, N, C))
+    _v(dtable, V * C)[:] = acc.ravel()
+
+
+def posenc_table(pe, L, C):
+    # pe (L, C): pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i ln(10000) / C)
+    div = np.exp(np.arange(0, C, 2) * (-np.log(10000.0) / C))
+    a = np.arange(L)[:, None] * div[None, :]
+    t = np.zeros((L, C))
+    t[:, 0::2] = np.sin(a)
+    t[:, 1::2] = np.cos(a)[:, :C // 2]
+    _v(pe, L * C)[:] = t.ravel()
+
+
+def posenc_forward(out, inp, pe, B, S, C, start):
+    # out (B, S, C) = inp (B, S, C) + pe[start + s]
+    p = _d(pe, (start + S) * C, start + S, C)[start:]
+    _v(out, B * S * C)[:] = (_d(inp, B * S * C, B, S, C) + p[None]).ravel()
+
+
+def kv_store(cache, src, B, S, L, C, pos):
+    # cache (B, L, C)[:, pos:pos+S, :] = src (B, S, C)
+    _v(cache, B * L * C).reshape(B, L, C)[:, pos:pos + S] = _v(src, B * S * C).reshape(B, S, C)
+
+
+def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
+    # one causal query per sequence against the first T cached keys; att (B, NH, L): columns
+    # 0..T-1 written; out (B, C): heads concatenated
+    hs = C // NH
+    qh = _d(q, B * C, B, NH, 1, hs)
+    kh = _d(kc, B * L * C, B, L, NH, hs)[:, :T].transpose(0, 2, 3, 1)     # (B, NH, hs, T)
+    vh = _d(vc, B * L * C, B, L, NH, hs)[:, :T].transpose(0, 2, 1, 3)     # (B, NH, T, hs)
+    s = (qh @ kh) * (1.0 / np.sqrt(hs))                                   # (B, NH, 1, T)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    a = e / e.sum(axis=-1, keepdims=True)
+    _v(att, B * NH * L).reshape(B, NH, L)[:, :, :T] = a[:, :, 0]
+    a = a.astype(_F32).astype(_F64)
+    _v(out, B * C)[:] = (a @ vh).ravel()
+
+
+def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
+    # out (B, NH, Tq, Tk) = (q_h . k_h) * scale; a hidden key (padded, or future when causal)
+    # gets `hidden` instead
+    s = (_heads(q, B, Tq, C, NH) @ _heads(k, B, Tk, C, NH).transpose(0, 1, 3, 2)) * scale
+    vis = np.broadcast_to(_visible(mask, B, Tq, Tk, causal), s.shape)
+    _v(out, B * NH * Tq * Tk)[:] = np.where(vis, s, hidden).ravel()

@@ -1,0 +1,32 @@
+"""state_dict names and load_state_dict inside MicroPython (both interpreters) and CPython."""
+import json
+import os
+import subprocess
+import sys
+
+import helpers
+
+SCRIPT = os.path.join(helpers.TESTS, "mp_state_dict.py")
+KEYS = ["0.weight",
+        "1.self_attn.in_proj_weight", "1.self_attn.in_proj_bias",
+        "1.self_attn.out_proj.weight", "1.self_attn.out_proj.bias",
+        "1.linear1.weight", "1.linear1.bias", "1.linear2.weight", "1.linear2.bias",
+        "1.norm1.weight", "1.norm1.bias", "1.norm2.weight", "1.norm2.bias",
+        "2.weight", "2.bias", "3.weight", "3.bias"]
+
+
+def _check(out):
+    assert out["keys"] == KEYS                 # nn.Sequential(nn.Embedding, nn.TransformerEncoderLayer, ...)
+    assert out["shapes"][1] == [12, 4] and out["shapes"][2] == [12]
+    assert "'3.bias'" in out["bad"] and "[6]" in out["bad"] and "[7]" in out["bad"]
+    assert out["untouched"] and out["equal"] and out["same_output"]
+
+
+def test_state_dict_cpython():
+    r = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, check=True,
+                       env=dict(os.environ, PYTHONPATH=helpers.LIB))
+    _check(json.loads(r.stdout))
+
+
+def test_state_dict_micropython(micropython):
+    _check(json.loads(helpers.run_micropython(SCRIPT, exe=micropython)))
