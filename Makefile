@@ -10,6 +10,9 @@ PYTHON ?= python3
 # MicroPython's source (a tree or a .tar.gz) for the 32-bit, single-precision port `make test` also
 # runs on (ESP32-like ints, floats and object sizes); default: the tarball next to this project.
 MICROPYTHON_SRC ?= $(firstword $(wildcard ../shared/micropython/micropython-*-src.tar.gz))
+# PyTorch (CPU build, ~900 MB) for host/torch_io.py and the interop tests; TORCH=0 skips it (the
+# torch tests then report themselves skipped; under CI they fail instead)
+TORCH ?= 1
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -25,9 +28,11 @@ export PORT HEAP
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-torch.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r requirements.txt
+	@if [ "$(TORCH)" != 0 ]; then $(VENV)/bin/pip install -q -r requirements-torch.txt; \
+	else echo "setup: torch NOT installed (TORCH=0): host/torch_io.py and its tests will not run"; fi
 	touch $(STAMP)
 
 # The whole suite: CPython tests, tests run inside MicroPython (the stock 64-bit port and the 32-bit
