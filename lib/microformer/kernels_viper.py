@@ -738,9 +738,15 @@ def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
 # ---- attention -------------------------------------------------------------------------------
 # _D fields for _softmax: 24 Tk, 25 causal, 26 scale mantissa (Q15), 27 scale exponent,
 #   28 mask present, 29 B
+# ERROR BOUND (tests/test_viper_range.py): for any finite float32 scores, every weight w_j is
+#   within 2e-4 w_j + 2e-5 (y_j + 1) w_j of the softmax of the same scores (relative to the
+#   element), y_j = (max - s_j) * scale, and 0 where w_j < 2^-126; rows sum to 1 within 4e-4.
+#   Scores are never clamped: only the difference y_j >= 128 (weight < 3e-56, 0 in float32) is.
 @micropython.viper
 def _softmax(att, mask, d, s, NH: int, Tq: int):
     # att (B, NH, Tq, Tk): raw scores in, softmax(scores * scale) out, in place  [B3]
+    # Only s_j - max is needed: it is formed from the aligned 24-bit mantissas of the two
+    # float32 scores (exact to half an ulp of the larger), so any finite score works.
     D = ptr32(d)
     S = ptr32(s)
     pa = ptr32(att)
@@ -754,8 +760,10 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
     sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load
     se = (se ^ sx) - sx
     shift = Tk - Tq
-    clamp = 1 << 26                     # |score| <= 1024 in Q16
-    ymax = 16 * 45426                   # exp(-y) < 2^-16: weight 0
+    ycap = 1 << 23                      # y = (max - s) scale in Q16 >= 128: weight < 2^-184, 0
+    zs = 15                             # Z = sum_j e_j in Q(15 + zs), < 2^30 (Tk < 2^16: < 2^31)
+    while zs > 0 and (1 << (15 - zs)) < Tk:
+        zs -= 1
     ab = 0
     for b in range(D[29]):
         for h in range(NH):
@@ -765,49 +773,106 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     last = t + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                # pass 1: visible scores -> Q16 (scaled, clamped) in S[j]; row max
-                mx = 0 - clamp - 1
+                # pass 1: the largest visible score, compared as sign-magnitude ints
+                mk = 0
+                mj = 0 - 1
                 for j in range(Tk):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
-                        S[j] = 0 - clamp - clamp            # sentinel: masked
                         continue
                     x = pa[ab + j]
                     e = (x >> 23) & 0xFF
-                    v = 0
+                    v = (e << 23) | (x & 0x7FFFFF)
+                    if e == 255:                # inf / NaN: +-FLT_MAX
+                        v = ((e - 1) << 23) | 0x7FFFFF
+                    if (x >> 31) & 1:
+                        v = 0 - v
+                    if mj < 0 or v > mk:
+                        mk = v
+                        mj = j
+                # the max as a signed mantissa mx * 2^(ex - 150) (0 for zeros / subnormals)
+                mx = 0
+                ex = 1
+                if mj >= 0:
+                    x = pa[ab + mj]
+                    e = (x >> 23) & 0xFF
+                    if e != 0:
+                        mx = (x & 0x7FFFFF) | 0x800000
+                        ex = e
+                        if e == 255:
+                            mx = 0xFFFFFF
+                            ex = 254
+                        if (x >> 31) & 1:
+                            mx = 0 - mx
+                # pass 2: y_j = (max - s_j) scale in Q16; e_j = exp(-y_j) = p_j 2^(-15 - k_j)
+                # with p_j in [2^14, 2^15) kept apart from k_j; Z = sum_j e_j in Q(15 + zs)
+                z = 0
+                for j in range(Tk):
+                    S[j] = 0
+                    if j > last or (hasmask and pm[b * Tk + j] != 0):
+                        continue
+                    x = pa[ab + j]
+                    e = (x >> 23) & 0xFF
+                    m = 0
                     if e != 0:
                         m = (x & 0x7FFFFF) | 0x800000
                         if e == 255:
                             m = 0xFFFFFF
                             e = 254
-                        v = (m >> 9) * sm                       #!chk v
-                        sh = e + se - 125                   # v * 2^sh is the Q16 score
-                        if sh >= 0:
-                            v = clamp
-                        elif sh < 0 - 30:
-                            v = 0
-                        else:
-                            v = (v + (1 << (0 - sh - 1))) >> (0 - sh)
-                            if v > clamp:
-                                v = clamp
                         if (x >> 31) & 1:
-                            v = 0 - v
-                    S[j] = v
-                    if v > mx:
-                        mx = v
-                # pass 2: e_j = exp(s_j - max) in Q15, Z = sum e_j
-                z = 0
-                for j in range(Tk):
-                    v = (S[j] ^ sx) - sx
-                    if v < 0 - clamp:
-                        S[j] = 0
-                        continue
-                    y = mx - v                              # 0 <= y <= 2^27 (Q16)
-                    if y >= ymax:
-                        S[j] = 0
-                        continue
+                            m = 0 - m
+                    else:
+                        e = 1
+                    # dv * 2^(de - 150) = max - s_j >= 0, |dv| < 2^25: the smaller exponent's
+                    # mantissa shifted right (rounded), a 24-bit shift or more leaves 0
+                    if ex >= e:
+                        sh = ex - e
+                        if sh > 24:
+                            m = 0
+                        elif sh > 0:
+                            m = ((m >> (sh - 1)) + 1) >> 1
+                        dv = mx - m
+                        de = ex
+                    else:
+                        sh = e - ex
+                        dv = 0 - m
+                        if sh <= 24:
+                            dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
+                        de = e
+                    y = 0
+                    if dv > 0:
+                        # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
+                        n = 0
+                        if dv >= 0x10000:
+                            tt = dv >> 16               # 1 .. 511
+                            if tt >= 256:
+                                tt = tt >> 8
+                                n += 8
+                            if tt >= 16:
+                                tt = tt >> 4
+                                n += 4
+                            if tt >= 4:
+                                tt = tt >> 2
+                                n += 2
+                            if tt >= 2:
+                                tt = tt >> 1
+                                n += 1
+                            n += 1
+                            dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
+                        v = dv * sm                                     #!chk v
+                        sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
+                        if sh >= 0:
+                            if sh > 23 or v > (ycap >> sh):
+                                y = ycap
+                            else:
+                                y = v << sh
+                        elif sh > 0 - 31:
+                            y = ((v >> (0 - sh - 1)) + 1) >> 1
+                    if y >= ycap:
+                        continue                    # weight 0 (below float32 range)
                     # k = y // ln2 (ln 2 = 45426 in Q16), r = y - k ln2 in [0, ln2): a
-                    # reciprocal estimate ((y >> 5) * 1477 < 2^26) that is low by at most 1
-                    k = ((y >> 5) * 1477) >> 21
+                    # reciprocal estimate ((y >> 5) * 1477 < 2^31 for y < 2^23) low by at most 1
+                    k = (y >> 5) * 1477                                 #!chk k
+                    k = k >> 21
                     r = y - k * 45426
                     if r >= 45426:
                         r -= 45426
@@ -822,26 +887,38 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
                     p = 32768 - (((r * p) >> 16) >> 1)
                     p = 32768 - ((r * p) >> 16)
-                    p = (p + ((1 << k) >> 1)) >> k
                     if p > 32767:
                         p = 32767
                     S[j] = p
-                    z += p
-                # pass 3: weights w_j = e_j / Z = w * 2^-16, w <= 2^16 (0 where masked)
+                    S[Tk + j] = k
+                    if k < 30:
+                        z += (p << zs) >> k                             #!chk z
+                # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
+                zn = 0
+                while (z >> zn) >= 0x8000:
+                    zn += 1
+                zr = z
+                if zn > 0:
+                    zr = ((z >> (zn - 1)) + 1) >> 1
+                    if zr >= 0x8000:
+                        zr = zr >> 1
+                        zn += 1
+                # pass 3: w_j = p_j 2^-k_j / Z = (p_j 2^16 / zr) 2^(zs - zn - 16 - k_j)
                 for j in range(Tk):
-                    w = 0
-                    if z != 0:
-                        w = (S[j] << 16) // z
-                    if w == 0:
+                    p = S[j]
+                    if p == 0:
+                        pa[ab + j] = 0
+                        continue
+                    w = (p << 16) // zr                 # [2^15, 2^17)
+                    e = 150 + zs - zn - 16 - S[Tk + j] - 7
+                    if w < 0x10000:
+                        w = w << 8
+                        e -= 1
+                    else:
+                        w = w << 7
+                    if e <= 0:
                         pa[ab + j] = 0
                     else:
-                        e = 150 - 16                # biased exponent of w * 2^-16 (>= 111)
-                        while w < 0x8000:
-                            w = w << 8
-                            e -= 8
-                        while w < 0x800000:
-                            w = w << 1
-                            e -= 1
                         pa[ab + j] = (e << 23) | (w & 0x7FFFFF)
                 ab += Tk
 
@@ -1018,6 +1095,8 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
     # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
     # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
+    if Tk >= 65536:                     # the softmax sum Z needs Tk < 2^16 [B3]
+        raise ValueError("attention_forward: Tk must be < 65536 keys, got %d" % Tk)
     sc = _scale_of(C // NH)
     _mm(att, q, k, att, 5, B, Tq, Tk, C, NH)         # scores att[b,h,t,j] = q[b,t,h] . k[b,j,h]
     _D[24] = Tk
@@ -1027,10 +1106,10 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     _D[29] = B
     if mask is None:
         _D[28] = 0
-        _softmax(att, _D, _D, _iscratch(Tk), NH, Tq)
+        _softmax(att, _D, _D, _iscratch(Tk + Tk), NH, Tq)
     else:
         _D[28] = 1
-        _softmax(att, mask, _D, _iscratch(Tk), NH, Tq)
+        _softmax(att, mask, _D, _iscratch(Tk + Tk), NH, Tq)
     _mm(out, att, v, out, 6, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
@@ -1200,6 +1279,12 @@ def avgpool_backward(dinp, dout, B, T, C):
 _R = array("i", [0] * 8)            # results of _xent: 4 non-finite flag
 
 
+# ERROR BOUND (tests/test_viper_range.py): for any finite float32 logits, the loss is within
+#   2^-20 |loss| + 1e-4 of the true mean of max - s_y + ln sum_j exp(s_j - max) (absolute part:
+#   the 15-bit exponentials), and dlogits within 1e-4 / B of (softmax - onehot) / B (element,
+#   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
+#   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
+#   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt, lf):
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B; loss parts in r (see _R)  [B3]
@@ -1208,9 +1293,11 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt
     R = ptr32(r)
     b31 = 31
     sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
-    clamp = 1 << 26
-    hi = 0
-    lo = 0
+    ycap = 1 << 21                      # (max - s_j) in Q16 capped at 32: k > 29, probability 0
+    b30 = 30
+    top = 1 << b30                      # 2^30 (a literal would be folded into a bigint)
+    lm = 0                              # sum_b (max_b - s_y): lm * 2^le, 0 <= lm < 2^30
+    le = 0
     pm = 1 << 14                        # running product of z_b / 2^15: pm * 2^pe
     pe = 0 - 14
     bad = 0
@@ -1220,42 +1307,102 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt
     for b in range(B):
         lb = b * V
         y = int(labels[b])
-        mx = 0 - clamp
+        # pass 1: the largest logit, compared as sign-magnitude ints (inf/NaN: +-FLT_MAX, flagged)
+        mk = 0
+        mj = 0
         for j in range(V):
             x = pl[lb + j]
             e = (x >> 23) & 0xFF
-            v = 0
+            v = (e << 23) | (x & 0x7FFFFF)
             if e == 255:
                 bad = 1
+                v = ((e - 1) << 23) | 0x7FFFFF
+            if (x >> 31) & 1:
+                v = 0 - v
+            if j == 0 or v > mk:
+                mk = v
+                mj = j
+        x = pl[lb + mj]
+        ex = (x >> 23) & 0xFF
+        mx = 0
+        if ex == 0:
+            ex = 1
+        else:
+            mx = (x & 0x7FFFFF) | 0x800000
+            if ex == 255:
+                mx = 0xFFFFFF
+                ex = 254
+            if (x >> 31) & 1:
+                mx = 0 - mx
+        # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
+        # probabilities keep 15 significant bits; z = sum in Q(zq), zq = 29 - clog2(V)
+        z = 0
+        for j in range(V):
+            x = pl[lb + j]
+            e = (x >> 23) & 0xFF
+            m = 0
             if e != 0:
                 m = (x & 0x7FFFFF) | 0x800000
                 if e == 255:
                     m = 0xFFFFFF
                     e = 254
-                sh = e - 134                    # m * 2^sh is the Q16 value
-                if sh >= 3:
-                    v = clamp
-                elif sh < 0 - 30:
-                    v = 0
-                elif sh >= 0:
-                    v = m << sh
-                else:
-                    v = (m + (1 << (0 - sh - 1))) >> (0 - sh)
-                if v > clamp:
-                    v = clamp
                 if (x >> 31) & 1:
-                    v = 0 - v
-            S[j] = v
-            if v > mx:
-                mx = v
-        # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
-        # probabilities keep 15 significant bits; z = sum in Q(zq), zq = 29 - clog2(V)
-        z = 0
-        for j in range(V):
-            yv = mx - ((S[j] ^ sx) - sx)
-            if j == y:
-                hi += yv >> 16
-                lo += yv & 0xFFFF
+                    m = 0 - m
+            else:
+                e = 1
+            # dv * 2^(de - 150) = max - s_j >= 0, |dv| < 2^25 (aligned mantissas, rounded)
+            if ex >= e:
+                sh = ex - e
+                if sh > 24:
+                    m = 0
+                elif sh > 0:
+                    m = ((m >> (sh - 1)) + 1) >> 1
+                dv = mx - m
+                de = ex
+            else:
+                sh = e - ex
+                dv = 0 - m
+                if sh <= 24:
+                    dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
+                de = e
+            yv = 0                                  # the difference in Q16, capped at ycap
+            if dv > 0:
+                sh = de - 134
+                if sh >= 0:
+                    if sh > 21 or dv > (ycap >> sh):
+                        yv = ycap
+                    else:
+                        yv = dv << sh
+                elif sh > 0 - 31:
+                    yv = ((dv >> (0 - sh - 1)) + 1) >> 1
+            if j == y and dv > 0:
+                # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
+                # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
+                te = de - 150
+                while dv < 0x10000000:
+                    dv = dv << 1
+                    te -= 1
+                if lm == 0:
+                    lm = dv
+                    le = te
+                elif le >= te:
+                    sh = le - te
+                    if sh > 30:
+                        dv = 0
+                    elif sh > 0:
+                        dv = ((dv >> (sh - 1)) + 1) >> 1
+                    lm = lm + dv                                    #!chk lm
+                else:
+                    sh = te - le
+                    if sh > 30:
+                        lm = 0
+                    else:
+                        lm = ((lm >> (sh - 1)) + 1) >> 1
+                    lm = lm + dv                                    #!chk lm
+                    le = te
+                if lm >= top:
+                    lm = (lm + 1) >> 1
+                    le += 1
             k = yv // 45426
             rr = yv - k * 45426
             p = 0
@@ -1305,7 +1452,6 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt
     # the table lnt[h - 128] = -ln(h / 256) in Q24, ln(1 + x) ~ x - x^2 / 2 (error < 2^-22).
     # Integer part I and a Q24 fraction F are kept apart, so no term needs more than 31 bits.
     LT = ptr32(lnt)
-    PF = ptr32(lf)
     h = pm >> 7
     x = ((pm & 127) << 17) // h                             # Q24, < 2^17
     xs = x >> 4
@@ -1313,40 +1459,56 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt
     N = pe + 15                                             # |N| < 2^15 (B log2 V < 2^15)
     # N ln2 in Q16 (ln2 = (45426 + 6135 / 2^16) / 2^16): |N 45426| < 2^31; |F| < 2^26
     nl = N * 45426 + ((N * 6135) >> 16)                     #!chk nl
-    I = hi + (lo >> 16) + (nl >> 16)
-    F = ((lo & 0xFFFF) << 8) + ((nl & 0xFFFF) << 8) + lnf   #!chk F
+    I = nl >> 16
+    F = ((nl & 0xFFFF) << 8) + lnf                          #!chk F
     I += F >> 24
     F = F & 0xFFFFFF
-    if I < 0:                                               # rounding below an exact 0
-        I = 0
-        F = 0
-    # (I + F / 2^24) / B by long division: qi integer part, qf 26 fraction bits (truncated)
-    qi = I // B
-    rem = I - qi * B
-    qf = 0
-    for k in range(26):
+    # ln prod z_b = gm * 2^ge, |gm| < 2^30 (I >= -1: rounding can put it just below 0)
+    if I < 32:
+        gm = (I << 24) + F
+        ge = 0 - 24
+    else:
+        sh = 24
+        while I >= (1 << (29 - sh)):
+            sh -= 1
+        gm = (I << sh) + (F >> (24 - sh))                   #!chk gm
+        ge = 0 - sh
+    # total = lm * 2^le + gm * 2^ge, aligned to the larger exponent: |sum| < 2^31
+    if lm == 0:
+        v = gm
+        e = ge
+    elif gm == 0:
+        v = lm
+        e = le
+    elif le >= ge:
+        sh = le - ge
+        if sh > 30:
+            gm = 0
+        elif sh > 0:
+            gm = ((gm >> (sh - 1)) + 1) >> 1
+        v = lm + gm                                         #!chk v
+        e = le
+    else:
+        sh = ge - le
+        if sh > 30:
+            lm = 0
+        else:
+            lm = ((lm >> (sh - 1)) + 1) >> 1
+        v = lm + gm                                         #!chk v
+        e = ge
+    if v < 0:                                               # rounding below an exact 0
+        v = 0
+    # v / B by long division: q < 2^30 once it has 29 bits or more; r < B, 2 r < 2^31
+    q = v // B
+    rem = v - q * B
+    while q < 0x20000000 and v != 0:
         rem = rem << 1
-        if k < 24:
-            rem += (F >> (23 - k)) & 1
-        qf = qf << 1
+        q = q << 1
+        e -= 1
         if rem >= B:
             rem -= B
-            qf += 1
-    # v * 2^e with v < 2^31: qi's bits, then as many fraction bits as fit
-    if qi == 0:
-        v = qf
-        e = 0 - 26
-    else:
-        L = 0
-        while (qi >> L) != 0:
-            L += 1
-        sh = 30 - L                                         # qi << sh < 2^30
-        if sh <= 26:
-            v = (qi << sh) | (qf >> (26 - sh))
-        else:
-            v = (qi << sh) | (qf << (sh - 26))
-        e = 0 - sh
-    _store(lf, 0, v, e)
+            q += 1
+    _store(lf, 0, q, e)
 
 
 
