@@ -103,10 +103,62 @@ def run_layer(c):
     mf.set_backend("python")
     return r
 
+def run_mm(c):
+    N, C, OC = c["N"], c["C"], c["OC"]
+    x = f32(c["x"]); w = f32(c["w"]); b = f32(c["b"]); dout = f32(c["dout"])
+    r = {}
+    for tag, K in (("p", P), ("v", V)):
+        o = z(N * OC); di = z(N * C); dw = f32(c["dw0"]); db = f32(c["db0"])
+        K.matmul_forward(o, x, w, b, N, C, OC)
+        K.matmul_backward(di, dw, db, dout, x, w, N, C, OC)
+        r[tag + "_out"] = hx(o); r[tag + "_dinp"] = hx(di); r[tag + "_dw"] = hx(dw); r[tag + "_db"] = hx(db)
+    return r
+
+def run_pool(c):
+    B, T, C = c["B"], c["T"], c["C"]
+    x = f32(c["x"]); dout = f32(c["dout"])
+    r = {}
+    for tag, K in (("p", P), ("v", V)):
+        o = z(B * C); d = z(B * T * C)
+        K.avgpool_forward(o, x, B, T, C)
+        K.avgpool_backward(d, dout, B, T, C)
+        r[tag + "_out"] = hx(o); r[tag + "_dinp"] = hx(d)
+    return r
+
+def run_add(c):
+    r = {}
+    for tag, K in (("p", P), ("v", V)):
+        a = f32(c["a"])
+        K.add_inplace(a, f32(c["b"]), len(a))
+        r[tag + "_sum"] = hx(a)
+    return r
+
+def run_act(c):
+    r = {}
+    x = f32(c["x"]); g = f32(c["g"]); n = len(x)
+    for tag, K in (("p", P), ("v", V)):
+        for kind in (P.RELU, P.LEAKY_RELU):
+            o = z(n); d = z(n)
+            K.act_forward(o, x, n, kind)
+            K.act_backward(d, g, x, o, n, kind)
+            r["%s_%d_out" % (tag, kind)] = hx(o); r["%s_%d_d" % (tag, kind)] = hx(d)
+    return r
+
+def run_adam(c):
+    r = {}
+    n = c["n"]
+    for tag, K in (("p", P), ("v", V)):
+        p = f32(c["p"]); m = f32(c["m"]); v = f32(c["v"]); g = f32(c["g"])
+        for t in range(1, c["steps"] + 1):
+            K.adam_update(p, g, m, v, n, c["lr"], 0.9, 0.999, 1e-8, c["wd"], 1 - 0.9 ** t, 1 - 0.999 ** t, c["dec"])
+        r[tag + "_p"] = hx(p); r[tag + "_m"] = hx(m); r[tag + "_v"] = hx(v)
+    return r
+
 cases = json.load(open(cases_path))
 out = []
 for c in cases:
-    out.append({"att": run_att, "xent": run_xent, "layer": run_layer}[c["kind"]](c))
+    out.append({"att": run_att, "xent": run_xent, "layer": run_layer, "mm": run_mm, "pool": run_pool,
+                "add": run_add, "adam": run_adam, "act": run_act}[c["kind"]](c))
 with open(out_path, "w") as f:
     json.dump(out, f)
 print("DONE", len(out))
@@ -444,3 +496,122 @@ def test_range_inputs_keep_int32_bounds(micropython, tmp_path):
     res = run_cases(cases, micropython, tmp_path, checked_dir=d)
     for c, r in zip(cases, res):
         no_errors(r, c.get("cls", c["kind"]))
+
+
+# ---- 5. the block-float GEMM family (Dense, pooling), add, Adam over the range -------------------
+# GEMM bound (kernels_viper.py, [B1]): an output that sums K products of a block (row) of A and a
+# block of B is within 2^-11 K max|a| max|b| (+ 2^-11 of an addend: bias, old gradient) of the
+# exact sum: every operand is rounded to 14 bits of its block maximum.
+
+def wide(rng, n, lo=-66, hi=66):
+    # full 24-bit float32 mantissas, magnitudes 2^lo .. 2^hi, both signs, some exact zeros
+    x = rng.uniform(-2, 2, n) * 2.0 ** rng.integers(lo, hi, n)
+    x[rng.random(n) < 0.1] = 0.0
+    return np.float32(x).astype(np.float64)
+
+
+def gemm_cases(seed):
+    rng = np.random.default_rng(seed)
+    cases = []
+    for N, C, OC, lo, hi in ((4, 3, 5, -55, 55), (8, 16, 4, -20, 20), (3, 40, 7, -50, 50),
+                             (16, 4, 32, -2, 2), (5, 9, 3, 45, 55), (6, 8, 2, -66, -50)):
+        # cancelling rows: every second row is the negation of the first with one element perturbed
+        x = wide(rng, N * C, lo, hi).reshape(N, C)
+        x[1::2] = -x[0:N // 2 * 2:2][:len(x[1::2])]
+        x[1::2, 0] *= 1.5
+        cases.append({"kind": "mm", "N": N, "C": C, "OC": OC, "x": hx(x.ravel()),
+                      "w": hx(wide(rng, OC * C, lo, hi)), "b": hx(wide(rng, OC, lo, hi)),
+                      "dout": hx(wide(rng, N * OC, lo, hi)), "dw0": hx(wide(rng, OC * C, lo, hi)),
+                      "db0": hx(wide(rng, OC, lo, hi))})
+    for B, T, C in ((2, 5, 3), (3, 33, 4), (1, 1, 6)):
+        cases.append({"kind": "pool", "B": B, "T": T, "C": C, "x": hx(wide(rng, B * T * C)),
+                      "dout": hx(wide(rng, B * C))})
+    a = wide(rng, 300)
+    b = wide(rng, 300)
+    b[:50] = -a[:50] * (1 + 2.0 ** -20)          # near-total cancellation
+    b[50:100] = a[50:100] * 2.0 ** -30           # an addend far below the other
+    cases.append({"kind": "add", "a": hx(a), "b": hx(b)})
+    cases.append({"kind": "act", "x": hx(wide(rng, 300, -126, 127)), "g": hx(wide(rng, 300, -126, 127))})
+    for dec, wd in ((0, 0.0), (0, 0.01), (1, 0.01)):
+        n = 200
+        g = wide(rng, n, -60, 60)
+        cases.append({"kind": "adam", "n": n, "p": hx(wide(rng, n, -10, 10)), "g": hx(g),
+                      "m": hx(0.1 * g), "v": hx(np.abs(g) * np.abs(wide(rng, n, -10, 10))),
+                      "lr": 1e-3, "wd": wd, "dec": dec, "steps": 3})
+    return cases
+
+
+def _blockbound(a, b, addend=None):
+    # 2^-11 * K * max|a_row| * max|b_row| for out = a . b^T (a (M,K), b (N,K)), plus 2^-11 |addend|
+    K = a.shape[1]
+    bound = 2.0 ** -11 * K * np.abs(a).max(axis=1)[:, None] * np.abs(b).max(axis=1)[None, :]
+    if addend is not None:
+        bound = bound + 2.0 ** -11 * np.abs(addend)
+    return bound + 2.0 ** -126
+
+
+def test_gemm_pool_add_adam_whole_range(micropython, tmp_path):
+    cases = gemm_cases(21)
+    res = run_cases(cases, micropython, tmp_path)
+    worst = {}
+
+    def check(name, got, want, bound):
+        e = np.abs(got - want)
+        assert np.all(e <= bound), "%s: error / bound up to %.3g" % (name, float((e / bound).max()))
+        worst[name] = max(worst.get(name, 0.0), float((e / bound).max()))
+
+    for c, r in zip(cases, res):
+        if c["kind"] == "mm":
+            N, C, OC = c["N"], c["C"], c["OC"]
+            x = unhx(c["x"]).reshape(N, C); w = unhx(c["w"]).reshape(OC, C); b = unhx(c["b"])
+            dout = unhx(c["dout"]).reshape(N, OC)
+            dw0 = unhx(c["dw0"]).reshape(OC, C); db0 = unhx(c["db0"])
+            for tag in ("v", "p"):
+                check(tag + " matmul_forward", unhx(r[tag + "_out"]).reshape(N, OC), x @ w.T + b,
+                      _blockbound(x, w, b[None, :]))
+                check(tag + " matmul_backward dinp", unhx(r[tag + "_dinp"]).reshape(N, C), dout @ w,
+                      _blockbound(dout, w.T))
+                check(tag + " matmul_backward dweight", unhx(r[tag + "_dw"]).reshape(OC, C),
+                      dw0 + dout.T @ x, _blockbound(dout.T, x.T, dw0))
+                check(tag + " matmul_backward dbias", unhx(r[tag + "_db"]), db0 + dout.sum(axis=0),
+                      _blockbound(dout.T, np.ones((1, N)), db0[:, None])[:, 0])
+        elif c["kind"] == "pool":
+            B, T, C = c["B"], c["T"], c["C"]
+            x = unhx(c["x"]).reshape(B, T, C); dout = unhx(c["dout"]).reshape(B, C)
+            for tag in ("v", "p"):
+                # forward: a GEMM with the constant 1/T (K = T, max|b| = 1/T)
+                check(tag + " avgpool_forward", unhx(r[tag + "_out"]).reshape(B, C), x.mean(axis=1),
+                      2.0 ** -11 * np.abs(x).max(axis=1) + 2.0 ** -126)
+                # backward: dout / T per element, 15-bit 1/T: relative to the element
+                want = np.repeat((dout / T)[:, None, :], T, axis=1)
+                check(tag + " avgpool_backward", unhx(r[tag + "_dinp"]).reshape(B, T, C), want,
+                      2.0 ** -13 * np.abs(want) + 2.0 ** -126)
+        elif c["kind"] == "add":
+            a = unhx(c["a"]); b = unhx(c["b"])
+            for tag in ("v", "p"):
+                # relative to the larger operand (the float32 rounding of a sum, twice over)
+                check(tag + " add_inplace", unhx(r[tag + "_sum"]), a + b,
+                      2.0 ** -23 * np.maximum(np.abs(a), np.abs(b)) + 2.0 ** -126)
+        elif c["kind"] == "act":
+            x = unhx(c["x"]); g = unhx(c["g"])
+            for tag in ("v", "p"):
+                for kind, slope, tol in ((0, 0.0, 0.0), (1, 0.01, 1e-4)):
+                    want = np.where(x > 0, x, slope * x)
+                    check("%s act %d forward" % (tag, kind), unhx(r["%s_%d_out" % (tag, kind)]), want,
+                          tol * np.abs(want) + (2.0 ** -126 if kind else 0.0))
+                    want = np.where(x > 0, g, slope * g)
+                    check("%s act %d backward" % (tag, kind), unhx(r["%s_%d_d" % (tag, kind)]), want,
+                          tol * np.abs(want) + (2.0 ** -126 if kind else 0.0))
+        elif c["kind"] == "adam":
+            # against the portable kernel: the parameter change relative to lr, the moments
+            # relative to themselves (15-bit soft float)
+            pp, pv = unhx(r["p_p"]), unhx(r["v_p"])
+            check("adam p (per lr, plus 2^-22 |p|)", pv, pp, 2e-3 * c["lr"] * c["steps"] + 2.0 ** -22 * np.abs(pp))
+            # the moments: relative to the magnitudes that enter them (the new and old moment,
+            # the gradient with its weight decay), as cancellation can make the result small
+            g = np.abs(unhx(c["g"])) + c["wd"] * np.abs(unhx(c["p"]))
+            for mom, gin in (("m", g), ("v", g * g)):
+                want = unhx(r["p_" + mom])
+                sc = np.abs(want) + np.abs(unhx(c[mom])) + gin
+                check("adam " + mom, unhx(r["v_" + mom]), want, 2e-3 * sc + 2.0 ** -126)
+    print("error / bound:", {k: round(v, 3) for k, v in sorted(worst.items())})

@@ -27,9 +27,15 @@
 #     drives the bound with worst-case inputs (K = 1..9, 64, 1000, 4096).
 #   Adding a bias / the old value (accumulate mode): |acc| < 2^30, addend aligned to < 2^30
 #     before the add, so |sum| < 2^31. The dbias row of ones (q = 2^13) obeys [B1] too.     [B2]
-#   Softmax: scores are converted to Q16 and clamped to |s| <= 2^26 (|score| <= 1024), so
-#     s - max >= -2^27; exp in Q15 via Horner with r < ln2 in Q16: r * t < 45426 * 2^15 < 2^31;
-#     weights w = (e << 16) // Z with e <= 2^15 - 1 (< 2^31); A.V is a [B1] MAC.          [B3]
+#   Softmax / cross-entropy: no score or logit is converted to fixed point, only s - max: two
+#     24-bit mantissas aligned to the larger exponent, |dv| < 2^25; cut to dv <= 2^16 and times
+#     the 15-bit scale: < 2^31; y = (max - s) scale in Q16 capped at 2^23 (softmax; 2^21 in
+#     cross-entropy) where exp(-y) is below float32 (resp. the 2^-30 probability floor), so the
+#     ln2 reciprocal estimate (y >> 5) * 1477 < 2^31; exp in Q15 via Horner with r < ln2 in Q16:
+#     r * t < 45426 * 2^15 < 2^31; Z = sum_j p_j 2^(zs - k_j) < Tk 2^(15 + zs) <= 2^30 for
+#     Tk <= 2^15 (zs = 15 - clog2(Tk), at least 0; Tk < 2^16 is checked: < 2^31); weights
+#     (p << 16) // zr with p < 2^15 (< 2^31); A.V is a [B1] MAC. The loss adds max - s_y
+#     (normalized to [2^28, 2^29)) onto a sum kept below 2^30: < 2^31.                    [B3]
 #   Softmax backward: dot = sum a_j dA_j from 30-bit products (12-bit halves: 2^24 * 2^6 plus
 #     2^25 >> 6 < 2^30) shifted by h >= log2(2 Tk): |dot| < 2^29; dA_j - dot from 30-bit aligned
 #     mantissas: < 2^31; then 15-bit values times 15-bit mantissas: < 2^30.                 [B4]
@@ -42,8 +48,21 @@
 #   +-inf and NaN are read as +-(2 - 2^-23) * 2^127 (NaN keeps its sign bit): results stay
 #   finite or saturate to +-inf on the way out; the block-float kernels never produce NaN.
 #   crossentropy_softmax returns nan if any logit is inf/NaN (so NonFiniteLossError fires).
-#   Scores entering softmax are clamped to +-1024 after the 1/sqrt(D) scale.
+#   Finite scores and logits are used over the whole float32 range (no clamp); a loss above
+#   FLT_MAX (only with logits beyond +-1.7e38) is returned as inf, as float32 arithmetic gives.
 #   Results whose exponent underflows float32 are flushed to 0.
+#
+# ERROR BOUNDS (for finite inputs; pinned by tests/test_viper.py and tests/test_viper_range.py,
+# and listed in the README's "Tolerances" table). Each is stated next to its kernel:
+#   _gemm (Dense, scores, A.V, pooling): block max     2^-11 K max|a| max|b| (+ 2^-11 |addend|)
+#   add_inplace:                         element       2^-23 max(|a|, |b|)
+#   softmax weights:                     element       (2e-4 + 2e-5 (y + 1)) w, y = distance from max
+#   attention backward:                  block max     dv 1e-3, dq dk 2e-3 of operand maxima (_softmax_back)
+#   cross-entropy:                       value, 1/B    2^-20 |loss| + 1e-4; dlogits 1e-4 / B
+#   Adam:                                lr, element   2e-3 lr per step (+ 2^-22 |p|); SGD is portable
+#   attention output:                    value column  1e-3 max|v| of the column (from the same scores)
+#   avgpool:                             block/element 2^-11 max_t |x| / 2^-13 of the element
+#   relu / leaky relu:                   element       exact / 1e-4 (0.01 x with a 15-bit mantissa)
 #
 # Kernels not worth a viper loop here (GELU/TANH/SIGMOID activations, mse, sum_squares) fall
 # back to the portable kernels (they allocate boxed floats).
@@ -187,6 +206,11 @@ def _store(buf, i: int, v: int, e: int):
 #   8 mean pool       (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
 # s: int scratch of d[31] ints; if it needs more, nothing is computed and the size is returned
 # (the caller grows the scratch and calls again); 0 when done.
+# ERROR BOUND (relative to the block maxima): every operand is rounded to 14 bits of its block's
+#   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing K products is within
+#   2^-11 K max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated
+#   gradient) and the final float32 rounding. A small element next to a large one in the same
+#   block keeps only the bits above 2^-14 of the large one (tests/test_viper_range.py).
 @micropython.viper
 def _gemm(v: int, e: int, i: int, out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v e i: the hottest locals; as the first three they live in registers (callers pass 0s)
@@ -612,6 +636,7 @@ def zero(buf, n):
 @micropython.viper
 def _add2(out, inp, n: int, s):
     # out (n,) += inp (n,), two floats at a time through one shared exponent per pair  [B2]
+    # ERROR BOUND: within 2^-23 of the larger operand (30-bit aligned mantissas, one rounding)
     po = ptr32(out)
     pi = ptr32(inp)
     for i in range(n):
@@ -930,6 +955,10 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     # ds (rows, Tk): dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in place.
     # dA_j - dot cancels when attention is peaked, so dot is built from 30-bit products
     # (24x24-bit mantissas split in 12-bit halves) instead of block-float.  [B4]
+    # ERROR BOUND (attention backward as a whole, dA and the dq/dk/dv GEMMs included): dv within
+    #   1e-3 max_t A[t,j] max_t |dout[t,col]|; dq (dk) within 2e-3 G max|k| (max|q|) of the
+    #   column, G = max A hs max|dout| max|v| / sqrt(hs) of the query row (of the batch item and
+    #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
     pd = ptr32(ds)
     pa = ptr32(att)
     h = 1                               # headroom: 2^h >= 2 Tk
@@ -1093,6 +1122,10 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
 
 def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
+    # ERROR BOUND: the scores carry the _gemm bound (|ds| <= 2^-11 hs max|q_h| max|k_h| / sqrt(hs),
+    #   which moves a weight by at most a factor e^(2 |ds|)); from those scores the weights obey
+    #   the _softmax bound and out is within 1e-3 max_j |v[b, j, col]| (masked keys included:
+    #   they share the block). The KV-cache decode step (attention_decode) is portable.
     # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
     # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
     if Tk >= 65536:                     # the softmax sum Z needs Tk < 2^16 [B3]
@@ -1266,6 +1299,8 @@ def _invT(T):
 
 def avgpool_forward(out, inp, B, T, C):
     # out (B, C) = mean over T of inp (B, T, C)
+    # ERROR BOUND: a _gemm with K = T and 1/T: within 2^-11 max_t |inp[b, t, c]|; the backward
+    #   (_bcast, dout / T with a 15-bit 1/T) within 2^-13 of each element
     _mm(out, inp, _invs(T), out, 8, B, T, C, 0, 0)
 
 
@@ -2127,6 +2162,8 @@ _LAST = [None, None, None, None, None, None, None, None]
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for step t.
     # p, g, m, v (n,): m and v are the moment estimates, updated in place
+    # ERROR BOUND: p within 2e-3 lr per step (+ 2^-22 |p|) of the portable update; m and v within
+    #   2e-3 of the magnitudes entering them (|new| + |old| + |g| + wd |p|, squared for v)
     # The constants are converted only when they change: the hyperparameters (boxed floats
     # allowed, rare), and bc1/bc2 once per step, through float32 slots and viper (no allocation).
     L = _LAST
