@@ -55,7 +55,7 @@
 # ERROR BOUNDS (for finite inputs; pinned by tests/test_viper.py and tests/test_viper_range.py,
 # and listed in the README's "Tolerances" table). Each is stated next to its kernel:
 #   _gemm (Dense, scores, A.V, pooling): block max     2^-11 K max|a| max|b| (+ 2^-11 |addend|)
-#   add_inplace:                         element       2^-23 max(|a|, |b|)
+#   add_inplace:                         element       2^-23 max(|a|, |b|) (the residual add is portable)
 #   softmax weights:                     element       (2e-4 + 2e-5 (y + 1)) w, y = distance from max
 #   attention backward:                  block max     dv 1e-3, dq dk 2e-3 of operand maxima (_softmax_back)
 #   cross-entropy:                       value, 1/B    2^-20 |loss| + 1e-4; dlogits 1e-4 / B
