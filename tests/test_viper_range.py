@@ -615,3 +615,35 @@ def test_gemm_pool_add_adam_whole_range(micropython, tmp_path):
                 sc = np.abs(want) + np.abs(unhx(c[mom])) + gin
                 check("adam " + mom, unhx(r["v_" + mom]), want, 2e-3 * sc + 2.0 ** -126)
     print("error / bound:", {k: round(v, 3) for k, v in sorted(worst.items())})
+
+
+# ---- 6. sizes beyond the int32 analysis are refused, not computed wrong ----------------------------
+
+LIMITS = r'''
+from array import array
+from microformer import kernels_viper as V
+def z(n):
+    return array('f', bytes(4 * n))
+def attempt(tag, f):
+    try:
+        f()
+        print(tag, "OK")
+    except ValueError as e:
+        print(tag, "ValueError", e)
+attempt("V16384", lambda: V.crossentropy_softmax(z(16384), z(16384), [3], 1, 16384))
+attempt("V16385", lambda: V.crossentropy_softmax(z(16385), z(16385), [3], 1, 16385))
+attempt("B12000", lambda: V.crossentropy_softmax(z(12000 * 10), z(12000 * 10), [1] * 12000, 12000, 10))
+attempt("Tk65535", lambda: V.attention_forward(z(1), z(65535), z(1), z(65535), z(65535), None, 1, 1, 65535, 1, 1, 0))
+attempt("Tk65536", lambda: V.attention_forward(z(1), z(65536), z(1), z(65536), z(65536), None, 1, 1, 65536, 1, 1, 0))
+'''
+
+
+def test_sizes_beyond_the_bounds_are_refused(micropython, tmp_path):
+    f = tmp_path / "limits.py"
+    f.write_text(LIMITS)
+    out = helpers.run_micropython(str(f), heap="16M", exe=micropython)
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
+    assert lines["V16384"] == "OK" and lines["Tk65535"] == "OK", out
+    assert "at most 16384 classes, got V=16385" in lines["V16385"], out
+    assert "B * log2(V) must be < 45000, got B=12000 V=10" in lines["B12000"], out
+    assert "Tk must be < 65536 keys, got 65536" in lines["Tk65536"], out

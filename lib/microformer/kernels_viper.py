@@ -1552,6 +1552,17 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
     # (the loss is computed in viper; the returned float is the only object allocated)
+    # int32 limits of _xent [B3]: the sum z needs V <= 2^14, the log of the product of the B sums
+    # (N ln2 in Q16) B log2(V) < 45000
+    if V > 16384:
+        raise ValueError("crossentropy_softmax (viper): at most 16384 classes, got V=%d" % V)
+    if B > 3000:
+        lv = 0
+        while (1 << lv) < V:
+            lv += 1
+        if B * lv >= 45000:
+            raise ValueError("crossentropy_softmax (viper): B * log2(V) must be < 45000, got B=%d V=%d"
+                             " (use smaller batches)" % (B, V))
     ib = _INVB.get(B)
     if ib is None:
         ib = _INVB[B] = _mant15(1.0 / B)
