@@ -27,9 +27,15 @@
 #     drives the bound with worst-case inputs (K = 1..9, 64, 1000, 4096).
 #   Adding a bias / the old value (accumulate mode): |acc| < 2^30, addend aligned to < 2^30
 #     before the add, so |sum| < 2^31. The dbias row of ones (q = 2^13) obeys [B1] too.     [B2]
-#   Softmax: scores are converted to Q16 and clamped to |s| <= 2^26 (|score| <= 1024), so
-#     s - max >= -2^27; exp in Q15 via Horner with r < ln2 in Q16: r * t < 45426 * 2^15 < 2^31;
-#     weights w = (e << 16) // Z with e <= 2^15 - 1 (< 2^31); A.V is a [B1] MAC.          [B3]
+#   Softmax / cross-entropy: no score or logit is converted to fixed point, only s - max: two
+#     24-bit mantissas aligned to the larger exponent, |dv| < 2^25; cut to dv <= 2^16 and times
+#     the 15-bit scale: < 2^31; y = (max - s) scale in Q16 capped at 2^23 (softmax; 2^21 in
+#     cross-entropy) where exp(-y) is below float32 (resp. the 2^-30 probability floor), so the
+#     ln2 reciprocal estimate (y >> 5) * 1477 < 2^31; exp in Q15 via Horner with r < ln2 in Q16:
+#     r * t < 45426 * 2^15 < 2^31; Z = sum_j p_j 2^(zs - k_j) < Tk 2^(15 + zs) <= 2^30 for
+#     Tk <= 2^15 (zs = 15 - clog2(Tk), at least 0; Tk < 2^16 is checked: < 2^31); weights
+#     (p << 16) // zr with p < 2^15 (< 2^31); A.V is a [B1] MAC. The loss adds max - s_y
+#     (normalized to [2^28, 2^29)) onto a sum kept below 2^30: < 2^31.                    [B3]
 #   Softmax backward: dot = sum a_j dA_j from 30-bit products (12-bit halves: 2^24 * 2^6 plus
 #     2^25 >> 6 < 2^30) shifted by h >= log2(2 Tk): |dot| < 2^29; dA_j - dot from 30-bit aligned
 #     mantissas: < 2^31; then 15-bit values times 15-bit mantissas: < 2^30.                 [B4]
@@ -42,8 +48,21 @@
 #   +-inf and NaN are read as +-(2 - 2^-23) * 2^127 (NaN keeps its sign bit): results stay
 #   finite or saturate to +-inf on the way out; the block-float kernels never produce NaN.
 #   crossentropy_softmax returns nan if any logit is inf/NaN (so NonFiniteLossError fires).
-#   Scores entering softmax are clamped to +-1024 after the 1/sqrt(D) scale.
+#   Finite scores and logits are used over the whole float32 range (no clamp); a loss above
+#   FLT_MAX (only with logits beyond +-1.7e38) is returned as inf, as float32 arithmetic gives.
 #   Results whose exponent underflows float32 are flushed to 0.
+#
+# ERROR BOUNDS (for finite inputs; pinned by tests/test_viper.py and tests/test_viper_range.py,
+# and listed in the README's "Tolerances" table). Each is stated next to its kernel:
+#   _gemm (Dense, scores, A.V, pooling): block max     2^-11 K max|a| max|b| (+ 2^-11 |addend|)
+#   add_inplace:                         element       2^-23 max(|a|, |b|) (the residual add is portable)
+#   softmax weights:                     element       (2e-4 + 2e-5 (y + 1)) w, y = distance from max
+#   attention backward:                  block max     dv 1e-3, dq dk 2e-3 of operand maxima (_softmax_back)
+#   cross-entropy:                       value, 1/B    2^-20 |loss| + 1e-4; dlogits 1e-4 / B
+#   Adam:                                lr, element   2e-3 lr per step (+ 2^-22 |p|); SGD is portable
+#   attention output:                    value column  1e-3 max|v| of the column (from the same scores)
+#   avgpool:                             block/element 2^-11 max_t |x| / 2^-13 of the element
+#   relu / leaky relu:                   element       exact / 1e-4 (0.01 x with a 15-bit mantissa)
 #
 # Kernels not worth a viper loop here (GELU/TANH/SIGMOID activations, mse, sum_squares) fall
 # back to the portable kernels (they allocate boxed floats).
@@ -187,6 +206,11 @@ def _store(buf, i: int, v: int, e: int):
 #   8 mean pool       (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
 # s: int scratch of d[31] ints; if it needs more, nothing is computed and the size is returned
 # (the caller grows the scratch and calls again); 0 when done.
+# ERROR BOUND (relative to the block maxima): every operand is rounded to 14 bits of its block's
+#   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing K products is within
+#   2^-11 K max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated
+#   gradient) and the final float32 rounding. A small element next to a large one in the same
+#   block keeps only the bits above 2^-14 of the large one (tests/test_viper_range.py).
 @micropython.viper
 def _gemm(v: int, e: int, i: int, out, a, b, bias, d, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v e i: the hottest locals; as the first three they live in registers (callers pass 0s)
@@ -612,6 +636,7 @@ def zero(buf, n):
 @micropython.viper
 def _add2(out, inp, n: int, s):
     # out (n,) += inp (n,), two floats at a time through one shared exponent per pair  [B2]
+    # ERROR BOUND: within 2^-23 of the larger operand (30-bit aligned mantissas, one rounding)
     po = ptr32(out)
     pi = ptr32(inp)
     for i in range(n):
@@ -738,9 +763,15 @@ def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
 # ---- attention -------------------------------------------------------------------------------
 # _D fields for _softmax: 24 Tk, 25 causal, 26 scale mantissa (Q15), 27 scale exponent,
 #   28 mask present, 29 B
+# ERROR BOUND (tests/test_viper_range.py): for any finite float32 scores, every weight w_j is
+#   within 2e-4 w_j + 2e-5 (y_j + 1) w_j of the softmax of the same scores (relative to the
+#   element), y_j = (max - s_j) * scale, and 0 where w_j < 2^-126; rows sum to 1 within 4e-4.
+#   Scores are never clamped: only the difference y_j >= 128 (weight < 3e-56, 0 in float32) is.
 @micropython.viper
 def _softmax(att, mask, d, s, NH: int, Tq: int):
     # att (B, NH, Tq, Tk): raw scores in, softmax(scores * scale) out, in place  [B3]
+    # Only s_j - max is needed: it is formed from the aligned 24-bit mantissas of the two
+    # float32 scores (exact to half an ulp of the larger), so any finite score works.
     D = ptr32(d)
     S = ptr32(s)
     pa = ptr32(att)
@@ -754,8 +785,10 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
     sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load
     se = (se ^ sx) - sx
     shift = Tk - Tq
-    clamp = 1 << 26                     # |score| <= 1024 in Q16
-    ymax = 16 * 45426                   # exp(-y) < 2^-16: weight 0
+    ycap = 1 << 23                      # y = (max - s) scale in Q16 >= 128: weight < 2^-184, 0
+    zs = 15                             # Z = sum_j e_j in Q(15 + zs), < 2^30 (Tk < 2^16: < 2^31)
+    while zs > 0 and (1 << (15 - zs)) < Tk:
+        zs -= 1
     ab = 0
     for b in range(D[29]):
         for h in range(NH):
@@ -765,49 +798,106 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     last = t + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                # pass 1: visible scores -> Q16 (scaled, clamped) in S[j]; row max
-                mx = 0 - clamp - 1
+                # pass 1: the largest visible score, compared as sign-magnitude ints
+                mk = 0
+                mj = 0 - 1
                 for j in range(Tk):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
-                        S[j] = 0 - clamp - clamp            # sentinel: masked
                         continue
                     x = pa[ab + j]
                     e = (x >> 23) & 0xFF
-                    v = 0
+                    v = (e << 23) | (x & 0x7FFFFF)
+                    if e == 255:                # inf / NaN: +-FLT_MAX
+                        v = ((e - 1) << 23) | 0x7FFFFF
+                    if (x >> 31) & 1:
+                        v = 0 - v
+                    if mj < 0 or v > mk:
+                        mk = v
+                        mj = j
+                # the max as a signed mantissa mx * 2^(ex - 150) (0 for zeros / subnormals)
+                mx = 0
+                ex = 1
+                if mj >= 0:
+                    x = pa[ab + mj]
+                    e = (x >> 23) & 0xFF
+                    if e != 0:
+                        mx = (x & 0x7FFFFF) | 0x800000
+                        ex = e
+                        if e == 255:
+                            mx = 0xFFFFFF
+                            ex = 254
+                        if (x >> 31) & 1:
+                            mx = 0 - mx
+                # pass 2: y_j = (max - s_j) scale in Q16; e_j = exp(-y_j) = p_j 2^(-15 - k_j)
+                # with p_j in [2^14, 2^15) kept apart from k_j; Z = sum_j e_j in Q(15 + zs)
+                z = 0
+                for j in range(Tk):
+                    S[j] = 0
+                    if j > last or (hasmask and pm[b * Tk + j] != 0):
+                        continue
+                    x = pa[ab + j]
+                    e = (x >> 23) & 0xFF
+                    m = 0
                     if e != 0:
                         m = (x & 0x7FFFFF) | 0x800000
                         if e == 255:
                             m = 0xFFFFFF
                             e = 254
-                        v = (m >> 9) * sm                       #!chk v
-                        sh = e + se - 125                   # v * 2^sh is the Q16 score
-                        if sh >= 0:
-                            v = clamp
-                        elif sh < 0 - 30:
-                            v = 0
-                        else:
-                            v = (v + (1 << (0 - sh - 1))) >> (0 - sh)
-                            if v > clamp:
-                                v = clamp
                         if (x >> 31) & 1:
-                            v = 0 - v
-                    S[j] = v
-                    if v > mx:
-                        mx = v
-                # pass 2: e_j = exp(s_j - max) in Q15, Z = sum e_j
-                z = 0
-                for j in range(Tk):
-                    v = (S[j] ^ sx) - sx
-                    if v < 0 - clamp:
-                        S[j] = 0
-                        continue
-                    y = mx - v                              # 0 <= y <= 2^27 (Q16)
-                    if y >= ymax:
-                        S[j] = 0
-                        continue
+                            m = 0 - m
+                    else:
+                        e = 1
+                    # dv * 2^(de - 150) = max - s_j >= 0, |dv| < 2^25: the smaller exponent's
+                    # mantissa shifted right (rounded), a 24-bit shift or more leaves 0
+                    if ex >= e:
+                        sh = ex - e
+                        if sh > 24:
+                            m = 0
+                        elif sh > 0:
+                            m = ((m >> (sh - 1)) + 1) >> 1
+                        dv = mx - m
+                        de = ex
+                    else:
+                        sh = e - ex
+                        dv = 0 - m
+                        if sh <= 24:
+                            dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
+                        de = e
+                    y = 0
+                    if dv > 0:
+                        # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
+                        n = 0
+                        if dv >= 0x10000:
+                            tt = dv >> 16               # 1 .. 511
+                            if tt >= 256:
+                                tt = tt >> 8
+                                n += 8
+                            if tt >= 16:
+                                tt = tt >> 4
+                                n += 4
+                            if tt >= 4:
+                                tt = tt >> 2
+                                n += 2
+                            if tt >= 2:
+                                tt = tt >> 1
+                                n += 1
+                            n += 1
+                            dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
+                        v = dv * sm                                     #!chk v
+                        sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
+                        if sh >= 0:
+                            if sh > 23 or v > (ycap >> sh):
+                                y = ycap
+                            else:
+                                y = v << sh
+                        elif sh > 0 - 31:
+                            y = ((v >> (0 - sh - 1)) + 1) >> 1
+                    if y >= ycap:
+                        continue                    # weight 0 (below float32 range)
                     # k = y // ln2 (ln 2 = 45426 in Q16), r = y - k ln2 in [0, ln2): a
-                    # reciprocal estimate ((y >> 5) * 1477 < 2^26) that is low by at most 1
-                    k = ((y >> 5) * 1477) >> 21
+                    # reciprocal estimate ((y >> 5) * 1477 < 2^31 for y < 2^23) low by at most 1
+                    k = (y >> 5) * 1477                                 #!chk k
+                    k = k >> 21
                     r = y - k * 45426
                     if r >= 45426:
                         r -= 45426
@@ -822,26 +912,38 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
                     p = 32768 - (((r * p) >> 16) >> 1)
                     p = 32768 - ((r * p) >> 16)
-                    p = (p + ((1 << k) >> 1)) >> k
                     if p > 32767:
                         p = 32767
                     S[j] = p
-                    z += p
-                # pass 3: weights w_j = e_j / Z = w * 2^-16, w <= 2^16 (0 where masked)
+                    S[Tk + j] = k
+                    if k < 30:
+                        z += (p << zs) >> k                             #!chk z
+                # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
+                zn = 0
+                while (z >> zn) >= 0x8000:
+                    zn += 1
+                zr = z
+                if zn > 0:
+                    zr = ((z >> (zn - 1)) + 1) >> 1
+                    if zr >= 0x8000:
+                        zr = zr >> 1
+                        zn += 1
+                # pass 3: w_j = p_j 2^-k_j / Z = (p_j 2^16 / zr) 2^(zs - zn - 16 - k_j)
                 for j in range(Tk):
-                    w = 0
-                    if z != 0:
-                        w = (S[j] << 16) // z
-                    if w == 0:
+                    p = S[j]
+                    if p == 0:
+                        pa[ab + j] = 0
+                        continue
+                    w = (p << 16) // zr                 # [2^15, 2^17)
+                    e = 150 + zs - zn - 16 - S[Tk + j] - 7
+                    if w < 0x10000:
+                        w = w << 8
+                        e -= 1
+                    else:
+                        w = w << 7
+                    if e <= 0:
                         pa[ab + j] = 0
                     else:
-                        e = 150 - 16                # biased exponent of w * 2^-16 (>= 111)
-                        while w < 0x8000:
-                            w = w << 8
-                            e -= 8
-                        while w < 0x800000:
-                            w = w << 1
-                            e -= 1
                         pa[ab + j] = (e << 23) | (w & 0x7FFFFF)
                 ab += Tk
 
@@ -853,6 +955,10 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     # ds (rows, Tk): dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in place.
     # dA_j - dot cancels when attention is peaked, so dot is built from 30-bit products
     # (24x24-bit mantissas split in 12-bit halves) instead of block-float.  [B4]
+    # ERROR BOUND (attention backward as a whole, dA and the dq/dk/dv GEMMs included): dv within
+    #   1e-3 max_t A[t,j] max_t |dout[t,col]|; dq (dk) within 2e-3 G max|k| (max|q|) of the
+    #   column, G = max A hs max|dout| max|v| / sqrt(hs) of the query row (of the batch item and
+    #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
     pd = ptr32(ds)
     pa = ptr32(att)
     h = 1                               # headroom: 2^h >= 2 Tk
@@ -1016,8 +1122,14 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
 
 def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
+    # ERROR BOUND: the scores carry the _gemm bound (|ds| <= 2^-11 hs max|q_h| max|k_h| / sqrt(hs),
+    #   which moves a weight by at most a factor e^(2 |ds|)); from those scores the weights obey
+    #   the _softmax bound and out is within 1e-3 max_j |v[b, j, col]| (masked keys included:
+    #   they share the block). The KV-cache decode step (attention_decode) is portable.
     # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
     # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
+    if Tk >= 65536:                     # the softmax sum Z needs Tk < 2^16 [B3]
+        raise ValueError("attention_forward: Tk must be < 65536 keys, got %d" % Tk)
     sc = _scale_of(C // NH)
     _mm(att, q, k, att, 5, B, Tq, Tk, C, NH)         # scores att[b,h,t,j] = q[b,t,h] . k[b,j,h]
     _D[24] = Tk
@@ -1027,10 +1139,10 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     _D[29] = B
     if mask is None:
         _D[28] = 0
-        _softmax(att, _D, _D, _iscratch(Tk), NH, Tq)
+        _softmax(att, _D, _D, _iscratch(Tk + Tk), NH, Tq)
     else:
         _D[28] = 1
-        _softmax(att, mask, _D, _iscratch(Tk), NH, Tq)
+        _softmax(att, mask, _D, _iscratch(Tk + Tk), NH, Tq)
     _mm(out, att, v, out, 6, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
@@ -1187,6 +1299,8 @@ def _invT(T):
 
 def avgpool_forward(out, inp, B, T, C):
     # out (B, C) = mean over T of inp (B, T, C)
+    # ERROR BOUND: a _gemm with K = T and 1/T: within 2^-11 max_t |inp[b, t, c]|; the backward
+    #   (_bcast, dout / T with a 15-bit 1/T) within 2^-13 of each element
     _mm(out, inp, _invs(T), out, 8, B, T, C, 0, 0)
 
 
@@ -1200,6 +1314,12 @@ def avgpool_backward(dinp, dout, B, T, C):
 _R = array("i", [0] * 8)            # results of _xent: 4 non-finite flag
 
 
+# ERROR BOUND (tests/test_viper_range.py): for any finite float32 logits, the loss is within
+#   2^-20 |loss| + 1e-4 of the true mean of max - s_y + ln sum_j exp(s_j - max) (absolute part:
+#   the 15-bit exponentials), and dlogits within 1e-4 / B of (softmax - onehot) / B (element,
+#   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
+#   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
+#   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt, lf):
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B; loss parts in r (see _R)  [B3]
@@ -1208,9 +1328,11 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt
     R = ptr32(r)
     b31 = 31
     sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
-    clamp = 1 << 26
-    hi = 0
-    lo = 0
+    ycap = 1 << 21                      # (max - s_j) in Q16 capped at 32: k > 29, probability 0
+    b30 = 30
+    top = 1 << b30                      # 2^30 (a literal would be folded into a bigint)
+    lm = 0                              # sum_b (max_b - s_y): lm * 2^le, 0 <= lm < 2^30
+    le = 0
     pm = 1 << 14                        # running product of z_b / 2^15: pm * 2^pe
     pe = 0 - 14
     bad = 0
@@ -1220,42 +1342,102 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt
     for b in range(B):
         lb = b * V
         y = int(labels[b])
-        mx = 0 - clamp
+        # pass 1: the largest logit, compared as sign-magnitude ints (inf/NaN: +-FLT_MAX, flagged)
+        mk = 0
+        mj = 0
         for j in range(V):
             x = pl[lb + j]
             e = (x >> 23) & 0xFF
-            v = 0
+            v = (e << 23) | (x & 0x7FFFFF)
             if e == 255:
                 bad = 1
+                v = ((e - 1) << 23) | 0x7FFFFF
+            if (x >> 31) & 1:
+                v = 0 - v
+            if j == 0 or v > mk:
+                mk = v
+                mj = j
+        x = pl[lb + mj]
+        ex = (x >> 23) & 0xFF
+        mx = 0
+        if ex == 0:
+            ex = 1
+        else:
+            mx = (x & 0x7FFFFF) | 0x800000
+            if ex == 255:
+                mx = 0xFFFFFF
+                ex = 254
+            if (x >> 31) & 1:
+                mx = 0 - mx
+        # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
+        # probabilities keep 15 significant bits; z = sum in Q(zq), zq = 29 - clog2(V)
+        z = 0
+        for j in range(V):
+            x = pl[lb + j]
+            e = (x >> 23) & 0xFF
+            m = 0
             if e != 0:
                 m = (x & 0x7FFFFF) | 0x800000
                 if e == 255:
                     m = 0xFFFFFF
                     e = 254
-                sh = e - 134                    # m * 2^sh is the Q16 value
-                if sh >= 3:
-                    v = clamp
-                elif sh < 0 - 30:
-                    v = 0
-                elif sh >= 0:
-                    v = m << sh
-                else:
-                    v = (m + (1 << (0 - sh - 1))) >> (0 - sh)
-                if v > clamp:
-                    v = clamp
                 if (x >> 31) & 1:
-                    v = 0 - v
-            S[j] = v
-            if v > mx:
-                mx = v
-        # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
-        # probabilities keep 15 significant bits; z = sum in Q(zq), zq = 29 - clog2(V)
-        z = 0
-        for j in range(V):
-            yv = mx - ((S[j] ^ sx) - sx)
-            if j == y:
-                hi += yv >> 16
-                lo += yv & 0xFFFF
+                    m = 0 - m
+            else:
+                e = 1
+            # dv * 2^(de - 150) = max - s_j >= 0, |dv| < 2^25 (aligned mantissas, rounded)
+            if ex >= e:
+                sh = ex - e
+                if sh > 24:
+                    m = 0
+                elif sh > 0:
+                    m = ((m >> (sh - 1)) + 1) >> 1
+                dv = mx - m
+                de = ex
+            else:
+                sh = e - ex
+                dv = 0 - m
+                if sh <= 24:
+                    dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
+                de = e
+            yv = 0                                  # the difference in Q16, capped at ycap
+            if dv > 0:
+                sh = de - 134
+                if sh >= 0:
+                    if sh > 21 or dv > (ycap >> sh):
+                        yv = ycap
+                    else:
+                        yv = dv << sh
+                elif sh > 0 - 31:
+                    yv = ((dv >> (0 - sh - 1)) + 1) >> 1
+            if j == y and dv > 0:
+                # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
+                # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
+                te = de - 150
+                while dv < 0x10000000:
+                    dv = dv << 1
+                    te -= 1
+                if lm == 0:
+                    lm = dv
+                    le = te
+                elif le >= te:
+                    sh = le - te
+                    if sh > 30:
+                        dv = 0
+                    elif sh > 0:
+                        dv = ((dv >> (sh - 1)) + 1) >> 1
+                    lm = lm + dv                                    #!chk lm
+                else:
+                    sh = te - le
+                    if sh > 30:
+                        lm = 0
+                    else:
+                        lm = ((lm >> (sh - 1)) + 1) >> 1
+                    lm = lm + dv                                    #!chk lm
+                    le = te
+                if lm >= top:
+                    lm = (lm + 1) >> 1
+                    le += 1
             k = yv // 45426
             rr = yv - k * 45426
             p = 0
@@ -1305,7 +1487,6 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt
     # the table lnt[h - 128] = -ln(h / 256) in Q24, ln(1 + x) ~ x - x^2 / 2 (error < 2^-22).
     # Integer part I and a Q24 fraction F are kept apart, so no term needs more than 31 bits.
     LT = ptr32(lnt)
-    PF = ptr32(lf)
     h = pm >> 7
     x = ((pm & 127) << 17) // h                             # Q24, < 2^17
     xs = x >> 4
@@ -1313,40 +1494,56 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, r, lnt
     N = pe + 15                                             # |N| < 2^15 (B log2 V < 2^15)
     # N ln2 in Q16 (ln2 = (45426 + 6135 / 2^16) / 2^16): |N 45426| < 2^31; |F| < 2^26
     nl = N * 45426 + ((N * 6135) >> 16)                     #!chk nl
-    I = hi + (lo >> 16) + (nl >> 16)
-    F = ((lo & 0xFFFF) << 8) + ((nl & 0xFFFF) << 8) + lnf   #!chk F
+    I = nl >> 16
+    F = ((nl & 0xFFFF) << 8) + lnf                          #!chk F
     I += F >> 24
     F = F & 0xFFFFFF
-    if I < 0:                                               # rounding below an exact 0
-        I = 0
-        F = 0
-    # (I + F / 2^24) / B by long division: qi integer part, qf 26 fraction bits (truncated)
-    qi = I // B
-    rem = I - qi * B
-    qf = 0
-    for k in range(26):
+    # ln prod z_b = gm * 2^ge, |gm| < 2^30 (I >= -1: rounding can put it just below 0)
+    if I < 32:
+        gm = (I << 24) + F
+        ge = 0 - 24
+    else:
+        sh = 24
+        while I >= (1 << (29 - sh)):
+            sh -= 1
+        gm = (I << sh) + (F >> (24 - sh))                   #!chk gm
+        ge = 0 - sh
+    # total = lm * 2^le + gm * 2^ge, aligned to the larger exponent: |sum| < 2^31
+    if lm == 0:
+        v = gm
+        e = ge
+    elif gm == 0:
+        v = lm
+        e = le
+    elif le >= ge:
+        sh = le - ge
+        if sh > 30:
+            gm = 0
+        elif sh > 0:
+            gm = ((gm >> (sh - 1)) + 1) >> 1
+        v = lm + gm                                         #!chk v
+        e = le
+    else:
+        sh = ge - le
+        if sh > 30:
+            lm = 0
+        else:
+            lm = ((lm >> (sh - 1)) + 1) >> 1
+        v = lm + gm                                         #!chk v
+        e = ge
+    if v < 0:                                               # rounding below an exact 0
+        v = 0
+    # v / B by long division: q < 2^30 once it has 29 bits or more; r < B, 2 r < 2^31
+    q = v // B
+    rem = v - q * B
+    while q < 0x20000000 and v != 0:
         rem = rem << 1
-        if k < 24:
-            rem += (F >> (23 - k)) & 1
-        qf = qf << 1
+        q = q << 1
+        e -= 1
         if rem >= B:
             rem -= B
-            qf += 1
-    # v * 2^e with v < 2^31: qi's bits, then as many fraction bits as fit
-    if qi == 0:
-        v = qf
-        e = 0 - 26
-    else:
-        L = 0
-        while (qi >> L) != 0:
-            L += 1
-        sh = 30 - L                                         # qi << sh < 2^30
-        if sh <= 26:
-            v = (qi << sh) | (qf >> (26 - sh))
-        else:
-            v = (qi << sh) | (qf << (sh - 26))
-        e = 0 - sh
-    _store(lf, 0, v, e)
+            q += 1
+    _store(lf, 0, q, e)
 
 
 
@@ -1355,6 +1552,17 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
     # (the loss is computed in viper; the returned float is the only object allocated)
+    # int32 limits of _xent [B3]: the sum z needs V <= 2^14, the log of the product of the B sums
+    # (N ln2 in Q16) B log2(V) < 45000
+    if V > 16384:
+        raise ValueError("crossentropy_softmax (viper): at most 16384 classes, got V=%d" % V)
+    if B > 3000:
+        lv = 0
+        while (1 << lv) < V:
+            lv += 1
+        if B * lv >= 45000:
+            raise ValueError("crossentropy_softmax (viper): B * log2(V) must be < 45000, got B=%d V=%d"
+                             " (use smaller batches)" % (B, V))
     ib = _INVB.get(B)
     if ib is None:
         ib = _INVB[B] = _mant15(1.0 / B)
@@ -1965,6 +2173,8 @@ _LAST = [None, None, None, None, None, None, None, None]
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for step t.
     # p, g, m, v (n,): m and v are the moment estimates, updated in place
+    # ERROR BOUND: p within 2e-3 lr per step (+ 2^-22 |p|) of the portable update; m and v within
+    #   2e-3 of the magnitudes entering them (|new| + |old| + |g| + wd |p|, squared for v)
     # The constants are converted only when they change: the hyperparameters (boxed floats
     # allowed, rare), and bc1/bc2 once per step, through float32 slots and viper (no allocation).
     L = _LAST
