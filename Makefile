@@ -24,7 +24,7 @@ MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
 .PHONY: setup test mp32 demo iris digits charlm pretrain deploy flash repl selftest bench golden plots \
-        board-up board-down package compile-check clean
+        board-up board-down package viper compile-check clean
 
 setup: $(STAMP)
 
@@ -113,6 +113,10 @@ board-up: setup
 
 board-down: setup
 	$(PY) host/vboard.py down
+
+# lib/microformer/viper_*.py from their sources host/viper/*.py (the hot loops' inline snippets).
+viper:
+	$(PYTHON) host/gen_viper.py
 
 # lib/package.json for `mpremote mip install github:OWNER/REPO/lib`.
 package: setup

@@ -14,9 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from board_link import ROOT, board_lib_files, board_mpy, mpremote, resolve_port, tool  # noqa: E402
+from gen_viper import MODULES as _VIPER_MODULES  # noqa: E402
 
 BUILD = ROOT / "build" / "deploy"
-VIPER_FILES = ("kernels_viper.py",)
+# the viper kernel namespace and the generated modules it gathers (native code)
+VIPER_FILES = ("kernels_viper.py",) + tuple("viper_%s.py" % n for n in _VIPER_MODULES)
 
 
 def compile_lib(arch):

@@ -1,17 +1,9 @@
 # microformer.backend: which kernels the layers call.
 # 'python' (kernels.py) runs anywhere; 'viper' (kernels_viper.py) needs MicroPython's native emitter;
 # 'numpy' (kernels_numpy.py) needs CPython with NumPy (the host).
-# A kernel the viper module does not define falls back to the portable one.
+# kernels_viper holds every kernel of kernels.py: its own, and the ones it lists in PORTABLE
+# (portable by design); nothing is filled in behind its back.
 from . import kernels as _python_kernels
-
-
-class _Kernels:
-    """A namespace: every name of kernels.py, taken from `fast` where it defines it."""
-
-    def __init__(self, fast, portable):
-        for n in dir(portable):
-            if not n.startswith("__"):
-                setattr(self, n, getattr(fast, n, getattr(portable, n)))
 
 
 K = _python_kernels
@@ -23,7 +15,7 @@ def _viper_kernels():
         from . import kernels_viper
     except (ImportError, SyntaxError, NotImplementedError, ValueError) as e:
         raise ValueError("set_backend: 'viper' needs MicroPython with the native emitter (%s)" % (e,))
-    return _Kernels(kernels_viper, _python_kernels)
+    return kernels_viper
 
 
 def _numpy_kernels():

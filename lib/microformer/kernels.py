@@ -26,12 +26,6 @@ def zero(buf, n):
         buf[i] = 0.0
 
 
-def add_inplace(out, inp, n):
-    # out (n,) += inp (n,)
-    for i in range(n):
-        out[i] += inp[i]
-
-
 def matmul_forward(out, inp, weight, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
     for n in range(N):

@@ -41,12 +41,6 @@ def zero(buf, n):
     _v(buf, n)[:] = 0.0
 
 
-def add_inplace(out, inp, n):
-    # out (n,) += inp (n,)
-    o = _v(out, n)
-    o[:] = o.astype(_F64) + _d(inp, n, n)
-
-
 def matmul_forward(out, inp, weight, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
     r = _d(inp, N * C, N, C) @ _d(weight, OC * C, OC, C).T

@@ -1,0 +1,259 @@
+# microformer.viper_gemm: the block-float GEMM every matmul goes through (Dense, the attention
+# products, mean pooling) and the kernels built on it.
+import micropython
+from array import array
+from micropython import const
+from .viper_common import _iscratch, _mant15, _ones, _S
+
+# what _gemm computes (`kind`); x y z w u are its sizes, in this order:
+MM_FORWARD = const(1)       # (N, C, OC, hasbias):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias)
+MM_DINP = const(2)          # (N, C, OC, acc):      dinp (N, C) = dout (N, OC) . W (OC, C)  (acc: +=)
+MM_DWEIGHT = const(3)       # (N, C, OC, hasbias):  dW (OC, C) += dout^T . inp (and bias: db (OC,) += dout^T . 1)
+MM_DBIAS = const(4)         # (N, C, OC):           db (OC,) += dout^T . ones (N,)
+HEAD_SCORES = const(5)      # (B, Tq, Tk, C, NH):   att[b,h,t,j] = a[b,t,h] . b[b,j,h]    (att, A = q, B = k)
+HEAD_CONTEXT = const(6)     # (B, Tq, Tk, C, NH):   out[b,t,h] = sum_j att[b,h,t,j] b[b,j,h]  (A = att)
+HEAD_TRANSPOSED = const(7)  # (B, Tq, Tk, C, NH):   out[b,j,h] = sum_t att[b,h,t,j] b[b,t,h]  (A = att)
+MEAN_POOL = const(8)        # (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
+# what is added to each output
+_ADD_NONE = const(0)
+_ADD_OLD = const(1)         # the old value (accumulate)
+_ADD_BIAS = const(2)        # bias[n]
+
+
+# out[o + b1*ob1 + b2*ob2 + m*osm + n*osn] (=|+=) sum_k A[a + ... + m*asm + k*ask] * B[b + ... + n*bsn + k*bsk]
+# The geometry is not passed in: `kind` names the product and x y z w u its sizes, so a call is a
+# single viper call (the Python wrappers cost more than the math at Iris sizes).
+# s: int scratch; if it needs more, nothing is computed and the size is returned (the caller
+# grows the scratch and calls again); 0 when done.
+# ERROR BOUND (relative to the block maxima): every operand is rounded to 14 bits of its block's
+#   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing K products is within
+#   2^-11 K max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated
+#   gradient) and the final float32 rounding. A small element next to a large one in the same
+#   block keeps only the bits above 2^-14 of the large one (tests/test_viper_range.py).
+@micropython.viper
+def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
+    # v e i: the hottest locals; as the first three they live in registers (callers pass 0s)
+    S = ptr32(s)
+    po = ptr32(out)
+    pa = ptr32(a)
+    pb = ptr32(b)
+    pbias = ptr32(bias)
+    nb1 = 1
+    nb2 = 1
+    asb1 = 0
+    asb2 = 0
+    bsb1 = 0
+    bsb2 = 0
+    osb1 = 0
+    osb2 = 0
+    mode = _ADD_NONE
+    # the geometry of each kind, one row each (x y z w u as in the kind's comment above)
+    hs = 1
+    if kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED:
+        hs = w // u
+        nb1 = x
+        nb2 = u
+    if kind == MM_FORWARD:
+        M = x; N = z; K = y; asm = y; ask = 1; bsn = y; bsk = 1; osm = z; osn = 1
+        if w:
+            mode = _ADD_BIAS
+    elif kind == MM_DINP:
+        M = x; N = y; K = z; asm = z; ask = 1; bsn = 1; bsk = y; osm = y; osn = 1
+        if w:
+            mode = _ADD_OLD
+    elif kind == MM_DWEIGHT:
+        M = z; N = y; K = x; asm = 1; ask = z; bsn = 1; bsk = y; osm = y; osn = 1; mode = _ADD_OLD
+    elif kind == MM_DBIAS:
+        M = z; N = 1; K = x; asm = 1; ask = z; bsn = 0; bsk = 1; osm = 1; osn = 1; mode = _ADD_OLD
+    elif kind == HEAD_SCORES:
+        M = y; N = z; K = hs; asm = w; ask = 1; asb1 = y * w; asb2 = hs
+        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = z; osn = 1; osb1 = u * y * z; osb2 = y * z
+    elif kind == HEAD_CONTEXT:
+        M = y; N = hs; K = z; asm = z; ask = 1; asb1 = u * y * z; asb2 = y * z
+        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = w; osn = 1; osb1 = y * w; osb2 = hs
+    elif kind == HEAD_TRANSPOSED:
+        M = z; N = hs; K = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
+        bsn = 1; bsk = w; bsb1 = y * w; bsb2 = hs; osm = w; osn = 1; osb1 = z * w; osb2 = hs
+    else:   # MEAN_POOL
+        nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z; bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
+    P = 14                              # bits per operand [B1]
+    lim = 16383                         # 2^P - 1
+    K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
+    nc = K4 >> 2
+    NB = N                              # B rows quantized: N, plus a row of ones when the
+    fuse = 0                            # bias gradient rides along (MM_DWEIGHT with a bias)
+    if kind == MM_DWEIGHT and w:
+        NB = N + 1
+        fuse = 1
+    xq = NB * K4                        # S[0 : NB*K4] B rows, S[xq : xq+NB] B exponents
+    ex = xq + NB                        # S[ex : ex+K4] the current A row
+    bd = ex + K4                        # S[bd : bd+2N] bias[n] decoded (_ADD_BIAS): mantissa, exponent
+    if bd + N + N > int(len(s)):
+        return bd + N + N
+    sh4 = 0                             # each 4-term chunk sum is shifted right by sh4 [B1]
+    if nc > 2:
+        while (1 << sh4) < nc:
+            sh4 += 1
+    rh = (1 << sh4) >> 1
+    b31 = 31                            # variables: constant folding would make bigint objects
+    b16 = 16
+    sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints):
+    m32 = (1 << b16) * (1 << b16) - 1   # ptr32 loads of S zero-extend on 64-bit hosts; sums are
+    for k in range(K, K4):              # exact mod 2^32 and bounded below 2^31, so this restores them
+        S[ex + k] = 0
+    if mode == _ADD_BIAS:
+        for n in range(N):
+            v = pbias[n]
+            #@ decode(v, xm, xe)
+            S[bd + n + n] = xm
+            S[bd + n + n + 1] = xe - 150
+    if fuse:
+        for k in range(K4):
+            S[N * K4 + k] = 0
+        for k in range(K):
+            S[N * K4 + k] = 8192        # 1.0 quantized: 2^23 >> 10 with exponent 127
+        S[xq + N] = 127
+    for b1 in range(nb1):
+        for b2 in range(nb2):
+            ab = b1 * asb1 + b2 * asb2
+            bb = b1 * bsb1 + b2 * bsb2
+            ob = b1 * osb1 + b2 * osb2
+            # quantize the N rows of B (block = row n, K values; see kernels_viper.py)
+            j = 0
+            for n in range(N):
+                i0 = bb + n * bsn
+                #@ quantize(pb, bsk)
+                for k in range(K, K4):
+                    S[j] = 0
+                    j += 1
+                S[xq + n] = emax
+            for m in range(M):
+                # quantize row m of A into S[ex : ex + K]
+                i0 = ab + m * asm
+                j = ex
+                #@ quantize(pa, ask)
+                ea = emax - 252 - P - P + sh4
+                a0 = S[ex]
+                a1 = S[ex + 1]
+                a2 = S[ex + 2]
+                a3 = S[ex + 3]
+                a4 = 0
+                a5 = 0
+                a6 = 0
+                a7 = 0
+                if nc == 2:
+                    a4 = S[ex + 4]
+                    a5 = S[ex + 5]
+                    a6 = S[ex + 6]
+                    a7 = S[ex + 7]
+                pw = po
+                oi = ob + m * osm
+                i = 0                           # B row index for short rows
+                jn = 0                          # B row index for long rows
+                for n in range(NB):
+                    if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
+                        pw = pbias
+                        oi = m
+                    #@ mac4(acc)
+                    e = ea + S[xq + n]          # value = acc * 2^e
+                    #@ addend(acc, e)
+                    # pack acc * 2^e into float32 bits
+                    v = acc
+                    #@ store(pw, oi, v, e)
+                    oi += osn
+    return 0
+
+
+def _mm(out, a, b, bias, kind, x, y, z, w, u):
+    # _gemm with the module scratch, grown on demand
+    n = _gemm(0, 0, 0, out, a, b, bias, _S[0], kind, x, y, z, w, u)
+    if n:
+        _gemm(0, 0, 0, out, a, b, bias, _iscratch(n), kind, x, y, z, w, u)
+
+
+def matmul_forward(out, inp, weight, bias, N, C, OC):
+    # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
+    if bias is None:
+        _mm(out, inp, weight, out, MM_FORWARD, N, C, OC, 0, 0)
+    else:
+        _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
+
+
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
+    # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
+    # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias (OC,) += sum_n dout
+    if dinp is not None:
+        _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
+    if dweight is None:
+        if dbias is not None:
+            _mm(dbias, dout, _ones(N), dbias, MM_DBIAS, N, C, OC, 0, 0)
+    elif dbias is None:
+        _mm(dweight, dout, inp, dweight, MM_DWEIGHT, N, C, OC, 0, 0)
+    else:                               # dbias as an extra row of ones in the dweight product
+        _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
+
+
+def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
+    # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
+    _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 1, 0)
+
+
+# ---- pooling (through _gemm with a constant 1/T vector) ----------------------------------
+_INV = {}                               # T -> array('f') of T copies of 1/T
+_INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
+
+
+def _invs(T):
+    a = _INV.get(T)
+    if a is None:
+        a = _INV[T] = array("f", [1.0 / T] * T)
+    return a
+
+
+def _invT(T):
+    sc = _INVT.get(T)
+    if sc is None:
+        sc = _INVT[T] = _mant15(1.0 / T)
+    return sc
+
+
+@micropython.viper
+def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
+    # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
+    # (m >> 8) * im < 2^16 * 2^15 = 2^31, rounded to float32 like _store, then copied T times
+    pi = ptr32(dinp)
+    po = ptr32(dout)
+    TC = T * C
+    for b in range(B):
+        for c in range(C):
+            x = po[b * C + c]
+            ex = (x >> 23) & 0xFF
+            i = b * TC + c
+            if ex == 0:
+                pi[i] = 0
+            else:
+                m = (x & 0x7FFFFF) | 0x800000
+                if ex == 255:
+                    m = 0xFFFFFF
+                    ex = 254
+                v = (m >> 8) * im                                   #!chk v
+                sg = (x >> 31) & 1
+                e = ex - 142 + ie
+                #@ pack(pi, i, v, e, sg)
+            r = pi[i]
+            for t in range(1, T):
+                i += C
+                pi[i] = r
+
+
+def avgpool_forward(out, inp, B, T, C):
+    # out (B, C) = mean over T of inp (B, T, C)
+    # ERROR BOUND: a _gemm with K = T and 1/T: within 2^-11 max_t |inp[b, t, c]|; the backward
+    #   (_bcast, dout / T with a 15-bit 1/T) within 2^-13 of each element
+    _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
+
+
+def avgpool_backward(dinp, dout, B, T, C):
+    # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
+    sc = _invT(T)
+    _bcast(dinp, dout, B, T, C, sc[0], sc[1])

@@ -1,0 +1,373 @@
+# The code the viper kernels inline, each piece written once (host/gen_viper.py expands a source
+# line `#@ name(args)` into the body below with the parameters renamed to the arguments; the
+# parameters name every variable the snippet writes, so a caller can keep two copies apart).
+# Not a module: nothing imports this file.
+
+
+def pack(p, i, v, e, sg, t, sh, be):
+    """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits and
+    rounded to nearest, exponent biased; an underflow is flushed to 0, an overflow is +-inf."""
+    if v == 0:
+        p[i] = 0
+    else:
+        if v >= 0x1000000:
+            t = v >> 24                     # 1 .. 127: sh = its bit length
+            sh = 1
+            #@ down(t, sh, 16, 4)
+            #@ down(t, sh, 4, 2)
+            if t >= 2:
+                sh += 1
+            v = (v + (1 << (sh - 1))) >> sh
+            e += sh
+            if v >= 0x1000000:
+                v = v >> 1
+                e += 1
+        else:
+            #@ up(v, e, 0x100, 16)
+            #@ up(v, e, 0x10000, 8)
+            #@ up(v, e, 0x100000, 4)
+            #@ up(v, e, 0x400000, 2)
+            #@ up(v, e, 0x800000, 1)
+        be = e + 150
+        if be >= 255:
+            be = 255
+            p[i] = (sg << 31) | (be << 23)
+        elif be <= 0:
+            p[i] = 0
+        else:
+            p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+
+
+def store(p, i, v, e, sg, t, sh, be):
+    """p[i] = v * 2^e as float32 bits, |v| < 2^31 (the body of _store)."""
+    sg = 0
+    if v < 0:
+        sg = 1
+        v = 0 - v
+    #@ pack(p, i, v, e, sg, t, sh, be)
+
+
+def decode(x, m, e):
+    """float32 bits x -> m * 2^(e - 150): m the signed 24-bit mantissa with its hidden bit, e the
+    biased exponent; 0 (e = 0) for zeros and subnormals; +-inf and NaN read as +-FLT_MAX."""
+    e = (x >> 23) & 0xFF
+    m = 0
+    if e != 0:
+        #@ mag(x, m, e)
+        if (x >> 31) & 1:
+            m = 0 - m
+
+
+def mag(x, m, e):
+    """The magnitude of float32 bits x with biased exponent e != 0: m the 24-bit mantissa with its
+    hidden bit; inf and NaN read as FLT_MAX (m = 2^24 - 1, e = 254)."""
+    m = (x & 0x7FFFFF) | 0x800000
+    if e == 255:
+        m = 0xFFFFFF
+        e = 254
+
+
+def mant30(x, m, e):
+    """float32 bits x with biased exponent e != 0 -> m, its signed mantissa with 6 guard bits
+    (|m| < 2^30; inf and NaN as FLT_MAX, e left at 255): x = m * 2^(e - 156)."""
+    m = ((x & 0x7FFFFF) | 0x800000) << 6
+    if e == 255:
+        m = 0xFFFFFF
+        m = m << 6
+    if (x >> 31) & 1:
+        m = 0 - m
+
+
+def scaled(v, sh, y, lg):
+    """y = v * 2^sh (v >= 0; a right shift rounds), capped at ycap = 2^lg."""
+    if sh >= 0:
+        if sh > lg or v > (ycap >> sh):
+            y = ycap
+        else:
+            y = v << sh
+    elif sh > 0 - 31:
+        y = ((v >> (0 - sh - 1)) + 1) >> 1
+
+
+def key(x, v, e):
+    """float32 bits x -> an int v that orders like the value (sign-magnitude; inf/NaN as
+    +-FLT_MAX); e is x's biased exponent."""
+    e = (x >> 23) & 0xFF
+    v = (e << 23) | (x & 0x7FFFFF)
+    if e == 255:                            # inf / NaN: +-FLT_MAX
+        v = ((e - 1) << 23) | 0x7FFFFF
+    if (x >> 31) & 1:
+        v = 0 - v
+
+
+def gap(x, m, e, dv, de, sh):
+    """dv * 2^(de - 150) = max - s >= 0 for the float32 bits x of s and the row max mx * 2^(ex - 150)
+    (mx signed, ex >= 1): the smaller exponent's mantissa shifted right (rounded), so the
+    difference is exact to half an ulp of the larger; |dv| < 2^25; a 24-bit shift or more leaves 0."""
+    #@ decode(x, m, e)
+    if e == 0:
+        e = 1
+    if ex >= e:
+        sh = ex - e
+        if sh > 24:
+            m = 0
+        elif sh > 0:
+            m = ((m >> (sh - 1)) + 1) >> 1
+        dv = mx - m
+        de = ex
+    else:
+        sh = e - ex
+        dv = 0 - m
+        if sh <= 24:
+            dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
+        de = e
+
+
+def expq15(y, k, r, p):
+    """exp(-y) = p * 2^(-15 - k) for y >= 0 in Q16, y < 2^23, p in Q15.
+    k = y // ln2 (ln 2 = 45426 in Q16), r = y - k ln2 in [0, ln2): a reciprocal estimate
+    ((y >> 5) * 1477 < 2^31 for y < 2^23) low by at most 1, then fixed.
+    e^-r = 1 - r(1 - r/2(1 - r/3(1 - r/4(1 - r/5(1 - r/6))))), Q15 terms; (r p) >> 16 <
+    45426 * 2^15 / 2^16 < 2^15, so /5 and /3 are exact reciprocal multiplies (x < 2^16:
+    x // 3 = (x * 43691) >> 17, x // 5 = (x * 52429) >> 18; products < 2^31). p <= 2^15."""
+    k = (y >> 5) * 1477                                 #!chk k
+    k = k >> 21
+    r = y - k * 45426
+    if r >= 45426:
+        r -= 45426
+        k += 1
+    p = 32768 - ((r * 5461) >> 16)          # 5461 = 2^15/6
+    p = 32768 - ((((r * p) >> 16) * 52429) >> 18)   #!chk p
+    p = 32768 - (((r * p) >> 16) >> 2)
+    p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
+    p = 32768 - (((r * p) >> 16) >> 1)
+    p = 32768 - ((r * p) >> 16)
+
+
+def rsh(x, sh):
+    """x = x * 2^-sh rounded to nearest (ties up) for sh >= 0; 0 for a shift beyond 30 bits."""
+    if sh > 30:
+        x = 0
+    else:
+        x = (x + ((1 << sh) >> 1)) >> sh
+
+
+def addto(a, ae, b, be, sh):
+    """a * 2^ae += b * 2^be, aligned to the larger exponent (the other operand shifted right,
+    rounded to nearest, 0 beyond 30 bits); |a|, |b| < 2^30 keeps the sum below 2^31."""
+    if ae >= be:
+        sh = ae - be
+        #@ rsh(b, sh)
+        a = a + b                                       #!chk a
+    else:
+        sh = be - ae
+        #@ rsh(a, sh)
+        a = a + b                                       #!chk a
+        ae = be
+
+
+def addto0(a, ae, b, be, sh):
+    """addto where either side may be 0 (a 0 takes the other's exponent)."""
+    if a == 0:
+        a = b
+        ae = be
+    elif b != 0:
+        #@ addto(a, ae, b, be, sh)
+
+
+def alignsub(a, ae, b, be, v, e, sh):
+    """v * 2^e = a * 2^ae - b * 2^be, aligned to the larger exponent as in addto; |a|, |b| < 2^30."""
+    if ae >= be:
+        sh = ae - be
+        #@ rsh(b, sh)
+        v = a - b                                       #!chk v
+        e = ae
+    else:
+        sh = be - ae
+        #@ rsh(a, sh)
+        v = a - b                                       #!chk v
+        e = be
+
+
+def down(v, e, lim, s):
+    """One step of a normalizing cascade: v >= lim is shifted right by s, e counts it."""
+    if v >= lim:
+        v = v >> s
+        e += s
+
+
+def up(v, e, lim, s):
+    """One step of a normalizing cascade: v < lim is shifted left by s, e counts it."""
+    if v < lim:
+        v = v << s
+        e -= s
+
+
+def slot(m, e, s):
+    """A constant of the int array C: mantissa C[s], exponent C[s + 1] (sign-extended: sx = 2^31)."""
+    m = C[s]
+    e = (C[s + 1] ^ sx) - sx
+
+
+def norm30(m, e):
+    """m * 2^e with 0 < m < 2^31 normalized to 2^29 <= m < 2^30 (top = 2^30)."""
+    while m >= top:
+        m = m >> 1
+        e += 1
+    #@ up(m, e, 0x4000, 16)
+    #@ up(m, e, 0x400000, 8)
+    #@ up(m, e, 0x4000000, 4)
+    #@ up(m, e, 0x10000000, 2)
+    #@ up(m, e, 0x20000000, 1)
+
+
+def quantize(src, stride):
+    """One block of K values src[i0], src[i0 + stride], ... to S[j ...] (j advances by K): P-bit
+    signed ints of the block's largest exponent emax (block float, see kernels_viper.py);
+    base = emax + 24 - P, so q = round(mantissa 2^(e - base)), |q| <= lim = 2^P - 1."""
+    emax = 0
+    i = i0
+    for k in range(K):
+        e = (src[i] >> 23) & 0xFF
+        if e > emax:
+            emax = e
+        i += stride
+    if emax == 255:
+        emax = 254
+    base = emax + 24 - P
+    i = i0
+    for k in range(K):
+        v = src[i]
+        i += stride
+        e = (v >> 23) & 0xFF
+        q = 0
+        if e != 0:
+            #@ mag(v, mm, e)
+            sh = base - e           # >= 24 - P = 10
+            if sh <= 30:
+                q = (mm + (1 << (sh - 1))) >> sh
+                if q > lim:
+                    q = lim
+                if (v >> 31) & 1:
+                    q = 0 - q
+        S[j] = q
+        j += 1
+
+
+# ---- _gemm's inner loop (used once; kept here so _gemm reads as its outline) -------------------
+def mac4(acc):
+    """acc = A row (a0..a7 or S[ex ...]) . B row n (S[i ...] short rows, S[jn ...] long), block
+    float ints; i / jn advance to the next B row."""
+    # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so K <= 4
+    # needs no shift and K <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+    # rows shift each chunk (rounded) by sh4 = clog2(K4/4): |acc| < 2^30
+    if nc == 1:
+        acc = a0 * S[i] + a1 * S[i + 1] + a2 * S[i + 2] + a3 * S[i + 3]
+        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
+        i += 4
+    elif nc == 2:
+        acc = (a0 * S[i] + a1 * S[i + 1] + a2 * S[i + 2] + a3 * S[i + 3]
+               + a4 * S[i + 4] + a5 * S[i + 5] + a6 * S[i + 6] + a7 * S[i + 7])
+        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
+        i += 8
+    else:
+        # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift
+        acc = 0
+        ia = ex
+        for c in range(nc >> 1):
+            t = (S[ia] * S[jn] + S[ia + 1] * S[jn + 1] + S[ia + 2] * S[jn + 2] + S[ia + 3] * S[jn + 3]
+                 + S[ia + 4] * S[jn + 4] + S[ia + 5] * S[jn + 5] + S[ia + 6] * S[jn + 6]
+                 + S[ia + 7] * S[jn + 7])
+            t = ((t & m32) ^ sgn) - sgn                 #!chk t
+            acc += (t + rh) >> sh4                          #!chk acc
+            ia += 8
+            jn += 8
+        if nc & 1:
+            t = S[ia] * S[jn] + S[ia + 1] * S[jn + 1] + S[ia + 2] * S[jn + 2] + S[ia + 3] * S[jn + 3]
+            t = ((t & m32) ^ sgn) - sgn                 #!chk t
+            acc += (t + rh) >> sh4                          #!chk acc
+            jn += 4
+
+
+def addend(acc, e):
+    """acc * 2^e += the old output pw[oi] (_ADD_OLD) or bias[n] (_ADD_BIAS, decoded in S[bd ...])."""
+    # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
+    if mode != _ADD_NONE:
+        if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
+            acc = (acc + 1) >> 1
+            e += 1
+        if mode == _ADD_OLD:
+            v = pw[oi]
+            #@ decode(v, xm, xe)
+            xe = xe - 150
+        else:
+            xm = (S[bd + n + n] ^ sgn) - sgn
+            xe = (S[bd + n + n + 1] ^ sgn) - sgn
+        if xm != 0:
+            if acc == 0:
+                acc = xm
+                e = xe
+            elif xe <= e:
+                sh = e - xe
+                #@ rsh(xm, sh)
+                acc += xm                               #!chk acc
+            else:
+                uu = xe - e
+                if uu > 6:
+                    uu = 6
+                xm = xm << uu
+                sh = xe - uu - e
+                if sh > 30:
+                    acc = 0
+                elif sh > 0:
+                    acc = (acc + (1 << (sh - 1))) >> sh
+                acc += xm                               #!chk acc
+                e = xe - uu
+
+
+# ---- _adam's parts (used once; kept here so _adam reads as its outline) ------------------------
+def decay(dm, de):
+    """Weight decay of p = pp[i]: AdamW (dec) p -= lr wd p, in place; Adam d += wd p, with
+    d = dm * 2^de (wdm, wde: the 15-bit mantissa and exponent of lr wd, resp. wd)."""
+    if wdm != 0:
+        y = pp[i]
+        e = (y >> 23) & 0xFF
+        if e != 0:
+            t = ((y & 0x7FFFFF) | 0x800000) >> 9
+            if e == 255:
+                t = 0x7FFF
+            t = t * wdm                                         #!chk t
+            if (y >> 31) & 1:
+                t = 0 - t
+            te = e - 141 + wde
+            if dec:
+                # AdamW: p -= lr wd p, as an aligned add onto p itself
+                pmm = ((y & 0x7FFFFF) | 0x800000) << 6
+                if (y >> 31) & 1:
+                    pmm = 0 - pmm
+                sh = e - 156 - te
+                if sh > 30:
+                    t = 0
+                elif sh > 0:
+                    t = (t + (1 << (sh - 1))) >> sh
+                _store(p, i, pmm - t, e - 156)
+            else:
+                # d += wd p
+                #@ addto0(dm, de, t, te, sh)
+
+
+def isqrt(x, r):
+    """r = floor(sqrt(x)), x in [2^27, 2^30): a chord of sqrt over x's octave (low by < 3 %), two
+    Newton steps (then within +-1) and an exact fix-up; r*r <= 2^30."""
+    if x >= 0x20000000:
+        r = 23170 + ((((x - 0x20000000) >> 14) * 9598) >> 15)
+    elif x >= 0x10000000:
+        r = 16384 + ((((x - 0x10000000) >> 13) * 6787) >> 15)
+    else:
+        r = 11585 + ((((x - 0x8000000) >> 12) * 4799) >> 15)
+    r = (r + x // r) >> 1
+    r = (r + x // r) >> 1
+    while r * r > x:
+        r -= 1
+    while (r + 1) * (r + 1) <= x:
+        r += 1

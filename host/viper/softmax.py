@@ -1,0 +1,505 @@
+# microformer.viper_softmax: softmax and losses: attention (scores, softmax, context and their
+# backward) and softmax cross-entropy.
+import micropython
+from array import array
+from micropython import const
+from .viper_common import _fscratch, _iscratch, _mant15, _store
+from .viper_gemm import HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _mm
+
+# _softmax's parameters, slots of _D
+_TK = const(0)          # keys per row
+_CAUSAL = const(1)      # 1: query t sees keys j <= t + Tk - Tq
+_SCALE_M = const(2)     # 1/sqrt(hs): mantissa (Q15)
+_SCALE_E = const(3)     # ... and its exponent
+_MASKED = const(4)      # 1: a padding mask is given
+_B = const(5)           # batch size
+_D = array("i", [0] * 6)
+_SCALE = {}                    # head size -> (mantissa Q15, exponent) of 1/sqrt(hs)
+
+
+def _scale_of(hs):
+    sc = _SCALE.get(hs)
+    if sc is None:
+        sc = _SCALE[hs] = _mant15(1.0 / (hs ** 0.5))
+    return sc
+
+
+# ---- attention -------------------------------------------------------------------------------
+# ERROR BOUND (tests/test_viper_range.py): for any finite float32 scores, every weight w_j is
+#   within 2e-4 w_j + 2e-5 (y_j + 1) w_j of the softmax of the same scores (relative to the
+#   element), y_j = (max - s_j) * scale, and 0 where w_j < 2^-126; rows sum to 1 within 4e-4.
+#   Scores are never clamped: only the difference y_j >= 128 (weight < 3e-56, 0 in float32) is.
+@micropython.viper
+def _softmax(att, mask, d, s, NH: int, Tq: int):
+    # att (B, NH, Tq, Tk): raw scores in, softmax(scores * scale) out, in place  [B3]
+    # Only s_j - max is needed: it is formed from the aligned 24-bit mantissas of the two
+    # float32 scores (exact to half an ulp of the larger), so any finite score works.
+    D = ptr32(d)
+    S = ptr32(s)
+    pa = ptr32(att)
+    pm = ptr8(mask)
+    Tk = D[_TK]
+    causal = D[_CAUSAL]
+    sm = D[_SCALE_M]
+    se = D[_SCALE_E]
+    hasmask = D[_MASKED]
+    b31 = 31
+    sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load
+    se = (se ^ sx) - sx
+    shift = Tk - Tq
+    ycap = 1 << 23                      # y = (max - s) scale in Q16 >= 128: weight < 2^-184, 0
+    zs = 15                             # Z = sum_j e_j in Q(15 + zs), < 2^30 (Tk < 2^16: < 2^31)
+    while zs > 0 and (1 << (15 - zs)) < Tk:
+        zs -= 1
+    ab = 0
+    for b in range(D[_B]):
+        for h in range(NH):
+            for t in range(Tq):
+                last = Tk - 1
+                if causal:
+                    last = t + shift
+                    if last > Tk - 1:
+                        last = Tk - 1
+                # pass 1: the largest visible score, compared as sign-magnitude ints
+                mk = 0
+                mj = 0 - 1
+                for j in range(Tk):
+                    if j > last or (hasmask and pm[b * Tk + j] != 0):
+                        continue
+                    x = pa[ab + j]
+                    #@ key(x, v, e)
+                    if mj < 0 or v > mk:
+                        mk = v
+                        mj = j
+                # the max as a signed mantissa mx * 2^(ex - 150) (0 for zeros / subnormals)
+                mx = 0
+                ex = 1
+                if mj >= 0:
+                    x = pa[ab + mj]
+                    #@ decode(x, mx, ex)
+                    if ex == 0:
+                        ex = 1
+                # pass 2: y_j = (max - s_j) scale in Q16; e_j = exp(-y_j) = p_j 2^(-15 - k_j)
+                # with p_j in [2^14, 2^15) kept apart from k_j; Z = sum_j e_j in Q(15 + zs)
+                z = 0
+                for j in range(Tk):
+                    S[j] = 0
+                    if j > last or (hasmask and pm[b * Tk + j] != 0):
+                        continue
+                    x = pa[ab + j]
+                    #@ gap(x, m, e, dv, de, sh)
+                    y = 0
+                    if dv > 0:
+                        # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
+                        n = 0
+                        if dv >= 0x10000:
+                            tt = dv >> 16               # 1 .. 511
+                            #@ down(tt, n, 256, 8)
+                            #@ down(tt, n, 16, 4)
+                            #@ down(tt, n, 4, 2)
+                            #@ down(tt, n, 2, 1)
+                            n += 1
+                            dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
+                        v = dv * sm                                     #!chk v
+                        sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
+                        #@ scaled(v, sh, y, 23)
+                    if y >= ycap:
+                        continue                    # weight 0 (below float32 range)
+                    #@ expq15(y, k, r, p)
+                    if p > 32767:
+                        p = 32767
+                    S[j] = p
+                    S[Tk + j] = k
+                    if k < 30:
+                        z += (p << zs) >> k                             #!chk z
+                # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
+                zn = 0
+                while (z >> zn) >= 0x8000:
+                    zn += 1
+                zr = z
+                if zn > 0:
+                    zr = ((z >> (zn - 1)) + 1) >> 1
+                    if zr >= 0x8000:
+                        zr = zr >> 1
+                        zn += 1
+                # pass 3: w_j = p_j 2^-k_j / Z = (p_j 2^16 / zr) 2^(zs - zn - 16 - k_j)
+                for j in range(Tk):
+                    p = S[j]
+                    if p == 0:
+                        pa[ab + j] = 0
+                        continue
+                    w = (p << 16) // zr                 # [2^15, 2^17)
+                    e = 150 + zs - zn - 16 - S[Tk + j] - 7
+                    if w < 0x10000:
+                        w = w << 8
+                        e -= 1
+                    else:
+                        w = w << 7
+                    if e <= 0:
+                        pa[ab + j] = 0
+                    else:
+                        pa[ab + j] = (e << 23) | (w & 0x7FFFFF)
+                ab += Tk
+
+
+@micropython.viper
+def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int):
+    # j x ab: the hottest locals; as the first three they live in registers (callers pass 0s)
+    # in the forward pass this was att = softmax(scores * scale), rows = B * NH * Tq
+    # ds (rows, Tk): dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in place.
+    # dA_j - dot cancels when attention is peaked, so dot is built from 30-bit products
+    # (24x24-bit mantissas split in 12-bit halves) instead of block-float.  [B4]
+    # ERROR BOUND (attention backward as a whole, dA and the dq/dk/dv GEMMs included): dv within
+    #   1e-3 max_t A[t,j] max_t |dout[t,col]|; dq (dk) within 2e-3 G max|k| (max|q|) of the
+    #   column, G = max A hs max|dout| max|v| / sqrt(hs) of the query row (of the batch item and
+    #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
+    pd = ptr32(ds)
+    pa = ptr32(att)
+    h = 1                               # headroom: 2^h >= 2 Tk
+    while (1 << h) < Tk + Tk:
+        h += 1
+    ab = 0
+    for r in range(rows):
+        # pass 1: largest product exponent
+        pmax = 0
+        for j in range(Tk):
+            ea = (pa[ab + j] >> 23) & 0xFF
+            ed = (pd[ab + j] >> 23) & 0xFF
+            if ea != 0 and ed != 0 and ea + ed > pmax:
+                pmax = ea + ed
+        # pass 2: dot = sum_j a_j dA_j = dot_i * 2^(pmax - 282 + h), |dot_i| < 2^29
+        dot = 0
+        if pmax != 0:
+            for j in range(Tk):
+                x = pa[ab + j]
+                y = pd[ab + j]
+                ea = (x >> 23) & 0xFF
+                ed = (y >> 23) & 0xFF
+                if ea == 0 or ed == 0:
+                    continue
+                ma = (x & 0x7FFFFF) | 0x800000
+                md = (y & 0x7FFFFF) | 0x800000
+                if ea == 255:
+                    ma = 0xFFFFFF
+                if ed == 255:
+                    md = 0xFFFFFF
+                ah = ma >> 12
+                al = ma & 0xFFF
+                dh = md >> 12
+                dl = md & 0xFFF
+                p = (ah * dh << 6) + ((ah * dl + al * dh) >> 6)    # ma*md / 2^18 < 2^30
+                sh = pmax - ea - ed + h
+                if sh > 30:
+                    p = 0
+                else:
+                    p = (p + (1 << (sh - 1))) >> sh
+                if ((x ^ y) >> 31) & 1:
+                    p = 0 - p
+                dot += p                                            #!chk dot
+        de = pmax - 282 + h
+        # pass 3: ds_j = a_j (dA_j - dot) scale
+        for j in range(Tk):
+            x = pa[ab + j]
+            ea = (x >> 23) & 0xFF
+            if ea == 0:
+                pd[ab + j] = 0
+                continue
+            y = pd[ab + j]
+            ed = (y >> 23) & 0xFF
+            md = 0
+            if ed != 0:
+                #@ mant30(y, md, ed)
+            me = ed - 156
+            o = dot
+            if pmax == 0:
+                o = 0
+            # diff = md * 2^me - o * 2^de, aligned to the larger exponent
+            if md == 0:
+                v = 0 - o
+                e = de
+            elif o == 0:
+                v = md
+                e = me
+            else:
+                #@ alignsub(md, me, o, de, v, e, sh)
+            # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
+            neg = 0
+            if v < 0:
+                neg = 1
+                v = 0 - v
+            while v >= 0x800000:
+                v = v >> 8
+                e += 8
+            #@ down(v, e, 0x80000, 4)
+            #@ down(v, e, 0x20000, 2)
+            #@ down(v, e, 0x10000, 1)
+            #@ down(v, e, 0x8000, 1)
+            ma = ((x & 0x7FFFFF) | 0x800000) >> 9
+            if ea == 255:
+                ma = 0x7FFF
+            v = ((v * ma) >> 15) * sm                               #!chk v
+            # pack v * 2^(e + ea - 126 + se) into float32 bits (v < 2^30)
+            e = e + ea - 126 + se
+            sg = neg
+            #@ pack(pd, ab + j, v, e, sg)
+        ab += Tk
+
+
+def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+    # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
+    # ERROR BOUND: the scores carry the _gemm bound (|ds| <= 2^-11 hs max|q_h| max|k_h| / sqrt(hs),
+    #   which moves a weight by at most a factor e^(2 |ds|)); from those scores the weights obey
+    #   the _softmax bound and out is within 1e-3 max_j |v[b, j, col]| (masked keys included:
+    #   they share the block). The KV-cache decode step (attention_decode) is portable.
+    # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
+    # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
+    if Tk >= 65536:                     # the softmax sum Z needs Tk < 2^16 [B3]
+        raise ValueError("attention_forward: Tk must be < 65536 keys, got %d" % Tk)
+    sc = _scale_of(C // NH)
+    _mm(att, q, k, att, HEAD_SCORES, B, Tq, Tk, C, NH)         # scores att[b,h,t,j] = q[b,t,h] . k[b,j,h]
+    D = _D
+    D[_TK] = Tk
+    D[_CAUSAL] = causal
+    D[_SCALE_M] = sc[0]
+    D[_SCALE_E] = sc[1]
+    D[_B] = B
+    if mask is None:
+        D[_MASKED] = 0
+        _softmax(att, D, D, _iscratch(Tk + Tk), NH, Tq)
+    else:
+        D[_MASKED] = 1
+        _softmax(att, mask, D, _iscratch(Tk + Tk), NH, Tq)
+    _mm(out, att, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
+
+
+def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
+    # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
+    # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
+    # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights
+    F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
+    _mm(F, dout, v, F, HEAD_SCORES, B, Tq, Tk, C, NH)          # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
+    _mm(dv, att, dout, dv, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)      # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
+    sc = _scale_of(C // NH)
+    _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1])   # dS = A (dA - rowsum(dA A)) / sqrt(hs)
+    _mm(dq, F, k, dq, HEAD_CONTEXT, B, Tq, Tk, C, NH)           # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h]
+    _mm(dk, F, q, dk, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)           # dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h]
+
+
+# ---- softmax cross-entropy -------------------------------------------------------------------
+
+
+@micropython.viper
+def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
+    # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
+    # caller boxes one float; sum_b (max - s_y) = lm 2^le, prod_b z_b = pm 2^pe (2^14 <= pm < 2^15). ln(pm * 2^pe) = ln(f) + N ln2 with f = pm / 2^15 in [1/2, 1),
+    # N = pe + 15; ln f = ln(h / 256) + ln(1 + x), h = pm >> 7, x = (pm & 127) / (128 h) < 2^-7:
+    # the table lnt[h - 128] = -ln(h / 256) in Q24, ln(1 + x) ~ x - x^2 / 2 (error < 2^-22).
+    # Integer part I and a Q24 fraction F are kept apart, so no term needs more than 31 bits.
+    LT = ptr32(lnt)
+    h = pm >> 7
+    x = ((pm & 127) << 17) // h                             # Q24, < 2^17
+    xs = x >> 4
+    lnf = x - ((xs * xs) >> 17) - LT[h - 128]               # Q24, in (-ln2 2^24, 0]
+    N = pe + 15                                             # |N| < 2^15 (B log2 V < 2^15)
+    # N ln2 in Q16 (ln2 = (45426 + 6135 / 2^16) / 2^16): |N 45426| < 2^31; |F| < 2^26
+    nl = N * 45426 + ((N * 6135) >> 16)                     #!chk nl
+    I = nl >> 16
+    F = ((nl & 0xFFFF) << 8) + lnf                          #!chk F
+    I += F >> 24
+    F = F & 0xFFFFFF
+    # ln prod z_b = gm * 2^ge, |gm| < 2^30 (I >= -1: rounding can put it just below 0)
+    if I < 32:
+        gm = (I << 24) + F
+        ge = 0 - 24
+    else:
+        sh = 24
+        while I >= (1 << (29 - sh)):
+            sh -= 1
+        gm = (I << sh) + (F >> (24 - sh))                   #!chk gm
+        ge = 0 - sh
+    # total = lm * 2^le + gm * 2^ge, aligned to the larger exponent: |sum| < 2^31
+    if lm == 0:
+        lm = gm
+        le = ge
+    elif gm != 0:
+        #@ addto(lm, le, gm, ge, sh)
+    v = lm
+    e = le
+    if v < 0:                                               # rounding below an exact 0
+        v = 0
+    # v / B by long division: q < 2^30 once it has 29 bits or more; r < B, 2 r < 2^31
+    q = v // B
+    rem = v - q * B
+    while q < 0x20000000 and v != 0:
+        rem = rem << 1
+        q = q << 1
+        e -= 1
+        if rem >= B:
+            rem -= B
+            q += 1
+    _store(lf, 0, q, e)
+
+
+# ERROR BOUND (tests/test_viper_range.py): for any finite float32 logits, the loss is within
+#   2^-20 |loss| + 1e-4 of the true mean of max - s_y + ln sum_j exp(s_j - max) (absolute part:
+#   the 15-bit exponentials), and dlogits within 1e-4 / B of (softmax - onehot) / B (element,
+#   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
+#   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
+#   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
+@micropython.viper
+def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
+    # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
+    # lf[0]; returns 1 if a logit is inf or NaN (the loss is then not defined), else 0  [B3]
+    pl = ptr32(logits)
+    S = ptr32(s)
+    b31 = 31
+    sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
+    ycap = 1 << 21                      # (max - s_j) in Q16 capped at 32: k > 29, probability 0
+    b30 = 30
+    top = 1 << b30                      # 2^30 (a literal would be folded into a bigint)
+    lm = 0                              # sum_b (max_b - s_y): lm * 2^le, 0 <= lm < 2^30
+    le = 0
+    pm = 1 << 14                        # running product of z_b / 2^15: pm * 2^pe
+    pe = 0 - 14
+    bad = 0
+    zq = 29
+    while (1 << (29 - zq)) < V:
+        zq -= 1
+    for b in range(B):
+        lb = b * V
+        y = int(labels[b])
+        # pass 1: the largest logit, compared as sign-magnitude ints (inf/NaN: +-FLT_MAX, flagged)
+        mk = 0
+        mj = 0
+        for j in range(V):
+            x = pl[lb + j]
+            #@ key(x, v, e)
+            if e == 255:
+                bad = 1
+            if j == 0 or v > mk:
+                mk = v
+                mj = j
+        x = pl[lb + mj]
+        #@ decode(x, mx, ex)
+        if ex == 0:
+            ex = 1
+        # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
+        # probabilities keep 15 significant bits; z = sum in Q(zq), zq = 29 - clog2(V)
+        z = 0
+        for j in range(V):
+            x = pl[lb + j]
+            #@ gap(x, m, e, dv, de, sh)
+            yv = 0                                  # the difference in Q16, capped at ycap
+            if dv > 0:
+                sh = de - 134
+                #@ scaled(dv, sh, yv, 21)
+            if j == y and dv > 0:
+                # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
+                # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
+                te = de - 150
+                while dv < 0x10000000:
+                    dv = dv << 1
+                    te -= 1
+                if lm == 0:
+                    lm = dv
+                    le = te
+                else:
+                    #@ addto(lm, le, dv, te, sh)
+                if lm >= top:
+                    lm = (lm + 1) >> 1
+                    le += 1
+            #@ expq15(yv, k, rr, p)
+            if k <= 29:
+                z += (p << (zq - 15)) >> k                          #!chk z
+            else:
+                p = 0
+            S[j] = p
+            S[V + j] = k
+        # z normalized to zr < 2^16 (zr * 2^zr_e = z in Q(zq))
+        zr = z
+        zre = 0
+        while zr >= 65536:
+            zr = zr >> 1
+            zre += 1
+        for j in range(V):
+            if j == y:
+                # p_y - 1 = -(z - e_y) / z, from the exact integer sum of the others
+                o = z - ((S[j] << (zq - 15)) >> S[V + j])
+                e = 0
+                while o != 0 and o < (1 << 29):
+                    o = o << 1
+                    e -= 1
+                q = o // zr                                         #!chk q
+                _store(dlogits, lb + j, 0 - q * ibm, e - zre + ibe)
+            else:
+                q = (S[j] << 15) // zr                              #!chk q
+                _store(dlogits, lb + j, q * ibm, zq - 30 - S[V + j] - zre + ibe)
+        z = z >> (zq - 15)
+        # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
+        while z >= 32768:
+            z = z >> 1
+            pe += 1
+        pm = pm * z                                         #!chk pm
+        pe -= 15
+        while pm >= 32768:
+            pm = pm >> 1
+            pe += 1
+    _mean_loss(lf, lnt, B, lm, le, pm, pe)
+    return bad
+
+
+def crossentropy_softmax(dlogits, logits, labels, B, V):
+    # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
+    # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
+    # (the loss is computed in viper; the returned float is the only object allocated)
+    # int32 limits of _xent [B3]: the sum z needs V <= 2^14, the log of the product of the B sums
+    # (N ln2 in Q16) B log2(V) < 45000
+    if V > 16384:
+        raise ValueError("crossentropy_softmax (viper): at most 16384 classes, got V=%d" % V)
+    if B > 3000:
+        lv = 0
+        while (1 << lv) < V:
+            lv += 1
+        if B * lv >= 45000:
+            raise ValueError("crossentropy_softmax (viper): B * log2(V) must be < 45000, got B=%d V=%d"
+                             " (use smaller batches)" % (B, V))
+    ib = _INVB.get(B)
+    if ib is None:
+        ib = _INVB[B] = _mant15(1.0 / B)
+    if _xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF):
+        return _NAN
+    return _LF[0]
+
+
+_INVB = {}
+_LF = array("f", [0.0])             # the loss as float32, written by _xent
+_NAN = float("nan")
+
+
+# -ln(h / 256) in Q24 for h = 128 .. 255, little-endian int32 (built once on the host:
+# [int(-log(h / 256.0) * 2**24 + 0.5) for h in range(128, 256)]; a literal, so importing
+# this module makes no float garbage)
+_LNT = array("i", (
+    b'\x18r\xb1\x00\x15t\xaf\x00\x03z\xad\x00\xd1\x83\xab\x00q\x91\xa9\x00\xd4\xa2\xa7\x00'
+    b'\xeb\xb7\xa5\x00\xa9\xd0\xa3\x00\x00\xed\xa1\x00\xe1\x0c\xa0\x00@0\x9e\x00\x11W\x9c\x00'
+    b'E\x81\x9a\x00\xd2\xae\x98\x00\xab\xdf\x96\x00\xc3\x13\x95\x00\x11K\x93\x00\x87\x85\x91\x00'
+    b'\x1b\xc3\x8f\x00\xc2\x03\x8e\x00rG\x8c\x00 \x8e\x8a\x00\xc1\xd7\x88\x00L$\x87\x00'
+    b'\xb7s\x85\x00\xf8\xc5\x83\x00\x06\x1b\x82\x00\xd7r\x80\x00c\xcd~\x00\xa0*}\x00'
+    b'\x85\x8a{\x00\x0b\xedy\x00(Rx\x00\xd5\xb9v\x00\t$u\x00\xbc\x90s\x00'
+    b'\xe7\xffq\x00\x82qp\x00\x84\xe5n\x00\xe8[m\x00\xa5\xd4k\x00\xb5Oj\x00'
+    b'\x10\xcdh\x00\xb0Lg\x00\x8d\xcee\x00\xa2Rd\x00\xe7\xd8b\x00Vaa\x00'
+    b'\xe9\xeb_\x00\x9ax^\x00b\x07]\x00<\x98[\x00!+Z\x00\x0c\xc0X\x00'
+    b"\xf7VW\x00\xdd\xefU\x00\xb8\x8aT\x00\x82'S\x007\xc6Q\x00\xd1fP\x00"
+    b'J\tO\x00\x9e\xadM\x00\xc8SL\x00\xc2\xfbJ\x00\x88\xa5I\x00\x16QH\x00'
+    b'f\xfeF\x00s\xadE\x00:^D\x00\xb6\x10C\x00\xe2\xc4A\x00\xb9z@\x00'
+    b'92?\x00\\\xeb=\x00\x1e\xa6<\x00{b;\x00p :\x00\xf8\xdf8\x00'
+    b"\x0e\xa17\x00\xb1c6\x00\xda'5\x00\x88\xed3\x00\xb6\xb42\x00`}1\x00"
+    b'\x83G0\x00\x1b\x13/\x00%\xe0-\x00\x9d\xae,\x00\x81~+\x00\xccO*\x00'
+    b'{")\x00\x8b\xf6\'\x00\xf9\xcb&\x00\xc2\xa2%\x00\xe2z$\x00WT#\x00'
+    b'\x1d/"\x001\x0b!\x00\x91\xe8\x1f\x00:\xc7\x1e\x00\'\xa7\x1d\x00X\x88\x1c\x00'
+    b'\xc9j\x1b\x00vN\x1a\x00^3\x19\x00~\x19\x18\x00\xd3\x00\x17\x00Z\xe9\x15\x00'
+    b'\x11\xd3\x14\x00\xf6\xbd\x13\x00\x05\xaa\x12\x00<\x97\x11\x00\x99\x85\x10\x00\x19u\x0f\x00'
+    b'\xbae\x0e\x00yW\r\x00UJ\x0c\x00J>\x0b\x00W3\n\x00z)\t\x00'
+    b'\xaf \x08\x00\xf5\x18\x07\x00I\x12\x06\x00\xaa\x0c\x05\x00\x16\x08\x04\x00\x89\x04\x03\x00'
+    b'\x03\x02\x02\x00\x80\x00\x01\x00'
+))
