@@ -185,10 +185,11 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
 
 def act_forward(out, inp, N, kind):
     # out (N,) = f(inp (N,))
+    # NaN propagates as in torch (relu(nan) = nan)
     if kind == RELU:
         for i in range(N):
             x = inp[i]
-            out[i] = x if x > 0.0 else 0.0
+            out[i] = 0.0 if x <= 0.0 else x
     elif kind == LEAKY_RELU:
         for i in range(N):
             x = inp[i]
@@ -215,9 +216,10 @@ def act_forward(out, inp, N, kind):
 
 def act_backward(dinp, dout, inp, out, N, kind):
     # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
+    # as torch: relu passes dout where not inp <= 0 (a NaN inp included), leaky_relu where inp > 0
     if kind == RELU:
         for i in range(N):
-            dinp[i] = dout[i] if inp[i] > 0.0 else 0.0
+            dinp[i] = 0.0 if inp[i] <= 0.0 else dout[i]
     elif kind == LEAKY_RELU:
         for i in range(N):
             dinp[i] = dout[i] if inp[i] > 0.0 else LEAKY_SLOPE * dout[i]
@@ -523,3 +525,24 @@ def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
                     for i in range(hs):
                         s += q[qh + i] * k[kh + i]
                     out[ob + j] = s * scale
+
+
+# ---------------------------------------------------------------- guards of the training step
+# What keeps NaN / inf out of the weights (finite.py, optim.py): a scan and a copy.
+
+def first_nonfinite(buf, n):
+    # index of the first NaN or +-inf in buf (n,), or -1 (x - x is 0.0 for every finite x)
+    for i in range(n):
+        x = buf[i]
+        if x - x != 0.0:
+            return i
+    return -1
+
+
+def copy(dst, src, n):
+    # dst (n,) = src (n,), bit for bit (NaN payloads and -0.0 included)
+    if len(dst) == n and len(src) == n:
+        dst[:] = src
+    else:
+        for i in range(n):
+            dst[i] = src[i]

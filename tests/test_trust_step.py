@@ -1,0 +1,80 @@
+"""The training step is all or nothing, on both backends and in both interpreters.
+
+tests/trust_step_mp.py holds the checks (runs under CPython and inside MicroPython): a NaN/inf
+input, a NaN gradient, SGD diverging, a finite loss with an inf gradient and an Adam moment that
+overflows each raise NonFiniteError with every weight, moment and the step counter bit for bit as
+before; a KeyboardInterrupt at every kernel call of a step (before, after, or with the kernel's
+output half written; and a second one during the recovery) leaves the state of the step before
+or of the completed step, and one that lands during the optimizer's write is held and raised
+after the step completes.
+"""
+import json
+import os
+
+import pytest
+
+import helpers
+
+SCRIPT = os.path.join(helpers.TESTS, "trust_step_mp.py")
+
+
+def _check(r):
+    for tag, where in (("nan_input", "Sequential: example 1, feature 1 is nan"),
+                       ("inf_input", "Sequential: example 1, feature 1 is inf"),
+                       ("nan_grad", "the gradient of 0.W holds nan (element 3)"),
+                       ("v_overflow", "non-finite")):
+        assert r[tag].startswith("NonFiniteError: ") and where in r[tag], (tag, r[tag])
+        assert r[tag + "_unchanged"], tag
+    assert "Adam v of 5.W" in r["v_overflow"], r["v_overflow"]
+    assert r["after_refusal_steps"] == 2 and r["after_refusal_finite"]
+    for m in ("0", "0.9"):
+        tag = "sgd_diverge_" + m
+        # the step whose gradient or update overflows is refused (or the loss overflows first:
+        # refused the same way, before any update)
+        assert r[tag].startswith("NonFiniteError: SGD: step refused: ") or \
+            r[tag].startswith("NonFiniteLossError: MSELoss: loss is not finite"), r[tag]
+        assert r[tag + "_unchanged"] and r[tag + "_finite"], tag
+        assert r[tag + "_steps"] >= 1, tag                     # it trained before it diverged
+    # 3.6e77 is a finite double (the loss on a double-precision port) and inf as float32; the
+    # viper kernels read the inf gradient as FLT_MAX: then the update's Adam v overflows
+    assert r["inf_grad_unchanged"], r["inf_grad"]
+    if r["huge_loss"] is None:                      # single-precision floats: the loss is inf
+        assert r["inf_grad"].startswith("NonFiniteLossError: MSELoss: loss is not finite"), r["inf_grad"]
+    elif r["backend"] == "python":
+        assert 3.5e77 < r["huge_loss"] < 3.7e77
+        assert "NonFiniteError: Adam: step refused: the gradient of 0.W holds inf" in r["inf_grad"], r["inf_grad"]
+    else:
+        assert "NonFiniteError: Adam: step refused: it would make Adam v of 0.W non-finite" in r["inf_grad"]
+
+    for opt in ("adam", "sgd"):
+        res = r["interrupt_" + opt]
+        assert res["writes"] >= 6 and res["calls"] > res["writes"], res
+        assert res["other"] == [], (opt, res["other"])           # never a third state
+        assert res["no_interrupt"] == [], (opt, res["no_interrupt"])
+        assert res["write_not_completed"] == [], (opt, res["write_not_completed"])
+        assert res["pre"] > 0 and res["post"] > 0, res
+
+    assert r["fit_hist"] == [[1, 2, True]], r["fit_hist"]
+    assert r["fit_steps"] == 2 and r["fit_after_is_last_full_step"] and r["fit_differs_from_3"]
+
+    # the snapshot (weights + Adam m + v) is in the memory estimate
+    assert r["snapshot_floats"] == 3 * r["params"]
+    assert r["summary"]["snapshot_bytes"] == 4 * r["snapshot_floats"]
+    assert r["summary"]["param_bytes"] == 4 * r["params"] * 4 + r["summary"]["snapshot_bytes"]
+
+
+def test_step_cpython():
+    import microformer as mf
+    import trust_step_mp
+    try:
+        r = json.loads(json.dumps(trust_step_mp.run("python")))
+    finally:
+        mf.set_backend("python")
+    _check(r)
+
+
+@pytest.mark.parametrize("backend", ["python", "viper"])
+def test_step_micropython(tmp_path, micropython, backend):
+    out = tmp_path / "out.json"
+    helpers.run_micropython(SCRIPT, backend, str(out), heap="4M", exe=micropython)
+    _check(json.loads(out.read_text()))
