@@ -47,7 +47,33 @@ def _check(r):
     _has(r["forward_nan"], "NonFiniteError", "Sequential", "example 1", "feature 0", "nan")
     _has(r["forward_inf"], "NonFiniteError", "Sequential", "example 0", "feature 1", "-inf")
     _has(r["evaluate_width"], "ValueError", "evaluate", "3", "2 classes")
-    # the board session
+    # errors that name the thing and expected vs got
+    _has(r["ce_none"], "ValueError", "CrossEntropyLoss", "labels", "B=1", "NoneType")
+    _has(r["summary_attention"], "ValueError", "layer 0", "Attention", "[B,S,8]", "(2, 8)")
+    _has(r["summary_dense"], "ValueError", "layer 1", "from layer 0", "Dense", "[..., 5]", "(2, 8)")
+    _has(r["show_before_forward"], "RuntimeError", "Attention", "forward first")
+    _has(r["reshape_int"], "ValueError", "Reshape", "tuple", "got 4")
+    for v in ("inf", "nan", "0.0"):
+        _has(r["layernorm_eps_" + v.replace(".0", "")], "ValueError", "LayerNorm", "eps", "finite", "> 0", v)
+
+
+def _check_big(big):
+    """Attention and LayerNorm on inputs up to 1e20 / 1e30 against the float64 reference."""
+    import numpy as np
+    import reference as R
+    for key, d in big.items():
+        if key.startswith("attn"):
+            x = np.array(d["x"]).reshape(1, 5, 8)
+            p = dict((n.split(".")[1], np.array(v)) for n, v in d["p"].items())
+            for n in ("Wq", "Wk", "Wv", "Wo"):
+                p[n] = p[n].reshape(8, 8)
+            want, _ = R.attention_forward(x, p, 2)
+        else:
+            x = np.array(d["x"]).reshape(3, 6)
+            want, _ = R.layernorm_forward(x, np.ones(6), np.zeros(6))
+        got = np.array(d["y"])
+        assert np.isfinite(got).all(), key
+        helpers.assert_close(got, want, 1e-4, key)
     _oserror(r["session_missing"], "Session", "no checkpoint", "nope.mfck")
     _has(r["add_inf"], "NonFiniteError", "add_example", "feature 1 (sepal_length)", "inf")
     # 1e39 is inf in float32 (on a single-precision port the literal itself is already inf)
@@ -66,6 +92,8 @@ def _check(r):
     _has(r["session_lr_inf"], "ValueError", "Session", "lr", "inf")
     _has(r["fit_lr_inf"], "ValueError", "fit", "lr", "inf")
     _has(r["fit_lr_nan"], "ValueError", "fit", "lr", "nan")
+    if "big" in r:
+        _check_big(r["big"])
 
 
 def test_data_boundaries_cpython(tmp_path):

@@ -63,6 +63,44 @@ def _check(r):
     assert r["summary"]["param_bytes"] == 4 * r["params"] * 4 + r["summary"]["snapshot_bytes"]
 
 
+HYPER = {
+    "adam lr inf": "Adam: lr must be a finite number > 0.0, got inf",
+    "adam lr nan": "Adam: lr must be a finite number > 0.0, got nan",
+    "adam lr 0": "Adam: lr must be a finite number > 0.0, got 0",
+    "sgd lr -1": "SGD: lr must be a finite number > 0.0, got -1.0",
+    "adam beta1 1": "Adam: betas[0] must be a finite number in [0.0, 1.0), got 1.0",
+    "adam beta2 nan": "Adam: betas[1] must be a finite number in [0.0, 1.0), got nan",
+    "adam betas 3": "Adam: betas must be two numbers in [0, 1), got (0.9, 0.99, 0.9)",
+    "adam eps 0": "Adam: eps must be a finite number > 0.0, got 0.0",
+    "adam eps inf": "Adam: eps must be a finite number > 0.0, got inf",
+    "adam wd inf": "Adam: weight_decay must be a finite number >= 0.0, got inf",
+    "sgd wd -1": "SGD: weight_decay must be a finite number >= 0.0, got -1.0",
+    "sgd momentum inf": "SGD: momentum must be a finite number in [0.0, 1.0), got inf",
+    "sgd momentum 1": "SGD: momentum must be a finite number in [0.0, 1.0), got 1.0",
+    "adam clip inf": "Adam: max_grad_norm must be a finite number > 0.0, got inf",
+    "adam clip 0": "Adam: max_grad_norm must be a finite number > 0.0, got 0.0",
+    "layernorm eps inf": "LayerNorm: eps must be a finite number > 0.0, got inf",
+    "adam lr str": "Adam: lr must be a finite number > 0.0, got '0.1'",
+}
+
+# torch semantics: relu(nan) = nan, relu'(x) passes dout unless x <= 0 (so a NaN x passes it),
+# leaky_relu' passes dout where x > 0 (else 0.01 dout); NaN dout stays NaN where it passes
+ACTS_Y0 = {"relu", "leaky_relu", "gelu", "tanh", "sigmoid"}
+RELU_DX = ["1.0", "nan", "0.0", "1.0", "0.0"]
+
+
+def _check_common(r):
+    for name, want in HYPER.items():
+        assert r["hyper"][name] == "ValueError: " + want, (name, r["hyper"][name])
+    for kind, (y, dx) in r["acts"].items():
+        assert y[0] == "nan", (kind, y)                 # NaN in, NaN out
+        assert dx[1] == "nan", (kind, dx)               # NaN dout where the input is 2.0
+    assert r["acts"]["relu"][0][:3] == ["nan", "2.0", "0.0"], r["acts"]["relu"]
+    assert r["acts"]["relu"][1] == RELU_DX, r["acts"]["relu"]
+    assert abs(float(r["acts"]["leaky_relu"][1][0]) - 0.01) < 1e-4, r["acts"]["leaky_relu"]
+    assert r["acts"]["leaky_relu"][0][4] == "-inf", r["acts"]["leaky_relu"]
+
+
 def test_step_cpython():
     import microformer as mf
     import trust_step_mp
@@ -71,10 +109,13 @@ def test_step_cpython():
     finally:
         mf.set_backend("python")
     _check(r)
+    _check_common(r)
 
 
 @pytest.mark.parametrize("backend", ["python", "viper"])
 def test_step_micropython(tmp_path, micropython, backend):
     out = tmp_path / "out.json"
     helpers.run_micropython(SCRIPT, backend, str(out), heap="4M", exe=micropython)
-    _check(json.loads(out.read_text()))
+    r = json.loads(out.read_text())
+    _check(r)
+    _check_common(r)

@@ -110,6 +110,34 @@ def run(root, backend, board):
     model3 = mf.Sequential([mf.Dense(2, 3)])
     r["evaluate_width"] = err(evaluate, model3, ds)
 
+    # ---- errors that name the thing and expected vs got
+    logits = mf.Tensor.from_list([[1.0, 2.0]])
+    r["ce_none"] = err(mf.CrossEntropyLoss().forward, logits, None)
+    r["summary_attention"] = err(mf.Sequential([mf.Attention(8, 2)]).summary, (2, 8), 2, False)
+    r["summary_dense"] = err(mf.Sequential([mf.Dense(4, 8), mf.Dense(5, 2)]).summary, (2, 4), 2, False)
+    r["show_before_forward"] = err(mf.show, mf.Attention(8, 2))
+    r["reshape_int"] = err(mf.Reshape, 4)
+    r["layernorm_eps_inf"] = err(mf.LayerNorm, 4, inf)
+    r["layernorm_eps_nan"] = err(mf.LayerNorm, 4, nan)
+    r["layernorm_eps_0"] = err(mf.LayerNorm, 4, 0.0)
+
+    # ---- large finite inputs: attention and LayerNorm give the right answer (portable math)
+    g = mf.Rng(7)
+    big = {}
+    for scale in ((1.0, 1e10, 1e20) if backend == "python" else ()):   # viper: its own kernels
+        mf.seed(5)
+        a = mf.Attention(8, 2)
+        x = mf.Tensor.from_list([[[g.uniform(-1, 1) * scale for _ in range(8)] for _ in range(5)]])
+        y = a.forward(x)
+        big["attn %g" % scale] = {"x": list(x.data), "y": list(y.data),
+                                  "p": dict((n, list(t.data)) for n, t in
+                                            mf.Sequential([a]).named_params())}
+    for scale in (1.0, 1e20, 1e30):
+        ln = mf.LayerNorm(6)
+        x = mf.Tensor.from_list([[g.uniform(-1, 1) * scale for _ in range(6)] for _ in range(3)])
+        big["ln %g" % scale] = {"x": list(x.data), "y": list(ln.forward(x).data)}
+    r["big"] = big
+
     # ---- the board session
     finetune = make_flash(root, board)
     user = root + "/data/user.csv"

@@ -294,6 +294,37 @@ def run(backend_name):
     r["after_refusal_steps"] = opt.steps
     r["after_refusal_finite"] = finite(model)
 
+    # hyperparameters: finite and in range, or a message naming them
+    d = lambda: mf.Dense(2, 2)
+    hp = {}
+    for name, make in (
+            ("adam lr inf", lambda: mf.Adam(d(), lr=INF)), ("adam lr nan", lambda: mf.Adam(d(), lr=NAN)),
+            ("adam lr 0", lambda: mf.Adam(d(), lr=0)), ("sgd lr -1", lambda: mf.SGD(d(), lr=-1.0)),
+            ("adam beta1 1", lambda: mf.Adam(d(), betas=(1.0, 0.999))),
+            ("adam beta2 nan", lambda: mf.Adam(d(), betas=(0.9, NAN))),
+            ("adam betas 3", lambda: mf.Adam(d(), betas=(0.9, 0.99, 0.9))),
+            ("adam eps 0", lambda: mf.Adam(d(), eps=0.0)), ("adam eps inf", lambda: mf.Adam(d(), eps=INF)),
+            ("adam wd inf", lambda: mf.Adam(d(), weight_decay=INF)),
+            ("sgd wd -1", lambda: mf.SGD(d(), weight_decay=-1.0)),
+            ("sgd momentum inf", lambda: mf.SGD(d(), momentum=INF)),
+            ("sgd momentum 1", lambda: mf.SGD(d(), momentum=1.0)),
+            ("adam clip inf", lambda: mf.Adam(d(), max_grad_norm=INF)),
+            ("adam clip 0", lambda: mf.Adam(d(), max_grad_norm=0.0)),
+            ("layernorm eps inf", lambda: mf.LayerNorm(4, eps=INF)),
+            ("adam lr str", lambda: mf.Adam(d(), lr="0.1"))):
+        hp[name] = err(make)
+    r["hyper"] = hp
+
+    # activations propagate NaN as torch does, forward and backward
+    acts = {}
+    x = mf.Tensor.from_list([[NAN, 2.0, -1.0, INF, -INF]])
+    for kind in ("relu", "leaky_relu", "gelu", "tanh", "sigmoid"):
+        a = mf.ActivationLayer(kind)
+        y = a.forward(x)
+        dx = a.backward(mf.Tensor.from_list([[1.0, NAN, 5.0, 1.0, 1.0]]))
+        acts[kind] = [[str(v) for v in y.data], [str(v) for v in dx.data]]
+    r["acts"] = acts
+
     # Ctrl-C at every point of a step
     interrupt_everywhere(r, lambda m: mf.Adam(m, lr=0.01), "adam")
     interrupt_everywhere(r, lambda m: mf.SGD(m, lr=0.05, momentum=0.9), "sgd")

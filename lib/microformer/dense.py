@@ -27,6 +27,11 @@ class Dense(Layer):
             return ((self.W, self.dW), (self.b, self.db))
         return ((self.W, self.dW),)
 
+    def check_input_shape(self, in_shape):
+        Layer.check_input_shape(self, in_shape)
+        if len(in_shape) < 2 or in_shape[-1] != self.in_features:
+            raise shape_error("Dense", "input", "[..., %d]" % self.in_features, in_shape)
+
     def output_shape(self, in_shape):
         return tuple(in_shape[:-1]) + (self.out_features,)
 

@@ -81,9 +81,18 @@ class Sequential(Layer):
         floats per parameter) so that a step is all or nothing (optim.py): snapshot_bytes.
         Returns a dict with the totals.
         """
+        if not isinstance(input_shape, (tuple, list)) or not input_shape:
+            raise ValueError("summary: input_shape must be a tuple like (16, 4) (batch first), got %r"
+                             % (input_shape,))
         shape = tuple(input_shape)
         rows = []
         for i, l in enumerate(self.layers):
+            if hasattr(l, "check_input_shape"):
+                try:
+                    l.check_input_shape(shape)
+                except ValueError as e:
+                    raise ValueError("summary: layer %d gets shape %r from %s: %s"
+                                     % (i, shape, "the input" if i == 0 else "layer %d" % (i - 1), e))
             out = l.output_shape(shape)
             rows.append((i, type(l).__name__, out, l.param_count(), l.cache_floats(shape)))
             shape = out
