@@ -222,14 +222,15 @@ class Session:
         gc.collect()
         free = _mem_free()
         if self.need is not None:
-            need = ("the model needs about %d bytes: %d params = %d bytes with grads and Adam state, "
+            need = ("the model needs about %d bytes: %d params = %d bytes with grads, Adam state and "
+                    "the step's snapshot, "
                     "activations for a batch of %d = %d bytes"
                     % (self.need["total_bytes"], self.need["params"], self.need["param_bytes"],
                        self.batch_size, self.need["activation_bytes"]))
         else:
             n = getattr(self, "_params_in_file", 0)
-            need = ("the model needs at least %d bytes for %d params with grads and Adam state, "
-                    "plus activations" % (16 * n, n))
+            need = ("the model needs at least %d bytes for %d params with grads, Adam state and the "
+                    "step's snapshot, plus activations" % (28 * n, n))
         total = self.need["total_bytes"] if self.need else 0
         frag = " (fragmented: no block large enough)" if free is not None and free > total else ""
         return MemoryError("Session: out of memory %s: %s; free heap %s bytes%s. Try a smaller "
