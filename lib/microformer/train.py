@@ -31,7 +31,11 @@ def argmax(row, base, n):
 
 
 def train_step(model, loss_fn, optimizer, X, y):
-    """One step: forward, loss, backward, update. Returns (loss, correct)."""
+    """One step: forward, loss, backward, update. Returns (loss, correct).
+
+    All or nothing: NonFiniteError (NonFiniteLossError for the loss) leaves every weight and
+    optimizer moment as before; a KeyboardInterrupt leaves the weights of the step before, or
+    (when it lands while the optimizer writes) of this step, completed, and is raised after it."""
     model.train()
     optimizer.zero_grad()
     logits = model.forward(X)
