@@ -198,7 +198,7 @@ class Session:
                 have = False
                 self._say("note: no base data at %s (evaluate/fit need 'user' or a list)" % self.data_path)
             if have:
-                X, y, _, names = read_rows(self.data_path, self.classes, None, self.num_features, "Session")
+                X, y, _, names = self._read(self.data_path)
                 self._base = Dataset(Tensor((len(y), self.num_features), X), y, self.classes, names) \
                     if y else None
         self._user_X = array("f")
@@ -209,13 +209,21 @@ class Session:
         except OSError:
             have = False
         if have:        # the same reader: a bad line is an error naming the file, line and column
-            X, y, _, _ = read_rows(self.user_path, self.classes, None, self.num_features, "Session")
+            X, y, _, _ = self._read(self.user_path)
             self._user_X = X
             self._user_y = y
         self._say("%s: %s, %d params, classes %s; base %d rows, user %d examples; backend %s"
                   % (self.checkpoint_path, meta.get("arch", "model"), self.model.param_count(),
                      ", ".join(self.classes), len(self._base) if self._base else 0,
                      len(self._user_y), mf.get_backend()))
+
+    def _read(self, path):
+        # microformer.data's CSV reader; its error (file, line, column, value) says how to go on
+        try:
+            return read_rows(path, self.classes, None, self.num_features, "Session")
+        except ValueError as e:
+            raise type(e)("%s. Fix or delete that line (from the host: mpremote edit :%s), then "
+                          "start a new Session" % (e, path))
 
     def _oom(self, what):
         # Drop what we can, then say what the model needs and what the heap has.

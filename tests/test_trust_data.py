@@ -87,7 +87,8 @@ def _check_big(big):
     _has(r["fit_list_nan"], "NonFiniteError", "fit", "example 1", "feature 3 (petal_length)", "nan")
     _has(r["evaluate_list_inf"], "NonFiniteError", "evaluate", "example 1", "feature 1", "inf")
     assert r["weights_unchanged"]
-    _has(r["session_nan_row"], "NonFiniteError", "user.csv line 3", "column 2 (sepal_width)", "nan")
+    _has(r["session_nan_row"], "NonFiniteError", "user.csv line 3", "column 2 (sepal_width)", "nan",
+         "Fix or delete that line")
     assert r["reloaded_examples"] == 1
     _has(r["session_lr_inf"], "ValueError", "Session", "lr", "inf")
     _has(r["fit_lr_inf"], "ValueError", "fit", "lr", "inf")

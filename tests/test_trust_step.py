@@ -90,6 +90,8 @@ RELU_DX = ["1.0", "nan", "0.0", "1.0", "0.0"]
 
 
 def _check_common(r):
+    assert abs(r["clip_norm"] / (2 ** 0.5 * 1e20) - 1) < 1e-5, r["clip_norm"]
+    assert abs(r["clip_grads"][0] - 0.5 ** 0.5) < 1e-5 and abs(r["clip_grads"][1] + 0.5 ** 0.5) < 1e-5
     for name, want in HYPER.items():
         assert r["hyper"][name] == "ValueError: " + want, (name, r["hyper"][name])
     for kind, (y, dx) in r["acts"].items():

@@ -294,6 +294,12 @@ def run(backend_name):
     r["after_refusal_steps"] = opt.steps
     r["after_refusal_finite"] = finite(model)
 
+    # clipping finite grads whose squares overflow a float (single precision): scaled, not zeroed
+    a = mf.Tensor.from_list([1e20, -1e20])
+    ga = mf.Tensor.from_list([1e20, -1e20])
+    r["clip_norm"] = mf.clip_grad_norm([(a, ga)], 1.0)
+    r["clip_grads"] = list(ga.data)
+
     # hyperparameters: finite and in range, or a message naming them
     d = lambda: mf.Dense(2, 2)
     hp = {}
