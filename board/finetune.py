@@ -237,8 +237,8 @@ class Session:
                        self.batch_size, self.need["activation_bytes"]))
         else:
             n = getattr(self, "_params_in_file", 0)
-            need = ("the model needs at least %d bytes for %d params with grads, Adam state and the "
-                    "step's snapshot, plus activations" % (28 * n, n))
+            need = ("the model needs about %d bytes for its %d params (with grads, Adam state and the "
+                    "step's snapshot), plus its activations" % (28 * n, n))
         total = self.need["total_bytes"] if self.need else 0
         frag = " (fragmented: no block large enough)" if free is not None and free > total else ""
         return MemoryError("Session: out of memory %s: %s; free heap %s bytes%s. Try a smaller "

@@ -81,6 +81,7 @@ HYPER = {
     "adam clip 0": "Adam: max_grad_norm must be a finite number > 0.0, got 0.0",
     "layernorm eps inf": "LayerNorm: eps must be a finite number > 0.0, got inf",
     "adam lr str": "Adam: lr must be a finite number > 0.0, got '0.1'",
+    "adam set lr inf": "Adam: lr must be a finite number > 0.0, got inf",
 }
 
 # torch semantics: relu(nan) = nan, relu'(x) passes dout unless x <= 0 (so a NaN x passes it),

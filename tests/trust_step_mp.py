@@ -319,6 +319,8 @@ def run(backend_name):
             ("layernorm eps inf", lambda: mf.LayerNorm(4, eps=INF)),
             ("adam lr str", lambda: mf.Adam(d(), lr="0.1"))):
         hp[name] = err(make)
+    opt = mf.Adam(d())
+    hp["adam set lr inf"] = err(setattr, opt, "lr", INF)
     r["hyper"] = hp
 
     # activations propagate NaN as torch does, forward and backward

@@ -76,13 +76,22 @@ class _Optimizer:
     def __init__(self, who, params, lr, weight_decay, max_grad_norm):
         self.who = who
         self.params, self.names = _pairs(params, who)
-        self.lr = hyper(who, "lr", lr, 0.0, None, True)
+        self.lr = lr
         self.weight_decay = hyper(who, "weight_decay", weight_decay, 0.0)
         self.max_grad_norm = None if max_grad_norm is None else hyper(who, "max_grad_norm",
                                                                        max_grad_norm, 0.0, None, True)
         self.steps = 0
         self._held = False
         self._dirty = False
+
+    @property
+    def lr(self):
+        return self._lr
+
+    @lr.setter
+    def lr(self, v):
+        # also when set later (a schedule, Session.fit(lr=...)): finite and > 0
+        self._lr = hyper(self.who, "lr", v, 0.0, None, True)
 
     def _guard(self, moments):
         # the tensors a step writes (each weight, then its moments) and their snapshot buffers
