@@ -39,7 +39,8 @@ from math import exp
 
 import microformer as mf
 from microformer import checkpoint
-from microformer.data import Dataset
+from microformer.data import Dataset, read_rows
+from microformer.finite import float32_row, hyper
 from microformer.tensor import Rng, Tensor
 from microformer.train import evaluate as _evaluate, fit as _fit, predict_logits
 
@@ -109,46 +110,6 @@ def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
 
 
-def _read_rows(path, nfeat, classes):
-    """Raw rows of a CSV (features..., label name) -> (array('f') flat, [label index]).
-
-    A header line (first line, non-numeric) and '#' comments are skipped; a bad line raises
-    ValueError naming the file and the line.
-    """
-    feats = array("f")
-    labels = []
-    with open(path) as f:
-        lineno = 0
-        for line in f:
-            lineno += 1
-            line = line.strip()
-            if not line or line[0] == "#":
-                continue
-            parts = line.split(",")
-            if lineno == 1:
-                try:
-                    float(parts[0])
-                except ValueError:
-                    continue                    # the header
-            if len(parts) != nfeat + 1:
-                raise ValueError("%s line %d: %d fields, expected %d (%d features and a label): %r"
-                                 % (path, lineno, len(parts), nfeat + 1, nfeat, line))
-            name = parts[-1].strip()
-            if name not in classes:
-                raise ValueError("%s line %d: unknown label %r (expected one of %s)"
-                                 % (path, lineno, name, ", ".join(classes)))
-            row = []
-            for j in range(nfeat):
-                try:
-                    row.append(float(parts[j]))
-                except ValueError:
-                    raise ValueError("%s line %d: field %d is not a number: %r"
-                                     % (path, lineno, j + 1, parts[j].strip()))
-            feats.extend(array("f", row))
-            labels.append(classes.index(name))
-    return feats, labels
-
-
 class Session:
     """A model loaded from flash with its data, ready to evaluate, predict and fine-tune.
 
@@ -162,8 +123,7 @@ class Session:
                  batch_size=16, root=None, backend=None, verbose=True):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError("Session: batch_size must be a positive int, got %r" % (batch_size,))
-        if not _is_number(lr) or lr <= 0:
-            raise ValueError("Session: lr must be a positive number, got %r" % (lr,))
+        lr = hyper("Session", "lr", lr, 0.0, None, True)
         if backend:
             mf.set_backend(backend)
         self.root = root
@@ -196,6 +156,11 @@ class Session:
     # ---- loading ------------------------------------------------------------------------
 
     def _load(self):
+        try:
+            os.stat(self.checkpoint_path)
+        except OSError:
+            raise OSError(2, "Session: no checkpoint at %r (make deploy copies one to the board; or pass "
+                          "checkpoint=path)" % self.checkpoint_path)
         head = checkpoint.read_header(self.checkpoint_path)   # CheckpointError names the file
         meta = head["meta"]
         for key in ("classes", "mean", "std"):
@@ -233,35 +198,47 @@ class Session:
                 have = False
                 self._say("note: no base data at %s (evaluate/fit need 'user' or a list)" % self.data_path)
             if have:
-                X, y = _read_rows(self.data_path, self.num_features, self.classes)
-                self._base = Dataset(Tensor((len(y), self.num_features), X), y, self.classes)
+                X, y, _, names = self._read(self.data_path)
+                self._base = Dataset(Tensor((len(y), self.num_features), X), y, self.classes, names) \
+                    if y else None
         self._user_X = array("f")
         self._user_y = []
         try:
             os.stat(self.user_path)
-            X, y = _read_rows(self.user_path, self.num_features, self.classes)
+            have = True
+        except OSError:
+            have = False
+        if have:        # the same reader: a bad line is an error naming the file, line and column
+            X, y, _, _ = self._read(self.user_path)
             self._user_X = X
             self._user_y = y
-        except OSError:
-            pass
         self._say("%s: %s, %d params, classes %s; base %d rows, user %d examples; backend %s"
                   % (self.checkpoint_path, meta.get("arch", "model"), self.model.param_count(),
                      ", ".join(self.classes), len(self._base) if self._base else 0,
                      len(self._user_y), mf.get_backend()))
+
+    def _read(self, path):
+        # microformer.data's CSV reader; its error (file, line, column, value) says how to go on
+        try:
+            return read_rows(path, self.classes, None, self.num_features, "Session")
+        except ValueError as e:
+            raise type(e)("%s. Fix or delete that line (from the host: mpremote edit :%s), then "
+                          "start a new Session" % (e, path))
 
     def _oom(self, what):
         # Drop what we can, then say what the model needs and what the heap has.
         gc.collect()
         free = _mem_free()
         if self.need is not None:
-            need = ("the model needs about %d bytes: %d params = %d bytes with grads and Adam state, "
+            need = ("the model needs about %d bytes: %d params = %d bytes with grads, Adam state and "
+                    "the step's snapshot, "
                     "activations for a batch of %d = %d bytes"
                     % (self.need["total_bytes"], self.need["params"], self.need["param_bytes"],
                        self.batch_size, self.need["activation_bytes"]))
         else:
             n = getattr(self, "_params_in_file", 0)
-            need = ("the model needs at least %d bytes for %d params with grads and Adam state, "
-                    "plus activations" % (16 * n, n))
+            need = ("the model needs about %d bytes for its %d params (with grads, Adam state and the "
+                    "step's snapshot), plus its activations" % (28 * n, n))
         total = self.need["total_bytes"] if self.need else 0
         frag = " (fragmented: no block large enough)" if free is not None and free > total else ""
         return MemoryError("Session: out of memory %s: %s; free heap %s bytes%s. Try a smaller "
@@ -277,7 +254,7 @@ class Session:
         for i in range(len(y)):
             for j in range(F):
                 d[i * F + j] = (d[i * F + j] - mean[j]) / std[j]
-        return Dataset(Tensor((len(y), F), d), y, self.classes) if y else None
+        return Dataset(Tensor((len(y), F), d), y, self.classes, self.features) if y else None
 
     def _split_idx(self):
         n = len(self._base)
@@ -329,20 +306,25 @@ class Session:
         for k, pair in enumerate(data):
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
                 raise ValueError("%s: item %d must be a (features, label) pair, got %r" % (who, k, pair))
-            X.extend(array("f", self._check_features(pair[0], who)))
+            X.extend(array("f", self._check_features(pair[0], who, k)))
             y.append(self._check_label(pair[1], who))
         return "list of %d" % len(y), self._standardized(X, y)
 
-    def _check_features(self, x, who):
+    def _check_features(self, x, who, index=None):
+        # one reading (raw units) -> list of floats; NaN / inf (as float32: 1e39 too) refused
         F = self.num_features
         if not isinstance(x, (list, tuple)) or len(x) != F:
-            raise ValueError("%s: expected %d features (%s), got %r"
-                             % (who, F, ", ".join(self.features), x))
+            raise ValueError("%s: %sexpected %d features (%s), got %r"
+                             % (who, "" if index is None else "example %d: " % index, F,
+                                ", ".join(self.features), x))
         for j in range(F):
-            if not _is_number(x[j]):
-                raise ValueError("%s: feature %d (%s) must be a number, got %r"
-                                 % (who, j + 1, self.features[j], x[j]))
-        return [float(v) for v in x]
+            if not isinstance(x[j], (int, float)) or isinstance(x[j], bool):
+                raise ValueError("%s: %sfeature %d (%s) must be a number, got %r"
+                                 % (who, "" if index is None else "example %d, " % index, j + 1,
+                                    self.features[j], x[j]))
+        x = [float(v) for v in x]
+        float32_row(who, x, self.features, index)
+        return x
 
     def _check_label(self, label, who):
         if isinstance(label, int) and not isinstance(label, bool) and 0 <= label < len(self.classes):
@@ -365,10 +347,11 @@ class Session:
         if not isinstance(pairs, (list, tuple)):
             raise ValueError("%s: expected a list of (features, label) pairs, got %r" % (who, pairs))
         lines = []
-        for pair in pairs:
+        for k in range(len(pairs)):
+            pair = pairs[k]
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
                 raise ValueError("%s: expected (features, label), got %r" % (who, pair))
-            x = self._check_features(pair[0], who)
+            x = self._check_features(pair[0], who, None if who == "add_example" else k)
             c = self._check_label(pair[1], who)
             lines.append(",".join(_fmt(v) for v in x) + "," + self.classes[c])
         new = True
@@ -503,9 +486,7 @@ class Session:
             data = "user" if self._user_y else "train"
         name, ds = self._select(data, "fit")
         if lr is not None:
-            if not _is_number(lr) or lr <= 0:
-                raise ValueError("fit: lr must be a positive number, got %r" % (lr,))
-            self.lr = float(lr)
+            self.lr = hyper("fit", "lr", lr, 0.0, None, True)
             if self._opt is not None:
                 self._opt.lr = self.lr
         if self._opt is None:

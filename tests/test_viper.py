@@ -220,7 +220,8 @@ g = [array('f', bytes(4 * len(q))) for _ in range(3)]
 V.attention_backward(g[0], g[1], g[2], array('f', bytes(24)), q, a, q, q, q, 1, 6, 6, 4, 2)
 out("attention_backward", g[0] + g[1] + g[2])
 for kind in (0, 1):
-    o = array('f', bytes(4 * n)); V.act_forward(o, x, n, kind); out("act %d" % kind, o)
+    o = array('f', bytes(4 * n)); V.act_forward(o, x, n, kind)
+    print("ACT %d nan=%d" % (kind, len([t for t in o if t != t])))   # NaN in, NaN out (as torch)
 p = array('f', vals); m = array('f', vals); v = array('f', [abs(t) for t in vals])
 V.adam_update(p, x, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001, 0); print("SPECIAL adam ok")
 lg = array('f', vals); d = array('f', bytes(4 * n))
@@ -271,6 +272,7 @@ def test_special_values_do_not_crash_or_make_nan(tmp_path, micropython):
         if m:
             assert m.group(2) == "0", line
     assert "SPECIAL xent loss nan" in out          # a non-finite logit makes the loss nan (refused)
+    assert "ACT 0 nan=2" in out and "ACT 1 nan=2" in out   # relu / leaky_relu propagate the 2 NaNs
 
 
 # ---- overflow: the int32 bounds of the header's analysis ------------------------------------------

@@ -10,6 +10,7 @@ from .pool import GlobalAvgPool
 from .activation import ActivationLayer
 from .reshape import Reshape
 from .model import Sequential
+from .finite import NonFiniteError
 from .loss import CrossEntropyLoss, MSELoss, NonFiniteLossError, softmax_cross_entropy, mse
 from .optim import SGD, Adam, clip_grad_norm
 from . import checkpoint

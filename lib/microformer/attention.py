@@ -70,6 +70,11 @@ class Attention(Layer):
             out.append(("out_proj.bias", [self.bo]))
         return out
 
+    def check_input_shape(self, in_shape):
+        Layer.check_input_shape(self, in_shape)
+        if len(in_shape) != 3 or in_shape[2] != self.embed_dim:
+            raise shape_error("Attention", "input", "[B,S,%d]" % self.embed_dim, in_shape)
+
     def cache_floats(self, in_shape):
         B, S, E = in_shape
         # Q K V ctx y and their grads (dctx dQ dK dV dx), plus A [B,H,S,S]
@@ -222,7 +227,9 @@ class Attention(Layer):
 
     def weights(self, b=0, h=0):
         """The last forward's attention weights of batch item b, head h: [S][Sk] lists."""
-        self._need_forward(self._x)
+        if self._x is None:
+            raise RuntimeError("Attention: no attention weights yet: run a forward first "
+                               "(model.forward(x)), then weights() / mf.show()")
         B, H, S, Sk = self._A.shape
         if not (0 <= b < B) or not (0 <= h < H):
             raise ValueError("Attention: weights(b, h) needs 0 <= b < %d and 0 <= h < %d, got (%r, %r)"

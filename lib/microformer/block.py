@@ -51,6 +51,11 @@ class EncoderBlock(Layer):
             l.train(mode)
         return self
 
+    def check_input_shape(self, in_shape):
+        Layer.check_input_shape(self, in_shape)
+        if len(in_shape) != 3 or in_shape[2] != self.embed_dim:
+            raise shape_error("EncoderBlock", "input", "[B,S,%d]" % self.embed_dim, in_shape)
+
     def cache_floats(self, in_shape):
         n = 1
         for d in in_shape:

@@ -31,6 +31,11 @@ class Dense(Layer):
         # nn.Linear: weight [out, in], bias [out]
         return [("weight", [self.W])] + ([("bias", [self.b])] if self.use_bias else [])
 
+    def check_input_shape(self, in_shape):
+        Layer.check_input_shape(self, in_shape)
+        if len(in_shape) < 2 or in_shape[-1] != self.in_features:
+            raise shape_error("Dense", "input", "[..., %d]" % self.in_features, in_shape)
+
     def output_shape(self, in_shape):
         return tuple(in_shape[:-1]) + (self.out_features,)
 

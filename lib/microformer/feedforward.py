@@ -30,6 +30,11 @@ class FeedForward(Layer):
         # the linear1 / linear2 of nn.TransformerEncoderLayer
         return prefixed("linear1.", self.fc1) + prefixed("linear2.", self.fc2)
 
+    def check_input_shape(self, in_shape):
+        Layer.check_input_shape(self, in_shape)
+        if len(in_shape) < 2 or in_shape[-1] != self.embed_dim:
+            raise shape_error("FeedForward", "input", "[..., %d]" % self.embed_dim, in_shape)
+
     def cache_floats(self, in_shape):
         h = tuple(in_shape[:-1]) + (self.hidden,)
         return self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) + self.fc2.cache_floats(h)

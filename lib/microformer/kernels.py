@@ -106,9 +106,10 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
             for h in range(NH):
                 ab = ((b * NH + h) * Tq + t) * Tk
                 qh = qb + h * hs
-                # pass 1: scaled scores and the row max over visible keys
-                m = -1e30
+                # pass 1: scaled scores (as stored, float32) and their max over visible keys
+                m = 0.0
                 seen = 0
+                over = 0
                 for j in range(Tk):
                     if j > last or (mask is not None and mask[b * Tk + j]):
                         att[ab + j] = 0.0
@@ -117,20 +118,28 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
                     s = 0.0
                     for i in range(hs):
                         s += q[qh + i] * k[kh + i]
-                    s *= scale
-                    att[ab + j] = s
-                    if s > m:
+                    att[ab + j] = s * scale
+                    s = att[ab + j]
+                    if s - s != 0.0:
+                        over = 1
+                    if not seen or s > m:
                         m = s
                     seen = 1
-                # pass 2: exponentials and their sum (masked stay 0)
-                total = 0.0
+                # pass 2: exponentials of score - max (<= 1; the max gives 1, so the sum is >= 1)
                 if seen:
-                    for j in range(last + 1):
-                        if mask is not None and mask[b * Tk + j]:
-                            continue
-                        e = exp(att[ab + j] - m)
-                        att[ab + j] = e
-                        total += e
+                    if over:
+                        # a score beyond float32 (inputs ~1e20): recomputed at 2^-128 scale
+                        # (NaN inputs stay NaN there)
+                        total = _softmax_rescored(att, ab, q, qh, k, b * Tk * C + h * hs, C,
+                                                  last + 1, mask, b * Tk, hs, scale)
+                    else:
+                        total = 0.0
+                        for j in range(last + 1):
+                            if mask is not None and mask[b * Tk + j]:
+                                continue
+                            e = exp(att[ab + j] - m)
+                            att[ab + j] = e
+                            total += e
                     inv = 1.0 / total
                     for j in range(last + 1):
                         att[ab + j] *= inv
@@ -142,6 +151,37 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
                         s += att[ab + j] * v[vi]
                         vi += C
                     out[qh + i] = s
+
+
+def _softmax_rescored(att, ab, q, qh, k, kb, kstride, n, mask, mb, hs, scale):
+    # The rare path of a row whose scores overflow float32 (|q.k| > 3.4e38, e.g. inputs ~1e20):
+    # each score is recomputed from q and k scaled by 2^-64 (so q.k by 2^-128, finite), and
+    # exp((s - max) * 2^128) is written for keys j < n not masked (mask[mb + j]); the sum is
+    # returned (>= 1: the max contributes 1). Scores that far apart give weights 1 and 0.
+    t = 5.421010862427522e-20       # 2^-64
+    ms = 0.0
+    seen = 0
+    for j in range(n):
+        if mask is not None and mask[mb + j]:
+            continue
+        kh = kb + j * kstride
+        s = 0.0
+        for i in range(hs):
+            s += (q[qh + i] * t) * (k[kh + i] * t)
+        att[ab + j] = s * scale
+        s = att[ab + j]                 # as stored (float32): the max below is one of these
+        if not seen or s > ms:
+            ms = s
+        seen = 1
+    total = 0.0
+    big = 1.8446744073709552e19     # 2^64
+    for j in range(n):
+        if mask is not None and mask[mb + j]:
+            continue
+        e = exp(((att[ab + j] - ms) * big) * big)
+        att[ab + j] = e
+        total += e
+    return total
 
 
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
@@ -187,10 +227,11 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
 
 def act_forward(out, inp, N, kind):
     # out (N,) = f(inp (N,))
+    # NaN propagates as in torch (relu(nan) = nan)
     if kind == RELU:
         for i in range(N):
             x = inp[i]
-            out[i] = x if x > 0.0 else 0.0
+            out[i] = 0.0 if x <= 0.0 else x
     elif kind == LEAKY_RELU:
         for i in range(N):
             x = inp[i]
@@ -222,9 +263,10 @@ def act_forward(out, inp, N, kind):
 
 def act_backward(dinp, dout, inp, out, N, kind):
     # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
+    # as torch: relu passes dout where not inp <= 0 (a NaN inp included), leaky_relu where inp > 0
     if kind == RELU:
         for i in range(N):
-            dinp[i] = dout[i] if inp[i] > 0.0 else 0.0
+            dinp[i] = 0.0 if inp[i] <= 0.0 else dout[i]
     elif kind == LEAKY_RELU:
         for i in range(N):
             dinp[i] = dout[i] if inp[i] > 0.0 else LEAKY_SLOPE * dout[i]
@@ -385,6 +427,30 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
         for c in range(C):
             d = inp[ib + c] - m
             v += d * d
+        if v - v != 0.0:
+            # the squares overflowed (finite inputs ~1e20 with single-precision floats): the
+            # same statistics from the row divided by its largest |x| (NaN / inf inputs: NaN)
+            a = 0.0
+            for c in range(C):
+                x = abs(inp[ib + c])
+                if x > a:
+                    a = x
+            if a > 0.0 and a - a == 0.0:
+                ia = 1.0 / a
+                ms = 0.0
+                for c in range(C):
+                    ms += inp[ib + c] * ia
+                ms *= invc
+                vs = 0.0
+                for c in range(C):
+                    d = inp[ib + c] * ia - ms
+                    vs += d * d
+                rs = 1.0 / sqrt(vs * invc + eps * ia * ia)
+                mean[n] = ms * a
+                rstd[n] = rs * ia
+                for c in range(C):
+                    out[ib + c] = (inp[ib + c] * ia - ms) * rs * weight[c] + bias[c]
+                continue
         s = 1.0 / sqrt(v * invc + eps)
         mean[n] = m
         rstd[n] = s
@@ -489,21 +555,27 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
         for h in range(NH):
             ab = (b * NH + h) * L
             qh = b * C + h * hs
-            m = -1e30
+            m = 0.0
+            over = 0
             for j in range(T):
                 kh = (b * L + j) * C + h * hs
                 s = 0.0
                 for i in range(hs):
                     s += q[qh + i] * kc[kh + i]
-                s *= scale
-                att[ab + j] = s
-                if s > m:
+                att[ab + j] = s * scale
+                s = att[ab + j]
+                if s - s != 0.0:
+                    over = 1
+                if j == 0 or s > m:
                     m = s
-            total = 0.0
-            for j in range(T):
-                e = exp(att[ab + j] - m)
-                att[ab + j] = e
-                total += e
+            if over:
+                total = _softmax_rescored(att, ab, q, qh, kc, b * L * C + h * hs, C, T, None, 0, hs, scale)
+            else:
+                total = 0.0
+                for j in range(T):
+                    e = exp(att[ab + j] - m)
+                    att[ab + j] = e
+                    total += e
             inv = 1.0 / total
             for j in range(T):
                 att[ab + j] *= inv
@@ -535,3 +607,24 @@ def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
                     for i in range(hs):
                         s += q[qh + i] * k[kh + i]
                     out[ob + j] = s * scale
+
+
+# ---------------------------------------------------------------- guards of the training step
+# What keeps NaN / inf out of the weights (finite.py, optim.py): a scan and a copy.
+
+def first_nonfinite(buf, n):
+    # index of the first NaN or +-inf in buf (n,), or -1 (x - x is 0.0 for every finite x)
+    for i in range(n):
+        x = buf[i]
+        if x - x != 0.0:
+            return i
+    return -1
+
+
+def copy(dst, src, n):
+    # dst (n,) = src (n,), bit for bit (NaN payloads and -0.0 included)
+    if len(dst) == n and len(src) == n:
+        dst[:] = src
+    else:
+        for i in range(n):
+            dst[i] = src[i]

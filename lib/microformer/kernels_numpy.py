@@ -132,7 +132,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
 
 def _act(x, kind):
     if kind == RELU:
-        return np.where(x > 0.0, x, 0.0)
+        return np.where(x <= 0.0, 0.0, x)             # NaN propagates, as torch.relu
     if kind == LEAKY_RELU:
         return np.where(x > 0.0, x, LEAKY_SLOPE * x)
     if kind == GELU:
@@ -156,7 +156,7 @@ def act_backward(dinp, dout, inp, out, N, kind):
     # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
     g = _d(dout, N, N)
     if kind == RELU:
-        r = np.where(_d(inp, N, N) > 0.0, g, 0.0)
+        r = np.where(_d(inp, N, N) <= 0.0, 0.0, g)    # passes dout where not inp <= 0 (NaN too)
     elif kind == LEAKY_RELU:
         r = np.where(_d(inp, N, N) > 0.0, g, LEAKY_SLOPE * g)
     elif kind == GELU:
@@ -351,3 +351,16 @@ def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
     s = (_heads(q, B, Tq, C, NH) @ _heads(k, B, Tk, C, NH).transpose(0, 1, 3, 2)) * scale
     vis = np.broadcast_to(_visible(mask, B, Tq, Tk, causal), s.shape)
     _v(out, B * NH * Tq * Tk)[:] = np.where(vis, s, hidden).ravel()
+
+
+# ---------------------------------------------------------------- guards of the training step
+
+def first_nonfinite(buf, n):
+    # index of the first NaN or +-inf in buf (n,), or -1
+    bad = np.flatnonzero(~np.isfinite(_v(buf, n)))
+    return int(bad[0]) if bad.size else -1
+
+
+def copy(dst, src, n):
+    # dst (n,) = src (n,), bit for bit
+    _v(dst, n)[:] = _v(src, n)

@@ -8,7 +8,9 @@
 #   viper_gemm         the block-float GEMM: Dense, the attention products, mean pooling
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
 #   viper_optim        Adam / AdamW
-#   viper_elementwise  ReLU, leaky ReLU
+#   viper_elementwise  ReLU, leaky ReLU; first_nonfinite and copy (the training step's guards)
+# A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
+# imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
 #
 # NUMBER FORMAT. Viper has no native float, so the kernels read array('f') buffers as raw
 # IEEE-754 bits through ptr32 and compute in integers:
@@ -56,6 +58,7 @@
 # SPECIAL VALUES. Zeros, -0.0 and subnormals quantize to 0 (subnormals are flushed).
 #   +-inf and NaN are read as +-(2 - 2^-23) * 2^127 (NaN keeps its sign bit): results stay
 #   finite or saturate to +-inf on the way out; the block-float kernels never produce NaN.
+#   ReLU and leaky ReLU pass NaN (and leaky ReLU -inf) through, as torch does.
 #   crossentropy_softmax returns nan if any logit is inf/NaN (so NonFiniteLossError fires).
 #   Finite scores and logits are used over the whole float32 range (no clamp); a loss above
 #   FLT_MAX (only with logits beyond +-1.7e38) is returned as inf, as float32 arithmetic gives.
@@ -82,7 +85,7 @@ from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # 
                          matmul_backward_input_acc, matmul_forward)
 from .viper_softmax import attention_backward, attention_forward, crossentropy_softmax  # noqa: F401
 from .viper_optim import adam_update  # noqa: F401
-from .viper_elementwise import act_backward, act_forward  # noqa: F401
+from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite  # noqa: F401
 
 # The kernels of kernels.py that are portable by design on this backend: the same functions as
 # the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have

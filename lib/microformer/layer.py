@@ -101,6 +101,12 @@ class Layer:
     def output_shape(self, in_shape):
         return in_shape
 
+    def check_input_shape(self, in_shape):
+        """ValueError naming the layer and the expected vs given shape (summary() calls it)."""
+        if not isinstance(in_shape, tuple) or not in_shape:
+            raise ValueError("%s: input shape must be a non-empty tuple like (B, F), got %r"
+                             % (type(self).__name__, in_shape))
+
     def cache_floats(self, in_shape):
         """Floats of output and cache buffers a forward + backward at `in_shape` holds."""
         return 0

@@ -1,5 +1,6 @@
 # microformer.loss: losses that return the mean loss and write the gradient of their input.
 from . import backend
+from .finite import NonFiniteError
 from .layer import check_tensor, shape_error
 from .tensor import Tensor
 
@@ -7,7 +8,7 @@ _INF = float("inf")
 _NEG_INF = -_INF
 
 
-class NonFiniteLossError(ValueError):
+class NonFiniteLossError(NonFiniteError):
     """The loss came out as nan or inf: the step is refused, the weights stay as they were."""
 
 
@@ -29,11 +30,16 @@ class CrossEntropyLoss:
         if len(logits.shape) != 2:
             raise shape_error("CrossEntropyLoss", "logits", "[B,C]", logits.shape)
         B, C = logits.shape
-        if len(labels) != B:
-            raise ValueError("CrossEntropyLoss: labels must have B=%d entries, got %d" % (B, len(labels)))
+        try:
+            n = len(labels)
+        except TypeError:
+            raise ValueError("CrossEntropyLoss: labels must be a list of B=%d ints in [0, %d), got %s"
+                             % (B, C, type(labels).__name__))
+        if n != B:
+            raise ValueError("CrossEntropyLoss: labels must have B=%d entries, got %d" % (B, n))
         for i in range(B):
             y = labels[i]
-            if not isinstance(y, int) or y < 0 or y >= C:
+            if not isinstance(y, int) or isinstance(y, bool) or y < 0 or y >= C:
                 raise ValueError("CrossEntropyLoss: labels must be ints in [0, %d), got %r at index %d"
                                  % (C, y, i))
         g = self._grad

@@ -1,5 +1,7 @@
 # microformer.model: Sequential, a stack of layers trained together.
+from .finite import check_rows
 from .layer import Layer, prefixed
+from .tensor import Tensor
 
 
 class Sequential(Layer):
@@ -20,6 +22,10 @@ class Sequential(Layer):
         return len(self.layers)
 
     def forward(self, x):
+        # the model's input is where readings enter: NaN / inf are refused here, naming the
+        # example and the feature (a Tensor itself may hold anything, as in torch)
+        if isinstance(x, Tensor) and x.shape:
+            check_rows("Sequential", x.data, x.size // x.shape[0])
         for l in self.layers:
             x = l.forward(x)
         return x
@@ -78,25 +84,40 @@ class Sequential(Layer):
         """Parameter count and the bytes a training batch of `input_shape` needs (float32).
 
         optimizer_slots: per-parameter state floats of the optimizer (Adam 2, SGD+momentum 1).
+        The optimizer also keeps a snapshot of the weights and that state (1 + optimizer_slots
+        floats per parameter) so that a step is all or nothing (optim.py): snapshot_bytes.
         Returns a dict with the totals.
         """
+        if not isinstance(input_shape, (tuple, list)) or not input_shape:
+            raise ValueError("summary: input_shape must be a tuple like (16, 4) (batch first), got %r"
+                             % (input_shape,))
         shape = tuple(input_shape)
         rows = []
         for i, l in enumerate(self.layers):
+            if hasattr(l, "check_input_shape"):
+                try:
+                    l.check_input_shape(shape)
+                except ValueError as e:
+                    raise ValueError("summary: layer %d gets shape %r from %s: %s"
+                                     % (i, shape, "the input" if i == 0 else "layer %d" % (i - 1), e))
             out = l.output_shape(shape)
             rows.append((i, type(l).__name__, out, l.param_count(), l.cache_floats(shape)))
             shape = out
         params = self.param_count()
         acts = self.cache_floats(tuple(input_shape))
+        snap = 4 * params * (1 + optimizer_slots)
         info = {"params": params,
-                "param_bytes": 4 * params * (2 + optimizer_slots),   # weights + grads + optimizer
+                # weights + grads + optimizer state, and the step's snapshot of weights and state
+                "param_bytes": 4 * params * (2 + optimizer_slots) + snap,
+                "snapshot_bytes": snap,
                 "activation_bytes": 4 * acts}
         info["total_bytes"] = info["param_bytes"] + info["activation_bytes"]
         if show:
             print("%-3s %-16s %-16s %8s %12s" % ("#", "layer", "output", "params", "act bytes"))
             for i, name, out, n, c in rows:
                 print("%-3d %-16s %-16s %8d %12d" % (i, name, str(list(out)), n, 4 * c))
-            print("params: %d (%d bytes with grads and optimizer state)" % (params, info["param_bytes"]))
+            print("params: %d (%d bytes with grads, optimizer state and the step's snapshot of %d bytes)"
+                  % (params, info["param_bytes"], snap))
             print("activations for input %r: %d bytes; total %d bytes"
                   % (list(input_shape), info["activation_bytes"], info["total_bytes"]))
         return info

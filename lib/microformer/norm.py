@@ -1,6 +1,7 @@
 # microformer.norm: layer normalisation over the last axis.
 #   y = (x - mean) / sqrt(var + eps) * gamma + beta   (biased variance, as torch.nn.LayerNorm)
 from . import backend
+from .finite import hyper
 from .layer import Layer, check_tensor, shape_error
 from .tensor import Tensor
 
@@ -11,10 +12,8 @@ class LayerNorm(Layer):
     def __init__(self, dim, eps=1e-5):
         if not isinstance(dim, int) or dim < 1:
             raise ValueError("LayerNorm: dim must be a positive int, got %r" % (dim,))
-        if not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError("LayerNorm: eps must be a positive number, got %r" % (eps,))
         self.dim = dim
-        self.eps = float(eps)
+        self.eps = hyper("LayerNorm", "eps", eps, 0.0, None, True)
         self.gamma = Tensor.zeros((dim,), "gamma").fill(1.0)   # (E,)
         self.beta = Tensor.zeros((dim,), "beta")               # (E,)
         self.dgamma = Tensor.zeros((dim,), "dgamma")
@@ -27,6 +26,11 @@ class LayerNorm(Layer):
     def _state(self):
         # nn.LayerNorm: weight (gamma), bias (beta)
         return [("weight", [self.gamma]), ("bias", [self.beta])]
+
+    def check_input_shape(self, in_shape):
+        Layer.check_input_shape(self, in_shape)
+        if len(in_shape) < 2 or in_shape[-1] != self.dim:
+            raise shape_error("LayerNorm", "input", "[..., %d]" % self.dim, in_shape)
 
     def cache_floats(self, in_shape):
         n = 1

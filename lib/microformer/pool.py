@@ -8,6 +8,11 @@ class GlobalAvgPool(Layer):
 
     _xshape = None
 
+    def check_input_shape(self, in_shape):
+        Layer.check_input_shape(self, in_shape)
+        if len(in_shape) != 3:
+            raise shape_error("GlobalAvgPool", "input", "[B,S,E]", in_shape)
+
     def output_shape(self, in_shape):
         return (in_shape[0], in_shape[2])
 

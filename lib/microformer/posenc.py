@@ -22,6 +22,11 @@ class PositionalEncoding(Layer):
         self._shape = None
         self.pos = 0
 
+    def check_input_shape(self, in_shape):
+        Layer.check_input_shape(self, in_shape)
+        if len(in_shape) != 3 or in_shape[2] != self.embed_dim:
+            raise shape_error("PositionalEncoding", "input", "[B,S,%d]" % self.embed_dim, in_shape)
+
     def cache_floats(self, in_shape):
         B, S, E = in_shape
         return B * S * E

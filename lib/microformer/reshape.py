@@ -6,6 +6,9 @@ class Reshape(Layer):
     """Reshape((4, 8)): x [B, 32] -> view [B, 4, 8]; no copy."""
 
     def __init__(self, shape):
+        if not isinstance(shape, (tuple, list)):
+            raise ValueError("Reshape: shape must be a tuple of positive ints (the per-sample shape, "
+                             "e.g. (4, 8)), got %r" % (shape,))
         shape = tuple(shape)
         n = 1
         for d in shape:
@@ -15,6 +18,15 @@ class Reshape(Layer):
         self.shape = shape
         self._n = n
         self._in_data = self._dy_data = None
+
+    def check_input_shape(self, in_shape):
+        Layer.check_input_shape(self, in_shape)
+        n = 1
+        for d in in_shape[1:]:
+            n *= d
+        if n != self._n:
+            raise shape_error("Reshape", "input", "[B, %d values per sample] for %r" % (self._n, self.shape),
+                              in_shape)
 
     def output_shape(self, in_shape):
         return (in_shape[0],) + self.shape

@@ -39,7 +39,11 @@ class Tensor:
 
     @staticmethod
     def from_list(values, shape=None):
-        """Nested lists (or a flat list plus `shape`) to a Tensor."""
+        """Nested lists (or a flat list plus `shape`) to a Tensor.
+
+        A Tensor holds any float32, NaN and inf included (as torch.tensor does): readings are
+        checked where they enter a model instead: Sequential.forward, Dataset, read_csv and the
+        board session refuse NaN / inf naming the example and the feature (finite.py)."""
         flat = []
         inferred = _flatten(values, flat, 0, [])
         if shape is None:

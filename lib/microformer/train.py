@@ -8,13 +8,6 @@ from .loss import CrossEntropyLoss
 from .optim import Adam
 from .tensor import Rng
 
-try:
-    import micropython
-    _kbd_intr = micropython.kbd_intr
-except (ImportError, AttributeError):
-    _kbd_intr = None
-
-
 def _ms():
     try:
         return time.ticks_ms()
@@ -38,20 +31,19 @@ def argmax(row, base, n):
 
 
 def train_step(model, loss_fn, optimizer, X, y):
-    """One step: forward, loss, backward, update. Returns (loss, correct)."""
+    """One step: forward, loss, backward, update. Returns (loss, correct).
+
+    All or nothing: NonFiniteError (NonFiniteLossError for the loss) leaves every weight and
+    optimizer moment as before; a KeyboardInterrupt leaves the weights of the step before, or
+    (when it lands while the optimizer writes) of this step, completed, and is raised after it."""
     model.train()
     optimizer.zero_grad()
     logits = model.forward(X)
     loss = loss_fn.forward(logits, y)        # raises NonFiniteLossError before any update
     model.backward(loss_fn.backward())
-    # Ctrl-C is held off while the weights change, so an interrupt never leaves half an update
-    if _kbd_intr:
-        _kbd_intr(-1)
-    try:
-        optimizer.step()
-    finally:
-        if _kbd_intr:
-            _kbd_intr(3)
+    # all or nothing: a non-finite gradient or update raises NonFiniteError with the weights as
+    # they were; a Ctrl-C during the write is held until the step is complete (optim.py)
+    optimizer.step()
     B, C = logits.shape
     correct = 0
     for b in range(B):
@@ -69,6 +61,7 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
         raise ValueError("fit: epochs must be a non-negative int, got %r" % (epochs,))
     batches = Batches(data, batch_size, Rng(seed + 1))
     history = []
+    steps0 = optimizer.steps
     for epoch in range(1, epochs + 1):
         total = 0.0
         correct = 0
@@ -76,15 +69,17 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
         seen = 0
         t0 = _ms()
         interrupted = False
+        s0 = optimizer.steps
         try:
             for X, y in batches:
                 loss, c = train_step(model, loss_fn, optimizer, X, y)
                 total += loss * len(y)
                 correct += c
-                steps += 1
                 seen += len(y)
         except KeyboardInterrupt:
+            # the step in progress either never wrote a weight or was completed (optim.py)
             interrupted = True
+        steps = optimizer.steps - s0
         ms = _elapsed(t0)
         seen = seen or 1
         rec = {"epoch": epoch, "loss": total / seen, "acc": correct / seen,
@@ -96,7 +91,8 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
             if hasattr(gc, "mem_free"):
                 line += "  free %d" % gc.mem_free()
             if interrupted:
-                line += "  (interrupted: weights are those of the last full step)"
+                line += ("  (interrupted: stopped after %d full steps; the weights are those of step %d)"
+                         % (optimizer.steps - steps0, optimizer.steps))
             print(line)
         if on_epoch:
             on_epoch(rec)
@@ -120,6 +116,9 @@ def evaluate(model, data, batch_size=32):
     for X, y in Batches(data, batch_size):
         logits = predict_logits(model, X)
         K = logits.shape[1]
+        if K != C:
+            raise ValueError("evaluate: the model gives %d scores per example, the data has %d classes (%s)"
+                             % (K, C, ", ".join(str(c) for c in data.classes)))
         for b in range(len(y)):
             p = argmax(logits.data, b * K, K)
             confusion[y[b]][p] += 1
