@@ -104,6 +104,9 @@ for n in NAMES:
 for n in V.PORTABLE:
     if n not in NAMES:
         print("NOTAKERNEL", n)
+    for m in MODULES:
+        if hasattr(getattr(__import__("microformer." + m), m), n):
+            print("SHADOWED", n, m)               # a viper kernel hidden behind the portable one
 for n in ("RELU", "LEAKY_RELU", "GELU", "GELU_TANH", "TANH", "SIGMOID", "LEAKY_SLOPE"):
     print("CONST", n, getattr(K, n) == getattr(P, n))
 '''
@@ -116,7 +119,8 @@ def test_every_kernel_is_viper_or_listed_portable(tmp_path, micropython):
     names = _kernel_names()
     assert len(names) > 20 and "matmul_forward" in names and "layernorm_forward" in names
     script = tmp_path / "ns.py"
-    script.write_text("NAMES = %r\n" % names + NAMESPACE)
+    mods = ["viper_" + n for n in gen_viper.MODULES]
+    script.write_text("NAMES = %r\nMODULES = %r\n" % (names, mods) + NAMESPACE)
     out = helpers.run_micropython(str(script), exe=micropython, heap="8M").split("\n")
     rows = [line.split() for line in out if line.strip()]
     assert ["OBJECT", "True"] in rows, out
@@ -128,6 +132,8 @@ def test_every_kernel_is_viper_or_listed_portable(tmp_path, micropython):
     assert not wrong, "PORTABLE must be the portable function, VIPER its own, constants equal: %s" % wrong
     extra = [r[1] for r in rows if r[0] == "NOTAKERNEL"]
     assert not extra, "kernels_viper.PORTABLE names what kernels.py does not define: %s" % extra
+    shadowed = [r[1:] for r in rows if r[0] == "SHADOWED"]
+    assert not shadowed, "kernels_viper.PORTABLE hides viper kernels: %s" % shadowed
     assert [n for n, k in seen.items() if k == "VIPER"], "no viper kernel at all"
 
 
