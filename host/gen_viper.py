@@ -29,8 +29,6 @@ MODULES = ("common", "gemm", "softmax", "optim", "elementwise")
 
 _USE = re.compile(r"^(\s*)#@ (\w+)\((.*)\)\s*$")
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
-
-
 _DEF = re.compile(r"^def (\w+)\(([\w, ]*)\):\s*$")
 
 
@@ -55,9 +53,11 @@ def load_snippets(path=SNIPPETS):
         quote = chunk[0].strip()[:3] if chunk else ""
         if quote not in ('"""', "'''") or name in out:
             raise ValueError("%s:%d: snippet %s needs a docstring and a name of its own" % (path.name, start, name))
-        k = 0 if chunk[0].strip().count(quote) >= 2 else 1
-        while quote not in chunk[k] or (k == 0 and chunk[0].strip().count(quote) < 2):
-            k += 1
+        k = 0                                   # the line that closes the docstring
+        if chunk[0].strip().count(quote) < 2:
+            k = 1
+            while k < len(chunk) and quote not in chunk[k]:
+                k += 1
         body = chunk[k + 1:]
         while body and not body[-1].strip():
             body.pop()
