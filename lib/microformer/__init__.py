@@ -21,6 +21,19 @@ from .embedding import Embedding
 from .posenc import PositionalEncoding
 from .block import EncoderBlock, prefill, decode_step, kv_bytes_per_token
 from .show import show
-from . import data, train
-from . import spec
-from .spec import to_spec, from_spec, load_model
+
+
+# Imported on first use (a board without PSRAM has a small heap): mf.data, mf.train, mf.spec,
+# mf.to_spec, mf.from_spec, mf.load_model.
+_LAZY = {"data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
+         "load_model": "spec"}
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError("module 'microformer' has no attribute '%s'" % name)
+    import sys
+    __import__("microformer." + mod)
+    m = sys.modules["microformer." + mod]
+    return m if name == mod else getattr(m, name)
