@@ -291,8 +291,8 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
-    # caller boxes one float; sum_b (max - s_y) = lm 2^le, prod_b z_b = pm 2^pe (2^14 <= pm < 2^15). ln(pm * 2^pe) = ln(f) + N ln2 with f = pm / 2^15 in [1/2, 1),
-    # N = pe + 15; ln f = ln(h / 256) + ln(1 + x), h = pm >> 7, x = (pm & 127) / (128 h) < 2^-7:
+    # caller boxes one float; sum_b (max - s_y) = lm 2^le, prod_b z_b = pm 2^pe (2^14 <= pm < 2^15).
+    # ln(pm * 2^pe) = ln(f) + N ln2 with f = pm / 2^15 in [1/2, 1), N = pe + 15; ln f = ln(h / 256) + ln(1 + x), h = pm >> 7, x = (pm & 127) / (128 h) < 2^-7:
     # the table lnt[h - 128] = -ln(h / 256) in Q24, ln(1 + x) ~ x - x^2 / 2 (error < 2^-22).
     # Integer part I and a Q24 fraction F are kept apart, so no term needs more than 31 bits.
     LT = ptr32(lnt)

@@ -77,7 +77,8 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
         M = z; N = hs; K = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
         bsn = 1; bsk = w; bsb1 = y * w; bsb2 = hs; osm = w; osn = 1; osb1 = z * w; osb2 = hs
     else:   # MEAN_POOL
-        nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z; bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
+        nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z
+        bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
     K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
