@@ -7,11 +7,12 @@ import gc
 import sys
 import time
 
+_mem_alloc = getattr(gc, "mem_alloc", lambda: -1)    # MicroPython; CPython has no heap figure
 gc.collect()
-_HEAP_START = gc.mem_alloc()
+_HEAP_START = _mem_alloc()
 import microformer as mf                              # noqa: E402  (the heap it takes is measured)
 gc.collect()
-_HEAP_IMPORT = gc.mem_alloc()
+_HEAP_IMPORT = _mem_alloc()
 
 try:
     from micropython import mem_peak as _mem_peak    # unix port only; not on the esp32 port
@@ -72,7 +73,8 @@ def run(model_name, backend, steps=None, warmup=3, rounds=None):
     loss_fn = mf.CrossEntropyLoss()
     x, labels = _batch(shape, classes)
     if steps is None:
-        steps = (30 if backend == "viper" else 5) if model_name == "iris" else (5 if backend == "viper" else 1)
+        fast = backend != "python"
+        steps = (30 if fast else 5) if model_name == "iris" else (5 if fast else 1)
     if rounds is None:
         rounds = 1 if (model_name == "block" and backend == "python") else 3
     for _ in range(warmup):                      # buffers get allocated here
@@ -103,12 +105,12 @@ def run(model_name, backend, steps=None, warmup=3, rounds=None):
     gc.collect()
     gc.disable()
     try:
-        a0 = gc.mem_alloc()
+        a0 = _mem_alloc()
         opt.zero_grad()
         loss_fn.forward(model.forward(x), labels)
         model.backward(loss_fn.backward())
         opt.step()
-        alloc = gc.mem_alloc() - a0
+        alloc = _mem_alloc() - a0 if a0 >= 0 else -2
     except MemoryError:                  # the portable path can allocate more than the heap
         alloc = -1
     finally:

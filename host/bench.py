@@ -152,6 +152,29 @@ def table(exe, heap, bits=64):
     return rows
 
 
+def cpython_table():
+    """The same training steps under CPython: the NumPy backend (the host's default) against the
+    portable loops, in one run."""
+    print("== CPython %s (host): NumPy backend vs the portable loops" % sys.version.split()[0], flush=True)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
+    print("%-6s %-7s %9s %8s %8s %8s %9s %8s" % ("model", "backend", "ms/step", "fwd", "bwd", "opt",
+                                                 "us/sample", "speedup"))
+    for model in ("iris", "block"):
+        rows = {}
+        for backend in ("python", "numpy"):
+            cmd = [sys.executable, os.path.join(ROOT, "board", "bench.py"), model, backend]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+            m = re.search(r"^RESULT (.*)$", out.stdout, re.M)
+            if out.returncode or not m:
+                raise SystemExit("bench failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+            f = m.group(1).split()
+            r = rows[backend] = {"ms": float(f[3]), "fwd": float(f[4]), "bwd": float(f[5]),
+                                 "opt": float(f[6]), "us": float(f[9])}
+            print("%-6s %-7s %9.3f %8.3f %8.3f %8.3f %9.1f %8s" % (
+                model, backend, r["ms"], r["fwd"], r["bwd"], r["opt"], r["us"],
+                "x%.1f" % (rows["python"]["ms"] / r["ms"]) if backend == "numpy" else ""), flush=True)
+
+
 def main(argv):
     heap = "64M"
     if "--heap" in argv:
@@ -176,6 +199,7 @@ def main(argv):
         print("  smallest -X heapsize from which every larger size runs an Iris fine-tune session: %d KB"
               " (bisection, then %d larger sizes verified: every KB up to %d, and up to %d KB; %d runs)" % (
                   kb, len(above), kb + 32, max(above), len(tried)), flush=True)
+    cpython_table()
     if "--callgrind" in argv and shutil.which("valgrind"):
         # instructions per training sample: difference of two runs, so startup cancels
         for backend, (s0, s1) in (("viper", (5, 25)), ("python", (1, 3))):

@@ -3,9 +3,16 @@
 # numpy.frombuffer (no copy), so layers, optimizers and checkpoints are unchanged. Arithmetic runs
 # in float64 and is rounded to float32 once, on the store, as the portable loops do under CPython.
 # Host only: the board has no NumPy (make deploy and mip leave this file out).
-import numpy as np
+# The matrices here are small: a multi-threaded BLAS only spins (30x slower on a loaded 2-core
+# machine), so OpenBLAS gets one thread unless the environment or an earlier numpy import decided.
+import os
+import sys
 
-from math import erf as _erf1
+if "numpy" not in sys.modules:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+
+from math import erf as _erf1  # noqa: E402
 
 from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH, _GELU_C
 
