@@ -30,10 +30,12 @@ _LAZY = {"data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "f
 
 
 def __getattr__(name):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError("module 'microformer' has no attribute '%s'" % name)
+    # a lazy name, or any submodule (`from microformer import golden` comes here on MicroPython)
     import sys
-    __import__("microformer." + mod)
+    mod = _LAZY.get(name, name)
+    try:
+        __import__("microformer." + mod)
+    except ImportError:
+        raise AttributeError("module 'microformer' has no attribute '%s'" % name)
     m = sys.modules["microformer." + mod]
     return m if name == mod else getattr(m, name)
