@@ -3,6 +3,7 @@ checkpoint board/sensor.py fine-tunes: its metadata carries the model spec (mf.l
 it), the class names and the per-channel standardization of the training split.
 
     python host/sensor.py --epochs 60 --out build/sensor.mfck
+    python host/sensor.py --baselines     # 1-NN Euclidean and 1-NN DTW on the same split, for comparison
 """
 import argparse
 import os
@@ -34,6 +35,38 @@ def train(epochs=60, seed=1, lr=3e-3, batch_size=8, filters=16, data_dir=None, v
     return model, meta, result
 
 
+def _raw(which):
+    import numpy as np
+    d = sensor.load(which, os.path.join(ROOT, "datasets"))
+    return np.asarray(d.X.data, dtype=np.float64).reshape(len(d), sensor.STEPS, sensor.CHANNELS), np.asarray(d.y)
+
+
+def _dtw(a, b):
+    # dependent multivariate DTW, no window: squared Euclidean step cost over all channels
+    import numpy as np
+    n, m = len(a), len(b)
+    cost = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    D = np.full((n + 1, m + 1), np.inf)
+    D[0, 0] = 0.0
+    for i in range(1, n + 1):
+        row, prev, ci = D[i], D[i - 1], cost[i - 1]
+        for j in range(1, m + 1):
+            row[j] = ci[j - 1] + min(prev[j], row[j - 1], prev[j - 1])
+    return D[n, m]
+
+
+def baselines():
+    """Held-out accuracy of 1-NN with Euclidean distance and with DTW (dependent, no window) on the
+    raw series: the archive's usual reference classifiers, computed here on the same split."""
+    Xtr, ytr = _raw(sensor.TRAIN)
+    Xte, yte = _raw(sensor.TEST)
+    ed = ((Xte[:, None] - Xtr[None]) ** 2).sum(axis=(2, 3))
+    acc_ed = float((ytr[ed.argmin(1)] == yte).mean())
+    dtw = [[_dtw(x, t) for t in Xtr] for x in Xte]
+    acc_dtw = float((ytr[[int(min(range(len(r)), key=r.__getitem__)) for r in dtw]] == yte).mean())
+    return {"1nn_euclidean": acc_ed, "1nn_dtw_d": acc_dtw}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--epochs", type=int, default=60)
@@ -43,7 +76,13 @@ def main(argv=None):
     ap.add_argument("--filters", type=int, default=16)
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "sensor.mfck"))
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--baselines", action="store_true", help="print 1-NN Euclidean / DTW held-out accuracy and exit")
     a = ap.parse_args(argv)
+    if a.baselines:
+        b = baselines()
+        print("1-NN Euclidean %.1f%%, 1-NN DTW (dependent, no window) %.1f%% held-out (40 series)"
+              % (100 * b["1nn_euclidean"], 100 * b["1nn_dtw_d"]))
+        return
     if a.epochs < 1:
         ap.error("--epochs must be >= 1, got %d" % a.epochs)
     model, meta, r = train(a.epochs, a.seed, a.lr, a.batch_size, a.filters, verbose=not a.quiet)
