@@ -246,3 +246,58 @@ def test_spec_round_trip():
     conv = again.layers[1]
     assert (conv.stride, conv.padding, conv.groups, conv.W.shape) == (2, 1, 2, (4, 1, 3))
     assert again.layers[5].use_bias is False and again.layers[2].padding == 1
+
+
+# ---- seeded init: the same bits on CPython and both MicroPython ports ----------------------------
+
+INIT_SCRIPT = r'''
+from binascii import hexlify
+import microformer as mf
+mf.seed(5)
+layers = [mf.Conv1D(6, 16, 5), mf.Conv1D(4, 8, 3, groups=4), mf.Conv1D(3, 2, 7, use_bias=False),
+          mf.LearnedPositionalEmbedding(25, 16)]
+print(hexlify(b"".join(bytes(p.data) for l in layers for p, g in l.params())).decode())
+'''
+
+
+def _init_expected():
+    """The math: bound b = 1/sqrt(fan_in) rounded down to 24 significant bits (torch's Conv1d
+    default; 1/32 for the learned positions), w = fl32(b * u), u = (k - 2^23) / 2^23 from
+    xorshift32's top 24 bits, drawn in parameter order from seed 5."""
+    from fractions import Fraction
+    state = [5]
+
+    def unit():
+        x = state[0]
+        x ^= (x << 13) & 0xFFFFFFFF
+        x ^= x >> 17
+        x ^= (x << 5) & 0xFFFFFFFF
+        state[0] = x
+        return ((x >> 8) - 8388608) / 8388608
+
+    def bound(f):
+        b = np.float32(1.0 / np.sqrt(f))
+        while Fraction(float(b)) ** 2 > Fraction(1, f):
+            b = np.nextafter(b, np.float32(0))
+        while Fraction(float(np.nextafter(b, np.float32(2)))) ** 2 <= Fraction(1, f):
+            b = np.nextafter(b, np.float32(2))
+        return float(b)
+
+    out = []
+    for n_w, n_b, f in ((16 * 6 * 5, 16, 30), (8 * 1 * 3, 8, 3), (2 * 3 * 7, 0, 21), (25 * 16, 0, None)):
+        b = 1.0 / 32 if f is None else bound(f)
+        out += [np.float32(b * unit()) for _ in range(n_w + n_b)]
+    return np.asarray(out, dtype=np.float32).tobytes().hex()
+
+
+def test_seeded_init_same_bits_everywhere(tmp_path, micropython):
+    f = tmp_path / "init.py"
+    f.write_text(INIT_SCRIPT)
+    want = _init_expected()
+    import subprocess
+    import sys
+    cp = subprocess.run([sys.executable, str(f)], env=dict(os.environ, PYTHONPATH=helpers.LIB),
+                        capture_output=True, text=True, check=True).stdout.strip()
+    assert cp == want, "CPython init differs from the math"
+    got = helpers.run_micropython(str(f), exe=micropython).strip()
+    assert got == want, "%s init differs from the math" % os.path.basename(micropython)

@@ -3,7 +3,7 @@
 #   y[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] x[b, t stride + j dilation - padding, g C_in/groups + c]
 from . import backend
 from .layer import Layer, check_tensor, shape_error
-from .tensor import Tensor, default_rng
+from .tensor import Tensor, default_rng, xavier_bound
 
 
 class Conv1D(Layer):
@@ -31,8 +31,10 @@ class Conv1D(Layer):
         self.groups = groups
         self.use_bias = use_bias
         cg = in_channels // groups
-        # torch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C_in/groups * k
-        bound = 1.0 / (cg * kernel_size) ** 0.5
+        # torch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C_in/groups * k; the
+        # bound as xavier_bound computes it (sqrt(6 / (3f + 3f)) = 1/sqrt(f), rounded down to a float32
+        # with integers only) times an exact signed_unit(): the same bits on every port
+        bound = xavier_bound(3 * cg * kernel_size, 3 * cg * kernel_size)
         rng = rng or default_rng()
         self.W = Tensor((out_channels, cg, kernel_size), name="W")
         d = self.W.data

@@ -9,11 +9,11 @@ from .tensor import Tensor, default_rng
 class LearnedPositionalEmbedding(Layer):
     """LearnedPositionalEmbedding(max_len, E): x [B,S,E] -> x + weight[start:start+S].
 
-    weight [max_len, E] (state_dict 'weight') starts as U(-0.02, 0.02); forward(x, start=0);
+    weight [max_len, E] (state_dict 'weight') starts as U(-1/32, 1/32); forward(x, start=0);
     prefill(x) / decode_step(x_t) keep the position for generation as PositionalEncoding does.
     """
 
-    INIT = 0.02
+    INIT = 0.03125            # 1/32: a power of two, so INIT * signed_unit() is exact on every port
 
     def __init__(self, max_len, embed_dim, rng=None):
         for what, v in (("max_len", max_len), ("embed_dim", embed_dim)):
