@@ -301,3 +301,49 @@ def test_seeded_init_same_bits_everywhere(tmp_path, micropython):
     assert cp == want, "CPython init differs from the math"
     got = helpers.run_micropython(str(f), exe=micropython).strip()
     assert got == want, "%s init differs from the math" % os.path.basename(micropython)
+
+
+# ---- inside MicroPython: bad input names the layer; a frozen Conv1D keeps no grads ----------------
+
+MP_EXTRA = r'''
+import microformer as mf
+from array import array
+def t(*shape):
+    return mf.Tensor.zeros(shape)
+for make, x in ((lambda: mf.Conv1D(3, 4, 3), t(2, 10, 4)), (lambda: mf.Conv1D(3, 4, 5, padding=1), t(1, 2, 3)),
+                (lambda: mf.MaxPool1D(4), t(1, 3, 2)), (lambda: mf.AvgPool1D(2), t(2, 6)),
+                (lambda: mf.LearnedPositionalEmbedding(4, 3), t(1, 5, 3)), (lambda: mf.Conv1D(6, 4, 3, groups=4), None)):
+    try:
+        make().forward(x)
+        print("NO ERROR")
+    except ValueError as e:
+        print("ERR", e)
+for backend in ("python", "viper"):
+    mf.set_backend(backend)
+    x = t(2, 9, 4)
+    for i in range(len(x.data)):
+        x.data[i] = ((i * 37) % 23) / 11.0 - 1.0
+    out = []
+    for frozen in (False, True):
+        mf.seed(2)
+        c = mf.Conv1D(4, 6, 3, stride=2, padding=1, groups=2)
+        c.trainable = not frozen
+        y = c.forward(x)
+        dx = c.backward(y)
+        out.append((list(dx.data), max(abs(v) for v in c.dW.data), max(abs(v) for v in c.db.data)))
+    same = out[0][0] == out[1][0]
+    print("FROZEN", backend, same, out[0][1] > 0, out[1][1] == 0.0 and out[1][2] == 0.0)
+'''
+
+
+def test_micropython_bad_input_and_frozen(tmp_path, micropython):
+    f = tmp_path / "extra.py"
+    f.write_text(MP_EXTRA)
+    lines = helpers.run_micropython(str(f), exe=micropython).splitlines()
+    errs = [l for l in lines if l.startswith(("ERR", "NO ERROR"))]
+    assert len(errs) == 6 and all(l.startswith("ERR") for l in errs), errs
+    for line, words in zip(errs, (["Conv1D", "[B,L,3]", "(2, 10, 4)"], ["Conv1D", "length 2", "5 positions"],
+                                  ["MaxPool1D", "kernel_size 4"], ["AvgPool1D", "[B,L,C]", "(2, 6)"],
+                                  ["LearnedPositionalEmbedding", "max_len=4"], ["Conv1D", "groups=4", "in_channels=6"])):
+        assert all(w in line for w in words), (line, words)
+    assert [l for l in lines if l.startswith("FROZEN")] == ["FROZEN python True True True", "FROZEN viper True True True"]
