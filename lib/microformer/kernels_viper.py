@@ -9,6 +9,7 @@
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
 #   viper_optim        Adam / AdamW
 #   viper_elementwise  ReLU, leaky ReLU; first_nonfinite and copy (the training step's guards)
+#   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
 # imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
 #
@@ -87,6 +88,7 @@ from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # 
 from .viper_softmax import attention_backward, attention_forward, crossentropy_softmax  # noqa: F401
 from .viper_optim import adam_update  # noqa: F401
 from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite  # noqa: F401
+from .viper_conv import conv1d_backward, conv1d_forward  # noqa: F401
 
 # The kernels of kernels.py that are portable by design on this backend: the same functions as
 # the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have
@@ -98,6 +100,8 @@ PORTABLE = (
     "embedding_forward", "embedding_backward",
     "posenc_table", "posenc_forward",
     "kv_store", "attention_decode", "attention_scores",              # KV-cache decoding
+    "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
+    "posembed_backward",                                             # the learned positions
 )
 for _n in PORTABLE:
     globals()[_n] = getattr(_pk, _n)
