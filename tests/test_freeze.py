@@ -4,21 +4,17 @@ tests/freeze_mp.py and tests/buffers_mp.py hold the checks; they run under CPyth
 MicroPython (both interpreters) and raise on the first failure.
 """
 import inspect
-import os
-import subprocess
-import sys
 
 import helpers
 import microformer as mf
 from microformer.layer import Layer
 
-FREEZE = os.path.join(helpers.TESTS, "freeze_mp.py")
-BUFFERS = os.path.join(helpers.TESTS, "buffers_mp.py")
+FREEZE = helpers.script("freeze_mp.py")
+BUFFERS = helpers.script("buffers_mp.py")
 
 
 def _cpython(script):
-    return subprocess.run([sys.executable, script], capture_output=True, text=True, check=True,
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([helpers.LIB, helpers.TESTS]))).stdout
+    return helpers.run_cpython(script)
 
 
 def test_freeze_cpython():
