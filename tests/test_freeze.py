@@ -51,3 +51,26 @@ def test_every_layer_backward_takes_grads():
     for cls in classes:
         params = inspect.signature(cls.backward).parameters
         assert "grads" in params and params["grads"].default is True, cls.__name__
+
+
+def test_a_layer_of_ones_own_without_grads_argument_trains_in_sequential():
+    class Double:                                   # the README's contract, nothing more
+        def forward(self, x):
+            self.y = mf.Tensor(x.shape, x.data.__class__("f", [2 * v for v in x.data]))
+            return self.y
+
+        def backward(self, dy):
+            return mf.Tensor(dy.shape, dy.data.__class__("f", [2 * v for v in dy.data]))
+
+        def collect_params(self, groups):
+            return groups
+
+        def params(self):
+            return []
+
+    mf.seed(1)
+    model = mf.Sequential([mf.Dense(3, 4), Double(), mf.Dense(4, 2)])
+    loss = mf.CrossEntropyLoss()
+    loss.forward(model.forward(mf.Tensor.from_list([[1.0, 2.0, 3.0]])), [1])
+    model.backward(loss.backward())
+    assert any(v != 0.0 for v in model[0].dW.data)

@@ -31,11 +31,16 @@ class Sequential(Layer):
         return x
 
     def backward(self, dy, grads=True):
-        # a frozen Sequential (or one inside a frozen layer) keeps every part's grads as they are
-        train = grads and self.trainable
+        # a frozen Sequential (or one inside a frozen layer) keeps every part's grads as they are:
+        # it calls backward(dy, False); a trainable one calls backward(dy), so a layer of your own
+        # needs the `grads` argument only to be frozen from outside
         L = self.layers
-        for i in range(len(L) - 1, -1, -1):
-            dy = L[i].backward(dy, train)
+        if grads and self.trainable:
+            for i in range(len(L) - 1, -1, -1):
+                dy = L[i].backward(dy)
+        else:
+            for i in range(len(L) - 1, -1, -1):
+                dy = L[i].backward(dy, False)
         return dy
 
     def _sublayers(self):
