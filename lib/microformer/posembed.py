@@ -27,7 +27,7 @@ class LearnedPositionalEmbedding(Layer):
         for i in range(len(d)):
             d[i] = self.INIT * rng.signed_unit()
         self.dW = Tensor.zeros((max_len, embed_dim), "dW")
-        self._shape = None
+        self._x = None
         self._start = 0
         self.pos = 0
 
@@ -50,19 +50,23 @@ class LearnedPositionalEmbedding(Layer):
         if not isinstance(start, int) or start < 0 or start + S > self.max_len:
             raise ValueError("LearnedPositionalEmbedding: positions %r..%r exceed max_len=%d"
                              % (start, start + S - 1, self.max_len))
-        y = self._buffer("_y", x.shape)
+        self._buffers("_fwd", x.shape)
+        y = self._y
         backend.K.posenc_forward(y.data, x.data, self.W.data, B, S, E, start)
-        self._shape = x.shape
+        self._x = x
         self._start = start
         return y
 
-    def backward(self, dy):
-        self._need_forward(self._shape)
+    def _allocate(self, stage, shape, other):
+        self._y = Tensor.zeros(shape)
+
+    def backward(self, dy, grads=True):
+        self._need_forward(self._x)
         check_tensor("LearnedPositionalEmbedding", "dy", dy)
-        if dy.shape != self._shape:
-            raise shape_error("LearnedPositionalEmbedding", "dy", repr(self._shape), dy.shape)
-        if self.trainable:
-            B, S, E = self._shape
+        if dy.shape != self._x.shape:
+            raise shape_error("LearnedPositionalEmbedding", "dy", repr(self._x.shape), dy.shape)
+        if grads and self.trainable:
+            B, S, E = self._x.shape
             backend.K.posembed_backward(self.dW.data, dy.data, B, S, E, self._start)
         return dy
 
