@@ -1,0 +1,156 @@
+"""Trust on the (virtual) board: which interpreter it runs, Ctrl-C that never kills it, deploys
+and the demo that keep the user's work, Ctrl-C storms during Session.fit.
+
+Everything goes through the real pty with pyserial (what `make repl` / mpremote send) or real
+mpremote (deploy, demo).
+"""
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import serial
+
+import helpers
+sys.path.insert(0, helpers.HOST)
+import board_link  # noqa: E402
+import vboard  # noqa: E402
+
+TIMEOUT = 30
+
+
+# ---- a terminal on the board's port ------------------------------------------------------------
+
+class Term:
+    """The friendly REPL over the board's pty, as a person at `make repl` uses it."""
+
+    def __init__(self, port):
+        self.s = serial.Serial(port, 115200, timeout=0.05)
+        self.s.write(b"\r\x03\x02")               # interrupt anything, friendly REPL
+        self.read_until(b"information.\r\n>>> ")
+
+    def read_until(self, ending, timeout=TIMEOUT):
+        data = b""
+        deadline = time.monotonic() + timeout
+        while not data.endswith(ending):
+            if time.monotonic() > deadline:
+                raise TimeoutError("no %r within %.0f s; got %r" % (ending, timeout, data[-500:]))
+            data += self.s.read(4096)
+        return data.decode(errors="replace")
+
+    def drain(self, quiet=0.2):
+        """Read until the board has been quiet for `quiet` s (stray prompts and the like)."""
+        data = b""
+        last = time.monotonic()
+        while time.monotonic() - last < quiet:
+            got = self.s.read(4096)
+            if got:
+                data += got
+                last = time.monotonic()
+        return data.decode(errors="replace")
+
+    def line(self, code, timeout=TIMEOUT):
+        """Type one line, return what it printed up to the next prompt."""
+        self.drain(0.05)
+        self.s.write(code.encode() + b"\r")
+        return self.read_until(b">>> ", timeout)
+
+    def paste(self, code, timeout=TIMEOUT):
+        """Paste mode (Ctrl-E ... Ctrl-D): several lines at once."""
+        self.s.write(b"\x05")
+        self.read_until(b"=== ")
+        self.s.write(code.replace("\n", "\r").encode() + b"\x04")
+        return self.read_until(b">>> ", timeout)
+
+    def close(self):
+        self.s.close()
+
+
+def child_pids(board):
+    return [int(m) for m in re.findall(r"child pid (\d+) started", board.log_path.read_text())]
+
+
+# ---- which interpreter ---------------------------------------------------------------------------
+
+def test_interpreter_choice(tmp_path, monkeypatch):
+    fake32 = tmp_path / "micropython32-sp"
+    monkeypatch.delenv("MICROPYTHON", raising=False)
+    monkeypatch.setattr(vboard, "MP32", fake32)
+    stock = vboard.find_micropython()
+    assert stock != str(fake32)
+    fake32.write_text("")
+    assert vboard.find_micropython() == str(fake32)           # the ESP32-like port when built
+    monkeypatch.setenv("MICROPYTHON", "/opt/other/micropython")
+    assert vboard.find_micropython() == "/opt/other/micropython"   # the environment wins
+
+
+def test_board_up_says_which_interpreter_and_restarts_for_another_heap(tmp_path, micropython):
+    env = dict(os.environ, MICROPYTHON=micropython)
+    cli = [sys.executable, str(Path(vboard.__file__)), "--dir", str(tmp_path)]
+
+    def call(cmd, *extra):
+        return subprocess.run(cli[:2] + [cmd] + cli[2:] + list(extra), env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+    kind = vboard.describe_interpreter(micropython)
+    assert re.fullmatch(r"(32|64)-bit, (single|double)-precision floats", kind), kind
+    try:
+        up = call("up", "--heap", "256K")
+        assert up.returncode == 0, up.stderr
+        assert micropython in up.stderr and kind in up.stderr and "256K" in up.stderr
+        st = call("status").stdout
+        assert micropython in st and kind in st and "heap:  256K" in st
+        first = vboard.VirtualBoard(tmp_path).pid()
+        again = call("up")                          # no heap given: the running board is kept
+        assert vboard.VirtualBoard(tmp_path).pid() == first and "restarting" not in again.stderr
+        other = call("up", "--heap", "1M")          # another heap: restarted, and said so
+        assert "restarting the virtual board: it ran with heap 256K, not 1M" in other.stderr
+        assert vboard.VirtualBoard(tmp_path).pid() not in (None, first)
+        assert "heap:  1M" in call("status").stdout
+        t = Term(str(tmp_path / "port"))
+        out = t.line("import gc; gc.collect(); print(gc.mem_free() + gc.mem_alloc() > 900000)")
+        t.close()
+        assert "True" in out
+    finally:
+        call("down")
+
+
+# ---- Ctrl-C never kills the board ----------------------------------------------------------------
+
+TOGGLE = ("import micropython\nn = 0\ntry:\n while True:\n  micropython.kbd_intr(-1)\n"
+          "  micropython.kbd_intr(3)\n  n += 1\nexcept KeyboardInterrupt:\n print('KI', n > 0)\n")
+
+
+def test_ctrl_c_while_the_handler_comes_and_goes_never_kills_the_board(tmp_path, micropython):
+    """Code that installs and removes its Ctrl-C handler all the time (kbd_intr(-1)/(3)): a
+    SIGINT that lands while the handler is removed would kill the unix port. Every Ctrl-C must
+    either interrupt or arrive as a byte, as on a board; the REPL state survives."""
+    with vboard.VirtualBoard(tmp_path, heap="256K", micropython=micropython) as b:
+        t = Term(b.port)
+        t.line("kept = 4242")
+        rounds, ki = 0, 0
+        for r in range(20):
+            t.drain()
+            t.s.write(b"\x05")
+            t.read_until(b"=== ")
+            t.s.write(TOGGLE.replace("\n", "\r").encode() + b"\x04")
+            time.sleep(0.2)
+            out = ""
+            for k in range(40):                     # Ctrl-C until it interrupts
+                t.s.write(b"\x03")
+                time.sleep(0.01)
+                out += t.s.read(4096).decode(errors="replace")
+                if "KI True" in out:
+                    break
+            out += t.drain(0.3)
+            rounds += 1
+            ki += "KI True" in out
+            assert "soft reboot" not in out, out
+        out = t.line("print('kept', kept)")
+        t.close()
+        assert "kept 4242" in out, out
+        assert len(child_pids(b)) == 1, "the MicroPython process died and was restarted"
+        assert ki == rounds == 20
