@@ -128,6 +128,16 @@ class _VBFlash:
     def __str__(self):
         return str(self._fs)  # '<VfsPosix>', for mpremote df
 
+    def rename(self, old, new):
+        # Some unix-port builds lose the first path when both are absolute (one shared buffer
+        # for the root prefix): pass the second relative to the cwd, which VfsPosix keeps as
+        # the process's own. A board's littlefs or FAT takes both forms.
+        if new.startswith('/'):
+            import os
+            depth = len([p for p in os.getcwd().split('/') if p])
+            new = '../' * depth + new.lstrip('/')
+        return self._fs.rename(old, new)
+
     def ilistdir(self, path):
         base = path.rstrip('/')
         for e in self._fs.ilistdir(path):

@@ -154,3 +154,136 @@ def test_ctrl_c_while_the_handler_comes_and_goes_never_kills_the_board(tmp_path,
         assert "kept 4242" in out, out
         assert len(child_pids(b)) == 1, "the MicroPython process died and was restarted"
         assert ki == rounds == 20
+
+
+# ---- redeploys, the demo and clear_examples keep the user's work ---------------------------------
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ck") / "iris.mfck"
+    subprocess.run([sys.executable, "host/pretrain.py", "--epochs", "30", "--quiet", "--out", str(path)],
+                   cwd=helpers.ROOT, check=True, timeout=300)
+    return path
+
+
+@pytest.fixture(scope="module")
+def boards(tmp_path_factory):
+    """One deployed virtual board per interpreter, shared by this module's tests."""
+    made = {}
+
+    def get(micropython, checkpoint):
+        if micropython not in made:
+            b = vboard.VirtualBoard(tmp_path_factory.mktemp("vb"), heap="512K", micropython=micropython)
+            b.start()
+            made[micropython] = b
+            deploy.deploy(b.port, str(checkpoint))
+        return made[micropython]
+    yield get
+    for b in made.values():
+        b.stop()
+
+
+def on_board(board, code, timeout=300):
+    return board_link.mpremote(board.port, "exec", code, timeout=timeout)
+
+
+import deploy  # noqa: E402
+
+FINE_TUNE = ("import finetune\ns = finetune.Session(verbose=False)\n"
+             "s.fit(epochs=1, data='train', verbose=False)\ns.save()\n")
+
+
+def test_redeploy_keeps_a_checkpoint_changed_on_the_board(boards, checkpoint, micropython, tmp_path, capsys):
+    b = boards(micropython, checkpoint)
+    flash = b.flash
+    host = checkpoint.read_bytes()
+    assert (flash / "iris.mfck").read_bytes() == host
+    for f in flash.glob("iris.mfck.bak*"):
+        f.unlink()
+    capsys.readouterr()
+    deploy.deploy(b.port, str(checkpoint))                 # nothing changed on the board
+    assert "/iris.mfck is already the host's checkpoint" in capsys.readouterr().out
+    # fine-tuned and saved on the board, then redeployed: kept, and said so
+    on_board(b, FINE_TUNE)
+    tuned = (flash / "iris.mfck").read_bytes()
+    assert tuned != host
+    deploy.deploy(b.port, str(checkpoint))
+    out = capsys.readouterr().out
+    assert "kept the board's /iris.mfck as /iris.mfck.bak" in out, out
+    assert (flash / "iris.mfck.bak").read_bytes() == tuned
+    assert (flash / "iris.mfck").read_bytes() == host
+    # the kept file loads on the board
+    res = on_board(b, "import finetune\nprint('LOADED', finetune.Session('iris.mfck.bak', verbose=False)"
+                      ".meta['history'][-1]['steps'])")
+    assert "LOADED 8" in res, res
+    # again: a second backup, the first one stays
+    on_board(b, FINE_TUNE)
+    tuned2 = (flash / "iris.mfck").read_bytes()
+    deploy.deploy(b.port, str(checkpoint))
+    assert "as /iris.mfck.bak2" in capsys.readouterr().out
+    assert (flash / "iris.mfck.bak").read_bytes() == tuned
+    assert (flash / "iris.mfck.bak2").read_bytes() == tuned2
+    # a new host checkpoint over one that was not changed on the board: replaced, no backup
+    newer = tmp_path / "iris.mfck"
+    import microformer as mf
+    from microformer import checkpoint as ck
+    sys.path.insert(0, os.path.join(helpers.ROOT, "board"))
+    import finetune
+    meta = ck.read_header(str(checkpoint))["meta"]
+    model = finetune.build_layers(meta["layers"], meta.get("init_seed", 1))
+    ck.load(str(checkpoint), model)
+    ck.save(str(newer), model, dict(meta, note="retrained"))
+    deploy.deploy(b.port, str(newer))
+    assert "replaced /iris.mfck (not changed on the board since the last deploy)" in capsys.readouterr().out
+    assert (flash / "iris.mfck").read_bytes() == newer.read_bytes()
+    assert sorted(p.name for p in flash.glob("iris.mfck.bak*")) == ["iris.mfck.bak", "iris.mfck.bak2"]
+    # FORCE: replaced without a copy, and said so
+    on_board(b, FINE_TUNE)
+    deploy.deploy(b.port, str(checkpoint), force=True)
+    assert "FORCE: replaced /iris.mfck" in capsys.readouterr().out
+    assert (flash / "iris.mfck").read_bytes() == host
+    assert sorted(p.name for p in flash.glob("iris.mfck.bak*")) == ["iris.mfck.bak", "iris.mfck.bak2"]
+
+
+def test_clear_examples_keeps_a_backup(boards, checkpoint, micropython):
+    b = boards(micropython, checkpoint)
+    user = b.flash / "data" / "user.csv"
+    for f in list(user.parent.glob("user.csv*")):
+        f.unlink()
+    out = on_board(b, "import finetune\ns = finetune.Session(verbose=False)\n"
+                      "s.add_example([6.1, 2.8, 4.7, 1.2], 'versicolor')\n"
+                      "s.add_example([5.0, 3.4, 1.5, 0.2], 'setosa')\n"
+                      "s.verbose = True\nprint('KEPT', s.clear_examples(), s.num_examples())\n"
+                      "s.add_example([6.3, 3.3, 6.0, 2.5], 'virginica')\n"
+                      "print('KEPT', s.clear_examples())\nprint('KEPT', s.clear_examples())\n")
+    assert "KEPT data/user.csv.bak 0" in out and "KEPT data/user.csv.bak2" in out, out
+    assert "2 examples moved to data/user.csv.bak" in out and "KEPT None" in out, out
+    assert "no user examples to clear" in out
+    first = (user.parent / "user.csv.bak").read_text()
+    assert "6.1,2.8,4.7,1.2,versicolor" in first and "5,3.4,1.5,0.2,setosa" in first
+    assert "6.3,3.3,6,2.5,virginica" in (user.parent / "user.csv.bak2").read_text()
+    assert not user.exists()
+    # the restore the message names works
+    out = on_board(b, "import os, finetune\nos.rename('data/user.csv.bak', 'data/user.csv')\n"
+                      "print('N', finetune.Session(verbose=False).num_examples())")
+    assert "N 2" in out
+
+
+def test_demo_works_in_its_own_files(boards, checkpoint, micropython, capsys):
+    b = boards(micropython, checkpoint)
+    flash = b.flash
+    on_board(b, "import finetune\ns = finetune.Session(verbose=False)\n"
+                "s.add_example([6.1, 2.8, 4.7, 1.2], 'versicolor')\n" + FINE_TUNE.split("\n", 1)[1])
+    mine = {p: p.read_bytes() for p in [flash / "iris.mfck", flash / "data" / "user.csv"]}
+    listing = sorted(p.name for p in flash.iterdir())
+    import demo
+    demo.main(["--port", b.port, "--checkpoint", str(checkpoint)])
+    out = capsys.readouterr().out
+    acc = [float(v) for v in re.findall(r"accuracy ([\d.]+)% \(\d+/30\) on list", out)]
+    assert len(acc) == 3 and acc[1] >= acc[0] + 20 and acc[2] == acc[1], out
+    for p, data in mine.items():
+        assert p.read_bytes() == data, "%s changed by the demo" % p
+    assert sorted(p.name for p in flash.iterdir()) == sorted(set(listing) | {"demo"})
+    assert (flash / "demo" / "pretrained.mfck").read_bytes() == checkpoint.read_bytes()
+    assert (flash / "demo" / "iris.mfck").read_bytes() != checkpoint.read_bytes()   # the demo's fit
+    assert "left the board's /iris.mfck as it is" in out
