@@ -344,6 +344,7 @@ class Child:
         """
         pid = self.proc.pid
         if self.booted_at is None or not catches_sigint(pid):
+            log.info("Ctrl-C -> byte to child %d (no handler: idle REPL or kbd_intr(-1))", pid)
             return False        # idle REPL or kbd_intr(-1): the byte, as a board reads it
         if not stop_and_wait(pid):
             return False
