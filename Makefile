@@ -54,7 +54,7 @@ $(CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py board/iris.py
 # A board checkpoint changed on the board (s.save() after a fine-tune) is kept as /iris.mfck.bak
 # (.bak2, ...) and deploy says so; FORCE=1 replaces it without keeping a copy.
 deploy: setup $(CHECKPOINT)
-	$(PY) host/deploy.py --checkpoint $(CHECKPOINT) --data "$(DATA)" $(if $(FORCE),--force)
+	$(PY) host/deploy.py --checkpoint $(CHECKPOINT) --data "$(DATA)" $(if $(filter 1 yes true,$(FORCE)),--force)
 
 # The fine-tuning story on the (virtual) board, in its own folder /demo: your /iris.mfck and
 # /data/user.csv are not touched.

@@ -101,7 +101,7 @@ def sha256_file(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def checkpoint_report(out, name, force):
+def checkpoint_report(out, name):
     """What happened to the board's checkpoint, from KEEP's output line, for the user."""
     m = [line.split()[1:] for line in out.splitlines() if line.startswith("CKPT ")]
     if not m:
@@ -172,7 +172,7 @@ def deploy(port, checkpoint=None, data=("iris.csv",), force=False, checkpoint_mo
     out = mpremote(port, *args, timeout=300)
     print("\n".join(line for line in out.splitlines() if not line.startswith("CKPT ")))
     if name:
-        note = checkpoint_report(out, name, force)
+        note = checkpoint_report(out, name)
         if note:
             print(note)
     return out

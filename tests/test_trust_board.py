@@ -18,6 +18,7 @@ import serial
 import helpers
 sys.path.insert(0, helpers.HOST)
 import board_link  # noqa: E402
+import deploy  # noqa: E402
 import vboard  # noqa: E402
 
 TIMEOUT = 30
@@ -186,8 +187,6 @@ def boards(tmp_path_factory):
 def on_board(board, code, timeout=300):
     return board_link.mpremote(board.port, "exec", code, timeout=timeout)
 
-
-import deploy  # noqa: E402
 
 FINE_TUNE = ("import finetune\ns = finetune.Session(verbose=False)\n"
              "s.fit(epochs=1, data='train', verbose=False)\ns.save()\n")
