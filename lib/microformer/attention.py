@@ -404,7 +404,7 @@ class Attention(Layer):
         B, S, E = x.shape
         self.forward(x, key_padding_mask, None, lengths)  # ... and the output with the padding
         L = self._kc.shape[1]
-        self._buffers("_kvm", (B, L))
+        self._buffers("_kvm", self._kc.shape)
         m = self._kvmask
         src = self._mask
         for b in range(B):
@@ -459,7 +459,7 @@ class Attention(Layer):
             self._xctx = Tensor.zeros(shape)
             self._xy = Tensor.zeros(shape)
             self._xatt = Tensor.zeros((B, self.num_heads, T, other))
-        else:                                             # "_kvm": (B, capacity) hidden slots
+        else:                                             # "_kvm": hidden slots of the cache (B, L, E)
             self._kvmask = bytearray(shape[0] * shape[1])
     # ---- end of cached cross-attention and padded decoding ----------------------------------
 
