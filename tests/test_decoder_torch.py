@@ -84,3 +84,25 @@ def test_transformer_decoder_layer(backend, act, kind, padded):
         got = np.concatenate([_np(by_id[id(p)]).reshape(p.shape[0], -1) for p in parts])
         want = tgrads[name].grad.double().numpy().reshape(got.shape)
         _close(got, want, "grad " + name)
+
+
+def test_torch_io_round_trip():
+    """host/torch_io converts nn.TransformerDecoderLayer to a DecoderBlock and back, weights and all;
+    a post-norm layer is refused by name."""
+    import sys
+    sys.path.insert(0, os.path.join(helpers.ROOT, "host"))
+    import torch_io
+    tm = _layer("gelu", 8)
+    blk = torch_io.from_torch(tm)
+    assert type(blk).__name__ == "DecoderBlock"
+    x = torch.rand(2, 3, 8) - 0.5
+    m = torch.rand(2, 4, 8) - 0.5
+    causal = torch.ones(3, 3, dtype=torch.bool).triu(1)
+    _close(blk.forward(_mf(x), _mf(m)), tm(x, m, tgt_mask=causal), "from_torch forward")
+    back = torch_io.to_torch(blk)
+    assert isinstance(back, torch.nn.TransformerDecoderLayer)
+    _close(back(x, m, tgt_mask=causal), tm(x, m, tgt_mask=causal), "to_torch forward")
+    post = torch.nn.TransformerDecoderLayer(8, 2, 12, dropout=0.0, batch_first=True)
+    with pytest.raises(ValueError) as e:
+        torch_io.from_torch(post)
+    assert "norm_first=True" in str(e.value) and "DecoderBlock" in str(e.value)
