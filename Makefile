@@ -81,7 +81,7 @@ sensor: setup
 # held-out strings: exact match and tokens/s per backend (board/seq2seq.py).
 SEQ2SEQ_CK := build/seq2seq.mfck
 seq2seq: setup
-	$(PY) host/seq2seq.py --steps 1500 --out $(SEQ2SEQ_CK)
+	$(PY) host/train_seq2seq.py --steps 1500 --out $(SEQ2SEQ_CK)
 	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import seq2seq; seq2seq.main('../$(SEQ2SEQ_CK)')"
 
 # A host-pretrained Iris checkpoint (what the board fine-tunes).

@@ -2,7 +2,7 @@
 and write the checkpoint board/seq2seq.py decodes: its metadata carries the model spec
 (mf.load_model rebuilds it) and the task it was trained for.
 
-    python host/seq2seq.py --steps 1500 --out build/seq2seq.mfck
+    python host/train_seq2seq.py --steps 1500 --out build/seq2seq.mfck
 """
 import argparse
 import os
