@@ -101,12 +101,54 @@ def run_padded_attention(case):
     return {"batch": got, "alone": alone}
 
 
+def run_block_padded(case):
+    # a DecoderBlock decoding prompts of different lengths (padded) over padded memories, against
+    # each prompt and memory alone
+    mf.seed(case["seed"])
+    E, H, L = case["E"], case["H"], case["L"]
+    blk = mf.DecoderBlock(E, H, 2 * E)
+    x = _tensor(case["x"])
+    m = _tensor(case["memory"])
+    steps = _tensor(case["steps"])
+    B, S, _ = x.shape
+    Sk = m.shape[1]
+    T = steps.shape[1]
+    tl = case["lengths"]
+    ml = case["memory_lengths"]
+    blk.cache_memory(m, memory_lengths=ml)
+    y = blk.prefill(x, L, tgt_lengths=tl)
+    pre = [list(y.data[(b * S + tl[b] - 1) * E:(b * S + tl[b]) * E]) for b in range(B)]
+    one = mf.Tensor((B, 1, E))
+    got = []
+    for t in range(T):
+        for b in range(B):
+            for i in range(E):
+                one.data[b * E + i] = steps.data[(b * T + t) * E + i]
+        got.append(list(blk.decode_step(one).data))
+    alone = []
+    alone_pre = []
+    for b in range(B):
+        mb = mf.Tensor((1, ml[b], E), array("f", m.data[b * Sk * E: b * Sk * E + ml[b] * E]))
+        xb = mf.Tensor((1, tl[b], E), array("f", x.data[b * S * E: b * S * E + tl[b] * E]))
+        blk.cache_memory(mb)
+        yb = blk.prefill(xb, L)
+        alone_pre.append(list(yb.data[(tl[b] - 1) * E:]))
+        rows = []
+        for t in range(T):
+            s = mf.Tensor((1, 1, E), array("f", steps.data[(b * T + t) * E: (b * T + t + 1) * E]))
+            rows.append(list(blk.decode_step(s).data))
+        alone.append(rows)
+    return {"batch": got, "alone": alone, "prefill_last": pre, "alone_prefill_last": alone_pre}
+
+
 def run_case(case):
     kind = case["kind"]
     if kind == "block":
         return run_block(case)
     if kind == "generate":
         return run_generate(case)
+    if kind == "block_padded":
+        return run_block_padded(case)
     return run_padded_attention(case)
 
 

@@ -192,6 +192,38 @@ def test_padded_decoding_micropython(tmp_path, micropython, backend, tol):
     _check_padded(got, tol, "micropython " + backend)
 
 
+def _block_padded_case():
+    rng = np.random.default_rng(12)
+    B, S, Sk, T = 3, 4, 5, 3
+    c = _padded_case()
+    c.update({"kind": "block_padded", "lengths": [2, 4, 1], "memory_lengths": [5, 2, 3],
+              "x": {"shape": [B, S, E], "data": _f32(rng.uniform(-1, 1, (B, S, E))).ravel().tolist()},
+              "memory": {"shape": [B, Sk, E], "data": _f32(rng.uniform(-1, 1, (B, Sk, E))).ravel().tolist()}})
+    return c
+
+
+def _check_block_padded(got, tol, what):
+    _check_padded(got, tol, what)
+    for b in range(3):
+        assert_close(got["prefill_last"][b], got["alone_prefill_last"][b], tol, "%s prefill sample %d" % (what, b))
+
+
+@pytest.mark.parametrize("backend", ["python", "numpy"])
+def test_block_padded_decoding_cpython(backend):
+    mf.set_backend(backend)
+    try:
+        got = decoder_mp.run_block_padded(_block_padded_case())
+    finally:
+        mf.set_backend("numpy")
+    _check_block_padded(got, TOL, backend)
+
+
+@pytest.mark.parametrize("backend,tol", [("python", TOL), ("viper", VIPER_TOL)])
+def test_block_padded_decoding_micropython(tmp_path, micropython, backend, tol):
+    got = _run_mp([_block_padded_case()], tmp_path, backend, micropython)[0]
+    _check_block_padded(got, tol, "micropython " + backend)
+
+
 def test_transformer_trains_and_round_trips_spec(tmp_path):
     """A few Adam steps lower the loss (every grad reaches its weights), and a checkpoint with the
     spec rebuilds the same model."""
