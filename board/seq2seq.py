@@ -139,9 +139,9 @@ def _show(digits):
     return "".join(str(d) for d in digits) if digits is not None else "<malformed>"
 
 
-def main(checkpoint="seq2seq.mfck", backends=None, verbose=True):
-    """Load the checkpoint, greedy-decode the held-out strings on each backend; returns
-    {backend: evaluate(...) dict}."""
+def main(checkpoint="seq2seq.mfck", backends=None, batch_size=20, verbose=True):
+    """Load the checkpoint, greedy-decode the held-out strings on each backend (batch_size strings
+    at a time: the layers' buffers grow with it); returns {backend: evaluate(...) dict}."""
     model, meta = mf.load_model(checkpoint, with_meta=True)
     task = meta.get("task")
     if task != {"name": "reverse", "min_len": MIN_LEN, "max_len": MAX_LEN, "heldout_seed": HELDOUT_SEED}:
@@ -151,13 +151,16 @@ def main(checkpoint="seq2seq.mfck", backends=None, verbose=True):
     results = {}
     for b in backends:
         mf.set_backend(b)
-        r = evaluate(model, strings)
+        r = evaluate(model, strings, batch_size)
+        gc.collect()
+        r["heap_held"] = gc.mem_alloc() if hasattr(gc, "mem_alloc") else None
         results[b] = r
         if verbose:
             print("backend %s: held-out exact match %.1f%% (%d strings; copying the input: %.1f%%), "
-                  "%d tokens in %.2f s = %.0f tokens/s"
+                  "%d tokens in %.2f s = %.0f tokens/s, batch %d%s"
                   % (b, 100 * r["exact"], r["n"], 100 * r["copy"], r["tokens"], r["seconds"],
-                     r["tokens_per_s"] or 0))
+                     r["tokens_per_s"] or 0, batch_size,
+                     "" if r["heap_held"] is None else ", heap held %d bytes" % r["heap_held"]))
     if verbose:
         first = results[backends[0]]["outputs"]
         for k in range(3):
