@@ -135,13 +135,59 @@ def evaluate(model, strings, batch_size=20):
             "tokens_per_s": tokens * 1000.0 / ms if ms > 0 else None, "outputs": outputs, "n": n}
 
 
+def greedy_recompute(model, src, lengths, max_new):
+    """Greedy decoding without the caches: the full forward over the whole prefix for every new
+    token (what the caches save); the same outputs as model.generate."""
+    B = len(src)
+    tgt = [[BOS] for _ in range(B)]
+    out = [[] for _ in range(B)]
+    done = [0] * B
+    V = TGT_VOCAB
+    for t in range(max_new):
+        logits = model.forward(src, tgt, lengths)
+        d = logits.data
+        for b in range(B):
+            base = (b * (t + 1) + t) * V
+            best = 0
+            for v in range(1, V):
+                if d[base + v] > d[base + best]:
+                    best = v
+            tgt[b].append(best)
+            if not done[b]:
+                out[b].append(best)
+                done[b] = best == EOS
+        if all(done):
+            break
+    return out
+
+
+def recompute_speed(model, strings, batch_size=20):
+    """(tokens/s decoding without the caches, whether every output equals the cached decoding's)."""
+    same = True
+    tokens = 0
+    ms = 0
+    for i in range(0, len(strings), batch_size):
+        chunk = strings[i:i + batch_size]
+        src, lengths = source_batch(chunk)
+        gc.collect()
+        t0 = _ms()
+        slow = greedy_recompute(model, src, lengths, MAX_LEN + 1)
+        ms += _since(t0)
+        fast = model.generate(src, lengths, BOS, MAX_LEN + 1, EOS)
+        for a, b in zip(slow, fast):
+            tokens += len(a)
+            same = same and a == b
+    return (tokens * 1000.0 / ms if ms > 0 else None), same
+
+
 def _show(digits):
     return "".join(str(d) for d in digits) if digits is not None else "<malformed>"
 
 
-def main(checkpoint="seq2seq.mfck", backends=None, batch_size=20, verbose=True):
+def main(checkpoint="seq2seq.mfck", backends=None, batch_size=20, n_recompute=20, verbose=True):
     """Load the checkpoint, greedy-decode the held-out strings on each backend (batch_size strings
-    at a time: the layers' buffers grow with it); returns {backend: evaluate(...) dict}."""
+    at a time: the layers' buffers grow with it), and the first n_recompute of them again without
+    the caches for comparison; returns {backend: evaluate(...) dict}."""
     model, meta = mf.load_model(checkpoint, with_meta=True)
     task = meta.get("task")
     if task != {"name": "reverse", "min_len": MIN_LEN, "max_len": MAX_LEN, "heldout_seed": HELDOUT_SEED}:
@@ -154,6 +200,9 @@ def main(checkpoint="seq2seq.mfck", backends=None, batch_size=20, verbose=True):
         r = evaluate(model, strings, batch_size)
         gc.collect()
         r["heap_held"] = gc.mem_alloc() if hasattr(gc, "mem_alloc") else None
+        if n_recompute:
+            r["recompute_tokens_per_s"], r["recompute_same"] = recompute_speed(model, strings[:n_recompute],
+                                                                              batch_size)
         results[b] = r
         if verbose:
             print("backend %s: held-out exact match %.1f%% (%d strings; copying the input: %.1f%%), "
@@ -161,6 +210,10 @@ def main(checkpoint="seq2seq.mfck", backends=None, batch_size=20, verbose=True):
                   % (b, 100 * r["exact"], r["n"], 100 * r["copy"], r["tokens"], r["seconds"],
                      r["tokens_per_s"] or 0, batch_size,
                      "" if r["heap_held"] is None else ", heap held %d bytes" % r["heap_held"]))
+            if n_recompute:
+                print("  without the caches (full forward per token, first %d strings): %.0f tokens/s, "
+                      "outputs %s" % (n_recompute, r["recompute_tokens_per_s"] or 0,
+                                      "the same" if r["recompute_same"] else "DIFFERENT"))
     if verbose:
         first = results[backends[0]]["outputs"]
         for k in range(3):
