@@ -254,6 +254,13 @@ def test_transformer_trains_and_round_trips_spec(tmp_path):
     assert a == b
 
 
+def _backward_after_generate():
+    t = mf.from_spec(GEN_SPEC)
+    y = t.forward([[1, 2]], [[1, 3]])
+    t.generate([[1, 2]], max_new=3)
+    t.backward(mf.Tensor(y.shape))
+
+
 BAD = [
     ("memory width", lambda: mf.DecoderBlock(8, 2, 12).forward(mf.Tensor((1, 3, 8)), mf.Tensor((1, 2, 6))),
      "DecoderBlock: memory must be [B,S,8], got (1, 2, 6)"),
@@ -280,6 +287,8 @@ BAD = [
      "Transformer: bos must be a token id in [0, 7), got 7"),
     ("src ids", lambda: mf.from_spec(GEN_SPEC).forward([1, 2], [[1]]),
      "Transformer: src ids must be token ids [B,S]"),
+    ("vocab", lambda: mf.Transformer(0, 5, 8, 2, 16), "Transformer: src_vocab must be a positive int, got 0"),
+    ("backward after generate", _backward_after_generate, "Transformer: backward() called before forward()"),
 ]
 
 
@@ -288,3 +297,12 @@ def test_bad_input(name, fn, msg):
     with pytest.raises(ValueError if "called before" not in msg else RuntimeError) as e:
         fn()
     assert msg in str(e.value)
+
+
+def test_decoder_block_spec_round_trip():
+    blk = mf.DecoderBlock(8, 2, 12, activation="gelu_tanh", max_len=16, use_bias=False)
+    spec = mf.to_spec(blk)
+    again = mf.from_spec(spec)
+    assert mf.spec.same_architecture(mf.to_spec(again), spec)
+    assert (again.self_attn.max_len, again.ffn.kind, again.self_attn.use_bias) == (16, "gelu_tanh", False)
+    assert list(again.state_dict()) == list(blk.state_dict())

@@ -201,7 +201,8 @@ class Transformer(Layer):
 
     def __init__(self, src_vocab, tgt_vocab, embed_dim, num_heads, ffn_hidden, num_encoder_layers=1,
                  num_decoder_layers=1, max_len=64, activation="gelu", use_bias=True, rng=None):
-        for what, v in (("num_encoder_layers", num_encoder_layers), ("num_decoder_layers", num_decoder_layers)):
+        for what, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("max_len", max_len),
+                        ("num_encoder_layers", num_encoder_layers), ("num_decoder_layers", num_decoder_layers)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError("Transformer: %s must be a positive int, got %r" % (what, v))
         self.src_vocab = src_vocab
@@ -305,7 +306,8 @@ class Transformer(Layer):
             self._next = Tensor.zeros(shape)
 
     def backward(self, dy, grads=True):
-        """dlogits [B,St,V]; fills the grads (token ids have none): returns None."""
+        """dlogits [B,St,V] of the last forward (not after a generate()); fills the grads (token ids
+        have none): returns None."""
         self._need_forward(self._src)
         check_tensor("Transformer", "dy", dy)
         if dy.shape != self.generator._y.shape:
@@ -360,6 +362,7 @@ class Transformer(Layer):
         for what, v in (("bos", bos), ("eos", eos)):
             if v is not None and (not isinstance(v, int) or v < 0 or v >= self.tgt_vocab):
                 raise ValueError("Transformer: %s must be a token id in [0, %d), got %r" % (what, self.tgt_vocab, v))
+        self._src = None        # the layers' inputs are now generation's: backward needs a new forward
         memory = self.encode(src, src_lengths)
         for blk in self.decoder:
             blk.cache_memory(memory, None, src_lengths)
