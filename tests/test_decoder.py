@@ -306,3 +306,29 @@ def test_decoder_block_spec_round_trip():
     assert mf.spec.same_architecture(mf.to_spec(again), spec)
     assert (again.self_attn.max_len, again.ffn.kind, again.self_attn.use_bias) == (16, "gelu_tanh", False)
     assert list(again.state_dict()) == list(blk.state_dict())
+
+
+@pytest.mark.parametrize("backend", ["python", "numpy"])
+def test_cross_step_masks_agree(backend):
+    """cache_context with lengths, nested lists or bytes hides the same keys; cross_step equals
+    the cross-attention forward with that mask."""
+    mf.set_backend(backend)
+    try:
+        mf.seed(8)
+        a = mf.Attention(8, 2)
+        rng = np.random.default_rng(3)
+        c = mf.Tensor((2, 4, 8), __import__("array").array("f", _f32(rng.uniform(-1, 1, 64)).tolist()))
+        x = mf.Tensor((2, 1, 8), __import__("array").array("f", _f32(rng.uniform(-1, 1, 16)).tolist()))
+        want = list(a.forward(x, None, c, [3, 1]).data)
+        outs = []
+        for kw in ({"key_padding_mask": bytes([0, 0, 0, 1, 0, 1, 1, 1])}, {"lengths": [3, 1]},
+                   {"key_padding_mask": [[0, 0, 0, 1], [0, 1, 1, 1]]}):
+            a.cache_context(c, **kw)
+            outs.append(list(a.cross_step(x).data))
+        a.cache_context(c)
+        unmasked = list(a.cross_step(x).data)
+    finally:
+        mf.set_backend("numpy")
+    for o in outs:
+        assert_close(o, want, TOL, "cross_step")
+    assert np.abs(np.asarray(unmasked) - np.asarray(want)).max() > 1e-3, "the mask made no difference"

@@ -365,7 +365,7 @@ class Attention(Layer):
             mask = self._lengths_mask(lengths, B, Sk, self._xmask)
         else:
             mask = self._mask_bytes(key_padding_mask, B, Sk, self._xmask)
-        self._xmasked = mask is not None
+        self._xm = mask                                  # None, self._xmask or the caller's bytes
         K = backend.K
         bias = self.use_bias
         K.matmul_forward(self._xk.data, context.data, self.Wk.data, self.bk.data if bias else None, B * Sk, E, E)
@@ -390,7 +390,7 @@ class Attention(Layer):
         y = self._xy
         K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B * T, E, E)
         K.attention_forward(ctx.data, self._xatt.data, q.data, self._xk.data, self._xv.data,
-                            self._xmask if self._xmasked else None, B, T, Sk, E, self.num_heads, 0)
+                            self._xm, B, T, Sk, E, self.num_heads, 0)
         K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B * T, E, E)
         return y
 
