@@ -12,7 +12,7 @@
 
 Supported: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01),
 nn.MultiheadAttention (batch_first=True), nn.LayerNorm, nn.Embedding,
-nn.TransformerEncoderLayer (norm_first=True, batch_first=True), nn.Sequential, nn.Unflatten(1, ...),
+nn.TransformerEncoderLayer / nn.TransformerDecoderLayer (norm_first=True, batch_first=True), nn.Sequential, nn.Unflatten(1, ...),
 and this file's GlobalAvgPool, PositionalEncoding, FeedForward, LearnedPositionalEmbedding modules and
 its channels-last ChannelsLastConv1d / ChannelsLastMaxPool1d / ChannelsLastAvgPool1d (nn.Conv1d,
 nn.MaxPool1d, nn.AvgPool1d over [B, L, C]: microformer's layout; the plain torch modules take
@@ -192,12 +192,16 @@ def _convert(m, where, ignore_dropout):
         if m.padding_idx is not None or m.max_norm is not None:
             _refuse(where, m, "padding_idx and max_norm are not supported")
         return mf.Embedding(m.num_embeddings, m.embedding_dim)
-    if isinstance(m, nn.TransformerEncoderLayer):
+    if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
+        dec = isinstance(m, nn.TransformerDecoderLayer)
         if not m.norm_first:
-            _refuse(where, m, "needs norm_first=True (microformer's EncoderBlock is pre-norm)")
+            _refuse(where, m, "needs norm_first=True (microformer's %s is pre-norm)"
+                              % ("DecoderBlock" if dec else "EncoderBlock"))
         if not m.self_attn.batch_first:
             _refuse(where, m, "needs batch_first=True")
         drop = max(m.dropout.p, m.dropout1.p, m.dropout2.p, m.self_attn.dropout)
+        if dec:
+            drop = max(drop, m.dropout3.p, m.multihead_attn.dropout)
         if drop and not ignore_dropout:
             _refuse(where, m, "dropout=%g (microformer has no dropout yet); "
                               "from_torch(..., ignore_dropout=True) converts it without" % drop)
@@ -208,8 +212,9 @@ def _convert(m, where, ignore_dropout):
             kind = {torch.nn.functional.relu: "relu", torch.nn.functional.gelu: "gelu"}.get(act)
         if kind is None:
             _refuse(where, m, "activation %r is not supported (relu, gelu, nn.GELU('tanh'))" % (act,))
-        return mf.EncoderBlock(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
-                               activation=kind, use_bias=m.linear1.bias is not None)
+        cls = mf.DecoderBlock if dec else mf.EncoderBlock
+        return cls(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
+                   activation=kind, use_bias=m.linear1.bias is not None)
     if isinstance(m, nn.Unflatten):
         if m.dim != 1:
             _refuse(where, m, "only Unflatten(1, shape) is supported ([B, n] -> [B, *shape])")
@@ -223,6 +228,7 @@ def _convert(m, where, ignore_dropout):
                               use_bias=m.linear1.bias is not None)
     _refuse(where, m, "no microformer layer for it (supported: Linear, ReLU, GELU, Tanh, Sigmoid, "
                       "LeakyReLU, MultiheadAttention, LayerNorm, Embedding, TransformerEncoderLayer, "
+                      "TransformerDecoderLayer, "
                       "Sequential, Unflatten, and GlobalAvgPool/PositionalEncoding/FeedForward/"
                       "LearnedPositionalEmbedding/ChannelsLastConv1d/ChannelsLastMaxPool1d/"
                       "ChannelsLastAvgPool1d of torch_io)")
@@ -256,6 +262,11 @@ def _to_module(layer, where):
         return nn.TransformerEncoderLayer(layer.embed_dim, layer.attn.num_heads, layer.ffn.hidden,
                                           dropout=0.0, activation=act, batch_first=True, norm_first=True,
                                           bias=bool(layer.attn.use_bias))
+    if isinstance(layer, mf.DecoderBlock):
+        act = {"relu": "relu", "gelu": "gelu"}.get(layer.ffn.kind) or _torch_activation(layer.ffn.kind)
+        return nn.TransformerDecoderLayer(layer.embed_dim, layer.self_attn.num_heads, layer.ffn.hidden,
+                                          dropout=0.0, activation=act, batch_first=True, norm_first=True,
+                                          bias=bool(layer.self_attn.use_bias))
     if isinstance(layer, mf.Reshape):
         return nn.Unflatten(1, tuple(layer.shape))
     if isinstance(layer, mf.GlobalAvgPool):

@@ -23,6 +23,7 @@ from .posembed import LearnedPositionalEmbedding
 from .conv import Conv1D
 from .pool1d import MaxPool1D, AvgPool1D
 from .block import EncoderBlock, prefill, decode_step, kv_bytes_per_token
+from .decoder import DecoderBlock, Transformer
 from .show import show
 
 

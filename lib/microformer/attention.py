@@ -83,7 +83,7 @@ class Attention(Layer):
         if len(x.shape) != 3 or x.shape[2] != E:
             raise shape_error("Attention", what, "[B,S,%d]" % E, x.shape)
 
-    def _mask_bytes(self, mask, B, Sk):
+    def _mask_bytes(self, mask, B, Sk, buf=None):
         if mask is None:
             return None
         if isinstance(mask, (bytes, bytearray)):
@@ -97,7 +97,7 @@ class Attention(Layer):
         if len(mask) != B:
             raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] nested lists, got %d rows"
                              % (B, Sk, len(mask)))
-        buf = self._mbuf
+        buf = self._mbuf if buf is None else buf
         for b in range(B):
             row = mask[b]
             if not isinstance(row, (list, tuple)) or len(row) != Sk:
@@ -107,11 +107,11 @@ class Attention(Layer):
                 buf[b * Sk + j] = 1 if row[j] else 0
         return buf
 
-    def _lengths_mask(self, lengths, B, Sk):
+    def _lengths_mask(self, lengths, B, Sk, buf=None):
         if not isinstance(lengths, (list, tuple)) or len(lengths) != B:
             raise ValueError("Attention: lengths must be a list of B=%d ints in [0, %d], got %r"
                              % (B, Sk, lengths))
-        buf = self._mbuf
+        buf = self._mbuf if buf is None else buf
         for b in range(B):
             n = lengths[b]
             if not isinstance(n, int) or n < 0 or n > Sk:
@@ -179,6 +179,8 @@ class Attention(Layer):
                 self._dV = Tensor.zeros((B, Sk, E))
                 self._scratch = Tensor.zeros((Sk,))
                 self._dcontext = None if other is None else Tensor.zeros(other)
+        elif stage in _CACHED_STAGES:
+            self._allocate_cached(stage, shape, other)
         elif stage == "_kv":                              # shape (B, capacity, E)
             self._kc = Tensor.zeros(shape)
             self._vc = Tensor.zeros(shape)
@@ -283,6 +285,7 @@ class Attention(Layer):
         K.kv_store(self._kc.data, self._K.data, B, S, cap, E, 0)
         K.kv_store(self._vc.data, self._V.data, B, S, cap, E, 0)
         self._pos = S
+        self._padded = False
         return y
 
     def decode_step(self, x):
@@ -342,5 +345,125 @@ class Attention(Layer):
         out["Q"], out["K"], out["V"], out["ctx"] = self._Q, self._K, self._V, self._ctx
         return out
 
+    # ---- cached cross-attention and padded decoding ----------------------------------------
+    # Cross-attention generation: cache_context(memory) projects K and V of the context once;
+    # cross_step(x) then attends from new queries to them (with the context's padding mask).
+    # Padded self-attention generation: prefill_padded(x, lengths) is prefill() with a key padding
+    # mask (a batch of prompts of different lengths, padded at the tail); decode_step_padded(x_t)
+    # keeps the padded slots hidden for every later token. The attention itself does not know
+    # positions: a caller adding positional encodings gives sample b's new token position
+    # lengths[b] + t, not S + t.
+
+    def cache_context(self, context, key_padding_mask=None, lengths=None):
+        """K and V of context [B,Sk,E] computed once for cross_step(); its padding (mask or lengths)."""
+        self._check_x(context, "context")
+        if lengths is not None and key_padding_mask is not None:
+            raise ValueError("Attention: give key_padding_mask or lengths, not both")
+        B, Sk, E = context.shape
+        self._buffers("_xkv", context.shape)
+        if lengths is not None:
+            mask = self._lengths_mask(lengths, B, Sk, self._xmask)
+        else:
+            mask = self._mask_bytes(key_padding_mask, B, Sk, self._xmask)
+        self._xm = mask                                  # None, self._xmask or the caller's bytes
+        K = backend.K
+        bias = self.use_bias
+        K.matmul_forward(self._xk.data, context.data, self.Wk.data, self.bk.data if bias else None, B * Sk, E, E)
+        K.matmul_forward(self._xv.data, context.data, self.Wv.data, self.bv.data if bias else None, B * Sk, E, E)
+        return self._xk
+
+    def cross_step(self, x):
+        """Queries x [B,T,E] -> y [B,T,E] attending to the context cached by cache_context()."""
+        have = getattr(self, "_xkv", None)
+        if have is None:
+            raise RuntimeError("Attention: cross_step() called before cache_context()")
+        B, Sk, E = have[0]
+        check_tensor("Attention", "x", x)
+        if len(x.shape) != 3 or x.shape[0] != B or x.shape[2] != E:
+            raise shape_error("Attention", "x", "[%d,T,%d] (the cached context's batch)" % (B, E), x.shape)
+        T = x.shape[1]
+        K = backend.K
+        bias = self.use_bias
+        self._buffers("_xdec", x.shape, Sk)
+        q = self._xq
+        ctx = self._xctx
+        y = self._xy
+        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B * T, E, E)
+        K.attention_forward(ctx.data, self._xatt.data, q.data, self._xk.data, self._xv.data,
+                            self._xm, B, T, Sk, E, self.num_heads, 0)
+        K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B * T, E, E)
+        return y
+
+    def prefill_padded(self, x, lengths=None, key_padding_mask=None, max_len=None):
+        """prefill() for prompts of different lengths: x [B,S,E] padded, lengths B ints (or a
+        key_padding_mask [B,S]); padded slots stay hidden from every later token."""
+        self._check_decoding("prefill_padded")
+        if lengths is None and key_padding_mask is None:
+            raise ValueError("Attention: prefill_padded needs lengths or key_padding_mask (else use prefill)")
+        y = self.prefill(x, max_len)                    # K and V in the cache (no padding yet) ...
+        B, S, E = x.shape
+        self.forward(x, key_padding_mask, None, lengths)  # ... and the output with the padding
+        L = self._kc.shape[1]
+        self._buffers("_kvm", self._kc.shape)
+        m = self._kvmask
+        src = self._mask
+        for b in range(B):
+            for j in range(L):
+                m[b * L + j] = src[b * S + j] if j < S else 1
+        self._padded = True
+        return self._y
+
+    def decode_step_padded(self, x):
+        """decode_step() after prefill_padded(): the new token sees its own prompt's keys only."""
+        self._check_decoding("decode_step_padded")
+        if self._kc is None or not getattr(self, "_padded", False):
+            raise RuntimeError("Attention: decode_step_padded() called before prefill_padded()")
+        B, L, E = self._kc.shape
+        check_tensor("Attention", "x", x)
+        if x.shape != (B, 1, E):
+            raise shape_error("Attention", "x", "[%d,1,%d] (one token per cached sequence)" % (B, E), x.shape)
+        if self._pos >= L:
+            raise ValueError("Attention: KV cache is full: max_len=%d tokens, decode_step_padded would write position %d"
+                             % (L, self._pos))
+        K = backend.K
+        bias = self.use_bias
+        self._buffers("_dec", x.shape, L)
+        q = self._dq1
+        k = self._dk1
+        v = self._dv1
+        ctx = self._dctx1
+        y = self._dy1
+        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E)
+        K.matmul_forward(k.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E)
+        K.matmul_forward(v.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E)
+        K.kv_store(self._kc.data, k.data, B, 1, L, E, self._pos)
+        K.kv_store(self._vc.data, v.data, B, 1, L, E, self._pos)
+        m = self._kvmask
+        for b in range(B):
+            m[b * L + self._pos] = 0
+        self._pos += 1
+        K.attention_forward(ctx.data, self._datt.data, q.data, self._kc.data, self._vc.data, m,
+                            B, 1, L, E, self.num_heads, 0)
+        K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B, E, E)
+        return y
+
+    def _allocate_cached(self, stage, shape, other):
+        if stage == "_xkv":                               # context (B, Sk, E)
+            B, Sk, E = shape
+            self._xk = Tensor.zeros(shape)
+            self._xv = Tensor.zeros(shape)
+            self._xmask = bytearray(B * Sk)
+        elif stage == "_xdec":                            # queries (B, T, E), context length Sk
+            B, T, E = shape
+            self._xq = Tensor.zeros(shape)
+            self._xctx = Tensor.zeros(shape)
+            self._xy = Tensor.zeros(shape)
+            self._xatt = Tensor.zeros((B, self.num_heads, T, other))
+        else:                                             # "_kvm": hidden slots of the cache (B, L, E)
+            self._kvmask = bytearray(shape[0] * shape[1])
+    # ---- end of cached cross-attention and padded decoding ----------------------------------
+
+
+_CACHED_STAGES = ("_xkv", "_xdec", "_kvm")
 
 _INF = float("inf")

@@ -5,6 +5,7 @@
 from .activation import ActivationLayer
 from .attention import Attention
 from .block import EncoderBlock
+from .decoder import DecoderBlock, Transformer
 from .dense import Dense
 from .embedding import Embedding
 from .feedforward import FeedForward
@@ -36,6 +37,16 @@ _LAYERS = {
                                               "ffn_hidden": l.ffn.hidden, "causal": l.causal,
                                               "activation": l.ffn.kind, "max_len": l.attn.max_len,
                                               "use_bias": bool(l.attn.use_bias)}),
+    "DecoderBlock": (DecoderBlock, lambda l: {"embed_dim": l.embed_dim, "num_heads": l.self_attn.num_heads,
+                                              "ffn_hidden": l.ffn.hidden, "activation": l.ffn.kind,
+                                              "max_len": l.self_attn.max_len,
+                                              "use_bias": bool(l.self_attn.use_bias)}),
+    "Transformer": (Transformer, lambda l: {"src_vocab": l.src_vocab, "tgt_vocab": l.tgt_vocab,
+                                            "embed_dim": l.embed_dim, "num_heads": l.num_heads,
+                                            "ffn_hidden": l.ffn_hidden,
+                                            "num_encoder_layers": len(l.encoder),
+                                            "num_decoder_layers": len(l.decoder), "max_len": l.max_len,
+                                            "activation": l.activation, "use_bias": bool(l.use_bias)}),
     "Conv1D": (Conv1D, lambda l: {"in_channels": l.in_channels, "out_channels": l.out_channels,
                                   "kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding,
                                   "dilation": l.dilation, "groups": l.groups, "use_bias": bool(l.use_bias)}),
