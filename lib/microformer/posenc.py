@@ -1,17 +1,20 @@
 # microformer.posenc: fixed sinusoidal positional encoding added to token vectors.
 #   pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i * ln(10000) / E)
 from . import backend
+from .dropout import Dropout
 from .layer import Layer, check_tensor, shape_error
 from .tensor import Tensor
 
 
 class PositionalEncoding(Layer):
-    """PositionalEncoding(max_len, E): x [B,S,E] -> x + pe[start:start+S] (no parameters).
+    """PositionalEncoding(max_len, E, dropout=0): x [B,S,E] -> x + pe[start:start+S] (no parameters).
 
     forward(x, start=0); prefill(x) / decode_step(x_t) keep the position for generation.
+    dropout=p: the embedding dropout of the seed's encoder and decoder (applied to x + pe in
+    training mode; prefill / decode_step never drop).
     """
 
-    def __init__(self, max_len, embed_dim):
+    def __init__(self, max_len, embed_dim, dropout=0.0):
         for what, v in (("max_len", max_len), ("embed_dim", embed_dim)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError("PositionalEncoding: %s must be a positive int, got %r" % (what, v))
@@ -21,6 +24,11 @@ class PositionalEncoding(Layer):
         backend.K.posenc_table(self.pe.data, max_len, embed_dim)
         self._x = None
         self.pos = 0
+        self.drop = Dropout(dropout)
+        self.dropout = self.drop.p
+
+    def _sublayers(self):
+        return (self.drop,)
 
     def check_input_shape(self, in_shape):
         Layer.check_input_shape(self, in_shape)
@@ -32,6 +40,10 @@ class PositionalEncoding(Layer):
         return B * S * E
 
     def forward(self, x, start=0):
+        y = self._add(x, start)
+        return self.drop.forward(y)
+
+    def _add(self, x, start):
         check_tensor("PositionalEncoding", "x", x)
         E = self.embed_dim
         if len(x.shape) != 3 or x.shape[2] != E:
@@ -54,14 +66,14 @@ class PositionalEncoding(Layer):
         check_tensor("PositionalEncoding", "dy", dy)
         if dy.shape != self._x.shape:
             raise shape_error("PositionalEncoding", "dy", repr(self._x.shape), dy.shape)
-        return dy                      # the encoding is a constant: dx = dy
+        return self.drop.backward(dy)  # the encoding is a constant: dx = dy (through the dropout)
 
     def prefill(self, x):
-        y = self.forward(x, 0)
+        y = self._add(x, 0)
         self.pos = x.shape[1]
         return y
 
     def decode_step(self, x):
-        y = self.forward(x, self.pos)
+        y = self._add(x, self.pos)
         self.pos += x.shape[1]
         return y
