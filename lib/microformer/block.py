@@ -2,7 +2,7 @@
 #   x1 = x + Attention(LayerNorm1(x)),  y = x1 + FeedForward(LayerNorm2(x1))
 from . import backend
 from .attention import Attention
-from .dropout import Dropout
+from .dropout import Dropout, check_p
 from .feedforward import FeedForward
 from .layer import Layer, check_tensor, prefixed, shape_error
 from .norm import LayerNorm
@@ -26,6 +26,7 @@ class EncoderBlock(Layer):
                  max_len=None, use_bias=True, rng=None, dropout=0.0, kv_tile=None):
         if not isinstance(embed_dim, int) or embed_dim < 1:
             raise ValueError("EncoderBlock: embed_dim must be a positive int, got %r" % (embed_dim,))
+        check_p("EncoderBlock", dropout)
         self.embed_dim = embed_dim
         self.ln1 = LayerNorm(embed_dim)
         self.attn = Attention(embed_dim, num_heads, use_bias, causal, rng, max_len, dropout, kv_tile)

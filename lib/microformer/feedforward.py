@@ -2,7 +2,7 @@
 #   y = act(x W1^T + b1) W2^T + b2, applied to every token alike
 from .activation import ActivationLayer
 from .dense import Dense
-from .dropout import Dropout
+from .dropout import Dropout, check_p
 from .layer import Layer, check_tensor, prefixed, shape_error
 
 
@@ -16,6 +16,7 @@ class FeedForward(Layer):
         for what, v in (("embed_dim", embed_dim), ("hidden", hidden)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError("FeedForward: %s must be a positive int, got %r" % (what, v))
+        check_p("FeedForward", dropout)
         self.embed_dim = embed_dim
         self.hidden = hidden
         self.fc1 = Dense(embed_dim, hidden, use_bias, rng)

@@ -986,3 +986,13 @@ def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, 
                     for i in range(hs):
                         dq[qh + i] += ds * k[kh + i]
                         dk[kh + i] += ds * q[qh + i]
+
+
+def kv_shift(cache, B, L, C, n):
+    # cache (B, L, C): rows n..L-1 of every sequence move to rows 0..L-n-1 (the streaming window
+    # drops its n oldest rows); rows L-n..L-1 keep their old values
+    for b in range(B):
+        dst = b * L * C
+        src = dst + n * C
+        for i in range((L - n) * C):
+            cache[dst + i] = cache[src + i]

@@ -582,3 +582,9 @@ def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, 
     _v(dq, B * Tq * C)[:] = dqh.transpose(0, 2, 1, 3).ravel()
     _v(dk, B * Tk * C)[:] = dkh.transpose(0, 2, 1, 3).ravel()
     _v(dv, B * Tk * C)[:] = dvh.transpose(0, 2, 1, 3).ravel()
+
+
+def kv_shift(cache, B, L, C, n):
+    # cache (B, L, C): rows n..L-1 move to rows 0..L-n-1 per sequence
+    c = _v(cache, B * L * C).reshape(B, L, C)
+    c[:, :L - n] = c[:, n:].copy()

@@ -110,6 +110,7 @@ PORTABLE = (
     # running sums by exp(m - m') once per tile and row, float work the block-float kernels have
     # no form for; the standard path (viper) is the fast one when the weights fit
     "attention_forward_tiled", "attention_backward_tiled",
+    "kv_shift",                                                      # the streaming window (a copy per chunk)
 )
 for _n in PORTABLE:
     globals()[_n] = getattr(_pk, _n)

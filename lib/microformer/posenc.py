@@ -1,7 +1,7 @@
 # microformer.posenc: fixed sinusoidal positional encoding added to token vectors.
 #   pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i * ln(10000) / E)
 from . import backend
-from .dropout import Dropout
+from .dropout import Dropout, check_p
 from .layer import Layer, check_tensor, shape_error
 from .tensor import Tensor
 
@@ -18,6 +18,7 @@ class PositionalEncoding(Layer):
         for what, v in (("max_len", max_len), ("embed_dim", embed_dim)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError("PositionalEncoding: %s must be a positive int, got %r" % (what, v))
+        check_p("PositionalEncoding", dropout)
         self.max_len = max_len
         self.embed_dim = embed_dim
         self.pe = Tensor.zeros((max_len, embed_dim), "pe")      # (L, E), not a parameter

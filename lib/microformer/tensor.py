@@ -184,8 +184,16 @@ def default_rng():
 
 def dropout_seed():
     """The seed of the next dropout generator (Dropout, Attention(dropout=p)): a stream of its own,
-    so that adding dropout to a model changes none of its initial weights."""
-    return _dropout_rng.next_u32()
+    so that adding dropout to a model changes none of its initial weights. The draw is hashed
+    (a generator seeded with a raw draw would replay the stream one step later: every layer would
+    get its neighbour's mask, shifted by one element)."""
+    x = _dropout_rng.next_u32()
+    for _ in range(2):                   # the 32-bit integer hash of `lowbias32` (two rounds)
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
 
 
 def seed(n):
