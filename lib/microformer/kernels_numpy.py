@@ -514,7 +514,8 @@ def _tile_scores(qh, kh, visible, j0, j1, scale):
     # scaled scores of keys j0..j1-1 (B, NH, Tq, j1-j0), rounded to float32 as stored, and
     # where they are visible
     s = (qh @ kh[:, :, j0:j1].transpose(0, 1, 3, 2)) * scale
-    s = s.astype(_F32).astype(_F64)
+    with np.errstate(over="ignore"):                  # beyond float32: inf, refused below
+        s = s.astype(_F32).astype(_F64)
     vis = visible[..., j0:j1]
     if np.any(np.isinf(s) & vis):
         raise OverflowError("attention_forward_tiled: a score q.k/sqrt(D) is beyond float32; "

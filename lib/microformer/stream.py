@@ -34,13 +34,14 @@ class _Window(Buffered):
         self.h = 0
 
     def _allocate(self, stage, shape, other):
-        B, c, E = shape
         L = self.window + self.chunk
         if stage == "_kv":                       # (B, L, E) keys and values, the key mask
+            B, E = shape
             self._kb = Tensor.zeros((B, L, E))
             self._vb = Tensor.zeros((B, L, E))
             self._mask = bytearray(B * L)
         else:                                    # per chunk size c
+            B, c, E = shape
             self._q = Tensor.zeros((B, c, E))
             self._k = Tensor.zeros((B, c, E))
             self._v = Tensor.zeros((B, c, E))
