@@ -5,6 +5,7 @@
 #   micropython -X heapsize=1M tests/longseq_heap_mp.py S E H TILE [backend]
 import gc
 import sys
+import time
 
 import microformer as mf  # noqa: E402
 from microformer.tensor import Rng, Tensor  # noqa: E402
@@ -13,6 +14,14 @@ from microformer.tensor import Rng, Tensor  # noqa: E402
 def alloc():
     gc.collect()
     return gc.mem_alloc() if hasattr(gc, "mem_alloc") else 0
+
+
+def _ms():
+    return time.ticks_ms() if hasattr(time, "ticks_ms") else int(time.time() * 1000)
+
+
+def _diff(a, b):
+    return time.ticks_diff(a, b) if hasattr(time, "ticks_diff") else a - b
 
 
 def main(argv):
@@ -29,9 +38,12 @@ def main(argv):
         x.data[i] = r.uniform(-1.0, 1.0)
         dy.data[i] = r.uniform(-1.0, 1.0)
     built = alloc() - base
+    t0 = _ms()
     y = attn.forward(x)
     fwd = alloc() - base
+    t1 = _ms()
     dx = attn.backward(dy)
+    t2 = _ms()
     bwd = alloc() - base
     sy = 0.0
     sdx = 0.0
@@ -40,6 +52,7 @@ def main(argv):
         sdx += dx.data[i]
     print("heap S=%d E=%d H=%d kv_tile=%d backend=%s: built %d, after forward %d, after backward %d, peak %d bytes"
           % (S, E, H, tile, mf.get_backend(), built, fwd, bwd, max(built, fwd, bwd)))
+    print("time forward %d ms, backward %d ms" % (_diff(t1, t0), _diff(t2, t1)))
     print("checksum y %.6g dx %.6g dWq %.6g" % (sy, sdx, sum(attn.dWq.data[i] for i in range(E * E))))
 
 
