@@ -196,7 +196,7 @@ def test_gradcheck_with_fixed_mask(backend, make):
     layer = make()
     shape = (2, 5, 8)
     gens = _fixed_mask_gradcheck(layer, shape, 13, 3e-3)
-    # the check holds because the masks are fixed: let them change and it fails
+    # fixing the masks is what the check relies on: a second forward draws a different one
     if isinstance(layer, mf.Dropout):
         x, _ = _t(shape, 13)
         layer.forward(x)
@@ -310,3 +310,20 @@ def test_torch_train_statistics(backend):
     assert spread_t > 0.05 and spread_m > 0.05           # one draw is far from eval...
     assert helpers.rel_err(acc_t, ev_t) < spread_t / 3    # ...the mean of 400 is close
     assert helpers.rel_err(acc_m, ev_m) < spread_m / 3
+
+
+def test_generation_never_drops(backend):
+    """prefill / decode_step are inference: in training mode they give the eval-mode numbers."""
+    outs = []
+    for mode in ("train", "eval"):
+        mf.seed(20)
+        model = mf.Sequential([mf.PositionalEncoding(16, 8, dropout=0.3),
+                               mf.EncoderBlock(8, 2, 16, causal=True, max_len=16, dropout=0.3),
+                               mf.Attention(8, 2, causal=True, max_len=16, dropout=0.3)])
+        model.train() if mode == "train" else model.eval()
+        x, _ = _t((1, 5, 8), 21)
+        y = _np(mf.prefill(model, x))
+        z = _np(mf.decode_step(model, _t((1, 1, 8), 22)[0]))
+        outs.append((y, z))
+    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])

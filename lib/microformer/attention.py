@@ -342,7 +342,12 @@ class Attention(Layer):
                              "or prefill(x, max_len=N)")
         if not isinstance(cap, int) or cap < S:
             raise ValueError("Attention: max_len must be an int >= prompt length %d, got %r" % (S, cap))
-        y = self.forward(x)
+        drop = self.training               # generation never drops: the prompt runs as in eval()
+        self.training = False
+        try:
+            y = self.forward(x)
+        finally:
+            self.training = drop
         self._buffers("_kv", (B, cap, E))                   # the cache: (B, L, E)
         K = backend.K
         K.kv_store(self._kc.data, self._K.data, B, S, cap, E, 0)

@@ -84,7 +84,7 @@ class EncoderBlock(Layer):
         self._buffers(_RUN[mode], x.shape)
         x1 = getattr(self, _X1[mode])
         K.add_forward(x1.data, x.data, a.data, x.size)
-        f = self.ffn.forward(self.ln2.forward(x1))
+        f = self.ffn.forward(self.ln2.forward(x1), mode == 0)
         if mode == 0:
             f = self.drop2.forward(f)
         y = getattr(self, _Y[mode])

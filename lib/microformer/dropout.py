@@ -62,6 +62,13 @@ class Dropout(Layer):
         backend.K.dropout_apply(y.data, x.data, self._keep, n, self.scale)
         return y
 
+    def identity(self, x):
+        """forward without dropping, whatever the mode (generation): backward then passes dy on."""
+        check_tensor("Dropout", "x", x)
+        self._x = x
+        self._applied = False
+        return x
+
     def _allocate(self, stage, shape, other):
         n = 1
         for d in shape:

@@ -47,12 +47,14 @@ class FeedForward(Layer):
         return (self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) + self.drop.cache_floats(h)
                 + self.fc2.cache_floats(h))
 
-    def forward(self, x):
+    def forward(self, x, dropout=True):
         check_tensor("FeedForward", "x", x)
         E = self.embed_dim
         if len(x.shape) < 2 or x.shape[-1] != E:
             raise shape_error("FeedForward", "x", "[..., %d]" % E, x.shape)
-        return self.fc2.forward(self.drop.forward(self.act.forward(self.fc1.forward(x))))
+        h = self.act.forward(self.fc1.forward(x))
+        h = self.drop.forward(h) if dropout else self.drop.identity(h)    # dropout=False: generation
+        return self.fc2.forward(h)
 
     def backward(self, dy, grads=True):
         self._need_forward(self.fc1._x)
