@@ -2,7 +2,7 @@
 # standard path (kv_tile=0 on the command line: the [B,H,S,S] weights stored) or the key-tiled one.
 # Prints the live heap (gc.mem_alloc after gc.collect) after building, after forward, after backward,
 # and the largest of them minus the start: the layer's buffers. Runs under MicroPython and CPython.
-#   micropython -X heapsize=1M tests/longseq_heap_mp.py S E H TILE [backend]
+#   MICROPYPATH=lib micropython -X heapsize=3M tests/longseq_heap_mp.py S E H TILE [backend]   (TILE 0: standard)
 import gc
 import sys
 import time
