@@ -98,9 +98,12 @@ def avgpool_backward(dy, S):
 # ---------------------------------------------------------------- multi-head attention
 
 
-def attention_mask(B, Sq, Sk, causal=False, key_padding_mask=None):
-    """Boolean [B, Sq, Sk]: True where query i may look at key j."""
+def attention_mask(B, Sq, Sk, causal=False, key_padding_mask=None, visible_mask=None):
+    """Boolean [B, Sq, Sk]: True where query i may look at key j (visible_mask [Sq, Sk]: an extra
+    boolean mask, True = may look, e.g. a banded one)."""
     visible = np.ones((B, Sq, Sk), dtype=bool)
+    if visible_mask is not None:
+        visible &= np.asarray(visible_mask, dtype=bool)[None]
     if causal:
         shift = Sk - Sq   # query i sits at absolute position i + shift
         visible &= (np.arange(Sk)[None, :] <= np.arange(Sq)[:, None] + shift)[None]
@@ -109,7 +112,7 @@ def attention_mask(B, Sq, Sk, causal=False, key_padding_mask=None):
     return visible
 
 
-def attention_forward(x, p, num_heads, causal=False, key_padding_mask=None, context=None):
+def attention_forward(x, p, num_heads, causal=False, key_padding_mask=None, context=None, visible_mask=None):
     """x [B,S,E]; p: dict Wq Wk Wv Wo [E,E] and bq bk bv bo [E] (or absent).
 
     Returns y and a cache holding every intermediate the seeds name:
@@ -129,7 +132,7 @@ def attention_forward(x, p, num_heads, causal=False, key_padding_mask=None, cont
     Vh = V.reshape(B, Sk, H, D).transpose(0, 2, 1, 3)
     raw = Qh @ Kh.transpose(0, 1, 3, 2)                  # [B,H,S,Sk]
     scaled = raw / np.sqrt(D)
-    visible = attention_mask(B, S, Sk, causal, key_padding_mask)[:, None]   # [B,1,S,Sk]
+    visible = attention_mask(B, S, Sk, causal, key_padding_mask, visible_mask)[:, None]   # [B,1,S,Sk]
     masked = np.where(visible, scaled, -np.inf)
     row_max = np.where(visible.any(axis=-1, keepdims=True),
                        np.max(np.where(visible, scaled, -1e300), axis=-1, keepdims=True), 0.0)
@@ -301,12 +304,14 @@ def positional_encoding(max_len, E):
     return pe
 
 
-def encoder_block_forward(x, p, num_heads, causal=False, key_padding_mask=None, kind="gelu", eps=1e-5):
+def encoder_block_forward(x, p, num_heads, causal=False, key_padding_mask=None, kind="gelu", eps=1e-5,
+                          visible_mask=None):
     """Pre-norm: x1 = x + Attn(LN1(x)); y = x1 + FFN(LN2(x1)).
     p: 'ln1.gamma' 'ln1.beta' 'attn.Wq'.. 'attn.bo' 'ln2.gamma' 'ln2.beta' 'ffn.W1'.. 'ffn.b2'."""
     sub = lambda prefix: {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)}
     h1, c1 = layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)
-    a, ca = attention_forward(h1, sub("attn."), num_heads, causal=causal, key_padding_mask=key_padding_mask)
+    a, ca = attention_forward(h1, sub("attn."), num_heads, causal=causal, key_padding_mask=key_padding_mask,
+                              visible_mask=visible_mask)
     x1 = x + a
     h2, c2 = layernorm_forward(x1, p["ln2.gamma"], p["ln2.beta"], eps)
     f, cf = feedforward_forward(h2, sub("ffn."), kind)

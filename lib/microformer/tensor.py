@@ -147,6 +147,19 @@ class Rng:
         in float32 and float64 alike (a 24-bit integer times a power of two)."""
         return ((self.next_u32() >> 8) - 8388608) / 8388608
 
+    def keep_mask(self, keep, n, threshold):
+        """keep[i] = 1 if the top 24 bits of the next draw are >= threshold, else 0, for i < n:
+        dropout's keep mask (threshold = round(p * 2^24) drops a fraction p). The draws are
+        next_u32()'s, inlined (a call per element costs as much as the draw)."""
+        x = self.state
+        for i in range(n):
+            x ^= (x << 13) & 0xFFFFFFFF
+            x ^= x >> 17
+            x ^= (x << 5) & 0xFFFFFFFF
+            keep[i] = 1 if (x >> 8) >= threshold else 0
+        self.state = x
+        return keep
+
     def randint(self, n):
         """An int in [0, n)."""
         return self.next_u32() % n
@@ -159,7 +172,9 @@ class Rng:
         return items
 
 
+_DROPOUT_SALT = 0x6D617363          # the dropout stream's seed differs from the weights' one
 _default_rng = Rng(1)
+_dropout_rng = Rng(1 ^ _DROPOUT_SALT)
 
 
 def default_rng():
@@ -167,10 +182,26 @@ def default_rng():
     return _default_rng
 
 
+def dropout_seed():
+    """The seed of the next dropout generator (Dropout, Attention(dropout=p)): a stream of its own,
+    so that adding dropout to a model changes none of its initial weights. The draw is hashed
+    (a generator seeded with a raw draw would replay the stream one step later: every layer would
+    get its neighbour's mask, shifted by one element)."""
+    x = _dropout_rng.next_u32()
+    for _ in range(2):                   # the 32-bit integer hash of `lowbias32` (two rounds)
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
 def seed(n):
-    """Reseed the default generator: the same seed builds the same model everywhere."""
-    global _default_rng
+    """Reseed the default generators (weights and dropout masks): the same seed builds the same
+    model, and draws the same dropout masks, everywhere."""
+    global _default_rng, _dropout_rng
     _default_rng = Rng(n)
+    _dropout_rng = Rng(n ^ _DROPOUT_SALT)
 
 
 def _isqrt(n):
