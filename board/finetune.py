@@ -11,7 +11,7 @@
     >>> s.save()                         # atomic: the old checkpoint survives a power cut
 
 Files on flash (paths relative to the board's cwd '/'; Session(root=...) prefixes them):
-    /iris.mfck        the checkpoint: weights + meta (layers, classes, features, mean/std,
+    /iris.mfck        the checkpoint: weights + meta (spec, classes, features, mean/std,
                       split seed, accuracies, history of on-board fits); host/pretrain.py writes it
     /data/iris.csv    the base dataset the host pretrained on (header line, label name last)
     /data/user.csv    the user's examples, raw units, same format; add_example appends to it,
@@ -42,6 +42,7 @@ import microformer as mf
 from microformer import checkpoint
 from microformer.data import Dataset, read_rows
 from microformer.finite import float32_row, hyper
+from microformer.spec import from_spec, spec_of
 from microformer.tensor import Rng, Tensor
 from microformer.train import evaluate as _evaluate, fit as _fit, predict_logits
 
@@ -50,10 +51,6 @@ DATA = "data/iris.csv"
 USER_DATA = "data/user.csv"
 DEMO_DIR = "demo"                   # demo()'s own folder: the user's files stay untouched
 DEMO_PRETRAINED = "pretrained.mfck"     # in DEMO_DIR: where every demo run starts (make demo puts it)
-
-# The seed's Iris model (host/pretrain.py writes the same list into meta['layers']).
-IRIS_LAYERS = [["Dense", 4, 32], ["ActivationLayer", "relu"], ["Reshape", [4, 8]],
-               ["Attention", 8, 2], ["GlobalAvgPool"], ["Dense", 8, 3]]
 
 # The demo's drifting sensor: reading = true value * scale + offset, per feature (cm).
 DRIFT_SCALE = (1.1, 0.9, 0.6, 0.5)
@@ -79,24 +76,6 @@ def _mem_free():
         return gc.mem_free()
     except AttributeError:
         return None
-
-
-def build_layers(layers, seed=1):
-    """Sequential from a layer list like IRIS_LAYERS: [class name, *args] (a trailing dict: kwargs)."""
-    mf.seed(seed)
-    out = []
-    for i, spec in enumerate(layers):
-        if not isinstance(spec, (list, tuple)) or not spec or not isinstance(spec[0], str):
-            raise ValueError("build_layers: layer %d must be [name, *args], got %r" % (i, spec))
-        cls = getattr(mf, spec[0], None)
-        if cls is None or not hasattr(cls, "forward"):
-            raise ValueError("build_layers: layer %d: unknown layer %r (microformer has no such class)"
-                             % (i, spec[0]))
-        args = list(spec[1:])
-        kw = args.pop() if args and isinstance(args[-1], dict) else {}
-        args = [tuple(a) if isinstance(a, list) else a for a in args]
-        out.append(cls(*args, **kw))
-    return mf.Sequential(out)
 
 
 def drift(features, scale=DRIFT_SCALE, offset=DRIFT_OFFSET):
@@ -170,12 +149,9 @@ class Session:
             if key not in meta:
                 raise checkpoint.CheckpointError("checkpoint %r: metadata lacks %r (write it with "
                                                  "host/pretrain.py)" % (self.checkpoint_path, key))
-        layers = meta.get("layers")
-        if layers is None and meta.get("arch") == "iris-attention-v1":
-            layers = IRIS_LAYERS
-        if layers is None:
-            raise checkpoint.CheckpointError("checkpoint %r: metadata lacks 'layers' (the model's layer "
-                                             "list)" % self.checkpoint_path)
+        # the model comes from meta['spec']; checkpoints older than specs: from meta['layers'] or
+        # arch 'iris-attention-v1' (spec_of says which), and save() then writes the spec
+        spec = spec_of(meta, "checkpoint %r" % self.checkpoint_path)
         self.meta = meta
         self.classes = list(meta["classes"])
         self.mean = [float(v) for v in meta["mean"]]
@@ -188,7 +164,8 @@ class Session:
             for d in shape:
                 n *= d
             self._params_in_file += n
-        self.model = build_layers(layers, meta.get("init_seed", 1))
+        mf.seed(meta.get("init_seed", 1))
+        self.model = from_spec(spec)
         self.need = self.model.summary((self.batch_size, self.num_features), show=False)
         checkpoint.load(self.checkpoint_path, self.model)     # verified before any weight changes
         self._loss = mf.CrossEntropyLoss()
