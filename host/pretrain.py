@@ -3,11 +3,11 @@
     python host/pretrain.py --data datasets/iris.csv --epochs 100 --out build/iris.mfck
 
 CPython only (a host tool), but it trains with lib/microformer itself, so the weights are the
-ones the board would compute. The model and the 120/30 split come from board/iris.py.
+ones the board would compute. The model and the 120/30 split come from microformer.models.
 Deterministic: the same arguments write a byte-identical file.
 
 The checkpoint's metadata is everything board/finetune.py needs to rebuild and use the model:
-  arch        "iris-attention-v1" (a name), layers: the layer list build_layers() rebuilds
+  arch        "iris-attention-v1" (a name), spec: the model (microformer.spec; load_model rebuilds it)
   classes     label names, index order of the logits
   features    the CSV header's feature names
   mean, std   per-feature standardization of the training rows (raw units -> model input)
@@ -19,19 +19,14 @@ import sys
 import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _p in (os.path.join(_ROOT, "lib"), os.path.join(_ROOT, "board")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+_LIB = os.path.join(_ROOT, "lib")
+if _LIB not in sys.path:
+    sys.path.insert(0, _LIB)
 
 import microformer as mf                      # noqa: E402
 from microformer.train import evaluate, fit   # noqa: E402
-
-import iris                                   # noqa: E402  (board/iris.py: the seed's model)
-
-ARCH = "iris-attention-v1"
-# The layer list of iris.build_model(), in the form finetune.build_layers() reads.
-LAYERS = [["Dense", 4, 32], ["ActivationLayer", "relu"], ["Reshape", [4, 8]],
-          ["Attention", 8, 2], ["GlobalAvgPool"], ["Dense", 8, 3]]
+from microformer.models import IRIS_ARCH, IRIS_SPEC, IRIS_SPLIT_SEED, iris_model, iris_split  # noqa: E402
+from microformer.spec import difference, to_spec  # noqa: E402
 
 
 def feature_names(path):
@@ -40,12 +35,12 @@ def feature_names(path):
     return [h.strip() for h in head[:-1]]
 
 
-def pretrain(data, epochs=100, out=None, seed=1, split_seed=iris.SPLIT_SEED, lr=1e-3,
+def pretrain(data, epochs=100, out=None, seed=1, split_seed=IRIS_SPLIT_SEED, lr=1e-3,
              batch_size=16, verbose=True):
     """Train, evaluate, write `out` (if given); return the metadata dict."""
     mf.set_backend("python")
-    train, test, mean, std = iris.load_split(data, split_seed)
-    model = iris.build_model(seed)
+    train, test, mean, std = iris_split(data, split_seed)
+    model = iris_model(seed)
     if verbose:
         model.summary((batch_size, 4))
     opt = mf.Adam(model, lr=lr)
@@ -63,7 +58,7 @@ def pretrain(data, epochs=100, out=None, seed=1, split_seed=iris.SPLIT_SEED, lr=
     train_acc, _ = evaluate(model, train)
     test_acc, confusion = evaluate(model, test)
     meta = {
-        "arch": ARCH, "layers": LAYERS,
+        "arch": IRIS_ARCH, "spec": to_spec(model),
         "classes": list(train.classes), "features": feature_names(data),
         "mean": [float(m) for m in mean], "std": [float(s) for s in std],
         "split_seed": split_seed, "n_train": len(train), "init_seed": seed,
@@ -73,9 +68,9 @@ def pretrain(data, epochs=100, out=None, seed=1, split_seed=iris.SPLIT_SEED, lr=
         "final_loss": hist[-1]["loss"] if hist else None,
         "history": [],          # board/finetune.py appends one record per on-board fit
     }
-    if model.__class__ is not mf.Sequential or mf.checkpoint.model_tag(model) != \
-            "Sequential(Dense,ActivationLayer(relu),Reshape,Attention,GlobalAvgPool,Dense)":
-        raise RuntimeError("pretrain: board/iris.py's model no longer matches LAYERS; update both")
+    d = difference(meta["spec"], IRIS_SPEC, ("the trained model", "IRIS_SPEC"))
+    if d:       # the checkpoint must say exactly what was trained
+        raise RuntimeError("pretrain: the model does not match microformer.models.IRIS_SPEC (%s)" % d)
     if verbose:
         print("train accuracy %.2f%% (%d/%d), test accuracy %.2f%% (%d/%d), %.1f s"
               % (100 * train_acc, round(train_acc * len(train)), len(train),
@@ -98,7 +93,7 @@ def main(argv=None):
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--out", default=os.path.join("build", "iris.mfck"))
     ap.add_argument("--seed", type=int, default=1, help="weight init and batch order seed")
-    ap.add_argument("--split-seed", type=int, default=iris.SPLIT_SEED)
+    ap.add_argument("--split-seed", type=int, default=IRIS_SPLIT_SEED)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--quiet", action="store_true")

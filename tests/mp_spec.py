@@ -2,11 +2,11 @@
 import json
 
 import microformer as mf
+from microformer.models import iris_model
 from microformer.spec import from_spec, to_spec
 
 MODELS = [
-    mf.Sequential([mf.Dense(4, 32), mf.ActivationLayer("relu"), mf.Reshape((4, 8)),
-                   mf.Attention(8, 2), mf.GlobalAvgPool(), mf.Dense(8, 3)]),
+    iris_model(),
     mf.Sequential([mf.Embedding(11, 8), mf.PositionalEncoding(16, 8),
                    mf.EncoderBlock(8, 2, 12, causal=True, activation="gelu_tanh", max_len=16),
                    mf.LayerNorm(8, eps=1e-6), mf.FeedForward(8, 5, "relu", use_bias=False),

@@ -4,13 +4,12 @@
 import sys
 
 import microformer as mf
+from microformer.models import iris_model
 from microformer.train import train_step
 
 
 def build():
-    mf.seed(1)
-    model = mf.Sequential([mf.Dense(4, 32), mf.ActivationLayer("relu"), mf.Reshape((4, 8)),
-                           mf.Attention(8, 2), mf.GlobalAvgPool(), mf.Dense(8, 3)])
+    model = iris_model(1)
     return model, mf.Adam(model, lr=1e-3)
 
 

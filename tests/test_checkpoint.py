@@ -14,10 +14,16 @@ import pytest
 import helpers
 import microformer as mf
 from microformer import checkpoint as ck
+from microformer.spec import to_spec
 import checkpoint_np
 from checkpoint_mp import build
 import checkpoint_kill_mp
 
+
+
+def nospec(meta):
+    """meta without the 'spec' that checkpoint.save adds."""
+    return {k: meta[k] for k in meta if k != "spec"}
 
 def snapshot(model):
     return [(n, p.shape, bytes(p.data)) for n, p in model.named_params()]
@@ -41,7 +47,9 @@ def test_roundtrip_cpython_bit_identical(saved):
     other = build(9)
     assert snapshot(other) != snapshot(m)
     meta = ck.load(path, other)
-    assert meta == {"classes": ["setosa", "versicolor", "virginica"], "mean": [5.8, 3.05], "epoch": 7}
+    assert meta["spec"] == to_spec(m)          # save() adds the model's spec to the caller's meta
+    assert {k: v for k, v in meta.items() if k != "spec"} == \
+        {"classes": ["setosa", "versicolor", "virginica"], "mean": [5.8, 3.05], "epoch": 7}
     assert snapshot(other) == snapshot(m)
     got_meta, tensors = ck.read(path)
     assert got_meta == meta
@@ -83,7 +91,7 @@ def test_numpy_write_lib_load(tmp_path):
     tensors = special_tensors(m)
     path = str(tmp_path / "np.mfck")
     checkpoint_np.write(path, tensors, ck.model_tag(m), {"from": "numpy"})
-    assert ck.load(path, m) == {"from": "numpy"}
+    assert nospec(ck.load(path, m)) == {"from": "numpy"}
     for name, p in m.named_params():
         assert bytes(p.data) == tensors[name].tobytes(), name
 
@@ -119,12 +127,13 @@ def test_micropython_roundtrip_bit_identical(tmp_path, micropython):
     assert int(lines["crashes"]) > 0
     for fname in ("mp_copy.mfck", "mp_fallback.mfck"):
         tag, meta, got = checkpoint_np.read(str(tmp_path / fname))
+        assert meta.pop("spec") == to_spec(m)      # written by MicroPython's save(): the same spec
         assert meta == {"by": "micropython"} and tag == ck.model_tag(m)
         for name in tensors:
             assert got[name].tobytes() == tensors[name].tobytes(), (fname, name)
     # the seeded model built and saved by MicroPython equals the CPython one, bit for bit
     other = build(1)
-    assert ck.load(str(tmp_path / "mp_seed3.mfck"), other) == {"epoch": 7}
+    assert ck.load(str(tmp_path / "mp_seed3.mfck"), other) == {"epoch": 7, "spec": to_spec(other)}
     assert snapshot(other) == snapshot(m)
 
 
@@ -179,7 +188,12 @@ def test_not_a_checkpoint_and_version(tmp_path, saved):
 def test_wrong_model_and_wrong_shape(saved, tmp_path):
     path, m = saved
     bigger = build(3, E=8, hidden=32)
-    msg = _refuse_file(path, bigger)
+    msg = _refuse_file(path, bigger)      # the file carries its spec: the first difference is named
+    assert "wrong model: the checkpoint's spec differs from this model's (spec.layers[0].out_features: " \
+        "16 in the checkpoint, 32 in the model)" in msg, msg
+    nospec = str(tmp_path / "nospec.mfck")  # a file without a spec: the shapes still decide
+    ck.save(nospec, m, spec=False)
+    msg = _refuse_file(nospec, bigger)
     assert "wrong shape: 0.W: expected (32, 4), got (16, 4)" in msg, msg
     mf.seed(1)
     plain = mf.Sequential([mf.Dense(4, 8), mf.ActivationLayer("relu"), mf.Dense(8, 3)])
@@ -259,7 +273,7 @@ def test_interrupted_save_at_every_offset(tmp_path, monkeypatch):
             ck.save(path, new, {"v": "new"})
         monkeypatch.setattr(ck, "_open", open)
         m = build(9)
-        assert ck.load(path, m) == {"v": "old"}, limit
+        assert nospec(ck.load(path, m)) == {"v": "old"}, limit
         assert snapshot(m) == snapshot(old)
     # the crash lands between the complete tmp and the rename
     monkeypatch.setattr(ck.os, "replace", lambda a, b: (_ for _ in ()).throw(_Crash()))
@@ -268,10 +282,10 @@ def test_interrupted_save_at_every_offset(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert os.path.getsize(path + ".tmp") == size
     m = build(9)
-    assert ck.load(path, m) == {"v": "old"}
+    assert nospec(ck.load(path, m)) == {"v": "old"}
     # the next save overwrites the stale tmp
     ck.save(path, new, {"v": "new"})
-    assert ck.load(path, m) == {"v": "new"} and snapshot(m) == snapshot(new)
+    assert nospec(ck.load(path, m)) == {"v": "new"} and snapshot(m) == snapshot(new)
     assert not os.path.exists(path + ".tmp")
 
 
@@ -297,12 +311,12 @@ def test_remove_then_rename_fallback(tmp_path, monkeypatch):
         ck.save(path, new, {"v": "new"})
     assert not os.path.exists(path) and os.path.exists(path + ".tmp")
     m = build(9)
-    assert ck.load(path, m) == {"v": "new"} and snapshot(m) == snapshot(new)    # from the tmp
-    assert ck.read(path)[0] == {"v": "new"}
+    assert nospec(ck.load(path, m)) == {"v": "new"} and snapshot(m) == snapshot(new)    # from the tmp
+    assert nospec(ck.read(path)[0]) == {"v": "new"}
     crash[0] = False
     calls.clear()
     ck.save(path, old, {"v": "old"})            # no target: plain rename
-    assert ck.load(path, m) == {"v": "old"} and snapshot(m) == snapshot(old)
+    assert nospec(ck.load(path, m)) == {"v": "old"} and snapshot(m) == snapshot(old)
     # main missing and the tmp only half written: refused, not taken
     data = open(path, "rb").read()
     os.remove(path)

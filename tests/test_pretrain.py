@@ -9,11 +9,10 @@ from iris_seed import SEED_TEST, SEED_TRAIN
 
 
 def test_cli_checkpoint_loads_with_seed_accuracy(pretrained_iris):
-    import finetune
     import iris
     path, stdout = pretrained_iris
     meta = mf.checkpoint.read_header(path)["meta"]
-    for key in ("arch", "layers", "classes", "features", "mean", "std", "split_seed", "n_train",
+    for key in ("arch", "spec", "classes", "features", "mean", "std", "split_seed", "n_train",
                 "epochs", "train_acc", "test_acc"):
         assert key in meta, key
     assert meta["epochs"] == 100                 # the --epochs the fixture passed
@@ -21,8 +20,8 @@ def test_cli_checkpoint_loads_with_seed_accuracy(pretrained_iris):
     with open(os.path.join(helpers.ROOT, "datasets", "iris.csv")) as f:
         assert meta["features"] == f.readline().strip().split(",")[:-1]
     # the board rebuilds the model from the meta alone and gets the host's accuracy
-    model = finetune.build_layers(meta["layers"], seed=99)
-    mf.load_checkpoint(path, model)
+    mf.seed(99)
+    model = mf.load_model(path)
     train, test, mean, std = iris.load_split(os.path.join(helpers.ROOT, "datasets", "iris.csv"),
                                              meta["split_seed"])
     assert meta["mean"] == [float(m) for m in mean] and meta["std"] == [float(s) for s in std]

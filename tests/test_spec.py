@@ -4,6 +4,7 @@ import json
 import pytest
 
 import helpers
+from microformer.models import IRIS_SPEC
 
 SCRIPT = helpers.script("mp_spec.py")
 
@@ -17,7 +18,7 @@ def _check(out):
     iris = models[0]["spec"]
     assert [l["type"] for l in iris["layers"]] == ["Dense", "ActivationLayer", "Reshape", "Attention",
                                                    "GlobalAvgPool", "Dense"]
-    assert iris["layers"][0] == {"type": "Dense", "in_features": 4, "out_features": 32, "use_bias": True}
+    assert iris["layers"] == IRIS_SPEC["layers"]        # to_spec gives back the spec it was built from
     block = models[1]["spec"]["layers"][2]
     assert block["causal"] is True and block["activation"] == "gelu_tanh" and block["max_len"] == 16
     assert models[1]["spec"]["layers"][4]["use_bias"] is False

@@ -55,9 +55,8 @@ def test_from_torch_token_model(activation, kind):
 
 
 def _iris():
-    mf.seed(1)
-    return mf.Sequential([mf.Dense(4, 32), mf.ActivationLayer("relu"), mf.Reshape((4, 8)),
-                          mf.Attention(8, 2), mf.GlobalAvgPool(), mf.Dense(8, 3)])
+    from microformer.models import iris_model
+    return iris_model(1)
 
 
 def test_to_torch_and_back():

@@ -226,11 +226,7 @@ def test_redeploy_keeps_a_checkpoint_changed_on_the_board(boards, checkpoint, mi
     newer = tmp_path / "iris.mfck"
     import microformer as mf
     from microformer import checkpoint as ck
-    sys.path.insert(0, os.path.join(helpers.ROOT, "board"))
-    import finetune
-    meta = ck.read_header(str(checkpoint))["meta"]
-    model = finetune.build_layers(meta["layers"], meta.get("init_seed", 1))
-    ck.load(str(checkpoint), model)
+    model, meta = mf.load_model(str(checkpoint), with_meta=True)
     ck.save(str(newer), model, dict(meta, note="retrained"))
     deploy.deploy(b.port, str(newer))
     assert "replaced /iris.mfck (not changed on the board since the last deploy)" in capsys.readouterr().out

@@ -11,8 +11,6 @@ from microformer import data as mfdata
 
 FEATURES = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
 CLASSES = ["setosa", "versicolor", "virginica"]
-LAYERS = [["Dense", 4, 32], ["ActivationLayer", "relu"], ["Reshape", [4, 8]],
-          ["Attention", 8, 2], ["GlobalAvgPool"], ["Dense", 8, 3]]
 ROWS = ["5.1,3.5,1.4,0.2,setosa", "7.0,3.2,4.7,1.4,versicolor", "6.3,3.3,6.0,2.5,virginica",
         "4.9,3.0,1.4,0.2,setosa", "6.4,3.2,4.5,1.5,versicolor", "5.8,2.7,5.1,1.9,virginica"]
 HEADER = ",".join(FEATURES) + ",species"
@@ -50,8 +48,9 @@ def make_flash(root):
     except OSError:
         pass
     write(root + "/data/iris.csv", HEADER + "\n" + "\n".join(ROWS) + "\n")
-    model = finetune.build_layers(LAYERS, 1)
-    meta = {"arch": "iris-attention-v1", "layers": LAYERS, "classes": CLASSES,
+    from microformer.models import iris_model
+    model = iris_model(1)               # checkpoint.save writes its spec
+    meta = {"arch": "iris-attention-v1", "classes": CLASSES,
             "features": FEATURES, "mean": [5.8, 3.0, 3.8, 1.2], "std": [0.8, 0.4, 1.8, 0.8],
             "split_seed": 0, "n_train": 4, "init_seed": 1}
     mf.save_checkpoint(root + "/iris.mfck", model, meta)

@@ -89,7 +89,7 @@ def refusals(d):
         m = small(9)
         report(case, exc=exc, msg=msg, same=read_bytes(path) == before,
                tmp=(path + ".tmp") in [d + "/" + n for n in os.listdir(d)],
-               loads=ck.load(path, m) == {"v": "old"} and snap(m) == snap(good))
+               loads=ck.load(path, m)["v"] == "old" and snap(m) == snap(good))
 
     check("meta_inf", lambda: ck.save(path, small(4), {"best_loss": float("inf")}))
     check("meta_nan_nested", lambda: ck.save(path, small(4), {"hist": [{"loss": 1.0}, {"loss": float("nan")}]}))
@@ -134,7 +134,7 @@ def full_volume(kind, cls, blocks):
     free1 = free_bytes(mnt)
     files1 = sorted(os.listdir(mnt))
     m = small(9)
-    loads = ck.load(path, m) == {"v": "old"} and snap(m) == snap(old)
+    loads = ck.load(path, m)["v"] == "old" and snap(m) == snap(old)
     def append():
         with open(mnt + "/user.csv", "a") as f:
             f.write("5.1,3.5,1.4,0.2,setosa\n")
@@ -145,7 +145,7 @@ def full_volume(kind, cls, blocks):
     newer = small(5)
     ok = attempt(lambda: ck.save(path, newer, {"v": "newer"}))
     m2 = small(9)
-    loads2 = ck.load(path, m2) == {"v": "newer"} and snap(m2) == snap(newer)
+    loads2 = ck.load(path, m2)["v"] == "newer" and snap(m2) == snap(newer)
     report("full_" + kind, exc=exc, errno=err, msg=msg, free0=free0, free1=free1, files0=files0,
            files1=files1, loads=loads, append=app[0], user=user, save_after=ok[0], loads_after=loads2,
            files2=sorted(os.listdir(mnt)))

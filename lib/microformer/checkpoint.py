@@ -247,11 +247,28 @@ class _Writer:
 
 # ---- save ---------------------------------------------------------------------------------
 
-def save(path, model, meta=None, tag=None):
+def _model_spec(model):
+    # to_spec(model), or None when a layer is one a spec cannot describe (a class of one's own)
+    from .spec import to_spec
+    try:
+        return to_spec(model)
+    except ValueError:
+        return None
+
+
+def save(path, model, meta=None, tag=None, spec="auto"):
     """Write every parameter of `model` (frozen ones too) to `path`, atomically.
 
-    meta: a JSON-serialisable dict (class names, normalisation, epoch, ...).
+    meta: a JSON-serialisable dict (class names, normalisation, epoch, ...); not modified.
     tag: the model tag; default model_tag(model).
+    spec: what goes into the file's meta['spec'] (microformer.spec.to_spec(model), which
+      microformer.load_model(path) rebuilds the model from):
+      "auto"  the model's spec when every layer can be described; a model with a layer class
+              of one's own is saved WITHOUT a spec (load_model then refuses the file, saying so;
+              load_checkpoint into a model built in code still works);
+      True    the model's spec, and ValueError naming the layer when it cannot be described;
+      False   no spec written.
+    A meta['spec'] given by the caller must describe the model (else ValueError).
     """
     _check_byteorder()
     path = _fspath(path, "checkpoint.save")
@@ -259,9 +276,25 @@ def save(path, model, meta=None, tag=None):
         meta = {}
     if not isinstance(meta, dict):
         raise ValueError("checkpoint.save: meta must be a dict, got %s" % type(meta).__name__)
+    if spec not in ("auto", True, False):
+        raise ValueError("checkpoint.save: spec must be 'auto', True or False, got %r" % (spec,))
+    if spec is not False:
+        if spec is True:
+            from .spec import to_spec
+            mine = to_spec(model)           # ValueError names the layer it cannot describe
+        else:
+            mine = _model_spec(model)
+        if mine is not None:
+            if "spec" in meta:
+                from .spec import difference
+                d = difference(meta["spec"], mine, ("meta['spec']", "the model"))
+                if d:
+                    raise ValueError("checkpoint.save: meta['spec'] does not describe the model (%s)" % d)
+            meta = dict(meta)
+            meta["spec"] = mine
     _check_meta(meta, "meta")
     tag_b = (model_tag(model) if tag is None else tag).encode()
-    meta_b = json.dumps(meta).encode()
+    meta_b = json.dumps(meta, separators=(",", ":")).encode()     # compact: a board reads it whole
     named = _named(model)
     if len(tag_b) > 0xFFFF:
         raise ValueError("checkpoint.save: tag longer than 65535 bytes")
@@ -446,6 +479,13 @@ def load(path, model, tag=None):
         ctag, meta, recs = _parse(f, path, size)
         if ctag != want:
             raise _err(path, "wrong model: checkpoint is for %r, this model is %r" % (ctag, want))
+        if tag is None and isinstance(meta, dict) and "spec" in meta:
+            mine = _model_spec(model)       # None: a layer of one's own; tag and shapes decide
+            if mine is not None:
+                from .spec import difference
+                d = difference(meta["spec"], mine)
+                if d:
+                    raise _err(path, "wrong model: the checkpoint's spec differs from this model's (%s)" % d)
         have = {}
         for name, shape, off in recs:
             if name in have:

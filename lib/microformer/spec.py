@@ -125,27 +125,91 @@ def from_spec(spec):
     return _build(spec, "spec")
 
 
+def difference(a, b, names=("the checkpoint", "the model")):
+    """None when specs a and b describe the same layers with the same arguments (floats within
+    1e-6 relative, for a single-precision board), else where they first differ, e.g.
+    "layers[0].out_features: 64 in the checkpoint, 32 in the model"."""
+    return _diff(a, b, "spec", names)
+
+
+def _diff(a, b, where, names):
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted([k for k in a if k != "format"] + [k for k in b if k != "format" and k not in a])
+        for k in keys:
+            if k not in a or k not in b:
+                return "%s.%s: only in %s" % (where, k, names[1] if k not in a else names[0])
+            d = _diff(a[k], b[k], where + "." + k, names)
+            if d:
+                return d
+        return None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return "%s: %d entries in %s, %d in %s" % (where, len(a), names[0], len(b), names[1])
+        for i in range(len(a)):
+            d = _diff(a[i], b[i], "%s[%d]" % (where, i), names)
+            if d:
+                return d
+        return None
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool) or \
+            isinstance(b, float) and isinstance(a, (int, float)) and not isinstance(a, bool):
+        same = abs(a - b) <= 1e-6 * max(abs(a), abs(b))
+    else:
+        same = a == b and (type(a) is bool) == (type(b) is bool)
+    if not same:
+        return "%s: %r in %s, %r in %s" % (where, a, names[0], b, names[1])
+    return None
+
+
 def same_architecture(a, b):
-    """True when two specs describe the same layers with the same arguments."""
-    def strip(s):
-        if isinstance(s, dict):
-            return {k: strip(v) for k, v in s.items() if k != "format"}
-        if isinstance(s, (list, tuple)):
-            return [strip(v) for v in s]
-        return s
-    return strip(a) == strip(b)
+    """True when two specs describe the same layers with the same arguments (see difference)."""
+    return _diff(a, b, "spec", ("a", "b")) is None
+
+
+def _from_layer_list(layers, where):
+    # the layer list older checkpoints carry in meta['layers']: [class name, *args] (a trailing
+    # dict: kwargs), e.g. [["Dense", 4, 32], ["ActivationLayer", "relu"], ...]
+    if not isinstance(layers, list):
+        raise ValueError("%s: meta['layers'] must be a list, got %r" % (where, layers))
+    out = []
+    for i in range(len(layers)):
+        one = layers[i]
+        if not isinstance(one, list) or not one or one[0] not in _LAYERS:
+            raise ValueError("%s: meta['layers'][%d] must be [layer name, *args] with a name from %s, "
+                             "got %r" % (where, i, ", ".join(sorted(_LAYERS)), one))
+        args = list(one[1:])
+        kw = args.pop() if args and isinstance(args[-1], dict) else {}
+        args = [tuple(a) if isinstance(a, list) else a for a in args]
+        try:
+            out.append(_LAYERS[one[0]][0](*args, **kw))
+        except (TypeError, ValueError) as e:
+            raise ValueError("%s: meta['layers'][%d] %r: %s" % (where, i, one, e))
+    return to_spec(Sequential(out))
+
+
+def spec_of(meta, where="checkpoint"):
+    """The model spec a checkpoint's metadata describes: meta['spec']; for checkpoints written
+    before specs, meta['layers'] (a layer list) or meta['arch'] 'iris-attention-v1' (the seed's
+    Iris model). CheckpointError when there is none of these."""
+    from .checkpoint import CheckpointError
+    if "spec" in meta:
+        return meta["spec"]
+    if "layers" in meta:
+        return _from_layer_list(meta["layers"], where)
+    from .models import IRIS_ARCH, IRIS_SPEC
+    if meta.get("arch") == IRIS_ARCH:
+        return IRIS_SPEC
+    raise CheckpointError("%s: its metadata holds no model spec (meta['spec']; it was saved from a "
+                          "model with a layer a spec cannot describe, or with spec=False): build the "
+                          "model in code and use load_checkpoint" % where)
 
 
 def load_model(path, with_meta=False):
     """The model a checkpoint describes (its spec), with the checkpoint's weights; verified
-    before any weight is used. with_meta=True returns (model, meta)."""
+    before any weight is used. with_meta=True returns (model, meta). Checkpoints written before
+    specs load too (see spec_of)."""
     from . import checkpoint
     head = checkpoint.read_header(path)
-    spec = head["meta"].get("spec")
-    if spec is None:
-        raise checkpoint.CheckpointError("checkpoint %r: its metadata holds no model spec (it was saved "
-                                         "without one); build the model in code and use load_checkpoint"
-                                         % (path,))
+    spec = spec_of(head["meta"], "checkpoint %r" % (path,))
     model = from_spec(spec)
     checkpoint.load(path, model)
     return (model, head["meta"]) if with_meta else model

@@ -8,18 +8,34 @@ from .loss import CrossEntropyLoss
 from .optim import Adam
 from .tensor import Rng
 
-def _ms():
+def _us():
+    # microseconds: ticks_us on MicroPython (ticks_ms is too coarse for a step of ~1 ms)
     try:
-        return time.ticks_ms()
+        return time.ticks_us()
     except AttributeError:
-        return int(time.time() * 1000)
+        return int(time.perf_counter() * 1000000)
+
+
+def time_since(t0):
+    """Microseconds since t0 = _us() (on a board: right up to ~9 minutes, where ticks_us wraps)."""
+    try:
+        return time.ticks_diff(time.ticks_us(), t0)
+    except AttributeError:
+        return _us() - t0
 
 
 def _elapsed(t0):
-    try:
-        return time.ticks_diff(time.ticks_ms(), t0)
-    except AttributeError:
-        return _ms() - t0
+    """Milliseconds (a float, microsecond resolution) since t0 = _us()."""
+    return time_since(t0) / 1000.0
+
+
+def duration(ms):
+    """'850 us', '38.5 ms', '12.3 s': a duration in milliseconds, in readable units."""
+    if ms < 1:
+        return "%d us" % round(ms * 1000)
+    if ms < 1000:
+        return "%.1f ms" % ms
+    return "%.1f s" % (ms / 1000)
 
 
 def argmax(row, base, n):
@@ -52,22 +68,27 @@ def train_step(model, loss_fn, optimizer, X, y):
     return loss, correct
 
 
-def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbose=True, on_epoch=None):
-    """Train on a Dataset; one progress line per epoch. Ctrl-C stops after the current step.
+def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbose=True, on_epoch=None,
+        progress_s=5):
+    """Train on a Dataset; one progress line per epoch, and one at least every `progress_s`
+    seconds within a long epoch (verbose). Ctrl-C stops after the current step.
 
-    Returns a list of per-epoch dicts: epoch, loss, acc, ms_per_step (and 'interrupted').
+    Returns a list of per-epoch dicts: epoch, loss, acc, ms_per_step, steps, ms (and 'interrupted').
     """
     if not isinstance(epochs, int) or epochs < 0:
         raise ValueError("fit: epochs must be a non-negative int, got %r" % (epochs,))
     batches = Batches(data, batch_size, Rng(seed + 1))
     history = []
     steps0 = optimizer.steps
+    every_us = int(progress_s * 1000000) if verbose and progress_s else 0
+    n_batches = (len(data) + batch_size - 1) // batch_size
     for epoch in range(1, epochs + 1):
         total = 0.0
         correct = 0
         steps = 0
         seen = 0
-        t0 = _ms()
+        t0 = _us()
+        said = t0
         interrupted = False
         s0 = optimizer.steps
         try:
@@ -76,6 +97,11 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
                 total += loss * len(y)
                 correct += c
                 seen += len(y)
+                if every_us and time_since(said) >= every_us:
+                    said = _us()
+                    k = optimizer.steps - s0
+                    print("  epoch %d/%d: step %d/%d, loss %.4f, %.2f ms/step" % (
+                        epoch, epochs, k, n_batches, total / seen, _elapsed(t0) / k))
         except KeyboardInterrupt:
             # the step in progress either never wrote a weight or was completed (optim.py)
             interrupted = True
@@ -83,10 +109,10 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
         ms = _elapsed(t0)
         seen = seen or 1
         rec = {"epoch": epoch, "loss": total / seen, "acc": correct / seen,
-               "ms_per_step": ms / max(1, steps), "steps": steps, "interrupted": interrupted}
+               "ms_per_step": ms / max(1, steps), "steps": steps, "ms": ms, "interrupted": interrupted}
         history.append(rec)
         if verbose:
-            line = "epoch %d/%d  loss %.4f  acc %.1f%%  %.1f ms/step" % (
+            line = "epoch %d/%d  loss %.4f  acc %.1f%%  %.2f ms/step" % (
                 epoch, epochs, rec["loss"], 100 * rec["acc"], rec["ms_per_step"])
             if hasattr(gc, "mem_free"):
                 line += "  free %d" % gc.mem_free()
@@ -129,10 +155,9 @@ def evaluate(model, data, batch_size=32):
 
 def fit_and_evaluate(model, train, test, epochs=100, batch_size=16, lr=1e-3, seed=0, verbose=True):
     """Adam + softmax cross-entropy on `train`, then accuracy on `train` and `test`: a dict."""
-    t0 = _ms()
     hist = fit(model, CrossEntropyLoss(), Adam(model, lr=lr), train, epochs=epochs,
                batch_size=batch_size, seed=seed, verbose=verbose)
-    seconds = _elapsed(t0) / 1000.0
+    seconds = sum([h["ms"] for h in hist]) / 1000.0    # per epoch: ticks_us wraps after minutes
     train_acc, _ = evaluate(model, train)
     test_acc, confusion = evaluate(model, test)
     return {"backend": backend.name, "epochs": epochs, "n_train": len(train), "n_test": len(test),

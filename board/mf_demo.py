@@ -1,0 +1,119 @@
+# mf_demo.py: the drift demo for board/finetune.py: a sensor whose readings drift by a fixed
+# scale and offset per feature, and demo(), the whole story in the demo's own folder.
+import os
+
+from mf_examples import exists, fmt
+from mf_session import CHECKPOINT, DATA, FIT_EPOCHS, Result, Session
+from microformer.tensor import Rng
+from microformer.train import duration
+
+DEMO_DIR = "demo"                   # demo()'s own folder: the user's files stay untouched
+DEMO_PRETRAINED = "pretrained.mfck"     # in DEMO_DIR: where every demo run starts (make demo puts it)
+
+# The demo's drifting sensor: reading = true value * scale + offset, per feature (cm).
+DRIFT_SCALE = (1.1, 0.9, 0.6, 0.5)
+DRIFT_OFFSET = (0.4, -0.3, 1.2, 0.7)
+FREEZE = ("attention", "head")      # what the demo freezes: the drift is absorbed by the embedding
+
+
+def drift(features, scale=DRIFT_SCALE, offset=DRIFT_OFFSET):
+    """What the drifted sensor reads for true `features`: x * scale + offset per feature."""
+    return [features[j] * scale[j] + offset[j] for j in range(len(features))]
+
+
+def drifted_examples(self, n=None, part="train", scale=None, offset=None, seed=0):
+    """(features, label) pairs as the drifted sensor reads base rows (raw units).
+
+    self: a Session. part: 'train', 'test' or 'base' rows; n: how many (None: all), picked
+    with `seed` and balanced over the classes; scale, offset: the drift (None: DRIFT_SCALE,
+    DRIFT_OFFSET).
+    """
+    scale = DRIFT_SCALE if scale is None else scale
+    offset = DRIFT_OFFSET if offset is None else offset
+    if part not in ("train", "test", "base"):
+        raise ValueError("drifted_examples: part must be 'train', 'test' or 'base', got %r" % (part,))
+    if len(scale) != self.num_features or len(offset) != self.num_features:
+        raise ValueError("drifted_examples: scale and offset need %d values each" % self.num_features)
+    X, y = self._raw(part)
+    F = self.num_features
+    order = list(range(len(y)))
+    if n is not None:
+        if not isinstance(n, int) or not 0 < n <= len(y):
+            raise ValueError("drifted_examples: n must be an int in 1..%d, got %r" % (len(y), n))
+        Rng(seed + 1).shuffle(order)
+        per = [[i for i in order if y[i] == c] for c in range(len(self.classes))]
+        order = []
+        k = 0
+        while len(order) < n:                   # round robin over the classes
+            for c in range(len(per)):
+                if k < len(per[c]) and len(order) < n:
+                    order.append(per[c][k])
+            k += 1
+    out = []
+    for i in order:
+        raw = [X[i * F + j] for j in range(F)]
+        out.append(([float(fmt(v)) for v in drift(raw, scale, offset)], self.classes[y[i]]))
+    return out
+
+
+def _join(root, p):
+    if not root or p.startswith("/"):
+        return p
+    return root.rstrip("/") + "/" + p
+
+
+def _copy(src, dst):
+    buf = bytearray(512)
+    mv = memoryview(buf)
+    with open(src, "rb") as f, open(dst, "wb") as g:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            g.write(mv[:n])
+
+
+def demo_session(fresh=True, root=None, verbose=True):
+    """A Session on the demo's own files in DEMO_DIR: its checkpoint and its examples.
+
+    fresh=True starts over: DEMO_DIR/iris.mfck becomes a copy of DEMO_DIR/pretrained.mfck (what
+    `make demo` copies there; without it, of the main checkpoint, which is only read) and the
+    demo's own examples are dropped. The base data is shared and only read. Nothing outside
+    DEMO_DIR is written.
+    """
+    d = _join(root, DEMO_DIR)
+    ck = d + "/" + CHECKPOINT
+    user = d + "/user.csv"
+    if fresh:
+        if not exists(d):
+            os.mkdir(d)
+        src = d + "/" + DEMO_PRETRAINED
+        if not exists(src):
+            src = _join(root, CHECKPOINT)
+            if not exists(src):
+                raise OSError(2, "demo: no checkpoint to start from: neither %s/%s nor %s (`make "
+                              "demo` or `make deploy` copies one)" % (d, DEMO_PRETRAINED, src))
+        _copy(src, ck)
+        if exists(user):
+            os.remove(user)                  # the demo's own examples from its previous run
+    return Session(checkpoint=ck, data=_join(root, DATA), user_data=user, verbose=verbose)
+
+
+def demo(root=None, n=24, epochs=FIT_EPOCHS, seed=0):
+    """The drift story in one call, in the demo's own folder (DEMO_DIR; your checkpoint and
+    examples are not touched): before, add drifted examples, fit, after, save, reload."""
+    s = demo_session(root=root)
+    held = s.drifted_examples(part="test")
+    before = s.evaluate(held)["accuracy"]
+    s.add_examples(s.drifted_examples(n, seed=seed))
+    s.freeze(*FREEZE)
+    seconds = s.fit(epochs=epochs).seconds          # ticks_us
+    after = s.evaluate(held)["accuracy"]
+    s.save()
+    s2 = demo_session(fresh=False, root=root, verbose=False)
+    again = s2.evaluate(held, verbose=False)["accuracy"]
+    print("drift demo: accuracy %.1f%% before, %.1f%% after %d epochs on %d examples (%s); "
+          "reloaded: %.1f%%" % (100 * before, 100 * after, epochs, n, duration(1000 * seconds), 100 * again))
+    return Result("<drift demo: %.1f%% -> %.1f%%>" % (100 * before, 100 * after),
+                  {"before": before, "after": after, "reloaded": again, "seconds": seconds,
+                   "base_test": s2.evaluate("test", verbose=False)["accuracy"]})

@@ -1,0 +1,33 @@
+"""make deploy sends board/*.py precompiled (.mpy) to the flash root; the REPL entry points import
+by name and print their help from strings (an .mpy has no docstrings); a NAME.py left by an older
+deploy, which would shadow NAME.mpy, is removed and the deploy says so."""
+import os
+import sys
+
+import helpers
+sys.path.insert(0, helpers.HOST)
+import board_link  # noqa: E402
+import deploy  # noqa: E402
+import vboard  # noqa: E402
+
+MICROPYTHON = helpers.interpreter_path(helpers.interpreters()[-1])
+
+
+def test_board_files_go_as_mpy(tmp_path, pretrained_iris):
+    board_py = sorted(f[:-3] for f in os.listdir(helpers.BOARD) if f.endswith(".py"))
+    assert {"finetune", "mf_session", "mf_examples", "mf_demo", "iris", "selftest"} <= set(board_py)
+    with vboard.VirtualBoard(tmp_path / "vb", heap="512K", micropython=MICROPYTHON) as b:
+        (b.flash / "finetune.py").write_text("raise ImportError('an older finetune.py')\n")
+        out = deploy.deploy(str(b.port), str(pretrained_iris[0]))
+        assert "removed /finetune.py (now /finetune.mpy)" in out, out
+        root = sorted(p.name for p in b.flash.iterdir())
+        for name in board_py:
+            assert name + ".mpy" in root and name + ".py" not in root, (name, root)
+        out = board_link.mpremote(str(b.port), "exec",
+                                  "import finetune\nfinetune.help()\ns = finetune.Session(verbose=False)\n"
+                                  "s.help()\nprint('R', repr(s.evaluate(verbose=False)))\n"
+                                  "print('F', finetune.__file__)", timeout=300)
+    import finetune
+    import mf_session
+    assert finetune.HELP.splitlines()[0] in out and mf_session.SESSION_HELP.splitlines()[-1] in out, out
+    assert "R <accuracy " in out and "F finetune.mpy" in out.replace("/finetune.mpy", "finetune.mpy"), out
