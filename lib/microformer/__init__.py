@@ -19,19 +19,16 @@ from .norm import LayerNorm
 from .feedforward import FeedForward
 from .embedding import Embedding
 from .posenc import PositionalEncoding
-from .posembed import LearnedPositionalEmbedding
-from .conv import Conv1D
-from .pool1d import MaxPool1D, AvgPool1D
 from .block import EncoderBlock, prefill, decode_step, kv_bytes_per_token
-from .decoder import DecoderBlock, Transformer
 from .dropout import Dropout
-from .show import show
 
 
-# Imported on first use (a board without PSRAM has a small heap): mf.data, mf.train, mf.spec,
-# mf.to_spec, mf.from_spec, mf.load_model, mf.StreamingEncoder.
+# Imported on first use (a board without PSRAM has a small heap): the names in _LAZY (modules
+# mf.data, mf.train, mf.spec; functions and the rarer layers), and any other submodule.
 _LAZY = {"data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
-         "load_model": "spec", "StreamingEncoder": "stream"}
+         "load_model": "spec", "StreamingEncoder": "stream", "show": "show",
+         "DecoderBlock": "decoder", "Transformer": "decoder", "Conv1D": "conv",
+         "MaxPool1D": "pool1d", "AvgPool1D": "pool1d", "LearnedPositionalEmbedding": "posembed"}
 
 
 def __getattr__(name):
@@ -43,4 +40,4 @@ def __getattr__(name):
     except ImportError:
         raise AttributeError("module 'microformer' has no attribute '%s'" % name)
     m = sys.modules["microformer." + mod]
-    return m if name == mod else getattr(m, name)
+    return m if name not in _LAZY or name in ("data", "train", "spec") else getattr(m, name)

@@ -2,22 +2,37 @@
 #   to_spec(model) -> {"type": "Sequential", "layers": [{"type": "Dense", "in_features": 4, ...}, ...]}
 #   from_spec(spec) -> the model (freshly initialised; a checkpoint fills in the weights)
 # A spec is JSON-able: checkpoints carry it, so load_model(path) rebuilds a model with no code.
-from .activation import ActivationLayer
-from .attention import Attention
-from .block import EncoderBlock
-from .decoder import DecoderBlock, Transformer
-from .dense import Dense
-from .embedding import Embedding
-from .feedforward import FeedForward
+import sys
+
 from .model import Sequential
-from .norm import LayerNorm
-from .pool import GlobalAvgPool
-from .posenc import PositionalEncoding
-from .reshape import Reshape
-from .conv import Conv1D
-from .pool1d import AvgPool1D, MaxPool1D
-from .posembed import LearnedPositionalEmbedding
-from .dropout import Dropout
+
+# the module each layer class lives in: imported when a spec needs it (a board without PSRAM
+# has a small heap; `import microformer` leaves the rarer layers out until they are used)
+_MODULE = {'ActivationLayer': 'activation',
+           'Attention': 'attention',
+           'AvgPool1D': 'pool1d',
+           'Conv1D': 'conv',
+           'DecoderBlock': 'decoder',
+           'Dense': 'dense',
+           'Dropout': 'dropout',
+           'Embedding': 'embedding',
+           'EncoderBlock': 'block',
+           'FeedForward': 'feedforward',
+           'GlobalAvgPool': 'pool',
+           'LayerNorm': 'norm',
+           'LearnedPositionalEmbedding': 'posembed',
+           'MaxPool1D': 'pool1d',
+           'PositionalEncoding': 'posenc',
+           'Reshape': 'reshape',
+           'Sequential': 'model',
+           'Transformer': 'decoder'}
+
+
+def _cls(name):
+    mod = "microformer." + _MODULE[name]
+    __import__(mod)
+    return getattr(sys.modules[mod], name)
+
 
 
 def _opt(out, layer, defaults):
@@ -31,43 +46,43 @@ def _opt(out, layer, defaults):
 
 # every layer a spec may name: class, and its constructor arguments as read off an instance
 _LAYERS = {
-    "Dense": (Dense, lambda l: {"in_features": l.in_features, "out_features": l.out_features,
+    "Dense": ("dense", lambda l: {"in_features": l.in_features, "out_features": l.out_features,
                                 "use_bias": bool(l.use_bias)}),
-    "Attention": (Attention, lambda l: _opt({"embed_dim": l.embed_dim, "num_heads": l.num_heads,
+    "Attention": ("attention", lambda l: _opt({"embed_dim": l.embed_dim, "num_heads": l.num_heads,
                                         "use_bias": bool(l.use_bias), "causal": l.causal,
                                         "max_len": l.max_len}, l, (("dropout", 0.0), ("kv_tile", None)))),
-    "ActivationLayer": (ActivationLayer, lambda l: {"kind": l.kind}),
-    "Reshape": (Reshape, lambda l: {"shape": list(l.shape)}),
-    "GlobalAvgPool": (GlobalAvgPool, lambda l: {}),
-    "LayerNorm": (LayerNorm, lambda l: {"dim": l.dim, "eps": l.eps}),
-    "FeedForward": (FeedForward, lambda l: _opt({"embed_dim": l.embed_dim, "hidden": l.hidden,
+    "ActivationLayer": ("activation", lambda l: {"kind": l.kind}),
+    "Reshape": ("reshape", lambda l: {"shape": list(l.shape)}),
+    "GlobalAvgPool": ("pool", lambda l: {}),
+    "LayerNorm": ("norm", lambda l: {"dim": l.dim, "eps": l.eps}),
+    "FeedForward": ("feedforward", lambda l: _opt({"embed_dim": l.embed_dim, "hidden": l.hidden,
                                                  "activation": l.kind, "use_bias": bool(l.fc1.use_bias)},
                                                 l, (("dropout", 0.0),))),
-    "Embedding": (Embedding, lambda l: {"vocab": l.vocab, "embed_dim": l.embed_dim}),
-    "PositionalEncoding": (PositionalEncoding, lambda l: _opt({"max_len": l.max_len, "embed_dim": l.embed_dim},
+    "Embedding": ("embedding", lambda l: {"vocab": l.vocab, "embed_dim": l.embed_dim}),
+    "PositionalEncoding": ("posenc", lambda l: _opt({"max_len": l.max_len, "embed_dim": l.embed_dim},
                                                               l, (("dropout", 0.0),))),
-    "EncoderBlock": (EncoderBlock, lambda l: _opt({"embed_dim": l.embed_dim, "num_heads": l.attn.num_heads,
+    "EncoderBlock": ("block", lambda l: _opt({"embed_dim": l.embed_dim, "num_heads": l.attn.num_heads,
                                                    "ffn_hidden": l.ffn.hidden, "causal": l.causal,
                                                    "activation": l.ffn.kind, "max_len": l.attn.max_len,
                                                    "use_bias": bool(l.attn.use_bias)},
                                                   l, (("dropout", 0.0), ("kv_tile", None)))),
-    "Dropout": (Dropout, lambda l: {"p": l.p}),
-    "DecoderBlock": (DecoderBlock, lambda l: {"embed_dim": l.embed_dim, "num_heads": l.self_attn.num_heads,
+    "Dropout": ("dropout", lambda l: {"p": l.p}),
+    "DecoderBlock": ("decoder", lambda l: {"embed_dim": l.embed_dim, "num_heads": l.self_attn.num_heads,
                                               "ffn_hidden": l.ffn.hidden, "activation": l.ffn.kind,
                                               "max_len": l.self_attn.max_len,
                                               "use_bias": bool(l.self_attn.use_bias)}),
-    "Transformer": (Transformer, lambda l: {"src_vocab": l.src_vocab, "tgt_vocab": l.tgt_vocab,
+    "Transformer": ("decoder", lambda l: {"src_vocab": l.src_vocab, "tgt_vocab": l.tgt_vocab,
                                             "embed_dim": l.embed_dim, "num_heads": l.num_heads,
                                             "ffn_hidden": l.ffn_hidden,
                                             "num_encoder_layers": len(l.encoder),
                                             "num_decoder_layers": len(l.decoder), "max_len": l.max_len,
                                             "activation": l.activation, "use_bias": bool(l.use_bias)}),
-    "Conv1D": (Conv1D, lambda l: {"in_channels": l.in_channels, "out_channels": l.out_channels,
+    "Conv1D": ("conv", lambda l: {"in_channels": l.in_channels, "out_channels": l.out_channels,
                                   "kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding,
                                   "dilation": l.dilation, "groups": l.groups, "use_bias": bool(l.use_bias)}),
-    "MaxPool1D": (MaxPool1D, lambda l: {"kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding}),
-    "AvgPool1D": (AvgPool1D, lambda l: {"kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding}),
-    "LearnedPositionalEmbedding": (LearnedPositionalEmbedding,
+    "MaxPool1D": ("pool1d", lambda l: {"kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding}),
+    "AvgPool1D": ("pool1d", lambda l: {"kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding}),
+    "LearnedPositionalEmbedding": ("posembed",
                                    lambda l: {"max_len": l.max_len, "embed_dim": l.embed_dim}),
 }
 
@@ -79,7 +94,7 @@ def _layer_spec(layer, where):
     if isinstance(layer, Sequential):
         return {"type": "Sequential",
                 "layers": [_layer_spec(layer.layers[i], "%s[%d]" % (where, i)) for i in range(len(layer.layers))]}
-    if name not in _LAYERS or not isinstance(layer, _LAYERS[name][0]):
+    if name not in _LAYERS or not isinstance(layer, _cls(name)):
         raise ValueError("to_spec: %s is a %s, which a spec cannot describe (known: %s)"
                          % (where, name, ", ".join(sorted(_LAYERS))))
     out = {"type": name}
@@ -113,7 +128,7 @@ def _build(spec, where):
     if kind == "Reshape" and isinstance(kwargs.get("shape"), list):
         kwargs["shape"] = tuple(kwargs["shape"])
     try:
-        return _LAYERS[kind][0](**kwargs)
+        return _cls(kind)(**kwargs)
     except TypeError as e:
         raise ValueError("from_spec: %s (%s): bad arguments %r (%s)" % (where, kind, kwargs, e))
 
@@ -180,7 +195,7 @@ def _from_layer_list(layers, where):
         kw = args.pop() if args and isinstance(args[-1], dict) else {}
         args = [tuple(a) if isinstance(a, list) else a for a in args]
         try:
-            out.append(_LAYERS[one[0]][0](*args, **kw))
+            out.append(_cls(one[0])(*args, **kw))
         except (TypeError, ValueError) as e:
             raise ValueError("%s: meta['layers'][%d] %r: %s" % (where, i, one, e))
     return to_spec(Sequential(out))
