@@ -14,6 +14,8 @@ HEAD_SCORES = const(5)      # (B, Tq, Tk, C, NH):   att[b,h,t,j] = a[b,t,h] . b[
 HEAD_CONTEXT = const(6)     # (B, Tq, Tk, C, NH):   out[b,t,h] = sum_j att[b,h,t,j] b[b,j,h]  (A = att)
 HEAD_TRANSPOSED = const(7)  # (B, Tq, Tk, C, NH):   out[b,j,h] = sum_t att[b,h,t,j] b[b,t,h]  (A = att)
 MEAN_POOL = const(8)        # (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
+DECODE_SCORES = const(9)    # (B, T, L, C, NH):     att[b,h,j] = a[b,h] . b[b,j,h], j < T  (a = q (B, C), b = cache (B, L, C), att (B, NH, L))
+DECODE_CONTEXT = const(10)  # (B, T, L, C, NH):     out[b,h] = sum_{j<T} att[b,h,j] b[b,j,h]   (A = att, b = cache)
 # what is added to each output
 _ADD_NONE = const(0)
 _ADD_OLD = const(1)         # the old value (accumulate)
@@ -49,7 +51,7 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
     mode = _ADD_NONE
     # the geometry of each kind, one row each (x y z w u as in the kind's comment above)
     hs = 1
-    if kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED:
+    if (kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED) or kind >= DECODE_SCORES:
         hs = w // u
         nb1 = x
         nb2 = u
@@ -74,6 +76,12 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
     elif kind == HEAD_TRANSPOSED:
         M = z; N = hs; K = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
         bsn = 1; bsk = w; bsb1 = y * w; bsb2 = hs; osm = w; osn = 1; osb1 = z * w; osb2 = hs
+    elif kind == DECODE_SCORES:
+        M = 1; N = y; K = hs; asm = 0; ask = 1; asb1 = w; asb2 = hs
+        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = u * z; osb2 = z
+    elif kind == DECODE_CONTEXT:
+        M = 1; N = hs; K = y; asm = 0; ask = 1; asb1 = u * z; asb2 = z
+        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = w; osb2 = hs
     else:   # MEAN_POOL
         nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z
         bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z

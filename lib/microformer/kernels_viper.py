@@ -9,6 +9,7 @@
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
 #   viper_optim        Adam / AdamW
 #   viper_elementwise  ReLU, leaky ReLU; first_nonfinite and copy (the training step's guards)
+#   viper_sequence     residual add, positional encoding add, embedding lookup / gradient, KV store
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
 # imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
 #
@@ -72,9 +73,11 @@
 #   attention backward:                  block max     dv 1e-3, dq dk 2e-3 of operand maxima (_softmax_back)
 #   cross-entropy:                       value, 1/B    2^-20 |loss| + 1e-4; dlogits 1e-4 / B
 #   Adam:                                lr, element   2e-3 lr per step (+ 2^-22 |p|); SGD is portable
-#   attention output:                    value column  1e-3 max|v| of the column (from the same scores)
+#   attention output (and decode step):  value column  1e-3 max|v| of the column (from the same scores)
 #   avgpool:                             block/element 2^-11 max_t |x| / 2^-13 of the element
 #   relu / leaky relu:                   element       exact / 1e-4 (0.01 x with a 15-bit mantissa)
+#   add, posenc add, embedding gradient: element       2^-24 |a + b| + 2^-30 max(|a|, |b|)
+#   embedding lookup, KV store:          element       exact (bit copies)
 #
 # act_forward / act_backward run RELU and LEAKY_RELU in viper and hand the smooth kinds (GELU,
 # GELU_TANH, TANH, SIGMOID) to the portable kernel.
@@ -84,20 +87,21 @@ from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TA
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
                          matmul_backward_input_acc, matmul_forward)
-from .viper_softmax import attention_backward, attention_forward, crossentropy_softmax  # noqa: F401
+from .viper_softmax import (attention_backward, attention_decode, attention_forward,  # noqa: F401
+                            crossentropy_softmax)
 from .viper_optim import adam_update  # noqa: F401
 from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite  # noqa: F401
+from .viper_sequence import (add_forward, embedding_backward, embedding_forward,  # noqa: F401
+                             kv_store, posenc_forward)
 
 # The kernels of kernels.py that are portable by design on this backend: the same functions as
 # the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have
 # a viper version above (tests/test_viper_split.py checks both ways).
 PORTABLE = (
     "mse", "sum_squares", "scale_inplace", "sgd_update",             # loss and optimizer odds and ends
-    "add_forward",                                                   # the residual add
     "layernorm_forward", "layernorm_backward",
-    "embedding_forward", "embedding_backward",
-    "posenc_table", "posenc_forward",
-    "kv_store", "attention_decode", "attention_scores",              # KV-cache decoding
+    "posenc_table",                                                  # built once per layer (sin, cos)
+    "attention_scores",                                              # the golden vectors' stages
 )
 for _n in PORTABLE:
     globals()[_n] = getattr(_pk, _n)
