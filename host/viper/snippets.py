@@ -464,3 +464,18 @@ def fadd(po, oi, xa, xb, ea, eb, ma, mb, d, v, e, sg):
             sg = 1
             v = 0 - v
         #@ pack_even(po, oi, v, e, sg)
+
+
+def ldiv(v, e, dv, q, rem):
+    """v * 2^e /= dv for 0 <= v < 2^30 and 0 < dv < 2^30, by long division: v becomes the
+    quotient with 29 or 30 significant bits (truncated), e its exponent (v = 0 stays 0)."""
+    q = v // dv
+    rem = v - q * dv
+    while q < 0x20000000 and v != 0:
+        rem = rem << 1
+        q = q << 1
+        e -= 1
+        if rem >= dv:
+            rem -= dv
+            q += 1
+    v = q

@@ -9,6 +9,7 @@
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
 #   viper_optim        Adam / AdamW
 #   viper_elementwise  ReLU, leaky ReLU; first_nonfinite and copy (the training step's guards)
+#   viper_norm         LayerNorm forward
 #   viper_sequence     residual add, positional encoding add, embedding lookup / gradient, KV store
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
 # imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
@@ -78,6 +79,7 @@
 #   relu / leaky relu:                   element       exact / 1e-4 (0.01 x with a 15-bit mantissa)
 #   add, posenc add, embedding gradient: element       2^-24 |a + b| + 2^-30 max(|a|, |b|)
 #   embedding lookup, KV store:          element       exact (bit copies)
+#   layernorm forward:                   element       4e-4 |xhat w| + 2^-23 |y|; rstd 2e-4; mean 2^-23 max|x|
 #
 # act_forward / act_backward run RELU and LEAKY_RELU in viper and hand the smooth kinds (GELU,
 # GELU_TANH, TANH, SIGMOID) to the portable kernel.
@@ -91,6 +93,7 @@ from .viper_softmax import (attention_backward, attention_decode, attention_forw
                             crossentropy_softmax)
 from .viper_optim import adam_update  # noqa: F401
 from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite  # noqa: F401
+from .viper_norm import layernorm_forward  # noqa: F401
 from .viper_sequence import (add_forward, embedding_backward, embedding_forward,  # noqa: F401
                              kv_store, posenc_forward)
 
@@ -99,7 +102,7 @@ from .viper_sequence import (add_forward, embedding_backward, embedding_forward,
 # a viper version above (tests/test_viper_split.py checks both ways).
 PORTABLE = (
     "mse", "sum_squares", "scale_inplace", "sgd_update",             # loss and optimizer odds and ends
-    "layernorm_forward", "layernorm_backward",
+    "layernorm_backward",
     "posenc_table",                                                  # built once per layer (sin, cos)
     "attention_scores",                                              # the golden vectors' stages
 )

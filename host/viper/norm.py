@@ -1,0 +1,192 @@
+# microformer.viper_norm: LayerNorm forward in integers on the raw float32 bits.
+import micropython
+from array import array
+from .viper_common import _iscratch, _mant15
+
+_EPS = {}                       # eps -> (15-bit mantissa, exponent)
+_NAN = array("f", [float("nan")])
+
+
+# ERROR BOUND (tests/test_viper_range.py), per row of C values x (finite):
+#   mean within 2^-23 max|x| of the exact mean; rstd within 2e-4 rstd*; each output within
+#   4e-4 |xhat* w| + 2^-23 |y*| (+ 2^-126) of y* = xhat* w + b, xhat* = (x - mean*) rstd*.
+#   A row holding inf or NaN gives NaN outputs, mean and rstd (as float arithmetic would).
+# How: the row is quantized to P = min(24, 29 - clog2 C) bits of its largest exponent
+#   (x_i = q_i 2^L; exact for C <= 32 unless the row spans more than 24 binary orders), and
+#   d_i = C q_i - sum_j q_j = C (x_i - mean) 2^-L is exact, |d_i| < 2^30 [B6]. The squares use d
+#   cut to 22 bits, split into 11-bit halves (h^2 + (2 h l + l^2 / 2^11) / 2^11 < 2^22 + 2^13,
+#   summed over at most 2^8 rows per shift: < 2^31); var = sum / C^3 by long division; var +
+#   eps (an aligned add), an integer square root (15 bits, rounded) and 2^30 / r give rstd;
+#   y = d (16 bits) * rstd / C (15 bits) -> 16 bits, times w (15 bits) < 2^31, then + b.
+@micropython.viper
+def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, epe: int):
+    po = ptr32(out)
+    pm = ptr32(mean)
+    pr = ptr32(rstd)
+    pi = ptr32(inp)
+    pw = ptr32(weight)
+    pb = ptr32(bias)
+    S = ptr32(s)
+    NANB = ptr32(nan)[0]
+    b30 = 30
+    top = 1 << b30                      # 2^30 (a literal would be folded into a bigint)
+    b31 = 31
+    sx = 1 << b31
+    lc = 0                              # clog2(C)
+    while (1 << lc) < C:
+        lc += 1
+    P = 29 - lc
+    if P > 24:
+        P = 24
+    sh3 = 0                             # the squares are summed 2^8 at a time
+    if lc > 8:
+        sh3 = lc - 8
+    for n in range(N):
+        ib = n * C
+        emax = 0
+        for c in range(C):
+            e = (pi[ib + c] >> 23) & 0xFF
+            if e > emax:
+                emax = e
+        if emax == 255:                 # inf or NaN in the row
+            for c in range(C):
+                po[ib + c] = NANB
+            pm[n] = NANB
+            pr[n] = NANB
+            continue
+        if emax == 0:
+            emax = 1
+        base = emax + 24 - P
+        L = base - 150
+        # quantize: q_c = round(x_c 2^-L), |q_c| <= 2^P; sum
+        sm = 0
+        for c in range(C):
+            x = pi[ib + c]
+            e = (x >> 23) & 0xFF
+            q = 0
+            if e != 0:
+                q = (x & 0x7FFFFF) | 0x800000
+                sh = base - e
+                if sh > 30:
+                    q = 0
+                elif sh > 0:
+                    q = (q + (1 << (sh - 1))) >> sh
+                if (x >> 31) & 1:
+                    q = 0 - q
+            S[c] = q
+            sm += q                                             #!chk sm
+        # mean = sm / C * 2^L
+        v = sm
+        sg = 0
+        if v < 0:
+            sg = 1
+            v = 0 - v
+        e = L
+        #@ ldiv(v, e, C, qq, rem)
+        #@ pack(pm, n, v, e, sg, t, sh, bx)
+        # d_c = C q_c - sum (exact), the largest |d|
+        dmax = 0
+        for c in range(C):
+            d = C * ((S[c] ^ sx) - sx) - sm                     #!chk d
+            S[c] = d
+            if d < 0:
+                d = 0 - d
+            if d > dmax:
+                dmax = d
+        # d cut to 22 bits: dn = d 2^-ds
+        ds = 0
+        if dmax != 0:
+            while (dmax >> ds) >= 0x400000:
+                ds += 1
+            if ds == 0:
+                while ds > 0 - 22 and (dmax << (0 - ds)) < 0x200000:
+                    ds -= 1
+        ssq = 0
+        rh = (1 << sh3) >> 1
+        for c in range(C):
+            d = (S[c] ^ sx) - sx        # (ptr32 loads zero-extend on a 64-bit host)
+            if d < 0:
+                d = 0 - d
+            if ds > 0:
+                d = (d + (1 << (ds - 1))) >> ds
+            elif ds < 0:
+                d = d << (0 - ds)
+            h = d >> 11
+            lo = d & 0x7FF
+            t = h * h + ((h * lo * 2 + ((lo * lo) >> 11)) >> 11)   #!chk t
+            ssq += (t + rh) >> sh3                              #!chk ssq
+        # var = ssq 2^(22 + sh3 + 2 ds + 2 L) / C^3, then + eps
+        vm = ssq
+        ve = 22 + sh3 + ds + ds + L + L
+        if vm != 0:
+            #@ norm30(vm, ve)
+            for k in range(3):
+                #@ ldiv(vm, ve, C, qq, rem)
+        em = epm << 15                  # eps with 30 bits, like var (addto0 keeps the larger
+        ee = epe - 15                   # one's exponent; it shifts its operands in place)
+        #@ addto0(vm, ve, em, ee, sh)
+        #@ norm30(vm, ve)
+        if ve & 1:
+            vm = vm >> 1
+            ve += 1
+        #@ isqrt(vm, r)
+        if vm - r * r > r:
+            r += 1                      # sqrt(vm) rounded: r in [2^14, 2^15]
+        rq = (top + (r >> 1)) // r      # 2^30 / r in [2^15, 2^16]
+        re = 0 - 30 - (ve >> 1)
+        v = rq
+        e = re
+        sg = 0
+        #@ pack(pr, n, v, e, sg, t, sh, bx)
+        # f = rstd 2^L / C as 15 bits fm 2^fe
+        fm = rq << 13
+        fe = re + L - 13
+        #@ ldiv(fm, fe, C, qq, rem)
+        fm = fm >> 15
+        fe += 15
+        # y_c = d_c f w_c + b_c
+        for c in range(C):
+            d = (S[c] ^ sx) - sx
+            x = pb[c]
+            eb = (x >> 23) & 0xFF
+            bm = 0
+            be = 0
+            if eb != 0:
+                #@ mant30(x, bm, eb)
+                be = eb - 156
+            y = pw[c]
+            ew = (y >> 23) & 0xFF
+            v = 0
+            e = 0
+            if d != 0 and ew != 0:
+                sg = (y >> 31) & 1
+                if d < 0:
+                    sg = sg ^ 1
+                    d = 0 - d
+                e = 0
+                while d >= 0x10000:
+                    d = d >> 1
+                    e += 1
+                while d < 0x8000:
+                    d = d << 1
+                    e -= 1
+                v = (d * fm) >> 15                              #!chk v
+                wm = ((y & 0x7FFFFF) | 0x800000) >> 9
+                if ew == 255:
+                    wm = 0x7FFF
+                    ew = 254
+                v = (v * wm + 1) >> 1                           #!chk v
+                e = e + fe + 15 + ew - 150 + 9 + 1
+                if sg:
+                    v = 0 - v
+            #@ addto0(v, e, bm, be, sh)
+            #@ store(po, ib + c, v, e)
+
+
+def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
+    # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
+    # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved for the backward
+    ep = _EPS.get(eps)
+    if ep is None:
+        ep = _EPS[eps] = _mant15(eps)
+    _ln(out, mean, rstd, inp, weight, bias, _iscratch(C), _NAN, N, C, ep[0], ep[1])
