@@ -479,3 +479,27 @@ def ldiv(v, e, dv, q, rem):
             rem -= dv
             q += 1
     v = q
+
+
+def lookup(x, T, ex, tq, k, f, dl, ph):
+    """ph = the table T at |x| (float32 bits x, exponent ex < 255) in Q29, linearly interpolated
+    on its grid of step 1/64 over [0, 6] (385 entries); 2^29 (that is 1) beyond. The index in Q16
+    is tq = |x| 2^22 < 2^26; the step difference dl < 2^23 times the fraction's two bytes < 2^31."""
+    tq = 0
+    if ex >= 130:
+        tq = 384 << 16                  # |x| >= 8: beyond the table
+    elif ex != 0:
+        tq = (x & 0x7FFFFF) | 0x800000
+        if ex >= 128:
+            tq = tq << (ex - 128)
+        elif 128 - ex > 30:
+            tq = 0
+        else:
+            tq = tq >> (128 - ex)
+    k = tq >> 16
+    if k >= 384:
+        ph = 1 << 29
+    else:
+        f = tq & 0xFFFF
+        dl = T[k + 1] - T[k]                            #!chk dl
+        ph = T[k] + ((dl * (f >> 8) + ((dl * (f & 0xFF)) >> 8)) >> 8)   #!chk ph

@@ -8,7 +8,7 @@
 #   viper_gemm         the block-float GEMM: Dense, the attention products, mean pooling
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
 #   viper_optim        Adam / AdamW
-#   viper_elementwise  ReLU, leaky ReLU; first_nonfinite and copy (the training step's guards)
+#   viper_elementwise  ReLU, leaky ReLU, GELU (both forms); first_nonfinite and copy (the training step's guards)
 #   viper_norm         LayerNorm forward
 #   viper_sequence     residual add, positional encoding add, embedding lookup / gradient, KV store
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
@@ -79,10 +79,11 @@
 #   relu / leaky relu:                   element       exact / 1e-4 (0.01 x with a 15-bit mantissa)
 #   add, posenc add, embedding gradient: element       2^-24 |a + b| + 2^-30 max(|a|, |b|)
 #   embedding lookup, KV store:          element       exact (bit copies)
+#   gelu, gelu_tanh:                     element       1e-5 |x| + 1e-4 |y|; gradient 4e-5 |dout| + 1e-4 |dinp|
 #   layernorm forward:                   element       4e-4 |xhat w| + 2^-23 |y|; rstd 2e-4; mean 2^-23 max|x|
 #
-# act_forward / act_backward run RELU and LEAKY_RELU in viper and hand the smooth kinds (GELU,
-# GELU_TANH, TANH, SIGMOID) to the portable kernel.
+# act_forward / act_backward run RELU, LEAKY_RELU, GELU and GELU_TANH in viper and hand TANH and
+# SIGMOID to the portable kernel.
 
 from . import kernels as _pk
 from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
