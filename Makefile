@@ -23,7 +23,7 @@ CHECKPOINT := build/iris.mfck
 MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
-.PHONY: setup test mp32 demo iris digits charlm pretrain deploy flash repl selftest bench golden plots \
+.PHONY: setup test mp32 demo iris digits charlm sensor pretrain deploy flash repl selftest bench golden plots \
         board-up board-down package viper compile-check clean
 
 setup: $(STAMP)
@@ -67,6 +67,14 @@ digits: setup
 
 charlm: setup
 	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import charlm; charlm.main()"
+
+# Sensor windows (BasicMotions: smartwatch accelerometer + gyroscope, 4 activities): Conv1D ->
+# MaxPool1D -> EncoderBlock classifier trained on the host (NumPy), then in the unix port: held-out
+# accuracy of the checkpoint, 3 fine-tuning epochs, accuracy again (board/sensor.py).
+SENSOR_CK := build/sensor.mfck
+sensor: setup
+	$(PY) host/sensor.py --epochs 60 --out $(SENSOR_CK)
+	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=16M -c "import sensor; sensor.main('../$(SENSOR_CK)')"
 
 # A host-pretrained Iris checkpoint (what the board fine-tunes).
 pretrain: $(CHECKPOINT)

@@ -328,3 +328,114 @@ def encoder_block_backward(dy, cache, p):
         if v is not None:
             g["dattn." + k[1:]] = v
     return dx1 + dl1, g
+
+
+# ---------------------------------------------------------------- Conv1D, 1-D pooling, learned positions
+# Channels last: x [B, L, C]. A tap j of output position t reads padded position t*stride + j*dilation
+# (padded position q is input position q - padding; outside the input it is padding).
+
+
+def conv1d_out_len(L, k, stride=1, padding=0, dilation=1):
+    return (L + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+
+
+def conv1d_forward(x, W, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """y[b,t,o] = b[o] + sum_{c,j} W[o,c,j] xpad[b, t*stride + j*dilation, g*Cg + c], g = o // (Cout/groups);
+    zero padding. W [Cout, Cin/groups, k]. Returns y [B, Lout, Cout] and a cache."""
+    B, L, Cin = x.shape
+    Cout, Cg, k = W.shape
+    OCg = Cout // groups
+    Lout = conv1d_out_len(L, k, stride, padding, dilation)
+    xp = np.concatenate([np.zeros((B, padding, Cin)), x, np.zeros((B, padding, Cin))], axis=1)
+    y = np.zeros((B, Lout, Cout))
+    for o in range(Cout):
+        g = o // OCg
+        for j in range(k):
+            start = j * dilation
+            seg = xp[:, start:start + stride * (Lout - 1) + 1:stride, g * Cg:(g + 1) * Cg]   # (B, Lout, Cg)
+            y[:, :, o] += seg @ W[o, :, j]
+    if b is not None:
+        y = y + b
+    return y, (xp, W, stride, padding, dilation, groups, L)
+
+
+def conv1d_backward(dy, cache):
+    """dx [B,L,Cin], dW [Cout,Cg,k], db [Cout] of conv1d_forward."""
+    xp, W, stride, padding, dilation, groups, L = cache
+    Cout, Cg, k = W.shape
+    OCg = Cout // groups
+    Lout = dy.shape[1]
+    dxp = np.zeros_like(xp)
+    dW = np.zeros_like(W)
+    for o in range(Cout):
+        g = o // OCg
+        for j in range(k):
+            start = j * dilation
+            sl = slice(start, start + stride * (Lout - 1) + 1, stride)
+            seg = xp[:, sl, g * Cg:(g + 1) * Cg]
+            dW[o, :, j] = np.einsum("bt,btc->c", dy[:, :, o], seg)
+            dxp[:, sl, g * Cg:(g + 1) * Cg] += dy[:, :, o][:, :, None] * W[o, :, j]
+    return dxp[:, padding:padding + L], dW, dy.sum(axis=(0, 1))
+
+
+def _pool_windows(L, k, stride, padding):
+    """Per output position, the input positions of its window that lie inside 0..L-1."""
+    Lout = (L + 2 * padding - k) // stride + 1
+    return [[q - padding for q in range(t * stride, t * stride + k) if 0 <= q - padding < L] for t in range(Lout)]
+
+
+def maxpool1d_forward(x, k, stride=None, padding=0):
+    """y[b,t,c] = max over window t (padding never wins); the first maximum is the one that gets
+    the gradient. Returns y and a cache (the argmax positions)."""
+    stride = stride or k
+    B, L, C = x.shape
+    wins = _pool_windows(L, k, stride, padding)
+    y = np.zeros((B, len(wins), C))
+    arg = np.zeros((B, len(wins), C), dtype=int)
+    for t, w in enumerate(wins):
+        vals = x[:, w, :]                              # (B, len(w), C)
+        first = np.argmax(vals, axis=1)                # first occurrence of the maximum
+        arg[:, t, :] = np.asarray(w)[first]
+        y[:, t, :] = vals.max(axis=1)
+    return y, (arg, x.shape)
+
+
+def maxpool1d_backward(dy, cache):
+    arg, shape = cache
+    dx = np.zeros(shape)
+    B, Lout, C = dy.shape
+    for b in range(B):
+        for t in range(Lout):
+            for c in range(C):
+                dx[b, arg[b, t, c], c] += dy[b, t, c]
+    return dx
+
+
+def avgpool1d_forward(x, k, stride=None, padding=0):
+    """y[b,t,c] = (sum over window t) / k: padded positions count as zeros (count_include_pad)."""
+    stride = stride or k
+    B, L, C = x.shape
+    wins = _pool_windows(L, k, stride, padding)
+    return np.stack([x[:, w, :].sum(axis=1) / k for w in wins], axis=1)
+
+
+def avgpool1d_backward(dy, L, k, stride=None, padding=0):
+    stride = stride or k
+    B, Lout, C = dy.shape
+    dx = np.zeros((B, L, C))
+    for t, w in enumerate(_pool_windows(L, k, stride, padding)):
+        for q in w:
+            dx[:, q, :] += dy[:, t, :] / k
+    return dx
+
+
+def learned_posembed_forward(x, W, start=0):
+    """y[b,s] = x[b,s] + W[start + s] (W [max_len, E] learned)."""
+    return x + W[start:start + x.shape[1]]
+
+
+def learned_posembed_backward(dy, max_len, start=0):
+    """dx = dy; dW rows start.. = sum over the batch of dy, other rows 0."""
+    dW = np.zeros((max_len, dy.shape[2]))
+    dW[start:start + dy.shape[1]] = dy.sum(axis=0)
+    return dy, dW

@@ -13,7 +13,10 @@
 Supported: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01),
 nn.MultiheadAttention (batch_first=True), nn.LayerNorm, nn.Embedding,
 nn.TransformerEncoderLayer (norm_first=True, batch_first=True), nn.Sequential, nn.Unflatten(1, ...),
-and this file's GlobalAvgPool, PositionalEncoding and FeedForward modules. Anything else is named in
+and this file's GlobalAvgPool, PositionalEncoding, FeedForward, LearnedPositionalEmbedding modules and
+its channels-last ChannelsLastConv1d / ChannelsLastMaxPool1d / ChannelsLastAvgPool1d (nn.Conv1d,
+nn.MaxPool1d, nn.AvgPool1d over [B, L, C]: microformer's layout; the plain torch modules take
+[B, C, L] and are refused, since converting them would change what the model computes). Anything else is named in
 the error. torch is needed on the host only; the board never imports it.
 """
 import argparse
@@ -72,6 +75,49 @@ class FeedForward(nn.Module):
         return self.linear2(self.act(self.linear1(x)))
 
 
+class ChannelsLastConv1d(nn.Conv1d):
+    """nn.Conv1d on [B, L, C] (microformer.Conv1D): same parameters and state_dict names."""
+
+    def forward(self, x):
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+
+
+class ChannelsLastMaxPool1d(nn.MaxPool1d):
+    """nn.MaxPool1d on [B, L, C] (microformer.MaxPool1D)."""
+
+    def forward(self, x):
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+
+
+class ChannelsLastAvgPool1d(nn.AvgPool1d):
+    """nn.AvgPool1d on [B, L, C] (microformer.AvgPool1D; count_include_pad=True)."""
+
+    def forward(self, x):
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """x [B,S,E] + weight[:S], weight [max_len, E] learned (microformer.LearnedPositionalEmbedding)."""
+
+    def __init__(self, max_len, embed_dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(max_len, embed_dim))
+
+    def forward(self, x):
+        return x + self.weight[:x.shape[1]]
+
+
+def _one(v, where, m, what):
+    # a torch 1-d size: an int or a 1-tuple
+    if isinstance(v, (tuple, list)):
+        if len(v) != 1:
+            _refuse(where, m, "%s=%r is not one-dimensional" % (what, v))
+        v = v[0]
+    if not isinstance(v, int):
+        _refuse(where, m, "%s=%r is not supported (an int is)" % (what, v))
+    return v
+
+
 def _torch_activation(kind):
     return {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU("tanh"), "tanh": nn.Tanh,
             "sigmoid": nn.Sigmoid, "leaky_relu": lambda: nn.LeakyReLU(0.01)}[kind]()
@@ -105,6 +151,28 @@ def _convert(m, where, ignore_dropout):
         return mf.ActivationLayer(kind)
     if isinstance(m, nn.Sequential):
         return mf.Sequential([_convert(c, "%s[%d]" % (where, i), ignore_dropout) for i, c in enumerate(m)])
+    if isinstance(m, ChannelsLastConv1d):
+        if m.padding_mode != "zeros":
+            _refuse(where, m, "padding_mode=%r (only 'zeros')" % m.padding_mode)
+        return mf.Conv1D(m.in_channels, m.out_channels, _one(m.kernel_size, where, m, "kernel_size"),
+                         stride=_one(m.stride, where, m, "stride"), padding=_one(m.padding, where, m, "padding"),
+                         dilation=_one(m.dilation, where, m, "dilation"), groups=m.groups,
+                         use_bias=m.bias is not None)
+    if isinstance(m, ChannelsLastMaxPool1d):
+        if _one(m.dilation, where, m, "dilation") != 1 or m.ceil_mode or m.return_indices:
+            _refuse(where, m, "only dilation=1, ceil_mode=False, return_indices=False")
+        return mf.MaxPool1D(_one(m.kernel_size, where, m, "kernel_size"), _one(m.stride, where, m, "stride"),
+                            _one(m.padding, where, m, "padding"))
+    if isinstance(m, ChannelsLastAvgPool1d):
+        if m.ceil_mode or not m.count_include_pad:
+            _refuse(where, m, "only ceil_mode=False, count_include_pad=True")
+        return mf.AvgPool1D(_one(m.kernel_size, where, m, "kernel_size"), _one(m.stride, where, m, "stride"),
+                            _one(m.padding, where, m, "padding"))
+    if isinstance(m, (nn.Conv1d, nn.MaxPool1d, nn.AvgPool1d)):
+        _refuse(where, m, "takes [B, C, L]; microformer's layers take [B, L, C]: use torch_io's "
+                          "ChannelsLast%s (same parameters and state_dict names)" % type(m).__name__)
+    if isinstance(m, LearnedPositionalEmbedding):
+        return mf.LearnedPositionalEmbedding(m.weight.shape[0], m.weight.shape[1])
     if isinstance(m, nn.Linear):
         return mf.Dense(m.in_features, m.out_features, use_bias=m.bias is not None)
     if isinstance(m, nn.MultiheadAttention):
@@ -155,7 +223,9 @@ def _convert(m, where, ignore_dropout):
                               use_bias=m.linear1.bias is not None)
     _refuse(where, m, "no microformer layer for it (supported: Linear, ReLU, GELU, Tanh, Sigmoid, "
                       "LeakyReLU, MultiheadAttention, LayerNorm, Embedding, TransformerEncoderLayer, "
-                      "Sequential, Unflatten, and GlobalAvgPool/PositionalEncoding/FeedForward of torch_io)")
+                      "Sequential, Unflatten, and GlobalAvgPool/PositionalEncoding/FeedForward/"
+                      "LearnedPositionalEmbedding/ChannelsLastConv1d/ChannelsLastMaxPool1d/"
+                      "ChannelsLastAvgPool1d of torch_io)")
 
 
 def from_torch(module, ignore_dropout=False):
@@ -194,6 +264,16 @@ def _to_module(layer, where):
         return PositionalEncoding(layer.max_len, layer.embed_dim)
     if isinstance(layer, mf.FeedForward):
         return FeedForward(layer.embed_dim, layer.hidden, layer.kind, bias=bool(layer.fc1.use_bias))
+    if isinstance(layer, mf.Conv1D):
+        return ChannelsLastConv1d(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
+                                  padding=layer.padding, dilation=layer.dilation, groups=layer.groups,
+                                  bias=bool(layer.use_bias))
+    if isinstance(layer, mf.MaxPool1D):
+        return ChannelsLastMaxPool1d(layer.kernel_size, layer.stride, layer.padding)
+    if isinstance(layer, mf.AvgPool1D):
+        return ChannelsLastAvgPool1d(layer.kernel_size, layer.stride, layer.padding)
+    if isinstance(layer, mf.LearnedPositionalEmbedding):
+        return LearnedPositionalEmbedding(layer.max_len, layer.embed_dim)
     raise ValueError("to_torch: %s is a %s, which has no torch counterpart here" % (where, name))
 
 

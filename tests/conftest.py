@@ -1,4 +1,8 @@
-"""pytest fixtures shared by every test file.
+"""pytest fixtures shared by every test file (importing helpers sets the import path once).
+
+`pretrained_iris`: (path, stdout) of the Iris checkpoint host/pretrain.py writes (100 epochs, as
+`make pretrain`), made once per test session. `iris_flash(folder)`: a folder holding what `make
+deploy` puts on a board's flash: iris.mfck (that checkpoint) and data/iris.csv.
 
 `micropython`: the path of a MicroPython interpreter; a test that takes it runs once per
 interpreter: 'stock' (the 64-bit, double-precision unix port from requirements.txt) and 'mp32'
@@ -7,6 +11,9 @@ object sizes; `MICROPYTHON32` overrides its path). Under CI (`CI=true`) both mus
 missing one fails the run instead of shrinking it.
 """
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -30,3 +37,25 @@ def pytest_generate_tests(metafunc):
     if "micropython" in metafunc.fixturenames:
         names = helpers.interpreters()
         metafunc.parametrize("micropython", [helpers.interpreter_path(n) for n in names], ids=names)
+
+
+@pytest.fixture(scope="session")
+def pretrained_iris(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("pretrain") / "iris.mfck")
+    proc = subprocess.run([sys.executable, os.path.join(helpers.HOST, "pretrain.py"),
+                           "--data", os.path.join(helpers.ROOT, "datasets", "iris.csv"),
+                           "--epochs", "100", "--out", out],
+                          capture_output=True, text=True, timeout=600, cwd=helpers.ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc.stdout
+
+
+@pytest.fixture
+def iris_flash(pretrained_iris):
+    def make(folder):
+        os.makedirs(os.path.join(str(folder), "data"))
+        shutil.copy(pretrained_iris[0], os.path.join(str(folder), "iris.mfck"))
+        shutil.copy(os.path.join(helpers.ROOT, "datasets", "iris.csv"),
+                    os.path.join(str(folder), "data", "iris.csv"))
+        return str(folder)
+    return make

@@ -1,7 +1,6 @@
 """Attention-family cases (inputs, weights, upstream grads) and expected results from host/reference.py."""
 import numpy as np
 
-import helpers  # noqa: F401  (puts lib/ host/ on sys.path)
 import reference as ref
 from helpers import f32
 from layer_cases import ATTN_NAMES, _spec

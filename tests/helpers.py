@@ -1,4 +1,11 @@
-"""Shared test helpers: paths, the MicroPython runner, numeric comparison."""
+"""Shared test helpers: paths, the script runners, numeric comparison.
+
+The import path is set here, once, for the whole suite (conftest.py imports this module): lib/
+(the package), board/ (what a board has in its root folder: finetune, iris, ...), host/ and
+tests/. Scripts run inside MicroPython or as a CPython subprocess get the same folders
+(MICROPYPATH / PYTHONPATH), the way a board has them: run one by hand with
+    MICROPYPATH=lib:board:tests micropython tests/<name>_mp.py [args]
+"""
 import json
 import os
 import subprocess
@@ -8,9 +15,11 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "lib")
+BOARD = os.path.join(ROOT, "board")
 HOST = os.path.join(ROOT, "host")
 TESTS = os.path.join(ROOT, "tests")
-for _p in (LIB, HOST, TESTS):
+SCRIPT_PATH = [LIB, BOARD, TESTS]        # what a script sees, in MicroPython or a CPython subprocess
+for _p in (LIB, BOARD, HOST, TESTS):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
@@ -58,24 +67,46 @@ def traits(exe):
     return _TRAITS[exe]
 
 
+def script(name):
+    """The path of a script in tests/ (a file that runs in MicroPython and CPython alike)."""
+    path = os.path.join(TESTS, name)
+    assert os.path.exists(path), path
+    return path
+
+
+def micropython_env():
+    return dict(os.environ, MICROPYPATH=os.pathsep.join(SCRIPT_PATH))
+
+
 def run_micropython(script, *args, heap="4M", timeout=600, cwd=None, exe=None):
-    """Run a script under MicroPython (`exe`, default the stock port) with lib/ and tests/
-    importable; return stdout."""
-    env = dict(os.environ, MICROPYPATH=os.pathsep.join([LIB, TESTS]))
-    proc = subprocess.run([exe or micropython_path(), "-X", "heapsize=" + heap, script] + list(args),
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT)
+    """Run a script under MicroPython (`exe`, default the stock port) with lib/, board/ and
+    tests/ importable; return stdout (a non-zero exit, e.g. a failed assert, fails the test)."""
+    proc = subprocess.run([exe or micropython_path(), "-X", "heapsize=" + heap, str(script)] + [str(a) for a in args],
+                          capture_output=True, text=True, timeout=timeout, env=micropython_env(), cwd=cwd or ROOT)
     assert proc.returncode == 0, "micropython failed (rc=%d):\n%s\n%s" % (
         proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
     return proc.stdout
 
 
-def run_cases_micropython(cases, tmp_path, backend="python", exe=None):
+def run_cpython(script, *args, timeout=600, cwd=None):
+    """The same script as a CPython subprocess with the same folders importable; return stdout."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(SCRIPT_PATH))
+    proc = subprocess.run([sys.executable, str(script)] + [str(a) for a in args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=cwd or ROOT)
+    assert proc.returncode == 0, "python failed (rc=%d):\n%s\n%s" % (
+        proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+    return proc.stdout
+
+
+def run_cases_micropython(cases, tmp_path, backend="python", exe=None, heap="4M"):
     """The driver inside MicroPython on one backend: cases in, results out (JSON)."""
     src = tmp_path / ("cases-%s.json" % backend)
     dst = tmp_path / ("results-%s.json" % backend)
     src.write_text(json.dumps(cases))
-    run_micropython(os.path.join(TESTS, "mf_driver.py"), str(src), str(dst), backend, exe=exe)
-    return json.loads(dst.read_text())
+    run_micropython(script("mf_driver.py"), str(src), str(dst), backend, heap=heap, exe=exe)
+    results = json.loads(dst.read_text())
+    assert len(results) == len(cases), "%d cases, %d results" % (len(cases), len(results))
+    return results
 
 
 def rel_err(got, want):

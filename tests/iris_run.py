@@ -1,11 +1,7 @@
 # Runs board/iris.py's main() and prints its result as JSON (MicroPython or CPython).
-#   micropython tests/iris_run.py [python|viper] [epochs]
+#   MICROPYPATH=lib:board:tests micropython tests/iris_run.py [python|viper] [epochs]
 import json
 import sys
-
-for _p in ("board", "../board"):
-    if _p not in sys.path:
-        sys.path.append(_p)
 
 if __name__ == "__main__":
     import iris

@@ -1,7 +1,6 @@
 """Layer cases (inputs, weights, upstream grads) and their expected results from host/reference.py."""
 import numpy as np
 
-import helpers  # noqa: F401  (puts lib/ host/ on sys.path)
 import reference as ref
 from helpers import f32
 

@@ -107,7 +107,7 @@ def test_damaged_checkpoint_is_refused_on_the_board(board, damage, message):
 
 
 def test_too_small_heap_names_the_memory_need(tmp_path, checkpoint):
-    with vboard.VirtualBoard(tmp_path / "small", heap="160K") as b:
+    with vboard.VirtualBoard(tmp_path / "small", heap="192K") as b:
         deploy.deploy(str(b.port), str(checkpoint))
         out = board_link.mpremote(str(b.port), "exec",
                                   "import finetune\n"

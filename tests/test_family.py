@@ -1,9 +1,6 @@
 """The attention family (LayerNorm, FeedForward, Embedding, PositionalEncoding, EncoderBlock,
 Attention lengths / cross / KV cache) vs the NumPy reference, on CPython and inside MicroPython."""
 import copy
-import json
-import os
-
 import numpy as np
 import pytest
 
@@ -11,19 +8,15 @@ import helpers
 from helpers import assert_close
 import family_bad
 import family_cases
-import mf_family_driver
+import mf_driver
 
 CASES = family_cases.all_cases()
 IDS = [c[0] for c in CASES]
 TOL = 1e-4
 
 
-def run_family_micropython(cases, tmp_path, exe, heap="4M"):
-    src = tmp_path / "cases.json"
-    dst = tmp_path / "results.json"
-    src.write_text(json.dumps(cases))
-    helpers.run_micropython(os.path.join(helpers.TESTS, "mf_family_driver.py"), str(src), str(dst), heap=heap, exe=exe)
-    return json.loads(dst.read_text())
+def run_family_micropython(cases, tmp_path, exe):
+    return helpers.run_cases_micropython(cases, tmp_path, exe=exe)
 
 
 def _check_masking(name, case, got):
@@ -48,7 +41,7 @@ def _check_masking(name, case, got):
 
 @pytest.mark.parametrize("name,case,want", CASES, ids=IDS)
 def test_family_cpython(name, case, want):
-    got = mf_family_driver.run_case(copy.deepcopy(case))
+    got = mf_driver.run_case(copy.deepcopy(case))
     helpers.check_outputs(got, want, TOL, name)
     _check_masking(name, case, got)
 
@@ -56,7 +49,7 @@ def test_family_cpython(name, case, want):
 def test_family_micropython(tmp_path, micropython):
     results = run_family_micropython([dict(c[1], backend="python") for c in CASES], tmp_path, micropython)
     assert len(results) == len(CASES)
-    for (name, case, want), got in zip(CASES, results):
+    for (name, case, want), got in zip(CASES, results, strict=True):
         helpers.check_outputs(got, want, TOL, "micropython " + name)
         _check_masking(name, case, got)
 
@@ -67,13 +60,13 @@ def test_family_micropython_viper(tmp_path, micropython):
     cases = [dict(c[1], backend="viper") for c in CASES]
     results = run_family_micropython(cases, tmp_path, micropython)
     assert len(results) == len(CASES)
-    for (name, case, want), got in zip(CASES, results):
+    for (name, case, want), got in zip(CASES, results, strict=True):
         helpers.check_outputs(got, want, 5e-3, "micropython viper " + name)
 
 
 def test_grads_accumulate_in_block():
     name, case, want = CASES[-4]
-    got = mf_family_driver.run_case(dict(copy.deepcopy(case), repeat=2))
+    got = mf_driver.run_case(dict(copy.deepcopy(case), repeat=2))
     assert_close(got["dattn.Wq"], 2 * want["dattn.Wq"], TOL, "dattn.Wq twice")
     assert_close(got["dffn.W1"], 2 * want["dffn.W1"], TOL, "dffn.W1 twice")
     assert_close(got["dln1.gamma"], 2 * want["dln1.gamma"], TOL, "dln1.gamma twice")
@@ -82,7 +75,7 @@ def test_grads_accumulate_in_block():
 
 def test_embedding_grads_accumulate():
     name, case, want = CASES[5]
-    got = mf_family_driver.run_case(dict(copy.deepcopy(case), repeat=3))
+    got = mf_driver.run_case(dict(copy.deepcopy(case), repeat=3))
     assert_close(got["dW"], 3 * want["dW"], TOL, "dW after 3 passes")
 
 
@@ -119,16 +112,18 @@ def test_block_composes_in_sequential_and_names_are_unique():
 
 
 def _decode_check(results):
-    for (name, _), got in zip(family_cases.DECODE, results):
+    for (name, _), got in zip(family_cases.DECODE, results, strict=True):
         assert got["rel_err"] <= 1e-5, "%s: decoded vs full forward rel err %.3g" % (name, got["rel_err"])
-        assert got["kv_bytes_per_token"] > 0
+        # the figure the library reports is what its cache holds per token
+        assert got["kv_bytes_per_token"] == got["kv_cache_per_token"] > 0, (name, got["kv_bytes_per_token"])
 
 
 def test_kv_cache_cpython():
-    _decode_check([mf_family_driver.run_case(copy.deepcopy(c)) for _, c in family_cases.DECODE])
+    results = [mf_driver.run_case(copy.deepcopy(c)) for _, c in family_cases.DECODE]
+    _decode_check(results)
+    # float32 K and V rows of E values per block
     c = family_cases.DECODE[-1][1]
-    got = mf_family_driver.run_case(copy.deepcopy(c))
-    assert got["kv_bytes_per_token"] == c["blocks"] * 2 * 4 * c["E"]
+    assert results[-1]["kv_bytes_per_token"] == c["blocks"] * 2 * 4 * c["E"]
 
 
 def test_kv_cache_micropython(tmp_path, micropython):
@@ -140,7 +135,7 @@ def test_kv_cache_micropython_viper(tmp_path, micropython):
     cases = [dict(c, backend="viper") for _, c in family_cases.DECODE]
     results = run_family_micropython(cases, tmp_path, micropython)
     assert len(results) == len(family_cases.DECODE)
-    for (name, _), got in zip(family_cases.DECODE, results):
+    for (name, _), got in zip(family_cases.DECODE, results, strict=True):
         assert got["rel_err"] <= 5e-3, "%s viper: rel err %.3g" % (name, got["rel_err"])
 
 

@@ -1,6 +1,5 @@
 """Golden vectors (host/golden.py -> tests/golden/attention.mfg): the file is current, its
 invariants hold, and lib's Attention matches every stage on CPython and inside MicroPython."""
-import os
 
 import numpy as np
 
@@ -47,23 +46,8 @@ def test_golden_lib_cpython():
     assert max(errors.values()) <= 1e-4, errors
 
 
-MP_SCRIPT = """
-import sys
-from microformer import golden
-for be in ("python", "viper"):
-    e, p = golden.check_attention(sys.argv[1], be)
-    worst = max(e.values())
-    print(be, worst, len(p))
-    assert not p, p
-    assert worst <= (1e-4 if be == "python" else 5e-3), (be, e)
-print("GOLDEN OK")
-"""
-
-
 def test_golden_lib_micropython(tmp_path, micropython):
-    script = tmp_path / "golden_check.py"
-    script.write_text(MP_SCRIPT)
-    out = helpers.run_micropython(str(script), PATH, exe=micropython)
+    out = helpers.run_micropython(helpers.script("golden_mp.py"), PATH, exe=micropython)
     assert "GOLDEN OK" in out, out
 
 

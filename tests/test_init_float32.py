@@ -2,9 +2,6 @@
 the 32-bit single-precision port, and those bits are the ones the math asks for (checked here with
 NumPy float32 arithmetic and exact fractions, not with lib's code)."""
 import json
-import os
-import subprocess
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -19,30 +16,12 @@ FANS = [(1, 1), (1, 2), (3, 2), (4, 32), (8, 8), (32, 3), (27, 16), (300, 200), 
         (10 ** 6, 1), (2 ** 30, 2 ** 30)]
 N = 64          # weights drawn per pair
 
-SCRIPT = r'''
-import json
-from binascii import hexlify
-import microformer as mf
-from microformer.tensor import Tensor, Rng, xavier_uniform, xavier_bound
-from array import array
-out = []
-for i, (fi, fo) in enumerate(FANS):
-    t = xavier_uniform(Tensor((N,)), fi, fo, Rng(1000 + i))
-    out.append([hexlify(bytes(array("f", [xavier_bound(fi, fo)]))).decode(), hexlify(bytes(t.data)).decode()])
-mf.seed(3)
-m = mf.Sequential([mf.Dense(4, 32), mf.ActivationLayer("relu"), mf.Reshape((4, 8)), mf.Attention(8, 2),
-                   mf.GlobalAvgPool(), mf.Dense(8, 3)])
-out.append(["iris", hexlify(b"".join(bytes(p.data) for n, p in m.named_params())).decode()])
-print(json.dumps(out))
-'''.replace("FANS", repr(FANS)).replace("N,", "%d," % N)
+SCRIPT = helpers.script("init_float32_mp.py")
+ARGS = (json.dumps(FANS), N)
 
 
-def _run_cpython(tmp_path):
-    f = tmp_path / "init_cp.py"
-    f.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, str(f)], env=dict(os.environ, PYTHONPATH=helpers.LIB),
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
+def _run_cpython():
+    return json.loads(helpers.run_cpython(SCRIPT, *ARGS))
 
 
 def _expected(fi, fo, seed):
@@ -77,18 +56,16 @@ def _check_against_math(rows):
         assert np.abs(got_w).max() <= a and np.abs(got_w).max() > 0.8 * a
 
 
-def test_cpython_init_is_the_math(tmp_path):
-    _check_against_math(_run_cpython(tmp_path))
+def test_cpython_init_is_the_math():
+    _check_against_math(_run_cpython())
 
 
-def test_micropython_init_bit_identical_to_cpython(tmp_path, micropython):
-    f = tmp_path / "init_mp.py"
-    f.write_text(SCRIPT)
-    mp = json.loads(helpers.run_micropython(str(f), exe=micropython))
-    cp = _run_cpython(tmp_path)
+def test_micropython_init_bit_identical_to_cpython(micropython):
+    mp = json.loads(helpers.run_micropython(SCRIPT, *ARGS, exe=micropython))
+    cp = _run_cpython()
     assert len(mp) == len(cp) == len(FANS) + 1
     _check_against_math(mp)
-    for i, (m, c) in enumerate(zip(mp, cp)):
+    for i, (m, c) in enumerate(zip(mp, cp, strict=True)):
         what = "the seeded Iris model" if i == len(FANS) else "fans %r" % (FANS[i],)
         assert m == c, "%s: %s differs from CPython bit for bit" % (what, helpers.traits(micropython))
 

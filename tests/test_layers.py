@@ -25,7 +25,7 @@ def test_layer_cpython(name, case, want):
 def test_layers_micropython(tmp_path, micropython):
     results = helpers.run_cases_micropython([c[1] for c in CASES], tmp_path, exe=micropython)
     assert len(results) == len(CASES)
-    for (name, _, want), got in zip(CASES, results):
+    for (name, _, want), got in zip(CASES, results, strict=True):
         _check("micropython " + name, got, want)
 
 
@@ -35,7 +35,7 @@ VIPER_TOL = 2e-3   # block floating point: ~1e-4 typical, 2e-3 is the documented
 def test_layers_micropython_viper(tmp_path, micropython):
     results = helpers.run_cases_micropython([c[1] for c in CASES], tmp_path, backend="viper", exe=micropython)
     assert len(results) == len(CASES)
-    for (name, _, want), got in zip(CASES, results):
+    for (name, _, want), got in zip(CASES, results, strict=True):
         helpers.check_outputs(got, want, VIPER_TOL, "viper " + name)
 
 

@@ -52,34 +52,10 @@ def test_build_refuses_a_source_the_patches_do_not_fit(tmp_path):
         "#define MICROPY_ASYNC_KBD_INTR         (1)\n"
 
 
-LOOP = r"""
-import os, sys
-stop = sys.argv[1]
-def stopped():
-    try:
-        os.stat(stop)
-        return True
-    except OSError:
-        return False
-print("ready")
-caught = 0
-while True:
-    try:
-        while not stopped():
-            pass
-        break
-    except KeyboardInterrupt:
-        caught += 1
-        print("caught", caught)
-print("done", caught)
-"""
-
-
 def sigint_bursts(exe, tmp_path, rounds=20):
-    """Run LOOP under `exe`, send `rounds` bursts of two SIGINTs (the second while the first is
+    """Run tests/sigint_loop_mp.py under `exe`, send `rounds` bursts of two SIGINTs (the second while the first is
     pending), each answered by at least one caught KeyboardInterrupt; return (rc, output)."""
-    script, stop = tmp_path / "loop.py", tmp_path / "stop"
-    script.write_text(LOOP)
+    script, stop = helpers.script("sigint_loop_mp.py"), tmp_path / "stop"
     p = subprocess.Popen([exe, str(script), str(stop)], stdout=subprocess.PIPE, text=True)
     lines = []
     try:

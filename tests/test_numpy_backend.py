@@ -9,7 +9,6 @@ import helpers
 import family_cases
 import layer_cases
 import mf_driver
-import mf_family_driver
 import test_optim_model as tom
 import microformer as mf
 from microformer import backend, kernels, kernels_numpy
@@ -81,14 +80,14 @@ def test_core_layers(name, case, want):
 
 @pytest.mark.parametrize("name,case,want", FAMILY, ids=[c[0] for c in FAMILY])
 def test_family_layers(name, case, want):
-    p, f = _both(mf_family_driver.run_case, case)
+    p, f = _both(mf_driver.run_case, case)
     _same(p, f, name, want)
     helpers.check_outputs(f, want, 1e-4, "numpy " + name)
 
 
 @pytest.mark.parametrize("name,case", family_cases.DECODE, ids=[c[0] for c in family_cases.DECODE])
 def test_decoding(name, case):
-    p, f = _both(mf_family_driver.run_case, case)
+    p, f = _both(mf_driver.run_case, case)
     _same(p, f, name)
 
 

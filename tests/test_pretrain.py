@@ -1,46 +1,25 @@
 """host/pretrain.py: the CLI writes a checkpoint the board can rebuild the model from."""
 import os
-import subprocess
-import sys
-import tempfile
+import re
 
 import helpers
-
-BOARD = os.path.join(helpers.ROOT, "board")
-if BOARD not in sys.path:
-    sys.path.insert(0, BOARD)
-
-import microformer as mf        # noqa: E402
-from microformer.train import evaluate  # noqa: E402
-
-_cache = {}
+import microformer as mf
+from microformer.train import evaluate
+from iris_seed import SEED_TEST, SEED_TRAIN
 
 
-def pretrained_checkpoint():
-    """Run the CLI once per test session (~15 s); (path, stdout). test_finetune.py shares it."""
-    if "path" not in _cache:
-        out = os.path.join(tempfile.mkdtemp(prefix="mf_pretrain_"), "build", "iris.mfck")
-        proc = subprocess.run([sys.executable, os.path.join(helpers.ROOT, "host", "pretrain.py"),
-                               "--data", os.path.join(helpers.ROOT, "datasets", "iris.csv"),
-                               "--epochs", "100", "--out", out],
-                              capture_output=True, text=True, timeout=300, cwd=helpers.ROOT)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        _cache["path"], _cache["stdout"] = out, proc.stdout
-    return _cache["path"], _cache["stdout"]
-
-
-def test_cli_checkpoint_loads_with_seed_accuracy():
+def test_cli_checkpoint_loads_with_seed_accuracy(pretrained_iris):
     import finetune
     import iris
-    path, stdout = pretrained_checkpoint()
-    assert "epoch 100/100" in stdout and "test accuracy 93.33%" in stdout, stdout
+    path, stdout = pretrained_iris
     meta = mf.checkpoint.read_header(path)["meta"]
     for key in ("arch", "layers", "classes", "features", "mean", "std", "split_seed", "n_train",
                 "epochs", "train_acc", "test_acc"):
         assert key in meta, key
-    assert meta["arch"] == "iris-attention-v1" and meta["epochs"] == 100
+    assert meta["epochs"] == 100                 # the --epochs the fixture passed
     assert meta["classes"] == ["setosa", "versicolor", "virginica"]
-    assert meta["features"] == ["sepal_length", "sepal_width", "petal_length", "petal_width"]
+    with open(os.path.join(helpers.ROOT, "datasets", "iris.csv")) as f:
+        assert meta["features"] == f.readline().strip().split(",")[:-1]
     # the board rebuilds the model from the meta alone and gets the host's accuracy
     model = finetune.build_layers(meta["layers"], seed=99)
     mf.load_checkpoint(path, model)
@@ -48,12 +27,19 @@ def test_cli_checkpoint_loads_with_seed_accuracy():
                                              meta["split_seed"])
     assert meta["mean"] == [float(m) for m in mean] and meta["std"] == [float(s) for s in std]
     acc, _ = evaluate(model, test)
-    assert acc >= 0.93 and abs(acc - meta["test_acc"]) < 1e-9
-    assert meta["train_acc"] >= 0.99
+    train_acc, _ = evaluate(model, train)
+    assert acc >= SEED_TEST - 1e-9 and train_acc >= SEED_TRAIN - 1e-9, (train_acc, acc)
+    assert acc == meta["test_acc"] and train_acc == meta["train_acc"]
+    # what the CLI printed is what the reloaded weights score
+    assert "epoch 100/100" in stdout, stdout
+    m = re.search(r"train accuracy ([\d.]+)% \((\d+)/(\d+)\), test accuracy ([\d.]+)% \((\d+)/(\d+)\)", stdout)
+    assert m, stdout
+    assert (int(m.group(2)), int(m.group(3))) == (round(train_acc * len(train)), len(train)), m.group(0)
+    assert (int(m.group(5)), int(m.group(6))) == (round(acc * len(test)), len(test)), m.group(0)
+    assert abs(float(m.group(4)) - 100 * acc) < 0.006 and abs(float(m.group(1)) - 100 * train_acc) < 0.006
 
 
 def test_pretrain_is_deterministic(tmp_path):
-    sys.path.insert(0, os.path.join(helpers.ROOT, "host"))
     import pretrain
     data = os.path.join(helpers.ROOT, "datasets", "iris.csv")
     a, b = tmp_path / "a.mfck", tmp_path / "b.mfck"

@@ -1,14 +1,11 @@
 """microformer.spec: a model as JSON-able data and back, in CPython and both MicroPython ports."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 import helpers
 
-SCRIPT = os.path.join(helpers.TESTS, "mp_spec.py")
+SCRIPT = helpers.script("mp_spec.py")
 
 
 def _check(out):
@@ -36,9 +33,7 @@ def _check(out):
 
 
 def test_spec_cpython():
-    r = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, check=True,
-                       env=dict(os.environ, PYTHONPATH=helpers.LIB))
-    _check(json.loads(r.stdout))
+    _check(json.loads(helpers.run_cpython(SCRIPT)))
 
 
 def test_spec_micropython(micropython):

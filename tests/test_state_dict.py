@@ -1,12 +1,9 @@
 """state_dict names and load_state_dict inside MicroPython (both interpreters) and CPython."""
 import json
-import os
-import subprocess
-import sys
 
 import helpers
 
-SCRIPT = os.path.join(helpers.TESTS, "mp_state_dict.py")
+SCRIPT = helpers.script("mp_state_dict.py")
 KEYS = ["0.weight",
         "1.self_attn.in_proj_weight", "1.self_attn.in_proj_bias",
         "1.self_attn.out_proj.weight", "1.self_attn.out_proj.bias",
@@ -23,9 +20,7 @@ def _check(out):
 
 
 def test_state_dict_cpython():
-    r = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, check=True,
-                       env=dict(os.environ, PYTHONPATH=helpers.LIB))
-    _check(json.loads(r.stdout))
+    _check(json.loads(helpers.run_cpython(SCRIPT)))
 
 
 def test_state_dict_micropython(micropython):

@@ -1,23 +1,17 @@
 """Tensor views, the PRNG and error messages agree between CPython and MicroPython."""
 import json
-import os
-import subprocess
-import sys
 
 import helpers
 import microformer as mf
 
 
 def _cpython_basics():
-    env = dict(os.environ, PYTHONPATH=helpers.LIB)
-    out = subprocess.run([sys.executable, os.path.join(helpers.TESTS, "mp_basics.py")], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
+    return json.loads(helpers.run_cpython(helpers.script("mp_basics.py")))
 
 
 def test_same_numbers_and_messages_in_both_interpreters(micropython):
     cp = _cpython_basics()
-    mp = json.loads(helpers.run_micropython(os.path.join(helpers.TESTS, "mp_basics.py"), exe=micropython))
+    mp = json.loads(helpers.run_micropython(helpers.script("mp_basics.py"), exe=micropython))
     assert cp == mp
     # xorshift32 by hand: x ^= x << 13; x ^= x >> 17; x ^= x << 5 (mod 2^32), from 42
     x, want = 42, []

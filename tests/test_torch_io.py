@@ -77,8 +77,8 @@ def test_to_torch_and_back():
 
 
 def test_unsupported_modules_are_named():
-    with pytest.raises(ValueError, match=r"Sequential\[1\] \(Conv1d\): no microformer layer"):
-        torch_io.from_torch(nn.Sequential(nn.Linear(4, 4), nn.Conv1d(4, 4, 3)))
+    with pytest.raises(ValueError, match=r"Sequential\[1\] \(Conv2d\): no microformer layer"):
+        torch_io.from_torch(nn.Sequential(nn.Linear(4, 4), nn.Conv2d(4, 4, 3)))
     with pytest.raises(ValueError, match="norm_first=True"):
         torch_io.from_torch(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True))
     with pytest.raises(ValueError, match=r"dropout=0.1.*ignore_dropout=True"):

@@ -11,7 +11,6 @@ import pytest
 
 import helpers
 
-BOARD = os.path.join(helpers.ROOT, "board")
 SCRIPT = os.path.join(helpers.TESTS, "trust_data_mp.py")
 
 
@@ -101,7 +100,7 @@ def test_data_boundaries_cpython(tmp_path):
     import microformer as mf
     import trust_data_mp
     try:
-        r = json.loads(json.dumps(trust_data_mp.run(str(tmp_path), "python", BOARD)))
+        r = json.loads(json.dumps(trust_data_mp.run(str(tmp_path), "python")))
     finally:
         mf.set_backend("python")
     _check(r)
@@ -112,5 +111,5 @@ def test_data_boundaries_micropython(tmp_path, micropython, backend):
     out = tmp_path / "out.json"
     flash = tmp_path / "flash"
     flash.mkdir()
-    helpers.run_micropython(SCRIPT, str(flash), backend, str(out), BOARD, heap="2M", exe=micropython)
+    helpers.run_micropython(SCRIPT, str(flash), backend, str(out), heap="2M", exe=micropython)
     _check(json.loads(out.read_text()))

@@ -139,7 +139,7 @@ def test_sigint_during_training_keeps_full_steps(micropython, backend):
                     "locked ('heap is locked'), before any Python code runs; the mp32 port schedules "
                     "it as an ESP32 does")
     n = 30
-    env = dict(os.environ, MICROPYPATH=os.pathsep.join([helpers.LIB, helpers.TESTS]))
+    env = helpers.micropython_env()
     p = subprocess.Popen([micropython, "-X", "heapsize=2M", os.path.join(helpers.TESTS, "sigint_mp.py"),
                           backend, str(n)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=env, cwd=helpers.ROOT)

@@ -1,5 +1,6 @@
 # Data boundaries: every NaN / inf / malformed reading is refused with a message naming where it is.
-# Runs under CPython and MicroPython:  micropython tests/trust_data_mp.py FLASH_DIR BACKEND OUT.json
+# Runs under CPython and MicroPython:
+#   MICROPYPATH=lib:board:tests micropython tests/trust_data_mp.py FLASH_DIR BACKEND OUT.json
 # (FLASH_DIR: an empty folder; the script writes an untrained Iris checkpoint and the CSVs there).
 import json
 import os
@@ -42,9 +43,7 @@ def weights(model):
     return [bytes(p.data) for _, p in model.named_params()]
 
 
-def make_flash(root, board):
-    if board not in sys.path:
-        sys.path.append(board)
+def make_flash(root):
     import finetune
     try:
         os.mkdir(root + "/data")
@@ -59,7 +58,7 @@ def make_flash(root, board):
     return finetune
 
 
-def run(root, backend, board):
+def run(root, backend):
     mf.set_backend(backend)
     r = {}
     inf = float("inf")
@@ -139,7 +138,7 @@ def run(root, backend, board):
     r["big"] = big
 
     # ---- the board session
-    finetune = make_flash(root, board)
+    finetune = make_flash(root)
     user = root + "/data/user.csv"
     r["session_missing"] = err(finetune.Session, "nope.mfck", "data/iris.csv", "data/user.csv",
                                0.02, 16, root, None, False)
@@ -172,6 +171,6 @@ def run(root, backend, board):
 
 
 if __name__ == "__main__":
-    res = run(sys.argv[1], sys.argv[2], sys.argv[4])
+    res = run(sys.argv[1], sys.argv[2])
     with open(sys.argv[3], "w") as f:
         f.write(json.dumps(res))

@@ -19,6 +19,9 @@ from .norm import LayerNorm
 from .feedforward import FeedForward
 from .embedding import Embedding
 from .posenc import PositionalEncoding
+from .posembed import LearnedPositionalEmbedding
+from .conv import Conv1D
+from .pool1d import MaxPool1D, AvgPool1D
 from .block import EncoderBlock, prefill, decode_step, kv_bytes_per_token
 from .show import show
 

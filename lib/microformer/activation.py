@@ -1,6 +1,7 @@
 # microformer.activation: elementwise nonlinearities.
 from . import backend, kernels
 from .layer import Layer, check_tensor, shape_error
+from .tensor import Tensor
 
 KINDS = {
     "relu": kernels.RELU,
@@ -34,16 +35,24 @@ class ActivationLayer(Layer):
 
     def forward(self, x):
         check_tensor("ActivationLayer", "x", x)
-        y = self._buffer("_y", x.shape)
+        self._buffers("_fwd", x.shape)
+        y = self._y
         backend.K.act_forward(y.data, x.data, x.size, self._code)
         self._x = x
         return y
 
-    def backward(self, dy):
+    def _allocate(self, stage, shape, other):
+        if stage == "_fwd":
+            self._y = Tensor.zeros(shape)
+        else:
+            self._dx = Tensor.zeros(shape)
+
+    def backward(self, dy, grads=True):
         self._need_forward(self._x)
         check_tensor("ActivationLayer", "dy", dy)
         if dy.shape != self._y.shape:
             raise shape_error("ActivationLayer", "dy", repr(self._y.shape), dy.shape)
-        dx = self._buffer("_dx", dy.shape)
+        self._buffers("_bwd", dy.shape)
+        dx = self._dx
         backend.K.act_backward(dx.data, dy.data, self._x.data, self._y.data, dy.size, self._code)
         return dx

@@ -20,9 +20,6 @@ class Attention(Layer):
     per new token; capacity max_len (here or in prefill). kv_bytes_per_token() = 8 * E.
     """
 
-    # input shapes the forward / backward buffers were allocated for
-    _fx = _fc = _bx = _bc = None
-
     def __init__(self, embed_dim, num_heads, use_bias=True, causal=False, rng=None, max_len=None):
         if not isinstance(embed_dim, int) or embed_dim < 1:
             raise ValueError("Attention: embed_dim must be a positive int, got %r" % (embed_dim,))
@@ -100,9 +97,7 @@ class Attention(Layer):
         if len(mask) != B:
             raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] nested lists, got %d rows"
                              % (B, Sk, len(mask)))
-        buf = self._mbuf if getattr(self, "_mbuf", None) is not None and len(self._mbuf) == B * Sk \
-            else bytearray(B * Sk)
-        self._mbuf = buf
+        buf = self._mbuf
         for b in range(B):
             row = mask[b]
             if not isinstance(row, (list, tuple)) or len(row) != Sk:
@@ -116,9 +111,7 @@ class Attention(Layer):
         if not isinstance(lengths, (list, tuple)) or len(lengths) != B:
             raise ValueError("Attention: lengths must be a list of B=%d ints in [0, %d], got %r"
                              % (B, Sk, lengths))
-        buf = self._mbuf if getattr(self, "_mbuf", None) is not None and len(self._mbuf) == B * Sk \
-            else bytearray(B * Sk)
-        self._mbuf = buf
+        buf = self._mbuf
         for b in range(B):
             n = lengths[b]
             if not isinstance(n, int) or n < 0 or n > Sk:
@@ -139,23 +132,17 @@ class Attention(Layer):
         Sk = c.shape[1]
         if self.causal and context is not None and Sk < S:
             raise ValueError("Attention: causal cross-attention needs Sk >= S, got Sk=%d S=%d" % (Sk, S))
+        if lengths is not None and key_padding_mask is not None:
+            raise ValueError("Attention: give key_padding_mask or lengths, not both")
+        # the buffers follow x's shape and, for cross-attention, the context's
+        self._buffers("_fwd", x.shape, None if context is None else c.shape)
         if lengths is not None:
-            if key_padding_mask is not None:
-                raise ValueError("Attention: give key_padding_mask or lengths, not both")
             mask = self._lengths_mask(lengths, B, Sk)
         else:
             mask = self._mask_bytes(key_padding_mask, B, Sk)
         self._mask = mask
         K = backend.K
         bias = self.use_bias
-        if x.shape != self._fx or c.shape != self._fc:   # a new batch shape: (re)allocate
-            self._buffer("_Q", (B, S, E))
-            self._buffer("_K", (B, Sk, E))
-            self._buffer("_V", (B, Sk, E))
-            self._buffer("_ctx", (B, S, E))
-            self._buffer("_A", (B, self.num_heads, S, Sk))
-            self._buffer("_y", (B, S, E))
-            self._fx, self._fc = x.shape, c.shape
         Q = self._Q              # (separate assignments: a 6-way unpack builds a tuple each step)
         Kc = self._K
         V = self._V
@@ -172,7 +159,39 @@ class Attention(Layer):
         self._c = context
         return y
 
-    def backward(self, dy):
+    def _allocate(self, stage, shape, other):
+        B, S, E = shape
+        if stage == "_fwd" or stage == "_bwd":
+            Sk = S if other is None else other[1]
+            if stage == "_fwd":
+                self._Q = Tensor.zeros((B, S, E))
+                self._K = Tensor.zeros((B, Sk, E))
+                self._V = Tensor.zeros((B, Sk, E))
+                self._ctx = Tensor.zeros((B, S, E))
+                self._A = Tensor.zeros((B, self.num_heads, S, Sk))
+                self._y = Tensor.zeros((B, S, E))
+                self._mbuf = bytearray(B * Sk)            # a key_padding_mask / lengths as bytes
+            else:
+                self._dctx = Tensor.zeros((B, S, E))
+                self._dQ = Tensor.zeros((B, S, E))
+                self._dx = Tensor.zeros((B, S, E))
+                self._dK = Tensor.zeros((B, Sk, E))
+                self._dV = Tensor.zeros((B, Sk, E))
+                self._scratch = Tensor.zeros((Sk,))
+                self._dcontext = None if other is None else Tensor.zeros(other)
+        elif stage == "_kv":                              # shape (B, capacity, E)
+            self._kc = Tensor.zeros(shape)
+            self._vc = Tensor.zeros(shape)
+        else:                                             # "_dec": x (B, 1, E), capacity L
+            L = other
+            self._dq1 = Tensor.zeros((B, E))
+            self._dk1 = Tensor.zeros((B, E))
+            self._dv1 = Tensor.zeros((B, E))
+            self._dctx1 = Tensor.zeros((B, E))
+            self._datt = Tensor.zeros((B, self.num_heads, L))
+            self._dy1 = Tensor.zeros((B, 1, E))
+
+    def backward(self, dy, grads=True):
         self._need_forward(self._x)
         x = self._x
         c = self._c if self._c is not None else x
@@ -182,15 +201,9 @@ class Attention(Layer):
         if dy.shape != x.shape:
             raise shape_error("Attention", "dy", "[%d,%d,%d]" % (B, S, E), dy.shape)
         K = backend.K
-        train = self.trainable
+        train = grads and self.trainable
         bias = train and self.use_bias
-        if x.shape != self._bx or c.shape != self._bc:   # a new batch shape: (re)allocate
-            for name in ("_dctx", "_dQ", "_dx"):
-                self._buffer(name, (B, S, E))
-            for name in ("_dK", "_dV"):
-                self._buffer(name, (B, Sk, E))
-            self._buffer("_scratch", (Sk,))
-            self._bx, self._bc = x.shape, c.shape
+        self._buffers("_bwd", x.shape, None if self._c is None else c.shape)
         dctx = self._dctx
         dQ = self._dQ
         dK = self._dK
@@ -209,7 +222,7 @@ class Attention(Layer):
         # K and V: their weight grads, then their input grads added into dx (or dcontext)
         dc = dx
         if self._c is not None:
-            dc = self._buffer("_dcontext", (B, Sk, E))
+            dc = self._dcontext
             K.zero(dc.data, B * Sk * E)
         self._project_back(dc, dK, c, self.Wk, self.dWk, self.dbk, train, bias, B * Sk)
         self._project_back(dc, dV, c, self.Wv, self.dWv, self.dbv, train, bias, B * Sk)
@@ -265,8 +278,7 @@ class Attention(Layer):
         if not isinstance(cap, int) or cap < S:
             raise ValueError("Attention: max_len must be an int >= prompt length %d, got %r" % (S, cap))
         y = self.forward(x)
-        self._kc = self._buffer("_kc", (B, cap, E))          # (B, L, E)
-        self._vc = self._buffer("_vc", (B, cap, E))
+        self._buffers("_kv", (B, cap, E))                   # the cache: (B, L, E)
         K = backend.K
         K.kv_store(self._kc.data, self._K.data, B, S, cap, E, 0)
         K.kv_store(self._vc.data, self._V.data, B, S, cap, E, 0)
@@ -287,12 +299,13 @@ class Attention(Layer):
                              % (L, self._pos))
         K = backend.K
         bias = self.use_bias
-        q = self._buffer("_dq1", (B, E))
-        k = self._buffer("_dk1", (B, E))
-        v = self._buffer("_dv1", (B, E))
-        ctx = self._buffer("_dctx1", (B, E))
-        att = self._buffer("_datt", (B, self.num_heads, L))
-        y = self._buffer("_dy1", (B, 1, E))
+        self._buffers("_dec", x.shape, L)
+        q = self._dq1
+        k = self._dk1
+        v = self._dv1
+        ctx = self._dctx1
+        att = self._datt
+        y = self._dy1
         K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E)
         K.matmul_forward(k.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E)
         K.matmul_forward(v.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E)

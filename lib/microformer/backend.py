@@ -21,7 +21,7 @@ def _viper_kernels():
 def _numpy_kernels():
     try:
         from . import kernels_numpy
-    except ImportError as e:
+    except (ImportError, AttributeError) as e:      # MicroPython: no NumPy, or no such module on the board
         raise ValueError("set_backend: 'numpy' needs CPython with NumPy (%s)" % (e,))
     return kernels_numpy
 

@@ -5,6 +5,7 @@ from .attention import Attention
 from .feedforward import FeedForward
 from .layer import Layer, check_tensor, prefixed, shape_error
 from .norm import LayerNorm
+from .tensor import Tensor
 
 
 class EncoderBlock(Layer):
@@ -31,25 +32,13 @@ class EncoderBlock(Layer):
                 g.name = prefix + g.name
         self._x = None
 
-    def _subs(self):
+    def _sublayers(self):
         return (self.ln1, self.attn, self.ln2, self.ffn)
-
-    def params(self):
-        out = []
-        for l in self._subs():
-            out.extend(l.params())
-        return out
 
     def _state(self):
         # nn.TransformerEncoderLayer(E, H, hidden, dropout=0, batch_first=True, norm_first=True)
         return (prefixed("self_attn.", self.attn) + self.ffn._state()
                 + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2))
-
-    def train(self, mode=True):
-        self.training = mode
-        for l in self._subs():
-            l.train(mode)
-        return self
 
     def check_input_shape(self, in_shape):
         Layer.check_input_shape(self, in_shape)
@@ -61,7 +50,7 @@ class EncoderBlock(Layer):
         for d in in_shape:
             n *= d
         s = 4 * n      # x1 y dx1 dx
-        for l in self._subs():
+        for l in self._sublayers():
             s += l.cache_floats(in_shape)
         return s
 
@@ -81,10 +70,11 @@ class EncoderBlock(Layer):
             a = self.attn.prefill(h, max_len)
         else:
             a = self.attn.decode_step(h)
-        x1 = self._buffer(_X1[mode], x.shape)
+        self._buffers(_RUN[mode], x.shape)
+        x1 = getattr(self, _X1[mode])
         K.add_forward(x1.data, x.data, a.data, x.size)
         f = self.ffn.forward(self.ln2.forward(x1))
-        y = self._buffer(_Y[mode], x.shape)
+        y = getattr(self, _Y[mode])
         K.add_forward(y.data, x1.data, f.data, x.size)
         return y
 
@@ -94,23 +84,32 @@ class EncoderBlock(Layer):
         self._x = x
         return y
 
-    def backward(self, dy):
+    def _allocate(self, stage, shape, other):
+        if stage == "_bwd":
+            self._dx1 = Tensor.zeros(shape)
+            self._dx = Tensor.zeros(shape)
+        else:                         # one pair per mode: training forward, prefill, decode_step
+            mode = _RUN.index(stage)
+            setattr(self, _X1[mode], Tensor.zeros(shape))
+            setattr(self, _Y[mode], Tensor.zeros(shape))
+
+    def backward(self, dy, grads=True):
         self._need_forward(self._x)
         check_tensor("EncoderBlock", "dy", dy)
         x = self._x
         if dy.shape != x.shape:
             raise shape_error("EncoderBlock", "dy", repr(x.shape), dy.shape)
-        for l in self._subs():
-            l.trainable = self.trainable
         K = backend.K
         n = x.size
+        train = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        self._buffers("_bwd", x.shape)
         # y = x1 + ffn(ln2(x1)): dx1 = dy + ln2'(ffn'(dy))
-        d = self.ln2.backward(self.ffn.backward(dy))
-        dx1 = self._buffer("_dx1", x.shape)
+        d = self.ln2.backward(self.ffn.backward(dy, train), train)
+        dx1 = self._dx1
         K.add_forward(dx1.data, dy.data, d.data, n)
         # x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1))
-        d = self.ln1.backward(self.attn.backward(dx1))
-        dx = self._buffer("_dx", x.shape)
+        d = self.ln1.backward(self.attn.backward(dx1, train), train)
+        dx = self._dx
         K.add_forward(dx.data, dx1.data, d.data, n)
         return dx
 
@@ -130,6 +129,7 @@ class EncoderBlock(Layer):
         return self.attn.kv_bytes_per_token()
 
 
+_RUN = ("_fwd", "_pre", "_dec")
 _X1 = ("_x1", "_x1_p", "_x1_d")
 _Y = ("_y", "_y_p", "_y_d")
 

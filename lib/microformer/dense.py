@@ -20,7 +20,6 @@ class Dense(Layer):
         self.b = Tensor.zeros((out_features,), "b") if use_bias else None    # (OC,)
         self.db = Tensor.zeros((out_features,), "db") if use_bias else None
         self._x = None
-        self._xshape = None
 
     def params(self):
         if self.use_bias:
@@ -51,16 +50,20 @@ class Dense(Layer):
         if len(x.shape) < 2 or x.shape[-1] != C:
             raise shape_error("Dense", "x", "[N,%d] (or [..., %d])" % (C, C), x.shape)
         N = x.size // C
-        if x.shape != self._xshape:          # a new batch shape: new output buffer
-            self._y = Tensor.zeros(self.output_shape(x.shape))
-            self._xshape = x.shape
+        self._buffers("_fwd", x.shape)
         y = self._y
         backend.K.matmul_forward(y.data, x.data, self.W.data,
                                  self.b.data if self.use_bias else None, N, C, self.out_features)
         self._x = x
         return y
 
-    def backward(self, dy):
+    def _allocate(self, stage, shape, other):
+        if stage == "_fwd":
+            self._y = Tensor.zeros(self.output_shape(shape))
+        else:
+            self._dx = Tensor.zeros(shape)
+
+    def backward(self, dy, grads=True):
         self._need_forward(self._x)
         x = self._x
         check_tensor("Dense", "dy", dy)
@@ -68,8 +71,9 @@ class Dense(Layer):
             raise shape_error("Dense", "dy", repr(self._y.shape), dy.shape)
         C = self.in_features
         N = x.size // C
-        dx = self._buffer("_dx", x.shape)
-        train = self.trainable
+        self._buffers("_bwd", x.shape)
+        dx = self._dx
+        train = grads and self.trainable
         backend.K.matmul_backward(dx.data, self.dW.data if train else None,
                                   self.db.data if (train and self.use_bias) else None,
                                   dy.data, x.data, self.W.data, N, C, self.out_features)

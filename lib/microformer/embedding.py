@@ -47,7 +47,8 @@ class Embedding(Layer):
                              % type(ids).__name__)
         if len(ids.shape) < 1:
             raise shape_error("Embedding", "ids", "[B,S]", ids.shape)
-        y = self._buffer("_y", self.output_shape(ids.shape))
+        self._buffers("_fwd", ids.shape)
+        y = self._y
         bad = backend.K.embedding_forward(y.data, ids.data, self.W.data, ids.size, self.embed_dim, self.vocab)
         if bad >= 0:
             raise ValueError("Embedding: token ids must be ints in [0, %d), got %r at flat index %d"
@@ -55,10 +56,13 @@ class Embedding(Layer):
         self._ids = ids
         return y
 
-    def backward(self, dy):
+    def _allocate(self, stage, shape, other):
+        self._y = Tensor.zeros(self.output_shape(shape))
+
+    def backward(self, dy, grads=True):
         self._need_forward(self._ids)
         if not isinstance(dy, Tensor) or dy.shape != self._y.shape:
             raise shape_error("Embedding", "dy", repr(self._y.shape), getattr(dy, "shape", ()))
-        if self.trainable:
+        if grads and self.trainable:
             backend.K.embedding_backward(self.dW.data, dy.data, self._ids.data, self._ids.size, self.embed_dim)
         return None

@@ -23,8 +23,8 @@ class FeedForward(Layer):
                 p.name += k
                 g.name += k
 
-    def params(self):
-        return tuple(self.fc1.params()) + tuple(self.fc2.params())
+    def _sublayers(self):
+        return (self.fc1, self.act, self.fc2)
 
     def _state(self):
         # the linear1 / linear2 of nn.TransformerEncoderLayer
@@ -46,10 +46,10 @@ class FeedForward(Layer):
             raise shape_error("FeedForward", "x", "[..., %d]" % E, x.shape)
         return self.fc2.forward(self.act.forward(self.fc1.forward(x)))
 
-    def backward(self, dy):
+    def backward(self, dy, grads=True):
         self._need_forward(self.fc1._x)
         check_tensor("FeedForward", "dy", dy)
         if dy.shape != self.fc2._y.shape:
             raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
-        self.fc1.trainable = self.fc2.trainable = self.trainable
-        return self.fc1.backward(self.act.backward(self.fc2.backward(dy)))
+        train = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        return self.fc1.backward(self.act.backward(self.fc2.backward(dy, train), train), train)

@@ -628,3 +628,153 @@ def copy(dst, src, n):
     else:
         for i in range(n):
             dst[i] = src[i]
+
+
+# ---------------------------------------------------------------- convolution and 1-D pooling
+# Conv1D, MaxPool1D, AvgPool1D over channels-last buffers (B, L, C), and the learned positional
+# embedding's table gradient. Same conventions: outputs first, sizes last, no allocation.
+# Output length (torch's): Lout = (L + 2 pad - dil (K - 1) - 1) // stride + 1 (pooling: dil = 1).
+# Positions outside 0..L-1 are padding: 0 for convolution and average pooling (counted in the
+# average's divisor K, as torch's count_include_pad=True), -inf for max pooling.
+
+
+def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+    # inp (B, L, C); weight (OC, C/groups, K) as torch's Conv1d; bias (OC,) or None
+    # out (B, Lout, OC): out[b,t,o] = bias[o] + sum_{c, j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
+    #   Cg = C / groups input channels per group, g = o // (OC / groups) the group of output channel o
+    Cg = C // groups
+    OCg = OC // groups
+    for b in range(B):
+        for t in range(Lout):
+            ob = (b * Lout + t) * OC
+            p0 = t * stride - pad
+            for o in range(OC):
+                ib = b * L * C + (o // OCg) * Cg
+                wb = o * Cg * K
+                s = 0.0 if bias is None else bias[o]
+                for j in range(K):
+                    p = p0 + j * dil
+                    if p < 0 or p >= L:
+                        continue
+                    xi = ib + p * C
+                    wi = wb + j
+                    for c in range(Cg):
+                        s += weight[wi] * inp[xi + c]
+                        wi += K
+                out[ob + o] = s
+
+
+def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+    # in the forward pass this was out[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
+    # dinp (B, L, C) = the transposed convolution of dout (written; skipped when None)
+    # dweight (OC, Cg, K) += sum_{b,t} dout[b,t,o] inp[b, p(t,j), g Cg + c]  (accumulated; skipped when None)
+    # dbias (OC,) += sum_{b,t} dout[b,t,o]                                  (accumulated; skipped when None)
+    Cg = C // groups
+    OCg = OC // groups
+    if dinp is not None:
+        zero(dinp, B * L * C)
+    for b in range(B):
+        for t in range(Lout):
+            ob = (b * Lout + t) * OC
+            p0 = t * stride - pad
+            for o in range(OC):
+                g = dout[ob + o]
+                if dbias is not None:
+                    dbias[o] += g
+                ib = b * L * C + (o // OCg) * Cg
+                wb = o * Cg * K
+                for j in range(K):
+                    p = p0 + j * dil
+                    if p < 0 or p >= L:
+                        continue
+                    xi = ib + p * C
+                    wi = wb + j
+                    for c in range(Cg):
+                        if dinp is not None:
+                            dinp[xi + c] += g * weight[wi]
+                        if dweight is not None:
+                            dweight[wi] += g * inp[xi + c]
+                        wi += K
+
+
+def maxpool1d_forward(out, idx, inp, B, L, C, Lout, K, stride, pad):
+    # out (B, Lout, C) = max over the window t stride - pad .. + K - 1 (inside 0..L-1) of inp (B, L, C)
+    # idx (B, Lout, C) ints: the position (0..L-1) of the maximum, the first one on ties (as torch)
+    # a window must hold a real position (pad <= K // 2 guarantees it)
+    for b in range(B):
+        for t in range(Lout):
+            p0 = t * stride - pad
+            lo = p0 if p0 > 0 else 0
+            hi = p0 + K if p0 + K < L else L
+            ob = (b * Lout + t) * C
+            for c in range(C):
+                ii = (b * L + lo) * C + c
+                best = inp[ii]
+                at = lo
+                for p in range(lo + 1, hi):
+                    ii += C
+                    v = inp[ii]
+                    if v > best:
+                        best = v
+                        at = p
+                out[ob + c] = best
+                idx[ob + c] = at
+
+
+def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
+    # in the forward pass this was out[b,t,c] = inp[b, idx[b,t,c], c]
+    # dinp (B, L, C): dout routed to the argmax positions, summed where windows share one (written)
+    zero(dinp, B * L * C)
+    for b in range(B):
+        for t in range(Lout):
+            ob = (b * Lout + t) * C
+            for c in range(C):
+                dinp[(b * L + idx[ob + c]) * C + c] += dout[ob + c]
+
+
+def avgpool1d_forward(out, inp, B, L, C, Lout, K, stride, pad):
+    # out (B, Lout, C) = (1/K) sum over the window t stride - pad .. + K - 1 of inp (padding counts as 0)
+    inv = 1.0 / K
+    for b in range(B):
+        for t in range(Lout):
+            p0 = t * stride - pad
+            lo = p0 if p0 > 0 else 0
+            hi = p0 + K if p0 + K < L else L
+            ob = (b * Lout + t) * C
+            for c in range(C):
+                s = 0.0
+                ii = (b * L + lo) * C + c
+                for p in range(lo, hi):
+                    s += inp[ii]
+                    ii += C
+                out[ob + c] = s * inv
+
+
+def avgpool1d_backward(dinp, dout, B, L, C, Lout, K, stride, pad):
+    # in the forward pass this was out[b,t,c] = (1/K) sum_{p in window t} inp[b,p,c]
+    # dinp (B, L, C) = sum over the windows holding p of dout / K (written)
+    inv = 1.0 / K
+    zero(dinp, B * L * C)
+    for b in range(B):
+        for t in range(Lout):
+            p0 = t * stride - pad
+            lo = p0 if p0 > 0 else 0
+            hi = p0 + K if p0 + K < L else L
+            ob = (b * Lout + t) * C
+            for c in range(C):
+                g = dout[ob + c] * inv
+                ii = (b * L + lo) * C + c
+                for p in range(lo, hi):
+                    dinp[ii] += g
+                    ii += C
+
+
+def posembed_backward(dtable, dout, B, S, C, start):
+    # in the forward pass this was out (B, S, C) = inp + table[start + s] (posenc_forward)
+    # dtable (L, C): rows start .. start + S - 1 += sum over B of dout (accumulated)
+    for b in range(B):
+        for s in range(S):
+            ob = (b * S + s) * C
+            tb = (start + s) * C
+            for c in range(C):
+                dtable[tb + c] += dout[ob + c]

@@ -371,3 +371,100 @@ def first_nonfinite(buf, n):
 def copy(dst, src, n):
     # dst (n,) = src (n,), bit for bit
     _v(dst, n)[:] = _v(src, n)
+
+
+# ---------------------------------------------------------------- convolution and 1-D pooling
+# (B, L, C) channels-last; windows gathered with one fancy index over the zero-padded input.
+
+def _taps(Lout, K, stride, dil):
+    # (Lout, K) positions in the padded input: t stride + j dil
+    return np.arange(Lout)[:, None] * stride + np.arange(K)[None, :] * dil
+
+
+def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+    # out (B, Lout, OC)[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
+    Cg, OCg = C // groups, OC // groups
+    xp = np.zeros((B, L + 2 * pad, C))
+    xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
+    cols = xp[:, _taps(Lout, K, stride, dil)]                         # (B, Lout, K, C)
+    w = _d(weight, OC * Cg * K, OC, Cg, K)
+    y = np.empty((B, Lout, OC))
+    for g in range(groups):
+        y[:, :, g * OCg:(g + 1) * OCg] = np.einsum("btjc,ocj->bto", cols[..., g * Cg:(g + 1) * Cg],
+                                                  w[g * OCg:(g + 1) * OCg])
+    if bias is not None:
+        y += _d(bias, OC, OC)
+    _v(out, B * Lout * OC)[:] = y.ravel()
+
+
+def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+    # in the forward pass this was out[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
+    # dinp (B, L, C) written; dweight (OC, Cg, K) and dbias (OC,) accumulated; None = skipped
+    Cg, OCg = C // groups, OC // groups
+    taps = _taps(Lout, K, stride, dil)
+    dy = _d(dout, B * Lout * OC, B, Lout, OC)
+    w = _d(weight, OC * Cg * K, OC, Cg, K)
+    if dweight is not None:
+        xp = np.zeros((B, L + 2 * pad, C))
+        xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
+        cols = xp[:, taps]
+        dw = np.empty((OC, Cg, K))
+        for g in range(groups):
+            dw[g * OCg:(g + 1) * OCg] = np.einsum("bto,btjc->ocj", dy[:, :, g * OCg:(g + 1) * OCg],
+                                                 cols[..., g * Cg:(g + 1) * Cg])
+        v = _v(dweight, OC * Cg * K)
+        v[:] = v.astype(_F64) + dw.ravel()
+    if dbias is not None:
+        v = _v(dbias, OC)
+        v[:] = v.astype(_F64) + dy.sum(axis=(0, 1))
+    if dinp is not None:
+        dcols = np.empty((B, Lout, K, C))
+        for g in range(groups):
+            dcols[..., g * Cg:(g + 1) * Cg] = np.einsum("bto,ocj->btjc", dy[:, :, g * OCg:(g + 1) * OCg],
+                                                       w[g * OCg:(g + 1) * OCg])
+        dxp = np.zeros((B, L + 2 * pad, C))
+        np.add.at(dxp, (slice(None), taps), dcols)
+        _v(dinp, B * L * C)[:] = dxp[:, pad:pad + L].ravel()
+
+
+def maxpool1d_forward(out, idx, inp, B, L, C, Lout, K, stride, pad):
+    # out (B, Lout, C) = window maxima; idx (B, Lout, C) ints: their positions (first on ties)
+    xp = np.full((B, L + 2 * pad, C), -np.inf)
+    xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
+    taps = _taps(Lout, K, stride, 1)
+    win = xp[:, taps]                                                 # (B, Lout, K, C)
+    j = win.argmax(axis=2)                                            # first maximum
+    np.frombuffer(idx, dtype=np.int32, count=B * Lout * C)[:] = (taps[None, :, :1] + j - pad).ravel()
+    _v(out, B * Lout * C)[:] = np.take_along_axis(win, j[:, :, None, :], axis=2).ravel()
+
+
+def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
+    # in the forward pass this was out[b,t,c] = inp[b, idx[b,t,c], c]; dinp (B, L, C) written
+    pos = np.frombuffer(idx, dtype=np.int32, count=B * Lout * C).reshape(B, Lout, C)
+    dx = np.zeros((B, L, C))
+    bi = np.arange(B)[:, None, None]
+    ci = np.arange(C)[None, None, :]
+    np.add.at(dx, (bi, pos, ci), _d(dout, B * Lout * C, B, Lout, C))
+    _v(dinp, B * L * C)[:] = dx.ravel()
+
+
+def avgpool1d_forward(out, inp, B, L, C, Lout, K, stride, pad):
+    # out (B, Lout, C) = (1/K) sum over each window (padding counts as 0)
+    xp = np.zeros((B, L + 2 * pad, C))
+    xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
+    _v(out, B * Lout * C)[:] = (xp[:, _taps(Lout, K, stride, 1)].sum(axis=2) * (1.0 / K)).ravel()
+
+
+def avgpool1d_backward(dinp, dout, B, L, C, Lout, K, stride, pad):
+    # in the forward pass this was out[b,t,c] = (1/K) sum_{p in window t} inp[b,p,c]; dinp written
+    g = _d(dout, B * Lout * C, B, Lout, C) * (1.0 / K)
+    dxp = np.zeros((B, L + 2 * pad, C))
+    np.add.at(dxp, (slice(None), _taps(Lout, K, stride, 1)), np.broadcast_to(g[:, :, None, :], (B, Lout, K, C)))
+    _v(dinp, B * L * C)[:] = dxp[:, pad:pad + L].ravel()
+
+
+def posembed_backward(dtable, dout, B, S, C, start):
+    # in the forward pass this was out = inp + table[start + s]; dtable rows start.. += sum_b dout
+    L = len(dtable) // C
+    t = _v(dtable, L * C).reshape(L, C)
+    t[start:start + S] = t[start:start + S].astype(_F64) + _d(dout, B * S * C, B, S, C).sum(axis=0)

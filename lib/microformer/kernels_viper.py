@@ -9,6 +9,7 @@
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
 #   viper_optim        Adam / AdamW
 #   viper_elementwise  ReLU, leaky ReLU, GELU (both forms); first_nonfinite and copy (the training step's guards)
+#   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
 #   viper_norm         LayerNorm forward
 #   viper_sequence     residual add, positional encoding add, embedding lookup / gradient, KV store
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
@@ -94,6 +95,7 @@ from .viper_softmax import (attention_backward, attention_decode, attention_forw
                             crossentropy_softmax)
 from .viper_optim import adam_update  # noqa: F401
 from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite  # noqa: F401
+from .viper_conv import conv1d_backward, conv1d_forward  # noqa: F401
 from .viper_norm import layernorm_forward  # noqa: F401
 from .viper_sequence import (add_forward, embedding_backward, embedding_forward,  # noqa: F401
                              kv_store, posenc_forward)
@@ -106,6 +108,8 @@ PORTABLE = (
     "layernorm_backward",
     "posenc_table",                                                  # built once per layer (sin, cos)
     "attention_scores",                                              # the golden vectors' stages
+    "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
+    "posembed_backward",                                             # the learned positions
 )
 for _n in PORTABLE:
     globals()[_n] = getattr(_pk, _n)

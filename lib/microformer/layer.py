@@ -8,22 +8,63 @@ except ImportError:          # a MicroPython without OrderedDict: a plain dict
     _Ordered = dict
 
 
-class Layer:
-    """y = forward(x); dx = backward(dy) (adds into parameter grads); collect_params(groups)."""
+class Buffered:
+    """The one way layers and losses reuse their output, cache and gradient buffers (and views).
+
+    A method runs `self._buffers(stage, shape, other)` before it writes its buffers: `stage` names
+    the buffers of one pass ('_fwd', '_bwd', ...; the attribute that remembers their key), `shape`
+    and `other` are what their sizes follow (an input shape; a second input's shape, a capacity or
+    None). While the key is the one they were allocated for, nothing happens: a steady-state step
+    compares tuples and allocates nothing. Otherwise `self._allocate(stage, shape, other)` makes
+    them, and only then is the key remembered (a MemoryError leaves the stage to be allocated again).
+    """
+
+    def _buffers(self, stage, shape, other=None):
+        have = getattr(self, stage, None)
+        if have is None or have[0] != shape or have[1] != other:
+            self._allocate(stage, shape, other)
+            setattr(self, stage, (shape, other))
+
+    def _allocate(self, stage, shape, other):
+        raise NotImplementedError("%s: no buffers for stage %r" % (type(self).__name__, stage))
+
+
+class Layer(Buffered):
+    """y = forward(x); dx = backward(dy, grads=True); collect_params(groups).
+
+    backward adds into the parameter grads when `grads` is true and the layer is trainable; a
+    frozen enclosing layer (a Sequential, a composite such as EncoderBlock) passes grads=False so
+    that a frozen part's grads stay as they are. A composite lists its parts in _sublayers():
+    then collect_params, params and train go through them, and freezing any part (or the whole)
+    works as in Sequential; no flag is ever changed by backward.
+    """
 
     trainable = True
     training = True
 
+    def _sublayers(self):
+        """The parts of a composite layer, in order (empty for a plain layer)."""
+        return ()
+
     def collect_params(self, groups):
-        """Append (param, grad) Tensor pairs of a trainable layer to `groups`; return it."""
+        """Append the (param, grad) Tensor pairs this layer trains to `groups`; return it. A frozen
+        layer adds none; a composite adds those of its trainable parts."""
         if self.trainable:
-            for pair in self.params():
-                groups.append(pair)
+            subs = self._sublayers()
+            if subs:
+                for l in subs:
+                    l.collect_params(groups)
+            else:
+                for pair in self.params():
+                    groups.append(pair)
         return groups
 
     def params(self):
         """Every (param, grad) pair, frozen or not (what a checkpoint saves)."""
-        return ()
+        out = []
+        for l in self._sublayers():
+            out.extend(l.params())
+        return out
 
     def parameters(self):
         """The trainable (param, grad) pairs, for an optimizer: Adam(model.parameters(), lr=...)."""
@@ -87,6 +128,8 @@ class Layer:
 
     def train(self, mode=True):
         self.training = mode
+        for l in self._sublayers():
+            l.train(mode)
         return self
 
     def eval(self):
@@ -110,14 +153,6 @@ class Layer:
     def cache_floats(self, in_shape):
         """Floats of output and cache buffers a forward + backward at `in_shape` holds."""
         return 0
-
-    def _buffer(self, attr, shape):
-        # Reuse the buffer while the shape stays the same: steady-state steps allocate nothing.
-        t = getattr(self, attr, None)
-        if t is None or t.shape != shape:
-            t = Tensor.zeros(shape)
-            setattr(self, attr, t)
-        return t
 
     def _need_forward(self, cached):
         if cached is None:

@@ -1,7 +1,7 @@
 # microformer.loss: losses that return the mean loss and write the gradient of their input.
 from . import backend
 from .finite import NonFiniteError
-from .layer import check_tensor, shape_error
+from .layer import Buffered, check_tensor, shape_error
 from .tensor import Tensor
 
 _INF = float("inf")
@@ -19,11 +19,14 @@ def _check_finite(who, value):
     return value
 
 
-class CrossEntropyLoss:
+class CrossEntropyLoss(Buffered):
     """Softmax cross-entropy from logits [B,C] and integer labels (B ints in [0, C))."""
 
     def __init__(self):
         self._grad = None
+
+    def _allocate(self, stage, shape, other):
+        self._grad = Tensor.zeros(shape)
 
     def forward(self, logits, labels):
         check_tensor("CrossEntropyLoss", "logits", logits)
@@ -42,9 +45,8 @@ class CrossEntropyLoss:
             if not isinstance(y, int) or isinstance(y, bool) or y < 0 or y >= C:
                 raise ValueError("CrossEntropyLoss: labels must be ints in [0, %d), got %r at index %d"
                                  % (C, y, i))
+        self._buffers("_fwd", logits.shape)
         g = self._grad
-        if g is None or g.shape != logits.shape:
-            g = self._grad = Tensor.zeros(logits.shape)
         loss = backend.K.crossentropy_softmax(g.data, logits.data, labels, B, C)
         return _check_finite("CrossEntropyLoss", loss)
 
@@ -54,20 +56,22 @@ class CrossEntropyLoss:
         return self._grad
 
 
-class MSELoss:
+class MSELoss(Buffered):
     """Mean squared error over every element of pred and target (same shape)."""
 
     def __init__(self):
         self._grad = None
+
+    def _allocate(self, stage, shape, other):
+        self._grad = Tensor.zeros(shape)
 
     def forward(self, pred, target):
         check_tensor("MSELoss", "pred", pred)
         check_tensor("MSELoss", "target", target)
         if pred.shape != target.shape:
             raise shape_error("MSELoss", "target", repr(pred.shape), target.shape)
+        self._buffers("_fwd", pred.shape)
         g = self._grad
-        if g is None or g.shape != pred.shape:
-            g = self._grad = Tensor.zeros(pred.shape)
         loss = backend.K.mse(g.data, pred.data, target.data, pred.size)
         return _check_finite("MSELoss", loss)
 

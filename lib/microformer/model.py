@@ -30,22 +30,21 @@ class Sequential(Layer):
             x = l.forward(x)
         return x
 
-    def backward(self, dy):
-        for i in range(len(self.layers) - 1, -1, -1):
-            dy = self.layers[i].backward(dy)
+    def backward(self, dy, grads=True):
+        # a frozen Sequential (or one inside a frozen layer) keeps every part's grads as they are:
+        # it calls backward(dy, False); a trainable one calls backward(dy), so a layer of your own
+        # needs the `grads` argument only to be frozen from outside
+        L = self.layers
+        if grads and self.trainable:
+            for i in range(len(L) - 1, -1, -1):
+                dy = L[i].backward(dy)
+        else:
+            for i in range(len(L) - 1, -1, -1):
+                dy = L[i].backward(dy, False)
         return dy
 
-    def collect_params(self, groups):
-        if self.trainable:
-            for l in self.layers:
-                l.collect_params(groups)
-        return groups
-
-    def params(self):
-        out = []
-        for l in self.layers:
-            out.extend(l.params())
-        return out
+    def _sublayers(self):
+        return self.layers
 
     def _state(self):
         # nn.Sequential: '<index>.<name>'; parameter-free layers keep their index
@@ -61,12 +60,6 @@ class Sequential(Layer):
             for p, _ in l.params():
                 out.append(("%d.%s" % (i, p.name), p))
         return out
-
-    def train(self, mode=True):
-        self.training = mode
-        for l in self.layers:
-            l.train(mode)
-        return self
 
     def output_shape(self, in_shape):
         for l in self.layers:

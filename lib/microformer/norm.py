@@ -44,23 +44,33 @@ class LayerNorm(Layer):
         if len(x.shape) < 2 or x.shape[-1] != E:
             raise shape_error("LayerNorm", "x", "[..., %d]" % E, x.shape)
         N = x.size // E
-        y = self._buffer("_y", x.shape)
-        mean = self._buffer("_mean", (N,))
-        rstd = self._buffer("_rstd", (N,))
-        backend.K.layernorm_forward(y.data, mean.data, rstd.data, x.data, self.gamma.data,
+        self._buffers("_fwd", x.shape)
+        backend.K.layernorm_forward(self._y.data, self._mean.data, self._rstd.data, x.data, self.gamma.data,
                                     self.beta.data, N, E, self.eps)
         self._x = x
-        return y
+        return self._y
 
-    def backward(self, dy):
+    def _allocate(self, stage, shape, other):
+        if stage == "_fwd":
+            n = 1
+            for d in shape[:-1]:
+                n *= d
+            self._y = Tensor.zeros(shape)
+            self._mean = Tensor.zeros((n,))
+            self._rstd = Tensor.zeros((n,))
+        else:
+            self._dx = Tensor.zeros(shape)
+
+    def backward(self, dy, grads=True):
         self._need_forward(self._x)
         check_tensor("LayerNorm", "dy", dy)
         x = self._x
         if dy.shape != x.shape:
             raise shape_error("LayerNorm", "dy", repr(x.shape), dy.shape)
         E = self.dim
-        dx = self._buffer("_dx", x.shape)
-        train = self.trainable
+        self._buffers("_bwd", x.shape)
+        dx = self._dx
+        train = grads and self.trainable
         backend.K.layernorm_backward(dx.data, self.dgamma.data if train else None,
                                      self.dbeta.data if train else None, dy.data, x.data,
                                      self.gamma.data, self._mean.data, self._rstd.data, x.size // E, E)

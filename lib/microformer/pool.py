@@ -1,12 +1,13 @@
 # microformer.pool: mean over the sequence axis.
 from . import backend
 from .layer import Layer, check_tensor, shape_error
+from .tensor import Tensor
 
 
 class GlobalAvgPool(Layer):
     """x [B,S,E] -> y [B,E], the mean over S."""
 
-    _xshape = None
+    _x = None
 
     def check_input_shape(self, in_shape):
         Layer.check_input_shape(self, in_shape)
@@ -25,17 +26,25 @@ class GlobalAvgPool(Layer):
         if len(x.shape) != 3:
             raise shape_error("GlobalAvgPool", "x", "[B,S,E]", x.shape)
         B, S, E = x.shape
-        y = self._y if x.shape == self._xshape else self._buffer("_y", (B, E))
+        self._buffers("_fwd", x.shape)
+        y = self._y
         backend.K.avgpool_forward(y.data, x.data, B, S, E)
-        self._xshape = x.shape
+        self._x = x
         return y
 
-    def backward(self, dy):
-        self._need_forward(getattr(self, "_xshape", None))
-        B, S, E = self._xshape
+    def _allocate(self, stage, shape, other):
+        if stage == "_fwd":
+            self._y = Tensor.zeros(self.output_shape(shape))
+        else:
+            self._dx = Tensor.zeros(shape)
+
+    def backward(self, dy, grads=True):
+        self._need_forward(self._x)
+        B, S, E = self._x.shape
         check_tensor("GlobalAvgPool", "dy", dy)
         if dy.shape != self._y.shape:
             raise shape_error("GlobalAvgPool", "dy", "[%d,%d]" % (B, E), dy.shape)
-        dx = self._buffer("_dx", self._xshape)
+        self._buffers("_bwd", self._x.shape)
+        dx = self._dx
         backend.K.avgpool_backward(dx.data, dy.data, B, S, E)
         return dx

@@ -19,7 +19,7 @@ class PositionalEncoding(Layer):
         self.embed_dim = embed_dim
         self.pe = Tensor.zeros((max_len, embed_dim), "pe")      # (L, E), not a parameter
         backend.K.posenc_table(self.pe.data, max_len, embed_dim)
-        self._shape = None
+        self._x = None
         self.pos = 0
 
     def check_input_shape(self, in_shape):
@@ -40,16 +40,20 @@ class PositionalEncoding(Layer):
         if not isinstance(start, int) or start < 0 or start + S > self.max_len:
             raise ValueError("PositionalEncoding: positions %r..%r exceed max_len=%d"
                              % (start, start + S - 1, self.max_len))
-        y = self._buffer("_y", x.shape)
+        self._buffers("_fwd", x.shape)
+        y = self._y
         backend.K.posenc_forward(y.data, x.data, self.pe.data, B, S, E, start)
-        self._shape = x.shape
+        self._x = x
         return y
 
-    def backward(self, dy):
-        self._need_forward(self._shape)
+    def _allocate(self, stage, shape, other):
+        self._y = Tensor.zeros(shape)
+
+    def backward(self, dy, grads=True):
+        self._need_forward(self._x)
         check_tensor("PositionalEncoding", "dy", dy)
-        if dy.shape != self._shape:
-            raise shape_error("PositionalEncoding", "dy", repr(self._shape), dy.shape)
+        if dy.shape != self._x.shape:
+            raise shape_error("PositionalEncoding", "dy", repr(self._x.shape), dy.shape)
         return dy                      # the encoding is a constant: dx = dy
 
     def prefill(self, x):

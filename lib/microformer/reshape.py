@@ -17,7 +17,7 @@ class Reshape(Layer):
             n *= d
         self.shape = shape
         self._n = n
-        self._in_data = self._dy_data = None
+        self._x = None
 
     def check_input_shape(self, in_shape):
         Layer.check_input_shape(self, in_shape)
@@ -36,19 +36,27 @@ class Reshape(Layer):
         if x.size != x.shape[0] * self._n:
             raise shape_error("Reshape", "x", "[B, %d values per sample] for %r"
                               % (self._n, self.shape), x.shape)
-        # the same input buffer as last step: hand out the same view (nothing allocated)
-        if x.data is not self._in_data or x.shape != self._xshape:
-            self._view = x.reshape((x.shape[0],) + self.shape)
-            self._in_data = x.data
-        self._xshape = x.shape
-        return self._view
+        # the views are Tensor headers kept per input shape (the layer's buffers), pointed at
+        # each step's data: nothing is copied or allocated
+        self._x = x
+        self._buffers("_fwd", x.shape)
+        v = self._view
+        v.data = x.data
+        return v
 
-    def backward(self, dy):
-        self._need_forward(getattr(self, "_xshape", None))
+    def _allocate(self, stage, shape, other):
+        if stage == "_fwd":
+            self._view = self._x.reshape((shape[0],) + self.shape)
+        else:
+            self._dview = self._dy.reshape(shape)
+
+    def backward(self, dy, grads=True):
+        self._need_forward(self._x)
         check_tensor("Reshape", "dy", dy)
         if dy.shape != self._view.shape:
-            raise shape_error("Reshape", "dy", repr((self._xshape[0],) + self.shape), dy.shape)
-        if dy.data is not self._dy_data:
-            self._dview = dy.reshape(self._xshape)
-            self._dy_data = dy.data
-        return self._dview
+            raise shape_error("Reshape", "dy", repr(self._view.shape), dy.shape)
+        self._dy = dy
+        self._buffers("_bwd", self._x.shape)
+        v = self._dview
+        v.data = dy.data
+        return v

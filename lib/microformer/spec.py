@@ -13,6 +13,9 @@ from .norm import LayerNorm
 from .pool import GlobalAvgPool
 from .posenc import PositionalEncoding
 from .reshape import Reshape
+from .conv import Conv1D
+from .pool1d import AvgPool1D, MaxPool1D
+from .posembed import LearnedPositionalEmbedding
 
 # every layer a spec may name: class, and its constructor arguments as read off an instance
 _LAYERS = {
@@ -33,6 +36,13 @@ _LAYERS = {
                                               "ffn_hidden": l.ffn.hidden, "causal": l.causal,
                                               "activation": l.ffn.kind, "max_len": l.attn.max_len,
                                               "use_bias": bool(l.attn.use_bias)}),
+    "Conv1D": (Conv1D, lambda l: {"in_channels": l.in_channels, "out_channels": l.out_channels,
+                                  "kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding,
+                                  "dilation": l.dilation, "groups": l.groups, "use_bias": bool(l.use_bias)}),
+    "MaxPool1D": (MaxPool1D, lambda l: {"kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding}),
+    "AvgPool1D": (AvgPool1D, lambda l: {"kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding}),
+    "LearnedPositionalEmbedding": (LearnedPositionalEmbedding,
+                                   lambda l: {"max_len": l.max_len, "embed_dim": l.embed_dim}),
 }
 
 FORMAT = "microformer-spec/1"

@@ -1,0 +1,212 @@
+# microformer.viper_conv: Conv1D forward and backward on the block-float GEMM (im2col gathers).
+import micropython
+from array import array
+from .viper_common import _ones
+from .viper_gemm import _mm
+# conv1d_forward / conv1d_backward: the windows are gathered into float scratch as raw bits (an
+# exact copy: im2col, zero bits where a tap falls in the padding), then multiplied by the
+# block-float _gemm (viper_gemm). So the only arithmetic on values is _gemm's, with its [B1]/[B2]
+# overflow analysis; the gathers do index arithmetic only, on indices below the buffer
+# lengths (< 2^29 floats on any board): the lines marked #!chk check it.
+#   forward  out (n Lout, OCg) = col (n Lout, Cg K) . W_g (OCg, Cg K)^T + bias_g   (_gemm kind 1)
+#   dweight  dW_g (OCg, Cg K) += dy_g^T (OCg, n Lout) . col (n Lout, Cg K) (+ dbias)  (kind 3)
+#   dinput   dx_g (n L, Cg) = dcol (n L, K OCg) . Wt_g (Cg, K OCg)^T                 (kind 1)
+#     dcol[b, p, j OCg + o] = dy[b, t, o] where p + pad - j dil = t stride (0 <= t < Lout), else 0;
+#     Wt_g[c, j OCg + o] = W[g OCg + o, c, j]: the transposed convolution as a gather, no adds.
+# Per group g, over chunks of n samples so the gathers need at most CONV_SCRATCH floats each
+# (n >= 1: a single sample may need more; the scratch then grows to fit it).
+# ERROR BOUND (each output element, the _gemm bound with the gathered K):
+#   forward  2^-11 (Cg K) max|window| max|W[o]| + 2^-11 |bias[o]|
+#   dweight  2^-11 (n Lout) max|dy[:, :, o]| max|x taps of (c, j)| per chunk, + 2^-11 |dW| per
+#            chunk (the running sum is _gemm's addend)
+#   dbias    2^-11 (n Lout) max|dy[:, :, o]| per chunk, + 2^-11 |db| per chunk
+#   dinput   2^-11 (K OCg) max|dcol row| max|Wt_g[c]|
+# (tests/test_conv.py pins them at 2e-3 of the block maxima, on worst-case inputs on the 32-bit port.)
+CONV_SCRATCH = 16384
+_CV = [array("f", [0.0] * 16) for _ in range(6)]   # 0 windows, 1 weights, 2 bias, 3 out/dy, 4 dW, 5 db
+
+
+def _cvbuf(i, n):
+    f = _CV[i]
+    if len(f) < n:
+        f = _CV[i] = array("f", [0.0] * (n + n // 4 + 16))
+    return f
+
+
+@micropython.viper
+def _cvcopy(dst, src, n: int, ds: int, d0: int, ss: int, s0: int, w: int):
+    # dst[r ds + d0 + i] = src[r ss + s0 + i] for r < n, i < w: raw bits, exact
+    pd = ptr32(dst)
+    ps = ptr32(src)
+    for r in range(n):
+        di = r * ds + d0                                            #!chk di
+        si = r * ss + s0                                            #!chk si
+        for i in range(w):
+            pd[di + i] = ps[si + i]
+
+
+@micropython.viper
+def _im2col(col, x, b0: int, nb: int, L: int, C: int, Lout: int, K: int, st: int, pad: int, dil: int, c0: int, Cg: int):
+    # col (nb Lout, Cg K): col[bi Lout + t, c K + j] = x[b0 + bi, t st + j dil - pad, c0 + c], 0 in the padding
+    pc = ptr32(col)
+    px = ptr32(x)
+    CK = Cg * K
+    oi = 0
+    for bi in range(nb):
+        xb = (b0 + bi) * L * C + c0                                 #!chk xb
+        for t in range(Lout):
+            p0 = t * st - pad                                       #!chk p0
+            for j in range(K):
+                p = p0 + j * dil                                    #!chk p
+                i = oi + j
+                if p < 0 or p >= L:
+                    for c in range(Cg):
+                        pc[i] = 0
+                        i += K
+                else:
+                    xi = xb + p * C                                 #!chk xi
+                    for c in range(Cg):
+                        pc[i] = px[xi + c]
+                        i += K
+            oi += CK
+
+
+@micropython.viper
+def _dcol(col, dy, b0: int, nb: int, L: int, OC: int, Lout: int, K: int, st: int, pad: int, dil: int, o0: int, OCg: int):
+    # col (nb L, K OCg): col[bi L + p, j OCg + o] = dy[b0 + bi, t, o0 + o] where p + pad - j dil = t st,
+    # 0 <= t < Lout; 0 where no output position t used input p through tap j
+    pc = ptr32(col)
+    pd = ptr32(dy)
+    KO = K * OCg
+    oi = 0
+    for bi in range(nb):
+        db = (b0 + bi) * Lout * OC + o0                             #!chk db
+        for p in range(L):
+            for j in range(K):
+                u = p + pad - j * dil                               #!chk u
+                i = oi + j * OCg
+                t = 0 - 1
+                if u >= 0:
+                    t = u // st
+                    if t * st != u or t >= Lout:
+                        t = 0 - 1
+                if t < 0:
+                    for o in range(OCg):
+                        pc[i + o] = 0
+                else:
+                    di = db + t * OC                                #!chk di
+                    for o in range(OCg):
+                        pc[i + o] = pd[di + o]
+            oi += KO
+
+
+@micropython.viper
+def _wperm(wt, w, o0: int, OCg: int, Cg: int, K: int):
+    # wt (Cg, K OCg): wt[c, j OCg + o] = w[o0 + o, c, j]   (w: (OC, Cg, K))
+    pt = ptr32(wt)
+    pw = ptr32(w)
+    KO = K * OCg
+    for o in range(OCg):
+        wb = (o0 + o) * Cg * K                                      #!chk wb
+        for c in range(Cg):
+            ti = c * KO + o
+            for j in range(K):
+                pt[ti] = pw[wb]
+                ti += OCg
+                wb += 1
+
+
+def _conv_chunk(per_sample, B):
+    n = CONV_SCRATCH // per_sample if per_sample else B
+    return 1 if n < 1 else (B if n > B else n)
+
+
+def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+    # out (B, Lout, OC)[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
+    Cg = C // groups
+    OCg = OC // groups
+    CK = Cg * K
+    nb = _conv_chunk(Lout * CK, B)
+    col = _cvbuf(0, nb * Lout * CK)
+    for g in range(groups):
+        wg = weight
+        bg = bias
+        if groups > 1:
+            wg = _cvbuf(1, OCg * CK)
+            _cvcopy(wg, weight, 1, 0, 0, 0, g * OCg * CK, OCg * CK)
+            if bias is not None:
+                bg = _cvbuf(2, OCg)
+                _cvcopy(bg, bias, 1, 0, 0, 0, g * OCg, OCg)
+        for b0 in range(0, B, nb):
+            n = B - b0 if B - b0 < nb else nb
+            _im2col(col, inp, b0, n, L, C, Lout, K, stride, pad, dil, g * Cg, Cg)
+            direct = groups == 1 and n == B
+            y = out if direct else _cvbuf(3, n * Lout * OCg)
+            if bg is None:
+                _mm(y, col, wg, y, 1, n * Lout, CK, OCg, 0, 0)
+            else:
+                _mm(y, col, wg, bg, 1, n * Lout, CK, OCg, 1, 0)
+            if not direct:
+                _cvcopy(out, y, n * Lout, OC, b0 * Lout * OC + g * OCg, OCg, 0, OCg)
+
+
+def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+    # in the forward pass this was out[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
+    # dinp (B, L, C) written; dweight (OC, Cg, K) and dbias (OC,) accumulated; None = skipped
+    Cg = C // groups
+    OCg = OC // groups
+    CK = Cg * K
+    if dweight is not None or dbias is not None:
+        nb = _conv_chunk(Lout * CK + Lout * OCg, B)
+        col = _cvbuf(0, nb * Lout * CK)
+        for g in range(groups):
+            whole = groups == 1
+            dw = dweight
+            db = dbias
+            if not whole:
+                if dweight is not None:
+                    dw = _cvbuf(4, OCg * CK)
+                    _cvcopy(dw, dweight, 1, 0, 0, 0, g * OCg * CK, OCg * CK)
+                if dbias is not None:
+                    db = _cvbuf(5, OCg)
+                    _cvcopy(db, dbias, 1, 0, 0, 0, g * OCg, OCg)
+            for b0 in range(0, B, nb):
+                n = B - b0 if B - b0 < nb else nb
+                N = n * Lout
+                if whole and n == B:
+                    dyg = dout
+                else:
+                    dyg = _cvbuf(3, N * OCg)
+                    _cvcopy(dyg, dout, N, OCg, 0, OC, b0 * Lout * OC + g * OCg, OCg)
+                if dw is None:
+                    _mm(db, dyg, _ones(N), db, 4, N, CK, OCg, 0, 0)
+                    continue
+                _im2col(col, inp, b0, n, L, C, Lout, K, stride, pad, dil, g * Cg, Cg)
+                if db is None:
+                    _mm(dw, dyg, col, dw, 3, N, CK, OCg, 0, 0)
+                else:
+                    _mm(dw, dyg, col, db, 3, N, CK, OCg, 1, 0)
+            if not whole:
+                if dweight is not None:
+                    _cvcopy(dweight, dw, 1, 0, g * OCg * CK, 0, 0, OCg * CK)
+                if dbias is not None:
+                    _cvcopy(dbias, db, 1, 0, g * OCg, 0, 0, OCg)
+    if dinp is not None:
+        KO = K * OCg
+        nb = _conv_chunk(L * KO + L * Cg, B)
+        dcol = _cvbuf(0, nb * L * KO)
+        wt = _cvbuf(1, Cg * KO)
+        for g in range(groups):
+            _wperm(wt, weight, g * OCg, OCg, Cg, K)
+            for b0 in range(0, B, nb):
+                n = B - b0 if B - b0 < nb else nb
+                _dcol(dcol, dout, b0, n, L, OC, Lout, K, stride, pad, dil, g * OCg, OCg)
+                direct = groups == 1 and n == B
+                dx = dinp if direct else _cvbuf(3, n * L * Cg)
+                _mm(dx, dcol, wt, dx, 1, n * L, KO, Cg, 0, 0)
+                if not direct:
+                    _cvcopy(dinp, dx, n * L, C, b0 * L * C + g * Cg, Cg, 0, Cg)
+
+
+# max and average pooling along the sequence (MaxPool1D / AvgPool1D) stay on the portable loops
+# (comparisons and a 1/K scale: no multiply-accumulate worth a block-float kernel)

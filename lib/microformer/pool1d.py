@@ -1,0 +1,97 @@
+# microformer.pool1d: max and average pooling along the sequence of channels-last input.
+#   x [B, L, C] -> y [B, L_out, C], L_out = (L + 2 padding - kernel_size) // stride + 1
+# As torch's MaxPool1d / AvgPool1d (ceil_mode=False; the average counts padding, count_include_pad).
+from array import array
+
+from . import backend
+from .layer import Layer, check_tensor, shape_error
+
+
+class _Pool1D(Layer):
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        who = type(self).__name__
+        if stride is None:
+            stride = kernel_size
+        for what, v, lo in (("kernel_size", kernel_size, 1), ("stride", stride, 1), ("padding", padding, 0)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError("%s: %s must be an int >= %d, got %r" % (who, what, lo, v))
+        if padding > kernel_size // 2:
+            raise ValueError("%s: padding must be at most kernel_size // 2 = %d, got %d"
+                             % (who, kernel_size // 2, padding))
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self._xshape = None
+
+    def out_length(self, L):
+        if L + 2 * self.padding < self.kernel_size:
+            raise ValueError("%s: input length %d with padding %d (%d) is shorter than kernel_size %d"
+                             % (type(self).__name__, L, self.padding, L + 2 * self.padding, self.kernel_size))
+        return (L + 2 * self.padding - self.kernel_size) // self.stride + 1
+
+    def output_shape(self, in_shape):
+        return (in_shape[0], self.out_length(in_shape[1]), in_shape[2])
+
+    def cache_floats(self, in_shape):
+        B, L, C = in_shape
+        return B * self.out_length(L) * C * 2 + B * L * C      # y (and max's positions) and dx
+
+    def _check_x(self, x):
+        who = type(self).__name__
+        check_tensor(who, "x", x)
+        if len(x.shape) != 3:
+            raise shape_error(who, "x", "[B,L,C] (channels last)", x.shape)
+        B, L, C = x.shape
+        return B, L, C, self.out_length(L)
+
+    def _check_dy(self, dy):
+        who = type(self).__name__
+        self._need_forward(self._xshape)
+        check_tensor(who, "dy", dy)
+        if dy.shape != self._y.shape:
+            raise shape_error(who, "dy", repr(self._y.shape), dy.shape)
+
+
+class MaxPool1D(_Pool1D):
+    """MaxPool1D(kernel_size, stride=None, padding=0): x [B,L,C] -> y [B,L_out,C], the maximum of
+    each window (stride defaults to kernel_size). backward routes each gradient to its window's
+    maximum, the first one on ties, as torch."""
+
+    def forward(self, x):
+        B, L, C, Lout = self._check_x(x)
+        y = self._buffer("_y", (B, Lout, C))
+        if getattr(self, "_idx", None) is None or len(self._idx) != B * Lout * C:
+            self._idx = array("i", bytes(4 * B * Lout * C))
+        backend.K.maxpool1d_forward(y.data, self._idx, x.data, B, L, C, Lout, self.kernel_size,
+                                    self.stride, self.padding)
+        self._xshape = x.shape
+        return y
+
+    def backward(self, dy):
+        self._check_dy(dy)
+        B, L, C = self._xshape
+        dx = self._buffer("_dx", self._xshape)
+        backend.K.maxpool1d_backward(dx.data, dy.data, self._idx, B, L, C, self._y.shape[1])
+        return dx
+
+
+class AvgPool1D(_Pool1D):
+    """AvgPool1D(kernel_size, stride=None, padding=0): x [B,L,C] -> y [B,L_out,C], the mean of each
+    window; padded positions count as zeros in the mean (torch's count_include_pad=True)."""
+
+    def forward(self, x):
+        B, L, C, Lout = self._check_x(x)
+        y = self._buffer("_y", (B, Lout, C))
+        backend.K.avgpool1d_forward(y.data, x.data, B, L, C, Lout, self.kernel_size, self.stride,
+                                    self.padding)
+        self._xshape = x.shape
+        return y
+
+    def backward(self, dy):
+        self._check_dy(dy)
+        B, L, C = self._xshape
+        dx = self._buffer("_dx", self._xshape)
+        backend.K.avgpool1d_backward(dx.data, dy.data, B, L, C, self._y.shape[1], self.kernel_size,
+                                     self.stride, self.padding)
+        return dx
