@@ -82,12 +82,12 @@ def decode(backend, activation="gelu", rounds=3):
 
     def one_round():
         logits = mf.prefill(model, prompt)
-        nxt = _argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
+        nxt = mf.train.argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
         t0 = _us()
         for _ in range(DECODE_NEW):
             x.data[0] = nxt
             logits = mf.decode_step(model, x)
-            nxt = _argmax(logits.data, 0, V)
+            nxt = mf.train.argmax(logits.data, 0, V)
         return _dt(t0), nxt
     one_round()                                  # buffers and caches get allocated here
     best = None
@@ -96,7 +96,7 @@ def decode(backend, activation="gelu", rounds=3):
         dt, last = one_round()
         best = dt if best is None or dt < best else best
     logits = mf.prefill(model, prompt)
-    nxt = _argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
+    nxt = mf.train.argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
     gc.collect()
     gc.disable()
     try:
@@ -104,7 +104,7 @@ def decode(backend, activation="gelu", rounds=3):
         for _ in range(DECODE_NEW):
             x.data[0] = nxt
             logits = mf.decode_step(model, x)
-            nxt = _argmax(logits.data, 0, V)
+            nxt = mf.train.argmax(logits.data, 0, V)
         heap = (_mem_alloc() - a0) / DECODE_NEW if a0 >= 0 else -2.0
     except MemoryError:                  # the portable path can allocate more than the heap
         heap = -1.0
@@ -113,16 +113,6 @@ def decode(backend, activation="gelu", rounds=3):
     tps = DECODE_NEW * 1e6 / max(1, best)
     print("DECODE %s %s %.2f %.1f %d" % (backend, activation, tps, heap, last))
     return tps, heap
-
-
-def _argmax(d, off, n):
-    j = 0
-    m = d[off]
-    for i in range(1, n):
-        if d[off + i] > m:
-            m = d[off + i]
-            j = i
-    return j
 
 
 def _batch(shape, classes):

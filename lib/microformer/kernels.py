@@ -609,6 +609,16 @@ def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
                     out[ob + j] = s * scale
 
 
+def argmax(buf, off, n):
+    # index i < n of the largest buf[off + i], the first one on ties; NaN is never larger (a NaN
+    # first element stays the answer, as with `>` comparisons)
+    best = 0
+    for i in range(1, n):
+        if buf[off + i] > buf[off + best]:
+            best = i
+    return best
+
+
 # ---------------------------------------------------------------- guards of the training step
 # What keeps NaN / inf out of the weights (finite.py, optim.py): a scan and a copy.
 

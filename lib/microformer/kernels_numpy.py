@@ -468,3 +468,15 @@ def posembed_backward(dtable, dout, B, S, C, start):
     L = len(dtable) // C
     t = _v(dtable, L * C).reshape(L, C)
     t[start:start + S] = t[start:start + S].astype(_F64) + _d(dout, B * S * C, B, S, C).sum(axis=0)
+
+
+def argmax(buf, off, n):
+    # index i < n of the largest buf[off + i], the first on ties; NaN never larger (as `>`)
+    a = np.frombuffer(buf, dtype=_F32, count=off + n)[off:]
+    best = 0
+    if n > 1 and not np.isnan(a[0]):
+        b = np.where(np.isnan(a), -np.inf, a)
+        best = int(np.argmax(b))
+        if b[best] == -np.inf:
+            best = 0
+    return best

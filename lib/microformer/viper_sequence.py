@@ -308,3 +308,34 @@ def _kv(cache, src, B: int, S: int, L: int, C: int, pos: int):
 def kv_store(cache, src, B, S, L, C, pos):
     # cache (B, L, C)[:, pos:pos+S, :] = src (B, S, C), bit for bit
     _kv(cache, src, B, S, L, C, pos)
+
+
+@micropython.viper
+def _argmax(buf, off: int, n: int) -> int:
+    # values compared as sign-magnitude ints (inf above every finite value, -0 == +0); NaN is
+    # never larger, and a NaN first element stays the answer, as with float `>` comparisons
+    p = ptr32(buf)
+    x = p[off]
+    if ((x >> 23) & 0xFF) == 255 and (x & 0x7FFFFF) != 0:
+        return 0
+    best = 0
+    bk = x & 0x7FFFFF | (((x >> 23) & 0xFF) << 23)
+    if (x >> 31) & 1:
+        bk = 0 - bk
+    for i in range(1, n):
+        x = p[off + i]
+        e = (x >> 23) & 0xFF
+        if e == 255 and (x & 0x7FFFFF) != 0:
+            continue
+        k = (x & 0x7FFFFF) | (e << 23)
+        if (x >> 31) & 1:
+            k = 0 - k
+        if k > bk:
+            bk = k
+            best = i
+    return best
+
+
+def argmax(buf, off, n):
+    # index i < n of the largest buf[off + i], the first one on ties (exact: no float is boxed)
+    return _argmax(buf, off, n)
