@@ -9,7 +9,9 @@ _NAN = array("f", [float("nan")])
 
 # ERROR BOUND (tests/test_viper_range.py), per row of C values x (finite):
 #   mean within 2^-23 max|x| of the exact mean; rstd within 2e-4 rstd*; each output within
-#   4e-4 |xhat* w| + 2^-23 |y*| (+ 2^-126) of y* = xhat* w + b, xhat* = (x - mean*) rstd*.
+#   4e-4 |xhat* w| + 2^(1-P) max|x| rstd* |w| + 2^-23 |y*| (+ 2^-126) of y* = xhat* w + b,
+#   xhat* = (x - mean*) rstd*, P = min(24, 29 - clog2 C) (the second term: each x keeps P bits
+#   of the row's largest |x|, which shows in rows whose spread is far below their magnitude).
 #   A row holding inf or NaN gives NaN outputs, mean and rstd (as float arithmetic would).
 # How: the row is quantized to P = min(24, 29 - clog2 C) bits of its largest exponent
 #   (x_i = q_i 2^L; exact for C <= 32 unless the row spans more than 24 binary orders), and

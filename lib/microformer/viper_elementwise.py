@@ -70,7 +70,7 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
 # step 1/64 over [0, 6], linearly interpolated (snippet `lookup`); Phi(-x) = 1 - Phi(x) and
 # D(-x) = 1 - D(x); beyond 6 both are 1 (1 - Phi(6) < 1e-9, |1 - D(6)| < 4e-8).
 # ERROR BOUND (tests/test_viper_range.py): gelu(x) within 1e-5 |x| + 1e-4 |gelu(x)| of the
-#   exact value; the gradient within 4e-5 |dout| + 1e-4 |dinp| (the interpolation error of
+#   exact value; the gradient within 5e-5 |dout| + 1e-4 |dinp| (the interpolation error of
 #   the tables: h^2 / 8 max|f''| with h = 1/64; the products keep 15 and 16 bits). Subnormal
 #   inputs count as 0; +inf gives +inf, -inf and NaN give NaN (as 0.5 x (1 + erf(x / sqrt 2)));
 #   a non-finite x gives a NaN gradient, as the portable formula does.
