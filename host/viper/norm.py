@@ -146,43 +146,54 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         #@ ldiv(fm, fe, C, qq, rem)
         fm = fm >> 15
         fe += 15
-        # y_c = d_c f w_c + b_c
-        for c in range(C):
-            d = (S[c] ^ sx) - sx
-            x = pb[c]
-            eb = (x >> 23) & 0xFF
-            bm = 0
-            be = 0
-            if eb != 0:
-                #@ mant30(x, bm, eb)
-                be = eb - 156
-            y = pw[c]
-            ew = (y >> 23) & 0xFF
-            v = 0
+        _ln_apply(out, weight, bias, s, ib, C, fm, fe)
+
+
+@micropython.viper
+def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
+    # row ib of the output: y_c = d_c f w_c + b_c, d_c = S[c] (_ln), f = fm 2^fe (15 bits)
+    po = ptr32(out)
+    pw = ptr32(weight)
+    pb = ptr32(bias)
+    S = ptr32(s)
+    b31 = 31
+    sx = 1 << b31
+    for c in range(C):
+        d = (S[c] ^ sx) - sx
+        x = pb[c]
+        eb = (x >> 23) & 0xFF
+        bm = 0
+        be = 0
+        if eb != 0:
+            #@ mant30(x, bm, eb)
+            be = eb - 156
+        y = pw[c]
+        ew = (y >> 23) & 0xFF
+        v = 0
+        e = 0
+        if d != 0 and ew != 0:
+            sg = (y >> 31) & 1
+            if d < 0:
+                sg = sg ^ 1
+                d = 0 - d
             e = 0
-            if d != 0 and ew != 0:
-                sg = (y >> 31) & 1
-                if d < 0:
-                    sg = sg ^ 1
-                    d = 0 - d
-                e = 0
-                while d >= 0x10000:
-                    d = d >> 1
-                    e += 1
-                while d < 0x8000:
-                    d = d << 1
-                    e -= 1
-                v = (d * fm) >> 15                              #!chk v
-                wm = ((y & 0x7FFFFF) | 0x800000) >> 9
-                if ew == 255:
-                    wm = 0x7FFF
-                    ew = 254
-                v = (v * wm + 1) >> 1                           #!chk v
-                e = e + fe + 15 + ew - 150 + 9 + 1
-                if sg:
-                    v = 0 - v
-            #@ addto0(v, e, bm, be, sh)
-            #@ store(po, ib + c, v, e)
+            while d >= 0x10000:
+                d = d >> 1
+                e += 1
+            while d < 0x8000:
+                d = d << 1
+                e -= 1
+            v = (d * fm) >> 15                              #!chk v
+            wm = ((y & 0x7FFFFF) | 0x800000) >> 9
+            if ew == 255:
+                wm = 0x7FFF
+                ew = 254
+            v = (v * wm + 1) >> 1                           #!chk v
+            e = e + fe + 15 + ew - 150 + 9 + 1
+            if sg:
+                v = 0 - v
+        #@ addto0(v, e, bm, be, sh)
+        #@ store(po, ib + c, v, e)
 
 
 def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):

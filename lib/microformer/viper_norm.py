@@ -322,112 +322,123 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         fm = qq
         fm = fm >> 15
         fe += 15
-        # y_c = d_c f w_c + b_c
-        for c in range(C):
-            d = (S[c] ^ sx) - sx
-            x = pb[c]
-            eb = (x >> 23) & 0xFF
-            bm = 0
-            be = 0
-            if eb != 0:
-                bm = ((x & 0x7FFFFF) | 0x800000) << 6
-                if eb == 255:
-                    bm = 0xFFFFFF
-                    bm = bm << 6
-                if (x >> 31) & 1:
-                    bm = 0 - bm
-                be = eb - 156
-            y = pw[c]
-            ew = (y >> 23) & 0xFF
-            v = 0
+        _ln_apply(out, weight, bias, s, ib, C, fm, fe)
+
+
+@micropython.viper
+def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
+    # row ib of the output: y_c = d_c f w_c + b_c, d_c = S[c] (_ln), f = fm 2^fe (15 bits)
+    po = ptr32(out)
+    pw = ptr32(weight)
+    pb = ptr32(bias)
+    S = ptr32(s)
+    b31 = 31
+    sx = 1 << b31
+    for c in range(C):
+        d = (S[c] ^ sx) - sx
+        x = pb[c]
+        eb = (x >> 23) & 0xFF
+        bm = 0
+        be = 0
+        if eb != 0:
+            bm = ((x & 0x7FFFFF) | 0x800000) << 6
+            if eb == 255:
+                bm = 0xFFFFFF
+                bm = bm << 6
+            if (x >> 31) & 1:
+                bm = 0 - bm
+            be = eb - 156
+        y = pw[c]
+        ew = (y >> 23) & 0xFF
+        v = 0
+        e = 0
+        if d != 0 and ew != 0:
+            sg = (y >> 31) & 1
+            if d < 0:
+                sg = sg ^ 1
+                d = 0 - d
             e = 0
-            if d != 0 and ew != 0:
-                sg = (y >> 31) & 1
-                if d < 0:
-                    sg = sg ^ 1
-                    d = 0 - d
-                e = 0
-                while d >= 0x10000:
-                    d = d >> 1
-                    e += 1
-                while d < 0x8000:
-                    d = d << 1
-                    e -= 1
-                v = (d * fm) >> 15                              #!chk v
-                wm = ((y & 0x7FFFFF) | 0x800000) >> 9
-                if ew == 255:
-                    wm = 0x7FFF
-                    ew = 254
-                v = (v * wm + 1) >> 1                           #!chk v
-                e = e + fe + 15 + ew - 150 + 9 + 1
-                if sg:
-                    v = 0 - v
-            if v == 0:
-                v = bm
-                e = be
-            elif bm != 0:
-                if e >= be:
-                    sh = e - be
-                    if sh > 30:
-                        bm = 0
-                    else:
-                        bm = (bm + ((1 << sh) >> 1)) >> sh
-                    v = v + bm                                       #!chk v
-                else:
-                    sh = be - e
-                    if sh > 30:
-                        v = 0
-                    else:
-                        v = (v + ((1 << sh) >> 1)) >> sh
-                    v = v + bm                                       #!chk v
-                    e = be
-            sg = 0
-            if v < 0:
-                sg = 1
+            while d >= 0x10000:
+                d = d >> 1
+                e += 1
+            while d < 0x8000:
+                d = d << 1
+                e -= 1
+            v = (d * fm) >> 15                              #!chk v
+            wm = ((y & 0x7FFFFF) | 0x800000) >> 9
+            if ew == 255:
+                wm = 0x7FFF
+                ew = 254
+            v = (v * wm + 1) >> 1                           #!chk v
+            e = e + fe + 15 + ew - 150 + 9 + 1
+            if sg:
                 v = 0 - v
-            if v == 0:
+        if v == 0:
+            v = bm
+            e = be
+        elif bm != 0:
+            if e >= be:
+                sh = e - be
+                if sh > 30:
+                    bm = 0
+                else:
+                    bm = (bm + ((1 << sh) >> 1)) >> sh
+                v = v + bm                                       #!chk v
+            else:
+                sh = be - e
+                if sh > 30:
+                    v = 0
+                else:
+                    v = (v + ((1 << sh) >> 1)) >> sh
+                v = v + bm                                       #!chk v
+                e = be
+        sg = 0
+        if v < 0:
+            sg = 1
+            v = 0 - v
+        if v == 0:
+            po[ib + c] = 0
+        else:
+            if v >= 0x1000000:
+                t = v >> 24                     # 1 .. 127: sh = its bit length
+                sh = 1
+                if t >= 16:
+                    t = t >> 4
+                    sh += 4
+                if t >= 4:
+                    t = t >> 2
+                    sh += 2
+                if t >= 2:
+                    sh += 1
+                v = (v + (1 << (sh - 1))) >> sh
+                e += sh
+                if v >= 0x1000000:
+                    v = v >> 1
+                    e += 1
+            else:
+                if v < 0x100:
+                    v = v << 16
+                    e -= 16
+                if v < 0x10000:
+                    v = v << 8
+                    e -= 8
+                if v < 0x100000:
+                    v = v << 4
+                    e -= 4
+                if v < 0x400000:
+                    v = v << 2
+                    e -= 2
+                if v < 0x800000:
+                    v = v << 1
+                    e -= 1
+            be = e + 150
+            if be >= 255:
+                be = 255
+                po[ib + c] = (sg << 31) | (be << 23)
+            elif be <= 0:
                 po[ib + c] = 0
             else:
-                if v >= 0x1000000:
-                    t = v >> 24                     # 1 .. 127: sh = its bit length
-                    sh = 1
-                    if t >= 16:
-                        t = t >> 4
-                        sh += 4
-                    if t >= 4:
-                        t = t >> 2
-                        sh += 2
-                    if t >= 2:
-                        sh += 1
-                    v = (v + (1 << (sh - 1))) >> sh
-                    e += sh
-                    if v >= 0x1000000:
-                        v = v >> 1
-                        e += 1
-                else:
-                    if v < 0x100:
-                        v = v << 16
-                        e -= 16
-                    if v < 0x10000:
-                        v = v << 8
-                        e -= 8
-                    if v < 0x100000:
-                        v = v << 4
-                        e -= 4
-                    if v < 0x400000:
-                        v = v << 2
-                        e -= 2
-                    if v < 0x800000:
-                        v = v << 1
-                        e -= 1
-                be = e + 150
-                if be >= 255:
-                    be = 255
-                    po[ib + c] = (sg << 31) | (be << 23)
-                elif be <= 0:
-                    po[ib + c] = 0
-                else:
-                    po[ib + c] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                po[ib + c] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
 
 
 def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
