@@ -47,6 +47,44 @@ def _callgrind_ir(model, backend, steps, heap):
         return int(m.group(1).replace(",", ""))
 
 
+DECODE_WHAT = ("decode: Embedding -> PositionalEncoding -> EncoderBlock(E=32, H=2, causal, gelu) -> LayerNorm"
+               " -> Dense, 16-token prompt, 48 new tokens (greedy, KV cache)")
+
+
+def _decode_run(cmd, env):
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    m = re.search(r"^DECODE (\S+) (\S+) (\S+) (\S+)", out.stdout, re.M)
+    if out.returncode or not m:
+        raise SystemExit("bench decode failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    return float(m.group(3)), float(m.group(4))
+
+
+def decode_table(exe=None, backends=("python", "viper"), heap="256M"):
+    """Tokens per second of the decode stack per backend (the faster of two alternating runs each,
+    the machine may be shared) and heap bytes per decoded token (gc.mem_alloc delta, GC off; the
+    portable path needs a large heap for that). exe None: CPython."""
+    print(DECODE_WHAT, flush=True)
+    print("%-8s %12s %14s %8s" % ("backend", "tokens/s", "heap B/token", "speedup"), flush=True)
+    best = {}
+    for _ in range(2):
+        for b in backends:
+            if exe is None:
+                env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
+                cmd = [sys.executable, os.path.join(ROOT, "board", "bench.py"), "decode", b]
+            else:
+                env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
+                cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench.py"), "decode", b]
+            tps, hb = _decode_run(cmd, env)
+            if b not in best or tps > best[b][0]:
+                best[b] = (tps, hb)
+    base = best[backends[0]][0]
+    for b in backends:
+        tps, hb = best[b]
+        print("%-8s %12.1f %14s %8s" % (b, tps, "%.0f" % hb if hb >= 0 else ("n/a" if hb == -2 else ">heap"),
+                                         "x%.1f" % (tps / base) if b != backends[0] else ""), flush=True)
+    return best
+
+
 def _kb(n):
     return "%.1f KB" % (n / 1024.0)
 
@@ -187,6 +225,7 @@ def main(argv):
     for name, exe, bits in interpreters():
         print("== %s: %s" % (name, exe), flush=True)
         table(exe, heap, bits)
+        decode_table(exe)
         print("Iris heap (viper backend, gc.mem_alloc after a collection):", flush=True)
         m = memory(exe)
         print("  heap after import microformer: %s (the import added %s)" % (
@@ -200,6 +239,7 @@ def main(argv):
               " (bisection, then %d larger sizes verified: every KB up to %d, and up to %d KB; %d runs)" % (
                   kb, len(above), kb + 32, max(above), len(tried)), flush=True)
     cpython_table()
+    decode_table(None, ("python", "numpy"))
     if "--callgrind" in argv and shutil.which("valgrind"):
         # instructions per training sample: difference of two runs, so startup cancels
         for backend, (s0, s1) in (("viper", (5, 25)), ("python", (1, 3))):

@@ -88,6 +88,20 @@ def run(c):
         y = z(n); d = z(n)
         V.act_forward(y, x, n, c["code"]); V.act_backward(d, g, x, y, n, c["code"])
         r["y"] = hx(y); r["d"] = hx(d)
+    elif k == "kept":
+        N, C, OC = c["N"], c["C"], c["OC"]
+        x = f32(c["x"]); w = f32(c["w"]); b = f32(c["b"])
+        keep = [None]
+        outs = []
+        for j in range(len(c["edits"]) + 1):
+            if j:
+                i, val = c["edits"][j - 1]
+                w[i] = val                  # a changed weight (one element, one bit, back again)
+            o = z(N * OC); o2 = z(N * OC)
+            V.matmul_forward_kept(o, x, w, b, N, C, OC, keep)
+            V.matmul_forward(o2, x, w, b, N, C, OC)
+            outs.append([hx(o), hx(o2)])
+        r["outs"] = outs
     elif k == "argmax":
         x = f32(c["x"])
         r["p"] = [P.argmax(x, o, n) for o, n in c["rows"]]
@@ -399,7 +413,27 @@ def test_argmax_as_float_comparisons(micropython, tmp_path):
     assert r["v"] == want
 
 
-# ---- 7. the int32 bounds of these kernels hold on the same inputs (every #!chk line) -------------
+# ---- 7. one-token GEMMs keep the quantized weight, and follow any change of it ------------------
+
+def test_kept_weight_follows_every_change(micropython, tmp_path):
+    rng = np.random.default_rng(12)
+    cases = []
+    for N, C, OC in ((1, 32, 128), (2, 7, 5), (4, 128, 32), (5, 16, 16)):
+        w = wide(rng, OC * C, -20, 20)
+        one_bit = np.float32(w[3]).view(np.uint32) ^ np.uint32(1)
+        edits = [[0, 1e12], [OC * C - 1, -1e13], [3, float(one_bit.view(np.float32))], [3, float(w[3])]]
+        cases.append({"kind": "kept", "N": N, "C": C, "OC": OC, "x": hx(wide(rng, N * C, -20, 20)),
+                      "w": hx(w), "b": hx(wide(rng, OC, -20, 20)), "edits": edits})
+    res = run_cases(cases, micropython, tmp_path)
+    for c, r in zip(cases, res):
+        outs = r["outs"]
+        assert len(outs) == len(c["edits"]) + 1
+        for j, (kept, fresh) in enumerate(outs):
+            assert kept == fresh, "N=%d: the kept weight gave another result after edit %d" % (c["N"], j)
+        assert outs[1][0] != outs[0][0] and outs[2][0] != outs[1][0]
+
+
+# ---- 8. the int32 bounds of these kernels hold on the same inputs (every #!chk line) -------------
 
 def test_decode_kernels_keep_int32_bounds(micropython, tmp_path):
     d = _instrumented(tmp_path)

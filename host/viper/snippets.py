@@ -322,6 +322,21 @@ def mac4(acc):
             jn += 4
 
 
+def kept(same):
+    """same = 1 when the weight pb (N rows of K) is bit for bit its copy at S[cp ...], so the
+    quantized rows in S are its own (MM_FORWARD with u = 1); else the copy is renewed, same = 0."""
+    same = 0
+    if kind == MM_FORWARD and u:
+        same = 1
+        for k in range(N * K):
+            if pb[k] != S[cp + k]:
+                same = 0
+                break
+        if same == 0:
+            for k in range(N * K):
+                S[cp + k] = pb[k]
+
+
 def addend(acc, e):
     """acc * 2^e += the old output pw[oi] (_ADD_OLD) or bias[n] (_ADD_BIAS, decoded in S[bd ...])."""
     # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]

@@ -39,6 +39,12 @@ def matmul_forward(out, inp, weight, bias, N, C, OC):
             out[ob + o] = s
 
 
+def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
+    # matmul_forward; keep (a list of one item, owned by the caller) lets a backend keep a
+    # prepared copy of the weight between calls (the viper one does for a few rows); unused here
+    matmul_forward(out, inp, weight, bias, N, C, OC)
+
+
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
     # dinp (N, C) = dout . weight        (written; skipped when None)

@@ -56,6 +56,11 @@ def matmul_forward(out, inp, weight, bias, N, C, OC):
     _v(out, N * OC)[:] = r.ravel()
 
 
+def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
+    # matmul_forward (keep: a backend's prepared weight; nothing to prepare here)
+    matmul_forward(out, inp, weight, bias, N, C, OC)
+
+
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
     # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias += sum_N dout

@@ -92,7 +92,7 @@ from . import kernels as _pk
 from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
-                         matmul_backward_input_acc, matmul_forward)
+                         matmul_backward_input_acc, matmul_forward, matmul_forward_kept)
 from .viper_softmax import (attention_backward, attention_decode, attention_forward,  # noqa: F401
                             crossentropy_softmax)
 from .viper_optim import adam_update  # noqa: F401
