@@ -149,3 +149,20 @@ def _argmax(buf, off: int, n: int) -> int:
 def argmax(buf, off, n):
     # index i < n of the largest buf[off + i], the first one on ties (exact: no float is boxed)
     return _argmax(buf, off, n)
+
+
+@micropython.viper
+def _gather(dst, src, idx, start: int, B: int, F: int):
+    pd = ptr32(dst)
+    ps = ptr32(src)
+    o = 0
+    for k in range(B):
+        i = int(idx[start + k]) * F
+        for f in range(F):
+            pd[o + f] = ps[i + f]
+        o += F
+
+
+def gather_rows(dst, src, idx, start, B, F):
+    # dst (B, F): row k = src row idx[start + k] (idx a list of row numbers), as raw bits
+    _gather(dst, src, idx, start, B, F)

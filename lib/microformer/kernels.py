@@ -625,6 +625,15 @@ def argmax(buf, off, n):
     return best
 
 
+def gather_rows(dst, src, idx, start, B, F):
+    # dst (B, F): row k = src row idx[start + k] (src (*, F); idx a list of row numbers)
+    for k in range(B):
+        i = idx[start + k] * F
+        o = k * F
+        for f in range(F):
+            dst[o + f] = src[i + f]
+
+
 # ---------------------------------------------------------------- guards of the training step
 # What keeps NaN / inf out of the weights (finite.py, optim.py): a scan and a copy.
 

@@ -485,3 +485,10 @@ def argmax(buf, off, n):
         if b[best] == -np.inf:
             best = 0
     return best
+
+
+def gather_rows(dst, src, idx, start, B, F):
+    # dst (B, F): row k = src row idx[start + k]
+    rows = np.asarray(idx[start:start + B], dtype=np.intp)
+    s = np.frombuffer(src, dtype=_F32).reshape(-1, F)
+    _v(dst, B * F)[:] = s[rows].ravel()

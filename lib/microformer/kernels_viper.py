@@ -12,7 +12,7 @@
 #   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
 #   viper_norm         LayerNorm forward
 #   viper_sequence     residual add, positional encoding add, embedding lookup / gradient, KV store,
-#                      argmax (the next token of greedy decoding)
+#                      argmax (the next token of greedy decoding), gather_rows (batches)
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
 # imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
 #
@@ -100,7 +100,7 @@ from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite 
 from .viper_conv import conv1d_backward, conv1d_forward  # noqa: F401
 from .viper_norm import layernorm_forward  # noqa: F401
 from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_forward,  # noqa: F401
-                             kv_store, posenc_forward)
+                             gather_rows, kv_store, posenc_forward)
 
 # The kernels of kernels.py that are portable by design on this backend: the same functions as
 # the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have

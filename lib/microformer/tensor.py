@@ -19,6 +19,35 @@ def _check_shape(shape, who):
     return shape
 
 
+# While a layer allocates the buffers of one stage (layer.Buffered), Tensor.zeros draws on the
+# arrays that stage already has: _pool = [arrays, next index, fresh]. The i-th buffer asked for
+# is a view on the first values of the stage's i-th array when that one is large enough (zeroed,
+# as zeros() promises), else a new array that takes its place (fresh is then set).
+_pool = None
+
+
+def _from_pool(shape, name):
+    p = _pool
+    shape = _check_shape(shape, "Tensor")
+    n = _size(shape)
+    arrays = p[0]
+    i = p[1]
+    p[1] = i + 1
+    if i < len(arrays) and len(arrays[i]) >= n:
+        a = arrays[i]
+        data = a if len(a) == n else memoryview(a)[:n]
+        for j in range(n):
+            data[j] = 0.0
+        return Tensor(shape, data, name)
+    a = array("f", bytes(4 * n))
+    if i < len(arrays):
+        arrays[i] = a
+    else:
+        arrays.append(a)
+    p[2] = True
+    return Tensor(shape, a, name)
+
+
 class Tensor:
     """A float32 `array('f')` in `.data` (row-major) viewed with `.shape` (a tuple)."""
 
@@ -35,6 +64,8 @@ class Tensor:
 
     @staticmethod
     def zeros(shape, name=""):
+        if _pool is not None:           # a layer allocating its buffers (layer.Buffered)
+            return _from_pool(shape, name)
         return Tensor(shape, None, name)
 
     @staticmethod
@@ -152,10 +183,22 @@ class Rng:
         return self.next_u32() % n
 
     def shuffle(self, items):
-        """Fisher-Yates in place."""
+        """Fisher-Yates in place, j = next_u32() % (i + 1) at each i. The state is kept in 16-bit
+        halves meanwhile (the same xorshift32 steps), so no int beyond 2^30 is made: on a 32-bit
+        port (the ESP32) shuffling an epoch's order allocates nothing (for up to 16384 items)."""
+        x = self.state
+        hi = x >> 16
+        lo = x & 0xFFFF
         for i in range(len(items) - 1, 0, -1):
-            j = self.next_u32() % (i + 1)
+            hi ^= ((hi << 13) | (lo >> 3)) & 0xFFFF         # x ^= x << 13 (mod 2^32)
+            lo ^= (lo << 13) & 0xFFFF
+            lo ^= hi >> 1                                   # x ^= x >> 17
+            hi ^= ((hi << 5) | (lo >> 11)) & 0xFFFF         # x ^= x << 5
+            lo ^= (lo << 5) & 0xFFFF
+            m = i + 1
+            j = ((hi % m) * 65536 + lo) % m                 # x % m from the halves
             items[i], items[j] = items[j], items[i]
+        self.state = (hi << 16) | lo
         return items
 
 
