@@ -74,6 +74,41 @@ print("BACK", again == run(build(), x16, y16))
 '''
 
 
+MECH = r'''
+from microformer.layer import Buffered
+from microformer.tensor import Tensor
+
+class L(Buffered):
+    def _allocate(self, stage, shape, other):
+        B = shape[0]
+        self.a = Tensor.zeros((B, 3))
+        self.b = Tensor.zeros((B, 2, 2))
+        self.c = Tensor.zeros((5,))
+
+l = L()
+l._buffers("s", (6, 3))
+big = (l.a, l.b, l.c)
+for t in big:
+    for i in range(t.size):
+        t.data[i] = 7.0
+l._buffers("s", (2, 3))
+small = (l.a, l.b, l.c)
+ok = [l.a.shape == (2, 3), l.b.shape == (2, 2, 2), l.c.shape == (5,)]
+ok.append(all(t.data[i] == 0.0 for t in small for i in range(t.size)))     # zeros, as promised
+for k in range(3):                   # each a view on the start of its own big array
+    small[k].data[0] = 100.0 + k
+ok.append([big[k].data[0] for k in range(3)] == [100.0, 101.0, 102.0])
+ok.append(big[0].data[1] == 0.0 and big[1].data[1] == 0.0 and big[0].data[6] == 7.0)
+l._buffers("s", (6, 3))
+ok.append(l.a is big[0] and l.b is big[1] and l.c is big[2])                  # the same objects back
+l._buffers("s", (9, 3))              # larger: new arrays, the old keys dropped
+ok.append(l.a.size == 27 and l.a is not big[0])
+l._buffers("s", (2, 3))
+ok.append(l.a.data[0] == 0.0 and l.a.shape == (2, 3))
+print("MECH", ok)
+'''
+
+
 def _figures(out, tag):
     m = re.search(r"^%s (\d+) (\d+)$" % tag, out, re.M)
     assert m, out
@@ -94,6 +129,14 @@ def test_smaller_batch_on_views_is_exact(micropython, tmp_path):
     out = helpers.run_micropython(str(f), heap="8M", exe=micropython)
     assert re.search(r"^VIEWS True \d+$", out, re.M), out
     assert "BACK True" in out, out
+
+
+def test_views_are_distinct_prefixes_of_the_largest(micropython, tmp_path):
+    f = tmp_path / "mech.py"
+    f.write_text(MECH)
+    out = helpers.run_micropython(str(f), heap="1M", exe=micropython)
+    m = re.search(r"^MECH (.*)$", out, re.M)
+    assert m and m.group(1) == repr([True] * 9), out
 
 
 def test_decode_heap_per_token(micropython):
