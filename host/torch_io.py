@@ -260,7 +260,7 @@ def _to_module(layer, where):
         return nn.Unflatten(1, tuple(layer.shape))
     if isinstance(layer, mf.GlobalAvgPool):
         return GlobalAvgPool()
-    if isinstance(layer, mf.PositionalEncoding):
+    if type(layer) is mf.PositionalEncoding:          # (LearnedPositionalEmbedding derives from it)
         return PositionalEncoding(layer.max_len, layer.embed_dim)
     if isinstance(layer, mf.FeedForward):
         return FeedForward(layer.embed_dim, layer.hidden, layer.kind, bias=bool(layer.fc1.use_bias))

@@ -8,8 +8,8 @@
 # outputs; a new batch size gives buffers of the new shape;
 # going back gives the right shape again. Inside MicroPython on the viper backend, a steady-state
 # forward + backward allocates 0 bytes of heap where every kernel the layer calls has a viper
-# version (LayerNorm, 'gelu', Embedding and PositionalEncoding run portable kernels, which
-# allocate floats: their cases check reuse only).
+# version (LayerNorm, 'gelu', Embedding, the positional encodings and the 1-D pools run portable
+# kernels, which allocate floats: their cases check reuse only).
 import gc
 import sys
 
@@ -42,6 +42,10 @@ def _cases():
         ("Embedding", mf.Embedding(7, 8), ids, (5, 8), False),
         ("PositionalEncoding", mf.PositionalEncoding(6, 8), seq, (5, 8), False),
         ("FeedForward", mf.FeedForward(8, 12, "relu"), seq, (5, 8)),
+        ("Conv1D", mf.Conv1D(8, 4, 3, padding=1), seq, (5, 4)),
+        ("MaxPool1D", mf.MaxPool1D(2), seq, (2, 8), False),
+        ("AvgPool1D", mf.AvgPool1D(2, padding=1), seq, (3, 8), False),
+        ("LearnedPositionalEmbedding", mf.LearnedPositionalEmbedding(6, 8), seq, (5, 8), False),
         ("Sequential", mf.Sequential([mf.Dense(8, 16), mf.Reshape((2, 8)), mf.Attention(8, 2),
                                       mf.GlobalAvgPool(), mf.Dense(8, 3)]), lambda B: _x((B, 8), 6), (3,)),
     ]

@@ -78,7 +78,7 @@ def test_conv_instrumented_on_64bit(tmp_path):
     exe = helpers.interpreter_path("stock")
     assert helpers.traits(exe)["bits"] == 64
     d = tv._instrumented(tmp_path)
-    src = open(d + "/kv_checked.py").read()
+    src = open(d + "/kv_checked/viper_conv.py").read()
     assert "_chk(di)" in src and "_chk(u)" in src          # the conv section's markers were expanded
     out = tv.run_mp(exe, tv._script(WORST, module="kv_checked"), tmp_path, path=("lib", d), heap="32M")
     assert "DONE" in out

@@ -26,13 +26,13 @@ def test_freeze_micropython(micropython):
 
 
 def test_buffers_cpython():
-    assert "BUFFERS OK 11" in _cpython(BUFFERS)
+    assert "BUFFERS OK 15" in _cpython(BUFFERS)
 
 
 def test_buffers_micropython(micropython):
     out = helpers.run_micropython(BUFFERS, exe=micropython)
-    assert "BUFFERS OK 11" in out
-    assert out.count("steady-state alloc 0)") == 8, out
+    assert "BUFFERS OK 15" in out
+    assert out.count("steady-state alloc 0)") == 9, out
 
 
 def _layer_classes():

@@ -137,7 +137,8 @@ def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, di
             if bias is not None:
                 bg = _cvbuf(2, OCg)
                 _cvcopy(bg, bias, 1, 0, 0, 0, g * OCg, OCg)
-        for b0 in range(0, B, nb):
+        b0 = 0
+        while b0 < B:              # (a range with a variable step would allocate)
             n = B - b0 if B - b0 < nb else nb
             _im2col(col, inp, b0, n, L, C, Lout, K, stride, pad, dil, g * Cg, Cg)
             direct = groups == 1 and n == B
@@ -148,6 +149,7 @@ def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, di
                 _mm(y, col, wg, bg, 1, n * Lout, CK, OCg, 1, 0)
             if not direct:
                 _cvcopy(out, y, n * Lout, OC, b0 * Lout * OC + g * OCg, OCg, 0, OCg)
+            b0 += nb
 
 
 def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, K, stride, pad, dil, groups):
@@ -170,7 +172,8 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
                 if dbias is not None:
                     db = _cvbuf(5, OCg)
                     _cvcopy(db, dbias, 1, 0, 0, 0, g * OCg, OCg)
-            for b0 in range(0, B, nb):
+            b0 = 0
+            while b0 < B:              # (a range with a variable step would allocate)
                 n = B - b0 if B - b0 < nb else nb
                 N = n * Lout
                 if whole and n == B:
@@ -180,12 +183,14 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
                     _cvcopy(dyg, dout, N, OCg, 0, OC, b0 * Lout * OC + g * OCg, OCg)
                 if dw is None:
                     _mm(db, dyg, _ones(N), db, 4, N, CK, OCg, 0, 0)
+                    b0 += nb
                     continue
                 _im2col(col, inp, b0, n, L, C, Lout, K, stride, pad, dil, g * Cg, Cg)
                 if db is None:
                     _mm(dw, dyg, col, dw, 3, N, CK, OCg, 0, 0)
                 else:
                     _mm(dw, dyg, col, db, 3, N, CK, OCg, 1, 0)
+                b0 += nb
             if not whole:
                 if dweight is not None:
                     _cvcopy(dweight, dw, 1, 0, g * OCg * CK, 0, 0, OCg * CK)
@@ -198,7 +203,8 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
         wt = _cvbuf(1, Cg * KO)
         for g in range(groups):
             _wperm(wt, weight, g * OCg, OCg, Cg, K)
-            for b0 in range(0, B, nb):
+            b0 = 0
+            while b0 < B:              # (a range with a variable step would allocate)
                 n = B - b0 if B - b0 < nb else nb
                 _dcol(dcol, dout, b0, n, L, OC, Lout, K, stride, pad, dil, g * OCg, OCg)
                 direct = groups == 1 and n == B
@@ -206,6 +212,7 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
                 _mm(dx, dcol, wt, dx, 1, n * L, KO, Cg, 0, 0)
                 if not direct:
                     _cvcopy(dinp, dx, n * L, C, b0 * L * C + g * Cg, Cg, 0, Cg)
+                b0 += nb
 
 
 # max and average pooling along the sequence (MaxPool1D / AvgPool1D) stay on the portable loops

@@ -48,7 +48,7 @@ class Conv1D(Layer):
                 self.b.data[i] = bound * rng.signed_unit()
             self.db = Tensor.zeros((out_channels,), "db")
         self._x = None
-        self._xshape = None
+        self._x = None
 
     def params(self):
         if self.use_bias:
@@ -82,9 +82,7 @@ class Conv1D(Layer):
             raise shape_error("Conv1D", "x", "[B,L,%d] (channels last)" % C, x.shape)
         B, L, _ = x.shape
         Lout = self.out_length(L)
-        if x.shape != self._xshape:
-            self._y = Tensor.zeros((B, Lout, self.out_channels))
-            self._xshape = x.shape
+        self._buffers("_fwd", x.shape)
         y = self._y
         backend.K.conv1d_forward(y.data, x.data, self.W.data, self.b.data if self.use_bias else None,
                                  B, L, C, Lout, self.out_channels, self.kernel_size, self.stride,
@@ -92,15 +90,22 @@ class Conv1D(Layer):
         self._x = x
         return y
 
-    def backward(self, dy):
+    def _allocate(self, stage, shape, other):
+        if stage == "_fwd":
+            self._y = Tensor.zeros(self.output_shape(shape))
+        else:
+            self._dx = Tensor.zeros(shape)
+
+    def backward(self, dy, grads=True):
         self._need_forward(self._x)
         check_tensor("Conv1D", "dy", dy)
         if dy.shape != self._y.shape:
             raise shape_error("Conv1D", "dy", repr(self._y.shape), dy.shape)
         x = self._x
         B, L, C = x.shape
-        dx = self._buffer("_dx", x.shape)
-        train = self.trainable
+        self._buffers("_bwd", x.shape)
+        dx = self._dx
+        train = grads and self.trainable
         backend.K.conv1d_backward(dx.data, self.dW.data if train else None,
                                   self.db.data if (train and self.use_bias) else None,
                                   dy.data, x.data, self.W.data, B, L, C, self._y.shape[1],

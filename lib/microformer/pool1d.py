@@ -5,6 +5,7 @@ from array import array
 
 from . import backend
 from .layer import Layer, check_tensor, shape_error
+from .tensor import Tensor
 
 
 class _Pool1D(Layer):
@@ -22,7 +23,7 @@ class _Pool1D(Layer):
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding
-        self._xshape = None
+        self._x = None
 
     def out_length(self, L):
         if L + 2 * self.padding < self.kernel_size:
@@ -45,9 +46,15 @@ class _Pool1D(Layer):
         B, L, C = x.shape
         return B, L, C, self.out_length(L)
 
+    def _allocate(self, stage, shape, other):
+        if stage == "_fwd":
+            self._y = Tensor.zeros(self.output_shape(shape))
+        else:
+            self._dx = Tensor.zeros(shape)
+
     def _check_dy(self, dy):
         who = type(self).__name__
-        self._need_forward(self._xshape)
+        self._need_forward(self._x)
         check_tensor(who, "dy", dy)
         if dy.shape != self._y.shape:
             raise shape_error(who, "dy", repr(self._y.shape), dy.shape)
@@ -60,18 +67,23 @@ class MaxPool1D(_Pool1D):
 
     def forward(self, x):
         B, L, C, Lout = self._check_x(x)
-        y = self._buffer("_y", (B, Lout, C))
-        if getattr(self, "_idx", None) is None or len(self._idx) != B * Lout * C:
-            self._idx = array("i", bytes(4 * B * Lout * C))
+        self._buffers("_fwd", x.shape)
+        y = self._y
         backend.K.maxpool1d_forward(y.data, self._idx, x.data, B, L, C, Lout, self.kernel_size,
                                     self.stride, self.padding)
-        self._xshape = x.shape
+        self._x = x
         return y
 
-    def backward(self, dy):
+    def _allocate(self, stage, shape, other):
+        _Pool1D._allocate(self, stage, shape, other)
+        if stage == "_fwd":
+            self._idx = array("i", bytes(4 * self._y.size))      # each output's argmax
+
+    def backward(self, dy, grads=True):
         self._check_dy(dy)
-        B, L, C = self._xshape
-        dx = self._buffer("_dx", self._xshape)
+        B, L, C = self._x.shape
+        self._buffers("_bwd", self._x.shape)
+        dx = self._dx
         backend.K.maxpool1d_backward(dx.data, dy.data, self._idx, B, L, C, self._y.shape[1])
         return dx
 
@@ -82,16 +94,18 @@ class AvgPool1D(_Pool1D):
 
     def forward(self, x):
         B, L, C, Lout = self._check_x(x)
-        y = self._buffer("_y", (B, Lout, C))
+        self._buffers("_fwd", x.shape)
+        y = self._y
         backend.K.avgpool1d_forward(y.data, x.data, B, L, C, Lout, self.kernel_size, self.stride,
                                     self.padding)
-        self._xshape = x.shape
+        self._x = x
         return y
 
-    def backward(self, dy):
+    def backward(self, dy, grads=True):
         self._check_dy(dy)
-        B, L, C = self._xshape
-        dx = self._buffer("_dx", self._xshape)
+        B, L, C = self._x.shape
+        self._buffers("_bwd", self._x.shape)
+        dx = self._dx
         backend.K.avgpool1d_backward(dx.data, dy.data, B, L, C, self._y.shape[1], self.kernel_size,
                                      self.stride, self.padding)
         return dx

@@ -22,28 +22,33 @@ class PositionalEncoding(Layer):
         self._x = None
         self.pos = 0
 
+    def _table(self):
+        # (L, E): what forward adds, row `start + s` to token s
+        return self.pe
+
     def check_input_shape(self, in_shape):
         Layer.check_input_shape(self, in_shape)
         if len(in_shape) != 3 or in_shape[2] != self.embed_dim:
-            raise shape_error("PositionalEncoding", "input", "[B,S,%d]" % self.embed_dim, in_shape)
+            raise shape_error(type(self).__name__, "input", "[B,S,%d]" % self.embed_dim, in_shape)
 
     def cache_floats(self, in_shape):
         B, S, E = in_shape
         return B * S * E
 
     def forward(self, x, start=0):
-        check_tensor("PositionalEncoding", "x", x)
+        who = type(self).__name__
+        check_tensor(who, "x", x)
         E = self.embed_dim
         if len(x.shape) != 3 or x.shape[2] != E:
-            raise shape_error("PositionalEncoding", "x", "[B,S,%d]" % E, x.shape)
+            raise shape_error(who, "x", "[B,S,%d]" % E, x.shape)
         B, S, _ = x.shape
         if not isinstance(start, int) or start < 0 or start + S > self.max_len:
-            raise ValueError("PositionalEncoding: positions %r..%r exceed max_len=%d"
-                             % (start, start + S - 1, self.max_len))
+            raise ValueError("%s: positions %r..%r exceed max_len=%d" % (who, start, start + S - 1, self.max_len))
         self._buffers("_fwd", x.shape)
         y = self._y
-        backend.K.posenc_forward(y.data, x.data, self.pe.data, B, S, E, start)
+        backend.K.posenc_forward(y.data, x.data, self._table().data, B, S, E, start)
         self._x = x
+        self._start = start
         return y
 
     def _allocate(self, stage, shape, other):
@@ -51,10 +56,11 @@ class PositionalEncoding(Layer):
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
-        check_tensor("PositionalEncoding", "dy", dy)
+        who = type(self).__name__
+        check_tensor(who, "dy", dy)
         if dy.shape != self._x.shape:
-            raise shape_error("PositionalEncoding", "dy", repr(self._x.shape), dy.shape)
-        return dy                      # the encoding is a constant: dx = dy
+            raise shape_error(who, "dy", repr(self._x.shape), dy.shape)
+        return dy                      # an added table: dx = dy
 
     def prefill(self, x):
         y = self.forward(x, 0)
