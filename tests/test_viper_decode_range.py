@@ -11,6 +11,9 @@
 #   layernorm forward                  mean 2^-23 max|x|; rstd 2e-4 rstd*; y within
 #                                      4e-4 |xhat* w| + 2^(1-P) max|x| rstd* |w| + 2^-23 |y*|
 #                                      + 2^-126, P = min(24, 29 - clog2 C)
+#   layernorm backward                 dinp within 1e-3 rstd max_c |dout_c w_c| (per row);
+#                                      dweight within 2e-4 sum_n |dout xhat| + its roundings;
+#                                      dbias the float32 sums; a non-finite row gives NaN
 #   gelu, gelu_tanh                    y within 1e-5 |x| + 1e-4 |y*|; dinp within
 #                                      5e-5 |dout| + 1e-4 |dinp*|
 # and the int32 bounds (#!chk lines) of those kernels hold on the same inputs (instrumented copy).
@@ -83,6 +86,16 @@ def run(c):
         o = z(N * C); m = z(N); s = z(N)
         V.layernorm_forward(o, m, s, f32(c["x"]), f32(c["w"]), f32(c["b"]), N, C, c["eps"])
         r["y"] = hx(o); r["mean"] = hx(m); r["rstd"] = hx(s)
+    elif k == "lnb":
+        N, C = c["N"], c["C"]
+        dx = z(N * C); dw = f32(c["dw0"]); db = f32(c["db0"])
+        V.layernorm_backward(dx, dw, db, f32(c["g"]), f32(c["x"]), f32(c["w"]), f32(c["mean"]),
+                             f32(c["rstd"]), N, C)
+        r["dx"] = hx(dx); r["dw"] = hx(dw); r["db"] = hx(db)
+        dx2 = z(N * C)
+        V.layernorm_backward(dx2, None, None, f32(c["g"]), f32(c["x"]), f32(c["w"]), f32(c["mean"]),
+                             f32(c["rstd"]), N, C)
+        r["dx2"] = hx(dx2)
     elif k == "gelu":
         x = f32(c["x"]); g = f32(c["g"]); n = len(x)
         y = z(n); d = z(n)
@@ -342,6 +355,71 @@ def test_layernorm_forward_bounds(micropython, tmp_path):
     print("layernorm error / bound: %.3g" % worst)
 
 
+def lnb_cases(seed):
+    rng = np.random.default_rng(seed)
+    cases = []
+    for N, C, lo, hi, glo, ghi in ((4, 32, -3, 3, -3, 3), (3, 1, -2, 2, -2, 2), (5, 7, -60, 60, -60, 60),
+                                   (2, 64, 60, 100, -20, 20), (3, 300, -20, 20, -3, 3), (4, 16, -120, -100, 80, 100),
+                                   (2, 1000, -5, 5, -5, 5)):
+        x = wide(rng, N * C, lo, hi).reshape(N, C).astype(np.float64)
+        x[0] = 1.5 + rng.uniform(-1e-3, 1e-3, C)          # nearly constant: large rstd
+        m = x.mean(axis=1)
+        rs = 1.0 / np.sqrt(((x - m[:, None]) ** 2).mean(axis=1) + 1e-5)
+        cases.append({"kind": "lnb", "N": N, "C": C, "x": hx(x.ravel()), "w": hx(wide(rng, C, -3, 3)),
+                      "g": hx(wide(rng, N * C, glo, ghi)), "mean": hx(m), "rstd": hx(rs),
+                      "dw0": hx(wide(rng, C, glo, ghi)), "db0": hx(wide(rng, C, glo, ghi))})
+    x = np.float32(rng.uniform(-1, 1, (3, 6)))
+    g = np.float32(rng.uniform(-1, 1, (3, 6)))
+    g[1, 2] = np.nan
+    x[2, 4] = np.inf
+    cases.append({"kind": "lnb", "N": 3, "C": 6, "x": hx(x.ravel()), "w": hx(np.ones(6)), "g": hx(g.ravel()),
+                  "mean": hx(x.mean(axis=1)), "rstd": hx(np.ones(3)), "dw0": hx(np.zeros(6)),
+                  "db0": hx(np.zeros(6)), "nonfinite": [1, 2]})
+    return cases
+
+
+def test_layernorm_backward_bounds(micropython, tmp_path):
+    cases = lnb_cases(13)
+    res = run_cases(cases, micropython, tmp_path)
+    worst = [0.0, 0.0]
+    for c, r in zip(cases, res):
+        N, C = c["N"], c["C"]
+        x = unhx(c["x"]).astype(np.float64).reshape(N, C)
+        w = unhx(c["w"]).astype(np.float64)
+        g = unhx(c["g"]).astype(np.float64).reshape(N, C)
+        mean = unhx(c["mean"]).astype(np.float64)
+        rstd = unhx(c["rstd"]).astype(np.float64)
+        dx = unhx(r["dx"]).astype(np.float64).reshape(N, C)
+        assert r["dx2"] == r["dx"], "dinp depends on whether dweight / dbias are given"
+        dw = unhx(r["dw"]).astype(np.float64)
+        db = unhx(r["db"])
+        bad = c.get("nonfinite", ())
+        if bad:
+            for n in bad:
+                assert np.all(np.isnan(dx[n])), dx[n]
+            assert np.all(np.isnan(dw)), "a non-finite row must reach the weight gradient"
+            assert np.all(np.isfinite(dx[0]))
+            continue
+        xs = np.where(np.abs(x) < 2.0 ** -126, 0.0, x)
+        gs = np.where(np.abs(g) < 2.0 ** -126, 0.0, g)
+        xh = (xs - mean[:, None]) * rstd[:, None]
+        dn = gs * w
+        want = rstd[:, None] * (dn - dn.mean(axis=1, keepdims=True) - xh * (dn * xh).mean(axis=1, keepdims=True))
+        bound = 1e-3 * rstd[:, None] * np.abs(dn).max(axis=1, keepdims=True) + 2.0 ** -126
+        worst[0] = max(worst[0], float((np.abs(dx - want) / bound).max()))
+        assert np.all(np.abs(dx - want) <= bound), (C, np.abs(dx - want).max(), bound.min())
+        dw0 = unhx(c["dw0"]).astype(np.float64)
+        want_w = dw0 + (gs * xh).sum(axis=0)
+        bw = 2e-4 * np.abs(gs * xh).sum(axis=0) + N * 2.0 ** -23 * (np.abs(dw0) + np.abs(gs * xh).sum(axis=0)) + 2.0 ** -126
+        worst[1] = max(worst[1], float((np.abs(dw - want_w) / bw).max()))
+        assert np.all(np.abs(dw - want_w) <= bw), (C, np.abs(dw - want_w).max())
+        want_b = unhx(c["db0"]).copy()
+        for n in range(N):
+            want_b = f32_sum(want_b, np.float32(g[n]))
+        same_bits(db, want_b, "layernorm dbias")
+    print("layernorm backward error / bound: dinp %.3g, dweight %.3g" % tuple(worst))
+
+
 # ---- 5. GELU, both forms, forward and backward -------------------------------------------------
 
 def gelu_ref(x, tanh_form):
@@ -438,7 +516,7 @@ def test_kept_weight_follows_every_change(micropython, tmp_path):
 def test_decode_kernels_keep_int32_bounds(micropython, tmp_path):
     d = _instrumented(tmp_path)
     rng = np.random.default_rng(9)
-    cases = [add_case(rng, 600)] + ln_cases(10)
+    cases = [add_case(rng, 600)] + ln_cases(10) + lnb_cases(11)
     x = np.concatenate([np.float32(rng.uniform(-9, 9, 500)), wide(rng, 200)])
     cases.append({"kind": "gelu", "x": hx(x), "g": hx(wide(rng, 700)), "code": 2})
     cases.append({"kind": "gelu", "x": hx(x), "g": hx(wide(rng, 700)), "code": 5})

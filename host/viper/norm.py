@@ -1,4 +1,4 @@
-# microformer.viper_norm: LayerNorm forward in integers on the raw float32 bits.
+# microformer.viper_norm: LayerNorm forward and backward in integers on the raw float32 bits.
 import micropython
 from array import array
 from .viper_common import _iscratch, _mant15
@@ -196,6 +196,14 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
         #@ store(po, ib + c, v, e)
 
 
+def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C):
+    # dinp (N, C) = rstd (dnorm - mean_c(dnorm) - xhat mean_c(dnorm xhat)), dnorm = dout weight;
+    # dweight (C,) += sum_n dout xhat; dbias (C,) += sum_n dout (each skipped when None)
+    flags = (0 if dweight is None else 1) | (0 if dbias is None else 2)
+    _lnb(dinp, dinp if dweight is None else dweight, dinp if dbias is None else dbias, dout, inp,
+         weight, mean, rstd, _iscratch(4 * C), _NAN, N, C, flags)
+
+
 def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
     # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
     # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved for the backward
@@ -203,3 +211,235 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
     if ep is None:
         ep = _EPS[eps] = _mant15(eps)
     _ln(out, mean, rstd, inp, weight, bias, _iscratch(C), _NAN, N, C, ep[0], ep[1])
+
+
+# ---- LayerNorm backward ---------------------------------------------------------------------
+# ERROR BOUND (tests/test_viper_decode_range.py), per row (finite values): with dn = dout w and
+#   xhat = (x - mean) rstd from the saved mean and rstd, dinp within 1e-3 rstd max_c |dn_c| (the
+#   terms dn - mean(dn) - xhat mean(dn xhat) cancel: the bound is relative to the row's largest);
+#   dweight += dout xhat within 2e-4 |dout xhat| + 2^-23 |dweight| (its rounding); dbias += dout
+#   exactly as the float32 sum (snippet fadd). A row whose dout, x, mean or rstd holds inf or NaN
+#   gives NaN in dinp (and the weight gradients it feeds), so the step's guard refuses it.
+# How: xhat_c and dn_c as 31-bit ints with their own exponents (16 x 15-bit products), kept in
+#   the int scratch S (4 C); the two means as block sums with log2(C) + 1 bits of headroom
+#   (< 2^30) divided by C (long division); dn - a - xhat b aligned to the largest exponent after
+#   each term is cut below 2^29 (< 2^31), then times rstd (15 bits) [B7].
+@micropython.viper
+def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C: int, flags: int):
+    pd = ptr32(dinp)
+    pdw = ptr32(dweight)
+    pdb = ptr32(dbias)
+    pg = ptr32(dout)
+    pi = ptr32(inp)
+    pw = ptr32(weight)
+    pm = ptr32(mean)
+    pr = ptr32(rstd)
+    S = ptr32(s)
+    NANB = ptr32(nan)[0]
+    b31 = 31
+    sx = 1 << b31
+    b30 = 30
+    top = 1 << b30
+    lc = 0
+    while (1 << lc) < C:
+        lc += 1
+    for n in range(N):
+        ib = n * C
+        y = pm[n]
+        emn = (y >> 23) & 0xFF
+        z = pr[n]
+        er = (z >> 23) & 0xFF
+        bad = 0
+        if emn == 255 or er == 255 or er == 0:
+            bad = 1
+        for c in range(C):
+            if ((pg[ib + c] >> 23) & 0xFF) == 255 or ((pi[ib + c] >> 23) & 0xFF) == 255:
+                bad = 1
+        if bad:
+            for c in range(C):
+                pd[ib + c] = NANB
+                if flags & 1:
+                    pdw[c] = NANB
+            continue
+        mmn = 0
+        mme = 0
+        if emn != 0:
+            #@ mant30(y, mmn, emn)
+            mme = emn - 156
+        rm = ((z & 0x7FFFFF) | 0x800000) >> 9
+        rex = er - 141                          # rstd = rm 2^rex
+        # pass 1: xhat_c = xm 2^xe (S[c], S[C + c]); dn_c = dm 2^de (S[2C + c], S[3C + c])
+        emd = 0 - 100000
+        emp = 0 - 100000
+        for c in range(C):
+            x = pi[ib + c]
+            ex = (x >> 23) & 0xFF
+            xm = 0
+            if ex != 0:
+                #@ mant30(x, xm, ex)
+            if xm == 0:
+                v = 0 - mmn
+                e = mme
+            elif mmn == 0:
+                v = xm
+                e = ex - 156
+            else:
+                xe = ex - 156
+                mb = mmn                        # (alignsub shifts its operands in place)
+                #@ alignsub(xm, xe, mb, mme, v, e, sh)
+            sg = 0
+            if v < 0:
+                sg = 1
+                v = 0 - v
+            xe = 0
+            if v != 0:
+                while v >= 0x10000:
+                    v = v >> 1
+                    e += 1
+                while v < 0x8000:
+                    v = v << 1
+                    e -= 1
+                v = v * rm                                      #!chk v
+                xe = e + rex
+                if sg:
+                    v = 0 - v
+            S[c] = v
+            S[C + c] = xe
+            g = pg[ib + c]
+            w = pw[c]
+            eg = (g >> 23) & 0xFF
+            ew = (w >> 23) & 0xFF
+            dm = 0
+            de = 0
+            if eg != 0 and ew != 0:
+                dm = (((g & 0x7FFFFF) | 0x800000) >> 8) * (((w & 0x7FFFFF) | 0x800000) >> 9)   #!chk dm
+                de = eg - 142 + ew - 141
+                if de > emd:
+                    emd = de
+                if v != 0 and de + xe > emp:
+                    emp = de + xe
+                if ((g ^ w) >> 31) & 1:
+                    dm = 0 - dm
+            S[C + C + c] = dm
+            S[3 * C + c] = de
+        # pass 2: A = sum dn, B = sum dn xhat (block sums, headroom lc + 2: < 2^29)
+        ha = lc + 2
+        acca = 0
+        accb = 0
+        for c in range(C):
+            dm = (S[C + C + c] ^ sx) - sx
+            if dm == 0:
+                continue
+            de = (S[3 * C + c] ^ sx) - sx
+            sh = emd - de + ha
+            t = dm
+            #@ rsh(t, sh)
+            acca += t                                           #!chk acca
+            xm = (S[c] ^ sx) - sx
+            if xm != 0:
+                xe = (S[C + c] ^ sx) - sx
+                t = (dm >> 16) * (xm >> 16)                     #!chk t
+                sh = emp - de - xe + ha
+                #@ rsh(t, sh)
+                accb += t                                       #!chk accb
+        # a = A / C = am 2^ae, b = B / C = bm 2^be (30 bits, signed)
+        am = acca
+        ae = emd + ha
+        asg = 0
+        if am < 0:
+            asg = 1
+            am = 0 - am
+        #@ ldiv(am, ae, C, qq, rem)
+        if asg:
+            am = 0 - am
+        bm = accb
+        be = emp + 32 + ha
+        bsg = 0
+        if bm < 0:
+            bsg = 1
+            bm = 0 - bm
+        #@ ldiv(bm, be, C, qq, rem)
+        if bsg:
+            bm = 0 - bm
+        _lnb_apply(dinp, dweight, dbias, dout, s, ib, C, flags, am >> 1, ae + 1, bm, be, rm, rex)
+
+
+@micropython.viper
+def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: int, ae: int, bm: int,
+               bex: int, rm: int, rex: int):
+    # row ib: dinp_c = rstd (dn_c - a - xhat_c b), a = am 2^ae (< 2^29), b = bm 2^bex (30 bits);
+    # (bex: the snippets pack and fadd use `be` for themselves)
+    # dweight_c += dout_c xhat_c; dbias_c += dout_c. xhat, dn from _lnb's scratch S.
+    pd = ptr32(dinp)
+    pdw = ptr32(dweight)
+    pdb = ptr32(dbias)
+    pg = ptr32(dout)
+    S = ptr32(s)
+    b31 = 31
+    sx = 1 << b31
+    for c in range(C):
+        dm = ((S[C + C + c] ^ sx) - sx) >> 2
+        de = ((S[3 * C + c] ^ sx) - sx) + 2
+        xm = (S[c] ^ sx) - sx
+        xe = (S[C + c] ^ sx) - sx
+        t = ((xm >> 16) * (bm >> 15)) >> 1                      #!chk t
+        te = xe + 16 + bex + 15 + 1
+        # the largest exponent of the nonzero terms
+        M = 0 - 100000
+        if dm != 0:
+            M = de
+        if am != 0 and ae > M:
+            M = ae
+        if t != 0 and te > M:
+            M = te
+        if dm != 0:
+            sh = M - de
+            #@ rsh(dm, sh)
+        a = am
+        if a != 0:
+            sh = M - ae
+            #@ rsh(a, sh)
+        if t != 0:
+            sh = M - te
+            #@ rsh(t, sh)
+        v = dm - a - t                                          #!chk v
+        e = M
+        sg = 0
+        if v < 0:
+            sg = 1
+            v = 0 - v
+        if v != 0:
+            while v >= 0x10000:
+                v = v >> 1
+                e += 1
+            while v < 0x8000:
+                v = v << 1
+                e -= 1
+            v = v * rm                                          #!chk v
+            e = e + rex
+        #@ pack(pd, ib + c, v, e, sg)
+        g = pg[ib + c]
+        eg = (g >> 23) & 0xFF
+        if (flags & 1) and eg != 0 and xm != 0:
+            xs = xm
+            if xs < 0:
+                xs = 0 - xs
+            p = ((((g & 0x7FFFFF) | 0x800000) >> 8) * (xs >> 16) + 1) >> 1   #!chk p
+            pe = eg - 142 + xe + 16 + 1
+            sg = (g >> 31) & 1
+            if xm < 0:
+                sg = sg ^ 1
+            if sg:
+                p = 0 - p
+            y = pdw[c]
+            ey = (y >> 23) & 0xFF
+            om = 0
+            oe = 0
+            if ey != 0:
+                #@ mant30(y, om, ey)
+                oe = ey - 156
+            #@ addto0(p, pe, om, oe, sh)
+            #@ store(pdw, c, p, pe)
+        if flags & 2:
+            xa = pdb[c]
+            #@ fadd(pdb, c, xa, g)

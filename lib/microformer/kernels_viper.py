@@ -10,7 +10,7 @@
 #   viper_optim        Adam / AdamW
 #   viper_elementwise  ReLU, leaky ReLU, GELU (both forms); first_nonfinite and copy (the training step's guards)
 #   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
-#   viper_norm         LayerNorm forward
+#   viper_norm         LayerNorm forward and backward
 #   viper_sequence     residual add, positional encoding add, embedding lookup / gradient, KV store,
 #                      argmax (the next token of greedy decoding), gather_rows (batches)
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
@@ -84,6 +84,8 @@
 #   gelu, gelu_tanh:                     element       1e-5 |x| + 1e-4 |y|; gradient 5e-5 |dout| + 1e-4 |dinp|
 #   layernorm forward:                   element       4e-4 |xhat w| + 2^(1-P) max|x| rstd |w| + 2^-23 |y|,
 #                                                      P = min(24, 29 - clog2 C); rstd 2e-4; mean 2^-23 max|x|
+#   layernorm backward:                  row           dinp 1e-3 rstd max|dout w|; dweight 2e-4 |dout xhat|
+#                                                      per row (+ its float32 rounding); dbias exact
 #
 # act_forward / act_backward run RELU, LEAKY_RELU, GELU and GELU_TANH in viper and hand TANH and
 # SIGMOID to the portable kernel.
@@ -98,7 +100,7 @@ from .viper_softmax import (attention_backward, attention_decode, attention_forw
 from .viper_optim import adam_update  # noqa: F401
 from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite  # noqa: F401
 from .viper_conv import conv1d_backward, conv1d_forward  # noqa: F401
-from .viper_norm import layernorm_forward  # noqa: F401
+from .viper_norm import layernorm_backward, layernorm_forward  # noqa: F401
 from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_forward,  # noqa: F401
                              gather_rows, kv_store, posenc_forward)
 
@@ -107,7 +109,6 @@ from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_
 # a viper version above (tests/test_viper_split.py checks both ways).
 PORTABLE = (
     "mse", "sum_squares", "scale_inplace", "sgd_update",             # loss and optimizer odds and ends
-    "layernorm_backward",
     "posenc_table",                                                  # built once per layer (sin, cos)
     "attention_scores",                                              # the golden vectors' stages
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
