@@ -226,6 +226,45 @@ def memory(steps=20):
     return out
 
 
+def fit_heap(path="datasets/iris.csv", warm=2, epochs=3):
+    """The real fit loop: train.fit on Iris (120 rows, batch 16: each epoch ends with a batch of
+    8) on the current backend; heap bytes per step over `epochs` whole epochs after `warm` (GC
+    off). Prints a FITHEAP line."""
+    import iris
+    tr = iris.load_split(path)[0]
+    model = iris.build_model(1)
+    opt = mf.Adam(model, lr=1e-3)
+    lf = mf.CrossEntropyLoss()
+    mf.train.fit(model, lf, opt, tr, epochs=warm, batch_size=16, verbose=False)
+    gc.collect()
+    gc.disable()
+    try:
+        a0 = _mem_alloc()
+        s0 = opt.steps
+        mf.train.fit(model, lf, opt, tr, epochs=epochs, batch_size=16, verbose=False)
+        steps = opt.steps - s0
+        per = (_mem_alloc() - a0) / steps if a0 >= 0 else -1.0
+    finally:
+        gc.enable()
+    print("FITHEAP %s %d %.1f" % (mf.get_backend(), steps, per))
+    return per
+
+
+def opt_steps(kind, n):
+    """n optimizer steps (after one) of Adam or SGD (momentum 0.9) on the Iris model's gradients:
+    what host/bench.py counts instructions of (two runs, n and 0 steps)."""
+    model, shape, classes = _iris()
+    opt = mf.Adam(model, lr=1e-3) if kind == "adam" else mf.SGD(model, lr=1e-2, momentum=0.9)
+    x, labels = _batch(shape, classes)
+    lf = mf.CrossEntropyLoss()
+    lf.forward(model.forward(x), labels)
+    model.backward(lf.backward())
+    opt.step()
+    for _ in range(n):
+        opt.step()
+    print("OPT %s %d %d" % (kind, n, model.param_count()))
+
+
 def session(root=None, epochs=1):
     """An Iris fine-tune session as on the board: finetune.Session on the pretrained checkpoint,
     a short fit (`epochs` over the training split), evaluate. Prints SESSION and the accuracy."""
@@ -309,6 +348,12 @@ if __name__ == "__main__":
         memory()
     elif len(argv) >= 3 and argv[1] == "decode":     # bench.py decode BACKEND [ACTIVATION [ROUNDS]]
         decode(argv[2], argv[3] if len(argv) > 3 else "gelu", int(argv[4]) if len(argv) > 4 else 3)
+    elif len(argv) >= 3 and argv[1] == "fitheap":    # bench.py fitheap BACKEND
+        mf.set_backend(argv[2])
+        fit_heap()
+    elif len(argv) >= 4 and argv[1] == "opt":        # bench.py opt BACKEND adam|sgd N
+        mf.set_backend(argv[2])
+        opt_steps(argv[3], int(argv[4]) if len(argv) > 4 else 0)
     elif len(argv) >= 2 and argv[1] == "session":    # bench.py session ROOT: one fine-tune session
         session(argv[2] if len(argv) > 2 else None)
     elif len(argv) >= 3:                 # bench.py MODEL BACKEND [STEPS [ROUNDS]]: one row (host/bench.py)

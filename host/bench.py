@@ -85,6 +85,37 @@ def decode_table(exe=None, backends=("python", "viper"), heap="256M"):
     return best
 
 
+def fit_heap(exe):
+    """Heap bytes per step of train.fit on Iris (whole epochs, the partial batch included), viper."""
+    env = dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")]))
+    cmd = [exe, "-X", "heapsize=8M", os.path.join(ROOT, "board", "bench.py"), "fitheap", "viper"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    m = re.search(r"^FITHEAP \S+ (\d+) (\S+)$", out.stdout, re.M)
+    if out.returncode or not m:
+        raise SystemExit("bench fitheap failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    return int(m.group(1)), float(m.group(2))
+
+
+def opt_instructions(kind, backend="viper", n=20):
+    """Instructions per parameter per optimizer step (callgrind, stock port): runs of n and 0
+    steps on the Iris model's gradients, so startup cancels. The step is the whole opt.step():
+    the gradient scan, the snapshot, the update and the scan of the result."""
+    counts = []
+    for steps in (0, n):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "cg.out")
+            env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
+            cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, STOCK,
+                   os.path.join(ROOT, "board", "bench.py"), "opt", backend, kind, str(steps)]
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+            m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
+            p = re.search(r"^OPT \S+ \d+ (\d+)$", r.stdout, re.M)
+            if not m or not p:
+                return None
+            counts.append(int(m.group(1)))
+    return (counts[1] - counts[0]) / float(n * int(p.group(1)))
+
+
 def _kb(n):
     return "%.1f KB" % (n / 1024.0)
 
@@ -233,6 +264,9 @@ def main(argv):
         print("  heap after model + Adam + the first Iris step: %s" % _kb(int(m["first_step"][0])), flush=True)
         print("  garbage per steady-state step: %.0f B (mean over %s steps, GC off)" % (
             float(m["per_step"][0]), m["per_step"][1]), flush=True)
+        steps, per = fit_heap(exe)
+        print("  garbage per step of train.fit (Iris, batch 16, each epoch ending with a batch of 8):"
+              " %.0f B (mean over %d steps = 3 whole epochs, GC off)" % (per, steps), flush=True)
         kb, tried = smallest_session_heap(exe, checkpoint)
         above = sorted(k for k in tried if k > kb)
         print("  smallest -X heapsize from which every larger size runs an Iris fine-tune session: %d KB"
@@ -249,6 +283,11 @@ def main(argv):
                 print("callgrind iris %s: %.1fk instructions per training sample (batch 16)"
                       % (backend, (b - a) / ((s1 - s0) * 16) / 1000.0))
         print("peer: " + PEER)
+        for kind, backend in (("adam", "viper"), ("sgd", "viper")):
+            ir = opt_instructions(kind, backend)
+            if ir:
+                print("callgrind optimizer %s (%s): %.0f instructions per parameter per opt.step() "
+                      "(gradient scan, snapshot, update, result scan; Iris model)" % (kind, backend, ir))
 
 
 if __name__ == "__main__":
