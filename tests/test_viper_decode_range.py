@@ -96,6 +96,13 @@ def run(c):
         V.layernorm_backward(dx2, None, None, f32(c["g"]), f32(c["x"]), f32(c["w"]), f32(c["mean"]),
                              f32(c["rstd"]), N, C)
         r["dx2"] = hx(dx2)
+    elif k == "sgd":
+        n = c["n"]
+        pv = f32(c["p"]); bv = f32(c["b"]) if c["mom"] else None
+        V.sgd_update(pv, f32(c["g"]), bv, n, c["lr"], c["mom"], c["wd"])
+        r["p"] = hx(pv)
+        if bv is not None:
+            r["b"] = hx(bv)
     elif k == "gelu":
         x = f32(c["x"]); g = f32(c["g"]); n = len(x)
         y = z(n); d = z(n)
@@ -420,6 +427,38 @@ def test_layernorm_backward_bounds(micropython, tmp_path):
     print("layernorm backward error / bound: dinp %.3g, dweight %.3g" % tuple(worst))
 
 
+def sgd_cases(seed):
+    rng = np.random.default_rng(seed)
+    cases = []
+    for lr, mom, wd in ((0.01, 0.0, 0.0), (0.1, 0.9, 0.0), (1e-3, 0.9, 0.01), (0.5, 0.0, 0.1), (3e-5, 0.99, 1e-4)):
+        n = 600
+        cases.append({"kind": "sgd", "n": n, "lr": lr, "mom": mom, "wd": wd, "p": hx(wide(rng, n, -60, 60)),
+                      "g": hx(wide(rng, n, -60, 60)), "b": hx(wide(rng, n, -60, 60))})
+    return cases
+
+
+def test_sgd_step_bounds(micropython, tmp_path):
+    cases = sgd_cases(14)
+    res = run_cases(cases, micropython, tmp_path)
+    worst = 0.0
+    for c, r in zip(cases, res):
+        p = unhx(c["p"]).astype(np.float64)
+        g = unhx(c["g"]).astype(np.float64)
+        b = unhx(c["b"]).astype(np.float64)
+        lr, mom, wd = np.float32(c["lr"]), np.float32(c["mom"]), np.float32(c["wd"])
+        mag = np.abs(g) + wd * np.abs(p) + (mom * np.abs(b) if c["mom"] else 0)
+        d = g + wd * p + (mom * b if c["mom"] else 0)
+        want = p - lr * d
+        got = unhx(r["p"]).astype(np.float64)
+        bound = 2e-4 * lr * mag + 2.0 ** -23 * np.abs(want) + 2.0 ** -126
+        worst = max(worst, float((np.abs(got - want) / bound).max()))
+        assert np.all(np.abs(got - want) <= bound), (c["lr"], c["mom"], c["wd"], np.abs(got - want).max())
+        if c["mom"]:
+            gb = unhx(r["b"]).astype(np.float64)
+            assert np.all(np.abs(gb - d) <= 2e-4 * mag + 2.0 ** -24 * np.abs(d) + 2.0 ** -126)
+    print("sgd error / bound: %.3g" % worst)
+
+
 # ---- 5. GELU, both forms, forward and backward -------------------------------------------------
 
 def gelu_ref(x, tanh_form):
@@ -516,7 +555,7 @@ def test_kept_weight_follows_every_change(micropython, tmp_path):
 def test_decode_kernels_keep_int32_bounds(micropython, tmp_path):
     d = _instrumented(tmp_path)
     rng = np.random.default_rng(9)
-    cases = [add_case(rng, 600)] + ln_cases(10) + lnb_cases(11)
+    cases = [add_case(rng, 600)] + ln_cases(10) + lnb_cases(11) + sgd_cases(15)
     x = np.concatenate([np.float32(rng.uniform(-9, 9, 500)), wide(rng, 200)])
     cases.append({"kind": "gelu", "x": hx(x), "g": hx(wide(rng, 700)), "code": 2})
     cases.append({"kind": "gelu", "x": hx(x), "g": hx(wide(rng, 700)), "code": 5})

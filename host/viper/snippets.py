@@ -518,3 +518,16 @@ def lookup(x, T, ex, tq, k, f, dl, ph):
         f = tq & 0xFFFF
         dl = T[k + 1] - T[k]                            #!chk dl
         ph = T[k] + ((dl * (f >> 8) + ((dl * (f & 0xFF)) >> 8)) >> 8)   #!chk ph
+
+
+def snorm(m, e, sg):
+    """Signed m * 2^e (|m| < 2^31) normalized to 2^29 <= |m| < 2^30 (or 0), for the next aligned
+    add (uses top = 2^30)."""
+    if m != 0:
+        sg = 0
+        if m < 0:
+            sg = 1
+            m = 0 - m
+        #@ norm30(m, e)
+        if sg:
+            m = 0 - m

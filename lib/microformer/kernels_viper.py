@@ -7,7 +7,7 @@
 #   viper_common       scratch, the float32 encoder _store, zero
 #   viper_gemm         the block-float GEMM: Dense, the attention products, mean pooling
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
-#   viper_optim        Adam / AdamW
+#   viper_optim        Adam / AdamW, SGD
 #   viper_elementwise  ReLU, leaky ReLU, GELU (both forms); first_nonfinite and copy (the training step's guards)
 #   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
 #   viper_norm         LayerNorm forward and backward
@@ -75,7 +75,8 @@
 #   softmax weights:                     element       (2e-4 + 2e-5 (y + 1)) w, y = distance from max
 #   attention backward:                  block max     dv 1e-3, dq dk 2e-3 of operand maxima (_softmax_back)
 #   cross-entropy:                       value, 1/B    2^-20 |loss| + 1e-4; dlogits 1e-4 / B
-#   Adam:                                lr, element   2e-3 lr per step (+ 2^-22 |p|); SGD is portable
+#   Adam:                                lr, element   2e-3 lr per step (+ 2^-22 |p|)
+#   SGD:                                 element       p 2e-4 lr |d| + 2^-23 |p|; buf 2e-4 (|g| + wd|p| + mom|buf|)
 #   attention output (and decode step):  value column  1e-3 max|v| of the column (from the same scores)
 #   avgpool:                             block/element 2^-11 max_t |x| / 2^-13 of the element
 #   relu / leaky relu:                   element       exact / 1e-4 (0.01 x with a 15-bit mantissa)
@@ -97,7 +98,7 @@ from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # 
                          matmul_backward_input_acc, matmul_forward, matmul_forward_kept)
 from .viper_softmax import (attention_backward, attention_decode, attention_forward,  # noqa: F401
                             crossentropy_softmax)
-from .viper_optim import adam_update  # noqa: F401
+from .viper_optim import adam_update, sgd_update  # noqa: F401
 from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite  # noqa: F401
 from .viper_conv import conv1d_backward, conv1d_forward  # noqa: F401
 from .viper_norm import layernorm_backward, layernorm_forward  # noqa: F401
@@ -108,7 +109,7 @@ from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_
 # the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have
 # a viper version above (tests/test_viper_split.py checks both ways).
 PORTABLE = (
-    "mse", "sum_squares", "scale_inplace", "sgd_update",             # loss and optimizer odds and ends
+    "mse", "sum_squares", "scale_inplace",                           # loss and optimizer odds and ends
     "posenc_table",                                                  # built once per layer (sin, cos)
     "attention_scores",                                              # the golden vectors' stages
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
