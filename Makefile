@@ -3,6 +3,7 @@
 PORT ?=
 HEAP ?= 512K
 FIRMWARE ?=
+FORCE ?=
 ARCH ?= xtensawin
 DATA ?= iris.csv
 BAUD ?= 460800
@@ -83,10 +84,13 @@ $(CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py board/iris.py
 
 # Precompile lib/ for the board's architecture and copy it, board/*.py, data and checkpoint.
 # DATA="iris.csv digits.csv" also copies the digits data (265 KB) for `import digits` on the board.
+# A board checkpoint changed on the board (s.save() after a fine-tune) is kept as /iris.mfck.bak
+# (.bak2, ...) and deploy says so; FORCE=1 replaces it without keeping a copy.
 deploy: setup $(CHECKPOINT)
-	$(PY) host/deploy.py --checkpoint $(CHECKPOINT) --data "$(DATA)"
+	$(PY) host/deploy.py --checkpoint $(CHECKPOINT) --data "$(DATA)" $(if $(filter 1 yes true,$(FORCE)),--force)
 
-# The fine-tuning story on the (virtual) board.
+# The fine-tuning story on the (virtual) board, in its own folder /demo: your /iris.mfck and
+# /data/user.csv are not touched.
 demo: setup $(CHECKPOINT)
 	$(PY) host/demo.py --checkpoint $(CHECKPOINT)
 

@@ -15,7 +15,8 @@ Files on flash (paths relative to the board's cwd '/'; Session(root=...) prefixe
                       split seed, accuracies, history of on-board fits); host/pretrain.py writes it
     /data/iris.csv    the base dataset the host pretrained on (header line, label name last)
     /data/user.csv    the user's examples, raw units, same format; add_example appends to it,
-                      clear_examples() removes it
+                      clear_examples() moves it to /data/user.csv.bak (then .bak2, ...)
+    /demo/            demo()'s own files (its checkpoint and examples); yours are not touched
     /lib/microformer  the package
 
 Data selections (fit(data=...), evaluate(data=...)):
@@ -47,6 +48,8 @@ from microformer.train import evaluate as _evaluate, fit as _fit, predict_logits
 CHECKPOINT = "iris.mfck"
 DATA = "data/iris.csv"
 USER_DATA = "data/user.csv"
+DEMO_DIR = "demo"                   # demo()'s own folder: the user's files stay untouched
+DEMO_PRETRAINED = "pretrained.mfck"     # in DEMO_DIR: where every demo run starts (make demo puts it)
 
 # The seed's Iris model (host/pretrain.py writes the same list into meta['layers']).
 IRIS_LAYERS = [["Dense", 4, 32], ["ActivationLayer", "relu"], ["Reshape", [4, 8]],
@@ -381,16 +384,23 @@ class Session:
         return len(self._user_y)
 
     def clear_examples(self):
-        """Forget the user examples and remove the user data file."""
-        try:
-            os.remove(self.user_path)
-        except OSError:
-            pass
+        """Forget the user examples; the user data file is kept as a backup (user.csv.bak, then
+        .bak2, ...), never deleted. Returns the backup's path (None if there was no file)."""
+        n = len(self._user_y)
+        kept = None
+        if _exists(self.user_path):
+            kept = _backup_path(self.user_path)
+            os.rename(self.user_path, kept)
         self._user_X = array("f")
         self._user_y = []
         self._cache.pop("user", None)
         self._cache.pop("all", None)
-        self._say("user examples cleared (%s removed)" % self.user_path)
+        if kept:
+            self._say("user examples cleared: %d example%s moved to %s (to restore: "
+                      "os.rename(%r, %r))" % (n, "" if n == 1 else "s", kept, kept, self.user_path))
+        else:
+            self._say("no user examples to clear (%s does not exist)" % self.user_path)
+        return kept
 
     def drifted_examples(self, n=None, part="train", scale=DRIFT_SCALE, offset=DRIFT_OFFSET, seed=0):
         """(features, label) pairs as the drifted sensor reads base rows (raw units).
@@ -597,10 +607,71 @@ class Session:
         return "<finetune.Session %s: %d user examples>" % (self.checkpoint_path, len(self._user_y))
 
 
+def _exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def _backup_path(path):
+    """The first free name of PATH.bak, PATH.bak2, PATH.bak3, ... (a board may have no clock)."""
+    k = path + ".bak"
+    i = 2
+    while _exists(k):
+        k = "%s.bak%d" % (path, i)
+        i += 1
+    return k
+
+
+def _join(root, p):
+    if not root or p.startswith("/"):
+        return p
+    return root.rstrip("/") + "/" + p
+
+
+def _copy(src, dst):
+    buf = bytearray(512)
+    mv = memoryview(buf)
+    with open(src, "rb") as f, open(dst, "wb") as g:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            g.write(mv[:n])
+
+
+def demo_session(fresh=True, root=None, verbose=True):
+    """A Session on the demo's own files in DEMO_DIR: its checkpoint and its examples.
+
+    fresh=True starts over: DEMO_DIR/iris.mfck becomes a copy of DEMO_DIR/pretrained.mfck (what
+    `make demo` copies there; without it, of the main checkpoint, which is only read) and the
+    demo's own examples are dropped. The base data is shared and only read. Nothing outside
+    DEMO_DIR is written.
+    """
+    d = _join(root, DEMO_DIR)
+    ck = d + "/" + CHECKPOINT
+    user = d + "/user.csv"
+    if fresh:
+        if not _exists(d):
+            os.mkdir(d)
+        src = d + "/" + DEMO_PRETRAINED
+        if not _exists(src):
+            src = _join(root, CHECKPOINT)
+            if not _exists(src):
+                raise OSError(2, "demo: no checkpoint to start from: neither %s/%s nor %s (`make "
+                              "demo` or `make deploy` copies one)" % (d, DEMO_PRETRAINED, src))
+        _copy(src, ck)
+        if _exists(user):
+            os.remove(user)                  # the demo's own examples from its previous run
+    return Session(checkpoint=ck, data=_join(root, DATA), user_data=user, verbose=verbose)
+
+
 def demo(root=None, n=24, epochs=FIT_EPOCHS, seed=0):
-    """The drift story in one call: before, add drifted examples, fit, after, save, reload."""
-    s = Session(root=root)
-    s.clear_examples()
+    """The drift story in one call, in the demo's own folder (DEMO_DIR; your checkpoint and
+    examples are not touched): before, add drifted examples, fit, after, save, reload."""
+    s = demo_session(root=root)
     held = s.drifted_examples(part="test")
     before = s.evaluate(held)["accuracy"]
     s.add_examples(s.drifted_examples(n, seed=seed))
@@ -610,7 +681,7 @@ def demo(root=None, n=24, epochs=FIT_EPOCHS, seed=0):
     seconds = (_ms() - t0) / 1000
     after = s.evaluate(held)["accuracy"]
     s.save()
-    s2 = Session(root=root, verbose=False)
+    s2 = demo_session(fresh=False, root=root, verbose=False)
     again = s2.evaluate(held, verbose=False)["accuracy"]
     print("drift demo: accuracy %.1f%% before, %.1f%% after %d epochs on %d examples (%.1f s); "
           "reloaded: %.1f%%" % (100 * before, 100 * after, epochs, n, seconds, 100 * again))

@@ -35,10 +35,11 @@ def resolve_port(port=None, heap=None, quiet=False):
     sys.path.insert(0, str(ROOT / "host"))
     import vboard
     board = vboard.VirtualBoard(heap=heap or os.environ.get("HEAP") or vboard.DEFAULT_HEAP)
-    if not board.is_ready():
-        if not quiet:
-            print("no PORT given: starting the virtual board (%s)" % board.port)
-        board.start()
+    if not board.is_ready() and not quiet:
+        print("no PORT given: starting the virtual board (%s, %s, heap %s)"
+              % (board.port, board.micropython, board.heap))
+    # a running board with another heap or interpreter is kept, with a note on stderr
+    board.start(say=lambda s: print(s, file=sys.stderr))
     return str(board.port)
 
 

@@ -7,6 +7,7 @@
 # | u16 T, tag | u32 M, meta JSON | u32 N | N x (u16 L, name, u8 R, R x u32 dims, float32 data)
 # | u32 crc32 of everything before it.
 import json
+import os
 import struct
 import sys
 import zlib
@@ -18,10 +19,21 @@ VERSION = 1
 
 
 def write(path, tensors, tag, meta=None):
-    """tensors: dict name -> array (saved as float32, C order, in dict order)."""
+    """tensors: dict name -> array (saved as float32, C order, in dict order).
+
+    As the board's writer: metadata must be JSON with finite floats (MicroPython's json cannot
+    read inf or nan), checked before PATH is touched; the file is written to PATH.tmp, then
+    renamed over PATH. Any float32 bit pattern is written as given (the format tests use inf and
+    NaN payloads); microformer.checkpoint.save is the one that refuses non-finite weights.
+    """
+    path = os.fspath(path)
     body = bytearray()
     tb = tag.encode("utf-8")
-    mb = json.dumps({} if meta is None else meta).encode("utf-8")
+    try:
+        mb = json.dumps({} if meta is None else meta, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as e:
+        raise ValueError("checkpoint_np.write: metadata must be JSON with finite floats: %s (meta %r)"
+                         % (e, meta))
     body += struct.pack("<H", len(tb)) + tb
     body += struct.pack("<I", len(mb)) + mb
     body += struct.pack("<I", len(tensors))
@@ -38,8 +50,15 @@ def write(path, tensors, tag, meta=None):
     head += struct.pack("<I", zlib.crc32(head))
     data = head + bytes(body)
     data += struct.pack("<I", zlib.crc32(data))
-    with open(path, "wb") as f:
-        f.write(data)
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     return size
 
 

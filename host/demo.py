@@ -5,6 +5,11 @@
 Deploys to the board (the virtual board when no port is given), then drives the REPL session in
 board/finetune.py over mpremote, step by step: accuracy on the drifted sensor before, on-board
 fit on a few labelled readings, accuracy after, save, soft reset, reload, same accuracy.
+
+The demo works in its own folder on the board, /demo (finetune.DEMO_DIR): its checkpoint, a
+fresh copy of the host's pretrained one each run, and its own examples. The user's /iris.mfck
+and /data/user.csv are not touched (the checkpoint is copied to /iris.mfck only when the board
+has none).
 """
 import argparse
 import sys
@@ -15,13 +20,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from board_link import mpremote, resolve_port  # noqa: E402
 from deploy import deploy  # noqa: E402
 
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / d) for d in ("lib", "board")]
+from finetune import DEMO_DIR, DEMO_PRETRAINED  # noqa: E402  (the board's own names)
+
 STEPS = [
     ("The host-pretrained model, on 30 held-out flowers as the drifting sensor reads them "
      "(every reading scaled and offset per feature)",
      False,
      "import finetune\n"
-     "s = finetune.Session()\n"
-     "s.clear_examples()\n"
+     "s = finetune.demo_session()      # /demo: the demo's own checkpoint and examples\n"
      "held = s.drifted_examples(part='test')\n"
      "before = s.evaluate(held)"),
     ("Label 24 readings from the drifted sensor and fine-tune on the board "
@@ -35,7 +42,7 @@ STEPS = [
     ("Soft reset, then a fresh session reloads the checkpoint and the user examples from flash",
      False,
      "import finetune\n"
-     "s = finetune.Session()\n"
+     "s = finetune.demo_session(fresh=False)\n"
      "s.evaluate(s.drifted_examples(part='test'))\n"
      "s.evaluate('test')"),
 ]
@@ -51,7 +58,9 @@ def main(argv=None):
     t0 = time.time()
     port = resolve_port(a.port)
     print("== deploy to %s" % port)
-    deploy(port, a.checkpoint)       # a fresh pretrained checkpoint each run
+    # the demo's own pretrained copy each run; /iris.mfck only if the board has none
+    deploy(port, a.checkpoint, checkpoint_mode="missing",
+           extra=[(a.checkpoint, "/%s/%s" % (DEMO_DIR, DEMO_PRETRAINED))])
     for i, (title, keep_state, code) in enumerate(STEPS, 1):
         print("\n== %d. %s" % (i, title))
         print("".join(">>> " + line + "\n" for line in code.splitlines()), end="")

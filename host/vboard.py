@@ -3,9 +3,18 @@ unmodified ``mpremote`` drives exactly as it drives an ESP32 over USB serial.
 
 Usage::
 
-    python host/vboard.py up [--dir STATE_DIR] [--heap 512K] [--flash FLASH_DIR]
+    python host/vboard.py up [--dir STATE_DIR] [--heap 512K] [--flash FLASH_DIR] [--micropython EXE]
     python host/vboard.py down|status|path [--dir STATE_DIR]
     mpremote connect build/vboard/port exec "print('hi')"
+
+The interpreter
+---------------
+``--micropython``, else env ``MICROPYTHON``, else the ESP32-like port
+``build/mp32/micropython32-sp`` when it is built (32-bit, single-precision floats,
+Ctrl-C scheduled as on an ESP32 rather than raised from the signal handler), else
+the stock 64-bit unix port next to this Python.  ``up`` on a board that runs with
+another heap or interpreter restarts it and says so (the REPL state is lost; the
+flash folder is kept); ``status`` names the interpreter and the heap.
 
 Design
 ------
@@ -40,7 +49,18 @@ differs from a board:
   installed (i.e. it is executing code; read from ``/proc/PID/status``) the
   daemon sends SIGINT instead of the byte.  When the REPL is idle the handler
   is not installed (SIGINT would kill it) and the byte is passed through; so
-  is it after ``micropython.kbd_intr(-1)`` (mpremote mount relies on that).
+  is it after ``micropython.kbd_intr(-1)`` (mpremote mount relies on that),
+  which is what a board does with a Ctrl-C while kbd_intr(-1) is in force.
+  The handler can go away between the check and the signal (the code ends and
+  the REPL restores SIG_DFL), and a SIGINT then kills the process: so the
+  daemon stops the child (SIGSTOP), checks, sends SIGINT while it is stopped,
+  and continues it (SIGCONT).  Every Ctrl-C becomes one SIGINT, as on a board
+  where each Ctrl-C schedules a KeyboardInterrupt; both ports survive a second
+  SIGINT before the first is handled (the stock port raises from the handler,
+  the 32-bit build schedules it like an ESP32).  The stock port's asynchronous
+  raise can leave the allocator locked ("MemoryError: heap is locked") if it
+  lands inside gc_alloc; the scheduled build cannot, which is one reason the
+  virtual board prefers it.
 * ``VfsPosix.ilistdir`` gives 3-tuples; BOOT mounts a wrapper that adds the
   size so ``mpremote fs ls`` shows it.
 
@@ -83,7 +103,6 @@ SENTINEL = "\x00vboard-boot\x00"
 SETTLE = 1.0                   # a board whose main.py never ends counts as up after this
 CTRL_A, CTRL_C = b"\x01", 0x03
 BUF_LIMIT = 64 * 1024          # back-pressure threshold per direction
-SIGINT_HOLDOFF = 0.3           # a 2nd SIGINT before the 1st is handled kills the unix port
 READY_TIMEOUT = 30.0
 
 log = logging.getLogger("vboard")
@@ -108,6 +127,16 @@ class _VBFlash:
 
     def __str__(self):
         return str(self._fs)  # '<VfsPosix>', for mpremote df
+
+    def rename(self, old, new):
+        # Some unix-port builds lose the first path when both are absolute (one shared buffer
+        # for the root prefix): pass the second relative to the cwd, which VfsPosix keeps as
+        # the process's own. A board's littlefs or FAT takes both forms.
+        if new.startswith('/'):
+            import os
+            depth = len([p for p in os.getcwd().split('/') if p])
+            new = '../' * depth + new.lstrip('/')
+        return self._fs.rename(old, new)
 
     def ilistdir(self, path):
         base = path.rstrip('/')
@@ -147,19 +176,36 @@ del _VBFlash, _vb_run, FLASH, RUN_MAIN, vfs, os, sys
 '''
 
 
+MP32 = REPO_ROOT / "build" / "mp32" / "micropython32-sp"
+
+
 # --------------------------------------------------------------- helpers
 
 def find_micropython():
-    """env MICROPYTHON, else the one next to this Python, else PATH."""
+    """env MICROPYTHON, else the ESP32-like build/mp32 port, else the stock port next to this
+    Python, else PATH."""
     if os.environ.get("MICROPYTHON"):
         return os.environ["MICROPYTHON"]
+    if MP32.exists():
+        return str(MP32)
     beside = Path(sys.executable).parent / "micropython"
     if beside.exists():
         return str(beside)
     found = shutil.which("micropython")
     if not found:
-        raise SystemExit("vboard: no micropython found (set MICROPYTHON)")
+        raise SystemExit("vboard: no micropython found (set MICROPYTHON, or `make setup`)")
     return found
+
+
+def describe_interpreter(exe):
+    """'32-bit, single-precision floats' or '64-bit, double-precision floats' (asks the binary)."""
+    try:
+        out = subprocess.run([exe, "-c", "import sys\nprint(64 if sys.maxsize > 2**32 else 32, "
+                              "'single' if 1.0 + 1e-10 == 1.0 else 'double')"],
+                             capture_output=True, text=True, timeout=10).stdout.split()
+        return "%s-bit, %s-precision floats" % (out[0], out[1])
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
 
 
 def to_crlf(data, prev_cr):
@@ -187,6 +233,32 @@ def _die_with_parent():
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)
     except Exception:
         pass
+
+
+def proc_state(pid):
+    """The state letter of /proc/PID/stat ('R', 'S', 'T' ...), '' if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def stop_and_wait(pid, timeout=1.0):
+    """SIGSTOP pid and wait until it is stopped; False if it is gone."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = proc_state(pid)
+        if st in ("T", "t"):
+            return True
+        if st in ("", "Z", "X"):
+            return False
+        time.sleep(0.0005)
+    return True   # not seen stopped (e.g. in uninterruptible I/O): checked anyway
 
 
 def set_nonblocking(fd):
@@ -238,7 +310,7 @@ class Child:
         self.started = time.monotonic()
         self.booted_at = None      # when SENTINEL arrived
         self.pending = b""         # output before SENTINEL
-        self.last_sigint = 0.0
+        self.sigints = 0
         log.info("child pid %d started (%s REPL)", self.proc.pid, "raw" if raw else "friendly")
 
     def read(self):
@@ -265,15 +337,26 @@ class Child:
         return data if at < 0 else data[:at] + data[at + len(SENTINEL):]
 
     def interrupt(self):
-        """Deliver Ctrl-C as a board would. Returns True if the byte is consumed."""
-        if self.booted_at is None or not catches_sigint(self.proc.pid):
+        """Deliver Ctrl-C as a board would. Returns True if the byte is consumed.
+
+        The child is stopped while its SIGINT disposition is checked and the signal is sent,
+        so the handler cannot be removed in between (a SIGINT to SIG_DFL would kill it).
+        """
+        pid = self.proc.pid
+        if self.booted_at is None or not catches_sigint(pid):
+            log.info("Ctrl-C -> byte to child %d (no handler: idle REPL or kbd_intr(-1))", pid)
+            return False        # idle REPL or kbd_intr(-1): the byte, as a board reads it
+        if not stop_and_wait(pid):
             return False
-        now = time.monotonic()
-        if now - self.last_sigint > SIGINT_HOLDOFF:
-            self.last_sigint = now
-            log.info("Ctrl-C -> SIGINT to child %d", self.proc.pid)
-            os.kill(self.proc.pid, signal.SIGINT)
-        return True
+        try:
+            caught = catches_sigint(pid)
+            if caught:
+                self.sigints += 1
+                os.kill(pid, signal.SIGINT)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        log.info("Ctrl-C -> %s child %d", "SIGINT to" if caught else "byte to", pid)
+        return caught
 
     def close(self):
         if self.proc.poll() is None:
@@ -291,9 +374,9 @@ class Child:
 class Bridge:
     """The daemon: client pty <-> select loop <-> MicroPython child."""
 
-    def __init__(self, state_dir, heap, flash):
+    def __init__(self, state_dir, heap, flash, micropython=None):
         self.state_dir, self.heap, self.flash = Path(state_dir), heap, Path(flash)
-        self.micropython = find_micropython()
+        self.micropython = micropython or find_micropython()
         self.boot = self.state_dir / "vboard_boot.py"
         self.boot.write_text(BOOT_TEMPLATE % {"sentinel": SENTINEL})
         self.to_client = bytearray()
@@ -455,7 +538,7 @@ class Bridge:
         return buf[n:]
 
 
-def serve(state_dir, heap, flash):
+def serve(state_dir, heap, flash, micropython=None):
     """Daemon entry point (``vboard.py serve``)."""
     state_dir = Path(state_dir)
     logging.basicConfig(filename=str(state_dir / "vboard.log"), level=logging.INFO,
@@ -468,8 +551,9 @@ def serve(state_dir, heap, flash):
     signal.signal(signal.SIGHUP, on_term)
     signal.signal(signal.SIGINT, on_term)
     (state_dir / "vboard.pid").write_text(str(os.getpid()))
-    log.info("serve pid %d heap %s flash %s", os.getpid(), heap, flash)
-    bridge = Bridge(state_dir, heap, flash)
+    bridge = Bridge(state_dir, heap, flash, micropython)
+    log.info("serve pid %d heap %s flash %s micropython %s", os.getpid(), heap, flash,
+             bridge.micropython)
     try:
         bridge.run()
     except Shutdown:
@@ -486,10 +570,11 @@ def serve(state_dir, heap, flash):
 class VirtualBoard:
     """Start/stop the daemon; usable as a context manager in tests."""
 
-    def __init__(self, state_dir=DEFAULT_STATE_DIR, heap=DEFAULT_HEAP, flash=None):
+    def __init__(self, state_dir=DEFAULT_STATE_DIR, heap=DEFAULT_HEAP, flash=None, micropython=None):
         self.state_dir = Path(state_dir).resolve()
         self.heap = heap
         self.flash = Path(flash).resolve() if flash else self.state_dir / "flash"
+        self.micropython = str(Path(micropython or find_micropython()).resolve())
         self.proc = None
 
     port = property(lambda self: str(self.state_dir / "port"))
@@ -507,21 +592,50 @@ class VirtualBoard:
     def is_ready(self):
         return self.pid() is not None and (self.state_dir / "ready").exists()
 
-    def start(self, timeout=READY_TIMEOUT):
-        if self.is_ready():
-            return self
+    def config(self):
+        """What the running (or last) board was started with: heap, flash, port, micropython."""
+        try:
+            return json.loads((self.state_dir / "config.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def differences(self):
+        """How the running board differs from this one's settings, e.g. ['heap 512K, not 4M']."""
+        cfg = self.config()
+        out = []
+        if cfg.get("heap", "").upper() != self.heap.upper():
+            out.append(f"heap {cfg.get('heap', '?')}, not {self.heap}")
+        if cfg.get("micropython") != self.micropython:
+            out.append(f"interpreter {cfg.get('micropython', '?')}, not {self.micropython}")
+        return out
+
+    def start(self, timeout=READY_TIMEOUT, restart=False, say=print):
+        """Start the board; if it runs already with another heap or interpreter, restart it
+        (restart=True) or say so and keep it."""
         if not re.fullmatch(r"\d+[KkMm]?", self.heap):
-            raise ValueError(f"bad heap size {self.heap!r}")
+            raise ValueError(f"bad heap size {self.heap!r} (expected e.g. 512K, 4M)")
+        if self.is_ready():
+            diff = self.differences()
+            if not diff:
+                return self
+            if not restart:
+                say("note: the virtual board runs with %s (`make board-up` restarts it)" % "; ".join(diff))
+                return self
+            say("restarting the virtual board: it ran with %s (its REPL state is lost, the flash "
+                "folder is kept)" % "; ".join(diff))
+            self.stop()
         (self.flash / "lib").mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for name in ("ready", "vboard.pid"):
             (self.state_dir / name).unlink(missing_ok=True)
         (self.state_dir / "config.json").write_text(json.dumps(
-            {"heap": self.heap, "flash": str(self.flash), "port": self.port}))
+            {"heap": self.heap, "flash": str(self.flash), "port": self.port,
+             "micropython": self.micropython, "kind": describe_interpreter(self.micropython)}))
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve()), "serve",
-                 "--dir", str(self.state_dir), "--heap", self.heap, "--flash", str(self.flash)],
+                 "--dir", str(self.state_dir), "--heap", self.heap, "--flash", str(self.flash),
+                 "--micropython", self.micropython],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                 start_new_session=True, cwd=str(REPO_ROOT))
         self.wait_ready(timeout)
@@ -563,14 +677,24 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="vboard.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=["up", "down", "status", "path", "serve"])
     ap.add_argument("--dir", default=str(DEFAULT_STATE_DIR), help="state dir (default build/vboard)")
-    ap.add_argument("--heap", default=DEFAULT_HEAP, help="MicroPython GC heap, e.g. 512K, 8M")
+    ap.add_argument("--heap", default=None,
+                    help="MicroPython GC heap, e.g. 512K, 8M (default: the running board's, else %s)"
+                         % DEFAULT_HEAP)
     ap.add_argument("--flash", default=None, help="folder mounted as / (default STATE_DIR/flash)")
+    ap.add_argument("--micropython", default=None,
+                    help="interpreter (default: env MICROPYTHON, else build/mp32/micropython32-sp "
+                         "when built, else the stock unix port)")
     args = ap.parse_args(argv)
-    board = VirtualBoard(args.dir, args.heap, args.flash)
+    running = VirtualBoard(args.dir, micropython=args.micropython)
+    heap = args.heap or (running.pid() and running.config().get("heap")) or DEFAULT_HEAP
+    board = VirtualBoard(args.dir, heap, args.flash, args.micropython)
     if args.command == "serve":
-        serve(board.state_dir, board.heap, board.flash)
+        serve(board.state_dir, board.heap, board.flash, board.micropython)
     elif args.command == "up":
-        board.start()
+        board.start(restart=True, say=lambda s: print(s, file=sys.stderr))
+        cfg = board.config()
+        print("virtual board: %s (%s), heap %s" % (cfg.get("micropython"), cfg.get("kind"),
+                                                   cfg.get("heap")), file=sys.stderr)
         print(board.port)
     elif args.command == "down":
         board.stop()
@@ -587,12 +711,10 @@ def print_status(board):
     if pid is None:
         print("virtual board: not running")
         return 1
-    try:
-        cfg = json.loads((board.state_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        cfg = {}
+    cfg = board.config()
     print(f"virtual board: running (pid {pid}, {'ready' if board.is_ready() else 'starting'})")
     print(f"  port:  {board.port} -> {os.path.realpath(board.port)}")
+    print(f"  micropython: {cfg.get('micropython', '?')} ({cfg.get('kind', '?')})")
     print(f"  heap:  {cfg.get('heap', '?')}")
     print(f"  flash: {cfg.get('flash', '?')}")
     print(f"  log:   {board.log_path}")

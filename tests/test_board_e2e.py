@@ -16,6 +16,9 @@ import board_link  # noqa: E402
 import deploy  # noqa: E402
 import vboard  # noqa: E402
 
+# The interpreter the virtual board runs: the ESP32-like 32-bit port when it is built.
+MICROPYTHON = helpers.interpreter_path(helpers.interpreters()[-1])
+
 WEIGHTS = ("import binascii\n"
            "for n, p in s.model.named_params():\n"
            " print('W', n, binascii.hexlify(bytes(p.data)).decode())\n")
@@ -35,7 +38,7 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory, checkpoint):
-    b = vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap="512K")
+    b = vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap="512K", micropython=MICROPYTHON)
     b.start()
     try:
         deploy.deploy(str(b.port), str(checkpoint))
@@ -107,7 +110,7 @@ def test_damaged_checkpoint_is_refused_on_the_board(board, damage, message):
 
 
 def test_too_small_heap_names_the_memory_need(tmp_path, checkpoint):
-    with vboard.VirtualBoard(tmp_path / "small", heap="192K") as b:
+    with vboard.VirtualBoard(tmp_path / "small", heap="160K", micropython=MICROPYTHON) as b:
         deploy.deploy(str(b.port), str(checkpoint))
         out = board_link.mpremote(str(b.port), "exec",
                                   "import finetune\n"
@@ -120,7 +123,7 @@ def test_too_small_heap_names_the_memory_need(tmp_path, checkpoint):
 
 def test_mip_installs_from_package_json(tmp_path):
     subprocess.run([sys.executable, "host/package.py", "--check"], cwd=helpers.ROOT, check=True)
-    with vboard.VirtualBoard(tmp_path / "mip", heap="512K") as b:
+    with vboard.VirtualBoard(tmp_path / "mip", heap="512K", micropython=MICROPYTHON) as b:
         board_link.mpremote(str(b.port), "mip", "install", str(helpers.ROOT) + "/lib/package.json")
         out = board_link.mpremote(str(b.port), "exec", "import microformer\nprint('VERSION', microformer.__version__)")
         assert "VERSION 0.1.0" in out

@@ -61,15 +61,17 @@ def test_crc_fallback_matches_zlib():
     assert ck.crc32(a) == zlib.crc32(bytes(a))
 
 
-def special_tensors(model, seed=0):
-    """float32 bit patterns from NumPy, including -0, denormals, inf and NaN payloads."""
+def special_tensors(model, seed=0, finite=False):
+    """float32 bit patterns from NumPy, including -0, denormals, inf and NaN payloads
+    (finite=True: -0, denormals and the extremes only: save() refuses inf and NaN)."""
     r = np.random.default_rng(seed)
     out = {}
     for name, p in model.named_params():
         a = r.standard_normal(p.shape).astype("<f4")
         flat = a.reshape(-1)
-        specials = np.array([0x80000000, 0x00000001, 0x7F800000, 0xFF800000, 0x7FC12345, 0x7F800001],
-                            dtype="<u4").view("<f4")
+        bits = ([0x80000000, 0x00000001, 0x7F7FFFFF, 0xFF7FFFFF, 0x00800000, 0x807FFFFF] if finite else
+                [0x80000000, 0x00000001, 0x7F800000, 0xFF800000, 0x7FC12345, 0x7F800001])
+        specials = np.array(bits, dtype="<u4").view("<f4")
         k = min(len(flat), len(specials))
         flat[:k] = specials[:k]
         out[name] = a
@@ -106,7 +108,7 @@ def test_numpy_cli(saved):
 
 def test_micropython_roundtrip_bit_identical(tmp_path, micropython):
     m = build(3)
-    tensors = special_tensors(m, seed=5)
+    tensors = special_tensors(m, seed=5, finite=True)     # MicroPython saves them again
     checkpoint_np.write(str(tmp_path / "np.mfck"), tensors, ck.model_tag(m), {"from": "numpy"})
     out = helpers.run_micropython(helpers.script("checkpoint_mp.py"), tmp_path, exe=micropython)
     assert "meta numpy" in out and "fallback ok" in out

@@ -17,6 +17,10 @@ import serial
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "host"))
 import vboard  # noqa: E402
+import helpers  # noqa: E402
+
+# The interpreter the virtual board runs: the ESP32-like 32-bit port when it is built.
+MICROPYTHON = helpers.interpreter_path(helpers.interpreters()[-1])
 
 MPREMOTE = str(Path(sys.executable).parent / "mpremote")
 TIMEOUT = 30
@@ -41,7 +45,7 @@ def child_pids(board):
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory):
-    with vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap="512K") as b:
+    with vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap="512K", micropython=MICROPYTHON) as b:
         yield b
 
 
@@ -154,7 +158,7 @@ def read_until(s, ending, timeout=10):
 # ------------------------------------------------------------ boards of their own
 
 def test_memory_error_small_heap(tmp_path):
-    with vboard.VirtualBoard(tmp_path, heap="64K") as b:
+    with vboard.VirtualBoard(tmp_path, heap="64K", micropython=MICROPYTHON) as b:
         res = mpremote(b, "exec", "x = bytearray(200000)", check=False)
         assert res.returncode == 1
         assert "MemoryError" in res.stdout + res.stderr
@@ -167,7 +171,7 @@ def test_boot_and_main_run_at_start_and_soft_reset(tmp_path):
     flash.mkdir()
     (flash / "boot.py").write_text("open('trace.txt', 'a').write('B')\nBOOTED = True\n")
     (flash / "main.py").write_text("open('trace.txt', 'a').write('M')\nwhile True:\n    pass\n")
-    with vboard.VirtualBoard(tmp_path / "state", flash=flash) as b:
+    with vboard.VirtualBoard(tmp_path / "state", flash=flash, micropython=MICROPYTHON) as b:
         assert (flash / "lib").is_dir()
         # main.py loops forever: mpremote's Ctrl-C must break in, as on a board.
         assert run(b, "print(BOOTED)").strip() == "True"
@@ -190,16 +194,17 @@ def test_cli_and_no_leaked_processes(tmp_path):
         return subprocess.run(cli[:2] + [cmd] + cli[2:] + list(extra),
                               capture_output=True, text=True, timeout=TIMEOUT)
 
-    up = call("up", "--heap", "256K")
+    up = call("up", "--heap", "256K", "--micropython", MICROPYTHON)
     assert up.returncode == 0, up.stderr
     port = up.stdout.strip()
     assert port == str(tmp_path / "port") and os.path.realpath(port).startswith("/dev/pts/")
     assert call("path").stdout.strip() == port
     status = call("status")
     assert status.returncode == 0 and "256K" in status.stdout
-    b = vboard.VirtualBoard(tmp_path)
+    b = vboard.VirtualBoard(tmp_path, micropython=MICROPYTHON)
+    assert MICROPYTHON in status.stdout
     assert run(b, "print('cli')").strip() == "cli"
-    assert call("up").stdout.strip() == port  # idempotent
+    assert call("up", "--micropython", MICROPYTHON).stdout.strip() == port  # idempotent
     daemon = b.pid()
     pids = [daemon] + child_pids(b)
     assert call("down").returncode == 0
@@ -209,7 +214,7 @@ def test_cli_and_no_leaked_processes(tmp_path):
 
 
 def test_stop_leaves_no_processes(tmp_path):
-    b = vboard.VirtualBoard(tmp_path).start()
+    b = vboard.VirtualBoard(tmp_path, micropython=MICROPYTHON).start()
     run(b, "print(1)")
     pids = [b.pid()] + child_pids(b)
     b.stop()

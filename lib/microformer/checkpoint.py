@@ -22,18 +22,26 @@
 # The default tag is model_tag(model), e.g. "Sequential(Dense,ActivationLayer(relu),Attention)":
 # layer classes only, so a model of the same kind but other sizes gets a "wrong shape" message.
 #
-# save() writes PATH.tmp, flushes, closes, then renames it over PATH (os.replace on CPython,
-# os.rename on MicroPython: VfsPosix, littlefs and FAT all replace an existing target; FAT
-# does it as unlink + rename). If the rename fails, save() removes PATH and renames again;
-# load() reads a complete PATH.tmp when PATH is missing. An interruption at any byte therefore
-# leaves the previous checkpoint (or a CRC-verified newer one) loadable.
+# save() first checks everything it can without touching the disk: the metadata (JSON types
+# only, every float finite: MicroPython's json cannot read back inf or nan) and every weight
+# (a NaN or inf is refused, naming the tensor and the index); a path that is a directory is
+# refused too. Then it writes PATH.tmp, flushes, closes, and renames it over PATH (os.replace
+# on CPython, os.rename on MicroPython: VfsPosix, littlefs and FAT all replace an existing
+# target; FAT does it as unlink + rename). If the rename fails, save() removes PATH and renames
+# again; load() reads a complete PATH.tmp when PATH is missing. An interruption at any byte
+# therefore leaves the previous checkpoint (or a CRC-verified newer one) loadable. A save that
+# fails with an exception (a full volume, Ctrl-C, a refused rename) removes its PATH.tmp, so a
+# full flash has the free space it had before the attempt.
+#
+# Paths are str; on CPython anything os.fspath accepts (pathlib.Path) works too. A missing file
+# raises OSError(ENOENT) naming the path (FileNotFoundError on CPython).
 #
 # load() checks magic, header CRC, version, size and the whole-file CRC (pass 1, a 512-byte
 # scratch buffer), then the tag and every name and shape against the model (pass 2), and only
 # then reads the data straight into the parameter arrays with readinto (pass 3). Every refusal
 # is a CheckpointError (a ValueError) naming the file and what is wrong; the model is untouched.
 # (Only a read error of the medium itself during pass 3, after the CRC passed, could leave a
-# partial copy.) A missing PATH and PATH.tmp raises OSError as open() does.
+# partial copy.)
 import json
 import os
 import struct
@@ -149,11 +157,80 @@ def _exists(path):
         return False
 
 
-def _resolve(path):
+def _fspath(path, who):
+    """A str path; on CPython also pathlib.Path and other os.PathLike objects."""
+    if isinstance(path, str):
+        return path
+    fs = getattr(os, "fspath", None)
+    if fs is not None and not isinstance(path, (bytes, bytearray)):
+        try:
+            path = fs(path)
+        except TypeError:
+            pass
+        if isinstance(path, str):
+            return path
+    raise TypeError("%s: path must be a str%s, got %s" % (
+        who, " or a pathlib.Path" if fs is not None else "", type(path).__name__))
+
+
+def _resolve(path, who):
     # PATH, or a complete PATH.tmp left by a save interrupted between unlink and rename.
-    if not _exists(path) and _exists(path + ".tmp"):
-        return path + ".tmp"
+    path = _fspath(path, who)
+    if not _exists(path):
+        if _exists(path + ".tmp"):
+            return path + ".tmp"
+        raise OSError(2, "checkpoint %r: no such file" % path)     # 2 = ENOENT
     return path
+
+
+def _is_dir(path):
+    try:
+        return os.stat(path)[0] & 0x4000 != 0
+    except OSError:
+        return False
+
+
+def _remove_quietly(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _check_meta(v, where):
+    """JSON types only, str keys, every float finite; the error names where the bad value is."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return
+    if isinstance(v, float):
+        if v - v != 0:              # inf - inf and nan - nan are nan, != 0
+            raise ValueError("checkpoint.save: %s is %r: metadata floats must be finite (the file "
+                             "could not be read back); store None or a string instead" % (where, v))
+        return
+    if isinstance(v, (list, tuple)):
+        for i in range(len(v)):
+            _check_meta(v[i], "%s[%d]" % (where, i))
+        return
+    if isinstance(v, dict):
+        for k in v:
+            if not isinstance(k, str):
+                raise ValueError("checkpoint.save: %s has key %r: metadata keys must be str, got %s"
+                                 % (where, k, type(k).__name__))
+            _check_meta(v[k], "%s[%r]" % (where, k))
+        return
+    raise ValueError("checkpoint.save: %s is a %s: metadata must be JSON (dict, list, str, int, "
+                     "finite float, bool, None)" % (where, type(v).__name__))
+
+
+def _check_finite(named):
+    """Refuse a NaN or inf weight: the saved model would be broken, and the old file is good."""
+    for name, p in named:
+        d = p.data
+        for i in range(len(d)):
+            v = d[i]
+            if v - v != 0:
+                raise ValueError("checkpoint.save: tensor %r holds %r at index %d (shape %r); "
+                                 "refusing to save non-finite weights (the existing file is kept)"
+                                 % (name, v, i, tuple(p.shape)))
 
 
 class _Writer:
@@ -177,10 +254,12 @@ def save(path, model, meta=None, tag=None):
     tag: the model tag; default model_tag(model).
     """
     _check_byteorder()
+    path = _fspath(path, "checkpoint.save")
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
         raise ValueError("checkpoint.save: meta must be a dict, got %s" % type(meta).__name__)
+    _check_meta(meta, "meta")
     tag_b = (model_tag(model) if tag is None else tag).encode()
     meta_b = json.dumps(meta).encode()
     named = _named(model)
@@ -196,8 +275,32 @@ def save(path, model, meta=None, tag=None):
         if len(nb) > 0xFFFF or not 1 <= len(p.shape) <= 255:
             raise ValueError("checkpoint.save: %r: name too long or rank %d" % (name, len(p.shape)))
         size += 2 + len(nb) + 1 + 4 * len(p.shape) + 4 * len(p.data)
+    _check_finite(named)
+    if _is_dir(path):
+        raise OSError(21, "checkpoint.save: %r is a directory" % path)     # 21 = EISDIR
 
     tmp = path + ".tmp"
+    try:
+        _write(tmp, size, tag_b, meta_b, named)
+    except OSError as e:
+        _remove_quietly(tmp)        # a full volume gets its space back; no stray file
+        if e.args and e.args[0] == 28:                              # 28 = ENOSPC
+            raise OSError(28, "checkpoint.save: no space left for %r (%d bytes); the partial copy "
+                          "was removed and %r is unchanged" % (tmp, size, path))
+        raise
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    try:
+        _replace(tmp, path)
+    except OSError:
+        if _exists(path):           # the old file is still there: drop the new copy
+            _remove_quietly(tmp)
+        raise                       # else PATH.tmp is the only copy and load() reads it
+    return size
+
+
+def _write(tmp, size, tag_b, meta_b, named):
     f = _open(tmp, "wb")
     try:
         w = _Writer(f)
@@ -226,8 +329,6 @@ def save(path, model, meta=None, tag=None):
             pass
     finally:
         f.close()
-    _replace(tmp, path)
-    return size
 
 
 def _replace(src, dst):
@@ -337,7 +438,7 @@ def load(path, model, tag=None):
     tag: the expected model tag; default model_tag(model).
     """
     _check_byteorder()
-    path = _resolve(path)
+    path = _resolve(path, "checkpoint.load")
     want = model_tag(model) if tag is None else tag
     named = _named(model)
     with _open(path, "rb") as f:
@@ -371,7 +472,7 @@ def load(path, model, tag=None):
 
 def read_header(path):
     """Verify `path` and return {'version', 'size', 'tag', 'meta', 'tensors': [(name, shape)]}."""
-    path = _resolve(path)
+    path = _resolve(path, "checkpoint.read_header")
     with _open(path, "rb") as f:
         size = _verify(f, path)
         tag, meta, recs = _parse(f, path, size)
@@ -382,7 +483,7 @@ def read_header(path):
 def read(path):
     """(meta, [(name, shape, array('f'))]) of a verified checkpoint, for inspection."""
     _check_byteorder()
-    path = _resolve(path)
+    path = _resolve(path, "checkpoint.read")
     out = []
     with _open(path, "rb") as f:
         size = _verify(f, path)
