@@ -1,9 +1,6 @@
 # microformer.layer: the base class every layer derives from (the layer contract), and
 # state_dict / load_state_dict with PyTorch's parameter names and layouts.
-from . import tensor as _tensor
 from .tensor import Tensor
-
-_SETS = 8                    # keys (input shapes) whose buffers a stage keeps
 
 try:
     from collections import OrderedDict as _Ordered
@@ -25,56 +22,11 @@ class Buffered:
     def _buffers(self, stage, shape, other=None):
         have = getattr(self, stage, None)
         if have is None or have[0] != shape or have[1] != other:
-            setattr(self, stage, self._switch(stage, shape, other))
-
-    # Keys seen before are not allocated again: each stage keeps the buffers of its last _SETS
-    # keys, and they share memory. A key's buffers are views on the first values of the stage's
-    # arrays when those are large enough (the largest batch seen so far; a smaller batch, such as
-    # the last one of an epoch, is a view on it), else new arrays that replace them (and the
-    # other keys' buffers are dropped, to be made again as views). So a fit loop whose last
-    # batch is smaller allocates nothing at steady state, epoch boundaries included.
-    def _switch(self, stage, shape, other):
-        sets = getattr(self, "_bufsets", None)  # (not self.__dict__: MicroPython builds a copy)
-        if sets is None:
-            sets = self._bufsets = {}
-        st = sets.get(stage)
-        if st is None:
-            st = sets[stage] = [[], []]          # the stage's arrays; [(shape, other, [(attr, value)])]
-        known = st[1]
-        for i in range(len(known)):
-            k = known[i]
-            if k[0] == shape and k[1] == other:
-                attrs = k[2]
-                for j in range(len(attrs)):
-                    setattr(self, attrs[j][0], attrs[j][1])
-                return k                          # (shape, other, ...): the stage's key
-        before = dict(self.__dict__)
-        saved = _tensor._pool
-        _tensor._pool = pool = [st[0], 0, False]
-        try:
             self._allocate(stage, shape, other)
-        finally:
-            _tensor._pool = saved
-        if pool[2]:
-            del known[:]                          # they may hold the arrays just replaced
-        elif len(known) >= _SETS:
-            del known[0]
-        k = (shape, other, _changed(before, self.__dict__))
-        known.append(k)
-        return k
+            setattr(self, stage, (shape, other))
 
     def _allocate(self, stage, shape, other):
         raise NotImplementedError("%s: no buffers for stage %r" % (type(self).__name__, stage))
-
-
-def _changed(before, after):
-    # [(name, value)] of the attributes set since `before` (a function of its own: a comprehension
-    # in _switch would make its variables closure cells, allocated on every call)
-    out = []
-    for a in after:
-        if a not in before or before[a] is not after[a]:
-            out.append((a, after[a]))
-    return out
 
 
 class Layer(Buffered):

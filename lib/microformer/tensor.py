@@ -19,35 +19,6 @@ def _check_shape(shape, who):
     return shape
 
 
-# While a layer allocates the buffers of one stage (layer.Buffered), Tensor.zeros draws on the
-# arrays that stage already has: _pool = [arrays, next index, fresh]. The i-th buffer asked for
-# is a view on the first values of the stage's i-th array when that one is large enough (zeroed,
-# as zeros() promises), else a new array that takes its place (fresh is then set).
-_pool = None
-
-
-def _from_pool(shape, name):
-    p = _pool
-    shape = _check_shape(shape, "Tensor")
-    n = _size(shape)
-    arrays = p[0]
-    i = p[1]
-    p[1] = i + 1
-    if i < len(arrays) and len(arrays[i]) >= n:
-        a = arrays[i]
-        data = a if len(a) == n else memoryview(a)[:n]
-        for j in range(n):
-            data[j] = 0.0
-        return Tensor(shape, data, name)
-    a = array("f", bytes(4 * n))
-    if i < len(arrays):
-        arrays[i] = a
-    else:
-        arrays.append(a)
-    p[2] = True
-    return Tensor(shape, a, name)
-
-
 class Tensor:
     """A float32 `array('f')` in `.data` (row-major) viewed with `.shape` (a tuple)."""
 
@@ -64,8 +35,6 @@ class Tensor:
 
     @staticmethod
     def zeros(shape, name=""):
-        if _pool is not None:           # a layer allocating its buffers (layer.Buffered)
-            return _from_pool(shape, name)
         return Tensor(shape, None, name)
 
     @staticmethod
@@ -178,6 +147,19 @@ class Rng:
         in float32 and float64 alike (a 24-bit integer times a power of two)."""
         return ((self.next_u32() >> 8) - 8388608) / 8388608
 
+    def keep_mask(self, keep, n, threshold):
+        """keep[i] = 1 if the top 24 bits of the next draw are >= threshold, else 0, for i < n:
+        dropout's keep mask (threshold = round(p * 2^24) drops a fraction p). The draws are
+        next_u32()'s, inlined (a call per element costs as much as the draw)."""
+        x = self.state
+        for i in range(n):
+            x ^= (x << 13) & 0xFFFFFFFF
+            x ^= x >> 17
+            x ^= (x << 5) & 0xFFFFFFFF
+            keep[i] = 1 if (x >> 8) >= threshold else 0
+        self.state = x
+        return keep
+
     def randint(self, n):
         """An int in [0, n)."""
         return self.next_u32() % n
@@ -202,7 +184,9 @@ class Rng:
         return items
 
 
+_DROPOUT_SALT = 0x6D617363          # the dropout stream's seed differs from the weights' one
 _default_rng = Rng(1)
+_dropout_rng = Rng(1 ^ _DROPOUT_SALT)
 
 
 def default_rng():
@@ -210,10 +194,26 @@ def default_rng():
     return _default_rng
 
 
+def dropout_seed():
+    """The seed of the next dropout generator (Dropout, Attention(dropout=p)): a stream of its own,
+    so that adding dropout to a model changes none of its initial weights. The draw is hashed
+    (a generator seeded with a raw draw would replay the stream one step later: every layer would
+    get its neighbour's mask, shifted by one element)."""
+    x = _dropout_rng.next_u32()
+    for _ in range(2):                   # the 32-bit integer hash of `lowbias32` (two rounds)
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
 def seed(n):
-    """Reseed the default generator: the same seed builds the same model everywhere."""
-    global _default_rng
+    """Reseed the default generators (weights and dropout masks): the same seed builds the same
+    model, and draws the same dropout masks, everywhere."""
+    global _default_rng, _dropout_rng
     _default_rng = Rng(n)
+    _dropout_rng = Rng(n ^ _DROPOUT_SALT)
 
 
 def _isqrt(n):
