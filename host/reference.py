@@ -98,9 +98,12 @@ def avgpool_backward(dy, S):
 # ---------------------------------------------------------------- multi-head attention
 
 
-def attention_mask(B, Sq, Sk, causal=False, key_padding_mask=None):
-    """Boolean [B, Sq, Sk]: True where query i may look at key j."""
+def attention_mask(B, Sq, Sk, causal=False, key_padding_mask=None, visible_mask=None):
+    """Boolean [B, Sq, Sk]: True where query i may look at key j (visible_mask [Sq, Sk]: an extra
+    boolean mask, True = may look, e.g. a banded one)."""
     visible = np.ones((B, Sq, Sk), dtype=bool)
+    if visible_mask is not None:
+        visible &= np.asarray(visible_mask, dtype=bool)[None]
     if causal:
         shift = Sk - Sq   # query i sits at absolute position i + shift
         visible &= (np.arange(Sk)[None, :] <= np.arange(Sq)[:, None] + shift)[None]
@@ -109,7 +112,7 @@ def attention_mask(B, Sq, Sk, causal=False, key_padding_mask=None):
     return visible
 
 
-def attention_forward(x, p, num_heads, causal=False, key_padding_mask=None, context=None):
+def attention_forward(x, p, num_heads, causal=False, key_padding_mask=None, context=None, visible_mask=None):
     """x [B,S,E]; p: dict Wq Wk Wv Wo [E,E] and bq bk bv bo [E] (or absent).
 
     Returns y and a cache holding every intermediate the seeds name:
@@ -129,7 +132,7 @@ def attention_forward(x, p, num_heads, causal=False, key_padding_mask=None, cont
     Vh = V.reshape(B, Sk, H, D).transpose(0, 2, 1, 3)
     raw = Qh @ Kh.transpose(0, 1, 3, 2)                  # [B,H,S,Sk]
     scaled = raw / np.sqrt(D)
-    visible = attention_mask(B, S, Sk, causal, key_padding_mask)[:, None]   # [B,1,S,Sk]
+    visible = attention_mask(B, S, Sk, causal, key_padding_mask, visible_mask)[:, None]   # [B,1,S,Sk]
     masked = np.where(visible, scaled, -np.inf)
     row_max = np.where(visible.any(axis=-1, keepdims=True),
                        np.max(np.where(visible, scaled, -1e300), axis=-1, keepdims=True), 0.0)
@@ -301,12 +304,14 @@ def positional_encoding(max_len, E):
     return pe
 
 
-def encoder_block_forward(x, p, num_heads, causal=False, key_padding_mask=None, kind="gelu", eps=1e-5):
+def encoder_block_forward(x, p, num_heads, causal=False, key_padding_mask=None, kind="gelu", eps=1e-5,
+                          visible_mask=None):
     """Pre-norm: x1 = x + Attn(LN1(x)); y = x1 + FFN(LN2(x1)).
     p: 'ln1.gamma' 'ln1.beta' 'attn.Wq'.. 'attn.bo' 'ln2.gamma' 'ln2.beta' 'ffn.W1'.. 'ffn.b2'."""
     sub = lambda prefix: {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)}
     h1, c1 = layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)
-    a, ca = attention_forward(h1, sub("attn."), num_heads, causal=causal, key_padding_mask=key_padding_mask)
+    a, ca = attention_forward(h1, sub("attn."), num_heads, causal=causal, key_padding_mask=key_padding_mask,
+                              visible_mask=visible_mask)
     x1 = x + a
     h2, c2 = layernorm_forward(x1, p["ln2.gamma"], p["ln2.beta"], eps)
     f, cf = feedforward_forward(h2, sub("ffn."), kind)
@@ -439,3 +444,43 @@ def learned_posembed_backward(dy, max_len, start=0):
     dW = np.zeros((max_len, dy.shape[2]))
     dW[start:start + dy.shape[1]] = dy.sum(axis=0)
     return dy, dW
+
+
+# ---------------------------------------------------------------- the pre-norm DecoderBlock (seed 001)
+
+
+def decoder_block_forward(x, memory, p, num_heads, tgt_key_padding_mask=None, memory_key_padding_mask=None,
+                          kind="gelu", eps=1e-5):
+    """x1 = x + SelfAttn_causal(LN1(x)); x2 = x1 + CrossAttn(LN2(x1), memory); y = x2 + FFN(LN3(x2)).
+    p: 'ln1.*' 'self_attn.W*' 'ln2.*' 'cross_attn.W*' 'ln3.*' 'ffn.*' (as encoder_block_forward)."""
+    sub = lambda prefix: {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)}
+    h1, c1 = layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)
+    a, ca = attention_forward(h1, sub("self_attn."), num_heads, causal=True,
+                              key_padding_mask=tgt_key_padding_mask)
+    x1 = x + a
+    h2, c2 = layernorm_forward(x1, p["ln2.gamma"], p["ln2.beta"], eps)
+    c, cc = attention_forward(h2, sub("cross_attn."), num_heads, key_padding_mask=memory_key_padding_mask,
+                              context=memory)
+    x2 = x1 + c
+    h3, c3 = layernorm_forward(x2, p["ln3.gamma"], p["ln3.beta"], eps)
+    f, cf = feedforward_forward(h3, sub("ffn."), kind)
+    return x2 + f, dict(c1=c1, ca=ca, c2=c2, cc=cc, c3=c3, cf=cf, sub=sub)
+
+
+def decoder_block_backward(dy, cache, p):
+    """Returns dx, dmemory and the grads keyed 'dln1.gamma' .. 'dffn.b2'."""
+    sub = cache["sub"]
+    g = {}
+    dh3, gf = feedforward_backward(dy, cache["cf"], sub("ffn."))
+    dl3, g["dln3.gamma"], g["dln3.beta"] = layernorm_backward(dh3, cache["c3"])
+    dx2 = dy + dl3
+    dh2, gc, dmem = attention_backward(dx2, cache["cc"], sub("cross_attn."))
+    dl2, g["dln2.gamma"], g["dln2.beta"] = layernorm_backward(dh2, cache["c2"])
+    dx1 = dx2 + dl2
+    dh1, ga, _ = attention_backward(dx1, cache["ca"], sub("self_attn."))
+    dl1, g["dln1.gamma"], g["dln1.beta"] = layernorm_backward(dh1, cache["c1"])
+    for prefix, gg in (("dffn.", gf), ("dcross_attn.", gc), ("dself_attn.", ga)):
+        for k, v in gg.items():
+            if v is not None:
+                g[prefix + k[1:]] = v
+    return dx1 + dl1, dmem, g

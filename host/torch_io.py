@@ -10,14 +10,18 @@
     python host/torch_io.py model.mfck --out model.pt
         the reverse: a checkpoint (with its spec) to a torch module file.
 
-Supported: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01),
-nn.MultiheadAttention (batch_first=True), nn.LayerNorm, nn.Embedding,
-nn.TransformerEncoderLayer (norm_first=True, batch_first=True), nn.Sequential, nn.Unflatten(1, ...),
+Supported: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01), nn.Dropout,
+nn.MultiheadAttention (batch_first=True; its dropout), nn.LayerNorm, nn.Embedding,
+nn.TransformerEncoderLayer / nn.TransformerDecoderLayer (norm_first=True, batch_first=True), nn.Sequential, nn.Unflatten(1, ...),
 and this file's GlobalAvgPool, PositionalEncoding, FeedForward, LearnedPositionalEmbedding modules and
 its channels-last ChannelsLastConv1d / ChannelsLastMaxPool1d / ChannelsLastAvgPool1d (nn.Conv1d,
 nn.MaxPool1d, nn.AvgPool1d over [B, L, C]: microformer's layout; the plain torch modules take
 [B, C, L] and are refused, since converting them would change what the model computes). Anything else is named in
-the error. torch is needed on the host only; the board never imports it.
+the error. Dropout probabilities cross over both ways (nn.Dropout <-> mf.Dropout, MultiheadAttention's
+dropout <-> Attention(dropout=p), TransformerEncoderLayer's dropout <-> EncoderBlock(dropout=p));
+the masks are drawn by each side's own generator, so only eval-mode outputs can be equal.
+ignore_dropout=True converts every dropout as p = 0. torch is needed on the host only; the board
+never imports it.
 """
 import argparse
 import json
@@ -47,9 +51,10 @@ class GlobalAvgPool(nn.Module):
 class PositionalEncoding(nn.Module):
     """x [B,S,E] + the sinusoidal table of the seeds (microformer.PositionalEncoding)."""
 
-    def __init__(self, max_len, embed_dim):
+    def __init__(self, max_len, embed_dim, dropout=0.0):
         super().__init__()
         self.max_len, self.embed_dim = max_len, embed_dim
+        self.dropout = nn.Dropout(dropout)
         pe = torch.zeros(max_len, embed_dim)
         pos = torch.arange(max_len, dtype=torch.float64)[:, None]
         div = torch.exp(torch.arange(0, embed_dim, 2, dtype=torch.float64) * (-math.log(10000.0) / embed_dim))
@@ -58,21 +63,23 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("pe", pe, persistent=False)
 
     def forward(self, x):
-        return x + self.pe[:x.shape[1]]
+        return self.dropout(x + self.pe[:x.shape[1]])
 
 
 class FeedForward(nn.Module):
-    """linear1 -> activation -> linear2 (microformer.FeedForward; names as in TransformerEncoderLayer)."""
+    """linear1 -> activation -> dropout -> linear2 (microformer.FeedForward; names as in
+    TransformerEncoderLayer)."""
 
-    def __init__(self, embed_dim, hidden, activation="gelu", bias=True):
+    def __init__(self, embed_dim, hidden, activation="gelu", bias=True, dropout=0.0):
         super().__init__()
         self.activation_name = activation
         self.linear1 = nn.Linear(embed_dim, hidden, bias=bias)
         self.act = _torch_activation(activation)
+        self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(hidden, embed_dim, bias=bias)
 
     def forward(self, x):
-        return self.linear2(self.act(self.linear1(x)))
+        return self.linear2(self.dropout(self.act(self.linear1(x))))
 
 
 class ChannelsLastConv1d(nn.Conv1d):
@@ -144,11 +151,17 @@ def _refuse(where, m, why):
     raise ValueError("from_torch: %s (%s): %s" % (where, type(m).__name__, why))
 
 
+def _p(p, ignore_dropout):
+    return 0.0 if ignore_dropout else float(p)
+
+
 def _convert(m, where, ignore_dropout):
     """One torch module -> a microformer layer without weights."""
     kind = _activation_kind(m, where)
     if kind:
         return mf.ActivationLayer(kind)
+    if isinstance(m, nn.Dropout):
+        return mf.Dropout(_p(m.p, ignore_dropout))
     if isinstance(m, nn.Sequential):
         return mf.Sequential([_convert(c, "%s[%d]" % (where, i), ignore_dropout) for i, c in enumerate(m)])
     if isinstance(m, ChannelsLastConv1d):
@@ -180,10 +193,8 @@ def _convert(m, where, ignore_dropout):
             _refuse(where, m, "needs batch_first=True (microformer is [B,S,E])")
         if not m._qkv_same_embed_dim or m.bias_k is not None:
             _refuse(where, m, "kdim/vdim other than embed_dim and add_bias_kv are not supported")
-        if m.dropout and not ignore_dropout:
-            _refuse(where, m, "dropout=%g (microformer has no attention dropout yet); "
-                              "from_torch(..., ignore_dropout=True) converts it without" % m.dropout)
-        return mf.Attention(m.embed_dim, m.num_heads, use_bias=m.in_proj_bias is not None)
+        return mf.Attention(m.embed_dim, m.num_heads, use_bias=m.in_proj_bias is not None,
+                            dropout=_p(m.dropout, ignore_dropout))
     if isinstance(m, nn.LayerNorm):
         if len(m.normalized_shape) != 1 or not m.elementwise_affine or m.bias is None:
             _refuse(where, m, "only LayerNorm(E) over the last dimension with weight and bias is supported")
@@ -192,15 +203,25 @@ def _convert(m, where, ignore_dropout):
         if m.padding_idx is not None or m.max_norm is not None:
             _refuse(where, m, "padding_idx and max_norm are not supported")
         return mf.Embedding(m.num_embeddings, m.embedding_dim)
-    if isinstance(m, nn.TransformerEncoderLayer):
+    if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
+        dec = isinstance(m, nn.TransformerDecoderLayer)
         if not m.norm_first:
-            _refuse(where, m, "needs norm_first=True (microformer's EncoderBlock is pre-norm)")
+            _refuse(where, m, "needs norm_first=True (microformer's %s is pre-norm)"
+                              % ("DecoderBlock" if dec else "EncoderBlock"))
         if not m.self_attn.batch_first:
             _refuse(where, m, "needs batch_first=True")
-        drop = max(m.dropout.p, m.dropout1.p, m.dropout2.p, m.self_attn.dropout)
-        if drop and not ignore_dropout:
-            _refuse(where, m, "dropout=%g (microformer has no dropout yet); "
-                              "from_torch(..., ignore_dropout=True) converts it without" % drop)
+        if dec:
+            drop = max(m.dropout.p, m.dropout1.p, m.dropout2.p, m.dropout3.p, m.self_attn.dropout,
+                       m.multihead_attn.dropout)
+            if drop and not ignore_dropout:
+                _refuse(where, m, "dropout=%g (microformer's DecoderBlock has no dropout yet); "
+                                  "from_torch(..., ignore_dropout=True) converts it without" % drop)
+        else:
+            ps = {"dropout": m.dropout.p, "dropout1": m.dropout1.p, "dropout2": m.dropout2.p,
+                  "self_attn.dropout": m.self_attn.dropout}
+            if len(set(ps.values())) != 1 and not ignore_dropout:
+                _refuse(where, m, "its dropouts differ (%s); EncoderBlock(dropout=p) has one p for all four"
+                        % ", ".join("%s=%g" % kv for kv in sorted(ps.items())))
         act = m.activation
         if isinstance(act, nn.Module):
             kind = _activation_kind(act, where + ".activation")
@@ -208,8 +229,12 @@ def _convert(m, where, ignore_dropout):
             kind = {torch.nn.functional.relu: "relu", torch.nn.functional.gelu: "gelu"}.get(act)
         if kind is None:
             _refuse(where, m, "activation %r is not supported (relu, gelu, nn.GELU('tanh'))" % (act,))
+        if dec:
+            return mf.DecoderBlock(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
+                                   activation=kind, use_bias=m.linear1.bias is not None)
         return mf.EncoderBlock(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
-                               activation=kind, use_bias=m.linear1.bias is not None)
+                               activation=kind, use_bias=m.linear1.bias is not None,
+                               dropout=_p(m.dropout.p, ignore_dropout))
     if isinstance(m, nn.Unflatten):
         if m.dim != 1:
             _refuse(where, m, "only Unflatten(1, shape) is supported ([B, n] -> [B, *shape])")
@@ -217,12 +242,13 @@ def _convert(m, where, ignore_dropout):
     if isinstance(m, GlobalAvgPool):
         return mf.GlobalAvgPool()
     if isinstance(m, PositionalEncoding):
-        return mf.PositionalEncoding(m.max_len, m.embed_dim)
+        return mf.PositionalEncoding(m.max_len, m.embed_dim, dropout=_p(m.dropout.p, ignore_dropout))
     if isinstance(m, FeedForward):
         return mf.FeedForward(m.linear1.in_features, m.linear1.out_features, m.activation_name,
-                              use_bias=m.linear1.bias is not None)
-    _refuse(where, m, "no microformer layer for it (supported: Linear, ReLU, GELU, Tanh, Sigmoid, "
+                              use_bias=m.linear1.bias is not None, dropout=_p(m.dropout.p, ignore_dropout))
+    _refuse(where, m, "no microformer layer for it (supported: Linear, ReLU, GELU, Tanh, Sigmoid, Dropout, "
                       "LeakyReLU, MultiheadAttention, LayerNorm, Embedding, TransformerEncoderLayer, "
+                      "TransformerDecoderLayer, "
                       "Sequential, Unflatten, and GlobalAvgPool/PositionalEncoding/FeedForward/"
                       "LearnedPositionalEmbedding/ChannelsLastConv1d/ChannelsLastMaxPool1d/"
                       "ChannelsLastAvgPool1d of torch_io)")
@@ -243,10 +269,13 @@ def _to_module(layer, where):
         return nn.Linear(layer.in_features, layer.out_features, bias=bool(layer.use_bias))
     if isinstance(layer, mf.ActivationLayer):
         return _torch_activation(layer.kind)
+    if isinstance(layer, mf.Dropout):
+        return nn.Dropout(layer.p)
     if isinstance(layer, mf.Attention):
-        # causal attention takes its mask at call time in torch: attn_mask=..., is_causal=True
+        # causal attention takes its mask at call time in torch: attn_mask=..., is_causal=True;
+        # kv_tile is how microformer computes it (torch picks its own kernel)
         return nn.MultiheadAttention(layer.embed_dim, layer.num_heads, bias=bool(layer.use_bias),
-                                     batch_first=True)
+                                     batch_first=True, dropout=layer.dropout)
     if isinstance(layer, mf.LayerNorm):
         return nn.LayerNorm(layer.dim, eps=layer.eps)
     if isinstance(layer, mf.Embedding):
@@ -254,16 +283,22 @@ def _to_module(layer, where):
     if isinstance(layer, mf.EncoderBlock):
         act = {"relu": "relu", "gelu": "gelu"}.get(layer.ffn.kind) or _torch_activation(layer.ffn.kind)
         return nn.TransformerEncoderLayer(layer.embed_dim, layer.attn.num_heads, layer.ffn.hidden,
-                                          dropout=0.0, activation=act, batch_first=True, norm_first=True,
+                                          dropout=layer.dropout, activation=act, batch_first=True, norm_first=True,
                                           bias=bool(layer.attn.use_bias))
+    if isinstance(layer, mf.DecoderBlock):
+        act = {"relu": "relu", "gelu": "gelu"}.get(layer.ffn.kind) or _torch_activation(layer.ffn.kind)
+        return nn.TransformerDecoderLayer(layer.embed_dim, layer.self_attn.num_heads, layer.ffn.hidden,
+                                          dropout=0.0, activation=act, batch_first=True, norm_first=True,
+                                          bias=bool(layer.self_attn.use_bias))
     if isinstance(layer, mf.Reshape):
         return nn.Unflatten(1, tuple(layer.shape))
     if isinstance(layer, mf.GlobalAvgPool):
         return GlobalAvgPool()
     if type(layer) is mf.PositionalEncoding:          # (LearnedPositionalEmbedding derives from it)
-        return PositionalEncoding(layer.max_len, layer.embed_dim)
+        return PositionalEncoding(layer.max_len, layer.embed_dim, layer.dropout)
     if isinstance(layer, mf.FeedForward):
-        return FeedForward(layer.embed_dim, layer.hidden, layer.kind, bias=bool(layer.fc1.use_bias))
+        return FeedForward(layer.embed_dim, layer.hidden, layer.kind, bias=bool(layer.fc1.use_bias),
+                           dropout=layer.dropout)
     if isinstance(layer, mf.Conv1D):
         return ChannelsLastConv1d(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
                                   padding=layer.padding, dilation=layer.dilation, groups=layer.groups,
@@ -290,7 +325,7 @@ def main(argv=None):
     ap.add_argument("src", help="model.pt (a module saved with torch.save) or model.mfck")
     ap.add_argument("--out", required=True, help="model.mfck or model.pt")
     ap.add_argument("--meta", help="a JSON file of metadata to store in the checkpoint (classes, ...)")
-    ap.add_argument("--ignore-dropout", action="store_true", help="convert modules with dropout without it")
+    ap.add_argument("--ignore-dropout", action="store_true", help="convert every dropout as p = 0")
     ap.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     a = ap.parse_args(argv)
     if os.path.exists(a.out) and not a.force:

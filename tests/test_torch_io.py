@@ -81,9 +81,12 @@ def test_unsupported_modules_are_named():
         torch_io.from_torch(nn.Sequential(nn.Linear(4, 4), nn.Conv2d(4, 4, 3)))
     with pytest.raises(ValueError, match="norm_first=True"):
         torch_io.from_torch(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True))
-    with pytest.raises(ValueError, match=r"dropout=0.1.*ignore_dropout=True"):
-        torch_io.from_torch(_token_model(dropout=0.1))
-    assert torch_io.from_torch(_token_model(dropout=0.1), ignore_dropout=True)
+    odd = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True, norm_first=True)
+    odd.dropout2.p = 0.3
+    with pytest.raises(ValueError, match=r"dropouts differ \(dropout=0.1, dropout1=0.1, dropout2=0.3"):
+        torch_io.from_torch(odd)
+    assert torch_io.from_torch(_token_model(dropout=0.1))[2].dropout == pytest.approx(0.1)
+    assert torch_io.from_torch(_token_model(dropout=0.1), ignore_dropout=True)[2].dropout == 0.0
 
 
 def test_cli_to_checkpoint_loads_in_micropython(tmp_path, micropython):

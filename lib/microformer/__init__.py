@@ -23,13 +23,15 @@ from .posembed import LearnedPositionalEmbedding
 from .conv import Conv1D
 from .pool1d import MaxPool1D, AvgPool1D
 from .block import EncoderBlock, prefill, decode_step, kv_bytes_per_token
+from .decoder import DecoderBlock, Transformer
+from .dropout import Dropout
 from .show import show
 
 
 # Imported on first use (a board without PSRAM has a small heap): mf.data, mf.train, mf.spec,
-# mf.to_spec, mf.from_spec, mf.load_model.
+# mf.to_spec, mf.from_spec, mf.load_model, mf.StreamingEncoder.
 _LAZY = {"data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
-         "load_model": "spec"}
+         "load_model": "spec", "StreamingEncoder": "stream"}
 
 
 def __getattr__(name):

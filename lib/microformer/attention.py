@@ -3,7 +3,8 @@
 #   A_h = softmax(Q_h K_h^T / sqrt(D) + mask), ctx_h = A_h V_h, y = concat_h(ctx_h) Wo^T + bo
 from . import backend
 from .layer import Layer, check_tensor, shape_error
-from .tensor import Tensor, default_rng, xavier_uniform
+from .dropout import check_p
+from .tensor import Rng, Tensor, default_rng, dropout_seed, xavier_uniform
 
 
 class Attention(Layer):
@@ -18,9 +19,18 @@ class Attention(Layer):
 
     KV cache (causal self-attention): y = prefill(x [B,S,E]) then y_t = decode_step(x_t [B,1,E])
     per new token; capacity max_len (here or in prefill). kv_bytes_per_token() = 8 * E.
+
+    dropout=p: in training mode the softmax weights are dropped with probability p and the kept
+    ones scaled by 1/(1-p) before they weight V (torch.nn.MultiheadAttention's dropout); eval()
+    turns it off. kv_tile=T: the weights are computed over tiles of T keys with an online softmax
+    and never stored (no [B,H,S,Sk] buffer: memory O(B S E) instead of O(B H S Sk)); backward
+    recomputes them from the per-row max and sum. Same results as the standard path within
+    float32 rounding (README: Tolerances); weights() / stages() are then not available, and
+    dropout > 0 needs the stored weights (kv_tile=None).
     """
 
-    def __init__(self, embed_dim, num_heads, use_bias=True, causal=False, rng=None, max_len=None):
+    def __init__(self, embed_dim, num_heads, use_bias=True, causal=False, rng=None, max_len=None,
+                 dropout=0.0, kv_tile=None):
         if not isinstance(embed_dim, int) or embed_dim < 1:
             raise ValueError("Attention: embed_dim must be a positive int, got %r" % (embed_dim,))
         if not isinstance(num_heads, int) or num_heads < 1 or embed_dim % num_heads:
@@ -49,6 +59,18 @@ class Attention(Layer):
                 setattr(self, "b" + n, None)
                 setattr(self, "db" + n, None)
         self._x = None
+        self.dropout = check_p("Attention", dropout)
+        if kv_tile is not None and (isinstance(kv_tile, bool) or not isinstance(kv_tile, int) or kv_tile < 1):
+            raise ValueError("Attention: kv_tile must be a positive int (keys per tile) or None, got %r"
+                             % (kv_tile,))
+        if kv_tile is not None and self.dropout > 0.0:
+            raise ValueError("Attention: dropout=%r needs the stored attention weights, which kv_tile=%d "
+                             "never keeps: use dropout=0 with kv_tile" % (dropout, kv_tile))
+        self.kv_tile = kv_tile
+        # the attention-weight dropout's generator: from the dropout stream (mf.seed resets it),
+        # not from the weights' generator, so the weights do not depend on p
+        self._drop_rng = Rng(dropout_seed()) if self.dropout > 0.0 else None
+        self._dropped = False
 
     def params(self):
         out = []
@@ -75,8 +97,13 @@ class Attention(Layer):
 
     def cache_floats(self, in_shape):
         B, S, E = in_shape
-        # Q K V ctx y and their grads (dctx dQ dK dV dx), plus A [B,H,S,S]
-        return 10 * B * S * E + B * self.num_heads * S * S + S
+        H = self.num_heads
+        if self.kv_tile is not None:
+            # Q K V ctx y and their grads, the row stats [B,H,S,2] and one tile
+            return 10 * B * S * E + 2 * B * H * S + self.kv_tile
+        # Q K V ctx y and their grads (dctx dQ dK dV dx), plus A [B,H,S,S] (and its byte mask)
+        drop = (B * H * S * S + 3) // 4 if self.dropout > 0.0 else 0
+        return 10 * B * S * E + B * H * S * S + S + drop
 
     def _check_x(self, x, what):
         check_tensor("Attention", what, x)
@@ -84,7 +111,7 @@ class Attention(Layer):
         if len(x.shape) != 3 or x.shape[2] != E:
             raise shape_error("Attention", what, "[B,S,%d]" % E, x.shape)
 
-    def _mask_bytes(self, mask, B, Sk):
+    def _mask_bytes(self, mask, B, Sk, buf=None):
         if mask is None:
             return None
         if isinstance(mask, (bytes, bytearray)):
@@ -98,7 +125,7 @@ class Attention(Layer):
         if len(mask) != B:
             raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] nested lists, got %d rows"
                              % (B, Sk, len(mask)))
-        buf = self._mbuf
+        buf = self._mbuf if buf is None else buf
         for b in range(B):
             row = mask[b]
             if not isinstance(row, (list, tuple)) or len(row) != Sk:
@@ -108,11 +135,11 @@ class Attention(Layer):
                 buf[b * Sk + j] = 1 if row[j] else 0
         return buf
 
-    def _lengths_mask(self, lengths, B, Sk):
+    def _lengths_mask(self, lengths, B, Sk, buf=None):
         if not isinstance(lengths, (list, tuple)) or len(lengths) != B:
             raise ValueError("Attention: lengths must be a list of B=%d ints in [0, %d], got %r"
                              % (B, Sk, lengths))
-        buf = self._mbuf
+        buf = self._mbuf if buf is None else buf
         for b in range(B):
             n = lengths[b]
             if not isinstance(n, int) or n < 0 or n > Sk:
@@ -153,8 +180,18 @@ class Attention(Layer):
         K.matmul_forward(Q.data, x.data, self.Wq.data, self.bq.data if bias else None, B * S, E, E)
         K.matmul_forward(Kc.data, c.data, self.Wk.data, self.bk.data if bias else None, B * Sk, E, E)
         K.matmul_forward(V.data, c.data, self.Wv.data, self.bv.data if bias else None, B * Sk, E, E)
-        K.attention_forward(ctx.data, A.data, Q.data, Kc.data, V.data, mask,
-                            B, S, Sk, E, self.num_heads, 1 if self.causal else 0)
+        H = self.num_heads
+        causal = 1 if self.causal else 0
+        if self.kv_tile is not None:
+            K.attention_forward_tiled(ctx.data, self._stats.data, self._tile.data, Q.data, Kc.data, V.data,
+                                      mask, B, S, Sk, E, H, causal, self.kv_tile)
+        else:
+            K.attention_forward(ctx.data, A.data, Q.data, Kc.data, V.data, mask, B, S, Sk, E, H, causal)
+        self._dropped = self.training and self.dropout > 0.0
+        if self._dropped:
+            # dropout on the weights: ctx = (A * keep / (1-p)) V
+            self._drop_rng.keep_mask(self._keep, B * H * S * Sk, self._drop_threshold())
+            K.attention_context(ctx.data, A.data, self._keep, V.data, B, S, Sk, E, H, self._drop_scale())
         K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B * S, E, E)
         self._x = x
         self._c = context
@@ -169,7 +206,13 @@ class Attention(Layer):
                 self._K = Tensor.zeros((B, Sk, E))
                 self._V = Tensor.zeros((B, Sk, E))
                 self._ctx = Tensor.zeros((B, S, E))
-                self._A = Tensor.zeros((B, self.num_heads, S, Sk))
+                if self.kv_tile is None:
+                    self._A = Tensor.zeros((B, self.num_heads, S, Sk))
+                    self._keep = bytearray(B * self.num_heads * S * Sk) if self.dropout > 0.0 else None
+                else:                                     # tiled: row max and sum, one tile of scores
+                    self._A = None
+                    self._stats = Tensor.zeros((B, self.num_heads, S, 2))
+                    self._tile = Tensor.zeros((min(self.kv_tile, Sk),))
                 self._y = Tensor.zeros((B, S, E))
                 self._mbuf = bytearray(B * Sk)            # a key_padding_mask / lengths as bytes
             else:
@@ -180,6 +223,8 @@ class Attention(Layer):
                 self._dV = Tensor.zeros((B, Sk, E))
                 self._scratch = Tensor.zeros((Sk,))
                 self._dcontext = None if other is None else Tensor.zeros(other)
+        elif stage in _CACHED_STAGES:
+            self._allocate_cached(stage, shape, other)
         elif stage == "_kv":                              # shape (B, capacity, E)
             self._kc = Tensor.zeros(shape)
             self._vc = Tensor.zeros(shape)
@@ -215,8 +260,18 @@ class Attention(Layer):
         K.matmul_backward(dctx.data, self.dWo.data if train else None, self.dbo.data if bias else None,
                           dy.data, self._ctx.data, self.Wo.data, B * S, E, E)
         # per head: dV = A^T dctx, dA = dctx V^T, dS = A (dA - rowsum(dA A)) / sqrt(D), dQ = dS K, dK = dS^T Q
-        K.attention_backward(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
-                             self._Q.data, self._K.data, self._V.data, B, S, Sk, E, self.num_heads)
+        H = self.num_heads
+        if self.kv_tile is not None:              # the weights recomputed from the row max and sum
+            K.attention_backward_tiled(dQ.data, dK.data, dV.data, self._tile.data, dctx.data, self._ctx.data,
+                                       self._stats.data, self._Q.data, self._K.data, self._V.data, self._mask,
+                                       B, S, Sk, E, H, 1 if self.causal else 0)
+        elif self._dropped:                       # A' = A * keep / (1-p) weighted V
+            K.attention_backward_dropout(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
+                                         self._keep, self._Q.data, self._K.data, self._V.data,
+                                         B, S, Sk, E, H, self._drop_scale())
+        else:
+            K.attention_backward(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
+                                 self._Q.data, self._K.data, self._V.data, B, S, Sk, E, H)
         # input projections: dW += dProj^T x, dx (+)= dProj W
         K.matmul_backward(dx.data, self.dWq.data if train else None, self.dbq.data if bias else None,
                           dQ.data, x.data, self.Wq.data, B * S, E, E)
@@ -231,6 +286,17 @@ class Attention(Layer):
             return dx, dc
         return dx
 
+    def _drop_threshold(self):
+        return int(self.dropout * 16777216 + 0.5)     # as Dropout: drop when the top 24 bits are below
+
+    def _drop_scale(self):
+        return 0.0 if self.dropout >= 1.0 else 1.0 / (1.0 - self.dropout)
+
+    def _no_weights(self, what):
+        if self.kv_tile is not None:
+            raise ValueError("Attention: %s needs the stored attention weights, which kv_tile=%d never "
+                             "keeps (build it with kv_tile=None to look at them)" % (what, self.kv_tile))
+
     def _project_back(self, dc, dP, c, W, dW, db, train, bias, N):
         # in the forward pass this was P = c W^T + b: dW += dP^T c, db += sum dP, dc += dP W
         K = backend.K
@@ -241,6 +307,7 @@ class Attention(Layer):
 
     def weights(self, b=0, h=0):
         """The last forward's attention weights of batch item b, head h: [S][Sk] lists."""
+        self._no_weights("weights()")
         if self._x is None:
             raise RuntimeError("Attention: no attention weights yet: run a forward first "
                                "(model.forward(x)), then weights() / mf.show()")
@@ -278,12 +345,18 @@ class Attention(Layer):
                              "or prefill(x, max_len=N)")
         if not isinstance(cap, int) or cap < S:
             raise ValueError("Attention: max_len must be an int >= prompt length %d, got %r" % (S, cap))
-        y = self.forward(x)
+        drop = self.training               # generation never drops: the prompt runs as in eval()
+        self.training = False
+        try:
+            y = self.forward(x)
+        finally:
+            self.training = drop
         self._buffers("_kv", (B, cap, E))                   # the cache: (B, L, E)
         K = backend.K
         K.kv_store(self._kc.data, self._K.data, B, S, cap, E, 0)
         K.kv_store(self._vc.data, self._V.data, B, S, cap, E, 0)
         self._pos = S
+        self._padded = False
         return y
 
     def decode_step(self, x):
@@ -328,6 +401,7 @@ class Attention(Layer):
     def stages(self):
         """The last forward's intermediates as Tensors [B,H,S,Sk]: scores before scaling, after
         scaling, after masking (-inf where hidden), softmax weights; plus Q K V ctx [B,*,E]."""
+        self._no_weights("stages()")
         self._need_forward(self._x)
         B, H, S, Sk = self._A.shape
         E = self.embed_dim
@@ -344,5 +418,125 @@ class Attention(Layer):
         out["Q"], out["K"], out["V"], out["ctx"] = self._Q, self._K, self._V, self._ctx
         return out
 
+    # ---- cached cross-attention and padded decoding ----------------------------------------
+    # Cross-attention generation: cache_context(memory) projects K and V of the context once;
+    # cross_step(x) then attends from new queries to them (with the context's padding mask).
+    # Padded self-attention generation: prefill_padded(x, lengths) is prefill() with a key padding
+    # mask (a batch of prompts of different lengths, padded at the tail); decode_step_padded(x_t)
+    # keeps the padded slots hidden for every later token. The attention itself does not know
+    # positions: a caller adding positional encodings gives sample b's new token position
+    # lengths[b] + t, not S + t.
+
+    def cache_context(self, context, key_padding_mask=None, lengths=None):
+        """K and V of context [B,Sk,E] computed once for cross_step(); its padding (mask or lengths)."""
+        self._check_x(context, "context")
+        if lengths is not None and key_padding_mask is not None:
+            raise ValueError("Attention: give key_padding_mask or lengths, not both")
+        B, Sk, E = context.shape
+        self._buffers("_xkv", context.shape)
+        if lengths is not None:
+            mask = self._lengths_mask(lengths, B, Sk, self._xmask)
+        else:
+            mask = self._mask_bytes(key_padding_mask, B, Sk, self._xmask)
+        self._xm = mask                                  # None, self._xmask or the caller's bytes
+        K = backend.K
+        bias = self.use_bias
+        K.matmul_forward(self._xk.data, context.data, self.Wk.data, self.bk.data if bias else None, B * Sk, E, E)
+        K.matmul_forward(self._xv.data, context.data, self.Wv.data, self.bv.data if bias else None, B * Sk, E, E)
+        return self._xk
+
+    def cross_step(self, x):
+        """Queries x [B,T,E] -> y [B,T,E] attending to the context cached by cache_context()."""
+        have = getattr(self, "_xkv", None)
+        if have is None:
+            raise RuntimeError("Attention: cross_step() called before cache_context()")
+        B, Sk, E = have[0]
+        check_tensor("Attention", "x", x)
+        if len(x.shape) != 3 or x.shape[0] != B or x.shape[2] != E:
+            raise shape_error("Attention", "x", "[%d,T,%d] (the cached context's batch)" % (B, E), x.shape)
+        T = x.shape[1]
+        K = backend.K
+        bias = self.use_bias
+        self._buffers("_xdec", x.shape, Sk)
+        q = self._xq
+        ctx = self._xctx
+        y = self._xy
+        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B * T, E, E)
+        K.attention_forward(ctx.data, self._xatt.data, q.data, self._xk.data, self._xv.data,
+                            self._xm, B, T, Sk, E, self.num_heads, 0)
+        K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B * T, E, E)
+        return y
+
+    def prefill_padded(self, x, lengths=None, key_padding_mask=None, max_len=None):
+        """prefill() for prompts of different lengths: x [B,S,E] padded, lengths B ints (or a
+        key_padding_mask [B,S]); padded slots stay hidden from every later token."""
+        self._check_decoding("prefill_padded")
+        if lengths is None and key_padding_mask is None:
+            raise ValueError("Attention: prefill_padded needs lengths or key_padding_mask (else use prefill)")
+        y = self.prefill(x, max_len)                    # K and V in the cache (no padding yet) ...
+        B, S, E = x.shape
+        self.forward(x, key_padding_mask, None, lengths)  # ... and the output with the padding
+        L = self._kc.shape[1]
+        self._buffers("_kvm", self._kc.shape)
+        m = self._kvmask
+        src = self._mask
+        for b in range(B):
+            for j in range(L):
+                m[b * L + j] = src[b * S + j] if j < S else 1
+        self._padded = True
+        return self._y
+
+    def decode_step_padded(self, x):
+        """decode_step() after prefill_padded(): the new token sees its own prompt's keys only."""
+        self._check_decoding("decode_step_padded")
+        if self._kc is None or not getattr(self, "_padded", False):
+            raise RuntimeError("Attention: decode_step_padded() called before prefill_padded()")
+        B, L, E = self._kc.shape
+        check_tensor("Attention", "x", x)
+        if x.shape != (B, 1, E):
+            raise shape_error("Attention", "x", "[%d,1,%d] (one token per cached sequence)" % (B, E), x.shape)
+        if self._pos >= L:
+            raise ValueError("Attention: KV cache is full: max_len=%d tokens, decode_step_padded would write position %d"
+                             % (L, self._pos))
+        K = backend.K
+        bias = self.use_bias
+        self._buffers("_dec", x.shape, L)
+        q = self._dq1
+        k = self._dk1
+        v = self._dv1
+        ctx = self._dctx1
+        y = self._dy1
+        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E)
+        K.matmul_forward(k.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E)
+        K.matmul_forward(v.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E)
+        K.kv_store(self._kc.data, k.data, B, 1, L, E, self._pos)
+        K.kv_store(self._vc.data, v.data, B, 1, L, E, self._pos)
+        m = self._kvmask
+        for b in range(B):
+            m[b * L + self._pos] = 0
+        self._pos += 1
+        K.attention_forward(ctx.data, self._datt.data, q.data, self._kc.data, self._vc.data, m,
+                            B, 1, L, E, self.num_heads, 0)
+        K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B, E, E)
+        return y
+
+    def _allocate_cached(self, stage, shape, other):
+        if stage == "_xkv":                               # context (B, Sk, E)
+            B, Sk, E = shape
+            self._xk = Tensor.zeros(shape)
+            self._xv = Tensor.zeros(shape)
+            self._xmask = bytearray(B * Sk)
+        elif stage == "_xdec":                            # queries (B, T, E), context length Sk
+            B, T, E = shape
+            self._xq = Tensor.zeros(shape)
+            self._xctx = Tensor.zeros(shape)
+            self._xy = Tensor.zeros(shape)
+            self._xatt = Tensor.zeros((B, self.num_heads, T, other))
+        else:                                             # "_kvm": hidden slots of the cache (B, L, E)
+            self._kvmask = bytearray(shape[0] * shape[1])
+    # ---- end of cached cross-attention and padded decoding ----------------------------------
+
+
+_CACHED_STAGES = ("_xkv", "_xdec", "_kvm")
 
 _INF = float("inf")

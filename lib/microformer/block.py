@@ -2,6 +2,7 @@
 #   x1 = x + Attention(LayerNorm1(x)),  y = x1 + FeedForward(LayerNorm2(x1))
 from . import backend
 from .attention import Attention
+from .dropout import Dropout, check_p
 from .feedforward import FeedForward
 from .layer import Layer, check_tensor, prefixed, shape_error
 from .norm import LayerNorm
@@ -14,17 +15,27 @@ class EncoderBlock(Layer):
     Parameters are named ln1.gamma ln1.beta attn.Wq .. attn.bo ln2.gamma ln2.beta ffn.W1 .. ffn.b2.
     forward(x, key_padding_mask=None, lengths=None) passes the mask to the attention.
     With causal=True: prefill(x) then decode_step(x_t [B,1,E]) generate through the KV cache.
+    dropout=p (training mode only, as nn.TransformerEncoderLayer(dropout=p)): on the attention
+    weights, after the attention (drop1), inside the FFN after the activation, after the FFN (drop2):
+      x1 = x + drop1(Attention(LayerNorm1(x))),  y = x1 + drop2(FeedForward(LayerNorm2(x1)))
+    kv_tile=T: the attention over key tiles (Attention's kv_tile; needs dropout=0).
+    prefill / decode_step never drop.
     """
 
     def __init__(self, embed_dim, num_heads, ffn_hidden, causal=False, activation="gelu",
-                 max_len=None, use_bias=True, rng=None):
+                 max_len=None, use_bias=True, rng=None, dropout=0.0, kv_tile=None):
         if not isinstance(embed_dim, int) or embed_dim < 1:
             raise ValueError("EncoderBlock: embed_dim must be a positive int, got %r" % (embed_dim,))
+        check_p("EncoderBlock", dropout)
         self.embed_dim = embed_dim
         self.ln1 = LayerNorm(embed_dim)
-        self.attn = Attention(embed_dim, num_heads, use_bias, causal, rng, max_len)
+        self.attn = Attention(embed_dim, num_heads, use_bias, causal, rng, max_len, dropout, kv_tile)
         self.ln2 = LayerNorm(embed_dim)
-        self.ffn = FeedForward(embed_dim, ffn_hidden, activation, use_bias, rng)
+        self.ffn = FeedForward(embed_dim, ffn_hidden, activation, use_bias, rng, dropout)
+        self.drop1 = Dropout(dropout)
+        self.drop2 = Dropout(dropout)
+        self.dropout = self.drop1.p
+        self.kv_tile = self.attn.kv_tile
         self.causal = self.attn.causal
         for prefix, layer in (("ln1.", self.ln1), ("attn.", self.attn), ("ln2.", self.ln2), ("ffn.", self.ffn)):
             for p, g in layer.params():
@@ -33,7 +44,7 @@ class EncoderBlock(Layer):
         self._x = None
 
     def _sublayers(self):
-        return (self.ln1, self.attn, self.ln2, self.ffn)
+        return (self.ln1, self.attn, self.drop1, self.ln2, self.ffn, self.drop2)
 
     def _state(self):
         # nn.TransformerEncoderLayer(E, H, hidden, dropout=0, batch_first=True, norm_first=True)
@@ -65,7 +76,7 @@ class EncoderBlock(Layer):
         K = backend.K
         h = self.ln1.forward(x)
         if mode == 0:
-            a = self.attn.forward(h, mask, None, lengths)
+            a = self.drop1.forward(self.attn.forward(h, mask, None, lengths))
         elif mode == 1:
             a = self.attn.prefill(h, max_len)
         else:
@@ -73,7 +84,9 @@ class EncoderBlock(Layer):
         self._buffers(_RUN[mode], x.shape)
         x1 = getattr(self, _X1[mode])
         K.add_forward(x1.data, x.data, a.data, x.size)
-        f = self.ffn.forward(self.ln2.forward(x1))
+        f = self.ffn.forward(self.ln2.forward(x1), mode == 0)
+        if mode == 0:
+            f = self.drop2.forward(f)
         y = getattr(self, _Y[mode])
         K.add_forward(y.data, x1.data, f.data, x.size)
         return y
@@ -104,11 +117,11 @@ class EncoderBlock(Layer):
         train = grads and self.trainable      # a part's own flag is its own: nothing is changed here
         self._buffers("_bwd", x.shape)
         # y = x1 + ffn(ln2(x1)): dx1 = dy + ln2'(ffn'(dy))
-        d = self.ln2.backward(self.ffn.backward(dy, train), train)
+        d = self.ln2.backward(self.ffn.backward(self.drop2.backward(dy), train), train)
         dx1 = self._dx1
         K.add_forward(dx1.data, dy.data, d.data, n)
         # x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1))
-        d = self.ln1.backward(self.attn.backward(dx1, train), train)
+        d = self.ln1.backward(self.attn.backward(self.drop1.backward(dx1), train), train)
         dx = self._dx
         K.add_forward(dx.data, dx1.data, d.data, n)
         return dx

@@ -2,29 +2,36 @@
 #   y = act(x W1^T + b1) W2^T + b2, applied to every token alike
 from .activation import ActivationLayer
 from .dense import Dense
+from .dropout import Dropout, check_p
 from .layer import Layer, check_tensor, prefixed, shape_error
 
 
 class FeedForward(Layer):
-    """FeedForward(E, hidden, activation='gelu'): x [..., E] -> y [..., E]; params W1 b1 W2 b2."""
+    """FeedForward(E, hidden, activation='gelu', dropout=0): x [..., E] -> y [..., E]; params W1 b1 W2 b2.
 
-    def __init__(self, embed_dim, hidden, activation="gelu", use_bias=True, rng=None):
+    dropout=p drops the hidden activations in training mode (nn.TransformerEncoderLayer's dropout
+    between activation and linear2)."""
+
+    def __init__(self, embed_dim, hidden, activation="gelu", use_bias=True, rng=None, dropout=0.0):
         for what, v in (("embed_dim", embed_dim), ("hidden", hidden)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError("FeedForward: %s must be a positive int, got %r" % (what, v))
+        check_p("FeedForward", dropout)
         self.embed_dim = embed_dim
         self.hidden = hidden
         self.fc1 = Dense(embed_dim, hidden, use_bias, rng)
         self.act = ActivationLayer(activation)
         self.fc2 = Dense(hidden, embed_dim, use_bias, rng)
         self.kind = activation
+        self.drop = Dropout(dropout)
+        self.dropout = self.drop.p
         for layer, k in ((self.fc1, "1"), (self.fc2, "2")):
             for p, g in layer.params():
                 p.name += k
                 g.name += k
 
     def _sublayers(self):
-        return (self.fc1, self.act, self.fc2)
+        return (self.fc1, self.act, self.drop, self.fc2)
 
     def _state(self):
         # the linear1 / linear2 of nn.TransformerEncoderLayer
@@ -37,14 +44,17 @@ class FeedForward(Layer):
 
     def cache_floats(self, in_shape):
         h = tuple(in_shape[:-1]) + (self.hidden,)
-        return self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) + self.fc2.cache_floats(h)
+        return (self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) + self.drop.cache_floats(h)
+                + self.fc2.cache_floats(h))
 
-    def forward(self, x):
+    def forward(self, x, dropout=True):
         check_tensor("FeedForward", "x", x)
         E = self.embed_dim
         if len(x.shape) < 2 or x.shape[-1] != E:
             raise shape_error("FeedForward", "x", "[..., %d]" % E, x.shape)
-        return self.fc2.forward(self.act.forward(self.fc1.forward(x)))
+        h = self.act.forward(self.fc1.forward(x))
+        h = self.drop.forward(h) if dropout else self.drop.identity(h)    # dropout=False: generation
+        return self.fc2.forward(h)
 
     def backward(self, dy, grads=True):
         self._need_forward(self.fc1._x)
@@ -52,4 +62,5 @@ class FeedForward(Layer):
         if dy.shape != self.fc2._y.shape:
             raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
         train = grads and self.trainable      # a part's own flag is its own: nothing is changed here
-        return self.fc1.backward(self.act.backward(self.fc2.backward(dy, train), train), train)
+        d = self.drop.backward(self.fc2.backward(dy, train))
+        return self.fc1.backward(self.act.backward(d, train), train)

@@ -803,3 +803,221 @@ def posembed_backward(dtable, dout, B, S, C, start):
             tb = (start + s) * C
             for c in range(C):
                 dtable[tb + c] += dout[ob + c]
+
+
+# ---------------------------------------------------------------- dropout and tiled attention
+# Dropout applies a keep mask (bytes, 1 = kept) drawn by the layer (tensor.Rng.keep_mask); the
+# attention-weight dropout applies one to the softmax weights on the fly. The tiled attention
+# (Attention(..., kv_tile=T)) computes softmax(q.k^T * scale + mask) . v over tiles of T keys with
+# an online softmax: per query row and head it keeps the running max m and sum l of exp(s - m)
+# (stats, stored for the backward, which recomputes the weights key by key), never the
+# (B, NH, Tq, Tk) weights. Same conventions: outputs first, sizes last, no allocation.
+
+
+def dropout_apply(out, inp, keep, n, scale):
+    # out (n,) = inp * scale where keep[i], else 0: dropout's forward (inp = x) and its
+    # backward (inp = dy: the same mask and scale)
+    for i in range(n):
+        out[i] = inp[i] * scale if keep[i] else 0.0
+
+
+def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
+    # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
+    # att (B, NH, Tq, Tk): softmax weights; keep (B, NH, Tq, Tk) bytes, 1 = kept (dropout)
+    hs = C // NH
+    for b in range(B):
+        for t in range(Tq):
+            for h in range(NH):
+                ab = ((b * NH + h) * Tq + t) * Tk
+                ob = (b * Tq + t) * C + h * hs
+                for i in range(hs):
+                    s = 0.0
+                    vi = b * Tk * C + h * hs + i
+                    for j in range(Tk):
+                        if keep[ab + j]:
+                            s += att[ab + j] * v[vi]
+                        vi += C
+                    out[ob + i] = s * scale
+
+
+def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
+    # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
+    # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch (>= Tk,): one row of dA
+    # att (B, NH, Tq, Tk): A (before dropout); keep: the forward's mask (bytes, 1 = kept)
+    # dv[j] += A'[j] dctx, dA[j] = keep[j] pscale (dctx . v[j]), dS = A (dA - sum dA A) * scale
+    hs = C // NH
+    scale = 1.0 / sqrt(hs)
+    zero(dq, B * Tq * C)
+    zero(dk, B * Tk * C)
+    zero(dv, B * Tk * C)
+    for b in range(B):
+        for t in range(Tq):
+            for h in range(NH):
+                ab = ((b * NH + h) * Tq + t) * Tk
+                qh = (b * Tq + t) * C + h * hs
+                dot = 0.0
+                for j in range(Tk):
+                    if not keep[ab + j]:
+                        scratch[j] = 0.0
+                        continue
+                    a = att[ab + j] * pscale
+                    vh = (b * Tk + j) * C + h * hs
+                    s = 0.0
+                    for i in range(hs):
+                        g = dout[qh + i]
+                        s += g * v[vh + i]
+                        dv[vh + i] += a * g
+                    s *= pscale
+                    scratch[j] = s
+                    dot += s * att[ab + j]
+                for j in range(Tk):
+                    a = att[ab + j]
+                    if a == 0.0:
+                        continue
+                    ds = a * (scratch[j] - dot) * scale
+                    kh = (b * Tk + j) * C + h * hs
+                    for i in range(hs):
+                        dq[qh + i] += ds * k[kh + i]
+                        dk[kh + i] += ds * q[qh + i]
+
+
+def _last_key(t, Tk, shift, causal):
+    # the last key query t may see (causal: t + shift, capped at Tk - 1)
+    if causal and t + shift < Tk - 1:
+        return t + shift
+    return Tk - 1
+
+
+def attention_forward_tiled(out, stats, tile, q, k, v, mask, B, Tq, Tk, C, NH, causal, T):
+    # q (B, Tq, C), k v (B, Tk, C), mask (B, Tk) bytes or None, causal as attention_forward
+    # out (B, Tq, C): softmax(q.k^T / sqrt(hs) + mask) . v per head, heads concatenated
+    # stats (B, NH, Tq, 2): the row's max m and sum l of exp(s - m) over its visible keys
+    #   (l = 0: no visible key; then out = 0, as attention_forward)
+    # tile (>= T,): scratch for one tile's scores / exponentials
+    # Online softmax: per tile, m' = max(m, tile max), out = out e^(m - m') + sum_j e^(s_j - m') v_j,
+    # l = l e^(m - m') + sum_j e^(s_j - m'); at the end out /= l. A score beyond float32 raises
+    # OverflowError (the standard path rescales such rows; this one keeps no row to rescale).
+    hs = C // NH
+    scale = 1.0 / sqrt(hs)
+    shift = Tk - Tq
+    for b in range(B):
+        for t in range(Tq):
+            last = _last_key(t, Tk, shift, causal)
+            for h in range(NH):
+                qh = (b * Tq + t) * C + h * hs
+                sb = ((b * NH + h) * Tq + t) * 2
+                for i in range(hs):
+                    out[qh + i] = 0.0
+                m = 0.0
+                l = 0.0
+                j0 = 0
+                while j0 <= last:
+                    j1 = j0 + T
+                    if j1 > last + 1:
+                        j1 = last + 1
+                    # scaled scores of the tile (as stored, float32) and their max
+                    tm = 0.0
+                    seen = 0
+                    for j in range(j0, j1):
+                        if mask is not None and mask[b * Tk + j]:
+                            continue
+                        kh = (b * Tk + j) * C + h * hs
+                        s = 0.0
+                        for i in range(hs):
+                            s += q[qh + i] * k[kh + i]
+                        tile[j - j0] = s * scale
+                        s = tile[j - j0]
+                        if s - s != 0.0 and s == s:
+                            raise OverflowError("attention_forward_tiled: a score q.k/sqrt(D) is beyond "
+                                                "float32 (%r); the standard path (kv_tile=None) handles it" % s)
+                        if not seen or s > tm:
+                            tm = s
+                        seen = 1
+                    if seen:
+                        if l == 0.0:
+                            mn = tm
+                            alpha = 0.0
+                        else:
+                            mn = tm if tm > m else m
+                            alpha = exp(m - mn)
+                        ts = 0.0
+                        for j in range(j0, j1):
+                            if mask is not None and mask[b * Tk + j]:
+                                tile[j - j0] = 0.0
+                                continue
+                            e = exp(tile[j - j0] - mn)
+                            tile[j - j0] = e
+                            ts += e
+                        l = l * alpha + ts
+                        m = mn
+                        for i in range(hs):
+                            s = 0.0
+                            vi = (b * Tk + j0) * C + h * hs + i
+                            for j in range(j1 - j0):
+                                s += tile[j] * v[vi]
+                                vi += C
+                            out[qh + i] = out[qh + i] * alpha + s
+                    j0 = j1
+                stats[sb] = m
+                stats[sb + 1] = l
+                if l > 0.0:
+                    inv = 1.0 / l
+                    for i in range(hs):
+                        out[qh + i] *= inv
+
+
+def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+    # in the forward pass this was out = softmax(q.k^T * scale + mask) . v (attention_forward_tiled)
+    # dq (B, Tq, C), dk dv (B, Tk, C): written; tile (>= 1,): a float32 cell
+    # out (B, Tq, C): the forward's output; stats (B, NH, Tq, 2): its row max m and sum l
+    # The weights are recomputed key by key: a_j = exp(s_j - m) / l; with D = dout . out (per head,
+    # = sum_j dA_j a_j): dv_j += a_j dout, dA_j = dout . v_j, dS_j = a_j (dA_j - D) * scale,
+    # dq += dS_j k_j, dk_j += dS_j q.
+    hs = C // NH
+    scale = 1.0 / sqrt(hs)
+    shift = Tk - Tq
+    zero(dq, B * Tq * C)
+    zero(dk, B * Tk * C)
+    zero(dv, B * Tk * C)
+    for b in range(B):
+        for t in range(Tq):
+            last = _last_key(t, Tk, shift, causal)
+            for h in range(NH):
+                qh = (b * Tq + t) * C + h * hs
+                sb = ((b * NH + h) * Tq + t) * 2
+                l = stats[sb + 1]
+                if l == 0.0:
+                    continue                        # no visible key: no gradient
+                m = stats[sb]
+                inv = 1.0 / l
+                d = 0.0
+                for i in range(hs):
+                    d += dout[qh + i] * out[qh + i]
+                for j in range(last + 1):
+                    if mask is not None and mask[b * Tk + j]:
+                        continue
+                    kh = (b * Tk + j) * C + h * hs
+                    s = 0.0
+                    for i in range(hs):
+                        s += q[qh + i] * k[kh + i]
+                    tile[0] = s * scale             # the score as the forward stored it
+                    a = exp(tile[0] - m) * inv
+                    s = 0.0
+                    for i in range(hs):
+                        g = dout[qh + i]
+                        s += g * v[kh + i]
+                        dv[kh + i] += a * g
+                    ds = a * (s - d) * scale
+                    for i in range(hs):
+                        dq[qh + i] += ds * k[kh + i]
+                        dk[kh + i] += ds * q[qh + i]
+
+
+def kv_shift(cache, B, L, C, n):
+    # cache (B, L, C): rows n..L-1 of every sequence move to rows 0..L-n-1 (the streaming window
+    # drops its n oldest rows); rows L-n..L-1 keep their old values
+    for b in range(B):
+        dst = b * L * C
+        src = dst + n * C
+        for i in range((L - n) * C):
+            cache[dst + i] = cache[src + i]

@@ -475,6 +475,127 @@ def posembed_backward(dtable, dout, B, S, C, start):
     t[start:start + S] = t[start:start + S].astype(_F64) + _d(dout, B * S * C, B, S, C).sum(axis=0)
 
 
+# ---------------------------------------------------------------- dropout and tiled attention
+
+def _keep(keep, n, *shape):
+    # the first n bytes of a keep mask as float64 0 / 1, shaped
+    return np.frombuffer(keep, dtype=np.uint8, count=n).astype(_F64).reshape(shape)
+
+
+def dropout_apply(out, inp, keep, n, scale):
+    # out (n,) = inp * scale where keep[i], else 0
+    _v(out, n)[:] = _d(inp, n, n) * _keep(keep, n, n) * scale
+
+
+def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
+    # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
+    n = B * NH * Tq * Tk
+    a = _d(att, n, B, NH, Tq, Tk) * _keep(keep, n, B, NH, Tq, Tk) * scale
+    ctx = a @ _heads(v, B, Tk, C, NH)
+    _v(out, B * Tq * C)[:] = ctx.transpose(0, 2, 1, 3).ravel()
+
+
+def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
+    # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
+    hs = C // NH
+    scale = 1.0 / np.sqrt(hs)
+    n = B * NH * Tq * Tk
+    a = _d(att, n, B, NH, Tq, Tk)
+    kp = _keep(keep, n, B, NH, Tq, Tk) * pscale
+    g = _heads(dout, B, Tq, C, NH)
+    qh = _heads(q, B, Tq, C, NH)
+    kh = _heads(k, B, Tk, C, NH)
+    vh = _heads(v, B, Tk, C, NH)
+    da = (g @ vh.transpose(0, 1, 3, 2)) * kp               # (B, NH, Tq, Tk)
+    dvh = (a * kp).transpose(0, 1, 3, 2) @ g
+    dot = (da * a).sum(axis=-1, keepdims=True)
+    ds = a * (da - dot) * scale
+    _v(dq, B * Tq * C)[:] = (ds @ kh).transpose(0, 2, 1, 3).ravel()
+    _v(dk, B * Tk * C)[:] = (ds.transpose(0, 1, 3, 2) @ qh).transpose(0, 2, 1, 3).ravel()
+    _v(dv, B * Tk * C)[:] = dvh.transpose(0, 2, 1, 3).ravel()
+
+
+def _tile_scores(qh, kh, visible, j0, j1, scale):
+    # scaled scores of keys j0..j1-1 (B, NH, Tq, j1-j0), rounded to float32 as stored, and
+    # where they are visible
+    s = (qh @ kh[:, :, j0:j1].transpose(0, 1, 3, 2)) * scale
+    with np.errstate(over="ignore"):                  # beyond float32: inf, refused below
+        s = s.astype(_F32).astype(_F64)
+    vis = visible[..., j0:j1]
+    if np.any(np.isinf(s) & vis):
+        raise OverflowError("attention_forward_tiled: a score q.k/sqrt(D) is beyond float32; "
+                            "the standard path (kv_tile=None) handles it")
+    return s, vis
+
+
+def attention_forward_tiled(out, stats, tile, q, k, v, mask, B, Tq, Tk, C, NH, causal, T):
+    # out (B, Tq, C), stats (B, NH, Tq, 2) = (max m, sum l of exp(s - m)) per row: online softmax
+    # over tiles of T keys; tile is unused here (NumPy holds one (B, NH, Tq, T) block at a time)
+    hs = C // NH
+    scale = 1.0 / np.sqrt(hs)
+    qh = _heads(q, B, Tq, C, NH)
+    kh = _heads(k, B, Tk, C, NH)
+    vh = _heads(v, B, Tk, C, NH)
+    visible = _visible(mask, B, Tq, Tk, causal)
+    m = np.full((B, NH, Tq, 1), -np.inf)
+    l = np.zeros((B, NH, Tq, 1))
+    acc = np.zeros((B, NH, Tq, hs))
+    for j0 in range(0, Tk, T):
+        j1 = min(j0 + T, Tk)
+        s, vis = _tile_scores(qh, kh, visible, j0, j1, scale)
+        s = np.where(vis, s, -np.inf)
+        mn = np.maximum(m, s.max(axis=-1, keepdims=True))
+        safe = np.where(np.isfinite(mn), mn, 0.0)
+        alpha = np.where(np.isfinite(m), np.exp(m - safe), 0.0)
+        e = np.where(vis, np.exp(s - safe), 0.0)
+        l = l * alpha + e.sum(axis=-1, keepdims=True)
+        acc = acc * alpha + e @ vh[:, :, j0:j1]
+        m = mn
+    ctx = np.divide(acc, l, out=np.zeros_like(acc), where=l > 0.0)
+    _v(out, B * Tq * C)[:] = ctx.transpose(0, 2, 1, 3).ravel()
+    st = np.concatenate([np.where(np.isfinite(m), m, 0.0), l], axis=-1)
+    _v(stats, B * NH * Tq * 2)[:] = st.ravel()
+
+
+def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+    # in the forward pass this was out = softmax(q.k^T * scale + mask) . v (attention_forward_tiled);
+    # the weights are recomputed per tile of keys from the stored row max and sum
+    hs = C // NH
+    scale = 1.0 / np.sqrt(hs)
+    T = max(1, min(Tk, 64))
+    qh = _heads(q, B, Tq, C, NH)
+    kh = _heads(k, B, Tk, C, NH)
+    vh = _heads(v, B, Tk, C, NH)
+    g = _heads(dout, B, Tq, C, NH)
+    st = _d(stats, B * NH * Tq * 2, B, NH, Tq, 2)
+    m = st[..., 0:1]
+    l = st[..., 1:2]
+    inv = np.divide(1.0, l, out=np.zeros_like(l), where=l > 0.0)
+    d = (g * _heads(out, B, Tq, C, NH)).sum(axis=-1, keepdims=True)
+    dqh = np.zeros_like(qh)
+    dkh = np.zeros_like(kh)
+    dvh = np.zeros_like(vh)
+    visible = _visible(mask, B, Tq, Tk, causal)
+    for j0 in range(0, Tk, T):
+        j1 = min(j0 + T, Tk)
+        s, vis = _tile_scores(qh, kh, visible, j0, j1, scale)
+        a = np.where(vis, np.exp(np.where(vis, s, 0.0) - m), 0.0) * inv
+        dvh[:, :, j0:j1] = a.transpose(0, 1, 3, 2) @ g
+        da = g @ vh[:, :, j0:j1].transpose(0, 1, 3, 2)
+        ds = a * (da - d) * scale
+        dqh += ds @ kh[:, :, j0:j1]
+        dkh[:, :, j0:j1] = ds.transpose(0, 1, 3, 2) @ qh
+    _v(dq, B * Tq * C)[:] = dqh.transpose(0, 2, 1, 3).ravel()
+    _v(dk, B * Tk * C)[:] = dkh.transpose(0, 2, 1, 3).ravel()
+    _v(dv, B * Tk * C)[:] = dvh.transpose(0, 2, 1, 3).ravel()
+
+
+def kv_shift(cache, B, L, C, n):
+    # cache (B, L, C): rows n..L-1 move to rows 0..L-n-1 per sequence
+    c = _v(cache, B * L * C).reshape(B, L, C)
+    c[:, :L - n] = c[:, n:].copy()
+
+
 def argmax(buf, off, n):
     # index i < n of the largest buf[off + i], the first on ties; NaN never larger (as `>`)
     a = np.frombuffer(buf, dtype=_F32, count=off + n)[off:]

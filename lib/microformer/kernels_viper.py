@@ -114,6 +114,15 @@ PORTABLE = (
     "attention_scores",                                              # the golden vectors' stages
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
     "posembed_backward",                                             # the learned positions
+    # dropout scales every kept element by 1/(1-p): a float multiply per element, which viper
+    # has not (scale_inplace stays portable for the same reason); the attention-weight dropout
+    # products run only in training with dropout > 0
+    "dropout_apply", "attention_context", "attention_backward_dropout",
+    # the key-tiled attention exists for memory, not speed: its online softmax rescales the
+    # running sums by exp(m - m') once per tile and row, float work the block-float kernels have
+    # no form for; the standard path (viper) is the fast one when the weights fit
+    "attention_forward_tiled", "attention_backward_tiled",
+    "kv_shift",                                                      # the streaming window (a copy per chunk)
 )
 for _n in PORTABLE:
     globals()[_n] = getattr(_pk, _n)

@@ -2,6 +2,7 @@
 #   y[b,s] = x[b,s] + weight[start + s], weight [max_len, E] trained (PositionalEncoding is the
 #   fixed sinusoidal table)
 from . import backend
+from .dropout import Dropout
 from .posenc import PositionalEncoding
 from .tensor import Tensor, default_rng
 
@@ -27,9 +28,14 @@ class LearnedPositionalEmbedding(PositionalEncoding):
         for i in range(len(d)):
             d[i] = self.INIT * rng.signed_unit()
         self.dW = Tensor.zeros((max_len, embed_dim), "dW")
+        self.drop = Dropout(0.0)          # (no dropout here: the seed has it on the sinusoidal table)
+        self.dropout = 0.0
         self._x = None
         self._start = 0
         self.pos = 0
+
+    def _sublayers(self):
+        return ()                         # a plain layer: its own W, not a composite
 
     def params(self):
         return ((self.W, self.dW),)
@@ -44,5 +50,5 @@ class LearnedPositionalEmbedding(PositionalEncoding):
         dx = PositionalEncoding.backward(self, dy, grads)
         if grads and self.trainable:
             B, S, E = self._x.shape
-            backend.K.posembed_backward(self.dW.data, dy.data, B, S, E, self._start)
+            backend.K.posembed_backward(self.dW.data, dx.data, B, S, E, self._start)
         return dx

@@ -1,26 +1,35 @@
 # microformer.posenc: fixed sinusoidal positional encoding added to token vectors.
 #   pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i * ln(10000) / E)
 from . import backend
+from .dropout import Dropout, check_p
 from .layer import Layer, check_tensor, shape_error
 from .tensor import Tensor
 
 
 class PositionalEncoding(Layer):
-    """PositionalEncoding(max_len, E): x [B,S,E] -> x + pe[start:start+S] (no parameters).
+    """PositionalEncoding(max_len, E, dropout=0): x [B,S,E] -> x + pe[start:start+S] (no parameters).
 
     forward(x, start=0); prefill(x) / decode_step(x_t) keep the position for generation.
+    dropout=p: the embedding dropout of the seed's encoder and decoder (applied to x + pe in
+    training mode; prefill / decode_step never drop).
     """
 
-    def __init__(self, max_len, embed_dim):
+    def __init__(self, max_len, embed_dim, dropout=0.0):
         for what, v in (("max_len", max_len), ("embed_dim", embed_dim)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError("PositionalEncoding: %s must be a positive int, got %r" % (what, v))
+        check_p("PositionalEncoding", dropout)
         self.max_len = max_len
         self.embed_dim = embed_dim
         self.pe = Tensor.zeros((max_len, embed_dim), "pe")      # (L, E), not a parameter
         backend.K.posenc_table(self.pe.data, max_len, embed_dim)
         self._x = None
         self.pos = 0
+        self.drop = Dropout(dropout)
+        self.dropout = self.drop.p
+
+    def _sublayers(self):
+        return (self.drop,)
 
     def _table(self):
         # (L, E): what forward adds, row `start + s` to token s
@@ -36,6 +45,10 @@ class PositionalEncoding(Layer):
         return B * S * E
 
     def forward(self, x, start=0):
+        y = self._add(x, start)
+        return self.drop.forward(y)
+
+    def _add(self, x, start):
         who = type(self).__name__
         check_tensor(who, "x", x)
         E = self.embed_dim
@@ -60,14 +73,14 @@ class PositionalEncoding(Layer):
         check_tensor(who, "dy", dy)
         if dy.shape != self._x.shape:
             raise shape_error(who, "dy", repr(self._x.shape), dy.shape)
-        return dy                      # an added table: dx = dy
+        return self.drop.backward(dy)  # an added table: dx = dy (through the dropout)
 
     def prefill(self, x):
-        y = self.forward(x, 0)
+        y = self._add(x, 0)
         self.pos = x.shape[1]
         return y
 
     def decode_step(self, x):
-        y = self.forward(x, self.pos)
+        y = self._add(x, self.pos)
         self.pos += x.shape[1]
         return y

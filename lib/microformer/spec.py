@@ -5,6 +5,7 @@
 from .activation import ActivationLayer
 from .attention import Attention
 from .block import EncoderBlock
+from .decoder import DecoderBlock, Transformer
 from .dense import Dense
 from .embedding import Embedding
 from .feedforward import FeedForward
@@ -16,26 +17,51 @@ from .reshape import Reshape
 from .conv import Conv1D
 from .pool1d import AvgPool1D, MaxPool1D
 from .posembed import LearnedPositionalEmbedding
+from .dropout import Dropout
+
+
+def _opt(out, layer, defaults):
+    # the arguments added after a layer's first spec appear only when they differ from their
+    # default, so the specs (and checkpoints) of models without them stay as they were
+    for k, d in defaults:
+        v = getattr(layer, k)
+        if v != d:
+            out[k] = v
+    return out
 
 # every layer a spec may name: class, and its constructor arguments as read off an instance
 _LAYERS = {
     "Dense": (Dense, lambda l: {"in_features": l.in_features, "out_features": l.out_features,
                                 "use_bias": bool(l.use_bias)}),
-    "Attention": (Attention, lambda l: {"embed_dim": l.embed_dim, "num_heads": l.num_heads,
+    "Attention": (Attention, lambda l: _opt({"embed_dim": l.embed_dim, "num_heads": l.num_heads,
                                         "use_bias": bool(l.use_bias), "causal": l.causal,
-                                        "max_len": l.max_len}),
+                                        "max_len": l.max_len}, l, (("dropout", 0.0), ("kv_tile", None)))),
     "ActivationLayer": (ActivationLayer, lambda l: {"kind": l.kind}),
     "Reshape": (Reshape, lambda l: {"shape": list(l.shape)}),
     "GlobalAvgPool": (GlobalAvgPool, lambda l: {}),
     "LayerNorm": (LayerNorm, lambda l: {"dim": l.dim, "eps": l.eps}),
-    "FeedForward": (FeedForward, lambda l: {"embed_dim": l.embed_dim, "hidden": l.hidden,
-                                            "activation": l.kind, "use_bias": bool(l.fc1.use_bias)}),
+    "FeedForward": (FeedForward, lambda l: _opt({"embed_dim": l.embed_dim, "hidden": l.hidden,
+                                                 "activation": l.kind, "use_bias": bool(l.fc1.use_bias)},
+                                                l, (("dropout", 0.0),))),
     "Embedding": (Embedding, lambda l: {"vocab": l.vocab, "embed_dim": l.embed_dim}),
-    "PositionalEncoding": (PositionalEncoding, lambda l: {"max_len": l.max_len, "embed_dim": l.embed_dim}),
-    "EncoderBlock": (EncoderBlock, lambda l: {"embed_dim": l.embed_dim, "num_heads": l.attn.num_heads,
-                                              "ffn_hidden": l.ffn.hidden, "causal": l.causal,
-                                              "activation": l.ffn.kind, "max_len": l.attn.max_len,
-                                              "use_bias": bool(l.attn.use_bias)}),
+    "PositionalEncoding": (PositionalEncoding, lambda l: _opt({"max_len": l.max_len, "embed_dim": l.embed_dim},
+                                                              l, (("dropout", 0.0),))),
+    "EncoderBlock": (EncoderBlock, lambda l: _opt({"embed_dim": l.embed_dim, "num_heads": l.attn.num_heads,
+                                                   "ffn_hidden": l.ffn.hidden, "causal": l.causal,
+                                                   "activation": l.ffn.kind, "max_len": l.attn.max_len,
+                                                   "use_bias": bool(l.attn.use_bias)},
+                                                  l, (("dropout", 0.0), ("kv_tile", None)))),
+    "Dropout": (Dropout, lambda l: {"p": l.p}),
+    "DecoderBlock": (DecoderBlock, lambda l: {"embed_dim": l.embed_dim, "num_heads": l.self_attn.num_heads,
+                                              "ffn_hidden": l.ffn.hidden, "activation": l.ffn.kind,
+                                              "max_len": l.self_attn.max_len,
+                                              "use_bias": bool(l.self_attn.use_bias)}),
+    "Transformer": (Transformer, lambda l: {"src_vocab": l.src_vocab, "tgt_vocab": l.tgt_vocab,
+                                            "embed_dim": l.embed_dim, "num_heads": l.num_heads,
+                                            "ffn_hidden": l.ffn_hidden,
+                                            "num_encoder_layers": len(l.encoder),
+                                            "num_decoder_layers": len(l.decoder), "max_len": l.max_len,
+                                            "activation": l.activation, "use_bias": bool(l.use_bias)}),
     "Conv1D": (Conv1D, lambda l: {"in_channels": l.in_channels, "out_channels": l.out_channels,
                                   "kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding,
                                   "dilation": l.dilation, "groups": l.groups, "use_bias": bool(l.use_bias)}),
