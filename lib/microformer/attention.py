@@ -47,7 +47,7 @@ class Attention(Layer):
         self.max_len = max_len
         self._pos = 0
         self._kc = None
-        self._keep = ([None], [None], [None], [None])   # decode_step: prepared Wq Wk Wv Wo (backend's)
+        self._wkeep = ([None], [None], [None], [None])  # decode_step: prepared Wq Wk Wv Wo (backend's)
         rng = rng or default_rng()
         for n in ("q", "k", "v", "o"):
             setattr(self, "W" + n, xavier_uniform(Tensor((E, E), name="W" + n), E, E, rng))  # (E, E)
@@ -380,7 +380,7 @@ class Attention(Layer):
         ctx = self._dctx1
         att = self._datt
         y = self._dy1
-        keep = self._keep
+        keep = self._wkeep
         K.matmul_forward_kept(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E, keep[0])
         K.matmul_forward_kept(k.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E, keep[1])
         K.matmul_forward_kept(v.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E, keep[2])
