@@ -48,6 +48,70 @@ def _block():
 
 MODELS = {"iris": _iris, "block": _block}
 
+# the decode stack: Embedding -> PositionalEncoding -> EncoderBlock(E=32, H=2, causal) -> LayerNorm
+# -> Dense, a 16-token prompt then 48 new tokens through the KV cache
+DECODE_V = 32
+DECODE_E = 32
+DECODE_PROMPT = 16
+DECODE_NEW = 48
+
+
+def _decoder(activation="gelu"):
+    mf.seed(4)
+    E = DECODE_E
+    L = DECODE_PROMPT + DECODE_NEW
+    return mf.Sequential([mf.Embedding(DECODE_V, E), mf.PositionalEncoding(L, E),
+                          mf.EncoderBlock(E, 2, 4 * E, causal=True, activation=activation, max_len=L),
+                          mf.LayerNorm(E), mf.Dense(E, DECODE_V)])
+
+
+def decode(backend, activation="gelu", rounds=3):
+    """Greedy decoding on the decode stack: tokens per second of the 48 cached decode steps (the
+    fastest of `rounds` rounds, prompt excluded) and heap bytes per decoded token (gc.mem_alloc
+    delta over a whole round of decode steps, GC off). Prints a DECODE line."""
+    mf.set_backend(backend)
+    model = _decoder(activation)
+    model.eval()
+    prompt = mf.Tensor((1, DECODE_PROMPT))
+    for i in range(DECODE_PROMPT):
+        prompt.data[i] = (3 * i + 1) % DECODE_V
+    x = mf.Tensor((1, 1))
+    V = DECODE_V
+
+    def one_round():
+        logits = mf.prefill(model, prompt)
+        nxt = mf.train.argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
+        t0 = _us()
+        for _ in range(DECODE_NEW):
+            x.data[0] = nxt
+            logits = mf.decode_step(model, x)
+            nxt = mf.train.argmax(logits.data, 0, V)
+        return _dt(t0), nxt
+    one_round()                                  # buffers and caches get allocated here
+    best = None
+    for _ in range(rounds):
+        gc.collect()
+        dt, last = one_round()
+        best = dt if best is None or dt < best else best
+    logits = mf.prefill(model, prompt)
+    nxt = mf.train.argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
+    gc.collect()
+    gc.disable()
+    try:
+        a0 = _mem_alloc()
+        for _ in range(DECODE_NEW):
+            x.data[0] = nxt
+            logits = mf.decode_step(model, x)
+            nxt = mf.train.argmax(logits.data, 0, V)
+        heap = (_mem_alloc() - a0) / DECODE_NEW if a0 >= 0 else -2.0
+    except MemoryError:                  # the portable path can allocate more than the heap
+        heap = -1.0
+    finally:
+        gc.enable()
+    tps = DECODE_NEW * 1e6 / max(1, best)
+    print("DECODE %s %s %.2f %.1f %d" % (backend, activation, tps, heap, last))
+    return tps, heap
+
 
 def _batch(shape, classes):
     rng = mf.Rng(3)
@@ -160,6 +224,45 @@ def memory(steps=20):
     return out
 
 
+def fit_heap(path="datasets/iris.csv", warm=2, epochs=3):
+    """The real fit loop: train.fit on Iris (120 rows, batch 16: each epoch ends with a batch of
+    8) on the current backend; heap bytes per step over `epochs` whole epochs after `warm` (GC
+    off). Prints a FITHEAP line."""
+    import iris
+    tr = iris.load_split(path)[0]
+    model = iris.build_model(1)
+    opt = mf.Adam(model, lr=1e-3)
+    lf = mf.CrossEntropyLoss()
+    mf.train.fit(model, lf, opt, tr, epochs=warm, batch_size=16, verbose=False)
+    gc.collect()
+    gc.disable()
+    try:
+        a0 = _mem_alloc()
+        s0 = opt.steps
+        mf.train.fit(model, lf, opt, tr, epochs=epochs, batch_size=16, verbose=False)
+        steps = opt.steps - s0
+        per = (_mem_alloc() - a0) / steps if a0 >= 0 else -1.0
+    finally:
+        gc.enable()
+    print("FITHEAP %s %d %.1f" % (mf.get_backend(), steps, per))
+    return per
+
+
+def opt_steps(kind, n):
+    """n optimizer steps (after one) of Adam or SGD (momentum 0.9) on the Iris model's gradients:
+    what host/bench.py counts instructions of (two runs, n and 0 steps)."""
+    model, shape, classes = _iris()
+    opt = mf.Adam(model, lr=1e-3) if kind == "adam" else mf.SGD(model, lr=1e-2, momentum=0.9)
+    x, labels = _batch(shape, classes)
+    lf = mf.CrossEntropyLoss()
+    lf.forward(model.forward(x), labels)
+    model.backward(lf.backward())
+    opt.step()
+    for _ in range(n):
+        opt.step()
+    print("OPT %s %d %d" % (kind, n, model.param_count()))
+
+
 def session(root=None, epochs=1):
     """An Iris fine-tune session as on the board: finetune.Session on the pretrained checkpoint,
     a short fit (`epochs` over the training split), evaluate. Prints SESSION and the accuracy."""
@@ -241,6 +344,14 @@ if __name__ == "__main__":
     argv = getattr(sys, "argv", [])
     if len(argv) >= 2 and argv[1] == "memory":       # bench.py memory: the MEM lines
         memory()
+    elif len(argv) >= 3 and argv[1] == "decode":     # bench.py decode BACKEND [ACTIVATION [ROUNDS]]
+        decode(argv[2], argv[3] if len(argv) > 3 else "gelu", int(argv[4]) if len(argv) > 4 else 3)
+    elif len(argv) >= 3 and argv[1] == "fitheap":    # bench.py fitheap BACKEND
+        mf.set_backend(argv[2])
+        fit_heap()
+    elif len(argv) >= 4 and argv[1] == "opt":        # bench.py opt BACKEND adam|sgd N
+        mf.set_backend(argv[2])
+        opt_steps(argv[3], int(argv[4]) if len(argv) > 4 else 0)
     elif len(argv) >= 2 and argv[1] == "session":    # bench.py session ROOT: one fine-tune session
         session(argv[2] if len(argv) > 2 else None)
     elif len(argv) >= 3:                 # bench.py MODEL BACKEND [STEPS [ROUNDS]]: one row (host/bench.py)

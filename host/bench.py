@@ -47,6 +47,75 @@ def _callgrind_ir(model, backend, steps, heap):
         return int(m.group(1).replace(",", ""))
 
 
+DECODE_WHAT = ("decode: Embedding -> PositionalEncoding -> EncoderBlock(E=32, H=2, causal, gelu) -> LayerNorm"
+               " -> Dense, 16-token prompt, 48 new tokens (greedy, KV cache)")
+
+
+def _decode_run(cmd, env):
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    m = re.search(r"^DECODE (\S+) (\S+) (\S+) (\S+)", out.stdout, re.M)
+    if out.returncode or not m:
+        raise SystemExit("bench decode failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    return float(m.group(3)), float(m.group(4))
+
+
+def decode_table(exe=None, backends=("python", "viper"), heap="256M"):
+    """Tokens per second of the decode stack per backend (the faster of two alternating runs each,
+    the machine may be shared) and heap bytes per decoded token (gc.mem_alloc delta, GC off; the
+    portable path needs a large heap for that). exe None: CPython."""
+    print(DECODE_WHAT, flush=True)
+    print("%-8s %12s %14s %8s" % ("backend", "tokens/s", "heap B/token", "speedup"), flush=True)
+    best = {}
+    for _ in range(2):
+        for b in backends:
+            if exe is None:
+                env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
+                cmd = [sys.executable, os.path.join(ROOT, "board", "bench.py"), "decode", b]
+            else:
+                env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
+                cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench.py"), "decode", b]
+            tps, hb = _decode_run(cmd, env)
+            if b not in best or tps > best[b][0]:
+                best[b] = (tps, hb)
+    base = best[backends[0]][0]
+    for b in backends:
+        tps, hb = best[b]
+        print("%-8s %12.1f %14s %8s" % (b, tps, "%.0f" % hb if hb >= 0 else ("n/a" if hb == -2 else ">heap"),
+                                         "x%.1f" % (tps / base) if b != backends[0] else ""), flush=True)
+    return best
+
+
+def fit_heap(exe):
+    """Heap bytes per step of train.fit on Iris (whole epochs, the partial batch included), viper."""
+    env = dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")]))
+    cmd = [exe, "-X", "heapsize=8M", os.path.join(ROOT, "board", "bench.py"), "fitheap", "viper"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    m = re.search(r"^FITHEAP \S+ (\d+) (\S+)$", out.stdout, re.M)
+    if out.returncode or not m:
+        raise SystemExit("bench fitheap failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    return int(m.group(1)), float(m.group(2))
+
+
+def opt_instructions(kind, backend="viper", n=20):
+    """Instructions per parameter per optimizer step (callgrind, stock port): runs of n and 0
+    steps on the Iris model's gradients, so startup cancels. The step is the whole opt.step():
+    the gradient scan, the snapshot, the update and the scan of the result."""
+    counts = []
+    for steps in (0, n):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "cg.out")
+            env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
+            cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, STOCK,
+                   os.path.join(ROOT, "board", "bench.py"), "opt", backend, kind, str(steps)]
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+            m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
+            p = re.search(r"^OPT \S+ \d+ (\d+)$", r.stdout, re.M)
+            if not m or not p:
+                return None
+            counts.append(int(m.group(1)))
+    return (counts[1] - counts[0]) / float(n * int(p.group(1)))
+
+
 def _kb(n):
     return "%.1f KB" % (n / 1024.0)
 
@@ -191,6 +260,7 @@ def main(argv):
     for name, exe, bits in interpreters():
         print("== %s: %s" % (name, exe), flush=True)
         table(exe, heap, bits)
+        decode_table(exe)
         print("Iris heap (viper backend, gc.mem_alloc after a collection):", flush=True)
         m = memory(exe)
         print("  heap after import microformer: %s (the import added %s)" % (
@@ -198,12 +268,16 @@ def main(argv):
         print("  heap after model + Adam + the first Iris step: %s" % _kb(int(m["first_step"][0])), flush=True)
         print("  garbage per steady-state step: %.0f B (mean over %s steps, GC off)" % (
             float(m["per_step"][0]), m["per_step"][1]), flush=True)
+        steps, per = fit_heap(exe)
+        print("  garbage per step of train.fit (Iris, batch 16, each epoch ending with a batch of 8):"
+              " %.0f B (mean over %d steps = 3 whole epochs, GC off)" % (per, steps), flush=True)
         kb, tried = smallest_session_heap(exe, checkpoint)
         above = sorted(k for k in tried if k > kb)
         print("  smallest -X heapsize from which every larger size runs an Iris fine-tune session: %d KB"
               " (bisection, then %d larger sizes verified: every KB up to %d, and up to %d KB; %d runs)" % (
                   kb, len(above), kb + 32, max(above), len(tried)), flush=True)
     cpython_table()
+    decode_table(None, ("python", "numpy"))
     if "--callgrind" in argv and shutil.which("valgrind"):
         # instructions per training sample: difference of two runs, so startup cancels
         for backend, (s0, s1) in (("viper", (5, 25)), ("python", (1, 3))):
@@ -213,6 +287,11 @@ def main(argv):
                 print("callgrind iris %s: %.1fk instructions per training sample (batch 16)"
                       % (backend, (b - a) / ((s1 - s0) * 16) / 1000.0))
         print("peer: " + PEER)
+        for kind, backend in (("adam", "viper"), ("sgd", "viper")):
+            ir = opt_instructions(kind, backend)
+            if ir:
+                print("callgrind optimizer %s (%s): %.0f instructions per parameter per opt.step() "
+                      "(gradient scan, snapshot, update, result scan; Iris model)" % (kind, backend, ir))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ SRC = ROOT / "host" / "viper"
 OUT = ROOT / "lib" / "microformer"
 SNIPPETS = SRC / "snippets.py"
 # generated module -> its source; kernels_viper.py (hand-written) gathers them in one namespace
-MODULES = ("common", "gemm", "softmax", "optim", "elementwise", "conv")
+MODULES = ("common", "gemm", "softmax", "optim", "elementwise", "conv", "sequence", "norm")
 
 _USE = re.compile(r"^(\s*)#@ (\w+)\((.*)\)\s*$")
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")

@@ -1,8 +1,11 @@
-# microformer.viper_elementwise: elementwise kernels: ReLU and leaky ReLU, forward and backward (the
-# smooth activations stay portable); the training step's guards: a NaN / inf scan, a bit copy.
+# microformer.viper_elementwise: elementwise kernels: ReLU, leaky ReLU and GELU (exact and tanh
+# form), forward and backward (tanh and sigmoid stay portable); the training step's guards: a
+# NaN / inf scan, a bit copy.
 import micropython
+from array import array
+from math import exp, sqrt, tanh
 from . import kernels as _pk
-from .kernels import LEAKY_RELU, RELU
+from .kernels import GELU, GELU_TANH, LEAKY_RELU, RELU
 from .viper_common import _store
 
 
@@ -54,10 +57,101 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
             pd[i] = 0
 
 
+# ---- GELU: x Phi(x), Phi the normal CDF (GELU) or 0.5 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+# (GELU_TANH). Phi and the derivative D(x) = Phi(x) + x Phi'(x) are tables in Q29 on a grid of
+# step 1/64 over [0, 6], linearly interpolated (snippet `lookup`); Phi(-x) = 1 - Phi(x) and
+# D(-x) = 1 - D(x); beyond 6 both are 1 (1 - Phi(6) < 1e-9, |1 - D(6)| < 4e-8).
+# ERROR BOUND (tests/test_viper_range.py): gelu(x) within 1e-5 |x| + 1e-4 |gelu(x)| of the
+#   exact value; the gradient within 5e-5 |dout| + 1e-4 |dinp| (the interpolation error of
+#   the tables: h^2 / 8 max|f''| with h = 1/64; the products keep 15 and 16 bits). Subnormal
+#   inputs count as 0; +inf gives +inf, -inf and NaN give NaN (as 0.5 x (1 + erf(x / sqrt 2)));
+#   a non-finite x gives a NaN gradient, as the portable formula does.
+_TABLES = {}                # kind -> (Phi, D): array('i') of 385 Q29 values each
+
+
+def _tables(kind):
+    t = _TABLES.get(kind)
+    if t is None:
+        fw = array("i", [0] * 385)
+        bw = array("i", [0] * 385)
+        c = sqrt(2.0 / 3.141592653589793)
+        for k in range(385):
+            x = k / 64.0
+            if kind == GELU:
+                phi = 0.5 * (1.0 + _pk.erf(x / sqrt(2.0)))
+                d = phi + x * exp(-0.5 * x * x) / sqrt(2.0 * 3.141592653589793)
+            else:
+                th = tanh(c * (x + 0.044715 * x * x * x))
+                phi = 0.5 * (1.0 + th)
+                d = phi + 0.5 * x * (1.0 - th * th) * c * (1.0 + 3.0 * 0.044715 * x * x)
+            fw[k] = int(phi * 536870912.0 + 0.5)
+            bw[k] = int(d * 536870912.0 + 0.5)
+        t = _TABLES[kind] = (fw, bw)
+    return t
+
+
+@micropython.viper
+def _gelu(out, inp, n: int, tab, nan, dout, back: int):
+    # back 0: out (n,) = inp Phi(inp); back 1: out (n,) = dout D(inp)
+    po = ptr32(out)
+    pi = ptr32(inp)
+    pg = ptr32(dout)
+    T = ptr32(tab)
+    NANB = ptr32(nan)[0]
+    one = 1 << 29
+    for i in range(n):
+        x = pi[i]
+        ex = (x >> 23) & 0xFF
+        neg = (x >> 31) & 1
+        if ex == 255:
+            if back == 0 and neg == 0 and (x & 0x7FFFFF) == 0:
+                po[i] = x                       # gelu(+inf) = +inf
+            else:
+                po[i] = NANB
+            continue
+        y = x                                   # the factor: x (forward) or dout (backward)
+        if back:
+            y = pg[i]
+        ey = (y >> 23) & 0xFF
+        if ey == 255:
+            if (y & 0x7FFFFF) != 0:
+                po[i] = y | 0x400000            # NaN dout
+                continue
+            ey = 254                            # inf dout: read as FLT_MAX, saturates below
+        if ey == 0:
+            po[i] = (y >> 31) << 31             # +-0
+            continue
+        #@ lookup(x, T, ex, tq, k, f, dl, ph)
+        if neg:
+            ph = one - ph                       # 1 - Phi(|x|), 1 - D(|x|) (may be < 0)
+        sg = (y >> 31) & 1
+        if ph < 0:
+            ph = 0 - ph
+            sg = sg ^ 1
+        if ph == 0:
+            po[i] = sg << 31
+            continue
+        pe = 0 - 29                             # ph 2^pe, ph to [2^14, 2^15)
+        while ph >= 0x8000:
+            ph = ph >> 1
+            pe += 1
+        while ph < 0x4000:
+            ph = ph << 1
+            pe -= 1
+        v = (((y & 0x7FFFFF) | 0x800000) >> 8) * ph                 #!chk v
+        e = ey - 142 + pe
+        #@ pack(po, i, v, e, sg)
+
+
+_NAN = array("f", [float("nan")])
+
+
 def act_forward(out, inp, N, kind):
-    # out (N,) = f(inp (N,)); RELU and LEAKY_RELU in viper, the smooth ones portable
+    # out (N,) = f(inp (N,)); RELU, LEAKY_RELU, GELU, GELU_TANH in viper, TANH and SIGMOID portable
     if kind == RELU or kind == LEAKY_RELU:
         _relu(out, inp, N, kind)
+    elif kind == GELU or kind == GELU_TANH:
+        _gelu(out, inp, N, _tables(kind)[0], _NAN, inp, 0)
     else:
         _pk.act_forward(out, inp, N, kind)
 
@@ -66,6 +160,8 @@ def act_backward(dinp, dout, inp, out, N, kind):
     # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
     if kind == RELU or kind == LEAKY_RELU:
         _relu_back(dinp, dout, inp, N, kind)
+    elif kind == GELU or kind == GELU_TANH:
+        _gelu(dinp, inp, N, _tables(kind)[1], _NAN, dout, 1)
     else:
         _pk.act_backward(dinp, dout, inp, out, N, kind)
 

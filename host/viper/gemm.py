@@ -6,7 +6,7 @@ from micropython import const
 from .viper_common import _iscratch, _mant15, _ones, _S
 
 # what _gemm computes (`kind`); x y z w u are its sizes, in this order:
-MM_FORWARD = const(1)       # (N, C, OC, hasbias):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias)
+MM_FORWARD = const(1)       # (N, C, OC, hasbias, keep):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias); keep: see _gemm
 MM_DINP = const(2)          # (N, C, OC, acc):      dinp (N, C) = dout (N, OC) . W (OC, C)  (acc: +=)
 MM_DWEIGHT = const(3)       # (N, C, OC, hasbias):  dW (OC, C) += dout^T . inp (and bias: db (OC,) += dout^T . 1)
 MM_DBIAS = const(4)         # (N, C, OC):           db (OC,) += dout^T . ones (N,)
@@ -14,6 +14,8 @@ HEAD_SCORES = const(5)      # (B, Tq, Tk, C, NH):   att[b,h,t,j] = a[b,t,h] . b[
 HEAD_CONTEXT = const(6)     # (B, Tq, Tk, C, NH):   out[b,t,h] = sum_j att[b,h,t,j] b[b,j,h]  (A = att)
 HEAD_TRANSPOSED = const(7)  # (B, Tq, Tk, C, NH):   out[b,j,h] = sum_t att[b,h,t,j] b[b,t,h]  (A = att)
 MEAN_POOL = const(8)        # (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
+DECODE_SCORES = const(9)    # (B, T, L, C, NH):     att[b,h,j] = a[b,h] . b[b,j,h], j < T  (a = q (B, C), b = cache (B, L, C), att (B, NH, L))
+DECODE_CONTEXT = const(10)  # (B, T, L, C, NH):     out[b,h] = sum_{j<T} att[b,h,j] b[b,j,h]   (A = att, b = cache)
 # what is added to each output
 _ADD_NONE = const(0)
 _ADD_OLD = const(1)         # the old value (accumulate)
@@ -49,7 +51,7 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
     mode = _ADD_NONE
     # the geometry of each kind, one row each (x y z w u as in the kind's comment above)
     hs = 1
-    if kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED:
+    if (kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED) or kind >= DECODE_SCORES:
         hs = w // u
         nb1 = x
         nb2 = u
@@ -74,6 +76,12 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
     elif kind == HEAD_TRANSPOSED:
         M = z; N = hs; K = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
         bsn = 1; bsk = w; bsb1 = y * w; bsb2 = hs; osm = w; osn = 1; osb1 = z * w; osb2 = hs
+    elif kind == DECODE_SCORES:
+        M = 1; N = y; K = hs; asm = 0; ask = 1; asb1 = w; asb2 = hs
+        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = u * z; osb2 = z
+    elif kind == DECODE_CONTEXT:
+        M = 1; N = hs; K = y; asm = 0; ask = 1; asb1 = u * z; asb2 = z
+        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = w; osb2 = hs
     else:   # MEAN_POOL
         nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z
         bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
@@ -89,8 +97,12 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
     xq = NB * K4                        # S[0 : NB*K4] B rows, S[xq : xq+NB] B exponents
     ex = xq + NB                        # S[ex : ex+K4] the current A row
     bd = ex + K4                        # S[bd : bd+2N] bias[n] decoded (_ADD_BIAS): mantissa, exponent
-    if bd + N + N > int(len(s)):
-        return bd + N + N
+    cp = bd + N + N                     # S[cp : cp + N*K] the weight's bits (MM_FORWARD, u = 1)
+    need = cp
+    if kind == MM_FORWARD and u:
+        need = cp + N * K
+    if need > int(len(s)):
+        return need
     sh4 = 0                             # each 4-term chunk sum is shifted right by sh4 [B1]
     if nc > 2:
         while (1 << sh4) < nc:
@@ -119,9 +131,14 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
             ab = b1 * asb1 + b2 * asb2
             bb = b1 * bsb1 + b2 * bsb2
             ob = b1 * osb1 + b2 * osb2
-            # quantize the N rows of B (block = row n, K values; see kernels_viper.py)
+            # quantize the N rows of B (block = row n, K values; see kernels_viper.py), unless
+            # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
+            # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
+            #@ kept(same)
             j = 0
             for n in range(N):
+                if same:
+                    break
                 i0 = bb + n * bsn
                 #@ quantize(pb, bsk)
                 for k in range(K, K4):
@@ -170,6 +187,27 @@ def _mm(out, a, b, bias, kind, x, y, z, w, u):
     n = _gemm(0, 0, 0, out, a, b, bias, _S[0], kind, x, y, z, w, u)
     if n:
         _gemm(0, 0, 0, out, a, b, bias, _iscratch(n), kind, x, y, z, w, u)
+
+
+# A few rows (decoding: one token) cost little next to quantizing the weight each call, so for
+# N <= _KEEP_N the weight's quantized rows are kept in a scratch the caller owns (keep, a list
+# of one item: the scratch, made here on first use), with a copy of the weight's bits that each
+# call compares first: a changed weight (a training step, load_state_dict, a write by hand) is
+# quantized again, so the result is always that of the weight as it is now.
+_KEEP_N = 4
+
+
+def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
+    # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
+    if N > _KEEP_N:
+        matmul_forward(out, inp, weight, bias, N, C, OC)
+        return
+    s = keep[0]
+    K4 = (C + 3) & ~3
+    if s is None or len(s) != OC * K4 + OC + K4 + 2 * OC + OC * C:
+        s = keep[0] = array("i", bytes(4 * (OC * K4 + OC + K4 + 2 * OC + OC * C)))
+    _gemm(0, 0, 0, out, inp, weight, out if bias is None else bias, s, MM_FORWARD, N, C, OC,
+          0 if bias is None else 1, 1)
 
 
 def matmul_forward(out, inp, weight, bias, N, C, OC):

@@ -238,3 +238,98 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         L[5] = bc1
         L[6] = bc2
     _adam(p, g, m, v, n, _C)
+
+
+# ---- SGD (momentum, weight decay) -----------------------------------------------------------
+# ERROR BOUND (tests/test_viper_decode_range.py): with d = g + wd p (+ momentum buf), the momentum
+#   buffer within 2e-4 (|g| + wd |p| + momentum |buf|) (+ its float32 rounding) and p within
+#   2e-4 lr |d| + 2^-23 |p| of the float64 update. Products keep 15 bits of each side [B5];
+#   sums are aligned adds of 30-bit values (< 2^31). Inputs are finite (the step checks g).
+@micropython.viper
+def _sgd(p, g, buf, n: int, c):
+    # c: [lr_m, lr_e, mom_m, mom_e, wd_m, wd_e, hasbuf] as in _C (15-bit mantissas, exponents)
+    b31 = 31
+    sx = 1 << b31
+    pp = ptr32(p)
+    pg = ptr32(g)
+    pb = ptr32(buf)
+    C = ptr32(c)
+    #@ slot(lrm, lre, 0)
+    #@ slot(mom, moe, 2)
+    #@ slot(wdm, wde, 4)
+    hasbuf = C[6]
+    b30 = 30
+    top = 1 << b30
+    for i in range(n):
+        # d = g (+ wd p)
+        x = pg[i]
+        e = (x >> 23) & 0xFF
+        dm = 0
+        de = 0
+        if e != 0:
+            #@ mant30(x, dm, e)
+            de = e - 156
+        y = pp[i]
+        ey = (y >> 23) & 0xFF
+        if wdm != 0 and ey != 0:
+            t = (((y & 0x7FFFFF) | 0x800000) >> 9) * wdm                     #!chk t
+            if (y >> 31) & 1:
+                t = 0 - t
+            te = ey - 141 + wde
+            #@ addto0(dm, de, t, te, sh)
+            #@ snorm(dm, de)
+        # d += momentum buf; buf = d
+        if hasbuf:
+            x = pb[i]
+            e = (x >> 23) & 0xFF
+            if e != 0 and mom != 0:
+                t = (((x & 0x7FFFFF) | 0x800000) >> 9) * mom                  #!chk t
+                if (x >> 31) & 1:
+                    t = 0 - t
+                te = e - 141 + moe
+                #@ addto0(dm, de, t, te, sh)
+                #@ snorm(dm, de)
+            kv = dm
+            ke = de
+            #@ store(pb, i, kv, ke, ks, kt, kh, kb)
+        if dm == 0:
+            continue
+        # p -= lr d
+        neg = 0
+        q = dm
+        if q < 0:
+            neg = 1
+            q = 0 - q
+        #@ norm30(q, de)
+        q = (q >> 15) * lrm                                                 #!chk q
+        qe = de + 15 + lre
+        if neg:
+            q = 0 - q
+        if ey == 0:
+            kv = 0 - q
+            ke = qe
+            #@ store(pp, i, kv, ke, ks, kt, kh, kb)
+            continue
+        #@ mant30(y, pmm, ey)
+        pe = ey - 156
+        #@ alignsub(pmm, pe, q, qe, kv, ke, sh)
+        #@ store(pp, i, kv, ke, ks, kt, kh, kb)
+
+
+_SC = array("i", [0] * 7)
+_SLAST = [None, None, None]
+
+
+def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
+    # p (n,) -= lr * d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum
+    L = _SLAST
+    if not (L[0] is lr and L[1] is momentum and L[2] is weight_decay):
+        for slot, v in ((0, lr), (2, momentum), (4, weight_decay)):
+            m, e = _mant15(v)
+            _SC[slot] = m
+            _SC[slot + 1] = e
+        L[0] = lr
+        L[1] = momentum
+        L[2] = weight_decay
+    _SC[6] = 0 if buf is None else 1
+    _sgd(p, g, p if buf is None else buf, n, _SC)

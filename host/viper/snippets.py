@@ -38,6 +38,39 @@ def pack(p, i, v, e, sg, t, sh, be):
             p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
 
 
+def pack_even(p, i, v, e, sg, t, sh, be):
+    """pack, rounding ties to even as IEEE (the lowest kept bit decides): p[i] = (-1)^sg * v * 2^e; an underflow is flushed to 0, an overflow is +-inf."""
+    if v == 0:
+        p[i] = 0
+    else:
+        if v >= 0x1000000:
+            t = v >> 24                     # 1 .. 127: sh = its bit length
+            sh = 1
+            #@ down(t, sh, 16, 4)
+            #@ down(t, sh, 4, 2)
+            if t >= 2:
+                sh += 1
+            v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
+            e += sh
+            if v >= 0x1000000:
+                v = v >> 1
+                e += 1
+        else:
+            #@ up(v, e, 0x100, 16)
+            #@ up(v, e, 0x10000, 8)
+            #@ up(v, e, 0x100000, 4)
+            #@ up(v, e, 0x400000, 2)
+            #@ up(v, e, 0x800000, 1)
+        be = e + 150
+        if be >= 255:
+            be = 255
+            p[i] = (sg << 31) | (be << 23)
+        elif be <= 0:
+            p[i] = 0
+        else:
+            p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+
+
 def store(p, i, v, e, sg, t, sh, be):
     """p[i] = v * 2^e as float32 bits, |v| < 2^31 (the body of _store)."""
     sg = 0
@@ -289,6 +322,21 @@ def mac4(acc):
             jn += 4
 
 
+def kept(same):
+    """same = 1 when the weight pb (N rows of K) is bit for bit its copy at S[cp ...], so the
+    quantized rows in S are its own (MM_FORWARD with u = 1); else the copy is renewed, same = 0."""
+    same = 0
+    if kind == MM_FORWARD and u:
+        same = 1
+        for k in range(N * K):
+            if pb[k] != S[cp + k]:
+                same = 0
+                break
+        if same == 0:
+            for k in range(N * K):
+                S[cp + k] = pb[k]
+
+
 def addend(acc, e):
     """acc * 2^e += the old output pw[oi] (_ADD_OLD) or bias[n] (_ADD_BIAS, decoded in S[bd ...])."""
     # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
@@ -371,3 +419,115 @@ def isqrt(x, r):
         r -= 1
     while (r + 1) * (r + 1) <= x:
         r += 1
+
+
+def fadd(po, oi, xa, xb, ea, eb, ma, mb, d, v, e, sg):
+    """po[oi] = xa + xb for float32 bits xa, xb: the mantissas with 6 guard bits, the smaller
+    shifted into alignment with a sticky bit (any bit shifted out sets the lowest), added, then
+    rounded to nearest, ties to even: the float32 sum, bit for bit (IEEE), but that subnormal
+    inputs count as 0 and a subnormal result is flushed to 0; inf and NaN as IEEE (inf - inf and NaN give NaN)."""
+    ea = (xa >> 23) & 0xFF
+    eb = (xb >> 23) & 0xFF
+    if ea == 255 or eb == 255:
+        if ea == 255 and (xa & 0x7FFFFF) != 0:
+            po[oi] = xa | 0x400000
+        elif eb == 255 and (xb & 0x7FFFFF) != 0:
+            po[oi] = xb | 0x400000
+        elif ea == 255 and eb == 255 and xa != xb:
+            d = 0x3FE00000                  # NaN for inf - inf: 0x7FC00000 (a literal >= 2^30,
+            po[oi] = d << 1                 # or one folded from constants, is an object)
+        elif ea == 255:
+            po[oi] = xa
+        else:
+            po[oi] = xb
+    elif ea == 0:
+        if eb == 0:
+            po[oi] = ((xa & xb) >> 31) << 31   # -0 + -0 = -0, else +0
+        else:
+            po[oi] = xb
+    elif eb == 0:
+        po[oi] = xa
+    elif ea - eb > 26:
+        po[oi] = xa                         # |b| below half the ulp below a: a is the sum
+    elif eb - ea > 26:
+        po[oi] = xb
+    else:
+        ma = ((xa & 0x7FFFFF) | 0x800000) << 6
+        mb = ((xb & 0x7FFFFF) | 0x800000) << 6
+        if ea >= eb:
+            d = ea - eb
+            if d > 0:
+                if mb & ((1 << d) - 1):
+                    mb = (mb >> d) | 1
+                else:
+                    mb = mb >> d
+            e = ea - 156
+        else:
+            d = eb - ea
+            if ma & ((1 << d) - 1):
+                ma = (ma >> d) | 1
+            else:
+                ma = ma >> d
+            e = eb - 156
+        if (xa >> 31) & 1:
+            ma = 0 - ma
+        if (xb >> 31) & 1:
+            mb = 0 - mb
+        v = ma + mb                                     #!chk v
+        sg = 0
+        if v < 0:
+            sg = 1
+            v = 0 - v
+        #@ pack_even(po, oi, v, e, sg)
+
+
+def ldiv(v, e, dv, q, rem):
+    """v * 2^e /= dv for 0 <= v < 2^30 and 0 < dv < 2^30, by long division: v becomes the
+    quotient with 29 or 30 significant bits (truncated), e its exponent (v = 0 stays 0)."""
+    q = v // dv
+    rem = v - q * dv
+    while q < 0x20000000 and v != 0:
+        rem = rem << 1
+        q = q << 1
+        e -= 1
+        if rem >= dv:
+            rem -= dv
+            q += 1
+    v = q
+
+
+def lookup(x, T, ex, tq, k, f, dl, ph):
+    """ph = the table T at |x| (float32 bits x, exponent ex < 255) in Q29, linearly interpolated
+    on its grid of step 1/64 over [0, 6] (385 entries); 2^29 (that is 1) beyond. The index in Q16
+    is tq = |x| 2^22 < 2^26; the step difference dl < 2^23 times the fraction's two bytes < 2^31."""
+    tq = 0
+    if ex >= 130:
+        tq = 384 << 16                  # |x| >= 8: beyond the table
+    elif ex != 0:
+        tq = (x & 0x7FFFFF) | 0x800000
+        if ex >= 128:
+            tq = tq << (ex - 128)
+        elif 128 - ex > 30:
+            tq = 0
+        else:
+            tq = tq >> (128 - ex)
+    k = tq >> 16
+    if k >= 384:
+        ph = 1 << 29
+    else:
+        f = tq & 0xFFFF
+        dl = T[k + 1] - T[k]                            #!chk dl
+        ph = T[k] + ((dl * (f >> 8) + ((dl * (f & 0xFF)) >> 8)) >> 8)   #!chk ph
+
+
+def snorm(m, e, sg):
+    """Signed m * 2^e (|m| < 2^31) normalized to 2^29 <= |m| < 2^30 (or 0), for the next aligned
+    add (uses top = 2^30)."""
+    if m != 0:
+        sg = 0
+        if m < 0:
+            sg = 1
+            m = 0 - m
+        #@ norm30(m, e)
+        if sg:
+            m = 0 - m

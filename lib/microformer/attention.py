@@ -47,6 +47,7 @@ class Attention(Layer):
         self.max_len = max_len
         self._pos = 0
         self._kc = None
+        self._wkeep = ([None], [None], [None], [None])  # decode_step: prepared Wq Wk Wv Wo (backend's)
         rng = rng or default_rng()
         for n in ("q", "k", "v", "o"):
             setattr(self, "W" + n, xavier_uniform(Tensor((E, E), name="W" + n), E, E, rng))  # (E, E)
@@ -379,15 +380,16 @@ class Attention(Layer):
         ctx = self._dctx1
         att = self._datt
         y = self._dy1
-        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E)
-        K.matmul_forward(k.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E)
-        K.matmul_forward(v.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E)
+        keep = self._wkeep
+        K.matmul_forward_kept(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E, keep[0])
+        K.matmul_forward_kept(k.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E, keep[1])
+        K.matmul_forward_kept(v.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E, keep[2])
         K.kv_store(self._kc.data, k.data, B, 1, L, E, self._pos)
         K.kv_store(self._vc.data, v.data, B, 1, L, E, self._pos)
         self._pos += 1
         K.attention_decode(ctx.data, att.data, q.data, self._kc.data, self._vc.data,
                            B, self._pos, L, E, self.num_heads)
-        K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B, E, E)
+        K.matmul_forward_kept(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B, E, E, keep[3])
         return y
 
     def cache_len(self):

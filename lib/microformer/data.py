@@ -1,6 +1,7 @@
 # microformer.data: small labelled datasets held as one float32 Tensor [N,F] plus int labels.
 from array import array
 
+from . import backend
 from .finite import NonFiniteError, check_rows
 from .tensor import Rng, Tensor
 
@@ -227,15 +228,15 @@ class Batches:
         n = len(self.order)
         F = self.data.X.shape[1]
         src = self.data.X.data
+        order = self.order
+        labels = self.data.y
         for start in range(0, n, self.batch_size):
-            idx = self.order[start:start + self.batch_size]
-            B = len(idx)
+            B = min(self.batch_size, n - start)
             buf = self._bufs.get(B)
             if buf is None:
                 buf = self._bufs[B] = (Tensor((B, F)), [0] * B)
             X, y = buf
+            backend.K.gather_rows(X.data, src, order, start, B, F)     # (row copies box no float)
             for k in range(B):
-                i = idx[k]
-                X.data[k * F:(k + 1) * F] = src[i * F:(i + 1) * F]
-                y[k] = self.data.y[i]
+                y[k] = labels[order[start + k]]
             yield X, y

@@ -20,6 +20,7 @@ class Dense(Layer):
         self.b = Tensor.zeros((out_features,), "b") if use_bias else None    # (OC,)
         self.db = Tensor.zeros((out_features,), "db") if use_bias else None
         self._x = None
+        self._wkeep = [None]      # a backend's prepared copy of W for one-token calls (decoding)
 
     def params(self):
         if self.use_bias:
@@ -52,8 +53,9 @@ class Dense(Layer):
         N = x.size // C
         self._buffers("_fwd", x.shape)
         y = self._y
-        backend.K.matmul_forward(y.data, x.data, self.W.data,
-                                 self.b.data if self.use_bias else None, N, C, self.out_features)
+        backend.K.matmul_forward_kept(y.data, x.data, self.W.data,
+                                      self.b.data if self.use_bias else None, N, C, self.out_features,
+                                      self._wkeep)
         self._x = x
         return y
 

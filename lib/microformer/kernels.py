@@ -39,6 +39,12 @@ def matmul_forward(out, inp, weight, bias, N, C, OC):
             out[ob + o] = s
 
 
+def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
+    # matmul_forward; keep (a list of one item, owned by the caller) lets a backend keep a
+    # prepared copy of the weight between calls (the viper one does for a few rows); unused here
+    matmul_forward(out, inp, weight, bias, N, C, OC)
+
+
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
     # dinp (N, C) = dout . weight        (written; skipped when None)
@@ -607,6 +613,25 @@ def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
                     for i in range(hs):
                         s += q[qh + i] * k[kh + i]
                     out[ob + j] = s * scale
+
+
+def argmax(buf, off, n):
+    # index i < n of the largest buf[off + i], the first one on ties; NaN is never larger (a NaN
+    # first element stays the answer, as with `>` comparisons)
+    best = 0
+    for i in range(1, n):
+        if buf[off + i] > buf[off + best]:
+            best = i
+    return best
+
+
+def gather_rows(dst, src, idx, start, B, F):
+    # dst (B, F): row k = src row idx[start + k] (src (*, F); idx a list of row numbers)
+    for k in range(B):
+        i = idx[start + k] * F
+        o = k * F
+        for f in range(F):
+            dst[o + f] = src[i + f]
 
 
 # ---------------------------------------------------------------- guards of the training step

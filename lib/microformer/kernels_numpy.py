@@ -56,6 +56,11 @@ def matmul_forward(out, inp, weight, bias, N, C, OC):
     _v(out, N * OC)[:] = r.ravel()
 
 
+def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
+    # matmul_forward (keep: a backend's prepared weight; nothing to prepare here)
+    matmul_forward(out, inp, weight, bias, N, C, OC)
+
+
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
     # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias += sum_N dout
@@ -589,3 +594,22 @@ def kv_shift(cache, B, L, C, n):
     # cache (B, L, C): rows n..L-1 move to rows 0..L-n-1 per sequence
     c = _v(cache, B * L * C).reshape(B, L, C)
     c[:, :L - n] = c[:, n:].copy()
+
+
+def argmax(buf, off, n):
+    # index i < n of the largest buf[off + i], the first on ties; NaN never larger (as `>`)
+    a = np.frombuffer(buf, dtype=_F32, count=off + n)[off:]
+    best = 0
+    if n > 1 and not np.isnan(a[0]):
+        b = np.where(np.isnan(a), -np.inf, a)
+        best = int(np.argmax(b))
+        if b[best] == -np.inf:
+            best = 0
+    return best
+
+
+def gather_rows(dst, src, idx, start, B, F):
+    # dst (B, F): row k = src row idx[start + k]
+    rows = np.asarray(idx[start:start + B], dtype=np.intp)
+    s = np.frombuffer(src, dtype=_F32).reshape(-1, F)
+    _v(dst, B * F)[:] = s[rows].ravel()

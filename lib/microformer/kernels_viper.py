@@ -7,9 +7,12 @@
 #   viper_common       scratch, the float32 encoder _store, zero
 #   viper_gemm         the block-float GEMM: Dense, the attention products, mean pooling
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
-#   viper_optim        Adam / AdamW
-#   viper_elementwise  ReLU, leaky ReLU; first_nonfinite and copy (the training step's guards)
+#   viper_optim        Adam / AdamW, SGD
+#   viper_elementwise  ReLU, leaky ReLU, GELU (both forms); first_nonfinite and copy (the training step's guards)
 #   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
+#   viper_norm         LayerNorm forward and backward
+#   viper_sequence     residual add, positional encoding add, embedding lookup / gradient, KV store,
+#                      argmax (the next token of greedy decoding), gather_rows (batches)
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
 # imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
 #
@@ -72,34 +75,43 @@
 #   softmax weights:                     element       (2e-4 + 2e-5 (y + 1)) w, y = distance from max
 #   attention backward:                  block max     dv 1e-3, dq dk 2e-3 of operand maxima (_softmax_back)
 #   cross-entropy:                       value, 1/B    2^-20 |loss| + 1e-4; dlogits 1e-4 / B
-#   Adam:                                lr, element   2e-3 lr per step (+ 2^-22 |p|); SGD is portable
-#   attention output:                    value column  1e-3 max|v| of the column (from the same scores)
+#   Adam:                                lr, element   2e-3 lr per step (+ 2^-22 |p|)
+#   SGD:                                 element       p 2e-4 lr |d| + 2^-23 |p|; buf 2e-4 (|g| + wd|p| + mom|buf|)
+#   attention output (and decode step):  value column  1e-3 max|v| of the column (from the same scores)
 #   avgpool:                             block/element 2^-11 max_t |x| / 2^-13 of the element
 #   relu / leaky relu:                   element       exact / 1e-4 (0.01 x with a 15-bit mantissa)
+#   add, posenc add, embedding gradient: element       2^-24 |a + b| + 2^-30 max(|a|, |b|)
+#   embedding lookup, KV store:          element       exact (bit copies)
+#   gelu, gelu_tanh:                     element       1e-5 |x| + 1e-4 |y|; gradient 5e-5 |dout| + 1e-4 |dinp|
+#   layernorm forward:                   element       4e-4 |xhat w| + 2^(1-P) max|x| rstd |w| + 2^-23 |y|,
+#                                                      P = min(24, 29 - clog2 C); rstd 2e-4; mean 2^-23 max|x|
+#   layernorm backward:                  row           dinp 1e-3 rstd max|dout w|; dweight 2e-4 |dout xhat|
+#                                                      per row (+ its float32 rounding); dbias exact
 #
-# act_forward / act_backward run RELU and LEAKY_RELU in viper and hand the smooth kinds (GELU,
-# GELU_TANH, TANH, SIGMOID) to the portable kernel.
+# act_forward / act_backward run RELU, LEAKY_RELU, GELU and GELU_TANH in viper and hand TANH and
+# SIGMOID to the portable kernel.
 
 from . import kernels as _pk
 from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
-                         matmul_backward_input_acc, matmul_forward)
-from .viper_softmax import attention_backward, attention_forward, crossentropy_softmax  # noqa: F401
-from .viper_optim import adam_update  # noqa: F401
+                         matmul_backward_input_acc, matmul_forward, matmul_forward_kept)
+from .viper_softmax import (attention_backward, attention_decode, attention_forward,  # noqa: F401
+                            crossentropy_softmax)
+from .viper_optim import adam_update, sgd_update  # noqa: F401
 from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite  # noqa: F401
 from .viper_conv import conv1d_backward, conv1d_forward  # noqa: F401
+from .viper_norm import layernorm_backward, layernorm_forward  # noqa: F401
+from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_forward,  # noqa: F401
+                             gather_rows, kv_store, posenc_forward)
 
 # The kernels of kernels.py that are portable by design on this backend: the same functions as
 # the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have
 # a viper version above (tests/test_viper_split.py checks both ways).
 PORTABLE = (
-    "mse", "sum_squares", "scale_inplace", "sgd_update",             # loss and optimizer odds and ends
-    "add_forward",                                                   # the residual add
-    "layernorm_forward", "layernorm_backward",
-    "embedding_forward", "embedding_backward",
-    "posenc_table", "posenc_forward",
-    "kv_store", "attention_decode", "attention_scores",              # KV-cache decoding
+    "mse", "sum_squares", "scale_inplace",                           # loss and optimizer odds and ends
+    "posenc_table",                                                  # built once per layer (sin, cos)
+    "attention_scores",                                              # the golden vectors' stages
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
     "posembed_backward",                                             # the learned positions
     # dropout scales every kept element by 1/(1-p): a float multiply per element, which viper

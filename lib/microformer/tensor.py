@@ -165,10 +165,22 @@ class Rng:
         return self.next_u32() % n
 
     def shuffle(self, items):
-        """Fisher-Yates in place."""
+        """Fisher-Yates in place, j = next_u32() % (i + 1) at each i. The state is kept in 16-bit
+        halves meanwhile (the same xorshift32 steps), so no int beyond 2^30 is made: on a 32-bit
+        port (the ESP32) shuffling an epoch's order allocates nothing (for up to 16384 items)."""
+        x = self.state
+        hi = x >> 16
+        lo = x & 0xFFFF
         for i in range(len(items) - 1, 0, -1):
-            j = self.next_u32() % (i + 1)
+            hi ^= ((hi << 13) | (lo >> 3)) & 0xFFFF         # x ^= x << 13 (mod 2^32)
+            lo ^= (lo << 13) & 0xFFFF
+            lo ^= hi >> 1                                   # x ^= x >> 17
+            hi ^= ((hi << 5) | (lo >> 11)) & 0xFFFF         # x ^= x << 5
+            lo ^= (lo << 5) & 0xFFFF
+            m = i + 1
+            j = ((hi % m) * 65536 + lo) % m                 # x % m from the halves
             items[i], items[j] = items[j], items[i]
+        self.state = (hi << 16) | lo
         return items
 
 

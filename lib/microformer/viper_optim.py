@@ -615,3 +615,365 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         L[5] = bc1
         L[6] = bc2
     _adam(p, g, m, v, n, _C)
+
+
+# ---- SGD (momentum, weight decay) -----------------------------------------------------------
+# ERROR BOUND (tests/test_viper_decode_range.py): with d = g + wd p (+ momentum buf), the momentum
+#   buffer within 2e-4 (|g| + wd |p| + momentum |buf|) (+ its float32 rounding) and p within
+#   2e-4 lr |d| + 2^-23 |p| of the float64 update. Products keep 15 bits of each side [B5];
+#   sums are aligned adds of 30-bit values (< 2^31). Inputs are finite (the step checks g).
+@micropython.viper
+def _sgd(p, g, buf, n: int, c):
+    # c: [lr_m, lr_e, mom_m, mom_e, wd_m, wd_e, hasbuf] as in _C (15-bit mantissas, exponents)
+    b31 = 31
+    sx = 1 << b31
+    pp = ptr32(p)
+    pg = ptr32(g)
+    pb = ptr32(buf)
+    C = ptr32(c)
+    lrm = C[0]
+    lre = (C[0 + 1] ^ sx) - sx
+    mom = C[2]
+    moe = (C[2 + 1] ^ sx) - sx
+    wdm = C[4]
+    wde = (C[4 + 1] ^ sx) - sx
+    hasbuf = C[6]
+    b30 = 30
+    top = 1 << b30
+    for i in range(n):
+        # d = g (+ wd p)
+        x = pg[i]
+        e = (x >> 23) & 0xFF
+        dm = 0
+        de = 0
+        if e != 0:
+            dm = ((x & 0x7FFFFF) | 0x800000) << 6
+            if e == 255:
+                dm = 0xFFFFFF
+                dm = dm << 6
+            if (x >> 31) & 1:
+                dm = 0 - dm
+            de = e - 156
+        y = pp[i]
+        ey = (y >> 23) & 0xFF
+        if wdm != 0 and ey != 0:
+            t = (((y & 0x7FFFFF) | 0x800000) >> 9) * wdm                     #!chk t
+            if (y >> 31) & 1:
+                t = 0 - t
+            te = ey - 141 + wde
+            if dm == 0:
+                dm = t
+                de = te
+            elif t != 0:
+                if de >= te:
+                    sh = de - te
+                    if sh > 30:
+                        t = 0
+                    else:
+                        t = (t + ((1 << sh) >> 1)) >> sh
+                    dm = dm + t                                       #!chk dm
+                else:
+                    sh = te - de
+                    if sh > 30:
+                        dm = 0
+                    else:
+                        dm = (dm + ((1 << sh) >> 1)) >> sh
+                    dm = dm + t                                       #!chk dm
+                    de = te
+            if dm != 0:
+                sg = 0
+                if dm < 0:
+                    sg = 1
+                    dm = 0 - dm
+                while dm >= top:
+                    dm = dm >> 1
+                    de += 1
+                if dm < 0x4000:
+                    dm = dm << 16
+                    de -= 16
+                if dm < 0x400000:
+                    dm = dm << 8
+                    de -= 8
+                if dm < 0x4000000:
+                    dm = dm << 4
+                    de -= 4
+                if dm < 0x10000000:
+                    dm = dm << 2
+                    de -= 2
+                if dm < 0x20000000:
+                    dm = dm << 1
+                    de -= 1
+                if sg:
+                    dm = 0 - dm
+        # d += momentum buf; buf = d
+        if hasbuf:
+            x = pb[i]
+            e = (x >> 23) & 0xFF
+            if e != 0 and mom != 0:
+                t = (((x & 0x7FFFFF) | 0x800000) >> 9) * mom                  #!chk t
+                if (x >> 31) & 1:
+                    t = 0 - t
+                te = e - 141 + moe
+                if dm == 0:
+                    dm = t
+                    de = te
+                elif t != 0:
+                    if de >= te:
+                        sh = de - te
+                        if sh > 30:
+                            t = 0
+                        else:
+                            t = (t + ((1 << sh) >> 1)) >> sh
+                        dm = dm + t                                       #!chk dm
+                    else:
+                        sh = te - de
+                        if sh > 30:
+                            dm = 0
+                        else:
+                            dm = (dm + ((1 << sh) >> 1)) >> sh
+                        dm = dm + t                                       #!chk dm
+                        de = te
+                if dm != 0:
+                    sg = 0
+                    if dm < 0:
+                        sg = 1
+                        dm = 0 - dm
+                    while dm >= top:
+                        dm = dm >> 1
+                        de += 1
+                    if dm < 0x4000:
+                        dm = dm << 16
+                        de -= 16
+                    if dm < 0x400000:
+                        dm = dm << 8
+                        de -= 8
+                    if dm < 0x4000000:
+                        dm = dm << 4
+                        de -= 4
+                    if dm < 0x10000000:
+                        dm = dm << 2
+                        de -= 2
+                    if dm < 0x20000000:
+                        dm = dm << 1
+                        de -= 1
+                    if sg:
+                        dm = 0 - dm
+            kv = dm
+            ke = de
+            ks = 0
+            if kv < 0:
+                ks = 1
+                kv = 0 - kv
+            if kv == 0:
+                pb[i] = 0
+            else:
+                if kv >= 0x1000000:
+                    kt = kv >> 24                     # 1 .. 127: kh = its bit length
+                    kh = 1
+                    if kt >= 16:
+                        kt = kt >> 4
+                        kh += 4
+                    if kt >= 4:
+                        kt = kt >> 2
+                        kh += 2
+                    if kt >= 2:
+                        kh += 1
+                    kv = (kv + (1 << (kh - 1))) >> kh
+                    ke += kh
+                    if kv >= 0x1000000:
+                        kv = kv >> 1
+                        ke += 1
+                else:
+                    if kv < 0x100:
+                        kv = kv << 16
+                        ke -= 16
+                    if kv < 0x10000:
+                        kv = kv << 8
+                        ke -= 8
+                    if kv < 0x100000:
+                        kv = kv << 4
+                        ke -= 4
+                    if kv < 0x400000:
+                        kv = kv << 2
+                        ke -= 2
+                    if kv < 0x800000:
+                        kv = kv << 1
+                        ke -= 1
+                kb = ke + 150
+                if kb >= 255:
+                    kb = 255
+                    pb[i] = (ks << 31) | (kb << 23)
+                elif kb <= 0:
+                    pb[i] = 0
+                else:
+                    pb[i] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
+        if dm == 0:
+            continue
+        # p -= lr d
+        neg = 0
+        q = dm
+        if q < 0:
+            neg = 1
+            q = 0 - q
+        while q >= top:
+            q = q >> 1
+            de += 1
+        if q < 0x4000:
+            q = q << 16
+            de -= 16
+        if q < 0x400000:
+            q = q << 8
+            de -= 8
+        if q < 0x4000000:
+            q = q << 4
+            de -= 4
+        if q < 0x10000000:
+            q = q << 2
+            de -= 2
+        if q < 0x20000000:
+            q = q << 1
+            de -= 1
+        q = (q >> 15) * lrm                                                 #!chk q
+        qe = de + 15 + lre
+        if neg:
+            q = 0 - q
+        if ey == 0:
+            kv = 0 - q
+            ke = qe
+            ks = 0
+            if kv < 0:
+                ks = 1
+                kv = 0 - kv
+            if kv == 0:
+                pp[i] = 0
+            else:
+                if kv >= 0x1000000:
+                    kt = kv >> 24                     # 1 .. 127: kh = its bit length
+                    kh = 1
+                    if kt >= 16:
+                        kt = kt >> 4
+                        kh += 4
+                    if kt >= 4:
+                        kt = kt >> 2
+                        kh += 2
+                    if kt >= 2:
+                        kh += 1
+                    kv = (kv + (1 << (kh - 1))) >> kh
+                    ke += kh
+                    if kv >= 0x1000000:
+                        kv = kv >> 1
+                        ke += 1
+                else:
+                    if kv < 0x100:
+                        kv = kv << 16
+                        ke -= 16
+                    if kv < 0x10000:
+                        kv = kv << 8
+                        ke -= 8
+                    if kv < 0x100000:
+                        kv = kv << 4
+                        ke -= 4
+                    if kv < 0x400000:
+                        kv = kv << 2
+                        ke -= 2
+                    if kv < 0x800000:
+                        kv = kv << 1
+                        ke -= 1
+                kb = ke + 150
+                if kb >= 255:
+                    kb = 255
+                    pp[i] = (ks << 31) | (kb << 23)
+                elif kb <= 0:
+                    pp[i] = 0
+                else:
+                    pp[i] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
+            continue
+        pmm = ((y & 0x7FFFFF) | 0x800000) << 6
+        if ey == 255:
+            pmm = 0xFFFFFF
+            pmm = pmm << 6
+        if (y >> 31) & 1:
+            pmm = 0 - pmm
+        pe = ey - 156
+        if pe >= qe:
+            sh = pe - qe
+            if sh > 30:
+                q = 0
+            else:
+                q = (q + ((1 << sh) >> 1)) >> sh
+            kv = pmm - q                                       #!chk kv
+            ke = pe
+        else:
+            sh = qe - pe
+            if sh > 30:
+                pmm = 0
+            else:
+                pmm = (pmm + ((1 << sh) >> 1)) >> sh
+            kv = pmm - q                                       #!chk kv
+            ke = qe
+        ks = 0
+        if kv < 0:
+            ks = 1
+            kv = 0 - kv
+        if kv == 0:
+            pp[i] = 0
+        else:
+            if kv >= 0x1000000:
+                kt = kv >> 24                     # 1 .. 127: kh = its bit length
+                kh = 1
+                if kt >= 16:
+                    kt = kt >> 4
+                    kh += 4
+                if kt >= 4:
+                    kt = kt >> 2
+                    kh += 2
+                if kt >= 2:
+                    kh += 1
+                kv = (kv + (1 << (kh - 1))) >> kh
+                ke += kh
+                if kv >= 0x1000000:
+                    kv = kv >> 1
+                    ke += 1
+            else:
+                if kv < 0x100:
+                    kv = kv << 16
+                    ke -= 16
+                if kv < 0x10000:
+                    kv = kv << 8
+                    ke -= 8
+                if kv < 0x100000:
+                    kv = kv << 4
+                    ke -= 4
+                if kv < 0x400000:
+                    kv = kv << 2
+                    ke -= 2
+                if kv < 0x800000:
+                    kv = kv << 1
+                    ke -= 1
+            kb = ke + 150
+            if kb >= 255:
+                kb = 255
+                pp[i] = (ks << 31) | (kb << 23)
+            elif kb <= 0:
+                pp[i] = 0
+            else:
+                pp[i] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
+
+
+_SC = array("i", [0] * 7)
+_SLAST = [None, None, None]
+
+
+def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
+    # p (n,) -= lr * d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum
+    L = _SLAST
+    if not (L[0] is lr and L[1] is momentum and L[2] is weight_decay):
+        for slot, v in ((0, lr), (2, momentum), (4, weight_decay)):
+            m, e = _mant15(v)
+            _SC[slot] = m
+            _SC[slot + 1] = e
+        L[0] = lr
+        L[1] = momentum
+        L[2] = weight_decay
+    _SC[6] = 0 if buf is None else 1
+    _sgd(p, g, p if buf is None else buf, n, _SC)

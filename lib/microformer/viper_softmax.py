@@ -6,7 +6,7 @@ import micropython
 from array import array
 from micropython import const
 from .viper_common import _fscratch, _iscratch, _mant15, _store
-from .viper_gemm import HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _mm
+from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _mm
 
 # _softmax's parameters, slots of _D
 _TK = const(0)          # keys per row
@@ -15,7 +15,8 @@ _SCALE_M = const(2)     # 1/sqrt(hs): mantissa (Q15)
 _SCALE_E = const(3)     # ... and its exponent
 _MASKED = const(4)      # 1: a padding mask is given
 _B = const(5)           # batch size
-_D = array("i", [0] * 6)
+_RS = const(6)          # row stride of att (Tk, or the cache length L when decoding)
+_D = array("i", [0] * 7)
 _SCALE = {}                    # head size -> (mantissa Q15, exponent) of 1/sqrt(hs)
 
 
@@ -45,6 +46,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
     sm = D[_SCALE_M]
     se = D[_SCALE_E]
     hasmask = D[_MASKED]
+    rs = D[_RS]
     b31 = 31
     sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load
     se = (se ^ sx) - sx
@@ -203,7 +205,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         pa[ab + j] = 0
                     else:
                         pa[ab + j] = (e << 23) | (w & 0x7FFFFF)
-                ab += Tk
+                ab += rs
 
 
 @micropython.viper
@@ -397,6 +399,7 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     D[_SCALE_M] = sc[0]
     D[_SCALE_E] = sc[1]
     D[_B] = B
+    D[_RS] = Tk
     if mask is None:
         D[_MASKED] = 0
         _softmax(att, D, D, _iscratch(Tk + Tk), NH, Tq)
@@ -404,6 +407,27 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
         D[_MASKED] = 1
         _softmax(att, mask, D, _iscratch(Tk + Tk), NH, Tq)
     _mm(out, att, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
+
+
+def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
+    # one causal query per sequence against the first T cached keys (itself included):
+    # q (B, C); kc vc (B, L, C): cached keys/values, rows 0..T-1 valid
+    # att (B, NH, L): weights, columns 0..T-1 written; out (B, C): heads concatenated
+    # ERROR BOUND: attention_forward's (the same GEMM blocks and softmax, on the cache in place)
+    if T >= 65536:
+        raise ValueError("attention_decode: T must be < 65536 keys, got %d" % T)
+    sc = _scale_of(C // NH)
+    _mm(att, q, kc, att, DECODE_SCORES, B, T, L, C, NH)
+    D = _D
+    D[_TK] = T
+    D[_CAUSAL] = 0
+    D[_SCALE_M] = sc[0]
+    D[_SCALE_E] = sc[1]
+    D[_B] = B
+    D[_RS] = L
+    D[_MASKED] = 0
+    _softmax(att, D, D, _iscratch(T + T), NH, 1)
+    _mm(out, att, vc, out, DECODE_CONTEXT, B, T, L, C, NH)
 
 
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):

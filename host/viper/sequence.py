@@ -1,0 +1,168 @@
+# microformer.viper_sequence: the elementwise kernels of sequence models: the residual add, the
+# sinusoidal positions added to the tokens, the embedding lookup (and its gradient), the KV-cache
+# store. Float adds are done on the raw bits (snippet `fadd`).
+import micropython
+
+
+# ERROR BOUND (add_forward, posenc_forward, embedding_backward; tests/test_viper_range.py): each
+#   sum is the float32 sum, bit for bit (round to nearest, ties to even), except that subnormal
+#   operands count as 0 and a sum below 2^-126 is flushed to 0 (an absolute error below 2^-126);
+#   inf and NaN as IEEE. The embedding lookup and the KV store copy bits.
+@micropython.viper
+def _add(out, a, b, n: int, boff: int, bwrap: int):
+    # out[i] = a[i] + b[boff + i % bwrap] for i < n (out may be a or b); bwrap = n: a plain add
+    po = ptr32(out)
+    pa = ptr32(a)
+    pb = ptr32(b)
+    j = 0
+    for i in range(n):
+        xa = pa[i]
+        xb = pb[boff + j]
+        j += 1
+        if j == bwrap:
+            j = 0
+        #@ fadd(po, i, xa, xb)
+
+
+def add_forward(out, a, b, n):
+    # out (n,) = a (n,) + b (n,)   (a residual connection; out may be a or b)
+    _add(out, a, b, n, 0, n)
+
+
+def posenc_forward(out, inp, pe, B, S, C, start):
+    # out (B, S, C) = inp (B, S, C) + pe[start + s] (pe (L, C), L >= start + S)
+    _add(out, inp, pe, B * S * C, start * C, S * C)
+
+
+@micropython.viper
+def _token(x: int, V: int) -> int:
+    # the token id held as float32 bits x, or -1 unless it is an int in [0, V)
+    e = (x >> 23) & 0xFF
+    if e == 0 and (x & 0x7FFFFF) == 0:
+        return 0                            # 0.0 and -0.0
+    if (x >> 31) & 1 or e < 127 or e > 150 + 7:
+        return 0 - 1                        # negative, below 1 (subnormals too), inf / NaN, huge
+    m = (x & 0x7FFFFF) | 0x800000
+    if e <= 150:
+        sh = 150 - e
+        if m & ((1 << sh) - 1):
+            return 0 - 1                    # a fraction
+        t = m >> sh
+    else:
+        t = m << (e - 150)
+    if t >= V:
+        return 0 - 1
+    return t
+
+
+@micropython.viper
+def _embed(out, ids, table, N: int, C: int, V: int) -> int:
+    # out (N, C) = table[ids]; the index of the first bad id (its row not written), or -1
+    po = ptr32(out)
+    pi = ptr32(ids)
+    pt = ptr32(table)
+    ob = 0
+    for n in range(N):
+        x = pi[n]
+        t = int(_token(x, V))
+        if t < 0:
+            return n
+        tb = t * C
+        for c in range(C):
+            po[ob + c] = pt[tb + c]
+        ob += C
+    return 0 - 1
+
+
+@micropython.viper
+def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
+    # dtable (V, C) += dout (N, C) rows at ids (ids checked by the forward)
+    pt = ptr32(dtable)
+    po = ptr32(dout)
+    pi = ptr32(ids)
+    ob = 0
+    for n in range(N):
+        t = int(_token(pi[n], V))
+        if t >= 0:
+            tb = t * C
+            for c in range(C):
+                xa = pt[tb + c]
+                xb = po[ob + c]
+                #@ fadd(pt, tb + c, xa, xb)
+        ob += C
+
+
+def embedding_forward(out, ids, table, N, C, V):
+    # ids (N,): token ids stored as floats; table (V, C); out (N, C) = table[ids]
+    # returns -1, or the index of the first id that is not an int in [0, V) (that row is not written)
+    return _embed(out, ids, table, N, C, V)
+
+
+def embedding_backward(dtable, dout, ids, N, C):
+    # dtable (V, C) += dout rows at ids (accumulated)
+    _embed_back(dtable, dout, ids, N, C, len(dtable) // C)
+
+
+@micropython.viper
+def _kv(cache, src, B: int, S: int, L: int, C: int, pos: int):
+    pc = ptr32(cache)
+    ps = ptr32(src)
+    si = 0
+    for b in range(B):
+        ci = (b * L + pos) * C
+        for k in range(S * C):
+            pc[ci + k] = ps[si]
+            si += 1
+
+
+def kv_store(cache, src, B, S, L, C, pos):
+    # cache (B, L, C)[:, pos:pos+S, :] = src (B, S, C), bit for bit
+    _kv(cache, src, B, S, L, C, pos)
+
+
+@micropython.viper
+def _argmax(buf, off: int, n: int) -> int:
+    # values compared as sign-magnitude ints (inf above every finite value, -0 == +0); NaN is
+    # never larger, and a NaN first element stays the answer, as with float `>` comparisons
+    p = ptr32(buf)
+    x = p[off]
+    if ((x >> 23) & 0xFF) == 255 and (x & 0x7FFFFF) != 0:
+        return 0
+    best = 0
+    bk = x & 0x7FFFFF | (((x >> 23) & 0xFF) << 23)
+    if (x >> 31) & 1:
+        bk = 0 - bk
+    for i in range(1, n):
+        x = p[off + i]
+        e = (x >> 23) & 0xFF
+        if e == 255 and (x & 0x7FFFFF) != 0:
+            continue
+        k = (x & 0x7FFFFF) | (e << 23)
+        if (x >> 31) & 1:
+            k = 0 - k
+        if k > bk:
+            bk = k
+            best = i
+    return best
+
+
+def argmax(buf, off, n):
+    # index i < n of the largest buf[off + i], the first one on ties (exact: no float is boxed)
+    return _argmax(buf, off, n)
+
+
+@micropython.viper
+def _gather(dst, src, idx, start: int, B: int, F: int):
+    pd = ptr32(dst)
+    ps = ptr32(src)
+    o = 0
+    for k in range(B):
+        i = int(idx[start + k]) * F
+        for f in range(F):
+            pd[o + f] = ps[i + f]
+        o += F
+
+
+def gather_rows(dst, src, idx, start, B, F):
+    # dst (B, F): row k = src row idx[start + k] (idx a list of row numbers), as raw bits
+    _gather(dst, src, idx, start, B, F)
