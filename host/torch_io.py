@@ -18,7 +18,8 @@ its channels-last ChannelsLastConv1d / ChannelsLastMaxPool1d / ChannelsLastAvgPo
 nn.MaxPool1d, nn.AvgPool1d over [B, L, C]: microformer's layout; the plain torch modules take
 [B, C, L] and are refused, since converting them would change what the model computes). Anything else is named in
 the error. Dropout probabilities cross over both ways (nn.Dropout <-> mf.Dropout, MultiheadAttention's
-dropout <-> Attention(dropout=p), TransformerEncoderLayer's dropout <-> EncoderBlock(dropout=p));
+dropout <-> Attention(dropout=p), TransformerEncoderLayer's dropout <-> EncoderBlock(dropout=p),
+TransformerDecoderLayer's dropout <-> DecoderBlock(dropout=p); a layer whose dropouts differ is refused);
 the masks are drawn by each side's own generator, so only eval-mode outputs can be equal.
 ignore_dropout=True converts every dropout as p = 0. torch is needed on the host only; the board
 never imports it.
@@ -210,18 +211,15 @@ def _convert(m, where, ignore_dropout):
                               % ("DecoderBlock" if dec else "EncoderBlock"))
         if not m.self_attn.batch_first:
             _refuse(where, m, "needs batch_first=True")
+        ps = {"dropout": m.dropout.p, "dropout1": m.dropout1.p, "dropout2": m.dropout2.p,
+              "self_attn.dropout": m.self_attn.dropout}
         if dec:
-            drop = max(m.dropout.p, m.dropout1.p, m.dropout2.p, m.dropout3.p, m.self_attn.dropout,
-                       m.multihead_attn.dropout)
-            if drop and not ignore_dropout:
-                _refuse(where, m, "dropout=%g (microformer's DecoderBlock has no dropout yet); "
-                                  "from_torch(..., ignore_dropout=True) converts it without" % drop)
-        else:
-            ps = {"dropout": m.dropout.p, "dropout1": m.dropout1.p, "dropout2": m.dropout2.p,
-                  "self_attn.dropout": m.self_attn.dropout}
-            if len(set(ps.values())) != 1 and not ignore_dropout:
-                _refuse(where, m, "its dropouts differ (%s); EncoderBlock(dropout=p) has one p for all four"
-                        % ", ".join("%s=%g" % kv for kv in sorted(ps.items())))
+            ps["dropout3"] = m.dropout3.p
+            ps["multihead_attn.dropout"] = m.multihead_attn.dropout
+        if len(set(ps.values())) != 1 and not ignore_dropout:
+            _refuse(where, m, "its dropouts differ (%s); %s(dropout=p) has one p for all %d"
+                    % (", ".join("%s=%g" % kv for kv in sorted(ps.items())),
+                       "DecoderBlock" if dec else "EncoderBlock", len(ps)))
         act = m.activation
         if isinstance(act, nn.Module):
             kind = _activation_kind(act, where + ".activation")
@@ -231,7 +229,8 @@ def _convert(m, where, ignore_dropout):
             _refuse(where, m, "activation %r is not supported (relu, gelu, nn.GELU('tanh'))" % (act,))
         if dec:
             return mf.DecoderBlock(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
-                                   activation=kind, use_bias=m.linear1.bias is not None)
+                                   activation=kind, use_bias=m.linear1.bias is not None,
+                                   dropout=_p(m.dropout.p, ignore_dropout))
         return mf.EncoderBlock(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
                                activation=kind, use_bias=m.linear1.bias is not None,
                                dropout=_p(m.dropout.p, ignore_dropout))
@@ -288,7 +287,7 @@ def _to_module(layer, where):
     if isinstance(layer, mf.DecoderBlock):
         act = {"relu": "relu", "gelu": "gelu"}.get(layer.ffn.kind) or _torch_activation(layer.ffn.kind)
         return nn.TransformerDecoderLayer(layer.embed_dim, layer.self_attn.num_heads, layer.ffn.hidden,
-                                          dropout=0.0, activation=act, batch_first=True, norm_first=True,
+                                          dropout=layer.dropout, activation=act, batch_first=True, norm_first=True,
                                           bias=bool(layer.self_attn.use_bias))
     if isinstance(layer, mf.Reshape):
         return nn.Unflatten(1, tuple(layer.shape))
