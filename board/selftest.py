@@ -1,8 +1,10 @@
 # selftest.py: check microformer on this board against golden vectors from the host's NumPy reference.
-#   >>> import selftest; selftest.run()        (make selftest copies golden/attention.mfg and runs it)
+#   >>> import selftest; selftest.run()        (make selftest copies golden/*.mfg and runs it)
 # Every stage of the golden attention case (projections, scores before/after scaling, after
 # masking, softmax weights, output, every gradient) on every backend this board has, the softmax
-# invariants, and a checkpoint round trip on flash. One line per check: max error, PASS/FAIL.
+# invariants, the DecoderBlock and Conv1D cases (decoder.mfg, conv1d.mfg beside attention.mfg:
+# output and every gradient), and a checkpoint round trip on flash. One line per check: max
+# error, PASS/FAIL.
 import os
 
 import microformer as mf
@@ -10,6 +12,7 @@ from microformer import checkpoint, golden
 
 GOLDEN = ("golden/attention.mfg", "/golden/attention.mfg", "tests/golden/attention.mfg")
 TOLERANCE = {"python": 1e-4, "viper": 5e-3}   # relative to max(1, max |expected|)
+LAYERS = (("decoder", "decoder.mfg", golden.check_decoder), ("conv1d", "conv1d.mfg", golden.check_conv1d))
 
 
 def _find(path):
@@ -65,6 +68,22 @@ def run(path=None):
                 failed += 1
             else:
                 passed += 1
+            folder = path.rsplit("/", 1)[0] if "/" in path else "."
+            for layer, name, check in LAYERS:
+                lp = folder + "/" + name
+                try:
+                    os.stat(lp)
+                except OSError:
+                    print("%-7s %-14s %s missing (run `make selftest`)  FAIL" % (backend, layer, lp))
+                    failed += 1
+                    continue
+                errors = check(lp, backend)
+                worst = max(errors.values())
+                which = [k for k in errors if errors[k] == worst][0]
+                if _line(backend, layer + " " + which, worst, tol):
+                    passed += 1
+                else:
+                    failed += 1
     finally:
         mf.set_backend(before)
     if _checkpoint_roundtrip():

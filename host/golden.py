@@ -1,6 +1,7 @@
-"""Golden vectors: a fixed small attention case with every intermediate, from host/reference.py.
+"""Golden vectors from host/reference.py: a fixed small attention case with every intermediate, a
+DecoderBlock case and a Conv1D case (forward and every gradient).
 
-    python host/golden.py [OUT]        (default tests/golden/attention.mfg)
+    python host/golden.py [DIR]        (default tests/golden): writes attention.mfg, decoder.mfg, conv1d.mfg
 
 File format "MFGV" version 1 (all little-endian; the board reads it with readinto, see
 lib/microformer/golden.py):
@@ -26,6 +27,17 @@ Records, in this order (B=2 S=4 E=8 H=2, causal, item 1's last key padded):
     ctx [B,S,E]           heads concatenated;  y [B,S,E] = ctx Wo^T + bo
     dy [B,S,E]            an upstream gradient; then dx [B,S,E] and dWq dbq dWk dbk dWv dbv dWo dbo
 Values are computed in float64 from float32-rounded inputs, then stored as float32.
+
+decoder.mfg (B=2 S=4 Sk=3 E=8 H=2 hidden 12, GELU; target and memory padding):
+    config [7]            B, S, Sk, E, H, hidden, use_bias (1/0)
+    tgt_mask [B,S] memory_mask [B,Sk]    1.0 = padded
+    x [B,S,E] memory [B,Sk,E]
+    the parameters by microformer.DecoderBlock's names (ln1.gamma .. ffn.b2, DECODER_PARAMS order)
+    y [B,S,E]; dy [B,S,E]; dx [B,S,E]; dmemory [B,Sk,E]; d<name> for every parameter
+
+conv1d.mfg (channels-last, B=2 L=9 Cin=4 Cout=6 k=3 stride=2 padding=2 dilation=2 groups=2):
+    config [10]           B, L, Cin, Cout, k, stride, padding, dilation, groups, use_bias (1/0)
+    x [B,L,Cin]; W [Cout,Cin/groups,k]; b [Cout]; y [B,Lout,Cout]; dy; dx; dW; db
 """
 import os
 import struct
@@ -39,8 +51,12 @@ import reference as ref  # noqa: E402
 
 MAGIC = b"MFGV"
 VERSION = 1
-DEFAULT_PATH = os.path.join(os.path.dirname(HERE), "tests", "golden", "attention.mfg")
+DEFAULT_DIR = os.path.join(os.path.dirname(HERE), "tests", "golden")
+DEFAULT_PATH = os.path.join(DEFAULT_DIR, "attention.mfg")
 ATTN = ("Wq", "bq", "Wk", "bk", "Wv", "bv", "Wo", "bo")
+DECODER_PARAMS = (("ln1.gamma", "ln1.beta") + tuple("self_attn." + n for n in ATTN) + ("ln2.gamma", "ln2.beta")
+                  + tuple("cross_attn." + n for n in ATTN) + ("ln3.gamma", "ln3.beta", "ffn.W1", "ffn.b1",
+                                                               "ffn.W2", "ffn.b2"))
 
 
 def f32(a):
@@ -66,6 +82,51 @@ def attention_case(seed=2024, B=2, S=4, E=8, H=2, causal=True, mask=((0, 0, 0, 0
             ("dy", dy), ("dx", dx)]
     rec += [("d" + n, g["d" + n]) for n in ATTN]
     return rec
+
+
+def decoder_case(seed=2025, B=2, S=4, Sk=3, E=8, H=2, F=12, tgt_len=(4, 3), mem_len=(3, 2)):
+    """The records of the golden DecoderBlock case (pre-norm, causal self-attention, GELU)."""
+    rng = np.random.default_rng(seed)
+    tmask = (np.arange(S)[None, :] >= np.asarray(tgt_len)[:, None]).astype(np.float64)
+    mmask = (np.arange(Sk)[None, :] >= np.asarray(mem_len)[:, None]).astype(np.float64)
+    x = f32(rng.normal(size=(B, S, E)))
+    memory = f32(rng.normal(size=(B, Sk, E)))
+    shapes = {"ffn.W1": (F, E), "ffn.b1": (F,), "ffn.W2": (E, F), "ffn.b2": (E,)}
+    p = {}
+    for n in DECODER_PARAMS:
+        last = n.split(".")[-1]
+        if last == "gamma":
+            p[n] = f32(1.0 + rng.normal(scale=0.1, size=E))
+        elif n in shapes:
+            p[n] = f32(rng.normal(scale=0.4 if n[-2] == "W" else 0.1, size=shapes[n]))
+        else:
+            p[n] = f32(rng.normal(scale=0.4 if last[0] == "W" else 0.1, size=(E, E) if last[0] == "W" else E))
+    dy = f32(rng.normal(size=(B, S, E)))
+    y, c = ref.decoder_block_forward(x, memory, p, H, tmask.astype(bool), mmask.astype(bool), "gelu")
+    dx, dmem, g = ref.decoder_block_backward(dy, c, p)
+    rec = [("config", np.array([B, S, Sk, E, H, F, 1], dtype=np.float64)), ("tgt_mask", tmask),
+           ("memory_mask", mmask), ("x", x), ("memory", memory)]
+    rec += [(n, p[n]) for n in DECODER_PARAMS]
+    rec += [("y", y), ("dy", dy), ("dx", dx), ("dmemory", dmem)]
+    rec += [("d" + n, g["d" + n]) for n in DECODER_PARAMS]
+    return rec
+
+
+def conv1d_case(seed=2026, B=2, L=9, Cin=4, Cout=6, k=3, stride=2, padding=2, dilation=2, groups=2):
+    """The records of the golden Conv1D case (channels-last, every option away from its default)."""
+    rng = np.random.default_rng(seed)
+    x = f32(rng.normal(size=(B, L, Cin)))
+    W = f32(rng.normal(scale=0.5, size=(Cout, Cin // groups, k)))
+    b = f32(rng.normal(scale=0.2, size=Cout))
+    y, c = ref.conv1d_forward(x, W, b, stride, padding, dilation, groups)
+    dy = f32(rng.normal(size=y.shape))
+    dx, dW, db = ref.conv1d_backward(dy, c)
+    cfg = np.array([B, L, Cin, Cout, k, stride, padding, dilation, groups, 1], dtype=np.float64)
+    return [("config", cfg), ("x", x), ("W", W), ("b", b), ("y", y), ("dy", dy), ("dx", dx), ("dW", dW),
+            ("db", db)]
+
+
+CASES = (("attention.mfg", attention_case), ("decoder.mfg", decoder_case), ("conv1d.mfg", conv1d_case))
 
 
 def write(path, records):
@@ -111,9 +172,14 @@ def read(path):
 
 
 def main(argv):
-    path = argv[1] if len(argv) > 1 else DEFAULT_PATH
-    n = write(path, attention_case())
-    print("wrote %s (%d bytes)" % (path, n))
+    d = argv[1] if len(argv) > 1 else DEFAULT_DIR
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise SystemExit("golden.py: %s is not a directory (expected a directory for %s)"
+                         % (d, ", ".join(n for n, _ in CASES)))
+    for name, case in CASES:
+        path = os.path.join(d, name)
+        n = write(path, case())
+        print("wrote %s (%d bytes)" % (path, n))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,10 @@ its channels-last ChannelsLastConv1d / ChannelsLastMaxPool1d / ChannelsLastAvgPo
 nn.MaxPool1d, nn.AvgPool1d over [B, L, C]: microformer's layout; the plain torch modules take
 [B, C, L] and are refused, since converting them would change what the model computes). Anything else is named in
 the error. Dropout probabilities cross over both ways (nn.Dropout <-> mf.Dropout, MultiheadAttention's
-dropout <-> Attention(dropout=p), TransformerEncoderLayer's dropout <-> EncoderBlock(dropout=p));
+dropout <-> Attention(dropout=p), TransformerEncoderLayer's dropout <-> EncoderBlock(dropout=p),
+TransformerDecoderLayer's dropout <-> DecoderBlock(dropout=p); a layer whose dropouts differ is refused);
+this file's Seq2SeqTransformer (nn.Transformer with embeddings, positional encodings and output
+projection) <-> microformer.Transformer, state_dict names equal;
 the masks are drawn by each side's own generator, so only eval-mode outputs can be equal.
 ignore_dropout=True converts every dropout as p = 0. torch is needed on the host only; the board
 never imports it.
@@ -28,6 +31,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 import torch
 from torch import nn
@@ -64,6 +68,47 @@ class PositionalEncoding(nn.Module):
 
     def forward(self, x):
         return self.dropout(x + self.pe[:x.shape[1]])
+
+
+class Seq2SeqTransformer(nn.Transformer):
+    """microformer.Transformer in torch: nn.Transformer(norm_first=True, batch_first=True) plus the
+    token embeddings, the sinusoidal positional encodings and the output projection. Its
+    state_dict names are microformer's: nn.Transformer's own (encoder.layers.i.*, encoder.norm.*,
+    decoder.layers.i.*, decoder.norm.*) and src_embed.weight, tgt_embed.weight, generator.*.
+    forward(src [B,Ss] ids, tgt [B,St] ids, src_lengths=None, tgt_lengths=None) -> logits [B,St,V]
+    with the masks microformer builds from the lengths (tail padding; the decoder is causal)."""
+
+    def __init__(self, src_vocab, tgt_vocab, embed_dim, num_heads, ffn_hidden, num_encoder_layers=1,
+                 num_decoder_layers=1, max_len=64, activation="gelu", bias=True, dropout=0.0):
+        act = {"relu": "relu", "gelu": "gelu"}.get(activation) or _torch_activation(activation)
+        with warnings.catch_warnings():     # norm_first=True: torch says it keeps nested tensors off
+            warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+            super().__init__(embed_dim, num_heads, num_encoder_layers, num_decoder_layers, ffn_hidden,
+                             dropout=dropout, activation=act, batch_first=True, norm_first=True, bias=bias)
+        self.activation_name = activation
+        self.max_len = max_len
+        self.src_embed = nn.Embedding(src_vocab, embed_dim)
+        self.tgt_embed = nn.Embedding(tgt_vocab, embed_dim)
+        self.src_pos = PositionalEncoding(max_len, embed_dim, dropout)
+        self.tgt_pos = PositionalEncoding(max_len, embed_dim, dropout)
+        self.generator = nn.Linear(embed_dim, tgt_vocab, bias=bias)
+
+    @staticmethod
+    def _padding(lengths, B, S):
+        if lengths is None:
+            return None
+        return torch.arange(S)[None, :] >= torch.as_tensor(lengths).reshape(B, 1)
+
+    def forward(self, src, tgt, src_lengths=None, tgt_lengths=None):
+        B, Ss = src.shape
+        St = tgt.shape[1]
+        smask = self._padding(src_lengths, B, Ss)
+        causal = torch.ones(St, St, dtype=torch.bool).triu(1)
+        h = super().forward(self.src_pos(self.src_embed(src)), self.tgt_pos(self.tgt_embed(tgt)),
+                            tgt_mask=causal, src_key_padding_mask=smask,
+                            tgt_key_padding_mask=self._padding(tgt_lengths, B, St),
+                            memory_key_padding_mask=smask, tgt_is_causal=True)
+        return self.generator(h)
 
 
 class FeedForward(nn.Module):
@@ -162,6 +207,27 @@ def _convert(m, where, ignore_dropout):
         return mf.ActivationLayer(kind)
     if isinstance(m, nn.Dropout):
         return mf.Dropout(_p(m.p, ignore_dropout))
+    if isinstance(m, Seq2SeqTransformer):
+        blocks = ([_convert(l, "%s.encoder.layers[%d]" % (where, i), ignore_dropout)
+                   for i, l in enumerate(m.encoder.layers)]
+                  + [_convert(l, "%s.decoder.layers[%d]" % (where, i), ignore_dropout)
+                     for i, l in enumerate(m.decoder.layers)])
+        p = _p(m.src_pos.dropout.p, ignore_dropout)
+        ps = sorted(set([b.dropout for b in blocks] + [p, _p(m.tgt_pos.dropout.p, ignore_dropout)]))
+        if len(ps) != 1:
+            _refuse(where, m, "its layers' dropouts differ (%s); Transformer(dropout=p) has one p"
+                    % ", ".join("%g" % q for q in ps))
+        kinds = sorted(set(b.ffn.kind for b in blocks))
+        if len(kinds) != 1:
+            _refuse(where, m, "its layers' activations differ (%s)" % ", ".join(kinds))
+        for norm in (m.encoder.norm, m.decoder.norm) + tuple(l for b in m.encoder.layers + m.decoder.layers
+                                                             for l in b.modules() if isinstance(l, nn.LayerNorm)):
+            if norm.eps != 1e-5:
+                _refuse(where, m, "layer_norm_eps=%g (microformer's Transformer uses 1e-5)" % norm.eps)
+        return mf.Transformer(m.src_embed.num_embeddings, m.tgt_embed.num_embeddings, m.d_model, m.nhead,
+                              m.encoder.layers[0].linear1.out_features, len(m.encoder.layers),
+                              len(m.decoder.layers), m.max_len, kinds[0],
+                              use_bias=m.generator.bias is not None, dropout=ps[0])
     if isinstance(m, nn.Sequential):
         return mf.Sequential([_convert(c, "%s[%d]" % (where, i), ignore_dropout) for i, c in enumerate(m)])
     if isinstance(m, ChannelsLastConv1d):
@@ -210,18 +276,15 @@ def _convert(m, where, ignore_dropout):
                               % ("DecoderBlock" if dec else "EncoderBlock"))
         if not m.self_attn.batch_first:
             _refuse(where, m, "needs batch_first=True")
+        ps = {"dropout": m.dropout.p, "dropout1": m.dropout1.p, "dropout2": m.dropout2.p,
+              "self_attn.dropout": m.self_attn.dropout}
         if dec:
-            drop = max(m.dropout.p, m.dropout1.p, m.dropout2.p, m.dropout3.p, m.self_attn.dropout,
-                       m.multihead_attn.dropout)
-            if drop and not ignore_dropout:
-                _refuse(where, m, "dropout=%g (microformer's DecoderBlock has no dropout yet); "
-                                  "from_torch(..., ignore_dropout=True) converts it without" % drop)
-        else:
-            ps = {"dropout": m.dropout.p, "dropout1": m.dropout1.p, "dropout2": m.dropout2.p,
-                  "self_attn.dropout": m.self_attn.dropout}
-            if len(set(ps.values())) != 1 and not ignore_dropout:
-                _refuse(where, m, "its dropouts differ (%s); EncoderBlock(dropout=p) has one p for all four"
-                        % ", ".join("%s=%g" % kv for kv in sorted(ps.items())))
+            ps["dropout3"] = m.dropout3.p
+            ps["multihead_attn.dropout"] = m.multihead_attn.dropout
+        if len(set(ps.values())) != 1 and not ignore_dropout:
+            _refuse(where, m, "its dropouts differ (%s); %s(dropout=p) has one p for all %d"
+                    % (", ".join("%s=%g" % kv for kv in sorted(ps.items())),
+                       "DecoderBlock" if dec else "EncoderBlock", len(ps)))
         act = m.activation
         if isinstance(act, nn.Module):
             kind = _activation_kind(act, where + ".activation")
@@ -231,7 +294,8 @@ def _convert(m, where, ignore_dropout):
             _refuse(where, m, "activation %r is not supported (relu, gelu, nn.GELU('tanh'))" % (act,))
         if dec:
             return mf.DecoderBlock(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
-                                   activation=kind, use_bias=m.linear1.bias is not None)
+                                   activation=kind, use_bias=m.linear1.bias is not None,
+                                   dropout=_p(m.dropout.p, ignore_dropout))
         return mf.EncoderBlock(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
                                activation=kind, use_bias=m.linear1.bias is not None,
                                dropout=_p(m.dropout.p, ignore_dropout))
@@ -249,7 +313,7 @@ def _convert(m, where, ignore_dropout):
     _refuse(where, m, "no microformer layer for it (supported: Linear, ReLU, GELU, Tanh, Sigmoid, Dropout, "
                       "LeakyReLU, MultiheadAttention, LayerNorm, Embedding, TransformerEncoderLayer, "
                       "TransformerDecoderLayer, "
-                      "Sequential, Unflatten, and GlobalAvgPool/PositionalEncoding/FeedForward/"
+                      "Sequential, Unflatten, and Seq2SeqTransformer/GlobalAvgPool/PositionalEncoding/FeedForward/"
                       "LearnedPositionalEmbedding/ChannelsLastConv1d/ChannelsLastMaxPool1d/"
                       "ChannelsLastAvgPool1d of torch_io)")
 
@@ -265,6 +329,10 @@ def _to_module(layer, where):
     name = type(layer).__name__
     if isinstance(layer, mf.Sequential):
         return nn.Sequential(*[_to_module(l, "%s[%d]" % (where, i)) for i, l in enumerate(layer.layers)])
+    if isinstance(layer, mf.Transformer):
+        return Seq2SeqTransformer(layer.src_vocab, layer.tgt_vocab, layer.embed_dim, layer.num_heads,
+                                  layer.ffn_hidden, len(layer.encoder), len(layer.decoder), layer.max_len,
+                                  layer.activation, bias=bool(layer.use_bias), dropout=layer.dropout)
     if isinstance(layer, mf.Dense):
         return nn.Linear(layer.in_features, layer.out_features, bias=bool(layer.use_bias))
     if isinstance(layer, mf.ActivationLayer):
@@ -288,7 +356,7 @@ def _to_module(layer, where):
     if isinstance(layer, mf.DecoderBlock):
         act = {"relu": "relu", "gelu": "gelu"}.get(layer.ffn.kind) or _torch_activation(layer.ffn.kind)
         return nn.TransformerDecoderLayer(layer.embed_dim, layer.self_attn.num_heads, layer.ffn.hidden,
-                                          dropout=0.0, activation=act, batch_first=True, norm_first=True,
+                                          dropout=layer.dropout, activation=act, batch_first=True, norm_first=True,
                                           bias=bool(layer.self_attn.use_bias))
     if isinstance(layer, mf.Reshape):
         return nn.Unflatten(1, tuple(layer.shape))

@@ -67,6 +67,7 @@ def test_selftest_passes_on_the_board(board):
     assert "SELFTEST True" in out, out
     assert re.search(r"selftest: \d+ passed, 0 failed", out)
     assert "viper   weights" in out and "FAIL" not in out
+    assert re.search(r"viper   decoder \S+ +max err", out) and re.search(r"viper   conv1d \S+ +max err", out), out
 
 
 def test_fit_save_soft_reset_reload_is_bit_identical(board):

@@ -475,7 +475,12 @@ class Attention(Layer):
             raise ValueError("Attention: prefill_padded needs lengths or key_padding_mask (else use prefill)")
         y = self.prefill(x, max_len)                    # K and V in the cache (no padding yet) ...
         B, S, E = x.shape
-        self.forward(x, key_padding_mask, None, lengths)  # ... and the output with the padding
+        drop = self.training                            # ... and the output with the padding,
+        self.training = False                           # never dropped (generation)
+        try:
+            self.forward(x, key_padding_mask, None, lengths)
+        finally:
+            self.training = drop
         L = self._kc.shape[1]
         self._buffers("_kvm", self._kc.shape)
         m = self._kvmask

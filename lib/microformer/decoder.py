@@ -7,6 +7,7 @@ from . import backend
 from .attention import Attention
 from .block import EncoderBlock
 from .dense import Dense
+from .dropout import Dropout, check_p
 from .embedding import Embedding
 from .feedforward import FeedForward
 from .layer import Layer, check_tensor, prefixed, shape_error
@@ -23,19 +24,30 @@ class DecoderBlock(Layer):
     nn.TransformerDecoderLayer(norm_first=True, batch_first=True): self_attn.* multihead_attn.*
     linear1/2.* norm1/2/3.*.
     Generation: cache_memory(memory, memory_lengths) once, then prefill(x) and decode_step(x_t).
+    dropout=p (training mode only, as nn.TransformerDecoderLayer(dropout=p)): on the weights of
+    both attentions, after the self-attention (drop1), after the cross-attention (drop2), inside
+    the FFN after the activation, after the FFN (drop3):
+      x1 = x + drop1(SelfAttn(LN1(x))),  x2 = x1 + drop2(CrossAttn(LN2(x1), memory)),
+      y = x2 + drop3(FFN(LN3(x2)))
+    cache_memory / prefill / decode_step never drop.
     """
 
     def __init__(self, embed_dim, num_heads, ffn_hidden, activation="gelu", max_len=None,
-                 use_bias=True, rng=None):
+                 use_bias=True, rng=None, dropout=0.0):
         if not isinstance(embed_dim, int) or embed_dim < 1:
             raise ValueError("DecoderBlock: embed_dim must be a positive int, got %r" % (embed_dim,))
+        check_p("DecoderBlock", dropout)
         self.embed_dim = embed_dim
         self.ln1 = LayerNorm(embed_dim)
-        self.self_attn = Attention(embed_dim, num_heads, use_bias, True, rng, max_len)
+        self.self_attn = Attention(embed_dim, num_heads, use_bias, True, rng, max_len, dropout)
         self.ln2 = LayerNorm(embed_dim)
-        self.cross_attn = Attention(embed_dim, num_heads, use_bias, False, rng)
+        self.cross_attn = Attention(embed_dim, num_heads, use_bias, False, rng, None, dropout)
         self.ln3 = LayerNorm(embed_dim)
-        self.ffn = FeedForward(embed_dim, ffn_hidden, activation, use_bias, rng)
+        self.ffn = FeedForward(embed_dim, ffn_hidden, activation, use_bias, rng, dropout)
+        self.drop1 = Dropout(dropout)
+        self.drop2 = Dropout(dropout)
+        self.drop3 = Dropout(dropout)
+        self.dropout = self.drop1.p
         for prefix, layer in (("ln1.", self.ln1), ("self_attn.", self.self_attn), ("ln2.", self.ln2),
                               ("cross_attn.", self.cross_attn), ("ln3.", self.ln3), ("ffn.", self.ffn)):
             for p, g in layer.params():
@@ -44,10 +56,11 @@ class DecoderBlock(Layer):
         self._x = None
 
     def _sublayers(self):
-        return (self.ln1, self.self_attn, self.ln2, self.cross_attn, self.ln3, self.ffn)
+        return (self.ln1, self.self_attn, self.drop1, self.ln2, self.cross_attn, self.drop2, self.ln3,
+                self.ffn, self.drop3)
 
     def _state(self):
-        # nn.TransformerDecoderLayer(E, H, hidden, dropout=0, batch_first=True, norm_first=True)
+        # nn.TransformerDecoderLayer(E, H, hidden, dropout=p, batch_first=True, norm_first=True)
         return (prefixed("self_attn.", self.self_attn) + prefixed("multihead_attn.", self.cross_attn)
                 + self.ffn._state() + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2)
                 + prefixed("norm3.", self.ln3))
@@ -77,7 +90,7 @@ class DecoderBlock(Layer):
         K = backend.K
         h = self.ln1.forward(x)
         if mode == 0:
-            a = self.self_attn.forward(h, tmask, None, tlen)
+            a = self.drop1.forward(self.self_attn.forward(h, tmask, None, tlen))
         elif mode == 1:
             if tlen is None and tmask is None:
                 a = self.self_attn.prefill(h, max_len)
@@ -93,12 +106,14 @@ class DecoderBlock(Layer):
         K.add_forward(x1.data, x.data, a.data, x.size)
         h = self.ln2.forward(x1)
         if mode == 0:
-            c = self.cross_attn.forward(h, mmask, memory, mlen)
+            c = self.drop2.forward(self.cross_attn.forward(h, mmask, memory, mlen))
         else:
             c = self.cross_attn.cross_step(h)
         x2 = getattr(self, _X2[mode])
         K.add_forward(x2.data, x1.data, c.data, x.size)
-        f = self.ffn.forward(self.ln3.forward(x2))
+        f = self.ffn.forward(self.ln3.forward(x2), mode == 0)
+        if mode == 0:
+            f = self.drop3.forward(f)
         y = getattr(self, _Y[mode])
         K.add_forward(y.data, x2.data, f.data, x.size)
         return y
@@ -138,16 +153,16 @@ class DecoderBlock(Layer):
         train = grads and self.trainable
         self._buffers("_bwd", x.shape)
         # y = x2 + ffn(ln3(x2)): dx2 = dy + ln3'(ffn'(dy))
-        d = self.ln3.backward(self.ffn.backward(dy, train), train)
+        d = self.ln3.backward(self.ffn.backward(self.drop3.backward(dy), train), train)
         dx2 = self._dx2
         K.add_forward(dx2.data, dy.data, d.data, n)
         # x2 = x1 + cross(ln2(x1), memory): dx1 = dx2 + ln2'(dh), dmemory from the cross-attention
-        dh, dmem = self.cross_attn.backward(dx2, train)
+        dh, dmem = self.cross_attn.backward(self.drop2.backward(dx2), train)
         d = self.ln2.backward(dh, train)
         dx1 = self._dx1
         K.add_forward(dx1.data, dx2.data, d.data, n)
         # x1 = x + self(ln1(x)): dx = dx1 + ln1'(self'(dx1))
-        d = self.ln1.backward(self.self_attn.backward(dx1, train), train)
+        d = self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
         dx = self._dx
         K.add_forward(dx.data, dx1.data, d.data, n)
         return dx, dmem
@@ -179,6 +194,13 @@ _X2 = ("_x2", "_x2_p", "_x2_d")
 _Y = ("_y", "_y_p", "_y_d")
 
 
+def _modes(layer, out):
+    out.append((layer, layer.training))
+    for l in layer._sublayers():
+        _modes(l, out)
+    return out
+
+
 def _ids(ids, who, what):
     if isinstance(ids, (list, tuple)):
         ids = Tensor.from_list(ids)
@@ -197,14 +219,17 @@ class Transformer(Layer):
     cross-attention hide src positions >= src_lengths[b]; decoder self-attention is causal and hides
     tgt positions >= tgt_lengths[b]. backward(dlogits) fills every grad.
     generate(src, src_lengths, bos, max_new, eos=None): greedy decoding through the caches.
+    dropout=p (training mode only): the seed's dropout, after both positional encodings and inside
+    every EncoderBlock(dropout=p) and DecoderBlock(dropout=p); generate() never drops.
     """
 
     def __init__(self, src_vocab, tgt_vocab, embed_dim, num_heads, ffn_hidden, num_encoder_layers=1,
-                 num_decoder_layers=1, max_len=64, activation="gelu", use_bias=True, rng=None):
+                 num_decoder_layers=1, max_len=64, activation="gelu", use_bias=True, rng=None, dropout=0.0):
         for what, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("max_len", max_len),
                         ("num_encoder_layers", num_encoder_layers), ("num_decoder_layers", num_decoder_layers)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError("Transformer: %s must be a positive int, got %r" % (what, v))
+        self.dropout = check_p("Transformer", dropout)
         self.src_vocab = src_vocab
         self.tgt_vocab = tgt_vocab
         self.embed_dim = embed_dim
@@ -215,13 +240,13 @@ class Transformer(Layer):
         self.use_bias = use_bias
         self.src_embed = Embedding(src_vocab, embed_dim, rng)
         self.tgt_embed = Embedding(tgt_vocab, embed_dim, rng)
-        self.src_pos = PositionalEncoding(max_len, embed_dim)
-        self.tgt_pos = PositionalEncoding(max_len, embed_dim)
-        self.encoder = [EncoderBlock(embed_dim, num_heads, ffn_hidden, False, activation, None, use_bias, rng)
-                        for _ in range(num_encoder_layers)]
+        self.src_pos = PositionalEncoding(max_len, embed_dim, dropout)
+        self.tgt_pos = PositionalEncoding(max_len, embed_dim, dropout)
+        self.encoder = [EncoderBlock(embed_dim, num_heads, ffn_hidden, False, activation, None, use_bias, rng,
+                                     dropout) for _ in range(num_encoder_layers)]
         self.enc_norm = LayerNorm(embed_dim)
-        self.decoder = [DecoderBlock(embed_dim, num_heads, ffn_hidden, activation, max_len, use_bias, rng)
-                        for _ in range(num_decoder_layers)]
+        self.decoder = [DecoderBlock(embed_dim, num_heads, ffn_hidden, activation, max_len, use_bias, rng,
+                                     dropout) for _ in range(num_decoder_layers)]
         self.dec_norm = LayerNorm(embed_dim)
         self.generator = Dense(embed_dim, tgt_vocab, use_bias, rng)
         self._src = None
@@ -239,7 +264,8 @@ class Transformer(Layer):
         return out
 
     def _sublayers(self):
-        return [l for _, l in self._parts()]
+        # the positional encodings have no parameters but a dropout: train()/eval() reach them
+        return [l for _, l in self._parts()] + [self.src_pos, self.tgt_pos]
 
     def _state(self):
         out = []
@@ -363,7 +389,13 @@ class Transformer(Layer):
             if v is not None and (not isinstance(v, int) or v < 0 or v >= self.tgt_vocab):
                 raise ValueError("Transformer: %s must be a token id in [0, %d), got %r" % (what, self.tgt_vocab, v))
         self._src = None        # the layers' inputs are now generation's: backward needs a new forward
-        memory = self.encode(src, src_lengths)
+        modes = _modes(self, [])
+        self.train(False)       # the encoder runs its forward: never dropped in generation
+        try:
+            memory = self.encode(src, src_lengths)
+        finally:
+            for l, m in modes:
+                l.training = m
         for blk in self.decoder:
             blk.cache_memory(memory, None, src_lengths)
         self._buffers("_gen", (B, 1))

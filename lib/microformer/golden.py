@@ -1,5 +1,6 @@
 # microformer.golden: read golden-vector files ("MFGV", written by host/golden.py) with readinto,
-# and check the Attention layer against them stage by stage (board selftest, tests, REPL).
+# and check the Attention layer against them stage by stage, the DecoderBlock and Conv1D layers
+# forward and backward (board selftest, tests, REPL).
 # Format (little-endian): b"MFGV", u16 version=1, u16 N; N records of
 #   u8 L + name, u8 R + R x u16 shape, float32 data. Record order: see host/golden.py.
 import struct
@@ -112,3 +113,64 @@ def check_attention(path, backend_name=None):
     tol = 1e-5 if backend.get_backend() == "python" else 2e-3
     problems = invariants(st["weights"].data, m, B, H, S, causal, tol)
     return errors, problems
+
+
+def _mask(t):
+    m = bytearray(t.size)
+    for i in range(t.size):
+        m[i] = 1 if t.data[i] else 0
+    return m
+
+
+def _load(layer, rec, path):
+    for p, _ in layer.params():
+        if p.name not in rec:
+            raise ValueError("golden: %s has no record %r for the layer's parameter" % (path, p.name))
+        w = rec[p.name]
+        if w.size != p.size:
+            raise ValueError("golden: %s record %r has %d values, the layer's parameter %d"
+                             % (path, p.name, w.size, p.size))
+        p.data[:] = w.data
+
+
+def _grads(layer, rec, errors):
+    for p, g in layer.params():
+        errors["d" + p.name] = _err(g.data, rec["d" + p.name].data)
+
+
+def check_decoder(path, backend_name=None):
+    """Run lib's DecoderBlock on the golden case (decoder.mfg); returns {record: relative error}
+    for y, dx, dmemory and every parameter gradient (tolerances as check_attention)."""
+    from .decoder import DecoderBlock
+    if backend_name:
+        backend.set_backend(backend_name)
+    rec = dict(read(path))
+    B, S, Sk, E, H, F, use_bias = [int(v) for v in rec["config"].data]
+    blk = DecoderBlock(E, H, F, use_bias=bool(use_bias))
+    _load(blk, rec, path)
+    y = blk.forward(rec["x"], rec["memory"], _mask(rec["tgt_mask"]), _mask(rec["memory_mask"]))
+    errors = {"y": _err(y.data, rec["y"].data)}
+    dx, dmem = blk.backward(rec["dy"])
+    errors["dx"] = _err(dx.data, rec["dx"].data)
+    errors["dmemory"] = _err(dmem.data, rec["dmemory"].data)
+    _grads(blk, rec, errors)
+    return errors
+
+
+def check_conv1d(path, backend_name=None):
+    """Run lib's Conv1D on the golden case (conv1d.mfg); returns {record: relative error} for y,
+    dx, dW and db."""
+    from .conv import Conv1D
+    if backend_name:
+        backend.set_backend(backend_name)
+    rec = dict(read(path))
+    B, L, Cin, Cout, k, stride, padding, dilation, groups, use_bias = [int(v) for v in rec["config"].data]
+    conv = Conv1D(Cin, Cout, k, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                  use_bias=bool(use_bias))
+    _load(conv, rec, path)
+    y = conv.forward(rec["x"])
+    errors = {"y": _err(y.data, rec["y"].data)}
+    dx = conv.backward(rec["dy"])
+    errors["dx"] = _err(dx.data, rec["dx"].data)
+    _grads(conv, rec, errors)
+    return errors
