@@ -7,39 +7,18 @@
 def pack(p, i, v, e, sg, t, sh, be):
     """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits and
     rounded to nearest, exponent biased; an underflow is flushed to 0, an overflow is +-inf."""
-    if v == 0:
-        p[i] = 0
-    else:
-        if v >= 0x1000000:
-            t = v >> 24                     # 1 .. 127: sh = its bit length
-            sh = 1
-            #@ down(t, sh, 16, 4)
-            #@ down(t, sh, 4, 2)
-            if t >= 2:
-                sh += 1
-            v = (v + (1 << (sh - 1))) >> sh
-            e += sh
-            if v >= 0x1000000:
-                v = v >> 1
-                e += 1
-        else:
-            #@ up(v, e, 0x100, 16)
-            #@ up(v, e, 0x10000, 8)
-            #@ up(v, e, 0x100000, 4)
-            #@ up(v, e, 0x400000, 2)
-            #@ up(v, e, 0x800000, 1)
-        be = e + 150
-        if be >= 255:
-            be = 255
-            p[i] = (sg << 31) | (be << 23)
-        elif be <= 0:
-            p[i] = 0
-        else:
-            p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+    #@ pack_by(p, i, v, e, sg, t, sh, be, round_near)
 
 
 def pack_even(p, i, v, e, sg, t, sh, be):
     """pack, rounding ties to even as IEEE (the lowest kept bit decides): p[i] = (-1)^sg * v * 2^e; an underflow is flushed to 0, an overflow is +-inf."""
+    #@ pack_by(p, i, v, e, sg, t, sh, be, round_even)
+
+
+def pack_by(p, i, v, e, sg, t, sh, be, rnd):
+    """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits, rounded
+    by the snippet named rnd (round_near or round_even), exponent biased; an underflow is flushed
+    to 0, an overflow is +-inf."""
     if v == 0:
         p[i] = 0
     else:
@@ -50,7 +29,7 @@ def pack_even(p, i, v, e, sg, t, sh, be):
             #@ down(t, sh, 4, 2)
             if t >= 2:
                 sh += 1
-            v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
+            #@ rnd(v, sh)
             e += sh
             if v >= 0x1000000:
                 v = v >> 1
@@ -69,6 +48,16 @@ def pack_even(p, i, v, e, sg, t, sh, be):
             p[i] = 0
         else:
             p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+
+
+def round_near(v, sh):
+    """v shifted right by sh >= 1, rounded to nearest (ties away from zero)."""
+    v = (v + (1 << (sh - 1))) >> sh
+
+
+def round_even(v, sh):
+    """v shifted right by sh >= 1, rounded to nearest, ties to even (the lowest kept bit decides)."""
+    v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
 
 
 def store(p, i, v, e, sg, t, sh, be):
