@@ -160,13 +160,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
     sx = 1 << b31
     for c in range(C):
         d = (S[c] ^ sx) - sx
-        x = pb[c]
-        eb = (x >> 23) & 0xFF
-        bm = 0
-        be = 0
-        if eb != 0:
-            #@ mant30(x, bm, eb)
-            be = eb - 156
+        #@ load30(pb, c, x, eb, bm, be)
         y = pw[c]
         ew = (y >> 23) & 0xFF
         v = 0
@@ -431,13 +425,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 sg = sg ^ 1
             if sg:
                 p = 0 - p
-            y = pdw[c]
-            ey = (y >> 23) & 0xFF
-            om = 0
-            oe = 0
-            if ey != 0:
-                #@ mant30(y, om, ey)
-                oe = ey - 156
+            #@ load30(pdw, c, y, ey, om, oe)
             #@ addto0(p, pe, om, oe, sh)
             #@ store(pdw, c, p, pe)
         if flags & 2:

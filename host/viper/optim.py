@@ -44,23 +44,10 @@ def _adam(p, g, m, v, n: int, c):
     top = 1 << b30                      # 2^30 (a literal would be folded into a bigint)
     for i in range(n):
         # ---- d = g (+ wd p) ------------------------------------------------------------
-        x = pg[i]
-        e = (x >> 23) & 0xFF
-        dm = 0
-        de = 0
-        if e != 0:
-            #@ mant30(x, dm, e)
-            de = e - 156
+        #@ load30(pg, i, x, e, dm, de)
         #@ decay(dm, de)
         # normalize d to 2^29 <= |d| < 2^30 (or 0)
-        if dm != 0:
-            neg = 0
-            if dm < 0:
-                neg = 1
-                dm = 0 - dm
-            #@ norm30(dm, de)
-            if neg:
-                dm = 0 - dm
+        #@ snorm(dm, de, neg)
         # ---- m = beta1 m + (1 - beta1) d ---------------------------------------------------
         x = pm[i]
         e = (x >> 23) & 0xFF
@@ -262,13 +249,7 @@ def _sgd(p, g, buf, n: int, c):
     top = 1 << b30
     for i in range(n):
         # d = g (+ wd p)
-        x = pg[i]
-        e = (x >> 23) & 0xFF
-        dm = 0
-        de = 0
-        if e != 0:
-            #@ mant30(x, dm, e)
-            de = e - 156
+        #@ load30(pg, i, x, e, dm, de)
         y = pp[i]
         ey = (y >> 23) & 0xFF
         if wdm != 0 and ey != 0:

@@ -509,6 +509,18 @@ def lookup(x, T, ex, tq, k, f, dl, ph):
         ph = T[k] + ((dl * (f >> 8) + ((dl * (f & 0xFF)) >> 8)) >> 8)   #!chk ph
 
 
+def load30(p, i, x, eb, m, me):
+    """x = p[i] (float32 bits) as m * 2^me, m signed with |m| < 2^30 (0 for a zero or subnormal x);
+    eb is its biased exponent."""
+    x = p[i]
+    eb = (x >> 23) & 0xFF
+    m = 0
+    me = 0
+    if eb != 0:
+        #@ mant30(x, m, eb)
+        me = eb - 156
+
+
 def snorm(m, e, sg):
     """Signed m * 2^e (|m| < 2^31) normalized to 2^29 <= |m| < 2^30 (or 0), for the next aligned
     add (uses top = 2^30)."""
