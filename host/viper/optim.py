@@ -115,10 +115,7 @@ def _adam(p, g, m, v, n: int, c):
             den = den << 1
             dne -= 1
         # num = a m, m normalized to 30 bits
-        neg = 0
-        if mm < 0:
-            neg = 1
-            mm = 0 - mm
+        #@ unsign(mm, neg)
         #@ norm30(mm, me)
         num = (mm >> 15) * am                                       #!chk num
         ne = me + 15 + ae

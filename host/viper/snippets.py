@@ -60,12 +60,27 @@ def round_even(v, sh):
     v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
 
 
-def store(p, i, v, e, sg, t, sh, be):
-    """p[i] = v * 2^e as float32 bits, |v| < 2^31 (the body of _store)."""
+def unsign(v, sg):
+    """sg = the sign bit of v (1 when v < 0), v = |v|."""
     sg = 0
     if v < 0:
         sg = 1
         v = 0 - v
+
+
+def norm16(v, e):
+    """v > 0 brought to 2^15 <= v < 2^16 by shifts, e counts them."""
+    while v >= 0x10000:
+        v = v >> 1
+        e += 1
+    while v < 0x8000:
+        v = v << 1
+        e -= 1
+
+
+def store(p, i, v, e, sg, t, sh, be):
+    """p[i] = v * 2^e as float32 bits, |v| < 2^31 (the body of _store)."""
+    #@ unsign(v, sg)
     #@ pack(p, i, v, e, sg, t, sh, be)
 
 
@@ -463,10 +478,7 @@ def fadd(po, oi, xa, xb, ea, eb, ma, mb, d, v, e, sg):
         if (xb >> 31) & 1:
             mb = 0 - mb
         v = ma + mb                                     #!chk v
-        sg = 0
-        if v < 0:
-            sg = 1
-            v = 0 - v
+        #@ unsign(v, sg)
         #@ pack_even(po, oi, v, e, sg)
 
 
@@ -525,10 +537,7 @@ def snorm(m, e, sg):
     """Signed m * 2^e (|m| < 2^31) normalized to 2^29 <= |m| < 2^30 (or 0), for the next aligned
     add (uses top = 2^30)."""
     if m != 0:
-        sg = 0
-        if m < 0:
-            sg = 1
-            m = 0 - m
+        #@ unsign(m, sg)
         #@ norm30(m, e)
         if sg:
             m = 0 - m

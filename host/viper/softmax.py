@@ -225,10 +225,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             else:
                 #@ alignsub(md, me, o, de, v, e, sh)
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
-            neg = 0
-            if v < 0:
-                neg = 1
-                v = 0 - v
+            #@ unsign(v, neg)
             while v >= 0x800000:
                 v = v >> 8
                 e += 8
