@@ -191,6 +191,13 @@ def _softmax_back_row(dq, dk, q, k, att, ab, da, dot, scale, qh, kb, C, n, hs):
         _dq_dk_add(dq, dk, q, k, qh, kb + j * C, ds, hs)
 
 
+def _zero_qkv(dq, dk, dv, nq, nkv):
+    # the attention gradients zeroed before they are accumulated: dq (nq,), dk and dv (nkv,)
+    zero(dq, nq)
+    zero(dk, nkv)
+    zero(dv, nkv)
+
+
 def _softmax_rescored(att, ab, q, qh, k, kb, kstride, n, mask, mb, hs, scale):
     # The rare path of a row whose scores overflow float32 (|q.k| > 3.4e38, e.g. inputs ~1e20):
     # each score is recomputed from q and k scaled by 2^-64 (so q.k by 2^-128, finite), and
@@ -230,9 +237,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
     # att (B, NH, Tq, Tk): the forward's weights (0 where masked, so masked keys get no gradient)
     hs = C // NH
     scale = 1.0 / sqrt(hs)
-    zero(dq, B * Tq * C)
-    zero(dk, B * Tk * C)
-    zero(dv, B * Tk * C)
+    _zero_qkv(dq, dk, dv, B * Tq * C, B * Tk * C)
     for b in range(B):
         for t in range(Tq):
             qb = (b * Tq + t) * C
@@ -853,9 +858,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B,
     # dv[j] += A'[j] dctx, dA[j] = keep[j] pscale (dctx . v[j]), dS = A (dA - sum dA A) * scale
     hs = C // NH
     scale = 1.0 / sqrt(hs)
-    zero(dq, B * Tq * C)
-    zero(dk, B * Tk * C)
-    zero(dv, B * Tk * C)
+    _zero_qkv(dq, dk, dv, B * Tq * C, B * Tk * C)
     for b in range(B):
         for t in range(Tq):
             for h in range(NH):
@@ -961,9 +964,7 @@ def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, 
     hs = C // NH
     scale = 1.0 / sqrt(hs)
     shift = Tk - Tq
-    zero(dq, B * Tq * C)
-    zero(dk, B * Tk * C)
-    zero(dv, B * Tk * C)
+    _zero_qkv(dq, dk, dv, B * Tq * C, B * Tk * C)
     for b in range(B):
         for t in range(Tq):
             last = _last_key(t, Tk, shift, causal)
