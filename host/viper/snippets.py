@@ -483,8 +483,9 @@ def fadd(po, oi, xa, xb, ea, eb, ma, mb, d, v, e, sg):
 
 
 def ldiv(v, e, dv, q, rem):
-    """v * 2^e /= dv for 0 <= v < 2^30 and 0 < dv < 2^30, by long division: v becomes the
-    quotient with 29 or 30 significant bits (truncated), e its exponent (v = 0 stays 0)."""
+    """v * 2^e /= dv for 0 <= v < 2^31 and 0 < dv <= 2^30 (the remainder doubled stays below
+    2^31), by long division: v becomes the quotient, truncated, with 29 significant bits or more
+    and below 2^31 (29 or 30 bits when v < 2^30), e its exponent (v = 0 stays 0)."""
     q = v // dv
     rem = v - q * dv
     while q < 0x20000000 and v != 0:
