@@ -250,23 +250,13 @@ def _sgd(p, g, buf, n: int, c):
         y = pp[i]
         ey = (y >> 23) & 0xFF
         if wdm != 0 and ey != 0:
-            t = (((y & 0x7FFFFF) | 0x800000) >> 9) * wdm                     #!chk t
-            if (y >> 31) & 1:
-                t = 0 - t
-            te = ey - 141 + wde
-            #@ addto0(dm, de, t, te, sh)
-            #@ snorm(dm, de)
+            #@ addmul(dm, de, y, ey, wdm, wde, t, te, sh)
         # d += momentum buf; buf = d
         if hasbuf:
             x = pb[i]
             e = (x >> 23) & 0xFF
             if e != 0 and mom != 0:
-                t = (((x & 0x7FFFFF) | 0x800000) >> 9) * mom                  #!chk t
-                if (x >> 31) & 1:
-                    t = 0 - t
-                te = e - 141 + moe
-                #@ addto0(dm, de, t, te, sh)
-                #@ snorm(dm, de)
+                #@ addmul(dm, de, x, e, mom, moe, t, te, sh)
             kv = dm
             ke = de
             #@ store(pb, i, kv, ke, ks, kt, kh, kb)

@@ -534,6 +534,17 @@ def load30(p, i, x, eb, m, me):
         me = eb - 156
 
 
+def addmul(dm, de, y, ey, f, fe, t, te, sh):
+    """dm 2^de += y * f 2^fe, then normalized as snorm does: y float32 bits with biased exponent
+    ey != 0, f a 15-bit mantissa (|f| < 2^15: the product t 2^te has |t| < 2^30)."""
+    t = (((y & 0x7FFFFF) | 0x800000) >> 9) * f                     #!chk t
+    if (y >> 31) & 1:
+        t = 0 - t
+    te = ey - 141 + fe
+    #@ addto0(dm, de, t, te, sh)
+    #@ snorm(dm, de)
+
+
 def snorm(m, e, sg):
     """Signed m * 2^e (|m| < 2^31) normalized to 2^29 <= |m| < 2^30 (or 0), for the next aligned
     add (uses top = 2^30)."""
