@@ -79,10 +79,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             sm += q                                             #!chk sm
         # mean = sm / C * 2^L
         v = sm
-        sg = 0
-        if v < 0:
-            sg = 1
-            v = 0 - v
+        #@ unsign(v, sg)
         e = L
         #@ ldiv(v, e, C, qq, rem)
         #@ pack(pm, n, v, e, sg, t, sh, bx)
@@ -160,13 +157,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
     sx = 1 << b31
     for c in range(C):
         d = (S[c] ^ sx) - sx
-        x = pb[c]
-        eb = (x >> 23) & 0xFF
-        bm = 0
-        be = 0
-        if eb != 0:
-            #@ mant30(x, bm, eb)
-            be = eb - 156
+        #@ load30(pb, c, x, eb, bm, be)
         y = pw[c]
         ew = (y >> 23) & 0xFF
         v = 0
@@ -177,12 +168,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
                 sg = sg ^ 1
                 d = 0 - d
             e = 0
-            while d >= 0x10000:
-                d = d >> 1
-                e += 1
-            while d < 0x8000:
-                d = d << 1
-                e -= 1
+            #@ norm16(d, e)
             v = (d * fm) >> 15                              #!chk v
             wm = ((y & 0x7FFFFF) | 0x800000) >> 9
             if ew == 255:
@@ -287,18 +273,10 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 xe = ex - 156
                 mb = mmn                        # (alignsub shifts its operands in place)
                 #@ alignsub(xm, xe, mb, mme, v, e, sh)
-            sg = 0
-            if v < 0:
-                sg = 1
-                v = 0 - v
+            #@ unsign(v, sg)
             xe = 0
             if v != 0:
-                while v >= 0x10000:
-                    v = v >> 1
-                    e += 1
-                while v < 0x8000:
-                    v = v << 1
-                    e -= 1
+                #@ norm16(v, e)
                 v = v * rm                                      #!chk v
                 xe = e + rex
                 if sg:
@@ -345,19 +323,13 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         # a = A / C = am 2^ae, b = B / C = bm 2^be (30 bits, signed)
         am = acca
         ae = emd + ha
-        asg = 0
-        if am < 0:
-            asg = 1
-            am = 0 - am
+        #@ unsign(am, asg)
         #@ ldiv(am, ae, C, qq, rem)
         if asg:
             am = 0 - am
         bm = accb
         be = emp + 32 + ha
-        bsg = 0
-        if bm < 0:
-            bsg = 1
-            bm = 0 - bm
+        #@ unsign(bm, bsg)
         #@ ldiv(bm, be, C, qq, rem)
         if bsg:
             bm = 0 - bm
@@ -404,17 +376,9 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
             #@ rsh(t, sh)
         v = dm - a - t                                          #!chk v
         e = M
-        sg = 0
-        if v < 0:
-            sg = 1
-            v = 0 - v
+        #@ unsign(v, sg)
         if v != 0:
-            while v >= 0x10000:
-                v = v >> 1
-                e += 1
-            while v < 0x8000:
-                v = v << 1
-                e -= 1
+            #@ norm16(v, e)
             v = v * rm                                          #!chk v
             e = e + rex
         #@ pack(pd, ib + c, v, e, sg)
@@ -431,13 +395,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 sg = sg ^ 1
             if sg:
                 p = 0 - p
-            y = pdw[c]
-            ey = (y >> 23) & 0xFF
-            om = 0
-            oe = 0
-            if ey != 0:
-                #@ mant30(y, om, ey)
-                oe = ey - 156
+            #@ load30(pdw, c, y, ey, om, oe)
             #@ addto0(p, pe, om, oe, sh)
             #@ store(pdw, c, p, pe)
         if flags & 2:

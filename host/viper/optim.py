@@ -44,23 +44,10 @@ def _adam(p, g, m, v, n: int, c):
     top = 1 << b30                      # 2^30 (a literal would be folded into a bigint)
     for i in range(n):
         # ---- d = g (+ wd p) ------------------------------------------------------------
-        x = pg[i]
-        e = (x >> 23) & 0xFF
-        dm = 0
-        de = 0
-        if e != 0:
-            #@ mant30(x, dm, e)
-            de = e - 156
+        #@ load30(pg, i, x, e, dm, de)
         #@ decay(dm, de)
         # normalize d to 2^29 <= |d| < 2^30 (or 0)
-        if dm != 0:
-            neg = 0
-            if dm < 0:
-                neg = 1
-                dm = 0 - dm
-            #@ norm30(dm, de)
-            if neg:
-                dm = 0 - dm
+        #@ snorm(dm, de, neg)
         # ---- m = beta1 m + (1 - beta1) d ---------------------------------------------------
         x = pm[i]
         e = (x >> 23) & 0xFF
@@ -128,10 +115,7 @@ def _adam(p, g, m, v, n: int, c):
             den = den << 1
             dne -= 1
         # num = a m, m normalized to 30 bits
-        neg = 0
-        if mm < 0:
-            neg = 1
-            mm = 0 - mm
+        #@ unsign(mm, neg)
         #@ norm30(mm, me)
         num = (mm >> 15) * am                                       #!chk num
         ne = me + 15 + ae
@@ -262,33 +246,17 @@ def _sgd(p, g, buf, n: int, c):
     top = 1 << b30
     for i in range(n):
         # d = g (+ wd p)
-        x = pg[i]
-        e = (x >> 23) & 0xFF
-        dm = 0
-        de = 0
-        if e != 0:
-            #@ mant30(x, dm, e)
-            de = e - 156
+        #@ load30(pg, i, x, e, dm, de)
         y = pp[i]
         ey = (y >> 23) & 0xFF
         if wdm != 0 and ey != 0:
-            t = (((y & 0x7FFFFF) | 0x800000) >> 9) * wdm                     #!chk t
-            if (y >> 31) & 1:
-                t = 0 - t
-            te = ey - 141 + wde
-            #@ addto0(dm, de, t, te, sh)
-            #@ snorm(dm, de)
+            #@ addmul(dm, de, y, ey, wdm, wde, t, te, sh)
         # d += momentum buf; buf = d
         if hasbuf:
             x = pb[i]
             e = (x >> 23) & 0xFF
             if e != 0 and mom != 0:
-                t = (((x & 0x7FFFFF) | 0x800000) >> 9) * mom                  #!chk t
-                if (x >> 31) & 1:
-                    t = 0 - t
-                te = e - 141 + moe
-                #@ addto0(dm, de, t, te, sh)
-                #@ snorm(dm, de)
+                #@ addmul(dm, de, x, e, mom, moe, t, te, sh)
             kv = dm
             ke = de
             #@ store(pb, i, kv, ke, ks, kt, kh, kb)

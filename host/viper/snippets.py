@@ -7,39 +7,18 @@
 def pack(p, i, v, e, sg, t, sh, be):
     """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits and
     rounded to nearest, exponent biased; an underflow is flushed to 0, an overflow is +-inf."""
-    if v == 0:
-        p[i] = 0
-    else:
-        if v >= 0x1000000:
-            t = v >> 24                     # 1 .. 127: sh = its bit length
-            sh = 1
-            #@ down(t, sh, 16, 4)
-            #@ down(t, sh, 4, 2)
-            if t >= 2:
-                sh += 1
-            v = (v + (1 << (sh - 1))) >> sh
-            e += sh
-            if v >= 0x1000000:
-                v = v >> 1
-                e += 1
-        else:
-            #@ up(v, e, 0x100, 16)
-            #@ up(v, e, 0x10000, 8)
-            #@ up(v, e, 0x100000, 4)
-            #@ up(v, e, 0x400000, 2)
-            #@ up(v, e, 0x800000, 1)
-        be = e + 150
-        if be >= 255:
-            be = 255
-            p[i] = (sg << 31) | (be << 23)
-        elif be <= 0:
-            p[i] = 0
-        else:
-            p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+    #@ pack_by(p, i, v, e, sg, t, sh, be, round_near)
 
 
 def pack_even(p, i, v, e, sg, t, sh, be):
     """pack, rounding ties to even as IEEE (the lowest kept bit decides): p[i] = (-1)^sg * v * 2^e; an underflow is flushed to 0, an overflow is +-inf."""
+    #@ pack_by(p, i, v, e, sg, t, sh, be, round_even)
+
+
+def pack_by(p, i, v, e, sg, t, sh, be, rnd):
+    """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits, rounded
+    by the snippet named rnd (round_near or round_even), exponent biased; an underflow is flushed
+    to 0, an overflow is +-inf."""
     if v == 0:
         p[i] = 0
     else:
@@ -50,7 +29,7 @@ def pack_even(p, i, v, e, sg, t, sh, be):
             #@ down(t, sh, 4, 2)
             if t >= 2:
                 sh += 1
-            v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
+            #@ rnd(v, sh)
             e += sh
             if v >= 0x1000000:
                 v = v >> 1
@@ -71,12 +50,37 @@ def pack_even(p, i, v, e, sg, t, sh, be):
             p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
 
 
-def store(p, i, v, e, sg, t, sh, be):
-    """p[i] = v * 2^e as float32 bits, |v| < 2^31 (the body of _store)."""
+def round_near(v, sh):
+    """v shifted right by sh >= 1, rounded to nearest (ties away from zero)."""
+    v = (v + (1 << (sh - 1))) >> sh
+
+
+def round_even(v, sh):
+    """v shifted right by sh >= 1, rounded to nearest, ties to even (the lowest kept bit decides)."""
+    v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
+
+
+def unsign(v, sg):
+    """sg = the sign bit of v (1 when v < 0), v = |v|."""
     sg = 0
     if v < 0:
         sg = 1
         v = 0 - v
+
+
+def norm16(v, e):
+    """v > 0 brought to 2^15 <= v < 2^16 by shifts, e counts them."""
+    while v >= 0x10000:
+        v = v >> 1
+        e += 1
+    while v < 0x8000:
+        v = v << 1
+        e -= 1
+
+
+def store(p, i, v, e, sg, t, sh, be):
+    """p[i] = v * 2^e as float32 bits, |v| < 2^31 (the body of _store)."""
+    #@ unsign(v, sg)
     #@ pack(p, i, v, e, sg, t, sh, be)
 
 
@@ -474,16 +478,14 @@ def fadd(po, oi, xa, xb, ea, eb, ma, mb, d, v, e, sg):
         if (xb >> 31) & 1:
             mb = 0 - mb
         v = ma + mb                                     #!chk v
-        sg = 0
-        if v < 0:
-            sg = 1
-            v = 0 - v
+        #@ unsign(v, sg)
         #@ pack_even(po, oi, v, e, sg)
 
 
 def ldiv(v, e, dv, q, rem):
-    """v * 2^e /= dv for 0 <= v < 2^30 and 0 < dv < 2^30, by long division: v becomes the
-    quotient with 29 or 30 significant bits (truncated), e its exponent (v = 0 stays 0)."""
+    """v * 2^e /= dv for 0 <= v < 2^31 and 0 < dv <= 2^30 (the remainder doubled stays below
+    2^31), by long division: v becomes the quotient, truncated, with 29 significant bits or more
+    and below 2^31 (29 or 30 bits when v < 2^30), e its exponent (v = 0 stays 0)."""
     q = v // dv
     rem = v - q * dv
     while q < 0x20000000 and v != 0:
@@ -520,14 +522,34 @@ def lookup(x, T, ex, tq, k, f, dl, ph):
         ph = T[k] + ((dl * (f >> 8) + ((dl * (f & 0xFF)) >> 8)) >> 8)   #!chk ph
 
 
+def load30(p, i, x, eb, m, me):
+    """x = p[i] (float32 bits) as m * 2^me, m signed with |m| < 2^30 (0 for a zero or subnormal x);
+    eb is its biased exponent."""
+    x = p[i]
+    eb = (x >> 23) & 0xFF
+    m = 0
+    me = 0
+    if eb != 0:
+        #@ mant30(x, m, eb)
+        me = eb - 156
+
+
+def addmul(dm, de, y, ey, f, fe, t, te, sh):
+    """dm 2^de += y * f 2^fe, then normalized as snorm does: y float32 bits with biased exponent
+    ey != 0, f a 15-bit mantissa (|f| < 2^15: the product t 2^te has |t| < 2^30)."""
+    t = (((y & 0x7FFFFF) | 0x800000) >> 9) * f                     #!chk t
+    if (y >> 31) & 1:
+        t = 0 - t
+    te = ey - 141 + fe
+    #@ addto0(dm, de, t, te, sh)
+    #@ snorm(dm, de)
+
+
 def snorm(m, e, sg):
     """Signed m * 2^e (|m| < 2^31) normalized to 2^29 <= |m| < 2^30 (or 0), for the next aligned
     add (uses top = 2^30)."""
     if m != 0:
-        sg = 0
-        if m < 0:
-            sg = 1
-            m = 0 - m
+        #@ unsign(m, sg)
         #@ norm30(m, e)
         if sg:
             m = 0 - m

@@ -225,10 +225,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             else:
                 #@ alignsub(md, me, o, de, v, e, sh)
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
-            neg = 0
-            if v < 0:
-                neg = 1
-                v = 0 - v
+            #@ unsign(v, neg)
             while v >= 0x800000:
                 v = v >> 8
                 e += 8
@@ -351,17 +348,9 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     e = le
     if v < 0:                                               # rounding below an exact 0
         v = 0
-    # v / B by long division: q < 2^30 once it has 29 bits or more; r < B, 2 r < 2^31
-    q = v // B
-    rem = v - q * B
-    while q < 0x20000000 and v != 0:
-        rem = rem << 1
-        q = q << 1
-        e -= 1
-        if rem >= B:
-            rem -= B
-            q += 1
-    _store(lf, 0, q, e)
+    # v / B by long division (v < 2^31, B <= 2^30)
+    #@ ldiv(v, e, B, q, rem)
+    _store(lf, 0, v, e)
 
 
 # ERROR BOUND (tests/test_viper_range.py): for any finite float32 logits, the loss is within

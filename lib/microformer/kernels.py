@@ -104,11 +104,7 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     for b in range(B):
         for t in range(Tq):
             qb = (b * Tq + t) * C
-            last = Tk - 1
-            if causal:
-                last = t + shift
-                if last > Tk - 1:
-                    last = Tk - 1
+            last = _last_key(t, Tk, shift, causal)
             for h in range(NH):
                 ab = ((b * NH + h) * Tq + t) * Tk
                 qh = qb + h * hs
@@ -120,11 +116,7 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
                     if j > last or (mask is not None and mask[b * Tk + j]):
                         att[ab + j] = 0.0
                         continue
-                    kh = (b * Tk + j) * C + h * hs
-                    s = 0.0
-                    for i in range(hs):
-                        s += q[qh + i] * k[kh + i]
-                    att[ab + j] = s * scale
+                    att[ab + j] = _dot(q, qh, k, (b * Tk + j) * C + h * hs, hs) * scale
                     s = att[ab + j]
                     if s - s != 0.0:
                         over = 1
@@ -151,12 +143,59 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
                         att[ab + j] *= inv
                 # pass 3: context = sum_j att[j] * v[j]
                 for i in range(hs):
-                    s = 0.0
-                    vi = b * Tk * C + h * hs + i
-                    for j in range(last + 1):
-                        s += att[ab + j] * v[vi]
-                        vi += C
-                    out[qh + i] = s
+                    out[qh + i] = _wsum(att, ab, v, b * Tk * C + h * hs + i, C, last + 1)
+
+
+def _dot(a, ai, b, bi, n):
+    # sum_i a[ai + i] * b[bi + i] for i < n, added in order from 0.0 (the attention scores)
+    s = 0.0
+    for i in range(n):
+        s += a[ai + i] * b[bi + i]
+    return s
+
+
+def _wsum(w, wi, v, vi, C, n):
+    # sum_j w[wi + j] * v[vi + j C] for j < n, added in order from 0.0 (a context entry)
+    s = 0.0
+    for j in range(n):
+        s += w[wi + j] * v[vi]
+        vi += C
+    return s
+
+
+def _dv_add(dv, v, vh, dout, qh, a, hs):
+    # dv[vh + i] += a * dout[qh + i] for i < hs; returns dout[qh:] . v[vh:] (dA of the key)
+    s = 0.0
+    for i in range(hs):
+        g = dout[qh + i]
+        s += g * v[vh + i]
+        dv[vh + i] += a * g
+    return s
+
+
+def _dq_dk_add(dq, dk, q, k, qh, kh, ds, hs):
+    # dq[qh:] += ds * k[kh:]; dk[kh:] += ds * q[qh:] (hs entries): one key's score gradient
+    for i in range(hs):
+        dq[qh + i] += ds * k[kh + i]
+        dk[kh + i] += ds * q[qh + i]
+
+
+def _softmax_back_row(dq, dk, q, k, att, ab, da, dot, scale, qh, kb, C, n, hs):
+    # dS_j = A_j (dA_j - dot) * scale for the keys j < n with A_j = att[ab + j] != 0 (dA_j =
+    # da[j]): dq[qh:] += dS_j k_j and dk_j += dS_j q, with k_j (and dk_j) at kb + j C
+    for j in range(n):
+        a = att[ab + j]
+        if a == 0.0:
+            continue
+        ds = a * (da[j] - dot) * scale
+        _dq_dk_add(dq, dk, q, k, qh, kb + j * C, ds, hs)
+
+
+def _zero_qkv(dq, dk, dv, nq, nkv):
+    # the attention gradients zeroed before they are accumulated: dq (nq,), dk and dv (nkv,)
+    zero(dq, nq)
+    zero(dk, nkv)
+    zero(dv, nkv)
 
 
 def _softmax_rescored(att, ab, q, qh, k, kb, kstride, n, mask, mb, hs, scale):
@@ -198,9 +237,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
     # att (B, NH, Tq, Tk): the forward's weights (0 where masked, so masked keys get no gradient)
     hs = C // NH
     scale = 1.0 / sqrt(hs)
-    zero(dq, B * Tq * C)
-    zero(dk, B * Tk * C)
-    zero(dv, B * Tk * C)
+    _zero_qkv(dq, dk, dv, B * Tq * C, B * Tk * C)
     for b in range(B):
         for t in range(Tq):
             qb = (b * Tq + t) * C
@@ -211,24 +248,11 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
                 dot = 0.0
                 for j in range(Tk):
                     a = att[ab + j]
-                    vh = (b * Tk + j) * C + h * hs
-                    s = 0.0
-                    for i in range(hs):
-                        g = dout[qh + i]
-                        s += g * v[vh + i]
-                        dv[vh + i] += a * g
+                    s = _dv_add(dv, v, (b * Tk + j) * C + h * hs, dout, qh, a, hs)
                     scratch[j] = s
                     dot += s * a
                 # softmax backward: dS = A * (dA - dot) * scale; dq += dS . k; dk += dS * q
-                for j in range(Tk):
-                    a = att[ab + j]
-                    if a == 0.0:
-                        continue
-                    ds = a * (scratch[j] - dot) * scale
-                    kh = (b * Tk + j) * C + h * hs
-                    for i in range(hs):
-                        dq[qh + i] += ds * k[kh + i]
-                        dk[kh + i] += ds * q[qh + i]
+                _softmax_back_row(dq, dk, q, k, att, ab, scratch, dot, scale, qh, b * Tk * C + h * hs, C, Tk, hs)
 
 
 def act_forward(out, inp, N, kind):
@@ -564,11 +588,7 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
             m = 0.0
             over = 0
             for j in range(T):
-                kh = (b * L + j) * C + h * hs
-                s = 0.0
-                for i in range(hs):
-                    s += q[qh + i] * kc[kh + i]
-                att[ab + j] = s * scale
+                att[ab + j] = _dot(q, qh, kc, (b * L + j) * C + h * hs, hs) * scale
                 s = att[ab + j]
                 if s - s != 0.0:
                     over = 1
@@ -586,12 +606,7 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
             for j in range(T):
                 att[ab + j] *= inv
             for i in range(hs):
-                s = 0.0
-                vi = b * L * C + h * hs + i
-                for j in range(T):
-                    s += att[ab + j] * vc[vi]
-                    vi += C
-                out[qh + i] = s
+                out[qh + i] = _wsum(att, ab, vc, b * L * C + h * hs + i, C, T)
 
 
 def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
@@ -608,11 +623,7 @@ def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
                     if (causal and j > t + shift) or (mask is not None and mask[b * Tk + j]):
                         out[ob + j] = hidden
                         continue
-                    kh = (b * Tk + j) * C + h * hs
-                    s = 0.0
-                    for i in range(hs):
-                        s += q[qh + i] * k[kh + i]
-                    out[ob + j] = s * scale
+                    out[ob + j] = _dot(q, qh, k, (b * Tk + j) * C + h * hs, hs) * scale
 
 
 def argmax(buf, off, n):
@@ -847,9 +858,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B,
     # dv[j] += A'[j] dctx, dA[j] = keep[j] pscale (dctx . v[j]), dS = A (dA - sum dA A) * scale
     hs = C // NH
     scale = 1.0 / sqrt(hs)
-    zero(dq, B * Tq * C)
-    zero(dk, B * Tk * C)
-    zero(dv, B * Tk * C)
+    _zero_qkv(dq, dk, dv, B * Tq * C, B * Tk * C)
     for b in range(B):
         for t in range(Tq):
             for h in range(NH):
@@ -861,24 +870,11 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B,
                         scratch[j] = 0.0
                         continue
                     a = att[ab + j] * pscale
-                    vh = (b * Tk + j) * C + h * hs
-                    s = 0.0
-                    for i in range(hs):
-                        g = dout[qh + i]
-                        s += g * v[vh + i]
-                        dv[vh + i] += a * g
+                    s = _dv_add(dv, v, (b * Tk + j) * C + h * hs, dout, qh, a, hs)
                     s *= pscale
                     scratch[j] = s
                     dot += s * att[ab + j]
-                for j in range(Tk):
-                    a = att[ab + j]
-                    if a == 0.0:
-                        continue
-                    ds = a * (scratch[j] - dot) * scale
-                    kh = (b * Tk + j) * C + h * hs
-                    for i in range(hs):
-                        dq[qh + i] += ds * k[kh + i]
-                        dk[kh + i] += ds * q[qh + i]
+                _softmax_back_row(dq, dk, q, k, att, ab, scratch, dot, scale, qh, b * Tk * C + h * hs, C, Tk, hs)
 
 
 def _last_key(t, Tk, shift, causal):
@@ -921,11 +917,7 @@ def attention_forward_tiled(out, stats, tile, q, k, v, mask, B, Tq, Tk, C, NH, c
                     for j in range(j0, j1):
                         if mask is not None and mask[b * Tk + j]:
                             continue
-                        kh = (b * Tk + j) * C + h * hs
-                        s = 0.0
-                        for i in range(hs):
-                            s += q[qh + i] * k[kh + i]
-                        tile[j - j0] = s * scale
+                        tile[j - j0] = _dot(q, qh, k, (b * Tk + j) * C + h * hs, hs) * scale
                         s = tile[j - j0]
                         if s - s != 0.0 and s == s:
                             raise OverflowError("attention_forward_tiled: a score q.k/sqrt(D) is beyond "
@@ -951,11 +943,7 @@ def attention_forward_tiled(out, stats, tile, q, k, v, mask, B, Tq, Tk, C, NH, c
                         l = l * alpha + ts
                         m = mn
                         for i in range(hs):
-                            s = 0.0
-                            vi = (b * Tk + j0) * C + h * hs + i
-                            for j in range(j1 - j0):
-                                s += tile[j] * v[vi]
-                                vi += C
+                            s = _wsum(tile, 0, v, (b * Tk + j0) * C + h * hs + i, C, j1 - j0)
                             out[qh + i] = out[qh + i] * alpha + s
                     j0 = j1
                 stats[sb] = m
@@ -976,9 +964,7 @@ def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, 
     hs = C // NH
     scale = 1.0 / sqrt(hs)
     shift = Tk - Tq
-    zero(dq, B * Tq * C)
-    zero(dk, B * Tk * C)
-    zero(dv, B * Tk * C)
+    _zero_qkv(dq, dk, dv, B * Tq * C, B * Tk * C)
     for b in range(B):
         for t in range(Tq):
             last = _last_key(t, Tk, shift, causal)
@@ -997,20 +983,11 @@ def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, 
                     if mask is not None and mask[b * Tk + j]:
                         continue
                     kh = (b * Tk + j) * C + h * hs
-                    s = 0.0
-                    for i in range(hs):
-                        s += q[qh + i] * k[kh + i]
-                    tile[0] = s * scale             # the score as the forward stored it
+                    tile[0] = _dot(q, qh, k, kh, hs) * scale     # the score as the forward stored it
                     a = exp(tile[0] - m) * inv
-                    s = 0.0
-                    for i in range(hs):
-                        g = dout[qh + i]
-                        s += g * v[kh + i]
-                        dv[kh + i] += a * g
+                    s = _dv_add(dv, v, kh, dout, qh, a, hs)
                     ds = a * (s - d) * scale
-                    for i in range(hs):
-                        dq[qh + i] += ds * k[kh + i]
-                        dk[kh + i] += ds * q[qh + i]
+                    _dq_dk_add(dq, dk, q, k, qh, kh, ds, hs)
 
 
 def kv_shift(cache, B, L, C, n):

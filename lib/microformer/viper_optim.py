@@ -710,7 +710,7 @@ def _sgd(p, g, buf, n: int, c):
             x = pb[i]
             e = (x >> 23) & 0xFF
             if e != 0 and mom != 0:
-                t = (((x & 0x7FFFFF) | 0x800000) >> 9) * mom                  #!chk t
+                t = (((x & 0x7FFFFF) | 0x800000) >> 9) * mom                     #!chk t
                 if (x >> 31) & 1:
                     t = 0 - t
                 te = e - 141 + moe

@@ -499,7 +499,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     e = le
     if v < 0:                                               # rounding below an exact 0
         v = 0
-    # v / B by long division: q < 2^30 once it has 29 bits or more; r < B, 2 r < 2^31
+    # v / B by long division (v < 2^31, B <= 2^30)
     q = v // B
     rem = v - q * B
     while q < 0x20000000 and v != 0:
@@ -509,7 +509,8 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
         if rem >= B:
             rem -= B
             q += 1
-    _store(lf, 0, q, e)
+    v = q
+    _store(lf, 0, v, e)
 
 
 # ERROR BOUND (tests/test_viper_range.py): for any finite float32 logits, the loss is within
