@@ -187,7 +187,7 @@ def test_bad_input_micropython(tmp_path, micropython):
 
 def test_show_heatmap():
     import microformer as mf
-    from microformer.show import heatmap
+    from microformer.heatmap import heatmap
     assert heatmap([[0.0, 1.0, 0.5, 0.1]]) == [" @+."]
     mf.seed(1)
     a = mf.Attention(8, 2, causal=True)

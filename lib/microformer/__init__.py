@@ -26,7 +26,7 @@ from .dropout import Dropout
 # Imported on first use (a board without PSRAM has a small heap): the names in _LAZY (modules
 # mf.data, mf.train, mf.spec; functions and the rarer layers), and any other submodule.
 _LAZY = {"data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
-         "load_model": "spec", "StreamingEncoder": "stream", "show": "show",
+         "load_model": "spec", "StreamingEncoder": "stream", "show": "heatmap",
          "DecoderBlock": "decoder", "Transformer": "decoder", "Conv1D": "conv",
          "MaxPool1D": "pool1d", "AvgPool1D": "pool1d", "LearnedPositionalEmbedding": "posembed"}
 
@@ -40,4 +40,7 @@ def __getattr__(name):
     except ImportError:
         raise AttributeError("module 'microformer' has no attribute '%s'" % name)
     m = sys.modules["microformer." + mod]
-    return m if name not in _LAZY or name in ("data", "train", "spec") else getattr(m, name)
+    v = m if name not in _LAZY or name in ("data", "train", "spec") else getattr(m, name)
+    globals()[name] = v        # bound here once: later uses skip this function
+
+    return v

@@ -1,4 +1,4 @@
-# microformer.show: attention weights as a text heat map on the REPL.
+# microformer.heatmap: attention weights as a text heat map on the REPL (mf.show).
 RAMP = " .:-=+*#%@"
 
 
