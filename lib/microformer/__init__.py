@@ -42,5 +42,4 @@ def __getattr__(name):
     m = sys.modules["microformer." + mod]
     v = m if name not in _LAZY or name in ("data", "train", "spec") else getattr(m, name)
     globals()[name] = v        # bound here once: later uses skip this function
-
     return v
