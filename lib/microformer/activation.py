@@ -1,7 +1,6 @@
 # microformer.activation: elementwise nonlinearities.
 from . import backend, kernels
 from .layer import Layer, check_tensor, shape_error
-from .tensor import Tensor
 
 KINDS = {
     "relu": kernels.RELU,
@@ -40,12 +39,6 @@ class ActivationLayer(Layer):
         backend.K.act_forward(y.data, x.data, x.size, self._code)
         self._x = x
         return y
-
-    def _allocate(self, stage, shape, other):
-        if stage == "_fwd":
-            self._y = Tensor.zeros(shape)
-        else:
-            self._dx = Tensor.zeros(shape)
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)

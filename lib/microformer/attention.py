@@ -359,18 +359,23 @@ class Attention(Layer):
         self._padded = False
         return y
 
-    def decode_step(self, x):
-        """One new token per sequence, x [B,1,E] -> y [B,1,E], attending to every cached token."""
-        self._check_decoding("decode_step")
-        if self._kc is None:
-            raise RuntimeError("Attention: decode_step() called before prefill()")
+    def _check_token(self, x, who):
+        # one new token per cached sequence, and room for it in the cache: (B, L, E)
         B, L, E = self._kc.shape
         check_tensor("Attention", "x", x)
         if x.shape != (B, 1, E):
             raise shape_error("Attention", "x", "[%d,1,%d] (one token per cached sequence)" % (B, E), x.shape)
         if self._pos >= L:
-            raise ValueError("Attention: KV cache is full: max_len=%d tokens, decode_step would write position %d"
-                             % (L, self._pos))
+            raise ValueError("Attention: KV cache is full: max_len=%d tokens, %s would write position %d"
+                             % (L, who, self._pos))
+        return B, L, E
+
+    def decode_step(self, x):
+        """One new token per sequence, x [B,1,E] -> y [B,1,E], attending to every cached token."""
+        self._check_decoding("decode_step")
+        if self._kc is None:
+            raise RuntimeError("Attention: decode_step() called before prefill()")
+        B, L, E = self._check_token(x, "decode_step")
         K = backend.K
         bias = self.use_bias
         self._buffers("_dec", x.shape, L)
@@ -496,13 +501,7 @@ class Attention(Layer):
         self._check_decoding("decode_step_padded")
         if self._kc is None or not getattr(self, "_padded", False):
             raise RuntimeError("Attention: decode_step_padded() called before prefill_padded()")
-        B, L, E = self._kc.shape
-        check_tensor("Attention", "x", x)
-        if x.shape != (B, 1, E):
-            raise shape_error("Attention", "x", "[%d,1,%d] (one token per cached sequence)" % (B, E), x.shape)
-        if self._pos >= L:
-            raise ValueError("Attention: KV cache is full: max_len=%d tokens, decode_step_padded would write position %d"
-                             % (L, self._pos))
+        B, L, E = self._check_token(x, "decode_step_padded")
         K = backend.K
         bias = self.use_bias
         self._buffers("_dec", x.shape, L)

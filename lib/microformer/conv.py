@@ -90,12 +90,6 @@ class Conv1D(Layer):
         self._x = x
         return y
 
-    def _allocate(self, stage, shape, other):
-        if stage == "_fwd":
-            self._y = Tensor.zeros(self.output_shape(shape))
-        else:
-            self._dx = Tensor.zeros(shape)
-
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
         check_tensor("Conv1D", "dy", dy)

@@ -59,12 +59,6 @@ class Dense(Layer):
         self._x = x
         return y
 
-    def _allocate(self, stage, shape, other):
-        if stage == "_fwd":
-            self._y = Tensor.zeros(self.output_shape(shape))
-        else:
-            self._dx = Tensor.zeros(shape)
-
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
         x = self._x

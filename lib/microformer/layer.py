@@ -42,6 +42,14 @@ class Layer(Buffered):
     trainable = True
     training = True
 
+    def _allocate(self, stage, shape, other):
+        # the common case: the output `_y` for the forward pass ('_fwd', at output_shape), the input
+        # gradient `_dx` for any other stage; layers with more buffers define their own
+        if stage == "_fwd":
+            self._y = Tensor.zeros(self.output_shape(shape))
+        else:
+            self._dx = Tensor.zeros(shape)
+
     def _sublayers(self):
         """The parts of a composite layer, in order (empty for a plain layer)."""
         return ()

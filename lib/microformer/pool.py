@@ -1,7 +1,6 @@
 # microformer.pool: mean over the sequence axis.
 from . import backend
 from .layer import Layer, check_tensor, shape_error
-from .tensor import Tensor
 
 
 class GlobalAvgPool(Layer):
@@ -31,12 +30,6 @@ class GlobalAvgPool(Layer):
         backend.K.avgpool_forward(y.data, x.data, B, S, E)
         self._x = x
         return y
-
-    def _allocate(self, stage, shape, other):
-        if stage == "_fwd":
-            self._y = Tensor.zeros(self.output_shape(shape))
-        else:
-            self._dx = Tensor.zeros(shape)
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)

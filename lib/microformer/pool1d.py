@@ -5,7 +5,6 @@ from array import array
 
 from . import backend
 from .layer import Layer, check_tensor, shape_error
-from .tensor import Tensor
 
 
 class _Pool1D(Layer):
@@ -46,12 +45,6 @@ class _Pool1D(Layer):
         B, L, C = x.shape
         return B, L, C, self.out_length(L)
 
-    def _allocate(self, stage, shape, other):
-        if stage == "_fwd":
-            self._y = Tensor.zeros(self.output_shape(shape))
-        else:
-            self._dx = Tensor.zeros(shape)
-
     def _check_dy(self, dy):
         who = type(self).__name__
         self._need_forward(self._x)
@@ -75,7 +68,7 @@ class MaxPool1D(_Pool1D):
         return y
 
     def _allocate(self, stage, shape, other):
-        _Pool1D._allocate(self, stage, shape, other)
+        Layer._allocate(self, stage, shape, other)
         if stage == "_fwd":
             self._idx = array("i", bytes(4 * self._y.size))      # each output's argmax
 
