@@ -674,10 +674,11 @@ def copy(dst, src, n):
 # average's divisor K, as torch's count_include_pad=True), -inf for max pooling.
 
 
-def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
-    # inp (B, L, C); weight (OC, C/groups, K) as torch's Conv1d; bias (OC,) or None
-    # out (B, Lout, OC): out[b,t,o] = bias[o] + sum_{c, j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
-    #   Cg = C / groups input channels per group, g = o // (OC / groups) the group of output channel o
+def _conv_walk(out, dinp, dweight, dbias, dout, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+    # the walk both directions of the convolution share: every output (b, t, o), every tap j whose
+    # input position p = t stride + j dil - pad lies in 0..L-1, the Cg channels of o's group g.
+    # out not None: the forward (out written); otherwise the backward (dout read; dinp, dweight,
+    # dbias accumulated where not None)
     Cg = C // groups
     OCg = OC // groups
     for b in range(B):
@@ -687,17 +688,38 @@ def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, di
             for o in range(OC):
                 ib = b * L * C + (o // OCg) * Cg
                 wb = o * Cg * K
-                s = 0.0 if bias is None else bias[o]
+                if out is not None:
+                    s = 0.0 if bias is None else bias[o]
+                else:
+                    g = dout[ob + o]
+                    if dbias is not None:
+                        dbias[o] += g
                 for j in range(K):
                     p = p0 + j * dil
                     if p < 0 or p >= L:
                         continue
                     xi = ib + p * C
                     wi = wb + j
+                    if out is not None:
+                        for c in range(Cg):
+                            s += weight[wi] * inp[xi + c]
+                            wi += K
+                        continue
                     for c in range(Cg):
-                        s += weight[wi] * inp[xi + c]
+                        if dinp is not None:
+                            dinp[xi + c] += g * weight[wi]
+                        if dweight is not None:
+                            dweight[wi] += g * inp[xi + c]
                         wi += K
-                out[ob + o] = s
+                if out is not None:
+                    out[ob + o] = s
+
+
+def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+    # inp (B, L, C); weight (OC, C/groups, K) as torch's Conv1d; bias (OC,) or None
+    # out (B, Lout, OC): out[b,t,o] = bias[o] + sum_{c, j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
+    #   Cg = C / groups input channels per group, g = o // (OC / groups) the group of output channel o
+    _conv_walk(out, None, None, None, None, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups)
 
 
 def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, K, stride, pad, dil, groups):
@@ -705,38 +727,18 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
     # dinp (B, L, C) = the transposed convolution of dout (written; skipped when None)
     # dweight (OC, Cg, K) += sum_{b,t} dout[b,t,o] inp[b, p(t,j), g Cg + c]  (accumulated; skipped when None)
     # dbias (OC,) += sum_{b,t} dout[b,t,o]                                  (accumulated; skipped when None)
-    Cg = C // groups
-    OCg = OC // groups
     if dinp is not None:
         zero(dinp, B * L * C)
-    for b in range(B):
-        for t in range(Lout):
-            ob = (b * Lout + t) * OC
-            p0 = t * stride - pad
-            for o in range(OC):
-                g = dout[ob + o]
-                if dbias is not None:
-                    dbias[o] += g
-                ib = b * L * C + (o // OCg) * Cg
-                wb = o * Cg * K
-                for j in range(K):
-                    p = p0 + j * dil
-                    if p < 0 or p >= L:
-                        continue
-                    xi = ib + p * C
-                    wi = wb + j
-                    for c in range(Cg):
-                        if dinp is not None:
-                            dinp[xi + c] += g * weight[wi]
-                        if dweight is not None:
-                            dweight[wi] += g * inp[xi + c]
-                        wi += K
+    _conv_walk(None, dinp, dweight, dbias, dout, inp, weight, None, B, L, C, Lout, OC, K, stride, pad, dil, groups)
 
 
-def maxpool1d_forward(out, idx, inp, B, L, C, Lout, K, stride, pad):
-    # out (B, Lout, C) = max over the window t stride - pad .. + K - 1 (inside 0..L-1) of inp (B, L, C)
-    # idx (B, Lout, C) ints: the position (0..L-1) of the maximum, the first one on ties (as torch)
-    # a window must hold a real position (pad <= K // 2 guarantees it)
+def _pool_walk(dst, idx, src, B, L, C, Lout, K, stride, pad, back):
+    # the window walk every 1-D pooling kernel shares: for each (b, t, c), the positions lo..hi-1 of
+    # window t (t stride - pad .. + K - 1) that lie inside 0..L-1.
+    # idx not None: max pooling, dst (B, Lout, C) = the window's max of src, idx its position (the
+    #   first on ties, as torch); back: dst (B, L, C) += src[b,t,c] / K over window t; otherwise
+    #   average pooling, dst (B, Lout, C) = the window's sum of src / K (padding counts as 0)
+    inv = 1.0 / K
     for b in range(B):
         for t in range(Lout):
             p0 = t * stride - pad
@@ -745,16 +747,34 @@ def maxpool1d_forward(out, idx, inp, B, L, C, Lout, K, stride, pad):
             ob = (b * Lout + t) * C
             for c in range(C):
                 ii = (b * L + lo) * C + c
-                best = inp[ii]
-                at = lo
-                for p in range(lo + 1, hi):
-                    ii += C
-                    v = inp[ii]
-                    if v > best:
-                        best = v
-                        at = p
-                out[ob + c] = best
-                idx[ob + c] = at
+                if idx is not None:
+                    best = src[ii]
+                    at = lo
+                    for p in range(lo + 1, hi):
+                        ii += C
+                        if src[ii] > best:
+                            best = src[ii]
+                            at = p
+                    dst[ob + c] = best
+                    idx[ob + c] = at
+                elif back:
+                    g = src[ob + c] * inv
+                    for p in range(lo, hi):
+                        dst[ii] += g
+                        ii += C
+                else:
+                    s = 0.0
+                    for p in range(lo, hi):
+                        s += src[ii]
+                        ii += C
+                    dst[ob + c] = s * inv
+
+
+def maxpool1d_forward(out, idx, inp, B, L, C, Lout, K, stride, pad):
+    # out (B, Lout, C) = max over the window t stride - pad .. + K - 1 (inside 0..L-1) of inp (B, L, C)
+    # idx (B, Lout, C) ints: the position (0..L-1) of the maximum, the first one on ties (as torch)
+    # a window must hold a real position (pad <= K // 2 guarantees it)
+    _pool_walk(out, idx, inp, B, L, C, Lout, K, stride, pad, False)
 
 
 def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
@@ -770,39 +790,14 @@ def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
 
 def avgpool1d_forward(out, inp, B, L, C, Lout, K, stride, pad):
     # out (B, Lout, C) = (1/K) sum over the window t stride - pad .. + K - 1 of inp (padding counts as 0)
-    inv = 1.0 / K
-    for b in range(B):
-        for t in range(Lout):
-            p0 = t * stride - pad
-            lo = p0 if p0 > 0 else 0
-            hi = p0 + K if p0 + K < L else L
-            ob = (b * Lout + t) * C
-            for c in range(C):
-                s = 0.0
-                ii = (b * L + lo) * C + c
-                for p in range(lo, hi):
-                    s += inp[ii]
-                    ii += C
-                out[ob + c] = s * inv
+    _pool_walk(out, None, inp, B, L, C, Lout, K, stride, pad, False)
 
 
 def avgpool1d_backward(dinp, dout, B, L, C, Lout, K, stride, pad):
     # in the forward pass this was out[b,t,c] = (1/K) sum_{p in window t} inp[b,p,c]
     # dinp (B, L, C) = sum over the windows holding p of dout / K (written)
-    inv = 1.0 / K
     zero(dinp, B * L * C)
-    for b in range(B):
-        for t in range(Lout):
-            p0 = t * stride - pad
-            lo = p0 if p0 > 0 else 0
-            hi = p0 + K if p0 + K < L else L
-            ob = (b * Lout + t) * C
-            for c in range(C):
-                g = dout[ob + c] * inv
-                ii = (b * L + lo) * C + c
-                for p in range(lo, hi):
-                    dinp[ii] += g
-                    ii += C
+    _pool_walk(dinp, None, dout, B, L, C, Lout, K, stride, pad, True)
 
 
 def posembed_backward(dtable, dout, B, S, C, start):
@@ -965,16 +960,17 @@ def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, 
     scale = 1.0 / sqrt(hs)
     shift = Tk - Tq
     _zero_qkv(dq, dk, dv, B * Tq * C, B * Tk * C)
+    sb = 0                                          # stats rows in their (b, h, t) order
     for b in range(B):
-        for t in range(Tq):
-            last = _last_key(t, Tk, shift, causal)
-            for h in range(NH):
-                qh = (b * Tq + t) * C + h * hs
-                sb = ((b * NH + h) * Tq + t) * 2
+        for h in range(NH):
+            for t in range(Tq):
+                m = stats[sb]
                 l = stats[sb + 1]
+                sb += 2
                 if l == 0.0:
                     continue                        # no visible key: no gradient
-                m = stats[sb]
+                last = _last_key(t, Tk, shift, causal)
+                qh = (b * Tq + t) * C + h * hs
                 inv = 1.0 / l
                 d = 0.0
                 for i in range(hs):
