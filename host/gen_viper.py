@@ -12,6 +12,8 @@ whose body is the code. A source line
 
 is replaced by that body, indented like the line, with each parameter renamed to the argument in
 its place (parameters left out keep their own names). A snippet body may use other snippets.
+A kernel's pointer declarations are one line too: `#@ ptr32(po=out, pa=a)` (likewise ptr8 and
+ptr16) becomes `po = ptr32(out)` and `pa = ptr32(a)`, one per line.
 Every other line is copied as it is; `#!chk` markers (tests/test_viper.py) come along.
 """
 import argparse
@@ -72,6 +74,21 @@ def _rename(line, mapping):
     return _WORD.sub(lambda m: mapping.get(m.group(0), m.group(0)), line)
 
 
+_PTRS = ("ptr8", "ptr16", "ptr32")
+_PAIR = re.compile(r"^([A-Za-z_]\w*)=([A-Za-z_]\w*)$")
+
+
+def _pointers(kind, args, where):
+    """`#@ ptr32(po=out, pa=a)` -> ["po = ptr32(out)", "pa = ptr32(a)"]."""
+    out = []
+    for a in args.split(","):
+        m = _PAIR.match(a.strip())
+        if not m:
+            raise ValueError("%s: %s(...) takes name=buffer pairs, got %r" % (where, kind, a.strip()))
+        out.append("%s = %s(%s)" % (m.group(1), kind, m.group(2)))
+    return out
+
+
 def expand(lines, snippets, where, depth=0):
     """The lines with every `#@ name(args)` replaced by its snippet body."""
     if depth > 8:
@@ -83,6 +100,9 @@ def expand(lines, snippets, where, depth=0):
             out.append(line)
             continue
         indent, name, args = m.group(1), m.group(2), m.group(3)
+        if name in _PTRS:
+            out.extend(indent + s for s in _pointers(name, args, "%s:%d" % (where, n)))
+            continue
         if name not in snippets:
             raise ValueError("%s:%d: unknown snippet %r (known: %s)" % (where, n, name, ", ".join(sorted(snippets))))
         params, body = snippets[name]

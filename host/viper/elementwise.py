@@ -13,8 +13,7 @@ from .viper_common import _store
 def _relu(out, inp, n: int, leaky: int):
     # out (n,) = relu(inp): x > 0 iff the sign bit is clear and the bits are not 0 (subnormals
     # count); NaN -> NaN. leaky: 0.01 x (15-bit mantissa product, via _store), -inf -> -inf
-    po = ptr32(out)
-    pi = ptr32(inp)
+    #@ ptr32(po=out, pi=inp)
     for i in range(n):
         x = pi[i]
         e = (x >> 23) & 0xFF
@@ -35,9 +34,7 @@ def _relu(out, inp, n: int, leaky: int):
 def _relu_back(dinp, dout, inp, n: int, leaky: int):
     # dinp (n,) = dout where inp > 0, else 0 (or 0.01 dout), as torch: relu passes dout where
     # not inp <= 0 (a NaN inp included), leaky_relu where inp > 0; a NaN dout stays NaN there
-    pd = ptr32(dinp)
-    pg = ptr32(dout)
-    pi = ptr32(inp)
+    #@ ptr32(pd=dinp, pg=dout, pi=inp)
     for i in range(n):
         x = pi[i]
         g = pg[i]
@@ -93,10 +90,7 @@ def _tables(kind):
 @micropython.viper
 def _gelu(out, inp, n: int, tab, nan, dout, back: int):
     # back 0: out (n,) = inp Phi(inp); back 1: out (n,) = dout D(inp)
-    po = ptr32(out)
-    pi = ptr32(inp)
-    pg = ptr32(dout)
-    T = ptr32(tab)
+    #@ ptr32(po=out, pi=inp, pg=dout, T=tab)
     NANB = ptr32(nan)[0]
     one = 1 << 29
     for i in range(n):
@@ -132,12 +126,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
             po[i] = sg << 31
             continue
         pe = 0 - 29                             # ph 2^pe, ph to [2^14, 2^15)
-        while ph >= 0x8000:
-            ph = ph >> 1
-            pe += 1
-        while ph < 0x4000:
-            ph = ph << 1
-            pe -= 1
+        #@ norm15(ph, pe)
         v = (((y & 0x7FFFFF) | 0x800000) >> 8) * ph                 #!chk v
         e = ey - 142 + pe
         #@ pack(po, i, v, e, sg)
@@ -180,8 +169,7 @@ def _first_nonfinite(buf, n: int) -> int:
 @micropython.viper
 def _copy(dst, src, n: int):
     # dst (n,) = src (n,) as raw 32-bit words
-    d = ptr32(dst)
-    s = ptr32(src)
+    #@ ptr32(d=dst, s=src)
     for i in range(n):
         d[i] = s[i]
 

@@ -35,11 +35,7 @@ _ADD_BIAS = const(2)        # bias[n]
 @micropython.viper
 def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v e i: the hottest locals; as the first three they live in registers (callers pass 0s)
-    S = ptr32(s)
-    po = ptr32(out)
-    pa = ptr32(a)
-    pb = ptr32(b)
-    pbias = ptr32(bias)
+    #@ ptr32(S=s, po=out, pa=a, pb=b, pbias=bias)
     nb1 = 1
     nb2 = 1
     asb1 = 0
@@ -260,8 +256,7 @@ def _invT(T):
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
     # (m >> 8) * im < 2^16 * 2^15 = 2^31, rounded to float32 like _store, then copied T times
-    pi = ptr32(dinp)
-    po = ptr32(dout)
+    #@ ptr32(pi=dinp, po=dout)
     TC = T * C
     for b in range(B):
         for c in range(C):

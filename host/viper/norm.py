@@ -22,13 +22,7 @@ _NAN = array("f", [float("nan")])
 #   y = d (16 bits) * rstd / C (15 bits) -> 16 bits, times w (15 bits) < 2^31, then + b.
 @micropython.viper
 def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, epe: int):
-    po = ptr32(out)
-    pm = ptr32(mean)
-    pr = ptr32(rstd)
-    pi = ptr32(inp)
-    pw = ptr32(weight)
-    pb = ptr32(bias)
-    S = ptr32(s)
+    #@ ptr32(po=out, pm=mean, pr=rstd, pi=inp, pw=weight, pb=bias, S=s)
     NANB = ptr32(nan)[0]
     b30 = 30
     top = 1 << b30                      # 2^30 (a literal would be folded into a bigint)
@@ -149,10 +143,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
 @micropython.viper
 def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
     # row ib of the output: y_c = d_c f w_c + b_c, d_c = S[c] (_ln), f = fm 2^fe (15 bits)
-    po = ptr32(out)
-    pw = ptr32(weight)
-    pb = ptr32(bias)
-    S = ptr32(s)
+    #@ ptr32(po=out, pw=weight, pb=bias, S=s)
     b31 = 31
     sx = 1 << b31
     for c in range(C):
@@ -212,15 +203,7 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
 #   each term is cut below 2^29 (< 2^31), then times rstd (15 bits) [B7].
 @micropython.viper
 def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C: int, flags: int):
-    pd = ptr32(dinp)
-    pdw = ptr32(dweight)
-    pdb = ptr32(dbias)
-    pg = ptr32(dout)
-    pi = ptr32(inp)
-    pw = ptr32(weight)
-    pm = ptr32(mean)
-    pr = ptr32(rstd)
-    S = ptr32(s)
+    #@ ptr32(pd=dinp, pdw=dweight, pdb=dbias, pg=dout, pi=inp, pw=weight, pm=mean, pr=rstd, S=s)
     NANB = ptr32(nan)[0]
     b31 = 31
     sx = 1 << b31
@@ -342,11 +325,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
     # row ib: dinp_c = rstd (dn_c - a - xhat_c b), a = am 2^ae (< 2^29), b = bm 2^bex (30 bits);
     # (bex: the snippets pack and fadd use `be` for themselves)
     # dweight_c += dout_c xhat_c; dbias_c += dout_c. xhat, dn from _lnb's scratch S.
-    pd = ptr32(dinp)
-    pdw = ptr32(dweight)
-    pdb = ptr32(dbias)
-    pg = ptr32(dout)
-    S = ptr32(s)
+    #@ ptr32(pd=dinp, pdw=dweight, pdb=dbias, pg=dout, S=s)
     b31 = 31
     sx = 1 << b31
     for c in range(C):

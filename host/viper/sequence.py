@@ -11,9 +11,7 @@ import micropython
 @micropython.viper
 def _add(out, a, b, n: int, boff: int, bwrap: int):
     # out[i] = a[i] + b[boff + i % bwrap] for i < n (out may be a or b); bwrap = n: a plain add
-    po = ptr32(out)
-    pa = ptr32(a)
-    pb = ptr32(b)
+    #@ ptr32(po=out, pa=a, pb=b)
     j = 0
     for i in range(n):
         xa = pa[i]
@@ -58,9 +56,7 @@ def _token(x: int, V: int) -> int:
 @micropython.viper
 def _embed(out, ids, table, N: int, C: int, V: int) -> int:
     # out (N, C) = table[ids]; the index of the first bad id (its row not written), or -1
-    po = ptr32(out)
-    pi = ptr32(ids)
-    pt = ptr32(table)
+    #@ ptr32(po=out, pi=ids, pt=table)
     ob = 0
     for n in range(N):
         x = pi[n]
@@ -77,9 +73,7 @@ def _embed(out, ids, table, N: int, C: int, V: int) -> int:
 @micropython.viper
 def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
     # dtable (V, C) += dout (N, C) rows at ids (ids checked by the forward)
-    pt = ptr32(dtable)
-    po = ptr32(dout)
-    pi = ptr32(ids)
+    #@ ptr32(pt=dtable, po=dout, pi=ids)
     ob = 0
     for n in range(N):
         t = int(_token(pi[n], V))
@@ -105,8 +99,7 @@ def embedding_backward(dtable, dout, ids, N, C):
 
 @micropython.viper
 def _kv(cache, src, B: int, S: int, L: int, C: int, pos: int):
-    pc = ptr32(cache)
-    ps = ptr32(src)
+    #@ ptr32(pc=cache, ps=src)
     si = 0
     for b in range(B):
         ci = (b * L + pos) * C
@@ -153,8 +146,7 @@ def argmax(buf, off, n):
 
 @micropython.viper
 def _gather(dst, src, idx, start: int, B: int, F: int):
-    pd = ptr32(dst)
-    ps = ptr32(src)
+    #@ ptr32(pd=dst, ps=src)
     o = 0
     for k in range(B):
         i = int(idx[start + k]) * F

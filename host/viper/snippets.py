@@ -68,14 +68,36 @@ def unsign(v, sg):
         v = 0 - v
 
 
-def norm16(v, e):
-    """v > 0 brought to 2^15 <= v < 2^16 by shifts, e counts them."""
-    while v >= 0x10000:
+def normto(v, e, hi, lo):
+    """v > 0 brought to lo <= v < hi = 2 lo by shifts, e counts them."""
+    while v >= hi:
         v = v >> 1
         e += 1
-    while v < 0x8000:
+    while v < lo:
         v = v << 1
         e -= 1
+
+
+def norm16(v, e):
+    """v > 0 brought to 2^15 <= v < 2^16 by shifts, e counts them."""
+    #@ normto(v, e, 0x10000, 0x8000)
+
+
+def norm15(v, e):
+    """v > 0 brought to 2^14 <= v < 2^15 by shifts, e counts them."""
+    #@ normto(v, e, 0x8000, 0x4000)
+
+
+def rowcopy(pc, i, ps, si, n, step):
+    """pc[i + k step] = ps[si + k] for k < n, or 0 when si < 0 (a row in the padding); i moves on."""
+    if si < 0:
+        for k in range(n):
+            pc[i] = 0
+            i += step
+    else:
+        for k in range(n):
+            pc[i] = ps[si + k]
+            i += step
 
 
 def store(p, i, v, e, sg, t, sh, be):

@@ -35,9 +35,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
     # att (B, NH, Tq, Tk): raw scores in, softmax(scores * scale) out, in place  [B3]
     # Only s_j - max is needed: it is formed from the aligned 24-bit mantissas of the two
     # float32 scores (exact to half an ulp of the larger), so any finite score works.
-    D = ptr32(d)
-    S = ptr32(s)
-    pa = ptr32(att)
+    #@ ptr32(D=d, S=s, pa=att)
     pm = ptr8(mask)
     Tk = D[_TK]
     causal = D[_CAUSAL]
@@ -155,8 +153,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     #   1e-3 max_t A[t,j] max_t |dout[t,col]|; dq (dk) within 2e-3 G max|k| (max|q|) of the
     #   column, G = max A hs max|dout| max|v| / sqrt(hs) of the query row (of the batch item and
     #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
-    pd = ptr32(ds)
-    pa = ptr32(att)
+    #@ ptr32(pd=ds, pa=att)
     h = 1                               # headroom: 2^h >= 2 Tk
     while (1 << h) < Tk + Tk:
         h += 1
@@ -363,8 +360,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
     # lf[0]; returns 1 if a logit is inf or NaN (the loss is then not defined), else 0  [B3]
-    pl = ptr32(logits)
-    S = ptr32(s)
+    #@ ptr32(pl=logits, S=s)
     b31 = 31
     sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
     ycap = 1 << 21                      # (max - s_j) in Q16 capped at 32: k > 29, probability 0

@@ -61,14 +61,16 @@ def _im2col(col, x, b0: int, nb: int, L: int, C: int, Lout: int, K: int, st: int
             for j in range(K):
                 p = p0 + j * dil                                    #!chk p
                 i = oi + j
-                if p < 0 or p >= L:
-                    for c in range(Cg):
+                xi = 0 - 1                                          # in the padding
+                if p >= 0 and p < L:
+                    xi = xb + p * C                                 #!chk xi
+                if xi < 0:
+                    for k in range(Cg):
                         pc[i] = 0
                         i += K
                 else:
-                    xi = xb + p * C                                 #!chk xi
-                    for c in range(Cg):
-                        pc[i] = px[xi + c]
+                    for k in range(Cg):
+                        pc[i] = px[xi + k]
                         i += K
             oi += CK
 
@@ -80,26 +82,25 @@ def _dcol(col, dy, b0: int, nb: int, L: int, OC: int, Lout: int, K: int, st: int
     pc = ptr32(col)
     pd = ptr32(dy)
     KO = K * OCg
-    oi = 0
     for bi in range(nb):
         db = (b0 + bi) * Lout * OC + o0                             #!chk db
         for p in range(L):
             for j in range(K):
                 u = p + pad - j * dil                               #!chk u
-                i = oi + j * OCg
-                t = 0 - 1
+                i = (bi * L + p) * KO + j * OCg                     #!chk i
+                di = 0 - 1                                          # no output used p through j
                 if u >= 0:
                     t = u // st
-                    if t * st != u or t >= Lout:
-                        t = 0 - 1
-                if t < 0:
-                    for o in range(OCg):
-                        pc[i + o] = 0
+                    if t * st == u and t < Lout:
+                        di = db + t * OC                            #!chk di
+                if di < 0:
+                    for k in range(OCg):
+                        pc[i] = 0
+                        i += 1
                 else:
-                    di = db + t * OC                                #!chk di
-                    for o in range(OCg):
-                        pc[i + o] = pd[di + o]
-            oi += KO
+                    for k in range(OCg):
+                        pc[i] = pd[di + k]
+                        i += 1
 
 
 @micropython.viper
@@ -123,6 +124,22 @@ def _conv_chunk(per_sample, B):
     return 1 if n < 1 else (B if n > B else n)
 
 
+def _group(slot, full, groups, g, size):
+    # group g's `size` values of `full` (None stays None): `full` itself when groups == 1, else a
+    # copy of its slice g size .. (g + 1) size - 1 in conv buffer `slot`
+    if full is None or groups == 1:
+        return full
+    part = _cvbuf(slot, size)
+    _cvcopy(part, full, 1, 0, 0, 0, g * size, size)
+    return part
+
+
+def _ungroup(full, part, groups, g, size):
+    # the inverse of _group: a group's slice copied back into `full` (nothing when it is `full`)
+    if full is not None and groups > 1:
+        _cvcopy(full, part, 1, 0, g * size, 0, 0, size)
+
+
 def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
     # out (B, Lout, OC)[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
     Cg = C // groups
@@ -130,20 +147,14 @@ def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, di
     CK = Cg * K
     nb = _conv_chunk(Lout * CK, B)
     col = _cvbuf(0, nb * Lout * CK)
-    for g in range(groups):
-        wg = weight
-        bg = bias
-        if groups > 1:
-            wg = _cvbuf(1, OCg * CK)
-            _cvcopy(wg, weight, 1, 0, 0, 0, g * OCg * CK, OCg * CK)
-            if bias is not None:
-                bg = _cvbuf(2, OCg)
-                _cvcopy(bg, bias, 1, 0, 0, 0, g * OCg, OCg)
-        b0 = 0
-        while b0 < B:              # (a range with a variable step would allocate)
-            n = B - b0 if B - b0 < nb else nb
+    b0 = 0
+    while b0 < B:                  # chunks of nb samples (a range with a variable step would allocate)
+        n = B - b0 if B - b0 < nb else nb
+        direct = groups == 1 and n == B
+        for g in range(groups):
+            wg = _group(1, weight, groups, g, OCg * CK)
+            bg = _group(2, bias, groups, g, OCg)
             _im2col(col, inp, b0, n, L, C, Lout, K, stride, pad, dil, g * Cg, Cg)
-            direct = groups == 1 and n == B
             y = out if direct else _cvbuf(3, n * Lout * OCg)
             if bg is None:
                 _mm(y, col, wg, y, 1, n * Lout, CK, OCg, 0, 0)
@@ -151,7 +162,7 @@ def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, di
                 _mm(y, col, wg, bg, 1, n * Lout, CK, OCg, 1, 0)
             if not direct:
                 _cvcopy(out, y, n * Lout, OC, b0 * Lout * OC + g * OCg, OCg, 0, OCg)
-            b0 += nb
+        b0 += nb
 
 
 def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, K, stride, pad, dil, groups):
@@ -164,21 +175,13 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
         nb = _conv_chunk(Lout * CK + Lout * OCg, B)
         col = _cvbuf(0, nb * Lout * CK)
         for g in range(groups):
-            whole = groups == 1
-            dw = dweight
-            db = dbias
-            if not whole:
-                if dweight is not None:
-                    dw = _cvbuf(4, OCg * CK)
-                    _cvcopy(dw, dweight, 1, 0, 0, 0, g * OCg * CK, OCg * CK)
-                if dbias is not None:
-                    db = _cvbuf(5, OCg)
-                    _cvcopy(db, dbias, 1, 0, 0, 0, g * OCg, OCg)
+            dw = _group(4, dweight, groups, g, OCg * CK)
+            db = _group(5, dbias, groups, g, OCg)
             b0 = 0
             while b0 < B:              # (a range with a variable step would allocate)
                 n = B - b0 if B - b0 < nb else nb
                 N = n * Lout
-                if whole and n == B:
+                if groups == 1 and n == B:
                     dyg = dout
                 else:
                     dyg = _cvbuf(3, N * OCg)
@@ -193,11 +196,8 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
                 else:
                     _mm(dw, dyg, col, db, 3, N, CK, OCg, 1, 0)
                 b0 += nb
-            if not whole:
-                if dweight is not None:
-                    _cvcopy(dweight, dw, 1, 0, g * OCg * CK, 0, 0, OCg * CK)
-                if dbias is not None:
-                    _cvcopy(dbias, db, 1, 0, g * OCg, 0, 0, OCg)
+            _ungroup(dweight, dw, groups, g, OCg * CK)
+            _ungroup(dbias, db, groups, g, OCg)
     if dinp is not None:
         KO = K * OCg
         nb = _conv_chunk(L * KO + L * Cg, B)
