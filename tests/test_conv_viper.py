@@ -58,6 +58,8 @@ print("ERR conv chunked dweight %.3e" % rel(dw1, dw2))
 print("ERR conv chunked dinput %.3e" % rel(dx1, dx2))
 # chunks and two groups: each chunk takes every group's slice of the weights
 w = full(6 * 2 * 3, -M); b = full(6, M)
+for i in range(18, 36):                 # the second group's weights differ from the first's
+    w[i] = M * 0.75
 o1 = z(3 * 20 * 6); o2 = z(3 * 20 * 6)
 P.conv1d_forward(o1, x, w, b, 3, 20, 4, 20, 6, 3, 1, 1, 1, 2)
 V.conv1d_forward(o2, x, w, b, 3, 20, 4, 20, 6, 3, 1, 1, 1, 2)
