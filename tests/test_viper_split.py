@@ -83,6 +83,13 @@ def test_expansion_renames_indents_and_nests(tmp_path):
         gen_viper.load_snippets(f)
 
 
+def test_pointer_declarations_expand_one_per_line():
+    got = gen_viper.expand(["def f(out, a):", "    #@ ptr32(po=out, pa=a)", "    #@ ptr8(pk=keep)"], {}, "t")
+    assert got == ["def f(out, a):", "    po = ptr32(out)", "    pa = ptr32(a)", "    pk = ptr8(keep)"]
+    with pytest.raises(ValueError, match="ptr16.*name=buffer pairs, got 'out'"):
+        gen_viper.expand(["#@ ptr16(out)"], {}, "t")
+
+
 def _kernel_names():
     tree = ast.parse(open(KERNELS_PY).read())
     return sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_"))
