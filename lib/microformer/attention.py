@@ -370,32 +370,36 @@ class Attention(Layer):
                              % (L, who, self._pos))
         return B, L, E
 
+    def _decode_qkv(self, x, B, L, E):
+        # a decoding step's first half: q, k, v of the new token; k and v into the cache at _pos
+        K = backend.K
+        bias = self.use_bias
+        self._buffers("_dec", x.shape, L)
+        keep = self._wkeep
+        K.matmul_forward_kept(self._dq1.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E, keep[0])
+        K.matmul_forward_kept(self._dk1.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E, keep[1])
+        K.matmul_forward_kept(self._dv1.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E, keep[2])
+        K.kv_store(self._kc.data, self._dk1.data, B, 1, L, E, self._pos)
+        K.kv_store(self._vc.data, self._dv1.data, B, 1, L, E, self._pos)
+
+    def _decode_out(self, B, E):
+        # a decoding step's last part: y = ctx . Wo^T + bo
+        y = self._dy1
+        backend.K.matmul_forward_kept(y.data, self._dctx1.data, self.Wo.data, self.bo.data if self.use_bias else None,
+                                      B, E, E, self._wkeep[3])
+        return y
+
     def decode_step(self, x):
         """One new token per sequence, x [B,1,E] -> y [B,1,E], attending to every cached token."""
         self._check_decoding("decode_step")
         if self._kc is None:
             raise RuntimeError("Attention: decode_step() called before prefill()")
         B, L, E = self._check_token(x, "decode_step")
-        K = backend.K
-        bias = self.use_bias
-        self._buffers("_dec", x.shape, L)
-        q = self._dq1
-        k = self._dk1
-        v = self._dv1
-        ctx = self._dctx1
-        att = self._datt
-        y = self._dy1
-        keep = self._wkeep
-        K.matmul_forward_kept(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E, keep[0])
-        K.matmul_forward_kept(k.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E, keep[1])
-        K.matmul_forward_kept(v.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E, keep[2])
-        K.kv_store(self._kc.data, k.data, B, 1, L, E, self._pos)
-        K.kv_store(self._vc.data, v.data, B, 1, L, E, self._pos)
+        self._decode_qkv(x, B, L, E)
         self._pos += 1
-        K.attention_decode(ctx.data, att.data, q.data, self._kc.data, self._vc.data,
-                           B, self._pos, L, E, self.num_heads)
-        K.matmul_forward_kept(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B, E, E, keep[3])
-        return y
+        backend.K.attention_decode(self._dctx1.data, self._datt.data, self._dq1.data, self._kc.data, self._vc.data,
+                                   B, self._pos, L, E, self.num_heads)
+        return self._decode_out(B, E)
 
     def cache_len(self):
         """Tokens in the KV cache."""
@@ -502,27 +506,14 @@ class Attention(Layer):
         if self._kc is None or not getattr(self, "_padded", False):
             raise RuntimeError("Attention: decode_step_padded() called before prefill_padded()")
         B, L, E = self._check_token(x, "decode_step_padded")
-        K = backend.K
-        bias = self.use_bias
-        self._buffers("_dec", x.shape, L)
-        q = self._dq1
-        k = self._dk1
-        v = self._dv1
-        ctx = self._dctx1
-        y = self._dy1
-        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E)
-        K.matmul_forward(k.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E)
-        K.matmul_forward(v.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E)
-        K.kv_store(self._kc.data, k.data, B, 1, L, E, self._pos)
-        K.kv_store(self._vc.data, v.data, B, 1, L, E, self._pos)
+        self._decode_qkv(x, B, L, E)
         m = self._kvmask
         for b in range(B):
             m[b * L + self._pos] = 0
         self._pos += 1
-        K.attention_forward(ctx.data, self._datt.data, q.data, self._kc.data, self._vc.data, m,
-                            B, 1, L, E, self.num_heads, 0)
-        K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B, E, E)
-        return y
+        backend.K.attention_forward(self._dctx1.data, self._datt.data, self._dq1.data, self._kc.data, self._vc.data,
+                                    m, B, 1, L, E, self.num_heads, 0)
+        return self._decode_out(B, E)
 
     def _allocate_cached(self, stage, shape, other):
         if stage == "_xkv":                               # context (B, Sk, E)

@@ -2,11 +2,11 @@
 #   x [B, L, C_in] -> y [B, L_out, C_out], L_out = (L + 2 padding - dilation (k - 1) - 1) // stride + 1
 #   y[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] x[b, t stride + j dilation - padding, g C_in/groups + c]
 from . import backend
-from .layer import Layer, check_tensor, shape_error
+from .layer import WeightBias, check_tensor, shape_error
 from .tensor import Tensor, default_rng, xavier_bound
 
 
-class Conv1D(Layer):
+class Conv1D(WeightBias):
     """Conv1D(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
     use_bias=True): x [B, L, C_in] -> y [B, L_out, C_out] (channels last; torch's Conv1d takes
     [B, C, L]). weight [C_out, C_in/groups, k] and bias [C_out] as nn.Conv1d; zero padding;
@@ -48,16 +48,6 @@ class Conv1D(Layer):
                 self.b.data[i] = bound * rng.signed_unit()
             self.db = Tensor.zeros((out_channels,), "db")
         self._x = None
-        self._x = None
-
-    def params(self):
-        if self.use_bias:
-            return ((self.W, self.dW), (self.b, self.db))
-        return ((self.W, self.dW),)
-
-    def _state(self):
-        # nn.Conv1d: weight [C_out, C_in/groups, k], bias [C_out]
-        return [("weight", [self.W])] + ([("bias", [self.b])] if self.use_bias else [])
 
     def out_length(self, L):
         """L_out for an input of length L; ValueError when the dilated kernel does not fit."""

@@ -1,10 +1,10 @@
 # microformer.dense: fully connected layer, y = x W^T + b (torch.nn.Linear layout).
 from . import backend
-from .layer import Layer, check_tensor, shape_error
+from .layer import WeightBias, check_tensor, shape_error
 from .tensor import Tensor, default_rng, xavier_uniform
 
 
-class Dense(Layer):
+class Dense(WeightBias):
     """Dense(in_features, out_features, use_bias=True): x (..., in) -> y (..., out)."""
 
     def __init__(self, in_features, out_features, use_bias=True, rng=None):
@@ -22,17 +22,8 @@ class Dense(Layer):
         self._x = None
         self._wkeep = [None]      # a backend's prepared copy of W for one-token calls (decoding)
 
-    def params(self):
-        if self.use_bias:
-            return ((self.W, self.dW), (self.b, self.db))
-        return ((self.W, self.dW),)
-
-    def _state(self):
-        # nn.Linear: weight [out, in], bias [out]
-        return [("weight", [self.W])] + ([("bias", [self.b])] if self.use_bias else [])
-
     def check_input_shape(self, in_shape):
-        Layer.check_input_shape(self, in_shape)
+        WeightBias.check_input_shape(self, in_shape)
         if len(in_shape) < 2 or in_shape[-1] != self.in_features:
             raise shape_error("Dense", "input", "[..., %d]" % self.in_features, in_shape)
 

@@ -167,6 +167,19 @@ class Layer(Buffered):
             raise RuntimeError("%s: backward() called before forward()" % type(self).__name__)
 
 
+
+class WeightBias(Layer):
+    """A layer whose parameters are a weight W (its grad dW) and, with use_bias, a bias b (db),
+    named as PyTorch names them ('weight', 'bias': nn.Linear, nn.Conv1d)."""
+
+    def params(self):
+        if self.use_bias:
+            return ((self.W, self.dW), (self.b, self.db))
+        return ((self.W, self.dW),)
+
+    def _state(self):
+        return [("weight", [self.W])] + ([("bias", [self.b])] if self.use_bias else [])
+
 def _concat(parts):
     shape = (sum(p.shape[0] for p in parts),) + tuple(parts[0].shape[1:])
     out = Tensor(shape)
