@@ -177,9 +177,7 @@ class Attention(Layer):
         ctx = self._ctx
         A = self._A
         y = self._y
-        K.matmul_forward(Q.data, x.data, self.Wq.data, self.bq.data if bias else None, B * S, E, E)
-        K.matmul_forward(Kc.data, c.data, self.Wk.data, self.bk.data if bias else None, B * Sk, E, E)
-        K.matmul_forward(V.data, c.data, self.Wv.data, self.bv.data if bias else None, B * Sk, E, E)
+        self._project_qkv(Q, Kc, V, x, c, B * S, B * Sk)
         H = self.num_heads
         causal = 1 if self.causal else 0
         if self.kv_tile is not None:
@@ -369,6 +367,15 @@ class Attention(Layer):
             raise ValueError("Attention: KV cache is full: max_len=%d tokens, %s would write position %d"
                              % (L, who, self._pos))
         return B, L, E
+
+    def _project_qkv(self, q, k, v, x, c, Nq, Nk):
+        # q (Nq, E) = x . Wq^T + bq; k, v (Nk, E) = c . Wk^T + bk, c . Wv^T + bv (c = x: self-attention)
+        K = backend.K
+        bias = self.use_bias
+        E = self.embed_dim
+        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, Nq, E, E)
+        K.matmul_forward(k.data, c.data, self.Wk.data, self.bk.data if bias else None, Nk, E, E)
+        K.matmul_forward(v.data, c.data, self.Wv.data, self.bv.data if bias else None, Nk, E, E)
 
     def _decode_qkv(self, x, B, L, E):
         # a decoding step's first half: q, k, v of the new token; k and v into the cache at _pos

@@ -62,9 +62,7 @@ class _Window(Buffered):
         v = self._v
         kb = self._kb
         vb = self._vb
-        K.matmul_forward(q.data, x.data, a.Wq.data, a.bq.data if bias else None, B * c, E, E)
-        K.matmul_forward(k.data, x.data, a.Wk.data, a.bk.data if bias else None, B * c, E, E)
-        K.matmul_forward(v.data, x.data, a.Wv.data, a.bv.data if bias else None, B * c, E, E)
+        a._project_qkv(q, k, v, x, x, B * c, B * c)
         K.kv_shift(kb.data, B, L, E, c)
         K.kv_shift(vb.data, B, L, E, c)
         K.kv_store(kb.data, k.data, B, c, L, E, L - c)
