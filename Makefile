@@ -76,7 +76,7 @@ charlm: setup ## a causal character model generating through the KV cache, in th
 # accuracy of the checkpoint, 3 fine-tuning epochs, accuracy again (board/sensor.py).
 SENSOR_CK := build/sensor.mfck
 sensor: setup ## BasicMotions sensor windows: Conv1D + EncoderBlock, pretrain on the host, fine-tune in the unix port
-	$(PY) host/sensor.py --epochs 60 --out $(SENSOR_CK)
+	$(PY) host/train_sensor.py --epochs 60 --out $(SENSOR_CK)
 	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=16M -c "import sensor; sensor.main('../$(SENSOR_CK)')"
 
 # Reversing digit strings with the encoder-decoder Transformer: trained on the host (NumPy), then in

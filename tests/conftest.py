@@ -59,3 +59,13 @@ def iris_flash(pretrained_iris):
                     os.path.join(str(folder), "data", "iris.csv"))
         return str(folder)
     return make
+
+
+@pytest.fixture(params=["python", "numpy"])
+def backend(request):
+    """A CPython test that takes `backend` runs once per host backend: 'python' (the portable
+    loops the board runs without viper) and 'numpy' (the host default, restored afterwards)."""
+    import microformer as mf
+    mf.set_backend(request.param)
+    yield request.param
+    mf.set_backend("numpy")

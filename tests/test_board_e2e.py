@@ -11,7 +11,6 @@ import sys
 import pytest
 
 import helpers
-sys.path.insert(0, helpers.HOST)
 import board_link  # noqa: E402
 import deploy  # noqa: E402
 import vboard  # noqa: E402

@@ -1,24 +1,14 @@
 """Conv1D, MaxPool1D, AvgPool1D, LearnedPositionalEmbedding against real torch modules through
 state_dict (forward, input gradients, parameter gradients <= 1e-5 relative; CPython, portable and
 NumPy backends), and host/torch_io.py converting them both ways. Needs torch (host only)."""
-import os
-
-import numpy as np
 import pytest
 
 import helpers  # noqa: F401  (paths)
 import microformer as mf
 
-torch = pytest.importorskip("torch") if not os.environ.get("CI") else __import__("torch")
+from torch_compare import torch  # noqa: E402
 import test_torch_interop as tti  # noqa: E402
 import torch_io  # noqa: E402
-
-
-@pytest.fixture(params=["python", "numpy"])
-def backend(request):
-    mf.set_backend(request.param)
-    yield request.param
-    mf.set_backend("numpy")
 
 
 def _cl(m, x):

@@ -17,13 +17,6 @@ from microformer.tensor import Tensor
 from test_dropout import _dropout_generators, _np, _t
 
 
-@pytest.fixture(params=["python", "numpy"])
-def backend(request):
-    mf.set_backend(request.param)
-    yield request.param
-    mf.set_backend("numpy")
-
-
 def _pair(p, seed=9):
     mf.seed(seed)
     blk = mf.DecoderBlock(8, 2, 16, max_len=8, dropout=p)

@@ -1,43 +1,12 @@
 """DecoderBlock against torch.nn.TransformerDecoderLayer(norm_first=True, batch_first=True, dropout=0)
 through state_dict: forward, input and memory gradients, parameter gradients (<= 1e-5 relative,
 CPython, portable and NumPy backends), with and without padding masks. Needs torch (host only)."""
-import os
-
 import numpy as np
 import pytest
 
 import helpers  # noqa: F401  (paths)
 import microformer as mf
-
-torch = pytest.importorskip("torch") if not os.environ.get("CI") else __import__("torch")
-F = torch.nn.functional
-TOL = 1e-5
-
-
-@pytest.fixture(params=["python", "numpy"])
-def backend(request):
-    mf.set_backend(request.param)
-    yield request.param
-    mf.set_backend("numpy")
-
-
-def _mf(t):
-    return mf.Tensor(tuple(t.shape), __import__("array").array("f", t.detach().reshape(-1).tolist()))
-
-
-def _np(t):
-    if isinstance(t, mf.Tensor):
-        return np.asarray(t.data, dtype=np.float64).reshape(t.shape)
-    if isinstance(t, np.ndarray):
-        return t.astype(np.float64)
-    return t.detach().double().numpy()
-
-
-def _close(got, want, what):
-    got, want = _np(got), _np(want)
-    assert got.shape == want.shape, "%s: shape %s vs %s" % (what, got.shape, want.shape)
-    err = float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-12)
-    assert err <= TOL, "%s: relative error %.3g > %g" % (what, err, TOL)
+from torch_compare import F, torch, to_mf as _mf, to_np as _np, close as _close  # noqa: E402
 
 
 def _layer(act, seed):
@@ -89,8 +58,6 @@ def test_transformer_decoder_layer(backend, act, kind, padded):
 def test_torch_io_round_trip():
     """host/torch_io converts nn.TransformerDecoderLayer to a DecoderBlock and back, weights and all;
     a post-norm layer is refused by name."""
-    import sys
-    sys.path.insert(0, os.path.join(helpers.ROOT, "host"))
     import torch_io
     tm = _layer("gelu", 8)
     blk = torch_io.from_torch(tm)

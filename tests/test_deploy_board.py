@@ -2,10 +2,8 @@
 by name and print their help from strings (an .mpy has no docstrings); a NAME.py left by an older
 deploy, which would shadow NAME.mpy, is removed and the deploy says so."""
 import os
-import sys
 
 import helpers
-sys.path.insert(0, helpers.HOST)
 import board_link  # noqa: E402
 import deploy  # noqa: E402
 import vboard  # noqa: E402

@@ -12,14 +12,6 @@ import microformer as mf
 from microformer.spec import from_spec, to_spec
 from microformer.tensor import Rng, Tensor
 
-BACKENDS = ["python", "numpy"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    mf.set_backend(request.param)
-    yield request.param
-    mf.set_backend("numpy")
 
 
 def _t(shape, seed, lo=-1.0, hi=1.0):

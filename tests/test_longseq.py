@@ -16,13 +16,6 @@ from microformer.tensor import Tensor
 TOL = 1e-5        # tiled vs standard, float32 (measured <= 3e-7 on CPython and the 32-bit port)
 
 
-@pytest.fixture(params=["python", "numpy"])
-def backend(request):
-    mf.set_backend(request.param)
-    yield request.param
-    mf.set_backend("numpy")
-
-
 def _t(shape, seed, scale=1.0):
     a = (np.random.default_rng(seed).uniform(-1, 1, size=shape) * scale).astype(np.float32)
     return Tensor.from_list(a.tolist()), a.astype(np.float64)

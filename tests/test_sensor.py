@@ -14,11 +14,10 @@ import helpers
 import microformer as mf
 from microformer.data import read_csv
 
-sys.path.insert(0, os.path.join(helpers.ROOT, "board"))
 import sensor  # noqa: E402
 import ts_to_csv  # noqa: E402
 
-HOST_SENSOR = os.path.join(helpers.HOST, "sensor.py")
+HOST_SENSOR = os.path.join(helpers.HOST, "train_sensor.py")
 DATA = os.path.join(helpers.ROOT, "datasets")
 
 

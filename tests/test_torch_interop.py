@@ -1,25 +1,13 @@
 """state_dict with PyTorch's names and layouts: a torch module's state_dict() loaded into the
 matching microformer layer gives the same forward output, input gradients and parameter
 gradients (<= 1e-5 relative, CPython, portable and NumPy backends). Needs torch (host only)."""
-import os
-
 import numpy as np
 import pytest
 
 import helpers  # noqa: F401  (paths)
 import microformer as mf
+from torch_compare import F, torch, to_mf as _mf, to_np as _np, close as _close  # noqa: E402
 
-torch = pytest.importorskip("torch") if not os.environ.get("CI") else __import__("torch")
-F = torch.nn.functional
-TOL = 1e-5
-BACKENDS = ["python", "numpy"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    mf.set_backend(request.param)
-    yield request.param
-    mf.set_backend("numpy")
 
 
 def _randomize(module, seed):
@@ -29,25 +17,6 @@ def _randomize(module, seed):
         for p in module.parameters():
             p.copy_(torch.rand(p.shape, generator=g) * 1.0 - 0.5)
     return module
-
-
-def _mf(t):
-    return mf.Tensor(tuple(t.shape), __import__("array").array("f", t.detach().reshape(-1).tolist()))
-
-
-def _np(t):
-    if isinstance(t, mf.Tensor):
-        return np.asarray(t.data, dtype=np.float64).reshape(t.shape)
-    if isinstance(t, np.ndarray):
-        return t.astype(np.float64)
-    return t.detach().double().numpy()
-
-
-def _close(got, want, what):
-    got, want = _np(got), _np(want)
-    assert got.shape == want.shape, "%s: shape %s vs %s" % (what, got.shape, want.shape)
-    err = float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-12)
-    assert err <= TOL, "%s: relative error %.3g > %g" % (what, err, TOL)
 
 
 def _grads(layer):

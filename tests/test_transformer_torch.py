@@ -3,44 +3,15 @@ batch_first=True, dropout=0) with token embeddings, sinusoidal positional encodi
 projection (host/torch_io.Seq2SeqTransformer, whose state_dict names are microformer's). Forward,
 every parameter gradient (<= 1e-5 relative, CPython, portable and NumPy backends), with and
 without source/target padding; from_torch / to_torch round trip. Needs torch (host only)."""
-import os
-import sys
-
 import numpy as np
 import pytest
 
 import helpers
 import microformer as mf
-
-torch = pytest.importorskip("torch") if not os.environ.get("CI") else __import__("torch")
-sys.path.insert(0, os.path.join(helpers.ROOT, "host"))
+from torch_compare import torch, to_np as _np, close as _close  # noqa: E402
 import torch_io  # noqa: E402
 
-TOL = 1e-5
 V_SRC, V_TGT, E, H, FF = 11, 13, 8, 2, 12
-
-
-@pytest.fixture(params=["python", "numpy"])
-def backend(request):
-    mf.set_backend(request.param)
-    yield request.param
-    mf.set_backend("numpy")
-
-
-def _np(t):
-    if isinstance(t, mf.Tensor):
-        return np.asarray(t.data, dtype=np.float64).reshape(t.shape)
-    if isinstance(t, np.ndarray):
-        return t.astype(np.float64)
-    return t.detach().double().numpy()
-
-
-def _close(got, want, what):
-    got, want = _np(got), _np(want)
-    assert got.shape == want.shape, "%s: shape %s vs %s" % (what, got.shape, want.shape)
-    err = float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-12)
-    assert err <= TOL, "%s: relative error %.3g > %g" % (what, err, TOL)
-    return err
 
 
 def _torch_model(seed, activation="gelu", n_enc=2, n_dec=2):

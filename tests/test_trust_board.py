@@ -16,7 +16,6 @@ import pytest
 import serial
 
 import helpers
-sys.path.insert(0, helpers.HOST)
 import board_link  # noqa: E402
 import deploy  # noqa: E402
 import vboard  # noqa: E402

@@ -2,8 +2,8 @@
 checkpoint board/sensor.py fine-tunes: its metadata carries the model spec (mf.load_model rebuilds
 it), the class names and the per-channel standardization of the training split.
 
-    python host/sensor.py --epochs 60 --out build/sensor.mfck
-    python host/sensor.py --baselines     # 1-NN Euclidean and 1-NN DTW on the same split, for comparison
+    python host/train_sensor.py --epochs 60 --out build/sensor.mfck
+    python host/train_sensor.py --baselines     # 1-NN Euclidean and 1-NN DTW on the same split, for comparison
 """
 import argparse
 import os
