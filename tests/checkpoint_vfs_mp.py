@@ -7,25 +7,8 @@ import vfs
 
 from microformer import checkpoint as ck
 from checkpoint_mp import build, snap
+from trust_saves_mp import RAMBlockDev
 
-
-class RAMBlockDev:
-    def __init__(self, block_size, num_blocks):
-        self.block_size = block_size
-        self.data = bytearray(block_size * num_blocks)
-    def readblocks(self, n, buf, off=0):
-        a = n * self.block_size + off
-        buf[:] = self.data[a:a + len(buf)]
-    def writeblocks(self, n, buf, off=None):
-        a = n * self.block_size + (off or 0)
-        self.data[a:a + len(buf)] = buf
-    def ioctl(self, op, arg):
-        if op == 4:
-            return len(self.data) // self.block_size
-        if op == 5:
-            return self.block_size
-        if op == 6:
-            return 0
 
 for kind, cls, blocks in (("lfs2", vfs.VfsLfs2, 64), ("lfs1", vfs.VfsLfs1, 64), ("fat", vfs.VfsFat, 128)):
     bdev = RAMBlockDev(512, blocks)

@@ -69,3 +69,10 @@ def backend(request):
     mf.set_backend(request.param)
     yield request.param
     mf.set_backend("numpy")
+
+
+@pytest.fixture(scope="session")
+def iris_checkpoint(pretrained_iris):
+    """pathlib.Path of the session's pretrained Iris checkpoint (read it, never change it)."""
+    import pathlib
+    return pathlib.Path(pretrained_iris[0])

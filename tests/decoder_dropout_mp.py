@@ -5,19 +5,7 @@
 import sys
 
 import microformer as mf
-from microformer.tensor import Rng, Tensor
-
-
-def bits(buf, n):
-    return "".join("1" if buf[i] else "0" for i in range(n))
-
-
-def data(shape, seed):
-    r = Rng(seed)
-    t = Tensor(shape)
-    for i in range(t.size):
-        t.data[i] = r.signed_unit()          # exact in float32 and float64
-    return t
+from dropout_mp import bits, data
 
 
 def main(backend):

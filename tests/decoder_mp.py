@@ -1,6 +1,6 @@
 # DecoderBlock forward/backward and Transformer generation, under CPython or MicroPython:
 #   MICROPYPATH=lib:tests micropython tests/decoder_mp.py cases.json results.json backend
-import json
+import mf_driver
 from array import array
 
 import microformer as mf
@@ -153,12 +153,7 @@ def run_case(case):
 
 
 def main(argv):
-    mf.set_backend(argv[3])
-    with open(argv[1]) as f:
-        cases = json.load(f)
-    results = [run_case(c) for c in cases]
-    with open(argv[2], "w") as f:
-        json.dump(results, f)
+    mf_driver.main(argv, run_case)
 
 
 if __name__ == "__main__":

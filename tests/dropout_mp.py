@@ -51,4 +51,5 @@ def main(backend):
     print("eval identity ok")
 
 
-main(sys.argv[1] if len(sys.argv) > 1 else "python")
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "python")

@@ -204,12 +204,13 @@ def run_decode(case):
             "kv_bytes_per_token": mf.kv_bytes_per_token(model), "kv_cache_per_token": cache / (B * L)}
 
 
-def main(argv):
-    # argv[3]: the backend every case runs on unless it names one ('python' by default)
+def main(argv, run=None):
+    # argv: [script, CASES.json, RESULTS.json, backend]; backend: the one every case runs on unless
+    # it names one ('python' by default); run: the function of a case (run_case)
     mf.set_backend(argv[3] if len(argv) > 3 else "python")
     with open(argv[1]) as f:
         cases = json.load(f)
-    results = [run_case(c) for c in cases]
+    results = [(run or run_case)(c) for c in cases]
     with open(argv[2], "w") as f:
         json.dump(results, f)
 

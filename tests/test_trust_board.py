@@ -159,24 +159,16 @@ def test_ctrl_c_while_the_handler_comes_and_goes_never_kills_the_board(tmp_path,
 # ---- redeploys, the demo and clear_examples keep the user's work ---------------------------------
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ck") / "iris.mfck"
-    subprocess.run([sys.executable, "host/pretrain.py", "--epochs", "30", "--quiet", "--out", str(path)],
-                   cwd=helpers.ROOT, check=True, timeout=300)
-    return path
-
-
-@pytest.fixture(scope="module")
 def boards(tmp_path_factory):
     """One deployed virtual board per interpreter, shared by this module's tests."""
     made = {}
 
-    def get(micropython, checkpoint):
+    def get(micropython, iris_checkpoint):
         if micropython not in made:
             b = vboard.VirtualBoard(tmp_path_factory.mktemp("vb"), heap="512K", micropython=micropython)
             b.start()
             made[micropython] = b
-            deploy.deploy(b.port, str(checkpoint))
+            deploy.deploy(b.port, str(iris_checkpoint))
         return made[micropython]
     yield get
     for b in made.values():
@@ -191,21 +183,21 @@ FINE_TUNE = ("import finetune\ns = finetune.Session(verbose=False)\n"
              "s.fit(epochs=1, data='train', verbose=False)\ns.save()\n")
 
 
-def test_redeploy_keeps_a_checkpoint_changed_on_the_board(boards, checkpoint, micropython, tmp_path, capsys):
-    b = boards(micropython, checkpoint)
+def test_redeploy_keeps_a_checkpoint_changed_on_the_board(boards, iris_checkpoint, micropython, tmp_path, capsys):
+    b = boards(micropython, iris_checkpoint)
     flash = b.flash
-    host = checkpoint.read_bytes()
+    host = iris_checkpoint.read_bytes()
     assert (flash / "iris.mfck").read_bytes() == host
     for f in flash.glob("iris.mfck.bak*"):
         f.unlink()
     capsys.readouterr()
-    deploy.deploy(b.port, str(checkpoint))                 # nothing changed on the board
+    deploy.deploy(b.port, str(iris_checkpoint))                 # nothing changed on the board
     assert "/iris.mfck is already the host's checkpoint" in capsys.readouterr().out
     # fine-tuned and saved on the board, then redeployed: kept, and said so
     on_board(b, FINE_TUNE)
     tuned = (flash / "iris.mfck").read_bytes()
     assert tuned != host
-    deploy.deploy(b.port, str(checkpoint))
+    deploy.deploy(b.port, str(iris_checkpoint))
     out = capsys.readouterr().out
     assert "kept the board's /iris.mfck as /iris.mfck.bak" in out, out
     assert (flash / "iris.mfck.bak").read_bytes() == tuned
@@ -217,7 +209,7 @@ def test_redeploy_keeps_a_checkpoint_changed_on_the_board(boards, checkpoint, mi
     # again: a second backup, the first one stays
     on_board(b, FINE_TUNE)
     tuned2 = (flash / "iris.mfck").read_bytes()
-    deploy.deploy(b.port, str(checkpoint))
+    deploy.deploy(b.port, str(iris_checkpoint))
     assert "as /iris.mfck.bak2" in capsys.readouterr().out
     assert (flash / "iris.mfck.bak").read_bytes() == tuned
     assert (flash / "iris.mfck.bak2").read_bytes() == tuned2
@@ -225,7 +217,7 @@ def test_redeploy_keeps_a_checkpoint_changed_on_the_board(boards, checkpoint, mi
     newer = tmp_path / "iris.mfck"
     import microformer as mf
     from microformer import checkpoint as ck
-    model, meta = mf.load_model(str(checkpoint), with_meta=True)
+    model, meta = mf.load_model(str(iris_checkpoint), with_meta=True)
     ck.save(str(newer), model, dict(meta, note="retrained"))
     deploy.deploy(b.port, str(newer))
     assert "replaced /iris.mfck (not changed on the board since the last deploy)" in capsys.readouterr().out
@@ -233,14 +225,14 @@ def test_redeploy_keeps_a_checkpoint_changed_on_the_board(boards, checkpoint, mi
     assert sorted(p.name for p in flash.glob("iris.mfck.bak*")) == ["iris.mfck.bak", "iris.mfck.bak2"]
     # FORCE: replaced without a copy, and said so
     on_board(b, FINE_TUNE)
-    deploy.deploy(b.port, str(checkpoint), force=True)
+    deploy.deploy(b.port, str(iris_checkpoint), force=True)
     assert "FORCE: replaced /iris.mfck" in capsys.readouterr().out
     assert (flash / "iris.mfck").read_bytes() == host
     assert sorted(p.name for p in flash.glob("iris.mfck.bak*")) == ["iris.mfck.bak", "iris.mfck.bak2"]
 
 
-def test_clear_examples_keeps_a_backup(boards, checkpoint, micropython):
-    b = boards(micropython, checkpoint)
+def test_clear_examples_keeps_a_backup(boards, iris_checkpoint, micropython):
+    b = boards(micropython, iris_checkpoint)
     user = b.flash / "data" / "user.csv"
     for f in list(user.parent.glob("user.csv*")):
         f.unlink()
@@ -263,23 +255,23 @@ def test_clear_examples_keeps_a_backup(boards, checkpoint, micropython):
     assert "N 2" in out
 
 
-def test_demo_works_in_its_own_files(boards, checkpoint, micropython, capsys):
-    b = boards(micropython, checkpoint)
+def test_demo_works_in_its_own_files(boards, iris_checkpoint, micropython, capsys):
+    b = boards(micropython, iris_checkpoint)
     flash = b.flash
     on_board(b, "import finetune\ns = finetune.Session(verbose=False)\n"
                 "s.add_example([6.1, 2.8, 4.7, 1.2], 'versicolor')\n" + FINE_TUNE.split("\n", 1)[1])
     mine = {p: p.read_bytes() for p in [flash / "iris.mfck", flash / "data" / "user.csv"]}
     listing = sorted(p.name for p in flash.iterdir())
     import demo
-    demo.main(["--port", b.port, "--checkpoint", str(checkpoint)])
+    demo.main(["--port", b.port, "--checkpoint", str(iris_checkpoint)])
     out = capsys.readouterr().out
     acc = [float(v) for v in re.findall(r"accuracy ([\d.]+)% \(\d+/30\) on list", out)]
     assert len(acc) == 3 and acc[1] >= acc[0] + 20 and acc[2] == acc[1], out
     for p, data in mine.items():
         assert p.read_bytes() == data, "%s changed by the demo" % p
     assert sorted(p.name for p in flash.iterdir()) == sorted(set(listing) | {"demo"})
-    assert (flash / "demo" / "pretrained.mfck").read_bytes() == checkpoint.read_bytes()
-    assert (flash / "demo" / "iris.mfck").read_bytes() != checkpoint.read_bytes()   # the demo's fit
+    assert (flash / "demo" / "pretrained.mfck").read_bytes() == iris_checkpoint.read_bytes()
+    assert (flash / "demo" / "iris.mfck").read_bytes() != iris_checkpoint.read_bytes()   # the demo's fit
     assert "left the board's /iris.mfck as it is" in out
 
 
@@ -340,7 +332,7 @@ STOCK_REASON = ("the stock unix port raises KeyboardInterrupt from its SIGINT ha
 
 
 @pytest.mark.parametrize("backend", ["python", "viper"])
-def test_ctrl_c_storm_during_fit(tmp_path, checkpoint, micropython, backend):
+def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend):
     """>= 30 Ctrl-C at random moments of Session.fit, typed into the REPL over the pty: after
     each one the board is alive, the session and a REPL variable survive, no MemoryError, the
     weights are finite and equal an uninterrupted replay of as many steps as the optimizer
@@ -353,7 +345,7 @@ def test_ctrl_c_storm_during_fit(tmp_path, checkpoint, micropython, backend):
     late = 0
     problems = []
     with vboard.VirtualBoard(tmp_path, heap="512K", micropython=micropython) as b:
-        deploy.deploy(b.port, str(checkpoint))
+        deploy.deploy(b.port, str(iris_checkpoint))
         t = Term(b.port)
         children = len(child_pids(b))
         log0 = len(b.log_path.read_text())
