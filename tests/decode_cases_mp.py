@@ -17,6 +17,13 @@ def run(c):
         B, S, C = c["B"], c["S"], c["C"]
         o = z(B * S * C); V.posenc_forward(o, a, b, B, S, C, c["start"]); r["pos"] = hx(o)
         t = f32(c["a"]); V.embedding_backward(t, b, f32(c["ids"]), c["N"], c["EC"]); r["emb"] = hx(t)
+    elif k == "drop":
+        x = f32(c["x"]); n = len(x); keep = bytearray(c["keep"])
+        r["v"] = []
+        for sc in f32(c["scales"]):             # float32 bits: no decimal parsing on the way
+            o = f32(c["x"])                     # every output written: no stale value may pass
+            V.dropout_apply(o, x, keep, n, sc)
+            r["v"].append(hx(o))
     elif k == "embed":
         ids = f32(c["ids"]); t = f32(c["table"]); N = len(ids); C = c["C"]; Vn = c["V"]
         for tag, K in (("p", P), ("v", V)):

@@ -16,6 +16,8 @@
 #                                      dbias the float32 sums; a non-finite row gives NaN
 #   gelu, gelu_tanh                    y within 1e-5 |x| + 1e-4 |y*|; dinp within
 #                                      5e-5 |dout| + 1e-4 |dinp*|
+#   dropout_apply                      the float32 product bit for bit (a subnormal factor as 0,
+#                                      products below 2^-126 flushed); dropped outputs +0
 # and the int32 bounds (#!chk lines) of those kernels hold on the same inputs (instrumented copy).
 import json
 import math
@@ -426,7 +428,51 @@ def test_kept_weight_follows_every_change(micropython, tmp_path):
         assert outs[1][0] != outs[0][0] and outs[2][0] != outs[1][0]
 
 
-# ---- 8. the int32 bounds of these kernels hold on the same inputs (every #!chk line) -------------
+# ---- 8. dropout's masked scale: the float32 product, bit for bit -----------------------------------
+
+DROP_SCALES = ([1.0 / (1.0 - p) for p in (0.1, 0.25, 0.3, 0.5, 0.9, 1e-3)] + [1.0, 0.0, 3.0e38, 1e-30]
+               + [2.0 - 2.0 ** -22])     # times 1 + 2^-23: 2 - 2^-44 rounds up to 2 (a mantissa carry)
+
+
+def drop_case(rng, n=3000):
+    x = wide(rng, n)
+    specials = np.array([np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 0.0, -0.0, 1e-40, -1e-40, 1.0,
+                         1.1754944e-38, -1.1754944e-38, 1 + 2.0 ** -23, -(1 + 2.0 ** -23)], np.float32)
+    x[:len(specials)] = specials
+    x[len(specials):len(specials) + 400] = np.float32(rng.uniform(-2, 2, 400))   # the usual range
+    keep = (rng.random(n) < 0.8).astype(np.uint8)
+    keep[:len(specials)] = 1
+    return {"kind": "drop", "x": hx(x), "keep": [int(v) for v in keep], "scales": hx(DROP_SCALES)}
+
+
+def f32_product(x, s):
+    """IEEE float32 product, then the viper rules: a subnormal factor as 0, products below 2^-126
+    flushed to 0."""
+    s = np.float32(s)
+    x = np.where(np.abs(x) < 2.0 ** -126, np.copysign(np.float32(0), x), x).astype(np.float32)
+    if abs(float(s)) < 2.0 ** -126:
+        s = np.float32(0)
+    with np.errstate(all="ignore"):
+        y = (x * s).astype(np.float32)
+    tiny = (np.abs(y) < 2.0 ** -126) & (y != 0)
+    y[tiny] = np.copysign(np.float32(0), y[tiny])
+    return y
+
+
+def test_dropout_is_the_float32_product(micropython, tmp_path):
+    rng = np.random.default_rng(12)
+    c = drop_case(rng)
+    r = run_cases([c], micropython, tmp_path)[0]
+    x = unhx(c["x"]).copy()
+    keep = np.array(c["keep"], bool)
+    assert len(r["v"]) == len(DROP_SCALES)
+    for j, sc in enumerate(DROP_SCALES):
+        want = f32_product(x, sc)                      # the scale as float32, as the board holds it
+        want[~keep] = 0.0                              # a dropped output is +0
+        same_bits(unhx(r["v"][j]), want, "viper dropout_apply scale %r" % sc)
+
+
+# ---- 9. the int32 bounds of these kernels hold on the same inputs (every #!chk line) -------------
 
 def test_decode_kernels_keep_int32_bounds(micropython, tmp_path):
     d = _instrumented(tmp_path)
@@ -435,4 +481,5 @@ def test_decode_kernels_keep_int32_bounds(micropython, tmp_path):
     x = np.concatenate([np.float32(rng.uniform(-9, 9, 500)), wide(rng, 200)])
     cases.append({"kind": "gelu", "x": hx(x), "g": hx(wide(rng, 700)), "code": 2})
     cases.append({"kind": "gelu", "x": hx(x), "g": hx(wide(rng, 700)), "code": 5})
+    cases.append(drop_case(rng, 800))
     run_cases(cases, micropython, tmp_path, checked_dir=d)

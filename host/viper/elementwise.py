@@ -1,6 +1,6 @@
 # microformer.viper_elementwise: elementwise kernels: ReLU, leaky ReLU and GELU (exact and tanh
-# form), forward and backward (tanh and sigmoid stay portable); the training step's guards: a
-# NaN / inf scan, a bit copy.
+# form), forward and backward (tanh and sigmoid stay portable); dropout's masked scale; the
+# training step's guards: a NaN / inf scan, a bit copy.
 import micropython
 from array import array
 from math import exp, sqrt, tanh
@@ -153,6 +153,106 @@ def act_backward(dinp, dout, inp, out, N, kind):
         _gelu(dinp, inp, N, _tables(kind)[1], _NAN, dout, 1)
     else:
         _pk.act_backward(dinp, dout, inp, out, N, kind)
+
+
+# ---- dropout: out = inp * scale where kept, else 0 ---------------------------------------------
+# ERROR BOUND (tests/test_viper_decode_range.py): each kept output is the float32 product inp *
+#   scale rounded to nearest, ties to even, bit for bit, except that a subnormal inp (or scale)
+#   counts as 0 and a product below 2^-126 is flushed to 0 (an absolute error below 2^-126);
+#   +-inf and NaN as IEEE (inf * 0 = NaN); past float32's largest: +-inf. A dropped output is +0.
+# How: the 24-bit mantissas as 12-bit halves, P = hh 2^24 + mid 2^12 + ll with hh, ll < 2^24 and
+#   mid < 2^25 [B8]; low = ll + (mid mod 2^12) 2^12 < 2^25, high = hh + mid / 2^12 + low / 2^24
+#   < 2^24 + 2^13 + 2: the 48-bit product as high 2^24 + low (mod 2^24), then rounded once.
+@micropython.viper
+def _drop(out, inp, keep, sc, n: int):
+    # out (n,) = inp * sc[0] where keep[i] (bytes, 1 = kept), else 0
+    #@ ptr32(po=out, pi=inp)
+    pk = ptr8(keep)
+    s = ptr32(sc)[0]
+    es = (s >> 23) & 0xFF
+    ms = (s & 0x7FFFFF) | 0x800000
+    sh = ms >> 12
+    sl = ms & 0xFFF
+    b22 = 22                            # (a literal 0x7F800000 would be folded into a bigint)
+    INF = 0x1FE << b22                  # +inf's bits
+    QNAN = 0x1FF << b22                 # a quiet NaN's
+    for i in range(n):
+        if pk[i] == 0:
+            po[i] = 0
+            continue
+        x = pi[i]
+        ex = (x >> 23) & 0xFF
+        sg = ((x ^ s) >> 31) & 1
+        if ex == 255 or es == 255:
+            if (ex == 255 and (x & 0x7FFFFF) != 0) or (es == 255 and (s & 0x7FFFFF) != 0):
+                po[i] = QNAN                            # NaN in: NaN out
+            elif ex == 0 or es == 0:
+                po[i] = QNAN                            # inf * 0
+            else:
+                po[i] = (sg << 31) | INF
+            continue
+        if ex == 0 or es == 0:
+            po[i] = sg << 31                            # a zero (or flushed subnormal) factor
+            continue
+        mx = (x & 0x7FFFFF) | 0x800000
+        xh = mx >> 12
+        xl = mx & 0xFFF
+        mid = xh * sl + xl * sh                                     #!chk mid
+        low = xl * sl + ((mid & 0xFFF) << 12)                       #!chk low
+        high = xh * sh + (mid >> 12) + (low >> 24)                  #!chk high
+        low = low & 0xFFFFFF
+        e = ex + es - 127
+        if high >= 0x800000:
+            e += 1
+            m = high
+            rest = low
+            half = 0x800000
+        else:
+            m = (high << 1) | (low >> 23)
+            rest = low & 0x7FFFFF
+            half = 0x400000
+        if rest > half or (rest == half and (m & 1)):
+            m += 1
+            if m == 0x1000000:
+                m = 0x800000
+                e += 1
+        if e >= 255:
+            po[i] = (sg << 31) | INF
+        elif e <= 0:
+            po[i] = sg << 31
+        else:
+            po[i] = (sg << 31) | (e << 23) | (m & 0x7FFFFF)
+
+
+# ---- dropout's keep mask: xorshift32 in 16-bit halves (exactly kernels.dropout_mask's draws) ----
+@micropython.viper
+def _dmask(keep, state, n: int, threshold: int):
+    # keep (n,) bytes: 1 where the top 24 bits of the next draw are >= threshold; state: the
+    # halves [hi, lo] (array('i')), advanced by n draws. Every value stays below 2^29.
+    pk = ptr8(keep)
+    st = ptr32(state)
+    hi = st[0]
+    lo = st[1]
+    for i in range(n):
+        hi ^= ((hi << 13) | (lo >> 3)) & 0xFFFF
+        lo ^= (lo << 13) & 0xFFFF
+        lo ^= hi >> 1
+        hi ^= ((hi << 5) | (lo >> 11)) & 0xFFFF
+        lo ^= (lo << 5) & 0xFFFF
+        pk[i] = 1 if ((hi << 8) | (lo >> 8)) >= threshold else 0
+    st[0] = hi
+    st[1] = lo
+
+
+dropout_mask = _dmask
+_SCALE = array("f", [0.0])
+
+
+def dropout_apply(out, inp, keep, n, scale):
+    # out (n,) = inp * scale where keep[i], else 0: dropout's forward (inp = x) and its backward
+    # (inp = dy: the same mask and scale)
+    _SCALE[0] = scale
+    _drop(out, inp, keep, _SCALE, n)
 
 
 # ---- guards of the training step: a scan for NaN / inf and a bit copy (finite.py, optim.py) ----

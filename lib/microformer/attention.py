@@ -188,7 +188,7 @@ class Attention(Layer):
         self._dropped = self.training and self.dropout > 0.0
         if self._dropped:
             # dropout on the weights: ctx = (A * keep / (1-p)) V
-            self._drop_rng.keep_mask(self._keep, B * H * S * Sk, self._drop_threshold())
+            self._drop_rng.keep_mask(self._keep, B * H * S * Sk, self._drop_threshold(), K)
             K.attention_context(ctx.data, A.data, self._keep, V.data, B, S, Sk, E, H, self._drop_scale())
         K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B * S, E, E)
         self._x = x

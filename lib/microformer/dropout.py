@@ -57,7 +57,7 @@ class Dropout(Layer):
             return x
         self._buffers("_fwd", x.shape)
         n = x.size
-        self.rng.keep_mask(self._keep, n, self._threshold)
+        self.rng.keep_mask(self._keep, n, self._threshold, backend.K)
         y = self._y
         backend.K.dropout_apply(y.data, x.data, self._keep, n, self.scale)
         return y

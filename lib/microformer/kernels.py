@@ -812,12 +812,29 @@ def posembed_backward(dtable, dout, B, S, C, start):
 
 
 # ---------------------------------------------------------------- dropout and tiled attention
-# Dropout applies a keep mask (bytes, 1 = kept) drawn by the layer (tensor.Rng.keep_mask); the
+# Dropout applies a keep mask (bytes, 1 = kept) drawn by dropout_mask (tensor.Rng.keep_mask); the
 # attention-weight dropout applies one to the softmax weights on the fly. The tiled attention
 # (Attention(..., kv_tile=T)) computes softmax(q.k^T * scale + mask) . v over tiles of T keys with
 # an online softmax: per query row and head it keeps the running max m and sum l of exp(s - m)
 # (stats, stored for the backward, which recomputes the weights key by key), never the
 # (B, NH, Tq, Tk) weights. Same conventions: outputs first, sizes last, no allocation.
+
+
+def dropout_mask(keep, state, n, threshold):
+    # keep (n,) bytes: 1 where the top 24 bits of the next xorshift32 draw are >= threshold, else 0
+    # (threshold = round(p 2^24) drops a fraction p); state: the generator's 32-bit state as its
+    # 16-bit halves [hi, lo], advanced by n draws (halves: no int beyond 2^16 on a 32-bit port)
+    hi = state[0]
+    lo = state[1]
+    for i in range(n):
+        hi ^= ((hi << 13) | (lo >> 3)) & 0xFFFF         # x ^= x << 13 (mod 2^32)
+        lo ^= (lo << 13) & 0xFFFF
+        lo ^= hi >> 1                                   # x ^= x >> 17
+        hi ^= ((hi << 5) | (lo >> 11)) & 0xFFFF         # x ^= x << 5
+        lo ^= (lo << 5) & 0xFFFF
+        keep[i] = 1 if ((hi << 8) | (lo >> 8)) >= threshold else 0
+    state[0] = hi
+    state[1] = lo
 
 
 def dropout_apply(out, inp, keep, n, scale):

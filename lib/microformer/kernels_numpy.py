@@ -14,7 +14,8 @@ import numpy as np  # noqa: E402
 
 from math import erf as _erf1  # noqa: E402
 
-from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH, _GELU_C
+from . import kernels as _pk  # noqa: E402
+from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH, _GELU_C  # noqa: E402
 
 _erf = np.frompyfunc(_erf1, 1, 1)      # math.erf elementwise (NumPy has no erf of its own)
 
@@ -480,6 +481,12 @@ def posembed_backward(dtable, dout, B, S, C, start):
 def _keep(keep, n, *shape):
     # the first n bytes of a keep mask as float64 0 / 1, shaped
     return np.frombuffer(keep, dtype=np.uint8, count=n).astype(_F64).reshape(shape)
+
+
+def dropout_mask(keep, state, n, threshold):
+    # the portable kernel's draws: each xorshift32 step depends on the one before (nothing to
+    # vectorize)
+    _pk.dropout_mask(keep, state, n, threshold)
 
 
 def dropout_apply(out, inp, keep, n, scale):

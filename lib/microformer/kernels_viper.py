@@ -82,6 +82,7 @@
 #   relu / leaky relu:                   element       exact / 1e-4 (0.01 x with a 15-bit mantissa)
 #   add, posenc add, embedding gradient: element       2^-24 |a + b| + 2^-30 max(|a|, |b|)
 #   embedding lookup, KV store:          element       exact (bit copies)
+#   dropout (masked scale):              element       exact (the float32 product; subnormals flush)
 #   gelu, gelu_tanh:                     element       1e-5 |x| + 1e-4 |y|; gradient 5e-5 |dout| + 1e-4 |dinp|
 #   layernorm forward:                   element       4e-4 |xhat w| + 2^(1-P) max|x| rstd |w| + 2^-23 |y|,
 #                                                      P = min(24, 29 - clog2 C); rstd 2e-4; mean 2^-23 max|x|
@@ -99,7 +100,8 @@ from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # 
 from .viper_softmax import (attention_backward, attention_decode, attention_forward,  # noqa: F401
                             crossentropy_softmax)
 from .viper_optim import adam_update, sgd_update  # noqa: F401
-from .viper_elementwise import act_backward, act_forward, copy, first_nonfinite  # noqa: F401
+from .viper_elementwise import (act_backward, act_forward, copy, dropout_apply, dropout_mask,  # noqa: F401
+                                first_nonfinite)
 from .viper_conv import conv1d_backward, conv1d_forward  # noqa: F401
 from .viper_norm import layernorm_backward, layernorm_forward  # noqa: F401
 from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_forward,  # noqa: F401
@@ -114,10 +116,9 @@ PORTABLE = (
     "attention_scores",                                              # the golden vectors' stages
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
     "posembed_backward",                                             # the learned positions
-    # dropout scales every kept element by 1/(1-p): a float multiply per element, which viper
-    # has not (scale_inplace stays portable for the same reason); the attention-weight dropout
-    # products run only in training with dropout > 0
-    "dropout_apply", "attention_context", "attention_backward_dropout",
+    # the attention-weight dropout products run only in training with dropout > 0 on the
+    # attention weights (the standard attention kernels are viper)
+    "attention_context", "attention_backward_dropout",
     # the key-tiled attention exists for memory, not speed: its online softmax rescales the
     # running sums by exp(m - m') once per tile and row, float work the block-float kernels have
     # no form for; the standard path (viper) is the fast one when the weights fit

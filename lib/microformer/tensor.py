@@ -2,6 +2,8 @@
 # Runs unchanged under CPython and MicroPython.
 from array import array
 
+from . import kernels as _kernels
+
 
 def _size(shape):
     n = 1
@@ -127,6 +129,7 @@ class Rng:
         if not isinstance(seed, int):
             raise ValueError("Rng: seed must be an int, got %r" % (seed,))
         self.state = (seed & 0xFFFFFFFF) or 0x9E3779B9
+        self._halves = None             # keep_mask's state in 16-bit halves (made on first use)
 
     def next_u32(self):
         x = self.state
@@ -147,17 +150,19 @@ class Rng:
         in float32 and float64 alike (a 24-bit integer times a power of two)."""
         return ((self.next_u32() >> 8) - 8388608) / 8388608
 
-    def keep_mask(self, keep, n, threshold):
+    def keep_mask(self, keep, n, threshold, kernels=None):
         """keep[i] = 1 if the top 24 bits of the next draw are >= threshold, else 0, for i < n:
-        dropout's keep mask (threshold = round(p * 2^24) drops a fraction p). The draws are
-        next_u32()'s, inlined (a call per element costs as much as the draw)."""
+        dropout's keep mask (threshold = round(p * 2^24) drops a fraction p); the draws are
+        next_u32()'s. `kernels`: the kernel module that draws them (dropout_mask; the layers pass
+        the backend's), the portable one by default."""
+        h = self._halves
+        if h is None:
+            h = self._halves = array("i", [0, 0])
         x = self.state
-        for i in range(n):
-            x ^= (x << 13) & 0xFFFFFFFF
-            x ^= x >> 17
-            x ^= (x << 5) & 0xFFFFFFFF
-            keep[i] = 1 if (x >> 8) >= threshold else 0
-        self.state = x
+        h[0] = x >> 16
+        h[1] = x & 0xFFFF
+        (kernels or _kernels).dropout_mask(keep, h, n, threshold)
+        self.state = (h[0] << 16) | h[1]
         return keep
 
     def randint(self, n):
