@@ -36,6 +36,17 @@ def run_att(c):
                 continue
             r[tag + "_dq"] = hx(g[0]); r[tag + "_dk"] = hx(g[1]); r[tag + "_dv"] = hx(g[2])
         r["att_used"] = hx(att0)
+        if "keep" in c:                 # dropout on the weights: the same A, c's keep mask and scale
+            keep = bytearray(c["keep"])
+            for tag, K in (("p", P), ("v", V)):
+                # the backward first, so no scratch the forward leaves behind can stand in for its own
+                g = [z(B * Tq * C), z(B * Tk * C), z(B * Tk * C)]
+                K.attention_backward_dropout(g[0], g[1], g[2], z(Tk), dout, att0, keep, q, k, v,
+                                             B, Tq, Tk, C, NH, c["pscale"])
+                o = z(B * Tq * C)
+                K.attention_context(o, att0, keep, v, B, Tq, Tk, C, NH, c["pscale"])
+                r[tag + "_dout_ctx"] = hx(o)
+                r[tag + "_ddq"] = hx(g[0]); r[tag + "_ddk"] = hx(g[1]); r[tag + "_ddv"] = hx(g[2])
     return r
 
 def run_xent(c):

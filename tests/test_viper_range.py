@@ -190,8 +190,15 @@ def test_issue_cases_fixed(micropython, tmp_path):
 
 # ---- 2. softmax weights and the attention forward over the range ---------------------------------
 
+PSCALE = 1.25        # dropout p = 0.2 on the weights: kept weights times 1.25 (exact in float32)
+
+
 def _att_results(micropython, tmp_path, seed, checked_dir=None):
     cases = att_cases(seed)
+    rng = np.random.default_rng(100 + seed)
+    for c in cases:          # and the dropout variants from the same weights: a keep mask each
+        c["keep"] = [int(u) for u in rng.random(c["B"] * c["NH"] * c["Tq"] * c["Tk"]) >= 0.2]
+        c["pscale"] = PSCALE
     return cases, run_cases(cases, micropython, tmp_path, checked_dir)
 
 
@@ -227,57 +234,72 @@ def test_attention_output_and_backward_whole_range(micropython, tmp_path, seed):
     worst = {}
     for c, r in zip(cases, res):
         no_errors(r, c["cls"])
-        B, Tq, Tk, C, NH = c["B"], c["Tq"], c["Tk"], c["C"], c["NH"]
-        hs = C // NH
-        v = unhx(c["v"]).reshape(B, Tk, C)
-        q = unhx(c["q"]).reshape(B, Tq, C)
-        k = unhx(c["k"]).reshape(B, Tk, C)
-        dout = unhx(c["dout"]).reshape(B, Tq, C)
-        # output: relative to the largest |v| of the column it averages (masked keys included:
-        # they share the block exponent)
-        op = unhx(r["p_out"]).reshape(B, Tq, C)
-        ov = unhx(r["v_out"]).reshape(B, Tq, C)
-        vmax = np.abs(v).max(axis=1, keepdims=True)
-        e_out = float((np.abs(ov - op) / vmax).max())
-        assert e_out <= 1e-3, (c["cls"], e_out)
-        # backward from the same weights A
-        A = unhx(r["att_used"]).reshape(B, NH, Tq, Tk)
-        dvp = unhx(r["p_dv"]).reshape(B, Tk, C)
-        dvv = unhx(r["v_dv"]).reshape(B, Tk, C)
-        e_dv = 0.0
+        for drop in (False, True):
+            _attention_errors(c, r, drop, worst)
+    assert set(worst) == {"out", "dv", "dq", "dk", "drop out", "drop dv", "drop dq", "drop dk"}, worst
+    print("attention errors (relative to their block scales):", worst)
+
+
+def _attention_errors(c, r, drop, worst):
+    # the viper output and gradients against the portable ones, relative to the block scales;
+    # drop: the dropout variants (attention_context, attention_backward_dropout) with c's mask:
+    # A' = A keep pscale in place of A, and dA = keep pscale (dout . v)
+    tag = "drop " if drop else ""
+    key = ("_dout_ctx", "_ddv", "_ddq", "_ddk") if drop else ("_out", "_dv", "_dq", "_dk")
+    B, Tq, Tk, C, NH = c["B"], c["Tq"], c["Tk"], c["C"], c["NH"]
+    hs = C // NH
+    v = unhx(c["v"]).reshape(B, Tk, C)
+    q = unhx(c["q"]).reshape(B, Tq, C)
+    k = unhx(c["k"]).reshape(B, Tk, C)
+    dout = unhx(c["dout"]).reshape(B, Tq, C)
+    A0 = A = unhx(r["att_used"]).reshape(B, NH, Tq, Tk)     # A0: softmax's A, before any dropout
+    ps = 1.0
+    if drop:
+        ps = c["pscale"]
+        A = A * np.array(c["keep"], np.float64).reshape(A.shape) * ps
+    # output: relative to the largest |v| of the column it averages (masked keys included:
+    # they share the block exponent), times the largest weight sum (pscale with dropout)
+    op = unhx(r["p" + key[0]]).reshape(B, Tq, C)
+    ov = unhx(r["v" + key[0]]).reshape(B, Tq, C)
+    vmax = np.abs(v).max(axis=1, keepdims=True) * ps
+    e_out = float((np.abs(ov - op) / vmax).max())
+    assert e_out <= 1e-3, (tag, c["cls"], e_out)
+    # backward from the same weights A
+    dvp = unhx(r["p" + key[1]]).reshape(B, Tk, C)
+    dvv = unhx(r["v" + key[1]]).reshape(B, Tk, C)
+    e_dv = 0.0
+    for h in range(NH):
+        sl = slice(h * hs, (h + 1) * hs)
+        # dv[b, j, col] = sum_t A[b,h,t,j] dout[b,t,col]: block maxes over t
+        scale_dv = A[:, h].max(axis=1)[:, :, None] * np.abs(dout[:, :, sl]).max(axis=1)[:, None, :]
+        d = np.abs(dvv[:, :, sl] - dvp[:, :, sl])
+        e_dv = max(e_dv, float(np.where(scale_dv > 0, d / np.where(scale_dv > 0, scale_dv, 1), d * 1e300).max()))
+    assert e_dv <= 1e-3, (tag, c["cls"], e_dv)
+    # dS = A (dA - sum_j A dA) / sqrt(hs) cancels (a one-hot row has dS = 0 exactly), so
+    # dq and dk are judged against the product of the block maxima of their operands:
+    # G = max A * hs max|dout| max|v| / sqrt(hs) (the scale of dS; per query row for dq,
+    # per batch item and head for dk) times max |k| (|q|) of the column
+    for name, other, rows, kk in (("dq", k, Tq, key[2]), ("dk", q, Tk, key[3])):
+        gp = unhx(r["p" + kk]).reshape(B, rows, C)
+        gv = unhx(r["v" + kk]).reshape(B, rows, C)
+        e = 0.0
         for h in range(NH):
             sl = slice(h * hs, (h + 1) * hs)
-            # dv[b, j, col] = sum_t A[b,h,t,j] dout[b,t,col]: block maxes over t
-            scale_dv = A[:, h].max(axis=1)[:, :, None] * np.abs(dout[:, :, sl]).max(axis=1)[:, None, :]
-            d = np.abs(dvv[:, :, sl] - dvp[:, :, sl])
-            e_dv = max(e_dv, float(np.where(scale_dv > 0, d / np.where(scale_dv > 0, scale_dv, 1), d * 1e300).max()))
-        assert e_dv <= 1e-3, (c["cls"], e_dv)
-        # dS = A (dA - sum_j A dA) / sqrt(hs) cancels (a one-hot row has dS = 0 exactly), so
-        # dq and dk are judged against the product of the block maxima of their operands:
-        # G = max A * hs max|dout| max|v| / sqrt(hs) (the scale of dS; per query row for dq,
-        # per batch item and head for dk) times max |k| (|q|) of the column
-        for name, other, rows in (("dq", k, Tq), ("dk", q, Tk)):
-            gp = unhx(r["p_" + name]).reshape(B, rows, C)
-            gv = unhx(r["v_" + name]).reshape(B, rows, C)
-            e = 0.0
-            for h in range(NH):
-                sl = slice(h * hs, (h + 1) * hs)
-                vmx = np.abs(v[:, :, sl]).max(axis=(1, 2))                       # (B,)
-                G = (A[:, h].max(axis=2) * np.abs(dout[:, :, sl]).max(axis=2)
-                     * vmx[:, None] * hs / np.sqrt(hs))                          # (B, Tq)
-                if name == "dk":
-                    G = np.repeat(G.max(axis=1, keepdims=True), Tk, axis=1)      # (B, Tk)
-                sc = G[:, :, None] * np.abs(other[:, :, sl]).max(axis=1)[:, None, :]
-                d = np.abs(gv[:, :, sl] - gp[:, :, sl])
-                ok = sc > 0
-                assert np.all(d[~ok] == 0.0), (c["cls"], name)
-                if ok.any():
-                    e = max(e, float((d[ok] / sc[ok]).max()))
-            assert e <= 2e-3, (c["cls"], name, e)
-            worst[name] = max(worst.get(name, 0.0), e)
-        worst["out"] = max(worst.get("out", 0.0), e_out)
-        worst["dv"] = max(worst.get("dv", 0.0), e_dv)
-    print("attention errors (relative to their block scales):", worst)
+            vmx = np.abs(v[:, :, sl]).max(axis=(1, 2))                       # (B,)
+            G = (A0[:, h].max(axis=2) * np.abs(dout[:, :, sl]).max(axis=2) * ps
+                 * vmx[:, None] * hs / np.sqrt(hs))                          # (B, Tq)
+            if name == "dk":
+                G = np.repeat(G.max(axis=1, keepdims=True), Tk, axis=1)      # (B, Tk)
+            sc = G[:, :, None] * np.abs(other[:, :, sl]).max(axis=1)[:, None, :]
+            d = np.abs(gv[:, :, sl] - gp[:, :, sl])
+            ok = sc > 0
+            assert np.all(d[~ok] == 0.0), (c["cls"], name)
+            if ok.any():
+                e = max(e, float((d[ok] / sc[ok]).max()))
+        assert e <= 2e-3, (tag, c["cls"], name, e)
+        worst[tag + name] = max(worst.get(tag + name, 0.0), e)
+    worst[tag + "out"] = max(worst.get(tag + "out", 0.0), e_out)
+    worst[tag + "dv"] = max(worst.get(tag + "dv", 0.0), e_dv)
 
 
 # ---- 3. cross-entropy: the loss value against float64 math, the gradient against both -------------

@@ -3,7 +3,8 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _fscratch, _iscratch, _mant15, _store
+from .viper_common import _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_elementwise import dropout_apply
 from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _mm
 
 # _softmax's parameters, slots of _D
@@ -297,10 +298,43 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
     _mm(F, dout, v, F, HEAD_SCORES, B, Tq, Tk, C, NH)          # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
     _mm(dv, att, dout, dv, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)      # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
+    _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
+
+
+def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
+    # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
+    # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
     sc = _scale_of(C // NH)
-    _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1])   # dS = A (dA - rowsum(dA A)) / sqrt(hs)
-    _mm(dq, F, k, dq, HEAD_CONTEXT, B, Tq, Tk, C, NH)           # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h]
-    _mm(dk, F, q, dk, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)           # dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h]
+    _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1])
+    _mm(dq, F, k, dq, HEAD_CONTEXT, B, Tq, Tk, C, NH)
+    _mm(dk, F, q, dk, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)
+
+
+# ---- dropout on the attention weights: A' = A keep / (1 - p) ---------------------------------
+# ERROR BOUND: A' is exact (dropout_apply: the float32 products); then the GEMM bounds with A' in
+#   place of A (weights up to 1/(1 - p), so the context bound 1e-3 max|v| grows by that factor),
+#   and the softmax backward's on dA = keep (dout . v) / (1 - p).
+
+
+def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
+    # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
+    n = B * NH * Tq * Tk
+    G = _gscratch(n)
+    dropout_apply(G, att, keep, n, scale)
+    _mm(out, G, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)
+
+
+def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
+    # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
+    # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
+    n = B * NH * Tq * Tk
+    F = _fscratch(n)
+    G = _gscratch(n)
+    _mm(F, dout, v, F, HEAD_SCORES, B, Tq, Tk, C, NH)          # dout[b,t,h] . v[b,j,h]
+    dropout_apply(F, F, keep, n, pscale)                        # dA = keep pscale (dout . v)
+    dropout_apply(G, att, keep, n, pscale)                      # A' = keep pscale A
+    _mm(dv, G, dout, dv, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)     # dv[b,j,h] = sum_t A'[b,h,t,j] dout[b,t,h]
+    _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
 # ---- softmax cross-entropy -------------------------------------------------------------------

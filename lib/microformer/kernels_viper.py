@@ -97,8 +97,8 @@ from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TA
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
                          matmul_backward_input_acc, matmul_forward, matmul_forward_kept)
-from .viper_softmax import (attention_backward, attention_decode, attention_forward,  # noqa: F401
-                            crossentropy_softmax)
+from .viper_softmax import (attention_backward, attention_backward_dropout, attention_context,  # noqa: F401
+                            attention_decode, attention_forward, crossentropy_softmax)
 from .viper_optim import adam_update, sgd_update  # noqa: F401
 from .viper_elementwise import (act_backward, act_forward, copy, dropout_apply, dropout_mask,  # noqa: F401
                                 first_nonfinite)
@@ -116,9 +116,6 @@ PORTABLE = (
     "attention_scores",                                              # the golden vectors' stages
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
     "posembed_backward",                                             # the learned positions
-    # the attention-weight dropout products run only in training with dropout > 0 on the
-    # attention weights (the standard attention kernels are viper)
-    "attention_context", "attention_backward_dropout",
     # the key-tiled attention exists for memory, not speed: its online softmax rescales the
     # running sums by exp(m - m') once per tile and row, float work the block-float kernels have
     # no form for; the standard path (viper) is the fast one when the weights fit

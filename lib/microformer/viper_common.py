@@ -10,6 +10,7 @@ from math import frexp as _frexp
 # ---- module scratch (grown on demand, so steady-state calls allocate nothing) ---------------
 _S = [array("i", [0] * 64)]    # int scratch: quantized blocks
 _F = [array("f", [0.0] * 64)]  # float scratch: dA / dS rows of the attention backward
+_G = [array("f", [0.0] * 64)]  # float scratch: the dropped attention weights (A keep / (1 - p))
 _ONES = [array("f", [1.0] * 16)]
 
 
@@ -27,6 +28,10 @@ def _iscratch(n):
 
 def _fscratch(n):
     return _grow(_F, n, "f", 0.0)
+
+
+def _gscratch(n):
+    return _grow(_G, n, "f", 0.0)
 
 
 def _ones(n):
