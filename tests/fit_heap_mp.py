@@ -5,6 +5,7 @@
 # of the run without interrupts, bit for bit, and no layer may be left making buffers.
 #   micropython tests/fit_heap_mp.py BACKEND
 import sys
+from array import array
 
 import microformer as mf
 from microformer import backend
@@ -14,13 +15,14 @@ from microformer.models import iris_model, iris_split
 from microformer.train import evaluate, train_step
 
 _draw = T._from_pool
-_count = [0, 0]        # calls seen; the call that raises (0: none)
+_count = [0, 0, True]  # calls seen; the call that raises (0: none); counting on
 
 
 def _counted():
-    _count[0] += 1
-    if _count[0] == _count[1]:
-        raise KeyboardInterrupt
+    if _count[2]:
+        _count[0] += 1
+        if _count[0] == _count[1]:
+            raise KeyboardInterrupt
 
 
 def _draw_counted(p, shape, name):
@@ -49,8 +51,22 @@ def state(model, opt):
     return out
 
 
+def logits(model, X):
+    # the model's output for X (not counted): the same before an interrupted step and after it
+    _count[2] = False
+    try:
+        model.eval()
+        out = bytes(model.forward(X).data)
+        model.train()
+    finally:
+        _count[2] = True
+    return out
+
+
 def run(train, test, at):
-    """(state, steps, interrupts, calls) of 2 epochs with the `at`-th counted call raising."""
+    """(state, steps, interrupts, calls) of 2 epochs with the `at`-th counted call raising. After
+    an interrupt, the model's output for the batch before (whose shape the interrupted switch
+    came from) must be what it was before the interrupted step."""
     _count[0] = 0
     _count[1] = at
     model = iris_model(1)
@@ -58,8 +74,10 @@ def run(train, test, at):
     lf = mf.CrossEntropyLoss()
     batches = Batches(train, 16, mf.Rng(2))
     interrupts = 0
+    prev = None
     for epoch in range(2):
         for X, y in batches:
+            ref = logits(model, prev) if prev is not None else None
             while True:
                 s0 = opt.steps
                 try:
@@ -69,6 +87,10 @@ def run(train, test, at):
                     interrupts += 1
                     assert T._pool is None, "a layer is left making buffers after the interrupt"
                     assert opt.steps == s0, "an interrupt inside a buffer switch counted a step"
+                    if prev is not None:
+                        assert logits(model, prev) == ref, \
+                            "after an interrupt, the output for the batch before differs"
+            prev = mf.Tensor(X.shape, array("f", X.data))
         while True:
             try:
                 evaluate(model, test)
