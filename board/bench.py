@@ -224,27 +224,27 @@ def memory(steps=20):
     return out
 
 
-def fit_heap(path="datasets/iris.csv", warm=2, epochs=3):
+def fit_heap(path="datasets/iris.csv", warm=2, epochs=3, batch=16):
     """The real fit loop: train.fit on Iris (120 rows, batch 16: each epoch ends with a batch of
     8) on the current backend; heap bytes per step over `epochs` whole epochs after `warm` (GC
-    off). Prints a FITHEAP line."""
+    off). Prints a FITHEAP line: backend, steps, bytes per step, epochs, rows, batch size."""
     import iris
     tr = iris.load_split(path)[0]
     model = iris.build_model(1)
     opt = mf.Adam(model, lr=1e-3)
     lf = mf.CrossEntropyLoss()
-    mf.train.fit(model, lf, opt, tr, epochs=warm, batch_size=16, verbose=False)
+    mf.train.fit(model, lf, opt, tr, epochs=warm, batch_size=batch, verbose=False)
     gc.collect()
     gc.disable()
     try:
         a0 = _mem_alloc()
         s0 = opt.steps
-        mf.train.fit(model, lf, opt, tr, epochs=epochs, batch_size=16, verbose=False)
+        mf.train.fit(model, lf, opt, tr, epochs=epochs, batch_size=batch, verbose=False)
         steps = opt.steps - s0
         per = (_mem_alloc() - a0) / steps if a0 >= 0 else -1.0
     finally:
         gc.enable()
-    print("FITHEAP %s %d %.1f" % (mf.get_backend(), steps, per))
+    print("FITHEAP %s %d %.1f %d %d %d" % (mf.get_backend(), steps, per, epochs, len(tr), batch))
     return per
 
 

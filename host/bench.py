@@ -90,7 +90,7 @@ def fit_heap(exe):
     env = dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")]))
     cmd = [exe, "-X", "heapsize=8M", os.path.join(ROOT, "board", "bench.py"), "fitheap", "viper"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    m = re.search(r"^FITHEAP \S+ (\d+) (\S+)$", out.stdout, re.M)
+    m = re.search(r"^FITHEAP \S+ (\d+) (\S+) ", out.stdout, re.M)
     if out.returncode or not m:
         raise SystemExit("bench fitheap failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
     return int(m.group(1)), float(m.group(2))

@@ -1,5 +1,9 @@
 # microformer.layer: the base class every layer derives from (the layer contract), and
 # state_dict / load_state_dict with PyTorch's parameter names and layouts.
+from array import array
+
+from . import backend
+from . import tensor as _tensor
 from .tensor import Tensor
 
 try:
@@ -8,25 +12,101 @@ except ImportError:          # a MicroPython without OrderedDict: a plain dict
     _Ordered = dict
 
 
+_KEYS = 4                    # keys (batch shapes) whose buffers a stage keeps
+
+
 class Buffered:
     """The one way layers and losses reuse their output, cache and gradient buffers (and views).
 
     A method runs `self._buffers(stage, shape, other)` before it writes its buffers: `stage` names
     the buffers of one pass ('_fwd', '_bwd', ...; the attribute that remembers their key), `shape`
     and `other` are what their sizes follow (an input shape; a second input's shape, a capacity or
-    None). While the key is the one they were allocated for, nothing happens: a steady-state step
-    compares tuples and allocates nothing. Otherwise `self._allocate(stage, shape, other)` makes
-    them, and only then is the key remembered (a MemoryError leaves the stage to be allocated again).
+    None). While the key is the one in use, nothing happens: a steady-state step compares tuples
+    and allocates nothing. On another key the buffers are zeros again, as if new:
+
+    - a key seen before (each stage keeps its last _KEYS) gets its buffers back, zeroed;
+    - a new key runs `self._allocate(stage, shape, other)`, whose `Tensor.zeros` draw on the
+      stage's arrays: a buffer is a view on the first values of the stage's array when that one is
+      large enough (so the smaller last batch of an epoch runs on views of the full batch's
+      arrays), else a new array that replaces it (and the other keys are dropped, to be made again).
+
+    So a fit loop whose last batch is smaller allocates nothing at steady state, epoch boundaries
+    included. The key is cleared before the buffers change and set only once they are complete:
+    a MemoryError or a KeyboardInterrupt at any point leaves the stage to be switched again.
     """
 
     def _buffers(self, stage, shape, other=None):
         have = getattr(self, stage, None)
         if have is None or have[0] != shape or have[1] != other:
+            setattr(self, stage, None)
+            setattr(self, stage, self._switch(stage, shape, other))
+
+    def _switch(self, stage, shape, other):
+        # per stage: [arrays, names, keys]; a key is (shape, other, values, floats, own): the
+        # values of `names` (every attribute the stage's _allocate has set), the float32 buffers
+        # drawn on the stage's arrays and the key's own bytearrays / arrays, zeroed on each switch
+        pools = getattr(self, "_pools", None)
+        if pools is None:
+            pools = self._pools = {}
+        st = pools.get(stage)
+        if st is None:
+            st = pools[stage] = [[], [], []]
+        names = st[1]
+        keys = st[2]
+        for i in range(len(keys)):
+            k = keys[i]
+            if k[0] == shape and k[1] == other:
+                if i < len(keys) - 1:
+                    keys.append(keys.pop(i))      # the most recently used last
+                values = k[2]
+                for j in range(len(names)):
+                    setattr(self, names[j], values[j])
+                _zero(k[3], k[4])
+                return k
+        before = dict(self.__dict__)
+        pool = [st[0], 0, keys, []]
+        saved = _tensor._pool
+        try:
+            _tensor._pool = pool
             self._allocate(stage, shape, other)
-            setattr(self, stage, (shape, other))
+        finally:
+            _tensor._pool = saved
+        floats = []
+        for t in pool[3]:
+            floats.append(t.data)
+        own = []
+        after = self.__dict__
+        for a in after:
+            v = after[a]
+            if a in before and before[a] is v:
+                continue
+            if a not in names:
+                del keys[:]                       # they lack a value for it
+                names.append(a)
+            if isinstance(v, (bytearray, array)):
+                own.append(v)
+        _zero(floats, own)
+        values = []
+        for a in names:
+            values.append(getattr(self, a))
+        if len(keys) >= _KEYS:
+            del keys[0]
+        k = (shape, other, values, floats, own)
+        keys.append(k)
+        return k
 
     def _allocate(self, stage, shape, other):
         raise NotImplementedError("%s: no buffers for stage %r" % (type(self).__name__, stage))
+
+
+def _zero(floats, own):
+    # float32 buffers by the backend's kernel; bytearrays and int arrays element by element
+    K = backend.K
+    for f in floats:
+        K.zero(f, len(f))
+    for b in own:
+        for i in range(len(b)):
+            b[i] = 0
 
 
 class Layer(Buffered):

@@ -21,6 +21,36 @@ def _check_shape(shape, who):
     return shape
 
 
+# While a layer makes the buffers of one of its stages (layer.Buffered), Tensor.zeros draws on
+# the arrays that stage already has: _pool = [arrays, next index, keys, made]. The i-th buffer
+# asked for is a view on the first values of the stage's i-th array when that one is large enough
+# (the stage zeroes it, as zeros() promises), else a new array that takes its place: the stage's
+# keys are dropped first (they may hold views on the array replaced). made lists the Tensors
+# drawn. None: no layer is making buffers.
+_pool = None
+
+
+def _from_pool(p, shape, name):
+    shape = _check_shape(shape, "Tensor")
+    n = _size(shape)
+    arrays = p[0]
+    i = p[1]
+    p[1] = i + 1
+    if i < len(arrays) and len(arrays[i]) >= n:
+        a = arrays[i]
+        data = a if len(a) == n else memoryview(a)[:n]
+    else:
+        data = array("f", bytes(4 * n))
+        del p[2][:]
+        if i < len(arrays):
+            arrays[i] = data
+        else:
+            arrays.append(data)
+    t = Tensor(shape, data, name)
+    p[3].append(t)
+    return t
+
+
 class Tensor:
     """A float32 `array('f')` in `.data` (row-major) viewed with `.shape` (a tuple)."""
 
@@ -37,6 +67,9 @@ class Tensor:
 
     @staticmethod
     def zeros(shape, name=""):
+        p = _pool
+        if p is not None:               # a layer making its buffers (layer.Buffered)
+            return _from_pool(p, shape, name)
         return Tensor(shape, None, name)
 
     @staticmethod

@@ -1,6 +1,7 @@
 # microformer.train: the fit loop, evaluation and prediction for classifiers.
 import gc
 import time
+from array import array
 
 from . import backend
 from .data import Batches
@@ -66,6 +67,17 @@ def train_step(model, loss_fn, optimizer, X, y):
     return loss, correct
 
 
+_CHUNK = 16        # epochs per block of fit's history store
+
+
+def _record(store, e):
+    """Epoch e's record (0-based) from fit's history store: a dict, as fit returns them."""
+    v = store[e // _CHUNK]
+    o = 6 * (e % _CHUNK)
+    return {"epoch": e + 1, "loss": v[o], "acc": v[o + 1], "ms_per_step": v[o + 2], "steps": int(v[o + 3]),
+            "ms": v[o + 4], "interrupted": bool(v[o + 5])}
+
+
 def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbose=True, on_epoch=None,
         progress_s=5):
     """Train on a Dataset; one progress line per epoch, and one at least every `progress_s`
@@ -76,7 +88,12 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
     if not isinstance(epochs, int) or epochs < 0:
         raise ValueError("fit: epochs must be a non-negative int, got %r" % (epochs,))
     batches = Batches(data, batch_size, Rng(seed + 1))
-    history = []
+    # The epochs' figures go into blocks of doubles (exact for every float and count here), and
+    # their dicts are made once the loop is over: dicts kept epoch by epoch, between steps that
+    # leave only a few bytes of garbage, would end up spread over the whole heap, cutting it into
+    # pieces too small for the next model's buffers.
+    store = []
+    done = 0
     steps0 = optimizer.steps
     every_us = int(progress_s * 1000000) if verbose and progress_s else 0
     n_batches = (len(data) + batch_size - 1) // batch_size
@@ -106,9 +123,19 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
         steps = optimizer.steps - s0
         ms = _elapsed(t0)
         seen = seen or 1
-        rec = {"epoch": epoch, "loss": total / seen, "acc": correct / seen,
-               "ms_per_step": ms / max(1, steps), "steps": steps, "ms": ms, "interrupted": interrupted}
-        history.append(rec)
+        if (epoch - 1) % _CHUNK == 0:
+            store.append(array("d", bytes(8 * 6 * _CHUNK)))
+        v = store[-1]
+        o = 6 * ((epoch - 1) % _CHUNK)
+        v[o] = total / seen
+        v[o + 1] = correct / seen
+        v[o + 2] = ms / max(1, steps)
+        v[o + 3] = steps
+        v[o + 4] = ms
+        v[o + 5] = 1 if interrupted else 0
+        done = epoch
+        if verbose or on_epoch:
+            rec = _record(store, epoch - 1)
         if verbose:
             line = "epoch %d/%d  loss %.4f  acc %.1f%%  %.2f ms/step" % (
                 epoch, epochs, rec["loss"], 100 * rec["acc"], rec["ms_per_step"])
@@ -122,6 +149,9 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
             on_epoch(rec)
         if interrupted:
             break
+    history = [None] * done
+    for e in range(done):
+        history[e] = _record(store, e)
     return history
 
 
