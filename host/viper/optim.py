@@ -2,6 +2,7 @@
 import micropython
 from array import array
 from micropython import const
+from math import sqrt
 from .viper_common import _mant15, _store
 
 # Values are (M, E) int pairs, x = M * 2^E, normalized to 2^29 <= |M| < 2^30 after every add;
@@ -301,3 +302,450 @@ def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
         L[2] = weight_decay
     _SC[6] = 0 if buf is None else 1
     _sgd(p, g, p if buf is None else buf, n, _SC)
+
+
+# ---- the whole optimizer step: every tensor in one call, into the shadow buffers ------------
+# adam_step / sgd_step read the weights, gradients and moments of all tensors and write the new
+# weights and moments into shadow buffers (the live ones are not touched), flagging any
+# non-finite gradient, weight or result; params_commit then copies the new weights in. A step
+# costs one viper call per kernel instead of a dozen per tensor.
+#
+# ADAM ELEMENT (AdamW's decay and Adam's coupled decay are branches taken only when wd != 0):
+#   m' = beta1 m + (1 - beta1) d: two 15 x 15-bit products (< 2^30 each), aligned (the smaller
+#        shifted right, 0 beyond 30 bits) and added: |s| < 2^31;
+#   v' = v - (1 - beta2) v + (1 - beta2) d^2: v's 24-bit mantissa with 6 guard bits (< 2^30)
+#        less its (1 - beta2) share (15 x 15 bits, shifted right by S2 >= 0), plus the d^2 term
+#        (((d15 d15) >> 15) o2m < 2^30) aligned: < 2^31; beta2 so enters with 24 bits;
+#   each sum is rounded to 24 bits by a table lookup of its bit length (_BL[s >> 23]: s below
+#        2^24 takes a normalizing loop) and packed with round to nearest (ties up);
+#   den = sqrt(v') + eps' in Q14-Q16: sqrt from the 257-entry table _SQ (2^14 sqrt(x), x in
+#        [2, 8), the exponent's low bit and 7 mantissa bits index it, 8 more interpolate), eps'
+#        added when it is not below 2^-16 of it; step = ((m'24 >> 8) cm) // den (< 2^31 / 2^14);
+#   p' = p - step: p's mantissa with 6 guard bits (< 2^30) and the step aligned to it (< 2^30),
+#        then the same rounding; a step larger than p, a zero p and overflow take a general path.
+# c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) (so that step = c m' / (sqrt(v') + eps')) are
+# computed per step by _adam_consts from float32 bits: no float is boxed.
+# ERROR BOUND (tests/test_optim_fast.py): m' and v' within 2^-13 of |m'| + |old| + |d| (resp.
+#   |v'| + |old| + d^2), p' within 2^-11 of the step plus 2^-22 |p'| (plus the 2^-14 relative
+#   error of c); the step ignores eps' only below 2^-16 of sqrt(v').
+# [B5'] every product is a 15- or 16-bit by 15-bit product (< 2^31), every sum of two aligned
+#   values below 2^30 (< 2^31), the den lookup (SQ[j+1] - SQ[j]) * 255 < 2^23.
+_AM_O1 = const(0)       # 1 - beta1: 15-bit mantissa
+_AM_K1 = const(1)       #   the g-term's exponent offset (o1e + 15)
+_AM_B1 = const(2)       # beta1: mantissa
+_AM_KB1 = const(3)      #   its offset (b1e + 15)
+_AM_O2 = const(4)       # 1 - beta2: mantissa
+_AM_S2 = const(5)       #   its shift (-15 - o2e >= 0)
+_AM_Q2 = const(6)       #   the d^2 term's exponent offset (-126 - S2)
+_AM_CM = const(7)       # c: mantissa
+_AM_CE = const(8)       #   exponent + 92
+_AM_EPM = const(9)      # eps': mantissa
+_AM_EPE = const(10)     #   exponent
+_AM_E0 = const(11)      #   half-exponent of v' from which eps' is below 2^-16 of sqrt(v')
+_AM_WDM = const(12)     # weight decay (coupled: wd; decoupled: lr wd): mantissa, 0 for none
+_AM_WDE = const(13)     #   exponent (coupled) / shift (decoupled: -15 - e)
+_AM_DEC = const(14)     # 1: AdamW
+_AM = array("i", [0] * 15)
+_AMF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps as float32
+_JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, status
+
+
+def _bitlen(t):
+    n = 0
+    while t:
+        t >>= 1
+        n += 1
+    return n
+
+
+_TAB = [None, None]
+
+
+def _tables():
+    # _BL (512 bytes): for s < 2^31, _BL[(s >> 23) & 0x1FF] is (bit length of s) - 25, the shift
+    # less one that rounds s to 24 bits; 255 below 2^24 (and for negative s: the upper half)
+    # _SQ (257 ints): 2^14 sqrt(x) for x = 2 + j/64 (j <= 128), then 4 + (j - 128)/32
+    if _TAB[0] is None:
+        _TAB[0] = bytearray([_bitlen(t) - 2 if t >= 2 else 255 for t in range(256)] + [255] * 256)
+        _TAB[1] = array("i", [int(16384 * sqrt(2.0 + j / 64.0 if j <= 128 else 4.0 + (j - 128) / 32.0) + 0.5)
+                              for j in range(257)])
+    return _TAB
+
+
+@micropython.viper
+def _isqrt(x: int) -> int:
+    # floor(sqrt(x)) for 0 <= x <= 2^30, bit by bit (a candidate below 2^15 + 2^14: its square < 2^31)
+    r = 0
+    b = 1 << 15
+    while b:
+        c = r + b
+        if c * c <= x:
+            r = c
+        b = b >> 1
+    return r
+
+
+@micropython.viper
+def _adam_consts(c, cf):
+    # c[_AM_CM ...]: c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) as 15-bit mantissas, from the
+    # float32 bits of cf = [lr, bc1, bc2, eps] (all > 0)
+    C = ptr32(c)
+    F = ptr32(cf)
+    x = F[2]
+    e = ((x >> 23) & 0xFF) - 155
+    r = ((x & 0x7FFFFF) | 0x800000) << 5          # bc2 = r 2^e, r in [2^28, 2^29)
+    if e & 1:
+        r = r << 1
+        e -= 1
+    r = int(_isqrt(r))                             # sqrt(bc2) = r 2^(e/2), r in [2^14, 2^15]
+    e = e >> 1
+    x = F[0]
+    num = (((x & 0x7FFFFF) | 0x800000) >> 8) * r   #!chk num
+    ne = ((x >> 23) & 0xFF) - 142 + e
+    x = F[1]
+    q = num // (((x & 0x7FFFFF) | 0x800000) >> 9)  # bc1's 15 bits: q in (2^14, 2^17)
+    ne = ne - (((x >> 23) & 0xFF) - 141)
+    while q >= 0x8000:
+        q = (q + 1) >> 1
+        ne += 1
+    C[_AM_CM] = q
+    C[_AM_CE] = ne + 92
+    x = F[3]
+    num = (((x & 0x7FFFFF) | 0x800000) >> 9) * r   #!chk num
+    ne = ((x >> 23) & 0xFF) - 141 + e
+    while num >= 0x8000:
+        num = (num + 1) >> 1
+        ne += 1
+    C[_AM_EPM] = num
+    C[_AM_EPE] = ne
+    C[_AM_E0] = ne + 95
+
+
+@micropython.viper
+def _adam_all() -> int:
+    # the Adam step of every tensor (see the top of this section); returns -1, the index of the
+    # first tensor with a non-finite gradient, weight or result, or -2 for a size mismatch
+    a = 0                               # the first three locals live in registers: the hot ones
+    x = 0
+    s = 0
+    b31 = 31
+    sx = 1 << b31                       # (a variable: a literal 1 << 31 would be a bigint)
+    infb = 255
+    infb = infb << 23                   # +inf's bits
+    J = _JOB
+    T = _tables()
+    BL = ptr8(T[0])
+    SQ = ptr32(T[1])
+    params = J[3]
+    count = int(J[6])
+    m0 = int(ptr32(J[4]))
+    total = int(len(J[4]))
+    dpn = int(ptr32(J[0])) - m0
+    dmn = int(ptr32(J[1])) - m0
+    dvn = int(ptr32(J[2])) - m0
+    dv = int(ptr32(J[5])) - m0
+    if int(len(J[0])) < total or int(len(J[1])) < total or int(len(J[2])) < total or int(len(J[5])) < total:
+        return -2
+    #@ adam_load()
+    D1 = K1 - KB1
+    o = 0
+    for k in range(count):
+        pair = params[k]
+        pd = pair[0].data
+        gd = pair[1].data
+        n = int(len(pd))
+        if int(len(gd)) != n or o + n > total:
+            return -2
+        dp = int(ptr32(pd)) - m0 - 4 * o
+        dg = int(ptr32(gd)) - m0 - 4 * o
+        a = m0 + 4 * o
+        end = a + 4 * n
+        o += n
+        bad = 0
+        while a < end:
+            x = ptr32(a + dg)[0]
+            if wdm != 0 and dec == 0:
+                #@ adam_coupled()
+            eg = (x >> 23) & 0xFF
+            t = ptr32(a)[0]
+            em = (t >> 23) & 0xFF
+            # ---- m' = beta1 m + (1 - beta1) d ----
+            #@ adam_m()
+            # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
+            #@ adam_v()
+            # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
+            x = ptr32(a + dp)[0]
+            if wdm != 0 and dec != 0:
+                #@ adam_decoupled()
+            if s == 0:
+                ptr32(a + dpn)[0] = x
+                if ((x >> 23) & 0xFF) == 255:
+                    bad = 1
+                a += 4
+                continue
+            h = xv2 >> 24
+            j = (xv2 >> 16) & 0xFF
+            t = SQ[j]
+            den = t + (((SQ[j + 1] - t) * ((xv2 >> 8) & 0xFF)) >> 8)      #!chk den
+            if h < E0:
+                #@ adam_den()
+            q = (s >> 8) * cm                                           #!chk q
+            q = q // den
+            X = bm - h + CE                     # step = q 2^(X - 156)
+            ep = (x >> 23) & 0xFF
+            sh = X - ep
+            if uint(ep - 1) < uint(254) and sh <= 14:
+                if sh >= 0:
+                    t = q << sh                                         #!chk t
+                elif sh < -30:
+                    t = 0
+                else:
+                    t = q >> (0 - sh)
+                if ((x ^ xm2) >> 31) & 1:
+                    t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
+                else:
+                    t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
+                kk = BL[(t >> 23) & 0x1FF]
+                if kk <= 6:
+                    t = ((t >> kk) + 1) >> 1
+                    ep = ep + kk - 5
+                    if uint(ep - 1) < uint(253):
+                        ptr32(a + dpn)[0] = (x & sx) | (((ep - 1) << 23) + t)
+                        a += 4
+                        continue
+                ep = (x >> 23) & 0xFF
+            if ep == 255:
+                bad = 1
+                ptr32(a + dpn)[0] = x
+                a += 4
+                continue
+            # general: p (30-bit signed at ep) - step (signed 30-bit at X - 13)
+            #@ adam_general()
+            a += 4
+        if bad:
+            return k
+    return -1
+
+
+# SGD ELEMENT: the soft float of _sgd above (same bound), reading every tensor and writing the
+# new weights and momentum buffers into the shadow buffers; non-finite inputs and results flag
+# the tensor.
+_SGDC = array("i", [0] * 7)             # as _SC: lr, momentum, wd pairs and hasbuf
+
+
+@micropython.viper
+def _sgd_all() -> int:
+    # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
+    # result, or -2 for a size mismatch
+    b31 = 31
+    sx = 1 << b31
+    J = _JOB
+    params = J[3]
+    count = int(J[6])
+    PN = ptr32(J[0])
+    total = int(len(J[0]))
+    C = ptr32(_SGDC)
+    #@ slot(lrm, lre, 0)
+    #@ slot(mom, moe, 2)
+    #@ slot(wdm, wde, 4)
+    hasbuf = C[6]
+    pb = ptr32(J[0])
+    pbn = ptr32(J[0])
+    if hasbuf:
+        pb = ptr32(J[4])
+        pbn = ptr32(J[1])
+        if int(len(J[4])) < total or int(len(J[1])) < total:
+            return -2
+    b30 = 30
+    top = 1 << b30
+    o = 0
+    for k in range(count):
+        pair = params[k]
+        pd = pair[0].data
+        gd = pair[1].data
+        n = int(len(pd))
+        if int(len(gd)) != n or o + n > total:
+            return -2
+        pp = ptr32(pd)
+        pg = ptr32(gd)
+        bad = 0
+        for i in range(n):
+            oi = o + i
+            #@ load30(pg, i, x, e, dm, de)
+            if e == 255:
+                bad = 1
+            y = pp[i]
+            ey = (y >> 23) & 0xFF
+            if ey == 255:
+                bad = 1
+            if wdm != 0 and ey != 0:
+                #@ addmul(dm, de, y, ey, wdm, wde, t, te, sh)
+            if hasbuf:
+                x = pb[oi]
+                e = (x >> 23) & 0xFF
+                if e == 255:
+                    bad = 1
+                if e != 0 and mom != 0:
+                    #@ addmul(dm, de, x, e, mom, moe, t, te, sh)
+                kv = dm
+                ke = de
+                #@ store(pbn, oi, kv, ke, ks, kt, kh, kb)
+                if ((pbn[oi] >> 23) & 0xFF) == 255:
+                    bad = 1
+            if dm == 0:
+                PN[oi] = y
+                continue
+            neg = 0
+            q = dm
+            if q < 0:
+                neg = 1
+                q = 0 - q
+            #@ norm30(q, de)
+            q = (q >> 15) * lrm                                                 #!chk q
+            qe = de + 15 + lre
+            if neg:
+                q = 0 - q
+            if ey == 0:
+                kv = 0 - q
+                ke = qe
+                #@ store(PN, oi, kv, ke, ks, kt, kh, kb)
+            else:
+                #@ mant30(y, pmm, ey)
+                pe = ey - 156
+                #@ alignsub(pmm, pe, q, qe, kv, ke, sh)
+                #@ store(PN, oi, kv, ke, ks, kt, kh, kb)
+            if ((PN[oi] >> 23) & 0xFF) == 255:
+                bad = 1
+        o += n
+        if bad:
+            return k
+    return -1
+
+
+@micropython.viper
+def _commit(params, newp, count: int) -> int:
+    # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch
+    S = ptr32(newp)
+    total = int(len(newp))
+    o = 0
+    for k in range(count):
+        pd = params[k][0].data
+        n = int(len(pd))
+        if o + n > total:
+            return -2
+        d = ptr32(pd)
+        for i in range(n):
+            d[i] = S[o + i]
+        o += n
+    return 0
+
+
+def _pair15(x):
+    # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
+    m, e = _mant15(x)
+    if e > -15:
+        m <<= e + 15
+        e = -15
+    return m, e
+
+
+_AMLAST = [None] * 5
+
+
+def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
+    C = _AM
+    m, e = _pair15(1.0 - beta1)
+    C[_AM_O1] = m
+    C[_AM_K1] = e + 15
+    m, e = _mant15(beta1)
+    C[_AM_B1] = m
+    C[_AM_KB1] = e + 15
+    m, e = _pair15(1.0 - beta2)
+    C[_AM_O2] = m
+    C[_AM_S2] = -15 - e
+    C[_AM_Q2] = -126 + 15 + e
+    C[_AM_DEC] = 1 if decoupled else 0
+    C[_AM_WDM] = 0
+    C[_AM_WDE] = 0
+    if weight_decay:
+        if decoupled:
+            if lr * weight_decay > 1.0:
+                raise ValueError("AdamW (viper): lr * weight_decay must be at most 1, got %r * %r"
+                                 % (lr, weight_decay))
+            m, e = _pair15(lr * weight_decay)
+            C[_AM_WDE] = -15 - e
+        else:
+            m, e = _mant15(weight_decay)
+            C[_AM_WDE] = e
+        C[_AM_WDM] = m
+
+
+def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
+              decoupled):
+    # Adam (decoupled: AdamW) of every tensor into shadow buffers; the live ones are read only.
+    # params: `count` (param, grad) Tensor pairs; m, v (N,): their moments end to end (N = the
+    # parameter count); newp, newm, newv (N,): the new weights and moments, written.
+    # bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for step t.
+    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite.
+    L = _AMLAST
+    if not (L[0] is lr and L[1] is beta1 and L[2] is beta2 and L[3] is weight_decay
+            and L[4] is decoupled):
+        _adam_hyper(lr, beta1, beta2, weight_decay, decoupled)
+        L[0] = lr
+        L[1] = beta1
+        L[2] = beta2
+        L[3] = weight_decay
+        L[4] = decoupled
+    F = _AMF
+    F[0] = lr
+    F[1] = bc1
+    F[2] = bc2
+    F[3] = eps
+    _adam_consts(_AM, F)
+    return _run(_adam_all, newp, newm, newv, params, m, v, count, "adam_step")
+
+
+_SGDLAST = [None, None, None]
+
+
+def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
+    # SGD of every tensor into shadow buffers: newp (N,) the new weights, newbuf (N,) the new
+    # momentum buffers (buf (N,) the live ones, end to end); buf None: no momentum (newbuf None).
+    # Returns -1, or the index of the first pair with a non-finite gradient, weight, buffer or result.
+    L = _SGDLAST
+    if not (L[0] is lr and L[1] is momentum and L[2] is weight_decay):
+        for slot, x in ((0, lr), (2, momentum), (4, weight_decay)):
+            mm, e = _mant15(x)
+            _SGDC[slot] = mm
+            _SGDC[slot + 1] = e
+        L[0] = lr
+        L[1] = momentum
+        L[2] = weight_decay
+    _SGDC[6] = 0 if buf is None else 1
+    return _run(_sgd_all, newp, newbuf, None, params, buf, None, count, "sgd_step")
+
+
+def _run(kernel, a, b, c, params, d, e, count, who):
+    J = _JOB
+    J[0] = a
+    J[1] = b
+    J[2] = c
+    J[3] = params
+    J[4] = d
+    J[5] = e
+    J[6] = count
+    try:
+        r = kernel()
+    finally:
+        for i in range(7):
+            J[i] = None
+    if r == -2:
+        raise ValueError("%s: a parameter or gradient does not match the optimizer's buffers "
+                         "(was a Tensor's data replaced?)" % who)
+    return r
+
+
+def params_commit(params, newp, count):
+    # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end
+    if _commit(params, newp, count) == -2:
+        raise ValueError("params_commit: the parameters hold more values than newp")

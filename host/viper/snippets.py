@@ -553,3 +553,271 @@ def snorm(m, e, sg):
         #@ norm30(m, e)
         if sg:
             m = 0 - m
+
+def adam_coupled():
+    """Adam's coupled decay (in _adam_all): x = the float32 bits of d = g + wd p, a soft add of
+    g (x) and wd p (y = p, wdm 2^wde) with 6 guard bits; a non-finite g or p is passed on."""
+    # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
+    y = ptr32(a + dp)[0]
+    ey = (y >> 23) & 0xFF
+    if ey != 0 and ((x >> 23) & 0xFF) != 255:
+        if ey == 255:
+            x = y
+        else:
+            tt = (((y >> 9) & 0x3FFF) | 0x4000) * wdm                       #!chk tt
+            if (y >> 31) & 1:
+                tt = 0 - tt
+            te = ey + wde + 15                                 # tt 2^(te - 156)
+            eg = (x >> 23) & 0xFF
+            uu = 0
+            if eg != 0:
+                uu = ((x & 0x7FFFFF) | 0x800000) << 6
+                if (x >> 31) & 1:
+                    uu = 0 - uu
+            if eg >= te:
+                if eg - te > 30:
+                    tt = 0
+                else:
+                    tt = tt >> (eg - te)
+                te = eg
+            elif te - eg > 30:
+                uu = 0
+            else:
+                uu = uu >> (te - eg)
+            uu = uu + tt                                                    #!chk uu
+            x = 0
+            if uu < 0:
+                x = sx
+                uu = 0 - uu
+            if uu != 0:
+                te = te - 6
+                while uu >= 0x1000000:
+                    uu = (uu + 1) >> 1
+                    te += 1
+                while uu < 0x800000:
+                    uu = uu << 1
+                    te -= 1
+                if te >= 255:
+                    x = x | infb
+                elif te >= 1:
+                    x = x | (((te - 1) << 23) + uu)
+                else:
+                    x = 0
+            else:
+                x = 0
+
+
+def adam_m():
+    """m' = beta1 m + (1 - beta1) d (in _adam_all): two 15 x 15-bit products, aligned and added
+    (|s| < 2^31), rounded to 24 bits through the bit-length table BL; stored at a + dmn; s, bm:
+    the magnitude and biased exponent of m' (s = 0 for m' = 0), xm2 its bits."""
+    gm = ((x >> 9) & 0x3FFF) | 0x4000
+    if uint(eg - 1) >= uint(254):
+        gm = 0
+        if eg == 255:
+            bad = 1
+    tg = gm * o1m                                                           #!chk tg
+    tm = (((t >> 9) & 0x3FFF) | 0x4000) * b1m                               #!chk tm
+    if em == 0:
+        tm = 0
+    d = eg - em + D1
+    if d >= 0:
+        X = eg + K1
+        if d > 30:
+            tm = 0
+        else:
+            tm = tm >> d
+    else:
+        X = em + KB1
+        if d < -30:
+            tg = 0
+        else:
+            tg = tg >> (0 - d)
+    if ((x ^ t) >> 31) & 1:
+        s = tm - tg                                                         #!chk s
+    else:
+        s = tm + tg                                                         #!chk s
+    sb = t & sx
+    if s < 0:
+        s = 0 - s
+        sb = sb ^ sx
+    kk = BL[s >> 23]
+    xm2 = 0
+    bm = 0
+    if kk <= 6:
+        s = ((s >> kk) + 1) >> 1
+        bm = X + kk - 5
+        if uint(bm - 1) < uint(253):
+            xm2 = sb | (((bm - 1) << 23) + s)
+        elif bm > 0:
+            xm2 = sb | infb
+            bad = 1
+        else:
+            s = 0
+    elif s != 0:
+        bm = X - 6
+        while s < 0x800000:
+            s = s << 1
+            bm -= 1
+        if bm >= 1:
+            xm2 = sb | (((bm - 1) << 23) + s)
+        else:
+            s = 0
+    ptr32(a + dmn)[0] = xm2
+
+
+def adam_v():
+    """v' = v - (1 - beta2) v + (1 - beta2) d^2 (in _adam_all): v with 24 bits less its share
+    (shift S2), plus the d^2 term aligned (< 2^31), rounded as adam_m; xv2: the bits, stored at a + dvn."""
+    t = ptr32(a + dv)[0]
+    ev = t >> 23
+    tv = ((t & 0x7FFFFF) | 0x800000) << 6
+    tv = tv - (((tv >> 15) * o2m) >> S2)                                    #!chk tv
+    if ev == 0:
+        tv = 0
+    tq = ((gm * gm) >> 15) * o2m                                            #!chk tq
+    d = eg + eg + Q2 - ev
+    if d >= 0:
+        X = ev + d
+        if d > 30:
+            tv = 0
+        else:
+            tv = tv >> d
+    else:
+        X = ev
+        if d < -30:
+            tq = 0
+        else:
+            tq = tq >> (0 - d)
+    t = tv + tq                                                             #!chk t
+    kk = BL[t >> 23]
+    xv2 = 0
+    if kk <= 6:
+        t = ((t >> kk) + 1) >> 1
+        X = X + kk - 5
+        if uint(X - 1) < uint(253):
+            xv2 = ((X - 1) << 23) + t
+        elif X > 0:
+            xv2 = infb
+            bad = 1
+    elif t != 0:
+        X = X - 6
+        while t < 0x800000:
+            t = t << 1
+            X -= 1
+        if X >= 1:
+            xv2 = ((X - 1) << 23) + t
+    ptr32(a + dvn)[0] = xv2
+
+
+def adam_decoupled():
+    """AdamW's decay (in _adam_all): x = the float32 bits of p - (lr wd) p, p's mantissa with 6
+    guard bits less its (lr wd) share (shift wde), normalized and rounded."""
+    # AdamW: p -= (lr wd) p first, rounded to float32 as the portable update does
+    ey = (x >> 23) & 0xFF
+    if uint(ey - 1) < uint(254):
+        uu = ((x & 0x7FFFFF) | 0x800000) << 6
+        uu = uu - (((uu >> 15) * wdm) >> wde)                               #!chk uu
+        ey = ey - 6
+        while uu >= 0x1000000:
+            uu = (uu + 1) >> 1
+            ey += 1
+        while uu < 0x800000:
+            uu = uu << 1
+            ey -= 1
+        if ey >= 1:
+            x = (x & sx) | (((ey - 1) << 23) + uu)
+        else:
+            x = 0
+
+
+def adam_den():
+    """den = sqrt(v') + eps' (in _adam_all) when eps' is not below 2^-16 of sqrt(v'): aligned
+    and cut to 16 bits; h = the half-exponent it is taken at (den 2^(h - 78))."""
+    # eps' is not below 2^-16 of sqrt(v'): den 2^(h - 78) + eps', 16 bits
+    De = h - 78
+    if xv2 == 0:
+        den = epsm
+        De = epse
+    elif De >= epse:
+        if De - epse <= 30:
+            den = den + (epsm >> (De - epse))
+    else:
+        if epse - De > 30:
+            den = epsm
+        else:
+            den = epsm + (den >> (epse - De))
+        De = epse
+    while den >= 0x10000:
+        den = den >> 1
+        De += 1
+    h = De + 78
+
+
+def adam_general():
+    """p' = p - step (in _adam_all) when the step is not small against p (or p is 0): both as
+    signed 30-bit values aligned to the larger exponent, the difference normalized by loops,
+    overflow to inf (bad = 1), underflow to 0; stored at a + dpn."""
+    uu = 0
+    if ep != 0:
+        uu = ((x & 0x7FFFFF) | 0x800000) << 6
+        if (x >> 31) & 1:
+            uu = 0 - uu
+    tt = q << 13                                                            #!chk tt
+    if (xm2 >> 31) & 1:
+        tt = 0 - tt
+    X = X - 13
+    if ep >= X:
+        if ep - X > 30:
+            tt = 0
+        else:
+            tt = tt >> (ep - X)
+        X = ep
+    elif X - ep > 30:
+        uu = 0
+    else:
+        uu = uu >> (X - ep)
+    t = uu - tt                                                             #!chk t
+    sb = 0
+    if t < 0:
+        sb = sx
+        t = 0 - t
+    if t == 0:
+        ptr32(a + dpn)[0] = 0
+        a += 4
+        continue
+    X = X - 6
+    while t >= 0x1000000:
+        t = (t + 1) >> 1
+        X += 1
+    while t < 0x800000:
+        t = t << 1
+        X -= 1
+    if X >= 255:
+        bad = 1
+        ptr32(a + dpn)[0] = sb | infb
+    elif X <= 0:
+        ptr32(a + dpn)[0] = 0
+    else:
+        ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
+
+
+
+def adam_load():
+    """The step's constants from the int array _AM (in _adam_all): exponents sign-extended (sx)."""
+    C = ptr32(_AM)
+    o1m = C[_AM_O1]
+    K1 = (C[_AM_K1] ^ sx) - sx
+    b1m = C[_AM_B1]
+    KB1 = (C[_AM_KB1] ^ sx) - sx
+    o2m = C[_AM_O2]
+    S2 = C[_AM_S2]
+    Q2 = (C[_AM_Q2] ^ sx) - sx
+    cm = C[_AM_CM]
+    CE = (C[_AM_CE] ^ sx) - sx
+    epsm = C[_AM_EPM]
+    epse = (C[_AM_EPE] ^ sx) - sx
+    E0 = (C[_AM_E0] ^ sx) - sx
+    wdm = C[_AM_WDM]
+    wde = (C[_AM_WDE] ^ sx) - sx
+    dec = C[_AM_DEC]

@@ -430,6 +430,87 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
 
 
 
+# The whole optimizer step (optim.py): every tensor of the model in one call, written into shadow
+# buffers so that a refused step changes nothing. params: `count` (param, grad) Tensor pairs;
+# every other buffer holds one value per parameter, the tensors end to end (N values).
+# Returns -1, or the index of the first pair whose gradient, weight or new value is not finite.
+
+def _finite(x):
+    return x - x == 0.0
+
+
+def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
+              decoupled):
+    # newp newm newv (N,) = adam_update's p, m, v of every pair (the same arithmetic);
+    # m v (N,): the moments (read)
+    a = lr / bc1
+    rb2 = 1.0 / bc2
+    o = 0
+    for k in range(count):
+        p = params[k][0].data
+        g = params[k][1].data
+        ok = True
+        for i in range(len(p)):
+            j = o + i
+            pi = p[i]
+            d = g[i]
+            if weight_decay:
+                if decoupled:
+                    newp[j] = pi - lr * weight_decay * pi
+                    pi = newp[j]
+                else:
+                    d += weight_decay * pi
+            mi = beta1 * m[j] + (1.0 - beta1) * d
+            vi = beta2 * v[j] + (1.0 - beta2) * d * d
+            newm[j] = mi
+            newv[j] = vi
+            newp[j] = pi - a * mi / (sqrt(vi * rb2) + eps)
+            if not (_finite(g[i]) and _finite(newp[j]) and _finite(newm[j]) and _finite(newv[j])):
+                ok = False
+        if not ok:
+            return k
+        o += len(p)
+    return -1
+
+
+def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
+    # newp (N,), newbuf (N,) = sgd_update's p and buf of every pair (buf (N,) read; None: no
+    # momentum, and newbuf None)
+    o = 0
+    for k in range(count):
+        p = params[k][0].data
+        g = params[k][1].data
+        ok = True
+        for i in range(len(p)):
+            j = o + i
+            d = g[i]
+            if weight_decay:
+                d += weight_decay * p[i]
+            if buf is not None:
+                d += momentum * buf[j]
+                newbuf[j] = d
+                if not _finite(newbuf[j]):
+                    ok = False
+            newp[j] = p[i] - lr * d
+            if not (_finite(g[i]) and _finite(newp[j])):
+                ok = False
+        if not ok:
+            return k
+        o += len(p)
+    return -1
+
+
+def params_commit(params, newp, count):
+    # the weights of the `count` (param, grad) pairs = their stretches of newp (N,), bit for bit
+    o = 0
+    for k in range(count):
+        p = params[k][0].data
+        n = len(p)
+        for i in range(n):
+            p[i] = newp[o + i]
+        o += n
+
+
 # ---------------------------------------------------------------- attention family
 # LayerNorm, residual adds, embedding lookup, sinusoidal positions, the KV cache and the
 # attention stages the golden vectors check. Same conventions: outputs first, no allocation.

@@ -265,6 +265,61 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
     pv[:] = pv.astype(_F64) - (lr / bc1) * mi / (np.sqrt(vi * (1.0 / bc2)) + eps)
 
 
+def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
+              decoupled):
+    # adam_update of every (param, grad) pair into newp, newm, newv (N,); m v (N,) read
+    o = 0
+    bad = -1
+    for k in range(count):
+        p = params[k][0].data
+        g = params[k][1].data
+        n = len(p)
+        P = _v(newp, o + n)[o:]
+        P[:] = _v(p, n)
+        M = _v(newm, o + n)[o:]
+        M[:] = _v(m, o + n)[o:]
+        V = _v(newv, o + n)[o:]
+        V[:] = _v(v, o + n)[o:]
+        adam_update(P, g, M, V, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled)
+        if bad < 0 and not (np.isfinite(_v(g, n)).all() and np.isfinite(P).all()
+                            and np.isfinite(M).all() and np.isfinite(V).all()):
+            bad = k
+        o += n
+    return bad
+
+
+def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
+    # sgd_update of every (param, grad) pair into newp (and newbuf) (N,); buf (N,) read
+    o = 0
+    bad = -1
+    for k in range(count):
+        p = params[k][0].data
+        g = params[k][1].data
+        n = len(p)
+        P = _v(newp, o + n)[o:]
+        P[:] = _v(p, n)
+        B = None
+        if buf is not None:
+            B = _v(newbuf, o + n)[o:]
+            B[:] = _v(buf, o + n)[o:]
+        sgd_update(P, g, B, n, lr, momentum, weight_decay)
+        if bad < 0 and not (np.isfinite(_v(g, n)).all() and np.isfinite(P).all()
+                            and (B is None or np.isfinite(B).all())):
+            bad = k
+        o += n
+    return bad
+
+
+def params_commit(params, newp, count):
+    # the weights of the (param, grad) pairs = their stretches of newp (N,)
+    o = 0
+    for k in range(count):
+        p = params[k][0].data
+        n = len(p)
+        _v(p, n)[:] = _v(newp, o + n)[o:]
+        o += n
+
+
 def add_forward(out, a, b, n):
     # out (n,) = a (n,) + b (n,)   (out may be a or b)
     _v(out, n)[:] = _d(a, n, n) + _d(b, n, n)
