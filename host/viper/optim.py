@@ -492,34 +492,7 @@ def _adam_all() -> int:
             q = (s >> 8) * cm                                           #!chk q
             q = q // den
             X = bm - h + CE                     # step = q 2^(X - 156)
-            ep = (x >> 23) & 0xFF
-            sh = X - ep
-            if uint(ep - 1) < uint(254) and sh <= 14:
-                if sh >= 0:
-                    t = q << sh                                         #!chk t
-                elif sh < -30:
-                    t = 0
-                else:
-                    t = q >> (0 - sh)
-                if ((x ^ xm2) >> 31) & 1:
-                    t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
-                else:
-                    t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
-                kk = BL[(t >> 23) & 0x1FF]
-                if kk <= 6:
-                    t = ((t >> kk) + 1) >> 1
-                    ep = ep + kk - 5
-                    if uint(ep - 1) < uint(253):
-                        ptr32(a + dpn)[0] = (x & sx) | (((ep - 1) << 23) + t)
-                        a += 4
-                        continue
-                ep = (x >> 23) & 0xFF
-            if ep == 255:
-                bad = 1
-                ptr32(a + dpn)[0] = x
-                a += 4
-                continue
-            # general: p (30-bit signed at ep) - step (signed 30-bit at X - 13)
+            #@ adam_pfast()
             #@ adam_general()
             a += 4
         if bad:
@@ -527,37 +500,50 @@ def _adam_all() -> int:
     return -1
 
 
-# SGD ELEMENT: the soft float of _sgd above (same bound), reading every tensor and writing the
-# new weights and momentum buffers into the shadow buffers; non-finite inputs and results flag
-# the tensor.
-_SGDC = array("i", [0] * 7)             # as _SC: lr, momentum, wd pairs and hasbuf
+# SGD ELEMENT: d = g (+ wd p) + momentum buf is adam_m with 1 for (1 - beta1) and the momentum
+# for beta1 (15 x 15-bit products, aligned, rounded through _BL: the new buffer), then
+# p' = p - lr d as Adam's p' with the step q = ((d24 >> 8) lrm) >> 15 (< 2^16); non-finite inputs
+# and results flag the tensor. ERROR BOUND as _sgd above (tests/test_optim_fast.py).
+_SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 in _AM_DEC for momentum
 
 
 @micropython.viper
 def _sgd_all() -> int:
     # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
     # result, or -2 for a size mismatch
+    a = 0
+    x = 0
+    s = 0
     b31 = 31
     sx = 1 << b31
+    infb = 255
+    infb = infb << 23
     J = _JOB
+    T = _tables()
+    BL = ptr8(T[0])
     params = J[3]
     count = int(J[6])
-    PN = ptr32(J[0])
     total = int(len(J[0]))
-    C = ptr32(_SGDC)
-    #@ slot(lrm, lre, 0)
-    #@ slot(mom, moe, 2)
-    #@ slot(wdm, wde, 4)
-    hasbuf = C[6]
-    pb = ptr32(J[0])
-    pbn = ptr32(J[0])
+    hasbuf = int(ptr32(_SGDC)[_AM_DEC])    # 1: momentum buffers
+    m0 = int(ptr32(J[0]))               # the base: newp (or the buffers, with momentum)
+    dpn = 0
+    dmn = 0
     if hasbuf:
-        pb = ptr32(J[4])
-        pbn = ptr32(J[1])
+        m0 = int(ptr32(J[4]))
+        dpn = int(ptr32(J[0])) - m0
+        dmn = int(ptr32(J[1])) - m0
         if int(len(J[4])) < total or int(len(J[1])) < total:
             return -2
-    b30 = 30
-    top = 1 << b30
+    C = ptr32(_SGDC)
+    o1m = C[_AM_O1]
+    b1m = C[_AM_B1]
+    KB1 = (C[_AM_KB1] ^ sx) - sx
+    lrm = C[_AM_CM]
+    LRE = (C[_AM_CE] ^ sx) - sx
+    wdm = C[_AM_WDM]
+    wde = (C[_AM_WDE] ^ sx) - sx
+    K1 = 0
+    D1 = 0 - KB1
     o = 0
     for k in range(count):
         pair = params[k]
@@ -566,57 +552,39 @@ def _sgd_all() -> int:
         n = int(len(pd))
         if int(len(gd)) != n or o + n > total:
             return -2
-        pp = ptr32(pd)
-        pg = ptr32(gd)
-        bad = 0
-        for i in range(n):
-            oi = o + i
-            #@ load30(pg, i, x, e, dm, de)
-            if e == 255:
-                bad = 1
-            y = pp[i]
-            ey = (y >> 23) & 0xFF
-            if ey == 255:
-                bad = 1
-            if wdm != 0 and ey != 0:
-                #@ addmul(dm, de, y, ey, wdm, wde, t, te, sh)
-            if hasbuf:
-                x = pb[oi]
-                e = (x >> 23) & 0xFF
-                if e == 255:
-                    bad = 1
-                if e != 0 and mom != 0:
-                    #@ addmul(dm, de, x, e, mom, moe, t, te, sh)
-                kv = dm
-                ke = de
-                #@ store(pbn, oi, kv, ke, ks, kt, kh, kb)
-                if ((pbn[oi] >> 23) & 0xFF) == 255:
-                    bad = 1
-            if dm == 0:
-                PN[oi] = y
-                continue
-            neg = 0
-            q = dm
-            if q < 0:
-                neg = 1
-                q = 0 - q
-            #@ norm30(q, de)
-            q = (q >> 15) * lrm                                                 #!chk q
-            qe = de + 15 + lre
-            if neg:
-                q = 0 - q
-            if ey == 0:
-                kv = 0 - q
-                ke = qe
-                #@ store(PN, oi, kv, ke, ks, kt, kh, kb)
-            else:
-                #@ mant30(y, pmm, ey)
-                pe = ey - 156
-                #@ alignsub(pmm, pe, q, qe, kv, ke, sh)
-                #@ store(PN, oi, kv, ke, ks, kt, kh, kb)
-            if ((PN[oi] >> 23) & 0xFF) == 255:
-                bad = 1
+        dp = int(ptr32(pd)) - m0 - 4 * o
+        dg = int(ptr32(gd)) - m0 - 4 * o
+        a = m0 + 4 * o
+        end = a + 4 * n
         o += n
+        bad = 0
+        while a < end:
+            x = ptr32(a + dg)[0]
+            if wdm != 0:
+                #@ adam_coupled()
+            eg = (x >> 23) & 0xFF
+            t = 0
+            if hasbuf:
+                t = ptr32(a)[0]
+                if ((t >> 23) & 0xFF) == 255:
+                    bad = 1
+            em = (t >> 23) & 0xFF
+            # ---- d = g + momentum buf: the new buffer (written at a + dmn, then p' over it) ----
+            #@ adam_m()
+            # ---- p' = p - lr d ----
+            x = ptr32(a + dp)[0]
+            if s == 0:
+                ptr32(a + dpn)[0] = x
+                if ((x >> 23) & 0xFF) == 255:
+                    bad = 1
+                a += 4
+                continue
+            q = (s >> 8) * lrm                                          #!chk q
+            q = q >> 15
+            X = bm + LRE                        # step = q 2^(X - 156)
+            #@ adam_pfast()
+            #@ adam_general()
+            a += 4
         if bad:
             return k
     return -1
@@ -714,15 +682,25 @@ def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
     # Returns -1, or the index of the first pair with a non-finite gradient, weight, buffer or result.
     L = _SGDLAST
     if not (L[0] is lr and L[1] is momentum and L[2] is weight_decay):
-        for slot, x in ((0, lr), (2, momentum), (4, weight_decay)):
-            mm, e = _mant15(x)
-            _SGDC[slot] = mm
-            _SGDC[slot + 1] = e
+        C = _SGDC
+        C[_AM_O1] = 32768               # 1.0 = 2^15 2^-15: the gradient's weight (K1 = 0)
+        m, e = _mant15(momentum)
+        C[_AM_B1] = m
+        C[_AM_KB1] = e + 15
+        m, e = _mant15(lr)
+        C[_AM_CM] = m
+        C[_AM_CE] = e + 29
+        m, e = _mant15(weight_decay)
+        C[_AM_WDM] = m
+        C[_AM_WDE] = e
         L[0] = lr
         L[1] = momentum
         L[2] = weight_decay
-    _SGDC[6] = 0 if buf is None else 1
-    return _run(_sgd_all, newp, newbuf, None, params, buf, None, count, "sgd_step")
+    if (buf is None) != (newbuf is None):
+        raise ValueError("sgd_step: buf and newbuf must both be buffers or both None")
+    _SGDC[_AM_DEC] = 0 if buf is None else 1
+    return _run(_sgd_all, newp, newbuf if buf is not None else newp, None, params, buf, None, count,
+                "sgd_step")
 
 
 def _run(kernel, a, b, c, params, d, e, count, who):

@@ -821,3 +821,38 @@ def adam_load():
     wdm = C[_AM_WDM]
     wde = (C[_AM_WDE] ^ sx) - sx
     dec = C[_AM_DEC]
+
+
+
+def adam_pfast():
+    """p' = p - step (in _adam_all, _sgd_all), step = q 2^(X - 156) with the sign of xm2, when
+    the step is small against p: p's mantissa with 6 guard bits, the step aligned to it (< 2^30),
+    rounded through BL and stored at a + dpn (then `continue`); else ep is p's exponent again."""
+    ep = (x >> 23) & 0xFF
+    sh = X - ep
+    if uint(ep - 1) < uint(254) and sh <= 14:
+        if sh >= 0:
+            t = q << sh                                         #!chk t
+        elif sh < -30:
+            t = 0
+        else:
+            t = q >> (0 - sh)
+        if ((x ^ xm2) >> 31) & 1:
+            t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
+        else:
+            t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
+        kk = BL[(t >> 23) & 0x1FF]
+        if kk <= 6:
+            t = ((t >> kk) + 1) >> 1
+            ep = ep + kk - 5
+            if uint(ep - 1) < uint(253):
+                ptr32(a + dpn)[0] = (x & sx) | (((ep - 1) << 23) + t)
+                a += 4
+                continue
+        ep = (x >> 23) & 0xFF
+    if ep == 255:
+        bad = 1
+        ptr32(a + dpn)[0] = x
+        a += 4
+        continue
+    # general: p (30-bit signed at ep) - step (signed 30-bit at X - 13)

@@ -1428,40 +1428,50 @@ def _adam_all() -> int:
     return -1
 
 
-# SGD ELEMENT: the soft float of _sgd above (same bound), reading every tensor and writing the
-# new weights and momentum buffers into the shadow buffers; non-finite inputs and results flag
-# the tensor.
-_SGDC = array("i", [0] * 7)             # as _SC: lr, momentum, wd pairs and hasbuf
+# SGD ELEMENT: d = g (+ wd p) + momentum buf is adam_m with 1 for (1 - beta1) and the momentum
+# for beta1 (15 x 15-bit products, aligned, rounded through _BL: the new buffer), then
+# p' = p - lr d as Adam's p' with the step q = ((d24 >> 8) lrm) >> 15 (< 2^16); non-finite inputs
+# and results flag the tensor. ERROR BOUND as _sgd above (tests/test_optim_fast.py).
+_SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 in _AM_DEC for momentum
 
 
 @micropython.viper
 def _sgd_all() -> int:
     # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
     # result, or -2 for a size mismatch
+    a = 0
+    x = 0
+    s = 0
     b31 = 31
     sx = 1 << b31
+    infb = 255
+    infb = infb << 23
     J = _JOB
+    T = _tables()
+    BL = ptr8(T[0])
     params = J[3]
     count = int(J[6])
-    PN = ptr32(J[0])
     total = int(len(J[0]))
-    C = ptr32(_SGDC)
-    lrm = C[0]
-    lre = (C[0 + 1] ^ sx) - sx
-    mom = C[2]
-    moe = (C[2 + 1] ^ sx) - sx
-    wdm = C[4]
-    wde = (C[4 + 1] ^ sx) - sx
-    hasbuf = C[6]
-    pb = ptr32(J[0])
-    pbn = ptr32(J[0])
+    hasbuf = int(ptr32(_SGDC)[_AM_DEC])    # 1: momentum buffers
+    m0 = int(ptr32(J[0]))               # the base: newp (or the buffers, with momentum)
+    dpn = 0
+    dmn = 0
     if hasbuf:
-        pb = ptr32(J[4])
-        pbn = ptr32(J[1])
+        m0 = int(ptr32(J[4]))
+        dpn = int(ptr32(J[0])) - m0
+        dmn = int(ptr32(J[1])) - m0
         if int(len(J[4])) < total or int(len(J[1])) < total:
             return -2
-    b30 = 30
-    top = 1 << b30
+    C = ptr32(_SGDC)
+    o1m = C[_AM_O1]
+    b1m = C[_AM_B1]
+    KB1 = (C[_AM_KB1] ^ sx) - sx
+    lrm = C[_AM_CM]
+    LRE = (C[_AM_CE] ^ sx) - sx
+    wdm = C[_AM_WDM]
+    wde = (C[_AM_WDE] ^ sx) - sx
+    K1 = 0
+    D1 = 0 - KB1
     o = 0
     for k in range(count):
         pair = params[k]
@@ -1470,337 +1480,206 @@ def _sgd_all() -> int:
         n = int(len(pd))
         if int(len(gd)) != n or o + n > total:
             return -2
-        pp = ptr32(pd)
-        pg = ptr32(gd)
-        bad = 0
-        for i in range(n):
-            oi = o + i
-            x = pg[i]
-            e = (x >> 23) & 0xFF
-            dm = 0
-            de = 0
-            if e != 0:
-                dm = ((x & 0x7FFFFF) | 0x800000) << 6
-                if e == 255:
-                    dm = 0xFFFFFF
-                    dm = dm << 6
-                if (x >> 31) & 1:
-                    dm = 0 - dm
-                de = e - 156
-            if e == 255:
-                bad = 1
-            y = pp[i]
-            ey = (y >> 23) & 0xFF
-            if ey == 255:
-                bad = 1
-            if wdm != 0 and ey != 0:
-                t = (((y & 0x7FFFFF) | 0x800000) >> 9) * wdm                     #!chk t
-                if (y >> 31) & 1:
-                    t = 0 - t
-                te = ey - 141 + wde
-                if dm == 0:
-                    dm = t
-                    de = te
-                elif t != 0:
-                    if de >= te:
-                        sh = de - te
-                        if sh > 30:
-                            t = 0
-                        else:
-                            t = (t + ((1 << sh) >> 1)) >> sh
-                        dm = dm + t                                       #!chk dm
-                    else:
-                        sh = te - de
-                        if sh > 30:
-                            dm = 0
-                        else:
-                            dm = (dm + ((1 << sh) >> 1)) >> sh
-                        dm = dm + t                                       #!chk dm
-                        de = te
-                if dm != 0:
-                    sg = 0
-                    if dm < 0:
-                        sg = 1
-                        dm = 0 - dm
-                    while dm >= top:
-                        dm = dm >> 1
-                        de += 1
-                    if dm < 0x4000:
-                        dm = dm << 16
-                        de -= 16
-                    if dm < 0x400000:
-                        dm = dm << 8
-                        de -= 8
-                    if dm < 0x4000000:
-                        dm = dm << 4
-                        de -= 4
-                    if dm < 0x10000000:
-                        dm = dm << 2
-                        de -= 2
-                    if dm < 0x20000000:
-                        dm = dm << 1
-                        de -= 1
-                    if sg:
-                        dm = 0 - dm
-            if hasbuf:
-                x = pb[oi]
-                e = (x >> 23) & 0xFF
-                if e == 255:
-                    bad = 1
-                if e != 0 and mom != 0:
-                    t = (((x & 0x7FFFFF) | 0x800000) >> 9) * mom                     #!chk t
-                    if (x >> 31) & 1:
-                        t = 0 - t
-                    te = e - 141 + moe
-                    if dm == 0:
-                        dm = t
-                        de = te
-                    elif t != 0:
-                        if de >= te:
-                            sh = de - te
-                            if sh > 30:
-                                t = 0
-                            else:
-                                t = (t + ((1 << sh) >> 1)) >> sh
-                            dm = dm + t                                       #!chk dm
-                        else:
-                            sh = te - de
-                            if sh > 30:
-                                dm = 0
-                            else:
-                                dm = (dm + ((1 << sh) >> 1)) >> sh
-                            dm = dm + t                                       #!chk dm
-                            de = te
-                    if dm != 0:
-                        sg = 0
-                        if dm < 0:
-                            sg = 1
-                            dm = 0 - dm
-                        while dm >= top:
-                            dm = dm >> 1
-                            de += 1
-                        if dm < 0x4000:
-                            dm = dm << 16
-                            de -= 16
-                        if dm < 0x400000:
-                            dm = dm << 8
-                            de -= 8
-                        if dm < 0x4000000:
-                            dm = dm << 4
-                            de -= 4
-                        if dm < 0x10000000:
-                            dm = dm << 2
-                            de -= 2
-                        if dm < 0x20000000:
-                            dm = dm << 1
-                            de -= 1
-                        if sg:
-                            dm = 0 - dm
-                kv = dm
-                ke = de
-                ks = 0
-                if kv < 0:
-                    ks = 1
-                    kv = 0 - kv
-                if kv == 0:
-                    pbn[oi] = 0
-                else:
-                    if kv >= 0x1000000:
-                        kt = kv >> 24                     # 1 .. 127: kh = its bit length
-                        kh = 1
-                        if kt >= 16:
-                            kt = kt >> 4
-                            kh += 4
-                        if kt >= 4:
-                            kt = kt >> 2
-                            kh += 2
-                        if kt >= 2:
-                            kh += 1
-                        kv = (kv + (1 << (kh - 1))) >> kh
-                        ke += kh
-                        if kv >= 0x1000000:
-                            kv = kv >> 1
-                            ke += 1
-                    else:
-                        if kv < 0x100:
-                            kv = kv << 16
-                            ke -= 16
-                        if kv < 0x10000:
-                            kv = kv << 8
-                            ke -= 8
-                        if kv < 0x100000:
-                            kv = kv << 4
-                            ke -= 4
-                        if kv < 0x400000:
-                            kv = kv << 2
-                            ke -= 2
-                        if kv < 0x800000:
-                            kv = kv << 1
-                            ke -= 1
-                    kb = ke + 150
-                    if kb >= 255:
-                        kb = 255
-                        pbn[oi] = (ks << 31) | (kb << 23)
-                    elif kb <= 0:
-                        pbn[oi] = 0
-                    else:
-                        pbn[oi] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
-                if ((pbn[oi] >> 23) & 0xFF) == 255:
-                    bad = 1
-            if dm == 0:
-                PN[oi] = y
-                continue
-            neg = 0
-            q = dm
-            if q < 0:
-                neg = 1
-                q = 0 - q
-            while q >= top:
-                q = q >> 1
-                de += 1
-            if q < 0x4000:
-                q = q << 16
-                de -= 16
-            if q < 0x400000:
-                q = q << 8
-                de -= 8
-            if q < 0x4000000:
-                q = q << 4
-                de -= 4
-            if q < 0x10000000:
-                q = q << 2
-                de -= 2
-            if q < 0x20000000:
-                q = q << 1
-                de -= 1
-            q = (q >> 15) * lrm                                                 #!chk q
-            qe = de + 15 + lre
-            if neg:
-                q = 0 - q
-            if ey == 0:
-                kv = 0 - q
-                ke = qe
-                ks = 0
-                if kv < 0:
-                    ks = 1
-                    kv = 0 - kv
-                if kv == 0:
-                    PN[oi] = 0
-                else:
-                    if kv >= 0x1000000:
-                        kt = kv >> 24                     # 1 .. 127: kh = its bit length
-                        kh = 1
-                        if kt >= 16:
-                            kt = kt >> 4
-                            kh += 4
-                        if kt >= 4:
-                            kt = kt >> 2
-                            kh += 2
-                        if kt >= 2:
-                            kh += 1
-                        kv = (kv + (1 << (kh - 1))) >> kh
-                        ke += kh
-                        if kv >= 0x1000000:
-                            kv = kv >> 1
-                            ke += 1
-                    else:
-                        if kv < 0x100:
-                            kv = kv << 16
-                            ke -= 16
-                        if kv < 0x10000:
-                            kv = kv << 8
-                            ke -= 8
-                        if kv < 0x100000:
-                            kv = kv << 4
-                            ke -= 4
-                        if kv < 0x400000:
-                            kv = kv << 2
-                            ke -= 2
-                        if kv < 0x800000:
-                            kv = kv << 1
-                            ke -= 1
-                    kb = ke + 150
-                    if kb >= 255:
-                        kb = 255
-                        PN[oi] = (ks << 31) | (kb << 23)
-                    elif kb <= 0:
-                        PN[oi] = 0
-                    else:
-                        PN[oi] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
-            else:
-                pmm = ((y & 0x7FFFFF) | 0x800000) << 6
-                if ey == 255:
-                    pmm = 0xFFFFFF
-                    pmm = pmm << 6
-                if (y >> 31) & 1:
-                    pmm = 0 - pmm
-                pe = ey - 156
-                if pe >= qe:
-                    sh = pe - qe
-                    if sh > 30:
-                        q = 0
-                    else:
-                        q = (q + ((1 << sh) >> 1)) >> sh
-                    kv = pmm - q                                       #!chk kv
-                    ke = pe
-                else:
-                    sh = qe - pe
-                    if sh > 30:
-                        pmm = 0
-                    else:
-                        pmm = (pmm + ((1 << sh) >> 1)) >> sh
-                    kv = pmm - q                                       #!chk kv
-                    ke = qe
-                ks = 0
-                if kv < 0:
-                    ks = 1
-                    kv = 0 - kv
-                if kv == 0:
-                    PN[oi] = 0
-                else:
-                    if kv >= 0x1000000:
-                        kt = kv >> 24                     # 1 .. 127: kh = its bit length
-                        kh = 1
-                        if kt >= 16:
-                            kt = kt >> 4
-                            kh += 4
-                        if kt >= 4:
-                            kt = kt >> 2
-                            kh += 2
-                        if kt >= 2:
-                            kh += 1
-                        kv = (kv + (1 << (kh - 1))) >> kh
-                        ke += kh
-                        if kv >= 0x1000000:
-                            kv = kv >> 1
-                            ke += 1
-                    else:
-                        if kv < 0x100:
-                            kv = kv << 16
-                            ke -= 16
-                        if kv < 0x10000:
-                            kv = kv << 8
-                            ke -= 8
-                        if kv < 0x100000:
-                            kv = kv << 4
-                            ke -= 4
-                        if kv < 0x400000:
-                            kv = kv << 2
-                            ke -= 2
-                        if kv < 0x800000:
-                            kv = kv << 1
-                            ke -= 1
-                    kb = ke + 150
-                    if kb >= 255:
-                        kb = 255
-                        PN[oi] = (ks << 31) | (kb << 23)
-                    elif kb <= 0:
-                        PN[oi] = 0
-                    else:
-                        PN[oi] = (ks << 31) | (kb << 23) | (kv & 0x7FFFFF)
-            if ((PN[oi] >> 23) & 0xFF) == 255:
-                bad = 1
+        dp = int(ptr32(pd)) - m0 - 4 * o
+        dg = int(ptr32(gd)) - m0 - 4 * o
+        a = m0 + 4 * o
+        end = a + 4 * n
         o += n
+        bad = 0
+        while a < end:
+            x = ptr32(a + dg)[0]
+            if wdm != 0:
+                # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
+                y = ptr32(a + dp)[0]
+                ey = (y >> 23) & 0xFF
+                if ey != 0 and ((x >> 23) & 0xFF) != 255:
+                    if ey == 255:
+                        x = y
+                    else:
+                        tt = (((y >> 9) & 0x3FFF) | 0x4000) * wdm                       #!chk tt
+                        if (y >> 31) & 1:
+                            tt = 0 - tt
+                        te = ey + wde + 15                                 # tt 2^(te - 156)
+                        eg = (x >> 23) & 0xFF
+                        uu = 0
+                        if eg != 0:
+                            uu = ((x & 0x7FFFFF) | 0x800000) << 6
+                            if (x >> 31) & 1:
+                                uu = 0 - uu
+                        if eg >= te:
+                            if eg - te > 30:
+                                tt = 0
+                            else:
+                                tt = tt >> (eg - te)
+                            te = eg
+                        elif te - eg > 30:
+                            uu = 0
+                        else:
+                            uu = uu >> (te - eg)
+                        uu = uu + tt                                                    #!chk uu
+                        x = 0
+                        if uu < 0:
+                            x = sx
+                            uu = 0 - uu
+                        if uu != 0:
+                            te = te - 6
+                            while uu >= 0x1000000:
+                                uu = (uu + 1) >> 1
+                                te += 1
+                            while uu < 0x800000:
+                                uu = uu << 1
+                                te -= 1
+                            if te >= 255:
+                                x = x | infb
+                            elif te >= 1:
+                                x = x | (((te - 1) << 23) + uu)
+                            else:
+                                x = 0
+                        else:
+                            x = 0
+            eg = (x >> 23) & 0xFF
+            t = 0
+            if hasbuf:
+                t = ptr32(a)[0]
+                if ((t >> 23) & 0xFF) == 255:
+                    bad = 1
+            em = (t >> 23) & 0xFF
+            # ---- d = g + momentum buf: the new buffer (written at a + dmn, then p' over it) ----
+            gm = ((x >> 9) & 0x3FFF) | 0x4000
+            if uint(eg - 1) >= uint(254):
+                gm = 0
+                if eg == 255:
+                    bad = 1
+            tg = gm * o1m                                                           #!chk tg
+            tm = (((t >> 9) & 0x3FFF) | 0x4000) * b1m                               #!chk tm
+            if em == 0:
+                tm = 0
+            d = eg - em + D1
+            if d >= 0:
+                X = eg + K1
+                if d > 30:
+                    tm = 0
+                else:
+                    tm = tm >> d
+            else:
+                X = em + KB1
+                if d < -30:
+                    tg = 0
+                else:
+                    tg = tg >> (0 - d)
+            if ((x ^ t) >> 31) & 1:
+                s = tm - tg                                                         #!chk s
+            else:
+                s = tm + tg                                                         #!chk s
+            sb = t & sx
+            if s < 0:
+                s = 0 - s
+                sb = sb ^ sx
+            kk = BL[s >> 23]
+            xm2 = 0
+            bm = 0
+            if kk <= 6:
+                s = ((s >> kk) + 1) >> 1
+                bm = X + kk - 5
+                if uint(bm - 1) < uint(253):
+                    xm2 = sb | (((bm - 1) << 23) + s)
+                elif bm > 0:
+                    xm2 = sb | infb
+                    bad = 1
+                else:
+                    s = 0
+            elif s != 0:
+                bm = X - 6
+                while s < 0x800000:
+                    s = s << 1
+                    bm -= 1
+                if bm >= 1:
+                    xm2 = sb | (((bm - 1) << 23) + s)
+                else:
+                    s = 0
+            ptr32(a + dmn)[0] = xm2
+            # ---- p' = p - lr d ----
+            x = ptr32(a + dp)[0]
+            if s == 0:
+                ptr32(a + dpn)[0] = x
+                if ((x >> 23) & 0xFF) == 255:
+                    bad = 1
+                a += 4
+                continue
+            q = (s >> 8) * lrm                                          #!chk q
+            q = q >> 15
+            X = bm + LRE                        # step = q 2^(X - 156)
+            ep = (x >> 23) & 0xFF
+            sh = X - ep
+            if uint(ep - 1) < uint(254) and sh <= 14:
+                if sh >= 0:
+                    t = q << sh                                         #!chk t
+                elif sh < -30:
+                    t = 0
+                else:
+                    t = q >> (0 - sh)
+                if ((x ^ xm2) >> 31) & 1:
+                    t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
+                else:
+                    t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
+                kk = BL[(t >> 23) & 0x1FF]
+                if kk <= 6:
+                    t = ((t >> kk) + 1) >> 1
+                    ep = ep + kk - 5
+                    if uint(ep - 1) < uint(253):
+                        ptr32(a + dpn)[0] = (x & sx) | (((ep - 1) << 23) + t)
+                        a += 4
+                        continue
+                ep = (x >> 23) & 0xFF
+            if ep == 255:
+                bad = 1
+                ptr32(a + dpn)[0] = x
+                a += 4
+                continue
+            # general: p (30-bit signed at ep) - step (signed 30-bit at X - 13)
+            uu = 0
+            if ep != 0:
+                uu = ((x & 0x7FFFFF) | 0x800000) << 6
+                if (x >> 31) & 1:
+                    uu = 0 - uu
+            tt = q << 13                                                            #!chk tt
+            if (xm2 >> 31) & 1:
+                tt = 0 - tt
+            X = X - 13
+            if ep >= X:
+                if ep - X > 30:
+                    tt = 0
+                else:
+                    tt = tt >> (ep - X)
+                X = ep
+            elif X - ep > 30:
+                uu = 0
+            else:
+                uu = uu >> (X - ep)
+            t = uu - tt                                                             #!chk t
+            sb = 0
+            if t < 0:
+                sb = sx
+                t = 0 - t
+            if t == 0:
+                ptr32(a + dpn)[0] = 0
+                a += 4
+                continue
+            X = X - 6
+            while t >= 0x1000000:
+                t = (t + 1) >> 1
+                X += 1
+            while t < 0x800000:
+                t = t << 1
+                X -= 1
+            if X >= 255:
+                bad = 1
+                ptr32(a + dpn)[0] = sb | infb
+            elif X <= 0:
+                ptr32(a + dpn)[0] = 0
+            else:
+                ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
+            a += 4
         if bad:
             return k
     return -1
@@ -1898,15 +1777,25 @@ def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
     # Returns -1, or the index of the first pair with a non-finite gradient, weight, buffer or result.
     L = _SGDLAST
     if not (L[0] is lr and L[1] is momentum and L[2] is weight_decay):
-        for slot, x in ((0, lr), (2, momentum), (4, weight_decay)):
-            mm, e = _mant15(x)
-            _SGDC[slot] = mm
-            _SGDC[slot + 1] = e
+        C = _SGDC
+        C[_AM_O1] = 32768               # 1.0 = 2^15 2^-15: the gradient's weight (K1 = 0)
+        m, e = _mant15(momentum)
+        C[_AM_B1] = m
+        C[_AM_KB1] = e + 15
+        m, e = _mant15(lr)
+        C[_AM_CM] = m
+        C[_AM_CE] = e + 29
+        m, e = _mant15(weight_decay)
+        C[_AM_WDM] = m
+        C[_AM_WDE] = e
         L[0] = lr
         L[1] = momentum
         L[2] = weight_decay
-    _SGDC[6] = 0 if buf is None else 1
-    return _run(_sgd_all, newp, newbuf, None, params, buf, None, count, "sgd_step")
+    if (buf is None) != (newbuf is None):
+        raise ValueError("sgd_step: buf and newbuf must both be buffers or both None")
+    _SGDC[_AM_DEC] = 0 if buf is None else 1
+    return _run(_sgd_all, newp, newbuf if buf is not None else newp, None, params, buf, None, count,
+                "sgd_step")
 
 
 def _run(kernel, a, b, c, params, d, e, count, who):
