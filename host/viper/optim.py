@@ -323,8 +323,8 @@ def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
 #        added when it is not below 2^-16 of it; step = ((m'24 >> 8) cm) // den (< 2^31 / 2^14);
 #   p' = p - step: p's mantissa with 6 guard bits (< 2^30) and the step aligned to it (< 2^30),
 #        then the same rounding; a step larger than p, a zero p and overflow take a general path.
-# c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) (so that step = c m' / (sqrt(v') + eps')) are
-# computed per step by _adam_consts from float32 bits: no float is boxed.
+# c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) (so that step = c m' / (sqrt(v') + eps')), with
+# bc = 1 - beta^t, are computed per step by _adam_consts from float32 bits and t: no float is boxed.
 # ERROR BOUND (tests/test_optim_fast.py): m' and v' within 2^-13 of |m'| + |old| + |d| (resp.
 #   |v'| + |old| + d^2), p' within 2^-11 of the step plus 2^-22 |p'| (plus the 2^-14 relative
 #   error of c); the step ignores eps' only below 2^-16 of sqrt(v').
@@ -346,7 +346,7 @@ _AM_WDM = const(12)     # weight decay (coupled: wd; decoupled: lr wd): mantissa
 _AM_WDE = const(13)     #   exponent (coupled) / shift (decoupled: -15 - e)
 _AM_DEC = const(14)     # 1: AdamW
 _AM = array("i", [0] * 15)
-_AMF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps as float32
+_AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
 _JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, status
 
 
@@ -386,33 +386,59 @@ def _isqrt(x: int) -> int:
 
 
 @micropython.viper
-def _adam_consts(c, cf):
-    # c[_AM_CM ...]: c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) as 15-bit mantissas, from the
-    # float32 bits of cf = [lr, bc1, bc2, eps] (all > 0)
+def _adam_consts(c, cf, t: int):
+    # c[_AM_CM ...]: c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) as 15-bit mantissas for step t,
+    # bc = 1 - beta^t, from the float32 bits of cf = [lr, beta1, beta2, eps] (lr, eps > 0, betas in
+    # [0, 1)) with no float boxed: beta^t in Q30 by squaring and multiplying, each product
+    # (a b) >> 30 from 15-bit halves (ah bh, ah bl + al bh < 2^31), truncated (2 units of 2^-30)
     C = ptr32(c)
     F = ptr32(cf)
-    x = F[2]
-    e = ((x >> 23) & 0xFF) - 155
-    r = ((x & 0x7FFFFF) | 0x800000) << 5          # bc2 = r 2^e, r in [2^28, 2^29)
-    if e & 1:
-        r = r << 1
-        e -= 1
-    r = int(_isqrt(r))                             # sqrt(bc2) = r 2^(e/2), r in [2^14, 2^15]
-    e = e >> 1
+    b30 = 30
+    one = 1 << b30                                     # (a variable: 1 << 30 would be a bigint)
+    bc1 = one
+    bc2 = one
+    for w in range(2):
+        x = F[1 + w]
+        e = ((x >> 23) & 0xFF) - 120
+        bb = 0                                         # beta in Q30 (< 2^30)
+        if ((x >> 23) & 0xFF) != 0 and e > -24:
+            bb = (x & 0x7FFFFF) | 0x800000
+            if e >= 0:
+                bb = bb << e
+            else:
+                bb = bb >> (0 - e)
+        r = one
+        k = t
+        while k != 0:
+            if k & 1:
+                r = (r >> 15) * (bb >> 15) + ((((r >> 15) * (bb & 0x7FFF)) + ((r & 0x7FFF) * (bb >> 15))) >> 15)  #!chk r
+            bb = (bb >> 15) * (bb >> 15) + ((((bb >> 15) * (bb & 0x7FFF)) << 1) >> 15)   #!chk bb
+            k = k >> 1
+        if w == 0:
+            bc1 = one - r                              # (0, 2^30]
+        else:
+            bc2 = one - r
+    j = 0                                              # sqrt(bc2): bc2 2^(2j) in [2^28, 2^30]
+    while bc2 < 0x10000000:
+        bc2 = bc2 << 2
+        j += 1
+    r = int(_isqrt(bc2))                               # sqrt(bc2 / 2^30) = r 2^(-15 - j), r in [2^14, 2^15]
+    j1 = 0                                             # bc1 2^j1 in [2^29, 2^30]
+    while bc1 < 0x20000000:
+        bc1 = bc1 << 1
+        j1 += 1
     x = F[0]
-    num = (((x & 0x7FFFFF) | 0x800000) >> 8) * r   #!chk num
-    ne = ((x >> 23) & 0xFF) - 142 + e
-    x = F[1]
-    q = num // (((x & 0x7FFFFF) | 0x800000) >> 9)  # bc1's 15 bits: q in (2^14, 2^17)
-    ne = ne - (((x >> 23) & 0xFF) - 141)
+    num = (((x & 0x7FFFFF) | 0x800000) >> 8) * r      #!chk num
+    q = num // (bc1 >> 15)                             # bc1 = (bc1 >> 15) 2^(-15 - j1): q in (2^14, 2^17)
+    ne = ((x >> 23) & 0xFF) - 142 - j + j1
     while q >= 0x8000:
         q = (q + 1) >> 1
         ne += 1
     C[_AM_CM] = q
     C[_AM_CE] = ne + 92
     x = F[3]
-    num = (((x & 0x7FFFFF) | 0x800000) >> 9) * r   #!chk num
-    ne = ((x >> 23) & 0xFF) - 141 + e
+    num = (((x & 0x7FFFFF) | 0x800000) >> 9) * r      #!chk num
+    ne = ((x >> 23) & 0xFF) - 156 - j
     while num >= 0x8000:
         num = (num + 1) >> 1
         ne += 1
@@ -617,7 +643,7 @@ def _pair15(x):
     return m, e
 
 
-_AMLAST = [None] * 5
+_AMLAST = [None] * 6
 
 
 def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
@@ -648,28 +674,27 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
-              decoupled):
-    # Adam (decoupled: AdamW) of every tensor into shadow buffers; the live ones are read only.
-    # params: `count` (param, grad) Tensor pairs; m, v (N,): their moments end to end (N = the
-    # parameter count); newp, newm, newv (N,): the new weights and moments, written.
-    # bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for step t.
+def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
+    # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
+    # read only. params: `count` (param, grad) Tensor pairs; m, v (N,): their moments end to end
+    # (N = the parameter count); newp, newm, newv (N,): the new weights and moments, written.
     # Returns -1, or the index of the first pair whose gradient, weight or result is not finite.
     L = _AMLAST
     if not (L[0] is lr and L[1] is beta1 and L[2] is beta2 and L[3] is weight_decay
-            and L[4] is decoupled):
+            and L[4] is decoupled and L[5] is eps):
         _adam_hyper(lr, beta1, beta2, weight_decay, decoupled)
+        F = _AMF
+        F[0] = lr
+        F[1] = beta1
+        F[2] = beta2
+        F[3] = eps
         L[0] = lr
         L[1] = beta1
         L[2] = beta2
         L[3] = weight_decay
         L[4] = decoupled
-    F = _AMF
-    F[0] = lr
-    F[1] = bc1
-    F[2] = bc2
-    F[3] = eps
-    _adam_consts(_AM, F)
+        L[5] = eps
+    _adam_consts(_AM, _AMF, t)
     return _run(_adam_all, newp, newm, newv, params, m, v, count, "adam_step")
 
 

@@ -439,10 +439,11 @@ def _finite(x):
     return x - x == 0.0
 
 
-def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
-              decoupled):
-    # newp newm newv (N,) = adam_update's p, m, v of every pair (the same arithmetic);
-    # m v (N,): the moments (read)
+def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
+    # newp newm newv (N,) = adam_update's p, m, v of every pair for step t >= 1 (the same
+    # arithmetic, bc1 = 1 - beta1^t, bc2 = 1 - beta2^t); m v (N,): the moments (read)
+    bc1 = 1.0 - beta1 ** t
+    bc2 = 1.0 - beta2 ** t
     a = lr / bc1
     rb2 = 1.0 / bc2
     o = 0

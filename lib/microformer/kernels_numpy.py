@@ -265,9 +265,10 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
     pv[:] = pv.astype(_F64) - (lr / bc1) * mi / (np.sqrt(vi * (1.0 / bc2)) + eps)
 
 
-def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
-              decoupled):
-    # adam_update of every (param, grad) pair into newp, newm, newv (N,); m v (N,) read
+def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
+    # adam_update of every (param, grad) pair for step t into newp, newm, newv (N,); m v (N,) read
+    bc1 = 1.0 - beta1 ** t
+    bc2 = 1.0 - beta2 ** t
     o = 0
     bad = -1
     for k in range(count):

@@ -240,5 +240,4 @@ class Adam(_Optimizer):
         news = self._news
         return K.adam_step(self._newp, news[0], news[1], self.params, self._m, self._v,
                            len(self.params), self.lr, self.beta1, self.beta2, self.eps,
-                           self.weight_decay, 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t,
-                           1 if self.decoupled else 0)
+                           self.weight_decay, t, 1 if self.decoupled else 0)
