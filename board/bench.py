@@ -258,6 +258,7 @@ def opt_steps(kind, n):
     lf.forward(model.forward(x), labels)
     model.backward(lf.backward())
     opt.step()
+    gc.collect()                 # the same heap state before the n steps, whatever n is
     for _ in range(n):
         opt.step()
     print("OPT %s %d %d" % (kind, n, model.param_count()))
