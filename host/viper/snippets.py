@@ -590,13 +590,7 @@ def adam_coupled():
                 x = sx
                 uu = 0 - uu
             if uu != 0:
-                te = te - 6
-                while uu >= 0x1000000:
-                    uu = (uu + 1) >> 1
-                    te += 1
-                while uu < 0x800000:
-                    uu = uu << 1
-                    te -= 1
+                #@ round24(uu, te)
                 if te >= 255:
                     x = x | infb
                 elif te >= 1:
@@ -718,13 +712,11 @@ def adam_decoupled():
     if uint(ey - 1) < uint(254):
         uu = ((x & 0x7FFFFF) | 0x800000) << 6
         uu = uu - (((uu >> 15) * wdm) >> wde)                               #!chk uu
-        ey = ey - 6
-        while uu >= 0x1000000:
-            uu = (uu + 1) >> 1
-            ey += 1
-        while uu < 0x800000:
-            uu = uu << 1
-            ey -= 1
+        if uu <= 0:
+            uu = 0
+            ey = 0
+        else:
+            #@ round24(uu, ey)
         if ey >= 1:
             x = (x & sx) | (((ey - 1) << 23) + uu)
         else:
@@ -786,13 +778,7 @@ def adam_general():
         ptr32(a + dpn)[0] = 0
         a += 4
         continue
-    X = X - 6
-    while t >= 0x1000000:
-        t = (t + 1) >> 1
-        X += 1
-    while t < 0x800000:
-        t = t << 1
-        X -= 1
+    #@ round24(t, X)
     if X >= 255:
         bad = 1
         ptr32(a + dpn)[0] = sb | infb
@@ -856,3 +842,18 @@ def adam_pfast():
         a += 4
         continue
     # general: p (30-bit signed at ep) - step (signed 30-bit at X - 13)
+
+
+def round24(v, e, kk):
+    """v 2^(e - 156), 0 < v < 2^31, rounded once to nearest (ties up) to v 2^(e - 150) with
+    2^23 <= v <= 2^24 (2^24 when the rounding carries: pack as ((e - 1) << 23) + v); the bit length
+    from the table BL (one rounding, not one per shift)."""
+    kk = BL[v >> 23]
+    if kk <= 6:
+        v = ((v >> kk) + 1) >> 1
+        e = e + kk - 5
+    else:
+        e = e - 6
+        while v < 0x800000:
+            v = v << 1
+            e -= 1
