@@ -69,9 +69,14 @@ def _tables():
     # less one that rounds s to 24 bits; 255 below 2^24 (and for negative s: the upper half)
     # _SQ (257 ints): 2^14 sqrt(x) for x = 2 + j/64 (j <= 128), then 4 + (j - 128)/32
     if _TAB[0] is None:
-        _TAB[0] = bytearray([_bitlen(t) - 2 if t >= 2 else 255 for t in range(256)] + [255] * 256)
-        _TAB[1] = array("i", [int(16384 * sqrt(2.0 + j / 64.0 if j <= 128 else 4.0 + (j - 128) / 32.0) + 0.5)
-                              for j in range(257)])
+        bl = bytearray(512)             # filled in place: no temporary lists
+        for t in range(512):
+            bl[t] = _bitlen(t) - 2 if 2 <= t < 256 else 255
+        sq = array("i", bytes(4 * 257))
+        for j in range(257):
+            sq[j] = int(16384 * sqrt(2.0 + j / 64.0 if j <= 128 else 4.0 + (j - 128) / 32.0) + 0.5)
+        _TAB[0] = bl
+        _TAB[1] = sq
     return _TAB
 
 
