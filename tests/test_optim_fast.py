@@ -342,3 +342,32 @@ def test_twins_equal_the_per_tensor_kernels(mod, kind, hyper):
     before = [bytes(p.data) for p, _ in ps]
     K.params_commit(ps, newp, len(ps))
     assert b"".join(bytes(p.data) for p, _ in ps) == bytes(newp) and before != [bytes(p.data) for p, _ in ps]
+
+
+COPIES = r'''
+from array import array
+import microformer as mf
+from microformer import kernels_viper as V
+bad = []
+for n in (0, 1, 2, 3, 4, 5, 7, 8, 9, 33, 64):
+    src = array('f', [i * 1.5 - 3.0 for i in range(n)] + [7.0])
+    dst = array('f', [9.0] * (n + 1))
+    V.copy(dst, src, n)
+    if list(dst[:n]) != list(src[:n]) or dst[n] != 9.0:
+        bad.append(("copy", n))
+    sizes = (n + 1, 3, n + 2)
+    ps = [(mf.Tensor((k,)), mf.Tensor((k,))) for k in sizes]
+    new = array('f', [i + 0.25 for i in range(sum(sizes))] + [5.0])
+    V.params_commit(ps, new, len(ps))
+    if b''.join(bytes(p.data) for p, _ in ps) != bytes(new[:sum(sizes)]):
+        bad.append(("params_commit", n))
+print("BAD", bad)
+'''
+
+
+def test_copies_of_every_length(micropython, tmp_path):
+    """copy and params_commit move four words per turn: every length (the tails included) is
+    copied bit for bit, and nothing past it is written."""
+    s = tmp_path / "cp.py"
+    s.write_text(COPIES)
+    assert helpers.run_micropython(s, exe=micropython).split("\n")[0] == "BAD []"
