@@ -258,6 +258,7 @@ def opt_steps(kind, n):
     lf.forward(model.forward(x), labels)
     model.backward(lf.backward())
     opt.step()
+    gc.collect()                 # the same heap state before the n steps, whatever n is
     for _ in range(n):
         opt.step()
     print("OPT %s %d %d" % (kind, n, model.param_count()))
@@ -302,9 +303,10 @@ def main(models=("iris", "block"), backends=None):
 
 
 def guard_cost(model_name="iris", backends=None, steps=None, rounds=5):
-    """What the all-or-nothing step costs: per backend, ms of a whole opt.step() (gradient scan,
-    snapshot, update, scan of the result) against the bare update alone, and the snapshot's
-    bytes. Both are timed in this run, alternating, fastest round of each."""
+    """What the all-or-nothing step costs: per backend, ms of a whole opt.step() (the update into
+    the shadow buffers with its checks, then the copy in) against the bare update alone
+    (opt._update), and the shadow's bytes. Both are timed in this run, alternating, fastest round
+    of each."""
     out = []
     for backend in backends or mf.available_backends():
         mf.set_backend(backend)

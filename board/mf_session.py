@@ -467,7 +467,10 @@ class Session:
         if self._opt is None:
             if not self.model.collect_params([]):
                 raise ValueError("fit: every layer is frozen; unfreeze something first (s.unfreeze())")
-            self._opt = mf.Adam(self.model, lr=self.lr)
+            try:                        # its state and the step's shadow: a few blocks of 4 bytes per param
+                self._opt = mf.Adam(self.model, lr=self.lr)
+            except MemoryError:
+                raise self._oom("creating the optimizer")
         verbose = self.verbose if verbose is None else verbose
         if verbose:
             print("fit on %s: %s, %s, batch %d, lr %g; %s"

@@ -5,6 +5,7 @@
 # Runs under CPython and MicroPython:  micropython tests/trust_step_mp.py BACKEND OUT.json
 import json
 import sys
+from array import array
 
 import microformer as mf
 from microformer import backend
@@ -36,11 +37,11 @@ def state(model, opt):
 def set_state(model, opt, s):
     k = 0
     for _, p in model.named_params():
-        p.data[:] = type(p.data)("f", s[k])
+        p.data[:] = array("f", s[k])
         k += 1
     for name in ("m", "v", "buffers"):
         for t in getattr(opt, name, None) or ():
-            t.data[:] = type(t.data)("f", s[k])
+            t.data[:] = array("f", s[k])
             k += 1
     opt.steps = s[k]
 
@@ -91,9 +92,12 @@ class Interrupting:
                 raise KeyboardInterrupt
             r = f(*args)
             if i in at:
-                if mode == "torn" and name not in READ_ONLY and args and hasattr(args[0], "__len__") \
-                        and len(args[0]) and not isinstance(args[0], (bytes, bytearray)):
-                    args[0][0] = 12345.0
+                out = args[0] if args else None
+                if isinstance(out, list) and out and isinstance(out[0], tuple):
+                    out = out[0][0].data       # params_commit writes the weights of (param, grad) pairs
+                if mode == "torn" and name not in READ_ONLY and out is not None and hasattr(out, "__len__") \
+                        and len(out) and not isinstance(out, (bytes, bytearray)):
+                    out[0] = 12345.0
                 raise KeyboardInterrupt
             return r
         return call
@@ -118,7 +122,7 @@ def interrupt_everywhere(r, make_opt, tag):
         backend.K = real
     s1 = state(model, opt)
     total = counter.calls
-    writes = [i for i in range(total) if counter.names[i] in ("adam_update", "sgd_update")]
+    writes = [i for i in range(total) if counter.names[i] == "params_commit"]   # the step's write
     res = {"calls": total, "writes": len(writes), "pre": 0, "post": 0, "other": [], "no_interrupt": [],
            "write_not_completed": []}
     cases = [((i,), m) for i in range(total + 1) for m in ("before", "after", "torn")]
@@ -178,11 +182,11 @@ def fit_interrupted(r):
         fit(model, mf.CrossEntropyLoss(), opt, data, epochs=1, batch_size=8, verbose=False)
     finally:
         backend.K = real
-    writes = [i for i in range(counter.calls) if counter.names[i] == "adam_update"]
+    writes = [i for i in range(counter.calls) if counter.names[i] == "params_commit"]
     per_step = len(writes) // 3
     model = iris_like(3)
     opt = mf.Adam(model, lr=0.01)
-    backend.K = Interrupting(real, (writes[per_step + 1],), "torn")
+    backend.K = Interrupting(real, (writes[per_step],), "torn")      # step 2's write
     try:
         hist = fit(model, mf.CrossEntropyLoss(), opt, data, epochs=3, batch_size=8, verbose=True)
     finally:

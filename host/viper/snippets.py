@@ -575,3 +575,341 @@ def snorm(m, e, sg):
         #@ norm30(m, e)
         if sg:
             m = 0 - m
+
+def adam_coupled():
+    """Adam's coupled decay (in _adam_all): x = the float32 bits of d = g + wd p, a soft add of
+    g (x) and wd p (y = p, wdm 2^wde) with 6 guard bits; a non-finite g or p is passed on."""
+    # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
+    y = ptr32(a + dp)[0]
+    ey = (y >> 23) & 0xFF
+    if ey != 0 and ((x >> 23) & 0xFF) != 255:
+        if ey == 255:
+            x = y
+        else:
+            tt = (((y >> 9) & 0x3FFF) | 0x4000) * wdm                       #!chk tt
+            if (y >> 31) & 1:
+                tt = 0 - tt
+            te = ey + wde + 15                                 # tt 2^(te - 156)
+            eg = (x >> 23) & 0xFF
+            uu = 0
+            if eg != 0:
+                uu = ((x & 0x7FFFFF) | 0x800000) << 6
+                if (x >> 31) & 1:
+                    uu = 0 - uu
+            #@ align2(uu, eg, tt, te)
+            uu = uu + tt                                                    #!chk uu
+            x = 0
+            if uu < 0:
+                x = sx
+                uu = 0 - uu
+            if uu != 0:
+                #@ round24(uu, te)
+                if te >= 255:
+                    x = x | infb
+                elif te >= 1:
+                    x = x | (((te - 1) << 23) + uu)
+                else:
+                    x = 0
+            else:
+                x = 0
+
+
+def adam_m():
+    """m' = beta1 m + (1 - beta1) d (in _adam_all): two 15 x 15-bit products, aligned and added
+    (|s| < 2^31), rounded to 24 bits through the bit-length table BL; stored at a + dmn; s, bm:
+    the magnitude and biased exponent of m' (s = 0 for m' = 0), xm2 its bits."""
+    gm = ((x >> 9) & 0x3FFF) | 0x4000
+    if uint(eg - 1) >= uint(254):
+        gm = 0
+        if eg == 255:
+            bad = 1
+    tg = gm * o1m                                                           #!chk tg
+    tm = (((t >> 9) & 0x3FFF) | 0x4000) * b1m                               #!chk tm
+    if em == 0:
+        tm = 0
+    d = eg - em + D1
+    #@ align_by(d, X, eg + K1, em + KB1, tg, tm)
+    if ((x ^ t) >> 31) & 1:
+        s = tm - tg                                                         #!chk s
+    else:
+        s = tm + tg                                                         #!chk s
+    sb = t & sx
+    if s < 0:
+        s = 0 - s
+        sb = sb ^ sx
+    #@ bl_round(s, X, bm, xm2, sb)
+    ptr32(a + dmn)[0] = xm2
+
+
+def adam_v():
+    """v' = v - (1 - beta2) v + (1 - beta2) d^2 (in _adam_all): v with 24 bits less its share
+    (shift S2), plus the d^2 term aligned (< 2^31), rounded as adam_m; xv2: the bits, stored at a + dvn."""
+    t = ptr32(a + dv)[0]
+    ev = t >> 23
+    tv = ((t & 0x7FFFFF) | 0x800000) << 6
+    tv = tv - (((tv >> 15) * o2m) >> S2)                                    #!chk tv
+    if ev == 0:
+        tv = 0
+    tq = ((gm * gm) >> 15) * o2m                                            #!chk tq
+    d = eg + eg + Q2 - ev
+    #@ align_by(d, X, ev + d, ev, tq, tv)
+    t = tv + tq                                                             #!chk t
+    #@ bl_round(t, X, bv, xv2, 0)
+    ptr32(a + dvn)[0] = xv2
+
+
+def adam_decoupled():
+    """AdamW's decay (in _adam_all): x = the float32 bits of p - (lr wd) p, p's mantissa with 6
+    guard bits less its (lr wd) share (shift wde), normalized and rounded."""
+    # AdamW: p -= (lr wd) p first, rounded to float32 as the portable update does
+    ey = (x >> 23) & 0xFF
+    if uint(ey - 1) < uint(254):
+        uu = ((x & 0x7FFFFF) | 0x800000) << 6
+        uu = uu - (((uu >> 15) * wdm) >> wde)                               #!chk uu
+        if uu <= 0:
+            uu = 0
+            ey = 0
+        else:
+            #@ round24(uu, ey)
+        if ey >= 1:
+            x = (x & sx) | (((ey - 1) << 23) + uu)
+        else:
+            x = 0
+
+
+def adam_den():
+    """den = sqrt(v') + eps' (in _adam_all) when eps' is not below 2^-16 of sqrt(v'): aligned
+    and cut to 16 bits; h = the half-exponent it is taken at (den 2^(h - 78))."""
+    # eps' is not below 2^-16 of sqrt(v'): den 2^(h - 78) + eps', 16 bits
+    De = h - 78
+    if xv2 == 0:
+        den = epsm
+        De = epse
+    elif De >= epse:
+        if De - epse <= 30:
+            den = den + (epsm >> (De - epse))
+    else:
+        if epse - De > 30:
+            den = epsm
+        else:
+            den = epsm + (den >> (epse - De))
+        De = epse
+    while den >= 0x10000:
+        den = den >> 1
+        De += 1
+    h = De + 78
+
+
+def adam_general():
+    """p' = p - step (in _adam_all) when the step is not small against p (or p is 0): both as
+    signed 30-bit values aligned to the larger exponent, the difference normalized by loops,
+    overflow to inf (bad = 1), underflow to 0; stored at a + dpn."""
+    uu = 0
+    if ep != 0:
+        uu = ((x & 0x7FFFFF) | 0x800000) << 6
+        if (x >> 31) & 1:
+            uu = 0 - uu
+    tt = q << 13                                                            #!chk tt
+    if (xm2 >> 31) & 1:
+        tt = 0 - tt
+    X = X - 13
+    #@ align2(uu, ep, tt, X)
+    t = uu - tt                                                             #!chk t
+    sb = 0
+    if t < 0:
+        sb = sx
+        t = 0 - t
+    if t == 0:
+        ptr32(a + dpn)[0] = 0
+        a += 4
+        continue
+    #@ round24(t, X)
+    if X >= 255:
+        bad = 1
+        ptr32(a + dpn)[0] = sb | infb
+    elif X <= 0:
+        ptr32(a + dpn)[0] = 0
+    else:
+        ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
+
+
+
+def adam_load():
+    """The step's constants from the int array _AM (in _adam_all): exponents sign-extended (sx)."""
+    C = ptr32(_AM)
+    #@ am_common(C)
+    K1 = (C[_AM_K1] ^ sx) - sx
+    o2m = C[_AM_O2]
+    S2 = C[_AM_S2]
+    Q2 = (C[_AM_Q2] ^ sx) - sx
+    cm = C[_AM_CM]
+    CE = (C[_AM_CE] ^ sx) - sx
+    epsm = C[_AM_EPM]
+    epse = (C[_AM_EPE] ^ sx) - sx
+    E0 = (C[_AM_E0] ^ sx) - sx
+    dec = C[_AM_DEC]
+
+
+
+def adam_pfast():
+    """p' = p - step (in _adam_all, _sgd_all), step = q 2^(X - 156) with the sign of xm2, when
+    the step is small against p: p's mantissa with 6 guard bits, the step aligned to it (< 2^30),
+    rounded through BL and stored at a + dpn (then `continue`); else ep is p's exponent again."""
+    ep = (x >> 23) & 0xFF
+    sh = X - ep
+    if uint(ep - 1) < uint(254) and sh <= 14:
+        if sh >= 0:
+            t = q << sh                                         #!chk t
+        elif sh < -30:
+            t = 0
+        else:
+            t = q >> (0 - sh)
+        if ((x ^ xm2) >> 31) & 1:
+            t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
+        else:
+            t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
+        kk = BL[(t >> 23) & 0x1FF]
+        if kk <= 6:
+            t = ((t >> kk) + 1) >> 1
+            ep = ep + kk - 5
+            if uint(ep - 1) < uint(253):
+                ptr32(a + dpn)[0] = (x & sx) | (((ep - 1) << 23) + t)
+                a += 4
+                continue
+        ep = (x >> 23) & 0xFF
+    if ep == 255:
+        bad = 1
+        ptr32(a + dpn)[0] = x
+        a += 4
+        continue
+    # general: p (30-bit signed at ep) - step (signed 30-bit at X - 13)
+
+
+def round24(v, e, kk):
+    """v 2^(e - 156), 0 < v < 2^31, rounded once to nearest (ties up) to v 2^(e - 150) with
+    2^23 <= v <= 2^24 (2^24 when the rounding carries: pack as ((e - 1) << 23) + v); the bit length
+    from the table BL (one rounding, not one per shift)."""
+    kk = BL[v >> 23]
+    if kk <= 6:
+        v = ((v >> kk) + 1) >> 1
+        e = e + kk - 5
+    else:
+        e = e - 6
+        while v < 0x800000:
+            v = v << 1
+            e -= 1
+
+
+def copy4(a, off, end, n):
+    """n words from address a to a + off, four per turn through a moving address (constant
+    offsets index it: a quarter of an indexed loop's instructions), then the rest one by one."""
+    end = a + 4 * (n - (n & 3))
+    while a < end:
+        ptr32(a + off)[0] = ptr32(a)[0]
+        ptr32(a + off)[1] = ptr32(a)[1]
+        ptr32(a + off)[2] = ptr32(a)[2]
+        ptr32(a + off)[3] = ptr32(a)[3]
+        a += 16
+    end = end + 4 * (n & 3)
+    while a < end:
+        ptr32(a + off)[0] = ptr32(a)[0]
+        a += 4
+
+
+def opt_tensor():
+    """The whole-step kernels' walk to tensor k of params: its weight and gradient (sizes checked
+    against each other and the shadow's room: -2 on a mismatch), their offsets dp, dg from the
+    base m0, the element address a .. end in the base's stretch o .. o + n; bad = 0."""
+    pair = params[k]
+    pd = pair[0].data
+    gd = pair[1].data
+    n = int(len(pd))
+    if int(len(gd)) != n or o + n > total:
+        return -2
+    dp = int(ptr32(pd)) - m0 - 4 * o
+    dg = int(ptr32(gd)) - m0 - 4 * o
+    a = m0 + 4 * o
+    end = a + 4 * n
+    o += n
+    bad = 0
+
+
+def opt_unchanged():
+    """A step s of 0: p' = p (x), bit for bit; a non-finite p flags the tensor; on to the next."""
+    if s == 0:
+        ptr32(a + dpn)[0] = x
+        if ((x >> 23) & 0xFF) == 255:
+            bad = 1
+        a += 4
+        continue
+
+
+def align2(a, ea, b, eb):
+    """a 2^ea and b 2^eb brought to the larger exponent, held in eb: the smaller one shifted right
+    (to 0 past 30 places)."""
+    if ea >= eb:
+        if ea - eb > 30:
+            b = 0
+        else:
+            b = b >> (ea - eb)
+        eb = ea
+    elif eb - ea > 30:
+        a = 0
+    else:
+        a = a >> (eb - ea)
+
+
+def am_common(C):
+    """The constants Adam's and SGD's elements share, from their int array C (exponents
+    sign-extended with sx): beta1 (o1m, b1m, KB1) and the weight decay (wdm, wde)."""
+    o1m = C[_AM_O1]
+    b1m = C[_AM_B1]
+    KB1 = (C[_AM_KB1] ^ sx) - sx
+    wdm = C[_AM_WDM]
+    wde = (C[_AM_WDE] ^ sx) - sx
+
+
+def align_by(d, X, XA, XB, a, b):
+    """Two terms a, b whose exponents differ by d (a's minus b's, as the caller defines it): for
+    d >= 0 the exponent X = XA and b shifted right by d, else X = XB and a by -d (to 0 past 30)."""
+    if d >= 0:
+        X = XA
+        if d > 30:
+            b = 0
+        else:
+            b = b >> d
+    else:
+        X = XB
+        if d < -30:
+            a = 0
+        else:
+            a = a >> (0 - d)
+
+
+def bl_round(s, X, bm, out, sg):
+    """out = the float32 bits of sg | s 2^(X - ...), s >= 0 rounded to 24 bits through the
+    bit-length table BL (s shifted right: one rounding; shifted left: exact); bm its biased
+    exponent (0: zero or flushed, s = 0 then); an overflow is +-inf and flags the tensor (bad)."""
+    kk = BL[s >> 23]
+    out = 0
+    bm = 0
+    if kk <= 6:
+        s = ((s >> kk) + 1) >> 1
+        bm = X + kk - 5
+        if uint(bm - 1) < uint(253):
+            out = sg | (((bm - 1) << 23) + s)
+        elif bm > 0:
+            out = sg | infb
+            bad = 1
+        else:
+            s = 0
+    elif s != 0:
+        bm = X - 6
+        while s < 0x800000:
+            s = s << 1
+            bm -= 1
+        if bm >= 1:
+            out = sg | (((bm - 1) << 23) + s)
+        else:
+            s = 0
+

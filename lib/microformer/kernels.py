@@ -430,6 +430,98 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
 
 
 
+# The whole optimizer step (optim.py): every tensor of the model in one call, written into shadow
+# buffers so that a refused step changes nothing. params: `count` (param, grad) Tensor pairs;
+# every other buffer holds one value per parameter, the tensors end to end (N values).
+# Returns -1, or the index of the first pair whose gradient, weight or new value is not finite.
+
+def _finite(x):
+    return x - x == 0.0
+
+
+def _stretch(dst, src, o, n, so):
+    # dst[o : o + n] = src[so : so + n]; a view of dst's stretch (a whole-step kernel's shadow)
+    for i in range(n):
+        dst[o + i] = src[so + i]
+    return memoryview(dst)[o:o + n]
+
+
+def _all_finite(*bufs):
+    for b in bufs:
+        if b is not None:
+            for x in b:
+                if not _finite(x):
+                    return False
+    return True
+
+
+def _whole_step(stretch, finite, newp, params, count, news, olds, run):
+    # the whole-step walk over the (param, grad) pairs, through a module's stretch and finite (the
+    # portable kernels here, kernels_numpy's over NumPy views): each pair's weight and states
+    # (olds, e.g. the moments) copied into its stretch of the shadows (newp, news), updated there
+    # by run(P, g, views, n), then checked: -1, or the first pair with a non-finite value
+    o = 0
+    bad = -1
+    for k in range(count):
+        g = params[k][1].data
+        n = len(g)
+        P = stretch(newp, params[k][0].data, o, n, 0)
+        views = [stretch(news[i], olds[i], o, n, o) for i in range(len(olds))]
+        run(P, g, views, n)
+        if bad < 0 and not (finite(g, P) and finite(*views)):
+            bad = k
+        o += n
+    return bad
+
+
+def _adam_step(update, stretch, finite, newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps,
+               weight_decay, t, decoupled):
+    bc1 = 1.0 - beta1 ** t
+    bc2 = 1.0 - beta2 ** t
+
+    def run(P, g, s, n):
+        update(P, g, s[0], s[1], n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled)
+    return _whole_step(stretch, finite, newp, params, count, (newm, newv), (m, v), run)
+
+
+def _sgd_step(update, stretch, finite, newp, newbuf, params, buf, count, lr, momentum, weight_decay):
+    def run(P, g, s, n):
+        update(P, g, s[0] if s else None, n, lr, momentum, weight_decay)
+    return _whole_step(stretch, finite, newp, params, count, () if buf is None else (newbuf,),
+                       () if buf is None else (buf,), run)
+
+
+def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
+    # newp newm newv (N,) = adam_update's p, m, v of every (param, grad) pair for step t >= 1,
+    # the pairs' stretches one after another; m v (N,): the moments (read). Returns -1, or the
+    # index of the first pair whose gradient or new weight or moment is not finite
+    return _adam_step(adam_update, _stretch, _all_finite, newp, newm, newv, params, m, v, count, lr, beta1,
+                      beta2, eps, weight_decay, t, decoupled)
+
+
+def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
+    # newp (N,), newbuf (N,) = sgd_update's p and buf of every pair (buf (N,) read; None: no
+    # momentum, and newbuf None); returns -1 or the first pair with a non-finite value
+    return _sgd_step(sgd_update, _stretch, _all_finite, newp, newbuf, params, buf, count, lr, momentum,
+                     weight_decay)
+
+
+def _commit(stretch, params, newp, count):
+    # each weight of the `count` (param, grad) pairs = its stretch of newp (N,), through a module's
+    # stretch (here and in kernels_numpy)
+    o = 0
+    for k in range(count):
+        p = params[k][0].data
+        n = len(p)
+        stretch(p, newp, 0, n, o)
+        o += n
+
+
+def params_commit(params, newp, count):
+    # the weights of the `count` (param, grad) pairs = their stretches of newp (N,), bit for bit
+    _commit(_stretch, params, newp, count)
+
+
 # ---------------------------------------------------------------- attention family
 # LayerNorm, residual adds, embedding lookup, sinusoidal positions, the KV cache and the
 # attention stages the golden vectors check. Same conventions: outputs first, no allocation.

@@ -266,6 +266,35 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
     pv[:] = pv.astype(_F64) - (lr / bc1) * mi / (np.sqrt(vi * (1.0 / bc2)) + eps)
 
 
+def _stretch(dst, src, o, n, so):
+    # dst[o : o + n] = src[so : so + n]; the view of dst's stretch
+    d = _v(dst, o + n)[o:]
+    d[:] = _v(src, so + n)[so:]
+    return d
+
+
+def _finite_all(*bufs):
+    return all(b is None or np.isfinite(b if isinstance(b, np.ndarray) else np.frombuffer(b, dtype=_F32)).all()
+               for b in bufs)
+
+
+def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
+    # adam_update of every (param, grad) pair for step t into newp, newm, newv (N,); m v (N,) read
+    return _pk._adam_step(adam_update, _stretch, _finite_all, newp, newm, newv, params, m, v, count, lr, beta1,
+                          beta2, eps, weight_decay, t, decoupled)
+
+
+def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
+    # sgd_update of every (param, grad) pair into newp (and newbuf) (N,); buf (N,) read
+    return _pk._sgd_step(sgd_update, _stretch, _finite_all, newp, newbuf, params, buf, count, lr, momentum,
+                         weight_decay)
+
+
+def params_commit(params, newp, count):
+    # the weights of the (param, grad) pairs = their stretches of newp (N,)
+    _pk._commit(_stretch, params, newp, count)
+
+
 def add_forward(out, a, b, n):
     # out (n,) = a (n,) + b (n,)   (out may be a or b)
     _v(out, n)[:] = _d(a, n, n) + _d(b, n, n)

@@ -7,7 +7,7 @@
 #   viper_common       scratch, the float32 encoder _store, zero
 #   viper_gemm         the block-float GEMM: Dense, the attention products, mean pooling
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
-#   viper_optim        Adam / AdamW, SGD
+#   viper_optim        Adam / AdamW, SGD: per tensor, and the whole step of every tensor into shadow buffers
 #   viper_elementwise  ReLU, leaky ReLU, GELU (both forms); first_nonfinite and copy (the training step's guards)
 #   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
 #   viper_norm         LayerNorm forward and backward
@@ -99,7 +99,7 @@ from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # 
                          matmul_backward_input_acc, matmul_forward, matmul_forward_kept)
 from .viper_softmax import (attention_backward, attention_backward_dropout, attention_context,  # noqa: F401
                             attention_decode, attention_forward, crossentropy_softmax)
-from .viper_optim import adam_update, sgd_update  # noqa: F401
+from .viper_optim import adam_step, adam_update, params_commit, sgd_step, sgd_update  # noqa: F401
 from .viper_elementwise import (act_backward, act_forward, copy, dropout_apply, dropout_mask,  # noqa: F401
                                 first_nonfinite)
 from .viper_conv import conv1d_backward, conv1d_forward  # noqa: F401

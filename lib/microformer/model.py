@@ -77,8 +77,9 @@ class Sequential(Layer):
         """Parameter count and the bytes a training batch of `input_shape` needs (float32).
 
         optimizer_slots: per-parameter state floats of the optimizer (Adam 2, SGD+momentum 1).
-        The optimizer also keeps a snapshot of the weights and that state (1 + optimizer_slots
-        floats per parameter) so that a step is all or nothing (optim.py): snapshot_bytes.
+        The optimizer also keeps a shadow copy of the weights and that state (1 + optimizer_slots
+        floats per parameter: a step is computed into it, so that it is all or nothing, optim.py):
+        snapshot_bytes.
         Returns a dict with the totals.
         """
         if not isinstance(input_shape, (tuple, list)) or not input_shape:

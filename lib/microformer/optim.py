@@ -1,12 +1,15 @@
 # microformer.optim: SGD and Adam(W) over (param, grad) pairs; gradient clipping by global norm.
 #
-# A step is all or nothing. Before anything is written the gradients are checked (NaN / inf:
-# NonFiniteError); then the weights and moments are copied into a snapshot (buffers allocated
-# once, with the optimizer), updated, and scanned: a non-finite weight or moment puts the
-# snapshot back and raises NonFiniteError, so every weight, moment and the step counter are bit
-# for bit what they were. A KeyboardInterrupt that lands while the weights are being written
-# puts the snapshot back, runs the whole update again, and is raised once the step is complete
-# ("held and honoured right after"): after a Ctrl-C the weights are those of the last full step.
+# A step is all or nothing. One kernel call computes the new weights and optimizer state of every
+# tensor into shadow buffers (allocated once, with the optimizer) and reports a non-finite
+# gradient, weight or result; the live weights and state are only read. Refused (NaN / inf):
+# NonFiniteError, and nothing was written, so every weight, moment and the step counter are bit
+# for bit what they were. Accepted: the shadow is copied in (params_commit, copy). A
+# KeyboardInterrupt that lands while that copy runs makes it run again from the start (the
+# shadow is complete, so the copy is idempotent) and is raised once the step is complete ("held
+# and honoured right after"); one that lands before drops the step. After a Ctrl-C the weights
+# are those of the last full step.
+from array import array
 from math import sqrt
 
 from . import backend
@@ -81,8 +84,12 @@ class _Optimizer:
         self.max_grad_norm = None if max_grad_norm is None else hyper(who, "max_grad_norm",
                                                                        max_grad_norm, 0.0, None, True)
         self.steps = 0
-        self._held = False
-        self._dirty = False
+        n = 0
+        self._offsets = []
+        for p, _ in self.params:
+            self._offsets.append(n)
+            n += p.size
+        self._n = n
 
     @property
     def lr(self):
@@ -93,26 +100,32 @@ class _Optimizer:
         # also when set later (a schedule, Session.fit(lr=...)): finite and > 0
         self._lr = hyper(self.who, "lr", v, 0.0, None, True)
 
-    def _guard(self, moments):
-        # the tensors a step writes (each weight, then its moments) and their snapshot buffers
-        state = []
+    def _arena(self):
+        # one float32 buffer for a state slot of every tensor, end to end, and its per-tensor views
+        buf = array("f", bytes(4 * self._n))
+        views = []
+        mv = memoryview(buf)
+        for i in range(len(self.params)):
+            p = self.params[i][0]
+            o = self._offsets[i]
+            views.append(Tensor(p.shape, mv[o:o + p.size]))
+        return buf, views
+
+    def _guard(self, slots):
+        # the shadow: a buffer for the new weights and one per state slot (each N floats), and
+        # the names of what a step writes, per tensor: the weight, then its state slots
+        self._newp = array("f", bytes(4 * self._n))
+        self._news = [array("f", bytes(4 * self._n)) for _ in slots]
         what = []
         for i in range(len(self.params)):
-            state.append(self.params[i][0])
             what.append(self.names[i])
-            for name, m in moments:
-                state.append(m[i])
+            for name in slots:
                 what.append("%s of %s" % (name, self.names[i]))
-        self._state = state
         self._what = what
-        self._saved = [Tensor.zeros(t.shape) for t in state]
 
     def snapshot_floats(self):
-        """Floats the step's snapshot holds (weights and moments): the price of an atomic step."""
-        n = 0
-        for t in self._saved:
-            n += t.size
-        return n
+        """Floats the step's shadow holds (new weights and state): the price of an atomic step."""
+        return self._n * (1 + len(self._news))
 
     def zero_grad(self):
         z = backend.K.zero
@@ -126,8 +139,29 @@ class _Optimizer:
     def step(self):
         """One update of every parameter, all or nothing (see the top of this file)."""
         K = backend.K
+        if self.max_grad_norm is not None:
+            self._check_grads(K)               # before clipping scales them
+            self._clip()
+        t = self.steps
+        bad = self._update(K, t + 1)           # the shadow only: an interrupt drops the step
+        if bad != -1:
+            self._refuse(K, bad)
+        try:
+            self.steps = t + 1
+            self._write(K)
+        except KeyboardInterrupt as e:
+            while True:                        # held: complete the write, then honour it
+                try:
+                    self._write(K)
+                    break
+                except KeyboardInterrupt:
+                    pass
+            self.steps = t + 1
+            raise e
+
+    def _check_grads(self, K):
         params = self.params
-        for i in range(len(params)):           # nothing is written before this check
+        for i in range(len(params)):
             g = params[i][1]
             j = K.first_nonfinite(g.data, g.size)
             if j >= 0:
@@ -135,58 +169,29 @@ class _Optimizer:
                                      "weights and optimizer state are unchanged (check the inputs, "
                                      "lower lr, or set max_grad_norm)"
                                      % (self.who, self.names[i], show(g.data[j]), j))
-        self._clip()
-        state = self._state
-        saved = self._saved
-        for i in range(len(state)):            # an interrupt here leaves the weights as they were
-            K.copy(saved[i].data, state[i].data, state[i].size)
-        self._held = False
-        self._dirty = False
-        bad = self._apply(K, self.steps)
-        if bad >= 0:
-            self._held = False
-            raise NonFiniteError("%s: step refused: it would make %s non-finite (lr %g); weights and "
-                                 "optimizer state are unchanged (lower lr, or set max_grad_norm)"
-                                 % (self.who, self._what[bad], self.lr))
-        if self._held:
-            self._held = False
-            raise KeyboardInterrupt
 
-    def _apply(self, K, t):
-        # Update from the snapshot until one run completes; an interrupt restarts it (recursion
-        # from inside the handler: another interrupt is caught by the inner call). Returns the
-        # index of a state tensor the update made non-finite (then put back), or -1.
-        try:
-            if self._dirty:
-                self._restore(K, t)
-            self._dirty = True
-            self.steps = t + 1
-            self._update(K, t + 1)
-            bad = -1
-            state = self._state
-            for i in range(len(state)):
-                if K.first_nonfinite(state[i].data, state[i].size) >= 0:
-                    bad = i
-                    break
-            if bad >= 0:
-                self._restore(K, t)
-            self._dirty = False
-            return bad
-        except KeyboardInterrupt:
-            self._held = True
-            return self._apply(K, t)
-        except Exception:
-            # e.g. MemoryError in the middle of the update: put the weights back, then report
-            self._restore(K, t)
-            raise
+    def _refuse(self, K, k):
+        # the step kernel flagged tensor k (the first with a non-finite gradient, weight or
+        # result); nothing was written. Name the first non-finite gradient of any tensor, else
+        # the first of tensor k's new weight and state buffers that holds a non-finite value.
+        self._check_grads(K)
+        o = self._offsets[k]
+        n = self.params[k][0].size
+        bufs = [self._newp] + self._news
+        for j in range(len(bufs)):
+            if K.first_nonfinite(memoryview(bufs[j])[o:o + n], n) >= 0:
+                raise NonFiniteError("%s: step refused: it would make %s non-finite (lr %g); weights "
+                                     "and optimizer state are unchanged (lower lr, or set "
+                                     "max_grad_norm)" % (self.who, self._what[k * len(bufs) + j], self.lr))
+        raise NonFiniteError("%s: step refused: %s holds a non-finite value; weights and optimizer "
+                             "state are unchanged" % (self.who, self.names[k]))
 
-    def _restore(self, K, t):
-        state = self._state
-        saved = self._saved
-        for i in range(len(state)):
-            K.copy(state[i].data, saved[i].data, state[i].size)
-        self.steps = t
-        self._dirty = False
+    def _write(self, K):
+        K.params_commit(self.params, self._newp, len(self.params))
+        live = self._live
+        news = self._news
+        for j in range(len(news)):
+            K.copy(live[j], news[j], self._n)
 
 
 class SGD(_Optimizer):
@@ -195,15 +200,19 @@ class SGD(_Optimizer):
     def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, max_grad_norm=None):
         _Optimizer.__init__(self, "SGD", params, lr, weight_decay, max_grad_norm)
         self.momentum = hyper("SGD", "momentum", momentum, 0.0, 1.0, False, True)
-        self.buffers = [Tensor.zeros(p.shape) for p, _ in self.params] if self.momentum else None
-        self._guard((("momentum",  self.buffers),) if self.buffers else ())
+        if self.momentum:
+            self._buf, self.buffers = self._arena()
+            self._live = [self._buf]
+            self._guard(("momentum",))
+        else:
+            self._buf = self.buffers = None
+            self._live = []
+            self._guard(())
 
     def _update(self, K, t):
-        params = self.params
-        for i in range(len(params)):     # (no enumerate: its tuples would be garbage every step)
-            p, g = params[i]
-            K.sgd_update(p.data, g.data, self.buffers[i].data if self.buffers else None,
-                         p.size, self.lr, self.momentum, self.weight_decay)
+        # the new weights (and momentum buffers) of step t into the shadow; -1 or a flagged tensor
+        return K.sgd_step(self._newp, self._news[0] if self._buf else None, self.params, self._buf,
+                          len(self.params), self.lr, self.momentum, self.weight_decay)
 
 
 class Adam(_Optimizer):
@@ -221,16 +230,14 @@ class Adam(_Optimizer):
         self.beta2 = hyper("Adam", "betas[1]", betas[1], 0.0, 1.0, False, True)
         self.eps = hyper("Adam", "eps", eps, 0.0, None, True)
         self.decoupled = bool(decoupled)
-        self.m = [Tensor.zeros(p.shape) for p, _ in self.params]
-        self.v = [Tensor.zeros(p.shape) for p, _ in self.params]
-        self._guard((("Adam m", self.m), ("Adam v", self.v)))
+        self._m, self.m = self._arena()         # the moments of every tensor end to end; views
+        self._v, self.v = self._arena()
+        self._live = [self._m, self._v]
+        self._guard(("Adam m", "Adam v"))
 
     def _update(self, K, t):
-        bc1 = 1.0 - self.beta1 ** t
-        bc2 = 1.0 - self.beta2 ** t
-        params = self.params
-        for i in range(len(params)):
-            p, g = params[i]
-            K.adam_update(p.data, g.data, self.m[i].data, self.v[i].data, p.size, self.lr,
-                          self.beta1, self.beta2, self.eps, self.weight_decay, bc1, bc2,
-                          1 if self.decoupled else 0)
+        # the new weights and moments of step t into the shadow; -1 or a flagged tensor
+        news = self._news
+        return K.adam_step(self._newp, news[0], news[1], self.params, self._m, self._v,
+                           len(self.params), self.lr, self.beta1, self.beta2, self.eps,
+                           self.weight_decay, t, 1 if self.decoupled else 0)

@@ -347,11 +347,21 @@ def _first_nonfinite(buf, n: int) -> int:
 
 @micropython.viper
 def _copy(dst, src, n: int):
-    # dst (n,) = src (n,) as raw 32-bit words
-    d = ptr32(dst)
-    s = ptr32(src)
-    for i in range(n):
-        d[i] = s[i]
+    # dst (n,) = src (n,) as raw 32-bit words: four words per turn through a moving address
+    # (constant offsets index it: a quarter of the indexed loop's instructions)
+    a = int(ptr32(src))
+    off = int(ptr32(dst)) - a
+    end = a + 4 * (n - (n & 3))
+    while a < end:
+        ptr32(a + off)[0] = ptr32(a)[0]
+        ptr32(a + off)[1] = ptr32(a)[1]
+        ptr32(a + off)[2] = ptr32(a)[2]
+        ptr32(a + off)[3] = ptr32(a)[3]
+        a += 16
+    end = end + 4 * (n & 3)
+    while a < end:
+        ptr32(a + off)[0] = ptr32(a)[0]
+        a += 4
 
 
 first_nonfinite = _first_nonfinite
