@@ -33,12 +33,12 @@ def _run(exe, model, backend, heap, steps=None, prefix=()):
             "us_sample": float(f[9])}
 
 
-def _callgrind_ir(model, backend, steps, heap):
+def _callgrind_ir(model, backend, steps, heap, exe=STOCK):
     # total instructions of a whole run (startup + warmup + steps) under callgrind
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cg.out")
-        env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
-        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, STOCK, "-X", "heapsize=" + heap,
+        env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"), PYTHONHASHSEED="0")
+        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, exe, "-X", "heapsize=" + heap,
                os.path.join(ROOT, "board", "bench.py"), model, backend, str(steps), "1"]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         m = re.search(r"Collected\s*:\s*(\d+)", r.stderr) or re.search(r"refs:\s*([\d,]+)", r.stderr)
@@ -96,8 +96,8 @@ def fit_heap(exe):
     return int(m.group(1)), float(m.group(2))
 
 
-def opt_instructions(kind, backend="viper", n=20):
-    """Instructions per parameter per optimizer step (callgrind, stock port): runs of 2n and n
+def opt_instructions(kind, backend="viper", n=20, exe=STOCK):
+    """Instructions per parameter per optimizer step (callgrind, interpreter exe): runs of 2n and n
     steps on the Iris model's gradients, so startup and whatever a run does once cancel. The step is the whole opt.step():
     one kernel call for the new weights and state of every tensor (into the shadow buffers, with
     the check for non-finite values) and the copy into the live buffers. PYTHONHASHSEED is fixed:
@@ -108,7 +108,7 @@ def opt_instructions(kind, backend="viper", n=20):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "cg.out")
             env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"), PYTHONHASHSEED="0")
-            cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, STOCK,
+            cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, exe,
                    os.path.join(ROOT, "board", "bench.py"), "opt", backend, kind, str(steps)]
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
             m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
@@ -282,20 +282,28 @@ def main(argv):
     cpython_table()
     decode_table(None, ("python", "numpy"))
     if "--callgrind" in argv and shutil.which("valgrind"):
-        # instructions per training sample: difference of two runs, so startup cancels
+        callgrind_table(heap)
+
+
+def callgrind_table(heap="64M"):
+    """Instructions (callgrind) on each interpreter: per Iris training sample (a difference of two
+    runs, so startup cancels) and per parameter of an optimizer step. A failed count is said."""
+    for name, exe, _ in interpreters():
+        print("callgrind, %s:" % name, flush=True)
         for backend, (s0, s1) in (("viper", (5, 25)), ("python", (1, 3))):
-            a = _callgrind_ir("iris", backend, s0, heap)
-            b = _callgrind_ir("iris", backend, s1, heap)
+            a = _callgrind_ir("iris", backend, s0, heap, exe)
+            b = _callgrind_ir("iris", backend, s1, heap, exe)
             if a and b:
-                print("callgrind iris %s: %.1fk instructions per training sample (batch 16)"
-                      % (backend, (b - a) / ((s1 - s0) * 16) / 1000.0))
-        print("peer: " + PEER)
-        for kind, backend in (("adam", "viper"), ("sgd", "viper")):
-            ir = opt_instructions(kind, backend)
-            if ir:
-                print("callgrind optimizer %s (%s): %.0f instructions per parameter per opt.step() "
-                      "(the whole step: update into the shadow with its checks, then the copy; Iris model)"
-                      % (kind, backend, ir))
+                print("  iris %s: %.1fk instructions per training sample (batch 16)"
+                      % (backend, (b - a) / ((s1 - s0) * 16) / 1000.0), flush=True)
+            else:
+                print("  iris %s: callgrind gave no count" % backend, flush=True)
+        for kind in ("adam", "sgd"):
+            ir = opt_instructions(kind, "viper", exe=exe)
+            print("  optimizer %s (viper): %s instructions per parameter per opt.step() (the whole step: "
+                  "update into the shadow with its checks, then the copy; Iris model)"
+                  % (kind, "%.0f" % ir if ir else "no count"), flush=True)
+    print("peer: " + PEER)
 
 
 if __name__ == "__main__":
