@@ -10,7 +10,6 @@
 #   flags      the first tensor with a non-finite gradient, weight, buffer or result; the live
 #              weights and state are only read (bit for bit unchanged), a size mismatch is refused
 # and, on the 64-bit port, the int32 bounds (#!chk lines) hold on the same inputs (instrumented copy).
-import json
 from array import array
 
 import numpy as np
@@ -18,68 +17,8 @@ import pytest
 
 import helpers
 from test_viper import _instrumented
+from test_viper_range import run_cases as _run_cases
 
-DRIVER = r'''
-import sys
-import json
-from array import array
-from binascii import hexlify, unhexlify
-import microformer as mf
-if len(sys.argv) > 3:
-    sys.path.insert(0, sys.argv[3])
-    import kv_checked as V            # the copy that checks every #!chk bound
-else:
-    from microformer import kernels_viper as V
-
-def f32(h):
-    return array('f', unhexlify(h))
-
-def hx(a):
-    return hexlify(bytes(a)).decode()
-
-def z(n):
-    return array('f', bytes(4 * n))
-
-def pairs(c):
-    out = []
-    for p, g in zip(c["p"], c["g"]):
-        pd = f32(p)
-        out.append((mf.Tensor((len(pd),), pd), mf.Tensor((len(pd),), f32(g))))
-    return out
-
-def run(c):
-    ps = pairs(c)
-    before = [hx(p.data) + hx(g.data) for p, g in ps]
-    N = sum(len(p.data) for p, _ in ps)
-    r = {}
-    if c["kind"] == "adam":
-        m = f32(c["m"]); v = f32(c["v"])
-        m0 = hx(m) + hx(v)
-        np_ = z(N); nm = z(N); nv = z(N)
-        t = c["t"]
-        r["flag"] = V.adam_step(np_, nm, nv, ps, m, v, len(ps), c["lr"], c["b1"], c["b2"], c["eps"], c["wd"],
-                                t, c["dec"])
-        r["p"] = hx(np_); r["m"] = hx(nm); r["v"] = hx(nv)
-        r["live_same"] = (m0 == hx(m) + hx(v))
-    else:
-        buf = f32(c["b"]) if c["mom"] else None
-        b0 = hx(buf) if buf else ""
-        np_ = z(N); nb = z(N) if buf else None
-        r["flag"] = V.sgd_step(np_, nb, ps, buf, len(ps), c["lr"], c["mom"], c["wd"])
-        r["p"] = hx(np_); r["b"] = hx(nb) if nb else ""
-        r["live_same"] = (b0 == (hx(buf) if buf else ""))
-    r["live_same"] = r["live_same"] and before == [hx(p.data) + hx(g.data) for p, g in ps]
-    if r["flag"] < 0:
-        V.params_commit(ps, np_, len(ps))
-        r["committed"] = hx(array('f', b''.join(bytes(p.data) for p, _ in ps)))
-    return r
-
-cases = json.load(open(sys.argv[1]))
-out = [run(c) for c in cases]
-with open(sys.argv[2], "w") as f:
-    json.dump(out, f)
-print("DONE", len(out))
-'''
 
 
 def hx(a):
@@ -143,15 +82,8 @@ def joined(hs):
 
 
 def run_cases(cases, micropython, tmp_path, checked_dir=None):
-    cp = tmp_path / "cases.json"
-    op = tmp_path / "out.json"
-    cp.write_text(json.dumps(cases))
-    script = tmp_path / "drv.py"
-    script.write_text(DRIVER)
-    args = [cp, op] + ([checked_dir] if checked_dir else [])
-    out = helpers.run_micropython(script, *args, heap="8M", exe=micropython)
-    assert "DONE %d" % len(cases) in out, out
-    return json.loads(op.read_text())
+    # tests/optim_cases_mp.py on the cases (the viper range tests' runner)
+    return _run_cases(cases, micropython, tmp_path, checked_dir, "optim_cases_mp.py")
 
 
 def f32(x):
