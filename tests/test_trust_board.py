@@ -324,13 +324,16 @@ def replay(k):
     del r, opt
     gc.collect()
     return d
-def report(s, h):
+def summary(h):
+    # what report needs of fit's history, so the history (~150 B an epoch) can go before the replay
+    return (sum([e.get('steps', 0) for e in h]), int(bool(h[-1].get('interrupted'))))
+def report(s, hx):
     st = s._opt.steps if s._opt else 0
-    hs = sum([e.get('steps', 0) for e in h]) if h else -1
+    hs = hx[0] if hx else -1
     rec = s.meta.get('history', [])
     rs = rec[-1]['steps'] if rec else -1
     d = digest(s.model)
-    print('R', marker, st, hs, rs, int(bool(h and h[-1].get('interrupted'))), int(finite(s.model)),
+    print('R', marker, st, hs, rs, hx[1] if hx else 0, int(finite(s.model)),
           int(d == replay(st)))
 '''
 
@@ -359,8 +362,9 @@ def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend
         children = len(child_pids(b))
         log0 = len(b.log_path.read_text())
         t.paste(STRESS_HELPERS % backend)
+        # the history of hundreds of epochs is ~100 KB of a 512K heap: only its summary is kept
         fit = ("t0 = time.ticks_ms(); h = s.fit(epochs=%d, data='train', verbose=False); "
-               "print('MS', time.ticks_diff(time.ticks_ms(), t0), int(h[-1]['interrupted']))")
+               "hx = summary(h); h = None; print('MS', time.ticks_diff(time.ticks_ms(), t0), hx[1])")
         out = t.line("s = fresh(); " + fit % 2)
         epochs = max(3, int(2 * 4000 / max(1, int(re.search(r"MS (\d+)", out).group(1)))))
         out = t.line("s = fresh(); " + fit % epochs, timeout=120)     # uninterrupted: ~4 s
@@ -368,7 +372,7 @@ def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend
         r = 0
         while sum(tally.values()) < STRESS_ROUNDS:
             r += 1
-            t.line("s = fresh(); h = None")
+            t.line("s = None; h = None; hx = None; s = fresh()")
             t.drain(0.05)
             t.s.write((fit % epochs).encode() + b"\r")
             delay = rng.uniform(0.05, 0.8 * full)              # while fit runs
@@ -386,7 +390,7 @@ def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend
             if ran and int(ran.group(1)) / 1000 < delay + 0.05:
                 late += 1                   # the fit had ended already: not counted
                 continue
-            res = t.line("report(s, h)", timeout=120)
+            res = t.line("h = None; report(s, hx)", timeout=120)
             m = re.search(r"R (\d+) (-?\d+) (-?\d+) (-?\d+) (\d) (\d) (\d)", res)
             text = out + res
             if "MemoryError" in text:
