@@ -33,9 +33,11 @@ _ADD_BIAS = const(2)        # bias[n]
 #   gradient) and the final float32 rounding. A small element next to a large one in the same
 #   block keeps only the bits above 2^-14 of the large one (tests/test_viper_range.py).
 @micropython.viper
-def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
-    # v e i: the hottest locals; as the first three they live in registers (callers pass 0s)
+def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
+    # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
+    # products); as the first three they live in registers (callers pass 0s)
     #@ ptr32(S=s, po=out, pa=a, pb=b, pbias=bias)
+    sa = uint(S)                        # S's address: mac4 moves pointers along its rows
     nb1 = 1
     nb2 = 1
     asb1 = 0
@@ -131,20 +133,20 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
             #@ kept(same)
-            j = 0
+            qb = ptr32(sa)                      # B row n goes to S[n * K4 ...]
             for n in range(N):
                 if same:
                     break
                 i0 = bb + n * bsn
                 #@ quantize(pb, bsk)
                 for k in range(K, K4):
-                    S[j] = 0
-                    j += 1
+                    qb[0] = 0
+                    qb = ptr32(uint(qb) + 4)
                 S[xq + n] = emax
             for m in range(M):
                 # quantize row m of A into S[ex : ex + K]
                 i0 = ab + m * asm
-                j = ex
+                qb = ptr32(sa + (ex << 2))
                 #@ quantize(pa, ask)
                 ea = emax - 252 - P - P + sh4
                 a0 = S[ex]
@@ -162,8 +164,7 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
                     a7 = S[ex + 7]
                 pw = po
                 oi = ob + m * osm
-                i = 0                           # B row index for short rows
-                jn = 0                          # B row index for long rows
+                qb = ptr32(sa)                  # B row n; mac4 moves it to the next row
                 for n in range(NB):
                     if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                         pw = pbias

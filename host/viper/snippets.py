@@ -281,23 +281,25 @@ def norm30(m, e):
 
 
 def quantize(src, stride):
-    """One block of K values src[i0], src[i0 + stride], ... to S[j ...] (j advances by K): P-bit
+    """One block of K values src[i0], src[i0 + stride], ... to qb[0 ...] (qb advances by K): P-bit
     signed ints of the block's largest exponent emax (block float, see kernels_viper.py);
     base = emax + 24 - P, so q = round(mantissa 2^(e - base)), |q| <= lim = 2^P - 1."""
+    # qa walks the block (a register local of _gemm: each load has a constant offset)
+    st4 = stride << 2
     emax = 0
-    i = i0
+    qa = ptr32(uint(src) + (i0 << 2))
     for k in range(K):
-        e = (src[i] >> 23) & 0xFF
+        e = (qa[0] >> 23) & 0xFF
         if e > emax:
             emax = e
-        i += stride
+        qa = ptr32(uint(qa) + st4)
     if emax == 255:
         emax = 254
     base = emax + 24 - P
-    i = i0
+    qa = ptr32(uint(src) + (i0 << 2))
     for k in range(K):
-        v = src[i]
-        i += stride
+        v = qa[0]
+        qa = ptr32(uint(qa) + st4)
         e = (v >> 23) & 0xFF
         q = 0
         if e != 0:
@@ -309,43 +311,56 @@ def quantize(src, stride):
                     q = lim
                 if (v >> 31) & 1:
                     q = 0 - q
-        S[j] = q
-        j += 1
+        qb[0] = q
+        qb = ptr32(uint(qb) + 4)
 
 
 # ---- _gemm's inner loop (used once; kept here so _gemm reads as its outline) -------------------
 def mac4(acc):
-    """acc = A row (a0..a7 or S[ex ...]) . B row n (S[i ...] short rows, S[jn ...] long), block
-    float ints; i / jn advance to the next B row."""
+    """acc = A row (a0..a7 or S[ex ...]) . B row n (at qb, which moves on to row n + 1), block
+    float ints. The rows are read through pointers, so each load has a constant offset: one load
+    instruction instead of an index computed, scaled and added."""
     # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so K <= 4
     # needs no shift and K <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
     # rows shift each chunk (rounded) by sh4 = clog2(K4/4): |acc| < 2^30
     if nc == 1:
-        acc = a0 * S[i] + a1 * S[i + 1] + a2 * S[i + 2] + a3 * S[i + 3]
+        acc = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
         acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
-        i += 4
+        qb = ptr32(uint(qb) + 16)
     elif nc == 2:
-        acc = (a0 * S[i] + a1 * S[i + 1] + a2 * S[i + 2] + a3 * S[i + 3]
-               + a4 * S[i + 4] + a5 * S[i + 5] + a6 * S[i + 6] + a7 * S[i + 7])
+        acc = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+               + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
         acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
-        i += 8
+        qb = ptr32(uint(qb) + 32)
     else:
-        # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift
+        # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
+        # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
         acc = 0
-        ia = ex
-        for c in range(nc >> 1):
-            t = (S[ia] * S[jn] + S[ia + 1] * S[jn + 1] + S[ia + 2] * S[jn + 2] + S[ia + 3] * S[jn + 3]
-                 + S[ia + 4] * S[jn + 4] + S[ia + 5] * S[jn + 5] + S[ia + 6] * S[jn + 6]
-                 + S[ia + 7] * S[jn + 7])
-            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-            acc += (t + rh) >> sh4                          #!chk acc
-            ia += 8
-            jn += 8
+        qa = ptr32(sa + (ex << 2))
+        for c in range(nc >> 2):
+            #@ pair8(0)
+            #@ pair8(8)
+            qa = ptr32(uint(qa) + 64)
+            qb = ptr32(uint(qb) + 64)
+        if nc & 2:
+            #@ pair8(0)
+            qa = ptr32(uint(qa) + 32)
+            qb = ptr32(uint(qb) + 32)
         if nc & 1:
-            t = S[ia] * S[jn] + S[ia + 1] * S[jn + 1] + S[ia + 2] * S[jn + 2] + S[ia + 3] * S[jn + 3]
+            t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
             t = ((t & m32) ^ sgn) - sgn                 #!chk t
             acc += (t + rh) >> sh4                          #!chk acc
-            jn += 4
+            qb = ptr32(uint(qb) + 16)
+
+
+def pair8(o):
+    """One pair of chunks of mac4's long rows: t = the 8 products qa[o ...] . qb[o ...]
+    (|t| <= 2^31 - 2^18 + 8), shifted by sh4 into acc. o is a number: the parser folds o + k,
+    so every load keeps a constant offset."""
+    t = (qa[o] * qb[o] + qa[o + 1] * qb[o + 1] + qa[o + 2] * qb[o + 2] + qa[o + 3] * qb[o + 3]
+         + qa[o + 4] * qb[o + 4] + qa[o + 5] * qb[o + 5] + qa[o + 6] * qb[o + 6] + qa[o + 7] * qb[o + 7])
+    t = ((t & m32) ^ sgn) - sgn                 #!chk t
+    acc += (t + rh) >> sh4                          #!chk acc
 
 
 def kept(same):

@@ -35,13 +35,15 @@ _ADD_BIAS = const(2)        # bias[n]
 #   gradient) and the final float32 rounding. A small element next to a large one in the same
 #   block keeps only the bits above 2^-14 of the large one (tests/test_viper_range.py).
 @micropython.viper
-def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
-    # v e i: the hottest locals; as the first three they live in registers (callers pass 0s)
+def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
+    # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
+    # products); as the first three they live in registers (callers pass 0s)
     S = ptr32(s)
     po = ptr32(out)
     pa = ptr32(a)
     pb = ptr32(b)
     pbias = ptr32(bias)
+    sa = uint(S)                        # S's address: mac4 moves pointers along its rows
     nb1 = 1
     nb2 = 1
     asb1 = 0
@@ -154,25 +156,27 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
                 if same == 0:
                     for k in range(N * K):
                         S[cp + k] = pb[k]
-            j = 0
+            qb = ptr32(sa)                      # B row n goes to S[n * K4 ...]
             for n in range(N):
                 if same:
                     break
                 i0 = bb + n * bsn
+                # qa walks the block (a register local of _gemm: each load has a constant offset)
+                st4 = bsk << 2
                 emax = 0
-                i = i0
+                qa = ptr32(uint(pb) + (i0 << 2))
                 for k in range(K):
-                    e = (pb[i] >> 23) & 0xFF
+                    e = (qa[0] >> 23) & 0xFF
                     if e > emax:
                         emax = e
-                    i += bsk
+                    qa = ptr32(uint(qa) + st4)
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
-                i = i0
+                qa = ptr32(uint(pb) + (i0 << 2))
                 for k in range(K):
-                    v = pb[i]
-                    i += bsk
+                    v = qa[0]
+                    qa = ptr32(uint(qa) + st4)
                     e = (v >> 23) & 0xFF
                     q = 0
                     if e != 0:
@@ -187,30 +191,32 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
                                 q = lim
                             if (v >> 31) & 1:
                                 q = 0 - q
-                    S[j] = q
-                    j += 1
+                    qb[0] = q
+                    qb = ptr32(uint(qb) + 4)
                 for k in range(K, K4):
-                    S[j] = 0
-                    j += 1
+                    qb[0] = 0
+                    qb = ptr32(uint(qb) + 4)
                 S[xq + n] = emax
             for m in range(M):
                 # quantize row m of A into S[ex : ex + K]
                 i0 = ab + m * asm
-                j = ex
+                qb = ptr32(sa + (ex << 2))
+                # qa walks the block (a register local of _gemm: each load has a constant offset)
+                st4 = ask << 2
                 emax = 0
-                i = i0
+                qa = ptr32(uint(pa) + (i0 << 2))
                 for k in range(K):
-                    e = (pa[i] >> 23) & 0xFF
+                    e = (qa[0] >> 23) & 0xFF
                     if e > emax:
                         emax = e
-                    i += ask
+                    qa = ptr32(uint(qa) + st4)
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
-                i = i0
+                qa = ptr32(uint(pa) + (i0 << 2))
                 for k in range(K):
-                    v = pa[i]
-                    i += ask
+                    v = qa[0]
+                    qa = ptr32(uint(qa) + st4)
                     e = (v >> 23) & 0xFF
                     q = 0
                     if e != 0:
@@ -225,8 +231,8 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
                                 q = lim
                             if (v >> 31) & 1:
                                 q = 0 - q
-                    S[j] = q
-                    j += 1
+                    qb[0] = q
+                    qb = ptr32(uint(qb) + 4)
                 ea = emax - 252 - P - P + sh4
                 a0 = S[ex]
                 a1 = S[ex + 1]
@@ -243,8 +249,7 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
                     a7 = S[ex + 7]
                 pw = po
                 oi = ob + m * osm
-                i = 0                           # B row index for short rows
-                jn = 0                          # B row index for long rows
+                qb = ptr32(sa)                  # B row n; mac4 moves it to the next row
                 for n in range(NB):
                     if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                         pw = pbias
@@ -253,31 +258,42 @@ def _gemm(v: int, e: int, i: int, out, a, b, bias, s, kind: int, x: int, y: int,
                     # needs no shift and K <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                     # rows shift each chunk (rounded) by sh4 = clog2(K4/4): |acc| < 2^30
                     if nc == 1:
-                        acc = a0 * S[i] + a1 * S[i + 1] + a2 * S[i + 2] + a3 * S[i + 3]
+                        acc = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                         acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
-                        i += 4
+                        qb = ptr32(uint(qb) + 16)
                     elif nc == 2:
-                        acc = (a0 * S[i] + a1 * S[i + 1] + a2 * S[i + 2] + a3 * S[i + 3]
-                               + a4 * S[i + 4] + a5 * S[i + 5] + a6 * S[i + 6] + a7 * S[i + 7])
+                        acc = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                               + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
                         acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
-                        i += 8
+                        qb = ptr32(uint(qb) + 32)
                     else:
-                        # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift
+                        # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
+                        # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
                         acc = 0
-                        ia = ex
-                        for c in range(nc >> 1):
-                            t = (S[ia] * S[jn] + S[ia + 1] * S[jn + 1] + S[ia + 2] * S[jn + 2] + S[ia + 3] * S[jn + 3]
-                                 + S[ia + 4] * S[jn + 4] + S[ia + 5] * S[jn + 5] + S[ia + 6] * S[jn + 6]
-                                 + S[ia + 7] * S[jn + 7])
+                        qa = ptr32(sa + (ex << 2))
+                        for c in range(nc >> 2):
+                            t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
+                                 + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             acc += (t + rh) >> sh4                          #!chk acc
-                            ia += 8
-                            jn += 8
+                            t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
+                                 + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
+                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                            acc += (t + rh) >> sh4                          #!chk acc
+                            qa = ptr32(uint(qa) + 64)
+                            qb = ptr32(uint(qb) + 64)
+                        if nc & 2:
+                            t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
+                                 + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
+                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                            acc += (t + rh) >> sh4                          #!chk acc
+                            qa = ptr32(uint(qa) + 32)
+                            qb = ptr32(uint(qb) + 32)
                         if nc & 1:
-                            t = S[ia] * S[jn] + S[ia + 1] * S[jn + 1] + S[ia + 2] * S[jn + 2] + S[ia + 3] * S[jn + 3]
+                            t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             acc += (t + rh) >> sh4                          #!chk acc
-                            jn += 4
+                            qb = ptr32(uint(qb) + 16)
                     e = ea + S[xq + n]          # value = acc * 2^e
                     # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
                     if mode != _ADD_NONE:
