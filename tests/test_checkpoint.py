@@ -338,7 +338,6 @@ def test_killed_micropython_mid_save(tmp_path, micropython):
     env = helpers.micropython_env()
     rng = random.Random(7)
     tmp_seen = checked = kills = 0
-    last = 0
     while (kills < 24 or tmp_seen < 2 or checked < 3) and kills < 200:
         kills += 1
         p = subprocess.Popen([micropython, "-X", "heapsize=4M", str(script), path],
@@ -358,9 +357,8 @@ def test_killed_micropython_mid_save(tmp_path, micropython):
             assert flat[0] == k and flat[-1] == k, (kills, name, k)
         assert ck.load(path, checkpoint_kill_mp.build())["k"] == k
         checked += 1
-        last = k
     print("kills: %d; that left a partial .tmp: %d; survivors checked: %d" % (kills, tmp_seen, checked))
-    assert last > 0 and tmp_seen >= 2 and checked >= 3, (kills, tmp_seen, checked)
+    assert tmp_seen >= 2 and checked >= 3, (kills, tmp_seen, checked)     # saves number k from 1
 
 
 def test_micropython_board_filesystems(tmp_path, micropython):
