@@ -133,6 +133,28 @@ def test_transformer_encoder_layer_masks(backend):
              lambda l, x: l(x, key_padding_mask=pad), "TransformerEncoderLayer causal + padding")
 
 
+@pytest.mark.parametrize("act", ["gelu", "relu"])
+def test_transformer_encoder_layer_post_norm(backend, act):
+    # norm_first=False, torch's default: x1 = norm1(x + attn(x)), y = norm2(x1 + ffn(x1))
+    tm = _randomize(torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation=act,
+                                                     batch_first=True, norm_first=False), 13)
+    _compare(tm, mf.EncoderBlock(8, 2, 16, activation=act, norm_first=False), [torch.rand(2, 5, 8) * 2 - 1],
+             lambda m, x: m(x), lambda l, x: l(x), "post-norm TransformerEncoderLayer " + act)
+
+
+def test_transformer_encoder_layer_post_norm_masks(backend):
+    tm = _randomize(torch.nn.TransformerEncoderLayer(8, 2, 12, dropout=0.0, activation="gelu",
+                                                     batch_first=True, norm_first=False), 14)
+    pad = [[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]
+    S = 5
+    causal = torch.ones(S, S, dtype=torch.bool).triu(1)
+    _compare(tm, mf.EncoderBlock(8, 2, 12, causal=True, activation="gelu", norm_first=False),
+             [torch.rand(2, S, 8) - 0.5],
+             lambda m, x: m(x, src_mask=causal, src_key_padding_mask=torch.tensor(pad, dtype=torch.bool),
+                            is_causal=True),
+             lambda l, x: l(x, key_padding_mask=pad), "post-norm TransformerEncoderLayer causal + padding")
+
+
 def test_sequential_names_keep_parameter_free_indices(backend):
     tm = _randomize(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)), 12)
     m = mf.Sequential([mf.Dense(4, 8), mf.ActivationLayer("relu"), mf.Dense(8, 3)])
