@@ -155,6 +155,13 @@ def test_transformer_encoder_layer_post_norm_masks(backend):
              lambda l, x: l(x, key_padding_mask=pad), "post-norm TransformerEncoderLayer causal + padding")
 
 
+def test_streaming_refuses_a_post_norm_block():
+    # StreamingEncoder runs a block's pre-norm steps itself: a post-norm one would compute otherwise
+    with pytest.raises(ValueError, match=r"layer 1 is a post-norm EncoderBlock \(norm_first=False\)"):
+        mf.StreamingEncoder(mf.Sequential([mf.Dense(4, 8), mf.EncoderBlock(8, 2, 16, norm_first=False)]), 4, 2)
+    mf.StreamingEncoder(mf.Sequential([mf.Dense(4, 8), mf.EncoderBlock(8, 2, 16)]), 4, 2)
+
+
 def test_sequential_names_keep_parameter_free_indices(backend):
     tm = _randomize(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)), 12)
     m = mf.Sequential([mf.Dense(4, 8), mf.ActivationLayer("relu"), mf.Dense(8, 3)])
