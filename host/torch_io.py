@@ -261,6 +261,14 @@ _START, _FLAT, _CF, _CF_FLAT, _CF_POOLED = "start", "flat or channels-last", "[B
 _ELEMENTWISE = (nn.Dropout,)
 
 
+def _torch_leaves(modules):
+    for m in modules:
+        if isinstance(m, nn.Sequential):
+            yield from _torch_leaves(m)
+        else:
+            yield m
+
+
 class _Conversion:
     """One walk over a torch module tree: the microformer model (no weights yet), the Linear
     weights whose columns differ in order ({state_dict key: (C, L)}), and what the input is."""
@@ -305,14 +313,13 @@ class _Conversion:
     def _flatten_size(self, where, m, siblings, i):
         # nn.Flatten's per-sample size: the in_features of the Linear it feeds (microformer's
         # Reshape needs it; torch works it out at run time)
-        for j in range(i + 1, len(siblings)):
-            s = siblings[j]
+        for s in _torch_leaves(siblings[i + 1:]):
             if isinstance(s, nn.Linear):
                 return s.in_features
             if not (isinstance(s, _ELEMENTWISE) or _activation_kind(s, where)):
                 break
-        _refuse(where, m, "must be followed by an nn.Linear (activations and dropout may come between) in the "
-                "same Sequential: its size comes from that Linear's in_features")
+        _refuse(where, m, "must be followed by an nn.Linear (activations and dropout may come between): its "
+                "size comes from that Linear's in_features")
 
     def convert(self, m, where, prefix, siblings=None, i=None):
         ign = self.ignore_dropout
