@@ -44,6 +44,7 @@ import json
 import math
 import os
 import pickle
+import re
 import sys
 import warnings
 
@@ -646,12 +647,22 @@ def _read_pt(path, trust):
     if not os.path.isfile(path):
         _fail("%s: no such file" % path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=not trust)
+        with warnings.catch_warnings():     # torch's note on pickle protocols: the error below says more
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=not trust)
     except pickle.UnpicklingError as e:
-        if not trust and "weights_only" in str(e):
-            _fail("%s holds objects that only code from the file could rebuild (e.g. a whole module saved "
-                  "with torch.save(module)); nothing from it was run. Safe: save module.state_dict() and "
-                  "pass --model FILE.py:FACTORY; or, if you trust the file, --trust (runs code from it)" % path)
+        msg = str(e)
+        if not trust and "weights_only" in msg:
+            g = re.search(r"Unsupported global: GLOBAL (\S+)", msg)
+            if g:
+                _fail("%s holds %s, which only code from the file could rebuild (e.g. a whole module saved with "
+                      "torch.save(module)); nothing from it was run. Safe: save module.state_dict() and pass "
+                      "--model FILE.py:FACTORY; or, if you trust the file, --trust (runs code from it)"
+                      % (path, g.group(1)))
+            why = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", msg)
+            _fail("%s: not a readable torch file (%s); nothing from it was run (a plain pickle, or a whole module "
+                  "saved with torch.save(module), needs --trust, which runs code from it)"
+                  % (path, why.group(1).strip() if why else _first_line(e)))
         _fail("%s: not a readable torch file (%s)" % (path, _first_line(e)))
     except Exception as e:        # zip / pickle / EOF errors of a corrupt or empty file
         _fail("%s: not a readable torch file (%s)" % (path, _first_line(e)))
