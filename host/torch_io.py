@@ -285,7 +285,8 @@ class _Conversion:
         if self.layout in (_CF, _CF_FLAT, _CF_POOLED):
             _refuse(type(module).__name__, module, "its output is %s in torch but would be channels last "
                     "in microformer: end the model with nn.Flatten + nn.Linear (or AdaptiveAvgPool1d(1) + "
-                    "Flatten + Linear)" % self.layout)
+                    "Flatten + Linear), or write it on [B, L, C] with torch_io's ChannelsLastConv1d / "
+                    "ChannelsLastMaxPool1d / ChannelsLastAvgPool1d" % self.layout)
 
     def _channels_first(self, where, m, keeps_channels):
         # m takes [B, C, L]: the model's input (first layer) or another conv/pool's output
