@@ -17,8 +17,8 @@
 
 Supported: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01), nn.Dropout,
 nn.MultiheadAttention (batch_first=True; its dropout), nn.LayerNorm, nn.Embedding,
-nn.TransformerEncoderLayer (batch_first=True; norm_first=False too when microformer's EncoderBlock
-has it) / nn.TransformerDecoderLayer (norm_first=True, batch_first=True), nn.Sequential,
+nn.TransformerEncoderLayer (batch_first=True; pre-norm or post-norm) / nn.TransformerDecoderLayer
+(norm_first=True, batch_first=True), nn.Sequential,
 nn.Unflatten(1, ...), and this file's SelfAttention, Reshape, GlobalAvgPool, PositionalEncoding,
 FeedForward, LearnedPositionalEmbedding modules.
 Channels first, as torch users write sensor models: nn.Conv1d, nn.MaxPool1d, nn.AvgPool1d and
@@ -292,12 +292,13 @@ class _Conversion:
         # m takes [B, C, L]: the model's input (first layer) or another conv/pool's output
         if self.layout == _START:
             self.channels_first = True
-            self.in_channels = None if keeps_channels else m.in_channels
         elif self.layout != _CF:
             _refuse(where, m, "takes [B, C, L], but its input here is %s; a Conv1d / pool must take the "
                     "model's input or follow another one" % self.layout)
         if not keeps_channels:
-            if self.channels is not None and m.in_channels != self.channels:
+            if self.channels is None:       # the first Conv1d: the input's channels (pools keep them)
+                self.in_channels = m.in_channels
+            elif m.in_channels != self.channels:
                 _refuse(where, m, "in_channels=%d, but its input has %d channels" % (m.in_channels, self.channels))
             self.channels = m.out_channels
         self.layout = _CF
@@ -467,9 +468,9 @@ class _Conversion:
 
     def _transformer_layer(self, m, where):
         dec = isinstance(m, nn.TransformerDecoderLayer)
-        if not m.norm_first and (dec or not _POST_NORM):
-            _refuse(where, m, "needs norm_first=True (microformer's %s is pre-norm)"
-                              % ("DecoderBlock" if dec else "EncoderBlock"))
+        if not m.norm_first and dec:
+            _refuse(where, m, "needs norm_first=True (microformer's DecoderBlock is pre-norm; its EncoderBlock "
+                              "is either)")
         if not m.self_attn.batch_first:
             _refuse(where, m, "needs batch_first=True")
         for norm in (m.norm1, m.norm2) + ((m.norm3,) if dec else ()):
@@ -498,10 +499,6 @@ class _Conversion:
         kw = {} if m.norm_first else {"norm_first": False}
         return mf.EncoderBlock(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
                                activation=kind, use_bias=m.linear1.bias is not None, dropout=p, **kw)
-
-
-# microformer's EncoderBlock takes norm_first=False (post-norm, torch's default) when it has it
-_POST_NORM = "norm_first" in mf.EncoderBlock.__init__.__code__.co_varnames
 
 
 def _permute(sd, perms, inverse=False):

@@ -49,6 +49,20 @@ def test_channels_first_models_compute_what_torch_computes(backend, name, build,
     close(torch_io.to_torch(model).eval()(x.transpose(1, 2)), tm(x), name + " to_torch")
 
 
+def test_flatten_after_channels_last_layers_keeps_the_order(backend):
+    # [B, S, E] flattens to s*E + e on both sides: no reordering
+    L = 5
+    tm = _rand(nn.Sequential(nn.Linear(3, 8), nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True),
+                             nn.Flatten(), nn.ReLU(), nn.Linear(8 * L, 2)))
+    x = torch.randn(2, L, 3, generator=torch.Generator().manual_seed(3))
+    close(torch_io.from_torch(tm)(mf.Tensor.from_list(x.tolist())), tm(x), "Flatten after an encoder")
+
+
+def test_the_input_channels_are_known_after_a_leading_pool():
+    c = torch_io._Conversion(nn.Sequential(nn.MaxPool1d(2), nn.Conv1d(3, 4, 3), nn.Flatten(), nn.Linear(8, 2)), False)
+    assert c.channels_first and c.in_channels == 3 and c.perms == {"3.weight": (4, 2)}
+
+
 @pytest.mark.parametrize("build,words", [
     (lambda: nn.Sequential(nn.Conv1d(3, 4, 3), nn.Linear(6, 2)),
      [r"Sequential[1] (Linear)", "L axis of [B, C, L]", "nn.Flatten() before it"]),
