@@ -712,7 +712,7 @@ def _module_from_pt(path, model_arg, trust):
         module.load_state_dict(obj, strict=True)
     except RuntimeError as e:
         _fail("%s does not fit the module --model %s builds: %s" % (path, model_arg, _first_line(e)))
-    return module, "%s from %s" % (type(module).__name__, model_arg)
+    return module, "%s from %s" % (type(module).__name__, os.path.basename(model_arg))
 
 
 def _read_meta(path):

@@ -3,6 +3,8 @@ without --trust (a crafted pickle that would write a marker file never does), wh
 modules need --trust, corrupt / empty files and broken metadata give one line naming the file,
 and the metadata is checked with microformer.meta (errors refused with key, expected and got;
 defaults said; input_shape filled from the model when it can be, asked for when it cannot)."""
+import contextlib
+import io
 import json
 import os
 import pickle
@@ -43,8 +45,27 @@ def not_a_module():
 CLASSES = ["a", "b", "c"]
 
 
-def _cli(*args):
+def _cli_process(*args):
+    """host/torch_io.py as a user runs it: a process of its own."""
     return subprocess.run([sys.executable, TORCH_IO] + [str(a) for a in args], capture_output=True, text=True)
+
+
+def _cli(*args):
+    """torch_io.main() in this process (a torch import per case would take seconds), with what the
+    process would give: exit status 1 and the SystemExit's text on stderr, or 0 and stdout; any
+    other exception (a traceback a user would see) fails the test here."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            torch_io.main([str(a) for a in args])
+        except SystemExit as e:
+            if isinstance(e.code, str):
+                print(e.code, file=sys.stderr)
+                code = 1
+            else:
+                code = e.code or 0
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def _one_line(r, *words):
@@ -103,12 +124,12 @@ def test_a_crafted_pickle_never_runs_without_trust(tmp_path, how):
     else:
         with open(evil, "wb") as f:
             pickle.dump(payload, f)
-    err = _one_line(_cli(evil, "--out", tmp_path / "x.mfck"), evil, "nothing from it was run", "--trust")
+    err = _one_line(_cli_process(evil, "--out", tmp_path / "x.mfck"), evil, "nothing from it was run", "--trust")
     assert "runs code" in err
     assert not marker.exists()
     assert not (tmp_path / "x.mfck").exists()
     # the file is what it claims: with --trust (the user's explicit word) its code runs
-    r = _cli(evil, "--out", tmp_path / "x.mfck", "--trust")
+    r = _cli_process(evil, "--out", tmp_path / "x.mfck", "--trust")
     assert marker.read_text() == "ran"
     assert "--trust: loading %s runs code from it" % evil in r.stdout
     # (then the file is refused all the same: not a state_dict, or, a plain pickle, not a torch file)
@@ -131,7 +152,7 @@ def test_whole_modules_need_trust(tmp_path):
 
 
 def test_the_help_says_trust_runs_code():
-    r = _cli("--help")
+    r = _cli_process("--help")
     assert "--trust" in r.stdout and "RUNS CODE" in " ".join(r.stdout.split())
 
 
@@ -156,7 +177,7 @@ def test_mfck_to_pt_writes_a_state_dict_that_loads_weights_only(files):
 def test_corrupt_or_empty_pt(tmp_path, content):
     pt = tmp_path / "bad.pt"
     pt.write_bytes(content)
-    _one_line(_cli(pt, "--out", tmp_path / "x.mfck"), pt, "not a readable torch file")
+    _one_line(_cli_process(pt, "--out", tmp_path / "x.mfck"), pt, "not a readable torch file")
     assert not (tmp_path / "x.mfck").exists()
 
 
