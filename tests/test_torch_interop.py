@@ -133,6 +133,35 @@ def test_transformer_encoder_layer_masks(backend):
              lambda l, x: l(x, key_padding_mask=pad), "TransformerEncoderLayer causal + padding")
 
 
+@pytest.mark.parametrize("act", ["gelu", "relu"])
+def test_transformer_encoder_layer_post_norm(backend, act):
+    # norm_first=False, torch's default: x1 = norm1(x + attn(x)), y = norm2(x1 + ffn(x1))
+    tm = _randomize(torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation=act,
+                                                     batch_first=True, norm_first=False), 13)
+    _compare(tm, mf.EncoderBlock(8, 2, 16, activation=act, norm_first=False), [torch.rand(2, 5, 8) * 2 - 1],
+             lambda m, x: m(x), lambda l, x: l(x), "post-norm TransformerEncoderLayer " + act)
+
+
+def test_transformer_encoder_layer_post_norm_masks(backend):
+    tm = _randomize(torch.nn.TransformerEncoderLayer(8, 2, 12, dropout=0.0, activation="gelu",
+                                                     batch_first=True, norm_first=False), 14)
+    pad = [[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]
+    S = 5
+    causal = torch.ones(S, S, dtype=torch.bool).triu(1)
+    _compare(tm, mf.EncoderBlock(8, 2, 12, causal=True, activation="gelu", norm_first=False),
+             [torch.rand(2, S, 8) - 0.5],
+             lambda m, x: m(x, src_mask=causal, src_key_padding_mask=torch.tensor(pad, dtype=torch.bool),
+                            is_causal=True),
+             lambda l, x: l(x, key_padding_mask=pad), "post-norm TransformerEncoderLayer causal + padding")
+
+
+def test_streaming_refuses_a_post_norm_block():
+    # StreamingEncoder runs a block's pre-norm steps itself: a post-norm one would compute otherwise
+    with pytest.raises(ValueError, match=r"layer 1 is a post-norm EncoderBlock \(norm_first=False\)"):
+        mf.StreamingEncoder(mf.Sequential([mf.Dense(4, 8), mf.EncoderBlock(8, 2, 16, norm_first=False)]), 4, 2)
+    mf.StreamingEncoder(mf.Sequential([mf.Dense(4, 8), mf.EncoderBlock(8, 2, 16)]), 4, 2)
+
+
 def test_sequential_names_keep_parameter_free_indices(backend):
     tm = _randomize(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)), 12)
     m = mf.Sequential([mf.Dense(4, 8), mf.ActivationLayer("relu"), mf.Dense(8, 3)])
@@ -196,3 +225,41 @@ def test_pytorch_habits():
     assert [id(p) for p, _ in opt.params] == [id(p) for p, _ in m.params()]
     for name in ("train", "data", "checkpoint"):
         assert hasattr(mf, name), name
+
+
+def test_post_norm_block_inside_micropython(tmp_path, micropython):
+    # the post-norm EncoderBlock's forward and backward inside MicroPython (portable loops and viper):
+    # outputs and input grads against torch, parameter grads against CPython's (checked against torch above)
+    import copy
+    import helpers
+    import mf_driver
+    tm = _randomize(torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=False), 15)
+    layer = mf.EncoderBlock(8, 2, 16, activation="relu", norm_first=False)
+    layer.load_state_dict(tm.state_dict())
+    x = torch.rand(2, 5, 8) * 2 - 1
+    dy = torch.rand(2, 5, 8, generator=torch.Generator().manual_seed(16)) - 0.5
+    tx = x.clone().requires_grad_(True)
+    ty = tm(tx)
+    (ty * dy).sum().backward()
+    case = {"layer": {"type": "EncoderBlock", "args": [8, 2, 16],
+                      "kwargs": {"activation": "relu", "norm_first": False}},
+            "params": {p.name: list(p.data) for p, _ in layer.params()},
+            "x": {"shape": [2, 5, 8], "data": x.reshape(-1).tolist()},
+            "dy": {"shape": [2, 5, 8], "data": dy.reshape(-1).tolist()}}
+    mf.set_backend("python")
+    try:
+        want = mf_driver.run_case(copy.deepcopy(case))
+    finally:
+        mf.set_backend("numpy")
+    for backend, tol in (("python", 1e-5), ("viper", 5e-3)):
+        got = helpers.run_cases_micropython([dict(case, backend=backend)], tmp_path, backend, exe=micropython)[0]
+        _close(np.asarray(got["y"]).reshape(2, 5, 8), ty, backend + " y", tol)
+        _close(np.asarray(got["dx"]).reshape(2, 5, 8), tx.grad, backend + " dx", tol)
+        grads = [k for k in want if k.startswith("d") and k not in ("dx", "dQ")]
+        assert len(grads) == 16, grads
+        scale = max(float(np.abs(np.asarray(got[k])).max()) for k in grads)
+        for k in grads:
+            if k == "dattn.bk":     # 0 in exact arithmetic (softmax ignores a shift shared by a row's scores)
+                assert float(np.abs(np.asarray(got[k])).max()) <= tol * scale, (backend, got[k])
+                continue
+            _close(np.asarray(got[k]), np.asarray(want[k]), "%s %s" % (backend, k), tol)

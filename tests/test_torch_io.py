@@ -60,26 +60,44 @@ def _iris():
 
 
 def test_to_torch_and_back():
+    # the shipped Iris model: Attention directly in the Sequential becomes torch_io.SelfAttention,
+    # nn.MultiheadAttention's parameters and names with forward(x): the whole module runs in torch
     model = _iris()
-    tm = to = torch_io.to_torch(model)
-    assert isinstance(to, nn.Sequential) and isinstance(to[3], nn.MultiheadAttention)
+    to = torch_io.to_torch(model)
+    assert isinstance(to, nn.Sequential) and isinstance(to[3], torch_io.SelfAttention)
+    assert list(to.state_dict()) == list(model.state_dict())
+    assert "3.in_proj_weight" in to.state_dict() and "3.out_proj.weight" in to.state_dict()
     x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     want = model(mf.Tensor.from_list(x.tolist())).data
-    # the torch module runs the same computation (MultiheadAttention needs q, k, v)
-    h = to[2](to[1](to[0](torch.tensor(x))))
-    h = to[3](h, h, h, need_weights=False)[0]
-    got = to[5](to[4](h)).detach().numpy()
+    got = to(torch.tensor(x)).detach().numpy()
+    assert got.shape == (5, 3)
     assert _rel(got, want) <= 1e-5
-    back = torch_io.from_torch(tm)
+    back = torch_io.from_torch(to)
     assert {k: list(v.data) for k, v in back.state_dict().items()} == \
         {k: list(v.data) for k, v in model.state_dict().items()}
+    assert mf.to_spec(back) == mf.to_spec(model)
+
+
+def test_to_torch_causal_self_attention():
+    mf.seed(4)
+    model = mf.Sequential([mf.Dense(3, 8), mf.Attention(8, 2, causal=True), mf.Dense(8, 2)])
+    to = torch_io.to_torch(model)
+    x = np.random.default_rng(1).normal(size=(2, 5, 3)).astype(np.float32)
+    want = model(mf.Tensor.from_list(x.tolist())).data
+    assert _rel(to(torch.tensor(x)).detach().numpy(), want) <= 1e-5
+    # without the mask the outputs differ: the test sees causality
+    to[1].causal = False
+    assert _rel(to(torch.tensor(x)).detach().numpy(), want) > 1e-3
+    to[1].causal = True
+    assert mf.to_spec(torch_io.from_torch(to)) == mf.to_spec(model)
 
 
 def test_unsupported_modules_are_named():
-    with pytest.raises(ValueError, match=r"Sequential\[1\] \(Conv2d\): no microformer layer"):
+    with pytest.raises(ValueError, match=r"Sequential\[1\] \(Conv2d\): no microformer layer for it \(supported: "
+                                         r"Linear, .*Conv1d"):
         torch_io.from_torch(nn.Sequential(nn.Linear(4, 4), nn.Conv2d(4, 4, 3)))
-    with pytest.raises(ValueError, match="norm_first=True"):
-        torch_io.from_torch(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True))
+    with pytest.raises(ValueError, match=r"TransformerDecoderLayer\): needs norm_first=True"):
+        torch_io.from_torch(nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True))
     odd = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True, norm_first=True)
     odd.dropout2.p = 0.3
     with pytest.raises(ValueError, match=r"dropouts differ \(dropout=0.1, dropout1=0.1, dropout2=0.3"):
@@ -88,17 +106,35 @@ def test_unsupported_modules_are_named():
     assert torch_io.from_torch(_token_model(dropout=0.1), ignore_dropout=True)[2].dropout == 0.0
 
 
+TOKEN_MODEL_PY = """
+import torch_io
+from torch import nn
+
+
+def build():
+    return nn.Sequential(nn.Embedding(13, 8), torch_io.PositionalEncoding(16, 8),
+                         nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation="gelu", batch_first=True,
+                                                    norm_first=True),
+                         nn.LayerNorm(8), nn.Linear(8, 13))
+"""
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, TORCH_IO] + [str(a) for a in args], capture_output=True, text=True)
+
+
 def test_cli_to_checkpoint_loads_in_micropython(tmp_path, micropython):
     tm = _token_model(seed=3)
     pt = tmp_path / "model.pt"
-    torch.save(tm, pt)
+    torch.save(tm.state_dict(), pt)
+    (tmp_path / "tokens.py").write_text(TOKEN_MODEL_PY)
     ck = tmp_path / "model.mfck"
     meta = tmp_path / "meta.json"
     meta.write_text(json.dumps({"vocab": "abc"}))
-    r = subprocess.run([sys.executable, TORCH_IO, str(pt), "--out", str(ck), "--meta", str(meta)],
-                       capture_output=True, text=True)
+    r = _cli(pt, "--model", str(tmp_path / "tokens.py") + ":build", "--out", ck, "--meta", meta)
     assert r.returncode == 0, r.stderr
     assert "Embedding -> PositionalEncoding -> EncoderBlock -> LayerNorm -> Dense" in r.stdout
+    assert "not checked (the model takes token ids" in r.stdout
     x = tmp_path / "ids.json"
     x.write_text(json.dumps(IDS))
     want = tm(torch.tensor(IDS)).detach().numpy()
@@ -109,22 +145,23 @@ def test_cli_to_checkpoint_loads_in_micropython(tmp_path, micropython):
         assert _rel(out["y"], want) <= tol, backend
     # the user's meta travels with it
     assert mf.checkpoint.read_header(str(ck))["meta"]["vocab"] == "abc"
-    # and back to a torch file
+    # and back to a torch file: a state_dict that loads with weights_only=True into the user's module
     pt2 = tmp_path / "back.pt"
-    r = subprocess.run([sys.executable, TORCH_IO, str(ck), "--out", str(pt2)], capture_output=True, text=True)
+    r = _cli(ck, "--model", str(tmp_path / "tokens.py") + ":build", "--out", pt2)
     assert r.returncode == 0, r.stderr
-    back = torch.load(pt2, weights_only=False).eval()
+    back = _token_model(seed=9)
+    back.load_state_dict(torch.load(pt2, weights_only=True))
     assert _rel(back(torch.tensor(IDS)).detach().numpy(), want) <= 1e-5
 
 
-def test_cli_refuses_to_overwrite_and_state_dicts(tmp_path):
+def test_cli_refuses_to_overwrite_and_asks_for_the_architecture(tmp_path):
     pt = tmp_path / "sd.pt"
     torch.save(nn.Linear(2, 2).state_dict(), pt)
     out = tmp_path / "x.mfck"
-    r = subprocess.run([sys.executable, TORCH_IO, str(pt), "--out", str(out)], capture_output=True, text=True)
-    assert r.returncode != 0 and "not a module" in r.stderr and "torch.save(module, path)" in r.stderr
+    r = _cli(pt, "--out", out)
+    assert r.returncode != 0 and "holds a state_dict (2 tensors)" in r.stderr and "--model FILE.py:FACTORY" in r.stderr
+    assert not out.exists()
     out.write_text("mine")
-    torch.save(nn.Linear(2, 2), pt)
-    r = subprocess.run([sys.executable, TORCH_IO, str(pt), "--out", str(out)], capture_output=True, text=True)
+    r = _cli(pt, "--out", out)
     assert r.returncode != 0 and "exists" in r.stderr
     assert out.read_text() == "mine"

@@ -1,5 +1,6 @@
-# microformer.block: the pre-norm transformer encoder block, and generation through a layer stack.
-#   x1 = x + Attention(LayerNorm1(x)),  y = x1 + FeedForward(LayerNorm2(x1))
+# microformer.block: the transformer encoder block, and generation through a layer stack.
+#   pre-norm (norm_first=True):   x1 = x + Attention(LayerNorm1(x)),  y = x1 + FeedForward(LayerNorm2(x1))
+#   post-norm (norm_first=False): x1 = LayerNorm1(x + Attention(x)),  y = LayerNorm2(x1 + FeedForward(x1))
 from . import backend
 from .attention import Attention
 from .dropout import Dropout, check_p
@@ -20,12 +21,18 @@ class EncoderBlock(Layer):
       x1 = x + drop1(Attention(LayerNorm1(x))),  y = x1 + drop2(FeedForward(LayerNorm2(x1)))
     kv_tile=T: the attention over key tiles (Attention's kv_tile; needs dropout=0).
     prefill / decode_step never drop.
+    norm_first=False: post-norm, nn.TransformerEncoderLayer's default (same parameters):
+      x1 = LayerNorm1(x + drop1(Attention(x))),  y = LayerNorm2(x1 + drop2(FeedForward(x1)))
     """
 
     def __init__(self, embed_dim, num_heads, ffn_hidden, causal=False, activation="gelu",
-                 max_len=None, use_bias=True, rng=None, dropout=0.0, kv_tile=None):
+                 max_len=None, use_bias=True, rng=None, dropout=0.0, kv_tile=None, norm_first=True):
         if not isinstance(embed_dim, int) or embed_dim < 1:
             raise ValueError("EncoderBlock: embed_dim must be a positive int, got %r" % (embed_dim,))
+        if norm_first is not True and norm_first is not False:
+            raise ValueError("EncoderBlock: norm_first must be True (pre-norm) or False (post-norm), got %r"
+                             % (norm_first,))
+        self.norm_first = norm_first
         check_p("EncoderBlock", dropout)
         self.embed_dim = embed_dim
         self.ln1 = LayerNorm(embed_dim)
@@ -47,7 +54,7 @@ class EncoderBlock(Layer):
         return (self.ln1, self.attn, self.drop1, self.ln2, self.ffn, self.drop2)
 
     def _state(self):
-        # nn.TransformerEncoderLayer(E, H, hidden, dropout=0, batch_first=True, norm_first=True)
+        # nn.TransformerEncoderLayer(E, H, hidden, dropout=0, batch_first=True, norm_first=...)
         return (prefixed("self_attn.", self.attn) + self.ffn._state()
                 + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2))
 
@@ -73,6 +80,8 @@ class EncoderBlock(Layer):
 
     def _run(self, x, mode, mask=None, lengths=None, max_len=None):
         # mode 0: training/eval forward, 1: prefill, 2: decode_step (each keeps its own buffers)
+        if not self.norm_first:
+            return self._run_post(x, mode, mask, lengths, max_len)
         K = backend.K
         h = self.ln1.forward(x)
         if mode == 0:
@@ -90,6 +99,27 @@ class EncoderBlock(Layer):
         y = getattr(self, _Y[mode])
         K.add_forward(y.data, x1.data, f.data, x.size)
         return y
+
+    def _run_post(self, x, mode, mask, lengths, max_len):
+        # post-norm: s1 = x + a, x1 = ln1(s1), s2 = x1 + f, y = ln2(s2); s1 and s2 live in the
+        # mode's x1 / y buffers (the LayerNorms keep their inputs for backward)
+        K = backend.K
+        if mode == 0:
+            a = self.drop1.forward(self.attn.forward(x, mask, None, lengths))
+        elif mode == 1:
+            a = self.attn.prefill(x, max_len)
+        else:
+            a = self.attn.decode_step(x)
+        self._buffers(_RUN[mode], x.shape)
+        s1 = getattr(self, _X1[mode])
+        K.add_forward(s1.data, x.data, a.data, x.size)
+        x1 = self.ln1.forward(s1)
+        f = self.ffn.forward(x1, mode == 0)
+        if mode == 0:
+            f = self.drop2.forward(f)
+        s2 = getattr(self, _Y[mode])
+        K.add_forward(s2.data, x1.data, f.data, x.size)
+        return self.ln2.forward(s2)
 
     def forward(self, x, key_padding_mask=None, lengths=None):
         self._check(x, "x")
@@ -116,6 +146,8 @@ class EncoderBlock(Layer):
         n = x.size
         train = grads and self.trainable      # a part's own flag is its own: nothing is changed here
         self._buffers("_bwd", x.shape)
+        if not self.norm_first:
+            return self._backward_post(dy, train, n)
         # y = x1 + ffn(ln2(x1)): dx1 = dy + ln2'(ffn'(dy))
         d = self.ln2.backward(self.ffn.backward(self.drop2.backward(dy), train), train)
         dx1 = self._dx1
@@ -124,6 +156,20 @@ class EncoderBlock(Layer):
         d = self.ln1.backward(self.attn.backward(self.drop1.backward(dx1), train), train)
         dx = self._dx
         K.add_forward(dx.data, dx1.data, d.data, n)
+        return dx
+
+    def _backward_post(self, dy, train, n):
+        K = backend.K
+        # y = ln2(s2), s2 = x1 + ffn(x1): ds2 = ln2'(dy), dx1 = ds2 + ffn'(ds2)
+        ds2 = self.ln2.backward(dy, train)
+        d = self.ffn.backward(self.drop2.backward(ds2), train)
+        dx1 = self._dx1
+        K.add_forward(dx1.data, ds2.data, d.data, n)
+        # x1 = ln1(s1), s1 = x + attn(x): ds1 = ln1'(dx1), dx = ds1 + attn'(ds1)
+        ds1 = self.ln1.backward(dx1, train)
+        d = self.attn.backward(self.drop1.backward(ds1), train)
+        dx = self._dx
+        K.add_forward(dx.data, ds1.data, d.data, n)
         return dx
 
     def prefill(self, x, max_len=None):

@@ -142,6 +142,9 @@ class StreamingEncoder:
         for i in range(len(layers)):
             l = layers[i]
             if isinstance(l, EncoderBlock):
+                if not l.norm_first:
+                    raise ValueError("StreamingEncoder: layer %d is a post-norm EncoderBlock (norm_first="
+                                     "False); streaming supports pre-norm blocks" % i)
                 self._steps.append((0, _Block(l, window, chunk)))
             elif isinstance(l, Attention):
                 self._steps.append((0, _Window(l, window, chunk)))
