@@ -36,7 +36,11 @@ _ADD_BIAS = const(2)        # bias[n]
 def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
     # products); as the first three they live in registers (callers pass 0s)
-    #@ ptr32(S=s, po=out, pa=a, pb=b, pbias=bias)
+    S = ptr32(s)
+    po = ptr32(out)
+    pa = ptr32(a)
+    pb = ptr32(b)
+    pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
     nb1 = 1
     nb2 = 1
@@ -115,7 +119,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     if mode == _ADD_BIAS:
         for n in range(N):
             v = pbias[n]
-            #@ decode(v, xm, xe)
+            decode(v, xm, xe)
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
     if fuse:
@@ -132,13 +136,13 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
             # quantize the N rows of B (block = row n, K values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
-            #@ kept(same)
+            kept(same)
             qb = ptr32(sa)                      # B row n goes to S[n * K4 ...]
             for n in range(N):
                 if same:
                     break
                 i0 = bb + n * bsn
-                #@ quantize(pb, bsk)
+                quantize(pb, bsk)
                 for k in range(K, K4):
                     qb[0] = 0
                     qb = ptr32(uint(qb) + 4)
@@ -147,7 +151,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # quantize row m of A into S[ex : ex + K]
                 i0 = ab + m * asm
                 qb = ptr32(sa + (ex << 2))
-                #@ quantize(pa, ask)
+                quantize(pa, ask)
                 ea = emax - 252 - P - P + sh4
                 a0 = S[ex]
                 a1 = S[ex + 1]
@@ -169,12 +173,12 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                         pw = pbias
                         oi = m
-                    #@ mac4(acc)
+                    mac4(acc)
                     e = ea + S[xq + n]          # value = acc * 2^e
-                    #@ addend(acc, e)
+                    addend(acc, e)
                     # pack acc * 2^e into float32 bits
                     v = acc
-                    #@ store(pw, oi, v, e)
+                    store(pw, oi, v, e)
                     oi += osn
     return 0
 
@@ -257,7 +261,8 @@ def _invT(T):
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
     # (m >> 8) * im < 2^16 * 2^15 = 2^31, rounded to float32 like _store, then copied T times
-    #@ ptr32(pi=dinp, po=dout)
+    pi = ptr32(dinp)
+    po = ptr32(dout)
     TC = T * C
     for b in range(B):
         for c in range(C):
@@ -274,7 +279,7 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                 v = (m >> 8) * im                                   #!chk v
                 sg = (x >> 31) & 1
                 e = ex - 142 + ie
-                #@ pack(pi, i, v, e, sg)
+                pack(pi, i, v, e, sg)
             r = pi[i]
             for t in range(1, T):
                 i += C
