@@ -54,7 +54,6 @@ BUILTINS = frozenset(("range", "len", "int", "uint", "bool", "ptr8", "ptr16", "p
 _DECL = re.compile(r"^\s*# (in|out):(.*)$")
 _CHK = re.compile(r"(#!chk )(\w+(?:, \w+)*)")
 _MARK = re.compile(r"^\s*# from (\S+):(\d+)(?: \(snippet (\w+)\))?$")
-_IDENT = re.compile(r"^[A-Za-z_]\w*$")
 MAX_DEPTH = 8
 
 
@@ -76,10 +75,9 @@ def _rel(path):
     path = Path(path)
     if path.parent == SRC:
         return "host/viper/" + path.name
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    if path.is_absolute() and ROOT in path.parents:
+        return str(path.relative_to(ROOT))
+    return str(path)
 
 
 def _parse(text, where):
@@ -125,9 +123,10 @@ def _snippet(fn, lines, path):
                    [t[indent:] for t in body], nums, Path(path), fn.lineno)
 
 
-def load_snippets(path=SNIPPETS, check=True):
-    """name -> Snippet, every one checked (see check_snippet) unless check is false."""
-    path = Path(path)
+def load_snippets(path=None, check=True):
+    """name -> Snippet of the file at path (SNIPPETS), every one checked (see check_snippet)
+    unless check is false."""
+    path = Path(path or SNIPPETS)
     text = path.read_text()
     lines = text.splitlines()
     out = {}

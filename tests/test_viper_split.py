@@ -237,6 +237,44 @@ def test_where_names_the_source_of_a_generated_line(capsys):
         gen_viper.main(["--where", "%s:99999" % path])
 
 
+EXITS = r"""
+from array import array
+from microformer import viper_optim as O
+class H:
+    def __init__(s, d): s.data = d
+def f(n, x=0.5):
+    return array("f", [x] * n)
+INF = float("inf")
+for kind in ("adam", "sgd"):
+    for pn, gn, p0, g0 in ((4, 3, 0.5, 0.5), (9, 9, 0.5, 0.5), (4, 4, 0.5, 0.0), (4, 4, INF, 0.0),
+                           (4, 4, INF, 0.5), (4, 4, 0.5, 0.5)):
+        params = [(H(f(pn, p0)), H(f(gn, g0)))]
+        new = f(8, 7.0)
+        try:
+            if kind == "adam":
+                r = O.adam_step(new, f(8), f(8), params, f(8, 0.0), f(8, 0.0), 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, False)
+            else:
+                r = O.sgd_step(new, f(8), params, f(8, 0.0), 1, 0.1, 0.9, 0.0)
+            print(kind, pn, gn, p0, g0, "returned", r, list(new[:pn]) == list(params[0][0].data))
+        except ValueError as e:
+            print(kind, pn, gn, p0, g0, "refused", "does not match" in str(e))
+"""
+
+
+def test_optimizer_steps_leave_where_their_snippets_used_to(tmp_path, micropython):
+    """The exits that moved out of the snippets into _adam_all / _sgd_all: a size mismatch (more
+    values than the buffers, or a gradient of another size) refuses the step (opt_tensor's fits);
+    on the paths of opt_unchanged and adam_pfast a zero step keeps p bit for bit and a non-finite
+    p flags the tensor, whether the step is zero or not."""
+    script = tmp_path / "exits.py"
+    script.write_text(EXITS)
+    rows = helpers.run_micropython(str(script), exe=micropython, heap="2M").split("\n")
+    for kind in ("adam", "sgd"):
+        got = [r.split(None, 5)[5] for r in rows if r.startswith(kind + " ")]
+        assert got == ["refused True", "refused True", "returned -1 True", "returned 0 True",
+                       "returned 0 True", "returned -1 False"], (kind, rows)
+
+
 def _kernel_names():
     tree = ast.parse(open(KERNELS_PY).read())
     return sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_"))

@@ -751,7 +751,7 @@ def adam_den():
 def adam_general():
     """p' = p - step (in _adam_all) when the step is not small against p (or p is 0): both as
     signed 30-bit values aligned to the larger exponent, the difference normalized by loops,
-    overflow to inf (bad = 1), underflow to 0; stored at a + dpn."""
+    overflow to inf (bad = 1), underflow to 0; stored at a + dpn. ep: p's biased exponent."""
     # in: a, BL, dpn, ep, infb, q, sx, x, xm2
     # out: bad, kk, sb, t, tt, uu, X
     uu = 0
@@ -807,9 +807,9 @@ def adam_pfast():
     """p' = p - step (in _adam_all, _sgd_all), step = q 2^(X - 156) with the sign of xm2, when
     the step is small against p: p's mantissa with 6 guard bits, the step aligned to it (< 2^30),
     rounded through BL and stored at a + dpn, done = 1; a non-finite p is passed on, flags the
-    tensor, done = 1; else done = 0 (p' is adam_general's) and ep is p's exponent."""
+    tensor, done = 1; else done = 0: p' is adam_general's. ep: p's biased exponent."""
     # in: a, BL, dpn, q, sx, x, X, xm2
-    # out: bad, done, ep, kk, sh, t
+    # out: bad, done, en, ep, kk, sh, t
     done = 0
     ep = (x >> 23) & 0xFF
     sh = X - ep
@@ -827,12 +827,11 @@ def adam_pfast():
         kk = BL[(t >> 23) & 0x1FF]
         if kk <= 6:
             t = ((t >> kk) + 1) >> 1
-            ep = ep + kk - 5
-            if uint(ep - 1) < uint(253):
-                ptr32(a + dpn)[0] = (x & sx) | (((ep - 1) << 23) + t)
+            en = ep + kk - 5                # the new exponent (ep stays p's)
+            if uint(en - 1) < uint(253):
+                ptr32(a + dpn)[0] = (x & sx) | (((en - 1) << 23) + t)
                 done = 1
-        ep = (x >> 23) & 0xFF               # (done = 1 above: ep in [1, 254], not 255 below)
-    if ep == 255:
+    elif ep == 255:
         bad = 1
         ptr32(a + dpn)[0] = x
         done = 1

@@ -384,7 +384,7 @@ def _copy(dst, src, n: int):
     # (constant offsets index it: a quarter of the indexed loop's instructions)
     a = int(ptr32(src))
     off = int(ptr32(dst)) - a
-    # from host/viper/snippets.py:860 (snippet copy4)
+    # from host/viper/snippets.py:859 (snippet copy4)
     end = a + 4 * (n - (n & 3))
     while a < end:
         ptr32(a + off)[0] = ptr32(a)[0]

@@ -191,7 +191,7 @@ def _adam_all() -> int:
             total = int(len(J[k]))
     # from host/viper/snippets.py:791 (snippet adam_load)
     C = ptr32(_AM)
-    # from host/viper/snippets.py:924 (snippet am_common)
+    # from host/viper/snippets.py:923 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
@@ -212,7 +212,7 @@ def _adam_all() -> int:
     D1 = K1 - KB1
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:880 (snippet opt_tensor)
+        # from host/viper/snippets.py:879 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
@@ -250,7 +250,7 @@ def _adam_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:907 (snippet align2)
+                        # from host/viper/snippets.py:906 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -268,7 +268,7 @@ def _adam_all() -> int:
                             x = sx
                             uu = 0 - uu
                         if uu != 0:
-                            # from host/viper/snippets.py:846 (snippet round24)
+                            # from host/viper/snippets.py:845 (snippet round24)
                             kk = BL[uu >> 23]
                             if kk <= 6:
                                 uu = ((uu >> kk) + 1) >> 1
@@ -303,7 +303,7 @@ def _adam_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:934 (snippet align_by)
+            # from host/viper/snippets.py:933 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -325,7 +325,7 @@ def _adam_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:954 (snippet bl_round)
+            # from host/viper/snippets.py:953 (snippet bl_round)
             kk = BL[s >> 23]
             xm2 = 0
             bm = 0
@@ -361,7 +361,7 @@ def _adam_all() -> int:
                 tv = 0
             tq = ((gm * gm) >> 15) * o2m                                            #!chk tq
             d = eg + eg + Q2 - ev
-            # from host/viper/snippets.py:934 (snippet align_by)
+            # from host/viper/snippets.py:933 (snippet align_by)
             if d >= 0:
                 X = ev + d
                 if d > 30:
@@ -376,7 +376,7 @@ def _adam_all() -> int:
                     tq = tq >> (0 - d)
             # from host/viper/snippets.py:700 (snippet adam_v)
             t = tv + tq                                                             #!chk t
-            # from host/viper/snippets.py:954 (snippet bl_round)
+            # from host/viper/snippets.py:953 (snippet bl_round)
             kk = BL[t >> 23]
             xv2 = 0
             bv = 0
@@ -415,7 +415,7 @@ def _adam_all() -> int:
                         uu = 0
                         ey = 0
                     else:
-                        # from host/viper/snippets.py:846 (snippet round24)
+                        # from host/viper/snippets.py:845 (snippet round24)
                         kk = BL[uu >> 23]
                         if kk <= 6:
                             uu = ((uu >> kk) + 1) >> 1
@@ -432,7 +432,7 @@ def _adam_all() -> int:
                         x = 0
             # from host/viper/optim.py:206
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:899 (snippet opt_unchanged)
+                # from host/viper/snippets.py:898 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
@@ -485,12 +485,11 @@ def _adam_all() -> int:
                 kk = BL[(t >> 23) & 0x1FF]
                 if kk <= 6:
                     t = ((t >> kk) + 1) >> 1
-                    ep = ep + kk - 5
-                    if uint(ep - 1) < uint(253):
-                        ptr32(a + dpn)[0] = (x & sx) | (((ep - 1) << 23) + t)
+                    en = ep + kk - 5                # the new exponent (ep stays p's)
+                    if uint(en - 1) < uint(253):
+                        ptr32(a + dpn)[0] = (x & sx) | (((en - 1) << 23) + t)
                         done = 1
-                ep = (x >> 23) & 0xFF               # (done = 1 above: ep in [1, 254], not 255 below)
-            if ep == 255:
+            elif ep == 255:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
@@ -506,7 +505,7 @@ def _adam_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:907 (snippet align2)
+                # from host/viper/snippets.py:906 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -526,7 +525,7 @@ def _adam_all() -> int:
                 if t == 0:
                     ptr32(a + dpn)[0] = 0
                 else:
-                    # from host/viper/snippets.py:846 (snippet round24)
+                    # from host/viper/snippets.py:845 (snippet round24)
                     kk = BL[t >> 23]
                     if kk <= 6:
                         t = ((t >> kk) + 1) >> 1
@@ -589,7 +588,7 @@ def _sgd_all() -> int:
         if int(len(J[1])) < total:
             total = int(len(J[1]))
     C = ptr32(_SGDC)
-    # from host/viper/snippets.py:924 (snippet am_common)
+    # from host/viper/snippets.py:923 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
@@ -602,7 +601,7 @@ def _sgd_all() -> int:
     D1 = 0 - KB1
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:880 (snippet opt_tensor)
+        # from host/viper/snippets.py:879 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
@@ -640,7 +639,7 @@ def _sgd_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:907 (snippet align2)
+                        # from host/viper/snippets.py:906 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -658,7 +657,7 @@ def _sgd_all() -> int:
                             x = sx
                             uu = 0 - uu
                         if uu != 0:
-                            # from host/viper/snippets.py:846 (snippet round24)
+                            # from host/viper/snippets.py:845 (snippet round24)
                             kk = BL[uu >> 23]
                             if kk <= 6:
                                 uu = ((uu >> kk) + 1) >> 1
@@ -697,7 +696,7 @@ def _sgd_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:934 (snippet align_by)
+            # from host/viper/snippets.py:933 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -719,7 +718,7 @@ def _sgd_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:954 (snippet bl_round)
+            # from host/viper/snippets.py:953 (snippet bl_round)
             kk = BL[s >> 23]
             xm2 = 0
             bm = 0
@@ -748,7 +747,7 @@ def _sgd_all() -> int:
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:899 (snippet opt_unchanged)
+                # from host/viper/snippets.py:898 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
@@ -776,12 +775,11 @@ def _sgd_all() -> int:
                 kk = BL[(t >> 23) & 0x1FF]
                 if kk <= 6:
                     t = ((t >> kk) + 1) >> 1
-                    ep = ep + kk - 5
-                    if uint(ep - 1) < uint(253):
-                        ptr32(a + dpn)[0] = (x & sx) | (((ep - 1) << 23) + t)
+                    en = ep + kk - 5                # the new exponent (ep stays p's)
+                    if uint(en - 1) < uint(253):
+                        ptr32(a + dpn)[0] = (x & sx) | (((en - 1) << 23) + t)
                         done = 1
-                ep = (x >> 23) & 0xFF               # (done = 1 above: ep in [1, 254], not 255 below)
-            if ep == 255:
+            elif ep == 255:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
@@ -797,7 +795,7 @@ def _sgd_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:907 (snippet align2)
+                # from host/viper/snippets.py:906 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -817,7 +815,7 @@ def _sgd_all() -> int:
                 if t == 0:
                     ptr32(a + dpn)[0] = 0
                 else:
-                    # from host/viper/snippets.py:846 (snippet round24)
+                    # from host/viper/snippets.py:845 (snippet round24)
                     kk = BL[t >> 23]
                     if kk <= 6:
                         t = ((t >> kk) + 1) >> 1
@@ -856,7 +854,7 @@ def _commit(params, newp, count: int) -> int:
             return -2
         a = int(S) + 4 * o
         off = int(ptr32(pd)) - a
-        # from host/viper/snippets.py:860 (snippet copy4)
+        # from host/viper/snippets.py:859 (snippet copy4)
         end = a + 4 * (n - (n & 3))
         while a < end:
             ptr32(a + off)[0] = ptr32(a)[0]
