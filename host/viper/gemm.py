@@ -42,51 +42,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     pb = ptr32(b)
     pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
-    nb1 = 1
-    nb2 = 1
-    asb1 = 0
-    asb2 = 0
-    bsb1 = 0
-    bsb2 = 0
-    osb1 = 0
-    osb2 = 0
-    mode = _ADD_NONE
-    # the geometry of each kind, one row each (x y z w u as in the kind's comment above)
-    hs = 1
-    if (kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED) or kind >= DECODE_SCORES:
-        hs = w // u
-        nb1 = x
-        nb2 = u
-    if kind == MM_FORWARD:
-        M = x; N = z; K = y; asm = y; ask = 1; bsn = y; bsk = 1; osm = z; osn = 1
-        if w:
-            mode = _ADD_BIAS
-    elif kind == MM_DINP:
-        M = x; N = y; K = z; asm = z; ask = 1; bsn = 1; bsk = y; osm = y; osn = 1
-        if w:
-            mode = _ADD_OLD
-    elif kind == MM_DWEIGHT:
-        M = z; N = y; K = x; asm = 1; ask = z; bsn = 1; bsk = y; osm = y; osn = 1; mode = _ADD_OLD
-    elif kind == MM_DBIAS:
-        M = z; N = 1; K = x; asm = 1; ask = z; bsn = 0; bsk = 1; osm = 1; osn = 1; mode = _ADD_OLD
-    elif kind == HEAD_SCORES:
-        M = y; N = z; K = hs; asm = w; ask = 1; asb1 = y * w; asb2 = hs
-        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = z; osn = 1; osb1 = u * y * z; osb2 = y * z
-    elif kind == HEAD_CONTEXT:
-        M = y; N = hs; K = z; asm = z; ask = 1; asb1 = u * y * z; asb2 = y * z
-        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = w; osn = 1; osb1 = y * w; osb2 = hs
-    elif kind == HEAD_TRANSPOSED:
-        M = z; N = hs; K = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
-        bsn = 1; bsk = w; bsb1 = y * w; bsb2 = hs; osm = w; osn = 1; osb1 = z * w; osb2 = hs
-    elif kind == DECODE_SCORES:
-        M = 1; N = y; K = hs; asm = 0; ask = 1; asb1 = w; asb2 = hs
-        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = u * z; osb2 = z
-    elif kind == DECODE_CONTEXT:
-        M = 1; N = hs; K = y; asm = 0; ask = 1; asb1 = u * z; asb2 = z
-        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = w; osb2 = hs
-    else:   # MEAN_POOL
-        nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z
-        bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
+    gemm_geometry()                     # M N K, the strides and the addend of `kind`
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
     K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
@@ -153,19 +109,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 qb = ptr32(sa + (ex << 2))
                 quantize(pa, ask)
                 ea = emax - 252 - P - P + sh4
-                a0 = S[ex]
-                a1 = S[ex + 1]
-                a2 = S[ex + 2]
-                a3 = S[ex + 3]
-                a4 = 0
-                a5 = 0
-                a6 = 0
-                a7 = 0
-                if nc == 2:
-                    a4 = S[ex + 4]
-                    a5 = S[ex + 5]
-                    a6 = S[ex + 6]
-                    a7 = S[ex + 7]
+                gemm_arow()
                 pw = po
                 oi = ob + m * osm
                 qb = ptr32(sa)                  # B row n; mac4 moves it to the next row

@@ -60,23 +60,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             emax = 1
         base = emax + 24 - P
         L = base - 150
-        # quantize: q_c = round(x_c 2^-L), |q_c| <= 2^P; sum
-        sm = 0
-        for c in range(C):
-            x = pi[ib + c]
-            e = (x >> 23) & 0xFF
-            q = 0
-            if e != 0:
-                q = (x & 0x7FFFFF) | 0x800000
-                sh = base - e
-                if sh > 30:
-                    q = 0
-                elif sh > 0:
-                    q = (q + (1 << (sh - 1))) >> sh
-                if (x >> 31) & 1:
-                    q = 0 - q
-            S[c] = q
-            sm += q                                             #!chk sm
+        ln_sum()                        # S[c] = q_c = round(x_c 2^-L), |q_c| <= 2^P; sm their sum
         # mean = sm / C * 2^L
         v = sm
         unsign(v, sg)
@@ -92,28 +76,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 d = 0 - d
             if d > dmax:
                 dmax = d
-        # d cut to 22 bits: dn = d 2^-ds
-        ds = 0
-        if dmax != 0:
-            while (dmax >> ds) >= 0x400000:
-                ds += 1
-            if ds == 0:
-                while ds > 0 - 22 and (dmax << (0 - ds)) < 0x200000:
-                    ds -= 1
-        ssq = 0
-        rh = (1 << sh3) >> 1
-        for c in range(C):
-            d = (S[c] ^ sx) - sx        # (ptr32 loads zero-extend on a 64-bit host)
-            if d < 0:
-                d = 0 - d
-            if ds > 0:
-                d = (d + (1 << (ds - 1))) >> ds
-            elif ds < 0:
-                d = d << (0 - ds)
-            h = d >> 11
-            lo = d & 0x7FF
-            t = h * h + ((h * lo * 2 + ((lo * lo) >> 11)) >> 11)   #!chk t
-            ssq += (t + rh) >> sh3                              #!chk ssq
+        ln_ssq()                        # ssq = sum d_c^2, d_c = S[c] cut to 22 bits (d 2^-ds)
         # var = ssq 2^(22 + sh3 + 2 ds + 2 L) / C^3, then + eps
         vm = ssq
         ve = 22 + sh3 + ds + ds + L + L
@@ -258,31 +221,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         emd = 0 - 100000
         emp = 0 - 100000
         for c in range(C):
-            x = pi[ib + c]
-            ex = (x >> 23) & 0xFF
-            xm = 0
-            if ex != 0:
-                mant30(x, xm, ex)
-            if xm == 0:
-                v = 0 - mmn
-                e = mme
-            elif mmn == 0:
-                v = xm
-                e = ex - 156
-            else:
-                xe = ex - 156
-                mb = mmn                        # (alignsub shifts its operands in place)
-                alignsub(xm, xe, mb, mme, v, e, sh)
-            unsign(v, sg)
-            xe = 0
-            if v != 0:
-                norm16(v, e)
-                v = v * rm                                      #!chk v
-                xe = e + rex
-                if sg:
-                    v = 0 - v
-            S[c] = v
-            S[C + c] = xe
+            ln_xhat()                       # S[c], S[C + c] = xhat_c as v 2^xe
             g = pg[ib + c]
             w = pw[c]
             eg = (g >> 23) & 0xFF
@@ -323,16 +262,10 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         # a = A / C = am 2^ae, b = B / C = bm 2^be (30 bits, signed)
         am = acca
         ae = emd + ha
-        unsign(am, asg)
-        ldiv(am, ae, C, qq, rem)
-        if asg:
-            am = 0 - am
+        sdiv(am, ae, C, asg, qq, rem)
         bm = accb
         be = emp + 32 + ha
-        unsign(bm, bsg)
-        ldiv(bm, be, C, qq, rem)
-        if bsg:
-            bm = 0 - bm
+        sdiv(bm, be, C, bsg, qq, rem)
         _lnb_apply(dinp, dweight, dbias, dout, s, ib, C, flags, am >> 1, ae + 1, bm, be, rm, rex)
 
 

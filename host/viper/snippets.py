@@ -324,7 +324,196 @@ def quantize(src, stride):
         qb = ptr32(uint(qb) + 4)
 
 
-# ---- _gemm's inner loop (used once; kept here so _gemm reads as its outline) -------------------
+# ---- _softmax's part (used once; kept here so _softmax reads as its outline) ----------------
+def softmax_max():
+    """_softmax's pass 1: the largest visible score of the row at pa[ab ...] (j <= last, not
+    masked), compared as sign-magnitude ints, as a signed mantissa mx * 2^(ex - 150) (mx = 0 for
+    zeros / subnormals and for a row with nothing visible, ex >= 1)."""
+    # in: ab, b, hasmask, last, pa, pm, Tk
+    # out: e, ex, j, mj, mk, mx, v, x
+    # pass 1: the largest visible score, compared as sign-magnitude ints
+    mk = 0
+    mj = 0 - 1
+    for j in range(Tk):
+        if j > last or (hasmask and pm[b * Tk + j] != 0):
+            continue
+        x = pa[ab + j]
+        key(x, v, e)
+        if mj < 0 or v > mk:
+            mk = v
+            mj = j
+    # the max as a signed mantissa mx * 2^(ex - 150) (0 for zeros / subnormals)
+    mx = 0
+    ex = 1
+    if mj >= 0:
+        x = pa[ab + mj]
+        decode(x, mx, ex)
+        if ex == 0:
+            ex = 1
+
+
+# ---- LayerNorm's parts (used once; kept here so _ln and _lnb read as their outlines) -----------
+def ln_sum():
+    """_ln's row quantized: S[c] = q_c = round(x_c 2^-L) (x_c = pi[ib + c], 2^L = 2^(base - 150)),
+    |q_c| <= 2^P; sm = the sum of the q_c."""
+    # in: base, C, ib, pi, S
+    # out: c, e, q, sh, sm, x
+    sm = 0
+    for c in range(C):
+        x = pi[ib + c]
+        e = (x >> 23) & 0xFF
+        q = 0
+        if e != 0:
+            q = (x & 0x7FFFFF) | 0x800000
+            sh = base - e
+            if sh > 30:
+                q = 0
+            elif sh > 0:
+                q = (q + (1 << (sh - 1))) >> sh
+            if (x >> 31) & 1:
+                q = 0 - q
+        S[c] = q
+        sm += q                                             #!chk sm
+
+
+def ln_ssq():
+    """_ln's sum of squares: the d_c = S[c] (largest |d| dmax) cut to 22 bits, dn = d 2^-ds, each
+    square in 22 bits (two 11-bit halves), ssq = their sum, shifted right by sh3 (rounded, rh)."""
+    # in: C, dmax, S, sh3, sx
+    # out: c, d, ds, h, lo, rh, ssq, t
+    # d cut to 22 bits: dn = d 2^-ds
+    ds = 0
+    if dmax != 0:
+        while (dmax >> ds) >= 0x400000:
+            ds += 1
+        if ds == 0:
+            while ds > 0 - 22 and (dmax << (0 - ds)) < 0x200000:
+                ds -= 1
+    ssq = 0
+    rh = (1 << sh3) >> 1
+    for c in range(C):
+        d = (S[c] ^ sx) - sx        # (ptr32 loads zero-extend on a 64-bit host)
+        if d < 0:
+            d = 0 - d
+        if ds > 0:
+            d = (d + (1 << (ds - 1))) >> ds
+        elif ds < 0:
+            d = d << (0 - ds)
+        h = d >> 11
+        lo = d & 0x7FF
+        t = h * h + ((h * lo * 2 + ((lo * lo) >> 11)) >> 11)   #!chk t
+        ssq += (t + rh) >> sh3                              #!chk ssq
+
+
+def ln_xhat():
+    """_lnb's xhat_c = (x_c - mean) rstd for x_c = pi[ib + c]: v 2^xe (v signed, 16 x 15 bits;
+    0 for 0), stored at S[c], S[C + c]; mean = mmn 2^mme, rstd = rm 2^rex."""
+    # in: c, C, ib, mme, mmn, pi, rex, rm, S
+    # out: e, ex, mb, sg, sh, v, x, xe, xm
+    x = pi[ib + c]
+    ex = (x >> 23) & 0xFF
+    xm = 0
+    if ex != 0:
+        mant30(x, xm, ex)
+    if xm == 0:
+        v = 0 - mmn
+        e = mme
+    elif mmn == 0:
+        v = xm
+        e = ex - 156
+    else:
+        xe = ex - 156
+        mb = mmn                        # (alignsub shifts its operands in place)
+        alignsub(xm, xe, mb, mme, v, e, sh)
+    unsign(v, sg)
+    xe = 0
+    if v != 0:
+        norm16(v, e)
+        v = v * rm                                      #!chk v
+        xe = e + rex
+        if sg:
+            v = 0 - v
+    S[c] = v
+    S[C + c] = xe
+
+
+# ---- _gemm's parts (used once; kept here so _gemm reads as its outline) -------------------
+def gemm_geometry():
+    """The geometry of _gemm's product `kind` from its sizes x y z w u (see MM_FORWARD ... in
+    gemm.py): M rows of A, N rows of B, K terms; the strides of A (asm per row, ask per term),
+    B (bsn, bsk) and the output (osm, osn); the batch loops nb1 x nb2 with their strides (asb1 ...
+    osb2); hs the head size; mode the addend (_ADD_NONE, _ADD_OLD or _ADD_BIAS)."""
+    # in: kind, x, y, z, w, u, MM_FORWARD, MM_DINP, MM_DWEIGHT, MM_DBIAS, HEAD_SCORES, HEAD_CONTEXT
+    # in: HEAD_TRANSPOSED, DECODE_SCORES, DECODE_CONTEXT, _ADD_NONE, _ADD_OLD, _ADD_BIAS
+    # out: M, N, K, asm, ask, bsn, bsk, osm, osn, nb1, nb2, asb1, asb2, bsb1, bsb2, osb1, osb2
+    # out: hs, mode
+    nb1 = 1
+    nb2 = 1
+    asb1 = 0
+    asb2 = 0
+    bsb1 = 0
+    bsb2 = 0
+    osb1 = 0
+    osb2 = 0
+    mode = _ADD_NONE
+    # the geometry of each kind, one row each (x y z w u as gemm.py's comment on the kind says)
+    hs = 1
+    if (kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED) or kind >= DECODE_SCORES:
+        hs = w // u
+        nb1 = x
+        nb2 = u
+    if kind == MM_FORWARD:
+        M = x; N = z; K = y; asm = y; ask = 1; bsn = y; bsk = 1; osm = z; osn = 1
+        if w:
+            mode = _ADD_BIAS
+    elif kind == MM_DINP:
+        M = x; N = y; K = z; asm = z; ask = 1; bsn = 1; bsk = y; osm = y; osn = 1
+        if w:
+            mode = _ADD_OLD
+    elif kind == MM_DWEIGHT:
+        M = z; N = y; K = x; asm = 1; ask = z; bsn = 1; bsk = y; osm = y; osn = 1; mode = _ADD_OLD
+    elif kind == MM_DBIAS:
+        M = z; N = 1; K = x; asm = 1; ask = z; bsn = 0; bsk = 1; osm = 1; osn = 1; mode = _ADD_OLD
+    elif kind == HEAD_SCORES:
+        M = y; N = z; K = hs; asm = w; ask = 1; asb1 = y * w; asb2 = hs
+        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = z; osn = 1; osb1 = u * y * z; osb2 = y * z
+    elif kind == HEAD_CONTEXT:
+        M = y; N = hs; K = z; asm = z; ask = 1; asb1 = u * y * z; asb2 = y * z
+        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = w; osn = 1; osb1 = y * w; osb2 = hs
+    elif kind == HEAD_TRANSPOSED:
+        M = z; N = hs; K = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
+        bsn = 1; bsk = w; bsb1 = y * w; bsb2 = hs; osm = w; osn = 1; osb1 = z * w; osb2 = hs
+    elif kind == DECODE_SCORES:
+        M = 1; N = y; K = hs; asm = 0; ask = 1; asb1 = w; asb2 = hs
+        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = u * z; osb2 = z
+    elif kind == DECODE_CONTEXT:
+        M = 1; N = hs; K = y; asm = 0; ask = 1; asb1 = u * z; asb2 = z
+        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = w; osb2 = hs
+    else:   # MEAN_POOL
+        nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z
+        bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
+
+
+def gemm_arow():
+    """A's quantized row at S[ex ...] into a0..a7 (a4..a7 only for two chunks, nc == 2): the inner
+    products of mac4 read them from locals."""
+    # in: ex, nc, S
+    # out: a0, a1, a2, a3, a4, a5, a6, a7
+    a0 = S[ex]
+    a1 = S[ex + 1]
+    a2 = S[ex + 2]
+    a3 = S[ex + 3]
+    a4 = 0
+    a5 = 0
+    a6 = 0
+    a7 = 0
+    if nc == 2:
+        a4 = S[ex + 4]
+        a5 = S[ex + 5]
+        a6 = S[ex + 6]
+        a7 = S[ex + 7]
+
+
 def mac4(acc):
     """acc = A row (a0..a7 or S[ex ...]) . B row n (at qb, which moves on to row n + 1), block
     float ints. The rows are read through pointers, so each load has a constant offset: one load
@@ -537,6 +726,14 @@ def fadd(po, oi, xa, xb, ea, eb, ma, mb, d, v, e, sg):
         v = ma + mb                                     #!chk v
         unsign(v, sg)
         pack_even(po, oi, v, e, sg)
+
+
+def sdiv(m, e, dv, sg, q, rem):
+    """m * 2^e /= dv for signed m (|m| < 2^31) and 0 < dv <= 2^30: ldiv on |m|, the sign put back."""
+    unsign(m, sg)
+    ldiv(m, e, dv, q, rem)
+    if sg:
+        m = 0 - m
 
 
 def ldiv(v, e, dv, q, rem):

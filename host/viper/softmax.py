@@ -63,25 +63,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     last = t + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                # pass 1: the largest visible score, compared as sign-magnitude ints
-                mk = 0
-                mj = 0 - 1
-                for j in range(Tk):
-                    if j > last or (hasmask and pm[b * Tk + j] != 0):
-                        continue
-                    x = pa[ab + j]
-                    key(x, v, e)
-                    if mj < 0 or v > mk:
-                        mk = v
-                        mj = j
-                # the max as a signed mantissa mx * 2^(ex - 150) (0 for zeros / subnormals)
-                mx = 0
-                ex = 1
-                if mj >= 0:
-                    x = pa[ab + mj]
-                    decode(x, mx, ex)
-                    if ex == 0:
-                        ex = 1
+                softmax_max()                   # pass 1: the row max as mx * 2^(ex - 150)
                 # pass 2: y_j = (max - s_j) scale in Q16; e_j = exp(-y_j) = p_j 2^(-15 - k_j)
                 # with p_j in [2^14, 2^15) kept apart from k_j; Z = sum_j e_j in Q(15 + zs)
                 z = 0

@@ -46,6 +46,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     pb = ptr32(b)
     pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
+    # from host/viper/snippets.py:450 (snippet gemm_geometry)
     nb1 = 1
     nb2 = 1
     asb1 = 0
@@ -55,7 +56,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     osb1 = 0
     osb2 = 0
     mode = _ADD_NONE
-    # the geometry of each kind, one row each (x y z w u as in the kind's comment above)
+    # the geometry of each kind, one row each (x y z w u as gemm.py's comment on the kind says)
     hs = 1
     if (kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED) or kind >= DECODE_SCORES:
         hs = w // u
@@ -91,6 +92,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     else:   # MEAN_POOL
         nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z
         bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
+    # from host/viper/gemm.py:46
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
     K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
@@ -135,7 +137,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # from host/viper/snippets.py:119 (snippet decode)
                 if (v >> 31) & 1:
                     xm = 0 - xm
-            # from host/viper/gemm.py:123
+            # from host/viper/gemm.py:79
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
     if fuse:
@@ -152,7 +154,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
             # quantize the N rows of B (block = row n, K values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
-            # from host/viper/snippets.py:384 (snippet kept)
+            # from host/viper/snippets.py:573 (snippet kept)
             same = 0
             if kind == MM_FORWARD and u:
                 same = 1
@@ -163,7 +165,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 if same == 0:
                     for k in range(N * K):
                         S[cp + k] = pb[k]
-            # from host/viper/gemm.py:140
+            # from host/viper/gemm.py:96
             qb = ptr32(sa)                      # B row n goes to S[n * K4 ...]
             for n in range(N):
                 if same:
@@ -204,7 +206,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 q = 0 - q
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
-                # from host/viper/gemm.py:146
+                # from host/viper/gemm.py:102
                 for k in range(K, K4):
                     qb[0] = 0
                     qb = ptr32(uint(qb) + 4)
@@ -248,8 +250,9 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 q = 0 - q
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
-                # from host/viper/gemm.py:155
+                # from host/viper/gemm.py:111
                 ea = emax - 252 - P - P + sh4
+                # from host/viper/snippets.py:502 (snippet gemm_arow)
                 a0 = S[ex]
                 a1 = S[ex + 1]
                 a2 = S[ex + 2]
@@ -263,6 +266,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     a5 = S[ex + 5]
                     a6 = S[ex + 6]
                     a7 = S[ex + 7]
+                # from host/viper/gemm.py:113
                 pw = po
                 oi = ob + m * osm
                 qb = ptr32(sa)                  # B row n; mac4 moves it to the next row
@@ -270,7 +274,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                         pw = pbias
                         oi = m
-                    # from host/viper/snippets.py:334 (snippet mac4)
+                    # from host/viper/snippets.py:523 (snippet mac4)
                     # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so K <= 4
                     # needs no shift and K <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                     # rows shift each chunk (rounded) by sh4 = clog2(K4/4): |acc| < 2^30
@@ -289,26 +293,26 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                         acc = 0
                         qa = ptr32(sa + (ex << 2))
                         for c in range(nc >> 2):
-                            # from host/viper/snippets.py:373 (snippet pair8)
+                            # from host/viper/snippets.py:562 (snippet pair8)
                             t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                  + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             acc += (t + rh) >> sh4                          #!chk acc
-                            # from host/viper/snippets.py:373 (snippet pair8)
+                            # from host/viper/snippets.py:562 (snippet pair8)
                             t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
                                  + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             acc += (t + rh) >> sh4                          #!chk acc
-                            # from host/viper/snippets.py:354 (snippet mac4)
+                            # from host/viper/snippets.py:543 (snippet mac4)
                             qa = ptr32(uint(qa) + 64)
                             qb = ptr32(uint(qb) + 64)
                         if nc & 2:
-                            # from host/viper/snippets.py:373 (snippet pair8)
+                            # from host/viper/snippets.py:562 (snippet pair8)
                             t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                  + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             acc += (t + rh) >> sh4                          #!chk acc
-                            # from host/viper/snippets.py:358 (snippet mac4)
+                            # from host/viper/snippets.py:547 (snippet mac4)
                             qa = ptr32(uint(qa) + 32)
                             qb = ptr32(uint(qb) + 32)
                         if nc & 1:
@@ -316,9 +320,9 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             acc += (t + rh) >> sh4                          #!chk acc
                             qb = ptr32(uint(qb) + 16)
-                    # from host/viper/gemm.py:177
+                    # from host/viper/gemm.py:121
                     e = ea + S[xq + n]          # value = acc * 2^e
-                    # from host/viper/snippets.py:400 (snippet addend)
+                    # from host/viper/snippets.py:589 (snippet addend)
                     # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
                     if mode != _ADD_NONE:
                         if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
@@ -338,7 +342,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 # from host/viper/snippets.py:119 (snippet decode)
                                 if (v >> 31) & 1:
                                     xm = 0 - xm
-                            # from host/viper/snippets.py:408 (snippet addend)
+                            # from host/viper/snippets.py:597 (snippet addend)
                             xe = xe - 150
                         else:
                             xm = (S[bd + n + n] ^ sgn) - sgn
@@ -354,7 +358,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     xm = 0
                                 else:
                                     xm = (xm + ((1 << sh) >> 1)) >> sh
-                                # from host/viper/snippets.py:419 (snippet addend)
+                                # from host/viper/snippets.py:608 (snippet addend)
                                 acc += xm                               #!chk acc
                             else:
                                 uu = xe - e
@@ -368,7 +372,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     acc = (acc + (1 << (sh - 1))) >> sh
                                 acc += xm                               #!chk acc
                                 e = xe - uu
-                    # from host/viper/gemm.py:179
+                    # from host/viper/gemm.py:123
                     # pack acc * 2^e into float32 bits
                     v = acc
                     # from host/viper/snippets.py:67 (snippet unsign)
@@ -431,12 +435,12 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             pw[oi] = 0
                         else:
                             pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                    # from host/viper/gemm.py:182
+                    # from host/viper/gemm.py:126
                     oi += osn
     return 0
 
 
-# from host/viper/gemm.py:186
+# from host/viper/gemm.py:130
 def _mm(out, a, b, bias, kind, x, y, z, w, u):
     # _gemm with the module scratch, grown on demand
     n = _gemm(0, 0, 0, out, a, b, bias, _S[0], kind, x, y, z, w, u)
@@ -452,7 +456,7 @@ def _mm(out, a, b, bias, kind, x, y, z, w, u):
 _KEEP_N = 4
 
 
-# from host/viper/gemm.py:201
+# from host/viper/gemm.py:145
 def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
     if N > _KEEP_N:
@@ -466,7 +470,7 @@ def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
           0 if bias is None else 1, 1)
 
 
-# from host/viper/gemm.py:214
+# from host/viper/gemm.py:158
 def matmul_forward(out, inp, weight, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
     if bias is None:
@@ -475,7 +479,7 @@ def matmul_forward(out, inp, weight, bias, N, C, OC):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:222
+# from host/viper/gemm.py:166
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
     # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias (OC,) += sum_n dout
@@ -490,7 +494,7 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:236
+# from host/viper/gemm.py:180
 def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 1, 0)
@@ -501,7 +505,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:246
+# from host/viper/gemm.py:190
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -509,7 +513,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:253
+# from host/viper/gemm.py:197
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -517,7 +521,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:260
+# from host/viper/gemm.py:204
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -595,14 +599,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:283
+            # from host/viper/gemm.py:227
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:289
+# from host/viper/gemm.py:233
 def avgpool_forward(out, inp, B, T, C):
     # out (B, C) = mean over T of inp (B, T, C)
     # ERROR BOUND: a _gemm with K = T and 1/T: within 2^-11 max_t |inp[b, t, c]|; the backward
@@ -610,7 +614,7 @@ def avgpool_forward(out, inp, B, T, C):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:296
+# from host/viper/gemm.py:240
 def avgpool_backward(dinp, dout, B, T, C):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
     sc = _invT(T)

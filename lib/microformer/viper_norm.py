@@ -64,7 +64,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             emax = 1
         base = emax + 24 - P
         L = base - 150
-        # quantize: q_c = round(x_c 2^-L), |q_c| <= 2^P; sum
+        # from host/viper/snippets.py:361 (snippet ln_sum)
         sm = 0
         for c in range(C):
             x = pi[ib + c]
@@ -81,6 +81,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                     q = 0 - q
             S[c] = q
             sm += q                                             #!chk sm
+        # from host/viper/norm.py:64
         # mean = sm / C * 2^L
         v = sm
         # from host/viper/snippets.py:67 (snippet unsign)
@@ -88,9 +89,9 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         if v < 0:
             sg = 1
             v = 0 - v
-        # from host/viper/norm.py:83
+        # from host/viper/norm.py:67
         e = L
-        # from host/viper/snippets.py:546 (snippet ldiv)
+        # from host/viper/snippets.py:743 (snippet ldiv)
         qq = v // C
         rem = v - qq * C
         while qq < 0x20000000 and v != 0:
@@ -156,7 +157,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 pm[n] = 0
             else:
                 pm[n] = (sg << 31) | (bx << 23) | (v & 0x7FFFFF)
-        # from host/viper/norm.py:86
+        # from host/viper/norm.py:70
         # d_c = C q_c - sum (exact), the largest |d|
         dmax = 0
         for c in range(C):
@@ -166,6 +167,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 d = 0 - d
             if d > dmax:
                 dmax = d
+        # from host/viper/snippets.py:384 (snippet ln_ssq)
         # d cut to 22 bits: dn = d 2^-ds
         ds = 0
         if dmax != 0:
@@ -188,6 +190,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             lo = d & 0x7FF
             t = h * h + ((h * lo * 2 + ((lo * lo) >> 11)) >> 11)   #!chk t
             ssq += (t + rh) >> sh3                              #!chk ssq
+        # from host/viper/norm.py:80
         # var = ssq 2^(22 + sh3 + 2 ds + 2 L) / C^3, then + eps
         vm = ssq
         ve = 22 + sh3 + ds + ds + L + L
@@ -216,9 +219,9 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             if vm < 0x20000000:
                 vm = vm << 1
                 ve -= 1
-            # from host/viper/norm.py:122
+            # from host/viper/norm.py:85
             for k in range(3):
-                # from host/viper/snippets.py:546 (snippet ldiv)
+                # from host/viper/snippets.py:743 (snippet ldiv)
                 qq = vm // C
                 rem = vm - qq * C
                 while qq < 0x20000000 and vm != 0:
@@ -229,7 +232,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                         rem -= C
                         qq += 1
                 vm = qq
-        # from host/viper/norm.py:124
+        # from host/viper/norm.py:87
         em = epm << 15                  # eps with 30 bits, like var (addto0 keeps the larger
         ee = epe - 15                   # one's exponent; it shifts its operands in place)
         # from host/viper/snippets.py:235 (snippet addto0)
@@ -281,11 +284,11 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         if vm < 0x20000000:
             vm = vm << 1
             ve -= 1
-        # from host/viper/norm.py:128
+        # from host/viper/norm.py:91
         if ve & 1:
             vm = vm >> 1
             ve += 1
-        # from host/viper/snippets.py:470 (snippet isqrt)
+        # from host/viper/snippets.py:659 (snippet isqrt)
         if vm >= 0x20000000:
             r = 23170 + ((((vm - 0x20000000) >> 14) * 9598) >> 15)
         elif vm >= 0x10000000:
@@ -298,7 +301,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             r -= 1
         while (r + 1) * (r + 1) <= vm:
             r += 1
-        # from host/viper/norm.py:132
+        # from host/viper/norm.py:95
         if vm - r * r > r:
             r += 1                      # sqrt(vm) rounded: r in [2^14, 2^15]
         rq = (top + (r >> 1)) // r      # 2^30 / r in [2^15, 2^16]
@@ -361,11 +364,11 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 pr[n] = 0
             else:
                 pr[n] = (sg << 31) | (bx << 23) | (v & 0x7FFFFF)
-        # from host/viper/norm.py:140
+        # from host/viper/norm.py:103
         # f = rstd 2^L / C as 15 bits fm 2^fe
         fm = rq << 13
         fe = re + L - 13
-        # from host/viper/snippets.py:546 (snippet ldiv)
+        # from host/viper/snippets.py:743 (snippet ldiv)
         qq = fm // C
         rem = fm - qq * C
         while qq < 0x20000000 and fm != 0:
@@ -376,13 +379,13 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 rem -= C
                 qq += 1
         fm = qq
-        # from host/viper/norm.py:144
+        # from host/viper/norm.py:107
         fm = fm >> 15
         fe += 15
         _ln_apply(out, weight, bias, s, ib, C, fm, fe)
 
 
-# from host/viper/norm.py:149
+# from host/viper/norm.py:112
 @micropython.viper
 def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
     # row ib of the output: y_c = d_c f w_c + b_c, d_c = S[c] (_ln), f = fm 2^fe (15 bits)
@@ -394,7 +397,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
     sx = 1 << b31
     for c in range(C):
         d = (S[c] ^ sx) - sx
-        # from host/viper/snippets.py:585 (snippet load30)
+        # from host/viper/snippets.py:782 (snippet load30)
         x = pb[c]
         eb = (x >> 23) & 0xFF
         bm = 0
@@ -407,9 +410,9 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
                 bm = bm << 6
             if (x >> 31) & 1:
                 bm = 0 - bm
-            # from host/viper/snippets.py:591 (snippet load30)
+            # from host/viper/snippets.py:788 (snippet load30)
             be = eb - 156
-        # from host/viper/norm.py:161
+        # from host/viper/norm.py:124
         y = pw[c]
         ew = (y >> 23) & 0xFF
         v = 0
@@ -427,7 +430,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
             while d < 0x8000:
                 d = d << 1
                 e -= 1
-            # from host/viper/norm.py:172
+            # from host/viper/norm.py:135
             v = (d * fm) >> 15                              #!chk v
             wm = ((y & 0x7FFFFF) | 0x800000) >> 9
             if ew == 255:
@@ -522,10 +525,10 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
                 po[ib + c] = 0
             else:
                 po[ib + c] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-# from host/viper/norm.py:183
+# from host/viper/norm.py:146
 
 
-# from host/viper/norm.py:185
+# from host/viper/norm.py:148
 def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C):
     # dinp (N, C) = rstd (dnorm - mean_c(dnorm) - xhat mean_c(dnorm xhat)), dnorm = dout weight;
     # dweight (C,) += sum_n dout xhat; dbias (C,) += sum_n dout (each skipped when None)
@@ -534,7 +537,7 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C
          weight, mean, rstd, _iscratch(4 * C), _NAN, N, C, flags)
 
 
-# from host/viper/norm.py:193
+# from host/viper/norm.py:156
 def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
     # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
     # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved for the backward
@@ -555,7 +558,7 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
 #   the int scratch S (4 C); the two means as block sums with log2(C) + 1 bits of headroom
 #   (< 2^30) divided by C (long division); dn - a - xhat b aligned to the largest exponent after
 #   each term is cut below 2^29 (< 2^31), then times rstd (15 bits) [B7].
-# from host/viper/norm.py:213
+# from host/viper/norm.py:176
 @micropython.viper
 def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C: int, flags: int):
     pd = ptr32(dinp)
@@ -603,7 +606,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 mmn = mmn << 6
             if (y >> 31) & 1:
                 mmn = 0 - mmn
-            # from host/viper/norm.py:254
+            # from host/viper/norm.py:217
             mme = emn - 156
         rm = ((z & 0x7FFFFF) | 0x800000) >> 9
         rex = er - 141                          # rstd = rm 2^rex
@@ -611,6 +614,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         emd = 0 - 100000
         emp = 0 - 100000
         for c in range(C):
+            # from host/viper/snippets.py:413 (snippet ln_xhat)
             x = pi[ib + c]
             ex = (x >> 23) & 0xFF
             xm = 0
@@ -622,7 +626,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                     xm = xm << 6
                 if (x >> 31) & 1:
                     xm = 0 - xm
-            # from host/viper/norm.py:266
+            # from host/viper/snippets.py:418 (snippet ln_xhat)
             if xm == 0:
                 v = 0 - mmn
                 e = mme
@@ -658,7 +662,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
             if v < 0:
                 sg = 1
                 v = 0 - v
-            # from host/viper/norm.py:277
+            # from host/viper/snippets.py:429 (snippet ln_xhat)
             xe = 0
             if v != 0:
                 # from host/viper/snippets.py:75 (snippet normto)
@@ -668,13 +672,14 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 while v < 0x8000:
                     v = v << 1
                     e -= 1
-                # from host/viper/norm.py:280
+                # from host/viper/snippets.py:432 (snippet ln_xhat)
                 v = v * rm                                      #!chk v
                 xe = e + rex
                 if sg:
                     v = 0 - v
             S[c] = v
             S[C + c] = xe
+            # from host/viper/norm.py:225
             g = pg[ib + c]
             w = pw[c]
             eg = (g >> 23) & 0xFF
@@ -708,7 +713,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 t = 0
             else:
                 t = (t + ((1 << sh) >> 1)) >> sh
-            # from host/viper/norm.py:315
+            # from host/viper/norm.py:254
             acca += t                                           #!chk acca
             xm = (S[c] ^ sx) - sx
             if xm != 0:
@@ -720,7 +725,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                     t = 0
                 else:
                     t = (t + ((1 << sh) >> 1)) >> sh
-                # from host/viper/norm.py:322
+                # from host/viper/norm.py:261
                 accb += t                                       #!chk accb
         # a = A / C = am 2^ae, b = B / C = bm 2^be (30 bits, signed)
         am = acca
@@ -730,7 +735,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         if am < 0:
             asg = 1
             am = 0 - am
-        # from host/viper/snippets.py:546 (snippet ldiv)
+        # from host/viper/snippets.py:743 (snippet ldiv)
         qq = am // C
         rem = am - qq * C
         while qq < 0x20000000 and am != 0:
@@ -741,9 +746,10 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 rem -= C
                 qq += 1
         am = qq
-        # from host/viper/norm.py:328
+        # from host/viper/snippets.py:735 (snippet sdiv)
         if asg:
             am = 0 - am
+        # from host/viper/norm.py:266
         bm = accb
         be = emp + 32 + ha
         # from host/viper/snippets.py:67 (snippet unsign)
@@ -751,7 +757,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         if bm < 0:
             bsg = 1
             bm = 0 - bm
-        # from host/viper/snippets.py:546 (snippet ldiv)
+        # from host/viper/snippets.py:743 (snippet ldiv)
         qq = bm // C
         rem = bm - qq * C
         while qq < 0x20000000 and bm != 0:
@@ -762,13 +768,14 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 rem -= C
                 qq += 1
         bm = qq
-        # from host/viper/norm.py:334
+        # from host/viper/snippets.py:735 (snippet sdiv)
         if bsg:
             bm = 0 - bm
+        # from host/viper/norm.py:269
         _lnb_apply(dinp, dweight, dbias, dout, s, ib, C, flags, am >> 1, ae + 1, bm, be, rm, rex)
 
 
-# from host/viper/norm.py:339
+# from host/viper/norm.py:272
 @micropython.viper
 def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: int, ae: int, bm: int,
                bex: int, rm: int, rex: int):
@@ -804,7 +811,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 dm = 0
             else:
                 dm = (dm + ((1 << sh) >> 1)) >> sh
-        # from host/viper/norm.py:370
+        # from host/viper/norm.py:303
         a = am
         if a != 0:
             sh = M - ae
@@ -813,7 +820,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 a = 0
             else:
                 a = (a + ((1 << sh) >> 1)) >> sh
-        # from host/viper/norm.py:374
+        # from host/viper/norm.py:307
         if t != 0:
             sh = M - te
             # from host/viper/snippets.py:213 (snippet rsh)
@@ -821,7 +828,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 t = 0
             else:
                 t = (t + ((1 << sh) >> 1)) >> sh
-        # from host/viper/norm.py:377
+        # from host/viper/norm.py:310
         v = dm - a - t                                          #!chk v
         e = M
         # from host/viper/snippets.py:67 (snippet unsign)
@@ -829,7 +836,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
         if v < 0:
             sg = 1
             v = 0 - v
-        # from host/viper/norm.py:380
+        # from host/viper/norm.py:313
         if v != 0:
             # from host/viper/snippets.py:75 (snippet normto)
             while v >= 0x10000:
@@ -838,7 +845,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
             while v < 0x8000:
                 v = v << 1
                 e -= 1
-            # from host/viper/norm.py:382
+            # from host/viper/norm.py:315
             v = v * rm                                          #!chk v
             e = e + rex
         # from host/viper/snippets.py:24 (snippet pack_by)
@@ -896,7 +903,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 pd[ib + c] = 0
             else:
                 pd[ib + c] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/norm.py:385
+        # from host/viper/norm.py:318
         g = pg[ib + c]
         eg = (g >> 23) & 0xFF
         if (flags & 1) and eg != 0 and xm != 0:
@@ -910,7 +917,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 sg = sg ^ 1
             if sg:
                 p = 0 - p
-            # from host/viper/snippets.py:585 (snippet load30)
+            # from host/viper/snippets.py:782 (snippet load30)
             y = pdw[c]
             ey = (y >> 23) & 0xFF
             om = 0
@@ -923,7 +930,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                     om = om << 6
                 if (y >> 31) & 1:
                     om = 0 - om
-                # from host/viper/snippets.py:591 (snippet load30)
+                # from host/viper/snippets.py:788 (snippet load30)
                 oe = ey - 156
             # from host/viper/snippets.py:235 (snippet addto0)
             if p == 0:
@@ -1010,10 +1017,10 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                     pdw[c] = 0
                 else:
                     pdw[c] = (sg << 31) | (be << 23) | (p & 0x7FFFFF)
-        # from host/viper/norm.py:401
+        # from host/viper/norm.py:334
         if flags & 2:
             xa = pdb[c]
-            # from host/viper/snippets.py:490 (snippet fadd)
+            # from host/viper/snippets.py:679 (snippet fadd)
             ea = (xa >> 23) & 0xFF
             eb = (g >> 23) & 0xFF
             if ea == 255 or eb == 255:

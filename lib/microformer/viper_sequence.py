@@ -25,7 +25,7 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
         j += 1
         if j == bwrap:
             j = 0
-        # from host/viper/snippets.py:490 (snippet fadd)
+        # from host/viper/snippets.py:679 (snippet fadd)
         ea = (xa >> 23) & 0xFF
         eb = (xb >> 23) & 0xFF
         if ea == 255 or eb == 255:
@@ -206,7 +206,7 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
             for c in range(C):
                 xa = pt[tb + c]
                 xb = po[ob + c]
-                # from host/viper/snippets.py:490 (snippet fadd)
+                # from host/viper/snippets.py:679 (snippet fadd)
                 ea = (xa >> 23) & 0xFF
                 eb = (xb >> 23) & 0xFF
                 if ea == 255 or eb == 255:

@@ -68,6 +68,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     last = t + shift
                     if last > Tk - 1:
                         last = Tk - 1
+                # from host/viper/snippets.py:334 (snippet softmax_max)
                 # pass 1: the largest visible score, compared as sign-magnitude ints
                 mk = 0
                 mj = 0 - 1
@@ -82,7 +83,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         v = ((e - 1) << 23) | 0x7FFFFF
                     if (x >> 31) & 1:
                         v = 0 - v
-                    # from host/viper/softmax.py:74
+                    # from host/viper/snippets.py:342 (snippet softmax_max)
                     if mj < 0 or v > mk:
                         mk = v
                         mj = j
@@ -103,9 +104,10 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         # from host/viper/snippets.py:119 (snippet decode)
                         if (x >> 31) & 1:
                             mx = 0 - mx
-                    # from host/viper/softmax.py:83
+                    # from host/viper/snippets.py:351 (snippet softmax_max)
                     if ex == 0:
                         ex = 1
+                # from host/viper/softmax.py:67
                 # pass 2: y_j = (max - s_j) scale in Q16; e_j = exp(-y_j) = p_j 2^(-15 - k_j)
                 # with p_j in [2^14, 2^15) kept apart from k_j; Z = sum_j e_j in Q(15 + zs)
                 z = 0
@@ -143,7 +145,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         if sh <= 24:
                             dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                         de = e
-                    # from host/viper/softmax.py:94
+                    # from host/viper/softmax.py:76
                     y = 0
                     if dv > 0:
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
@@ -166,7 +168,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                             if tt >= 2:
                                 tt = tt >> 1
                                 n += 1
-                            # from host/viper/softmax.py:104
+                            # from host/viper/softmax.py:86
                             n += 1
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
@@ -179,7 +181,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                                 y = v << sh
                         elif sh > 0 - 31:
                             y = ((v >> (0 - sh - 1)) + 1) >> 1
-                    # from host/viper/softmax.py:109
+                    # from host/viper/softmax.py:91
                     if y >= ycap:
                         continue                    # weight 0 (below float32 range)
                     # from host/viper/snippets.py:197 (snippet expq15)
@@ -195,7 +197,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
                     p = 32768 - (((r * p) >> 16) >> 1)
                     p = 32768 - ((r * p) >> 16)
-                    # from host/viper/softmax.py:112
+                    # from host/viper/softmax.py:94
                     if p > 32767:
                         p = 32767
                     S[j] = p
@@ -232,7 +234,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                 ab += rs
 
 
-# from host/viper/softmax.py:148
+# from host/viper/softmax.py:130
 @micropython.viper
 def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int):
     # j x ab: the hottest locals; as the first three they live in registers (callers pass 0s)
@@ -306,7 +308,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     md = md << 6
                 if (y >> 31) & 1:
                     md = 0 - md
-            # from host/viper/softmax.py:215
+            # from host/viper/softmax.py:197
             me = ed - 156
             o = dot
             if pmax == 0:
@@ -340,14 +342,14 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     # from host/viper/snippets.py:252 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = de
-            # from host/viper/softmax.py:228
+            # from host/viper/softmax.py:210
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
             # from host/viper/snippets.py:67 (snippet unsign)
             neg = 0
             if v < 0:
                 neg = 1
                 v = 0 - v
-            # from host/viper/softmax.py:230
+            # from host/viper/softmax.py:212
             while v >= 0x800000:
                 v = v >> 8
                 e += 8
@@ -367,7 +369,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             if v >= 0x8000:
                 v = v >> 1
                 e += 1
-            # from host/viper/softmax.py:237
+            # from host/viper/softmax.py:219
             ma = ((x & 0x7FFFFF) | 0x800000) >> 9
             if ea == 255:
                 ma = 0x7FFF
@@ -430,11 +432,11 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     pd[ab + j] = 0
                 else:
                     pd[ab + j] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/softmax.py:245
+        # from host/viper/softmax.py:227
         ab += Tk
 
 
-# from host/viper/softmax.py:248
+# from host/viper/softmax.py:230
 def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
     # ERROR BOUND: the scores carry the _gemm bound (|ds| <= 2^-11 hs max|q_h| max|k_h| / sqrt(hs),
@@ -463,7 +465,7 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     _mm(out, att, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
-# from host/viper/softmax.py:276
+# from host/viper/softmax.py:258
 def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
     # one causal query per sequence against the first T cached keys (itself included):
     # q (B, C); kc vc (B, L, C): cached keys/values, rows 0..T-1 valid
@@ -485,7 +487,7 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
     _mm(out, att, vc, out, DECODE_CONTEXT, B, T, L, C, NH)
 
 
-# from host/viper/softmax.py:297
+# from host/viper/softmax.py:279
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
@@ -496,7 +498,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:307
+# from host/viper/softmax.py:289
 def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
     # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
@@ -512,7 +514,7 @@ def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:322
+# from host/viper/softmax.py:304
 def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
     n = B * NH * Tq * Tk
@@ -521,7 +523,7 @@ def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     _mm(out, G, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:330
+# from host/viper/softmax.py:312
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
@@ -538,7 +540,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B,
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:346
+# from host/viper/softmax.py:328
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -593,13 +595,13 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:229 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:381
+    # from host/viper/softmax.py:363
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
         v = 0
     # v / B by long division (v < 2^31, B <= 2^30)
-    # from host/viper/snippets.py:546 (snippet ldiv)
+    # from host/viper/snippets.py:743 (snippet ldiv)
     q = v // B
     rem = v - q * B
     while q < 0x20000000 and v != 0:
@@ -610,7 +612,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:387
+    # from host/viper/softmax.py:369
     _store(lf, 0, v, e)
 
 
@@ -620,7 +622,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:396
+# from host/viper/softmax.py:378
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -655,7 +657,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:424
+            # from host/viper/softmax.py:406
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -674,7 +676,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:119 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:431
+        # from host/viper/softmax.py:413
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -711,7 +713,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:439
+            # from host/viper/softmax.py:421
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -723,7 +725,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:443
+            # from host/viper/softmax.py:425
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -755,7 +757,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:229 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:455
+                # from host/viper/softmax.py:437
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -772,7 +774,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:459
+            # from host/viper/softmax.py:441
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -812,7 +814,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:498
+# from host/viper/softmax.py:480
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
