@@ -62,7 +62,7 @@ def _chk(x: int):
 def _store(buf, i: int, v: int, e: int):
     # buf[i] = v * 2^e as float32 bits; |v| < 2^31. Round to nearest, flush underflow, inf on overflow.
     p = ptr32(buf)
-    #@ store(p, i, v, e)
+    store(p, i, v, e)
 
 
 @micropython.viper

@@ -36,7 +36,8 @@ def _cvbuf(i, n):
 @micropython.viper
 def _cvcopy(dst, src, n: int, ds: int, d0: int, ss: int, s0: int, w: int):
     # dst[r ds + d0 + i] = src[r ss + s0 + i] for r < n, i < w: raw bits, exact
-    #@ ptr32(pd=dst, ps=src)
+    pd = ptr32(dst)
+    ps = ptr32(src)
     for r in range(n):
         di = r * ds + d0                                            #!chk di
         si = r * ss + s0                                            #!chk si
@@ -47,7 +48,8 @@ def _cvcopy(dst, src, n: int, ds: int, d0: int, ss: int, s0: int, w: int):
 @micropython.viper
 def _im2col(col, x, b0: int, nb: int, L: int, C: int, Lout: int, K: int, st: int, pad: int, dil: int, c0: int, Cg: int):
     # col (nb Lout, Cg K): col[bi Lout + t, c K + j] = x[b0 + bi, t st + j dil - pad, c0 + c], 0 in the padding
-    #@ ptr32(pc=col, px=x)
+    pc = ptr32(col)
+    px = ptr32(x)
     CK = Cg * K
     oi = 0
     for bi in range(nb):
@@ -60,7 +62,7 @@ def _im2col(col, x, b0: int, nb: int, L: int, C: int, Lout: int, K: int, st: int
                 xi = 0 - 1                                          # in the padding
                 if p >= 0 and p < L:
                     xi = xb + p * C                                 #!chk xi
-                #@ rowcopy(pc, i, px, xi, Cg, K)
+                rowcopy(pc, i, px, xi, Cg, K)
             oi += CK
 
 
@@ -68,7 +70,8 @@ def _im2col(col, x, b0: int, nb: int, L: int, C: int, Lout: int, K: int, st: int
 def _dcol(col, dy, b0: int, nb: int, L: int, OC: int, Lout: int, K: int, st: int, pad: int, dil: int, o0: int, OCg: int):
     # col (nb L, K OCg): col[bi L + p, j OCg + o] = dy[b0 + bi, t, o0 + o] where p + pad - j dil = t st,
     # 0 <= t < Lout; 0 where no output position t used input p through tap j
-    #@ ptr32(pc=col, pd=dy)
+    pc = ptr32(col)
+    pd = ptr32(dy)
     KO = K * OCg
     for bi in range(nb):
         db = (b0 + bi) * Lout * OC + o0                             #!chk db
@@ -81,13 +84,14 @@ def _dcol(col, dy, b0: int, nb: int, L: int, OC: int, Lout: int, K: int, st: int
                     t = u // st
                     if t * st == u and t < Lout:
                         di = db + t * OC                            #!chk di
-                #@ rowcopy(pc, i, pd, di, OCg, 1)
+                rowcopy(pc, i, pd, di, OCg, 1)
 
 
 @micropython.viper
 def _wperm(wt, w, o0: int, OCg: int, Cg: int, K: int):
     # wt (Cg, K OCg): wt[c, j OCg + o] = w[o0 + o, c, j]   (w: (OC, Cg, K))
-    #@ ptr32(pt=wt, pw=w)
+    pt = ptr32(wt)
+    pw = ptr32(w)
     KO = K * OCg
     for o in range(OCg):
         wb = (o0 + o) * Cg * K                                      #!chk wb

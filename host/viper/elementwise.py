@@ -13,7 +13,8 @@ from .viper_common import _store
 def _relu(out, inp, n: int, leaky: int):
     # out (n,) = relu(inp): x > 0 iff the sign bit is clear and the bits are not 0 (subnormals
     # count); NaN -> NaN. leaky: 0.01 x (15-bit mantissa product, via _store), -inf -> -inf
-    #@ ptr32(po=out, pi=inp)
+    po = ptr32(out)
+    pi = ptr32(inp)
     for i in range(n):
         x = pi[i]
         e = (x >> 23) & 0xFF
@@ -24,7 +25,7 @@ def _relu(out, inp, n: int, leaky: int):
         elif leaky and e == 255:
             po[i] = x                   # 0.01 * -inf = -inf
         elif leaky and e != 0:
-            #@ mag(x, m, e)
+            mag(x, m, e)
             _store(out, i, 0 - (m >> 9) * 20972, e - 141 - 21)   # 0.01 ~ 20972 * 2^-21
         else:
             po[i] = 0
@@ -34,7 +35,9 @@ def _relu(out, inp, n: int, leaky: int):
 def _relu_back(dinp, dout, inp, n: int, leaky: int):
     # dinp (n,) = dout where inp > 0, else 0 (or 0.01 dout), as torch: relu passes dout where
     # not inp <= 0 (a NaN inp included), leaky_relu where inp > 0; a NaN dout stays NaN there
-    #@ ptr32(pd=dinp, pg=dout, pi=inp)
+    pd = ptr32(dinp)
+    pg = ptr32(dout)
+    pi = ptr32(inp)
     for i in range(n):
         x = pi[i]
         g = pg[i]
@@ -45,7 +48,7 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
         elif leaky and e == 255:
             pd[i] = g                   # 0.01 * (NaN or +-inf)
         elif leaky and e != 0:
-            #@ mag(g, m, e)
+            mag(g, m, e)
             v = (m >> 9) * 20972
             if (g >> 31) & 1:
                 v = 0 - v
@@ -90,7 +93,10 @@ def _tables(kind):
 @micropython.viper
 def _gelu(out, inp, n: int, tab, nan, dout, back: int):
     # back 0: out (n,) = inp Phi(inp); back 1: out (n,) = dout D(inp)
-    #@ ptr32(po=out, pi=inp, pg=dout, T=tab)
+    po = ptr32(out)
+    pi = ptr32(inp)
+    pg = ptr32(dout)
+    T = ptr32(tab)
     NANB = ptr32(nan)[0]
     one = 1 << 29
     for i in range(n):
@@ -115,7 +121,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
         if ey == 0:
             po[i] = (y >> 31) << 31             # +-0
             continue
-        #@ lookup(x, T, ex, tq, k, f, dl, ph)
+        lookup(x, T, ex, tq, k, f, dl, ph)
         if neg:
             ph = one - ph                       # 1 - Phi(|x|), 1 - D(|x|) (may be < 0)
         sg = (y >> 31) & 1
@@ -126,10 +132,10 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
             po[i] = sg << 31
             continue
         pe = 0 - 29                             # ph 2^pe, ph to [2^14, 2^15)
-        #@ norm15(ph, pe)
+        norm15(ph, pe)
         v = (((y & 0x7FFFFF) | 0x800000) >> 8) * ph                 #!chk v
         e = ey - 142 + pe
-        #@ pack(po, i, v, e, sg)
+        pack(po, i, v, e, sg)
 
 
 _NAN = array("f", [float("nan")])
@@ -166,7 +172,8 @@ def act_backward(dinp, dout, inp, out, N, kind):
 @micropython.viper
 def _drop(out, inp, keep, sc, n: int):
     # out (n,) = inp * sc[0] where keep[i] (bytes, 1 = kept), else 0
-    #@ ptr32(po=out, pi=inp)
+    po = ptr32(out)
+    pi = ptr32(inp)
     pk = ptr8(keep)
     s = ptr32(sc)[0]
     es = (s >> 23) & 0xFF
@@ -272,7 +279,7 @@ def _copy(dst, src, n: int):
     # (constant offsets index it: a quarter of the indexed loop's instructions)
     a = int(ptr32(src))
     off = int(ptr32(dst)) - a
-    #@ copy4(a, off, end, n)
+    copy4(a, off, end, n)
 
 
 first_nonfinite = _first_nonfinite

@@ -36,53 +36,13 @@ _ADD_BIAS = const(2)        # bias[n]
 def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
     # products); as the first three they live in registers (callers pass 0s)
-    #@ ptr32(S=s, po=out, pa=a, pb=b, pbias=bias)
+    S = ptr32(s)
+    po = ptr32(out)
+    pa = ptr32(a)
+    pb = ptr32(b)
+    pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
-    nb1 = 1
-    nb2 = 1
-    asb1 = 0
-    asb2 = 0
-    bsb1 = 0
-    bsb2 = 0
-    osb1 = 0
-    osb2 = 0
-    mode = _ADD_NONE
-    # the geometry of each kind, one row each (x y z w u as in the kind's comment above)
-    hs = 1
-    if (kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED) or kind >= DECODE_SCORES:
-        hs = w // u
-        nb1 = x
-        nb2 = u
-    if kind == MM_FORWARD:
-        M = x; N = z; K = y; asm = y; ask = 1; bsn = y; bsk = 1; osm = z; osn = 1
-        if w:
-            mode = _ADD_BIAS
-    elif kind == MM_DINP:
-        M = x; N = y; K = z; asm = z; ask = 1; bsn = 1; bsk = y; osm = y; osn = 1
-        if w:
-            mode = _ADD_OLD
-    elif kind == MM_DWEIGHT:
-        M = z; N = y; K = x; asm = 1; ask = z; bsn = 1; bsk = y; osm = y; osn = 1; mode = _ADD_OLD
-    elif kind == MM_DBIAS:
-        M = z; N = 1; K = x; asm = 1; ask = z; bsn = 0; bsk = 1; osm = 1; osn = 1; mode = _ADD_OLD
-    elif kind == HEAD_SCORES:
-        M = y; N = z; K = hs; asm = w; ask = 1; asb1 = y * w; asb2 = hs
-        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = z; osn = 1; osb1 = u * y * z; osb2 = y * z
-    elif kind == HEAD_CONTEXT:
-        M = y; N = hs; K = z; asm = z; ask = 1; asb1 = u * y * z; asb2 = y * z
-        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = w; osn = 1; osb1 = y * w; osb2 = hs
-    elif kind == HEAD_TRANSPOSED:
-        M = z; N = hs; K = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
-        bsn = 1; bsk = w; bsb1 = y * w; bsb2 = hs; osm = w; osn = 1; osb1 = z * w; osb2 = hs
-    elif kind == DECODE_SCORES:
-        M = 1; N = y; K = hs; asm = 0; ask = 1; asb1 = w; asb2 = hs
-        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = u * z; osb2 = z
-    elif kind == DECODE_CONTEXT:
-        M = 1; N = hs; K = y; asm = 0; ask = 1; asb1 = u * z; asb2 = z
-        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = w; osb2 = hs
-    else:   # MEAN_POOL
-        nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z
-        bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
+    gemm_geometry()                     # M N K, the strides and the addend of `kind`
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
     K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
@@ -115,7 +75,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     if mode == _ADD_BIAS:
         for n in range(N):
             v = pbias[n]
-            #@ decode(v, xm, xe)
+            decode(v, xm, xe)
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
     if fuse:
@@ -132,13 +92,13 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
             # quantize the N rows of B (block = row n, K values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
-            #@ kept(same)
+            kept(same)
             qb = ptr32(sa)                      # B row n goes to S[n * K4 ...]
             for n in range(N):
                 if same:
                     break
                 i0 = bb + n * bsn
-                #@ quantize(pb, bsk)
+                quantize(pb, bsk)
                 for k in range(K, K4):
                     qb[0] = 0
                     qb = ptr32(uint(qb) + 4)
@@ -147,21 +107,9 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # quantize row m of A into S[ex : ex + K]
                 i0 = ab + m * asm
                 qb = ptr32(sa + (ex << 2))
-                #@ quantize(pa, ask)
+                quantize(pa, ask)
                 ea = emax - 252 - P - P + sh4
-                a0 = S[ex]
-                a1 = S[ex + 1]
-                a2 = S[ex + 2]
-                a3 = S[ex + 3]
-                a4 = 0
-                a5 = 0
-                a6 = 0
-                a7 = 0
-                if nc == 2:
-                    a4 = S[ex + 4]
-                    a5 = S[ex + 5]
-                    a6 = S[ex + 6]
-                    a7 = S[ex + 7]
+                gemm_arow()
                 pw = po
                 oi = ob + m * osm
                 qb = ptr32(sa)                  # B row n; mac4 moves it to the next row
@@ -169,12 +117,12 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                         pw = pbias
                         oi = m
-                    #@ mac4(acc)
+                    mac4(acc)
                     e = ea + S[xq + n]          # value = acc * 2^e
-                    #@ addend(acc, e)
+                    addend(acc, e)
                     # pack acc * 2^e into float32 bits
                     v = acc
-                    #@ store(pw, oi, v, e)
+                    store(pw, oi, v, e)
                     oi += osn
     return 0
 
@@ -257,7 +205,8 @@ def _invT(T):
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
     # (m >> 8) * im < 2^16 * 2^15 = 2^31, rounded to float32 like _store, then copied T times
-    #@ ptr32(pi=dinp, po=dout)
+    pi = ptr32(dinp)
+    po = ptr32(dout)
     TC = T * C
     for b in range(B):
         for c in range(C):
@@ -274,7 +223,7 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                 v = (m >> 8) * im                                   #!chk v
                 sg = (x >> 31) & 1
                 e = ex - 142 + ie
-                #@ pack(pi, i, v, e, sg)
+                pack(pi, i, v, e, sg)
             r = pi[i]
             for t in range(1, T):
                 i += C

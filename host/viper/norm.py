@@ -22,7 +22,13 @@ _NAN = array("f", [float("nan")])
 #   y = d (16 bits) * rstd / C (15 bits) -> 16 bits, times w (15 bits) < 2^31, then + b.
 @micropython.viper
 def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, epe: int):
-    #@ ptr32(po=out, pm=mean, pr=rstd, pi=inp, pw=weight, pb=bias, S=s)
+    po = ptr32(out)
+    pm = ptr32(mean)
+    pr = ptr32(rstd)
+    pi = ptr32(inp)
+    pw = ptr32(weight)
+    pb = ptr32(bias)
+    S = ptr32(s)
     NANB = ptr32(nan)[0]
     b30 = 30
     top = 1 << b30                      # 2^30 (a literal would be folded into a bigint)
@@ -54,29 +60,13 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             emax = 1
         base = emax + 24 - P
         L = base - 150
-        # quantize: q_c = round(x_c 2^-L), |q_c| <= 2^P; sum
-        sm = 0
-        for c in range(C):
-            x = pi[ib + c]
-            e = (x >> 23) & 0xFF
-            q = 0
-            if e != 0:
-                q = (x & 0x7FFFFF) | 0x800000
-                sh = base - e
-                if sh > 30:
-                    q = 0
-                elif sh > 0:
-                    q = (q + (1 << (sh - 1))) >> sh
-                if (x >> 31) & 1:
-                    q = 0 - q
-            S[c] = q
-            sm += q                                             #!chk sm
+        ln_sum()                        # S[c] = q_c = round(x_c 2^-L), |q_c| <= 2^P; sm their sum
         # mean = sm / C * 2^L
         v = sm
-        #@ unsign(v, sg)
+        unsign(v, sg)
         e = L
-        #@ ldiv(v, e, C, qq, rem)
-        #@ pack(pm, n, v, e, sg, t, sh, bx)
+        ldiv(v, e, C, qq, rem)
+        pack(pm, n, v, e, sg, t, sh, bx)
         # d_c = C q_c - sum (exact), the largest |d|
         dmax = 0
         for c in range(C):
@@ -86,43 +76,22 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 d = 0 - d
             if d > dmax:
                 dmax = d
-        # d cut to 22 bits: dn = d 2^-ds
-        ds = 0
-        if dmax != 0:
-            while (dmax >> ds) >= 0x400000:
-                ds += 1
-            if ds == 0:
-                while ds > 0 - 22 and (dmax << (0 - ds)) < 0x200000:
-                    ds -= 1
-        ssq = 0
-        rh = (1 << sh3) >> 1
-        for c in range(C):
-            d = (S[c] ^ sx) - sx        # (ptr32 loads zero-extend on a 64-bit host)
-            if d < 0:
-                d = 0 - d
-            if ds > 0:
-                d = (d + (1 << (ds - 1))) >> ds
-            elif ds < 0:
-                d = d << (0 - ds)
-            h = d >> 11
-            lo = d & 0x7FF
-            t = h * h + ((h * lo * 2 + ((lo * lo) >> 11)) >> 11)   #!chk t
-            ssq += (t + rh) >> sh3                              #!chk ssq
+        ln_ssq()                        # ssq = sum d_c^2, d_c = S[c] cut to 22 bits (d 2^-ds)
         # var = ssq 2^(22 + sh3 + 2 ds + 2 L) / C^3, then + eps
         vm = ssq
         ve = 22 + sh3 + ds + ds + L + L
         if vm != 0:
-            #@ norm30(vm, ve)
+            norm30(vm, ve)
             for k in range(3):
-                #@ ldiv(vm, ve, C, qq, rem)
+                ldiv(vm, ve, C, qq, rem)
         em = epm << 15                  # eps with 30 bits, like var (addto0 keeps the larger
         ee = epe - 15                   # one's exponent; it shifts its operands in place)
-        #@ addto0(vm, ve, em, ee, sh)
-        #@ norm30(vm, ve)
+        addto0(vm, ve, em, ee, sh)
+        norm30(vm, ve)
         if ve & 1:
             vm = vm >> 1
             ve += 1
-        #@ isqrt(vm, r)
+        isqrt(vm, r)
         if vm - r * r > r:
             r += 1                      # sqrt(vm) rounded: r in [2^14, 2^15]
         rq = (top + (r >> 1)) // r      # 2^30 / r in [2^15, 2^16]
@@ -130,11 +99,11 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         v = rq
         e = re
         sg = 0
-        #@ pack(pr, n, v, e, sg, t, sh, bx)
+        pack(pr, n, v, e, sg, t, sh, bx)
         # f = rstd 2^L / C as 15 bits fm 2^fe
         fm = rq << 13
         fe = re + L - 13
-        #@ ldiv(fm, fe, C, qq, rem)
+        ldiv(fm, fe, C, qq, rem)
         fm = fm >> 15
         fe += 15
         _ln_apply(out, weight, bias, s, ib, C, fm, fe)
@@ -143,12 +112,15 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
 @micropython.viper
 def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
     # row ib of the output: y_c = d_c f w_c + b_c, d_c = S[c] (_ln), f = fm 2^fe (15 bits)
-    #@ ptr32(po=out, pw=weight, pb=bias, S=s)
+    po = ptr32(out)
+    pw = ptr32(weight)
+    pb = ptr32(bias)
+    S = ptr32(s)
     b31 = 31
     sx = 1 << b31
     for c in range(C):
         d = (S[c] ^ sx) - sx
-        #@ load30(pb, c, x, eb, bm, be)
+        load30(pb, c, x, eb, bm, be)
         y = pw[c]
         ew = (y >> 23) & 0xFF
         v = 0
@@ -159,7 +131,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
                 sg = sg ^ 1
                 d = 0 - d
             e = 0
-            #@ norm16(d, e)
+            norm16(d, e)
             v = (d * fm) >> 15                              #!chk v
             wm = ((y & 0x7FFFFF) | 0x800000) >> 9
             if ew == 255:
@@ -169,8 +141,8 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
             e = e + fe + 15 + ew - 150 + 9 + 1
             if sg:
                 v = 0 - v
-        #@ addto0(v, e, bm, be, sh)
-        #@ store(po, ib + c, v, e)
+        addto0(v, e, bm, be, sh)
+        store(po, ib + c, v, e)
 
 
 def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C):
@@ -203,7 +175,15 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
 #   each term is cut below 2^29 (< 2^31), then times rstd (15 bits) [B7].
 @micropython.viper
 def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C: int, flags: int):
-    #@ ptr32(pd=dinp, pdw=dweight, pdb=dbias, pg=dout, pi=inp, pw=weight, pm=mean, pr=rstd, S=s)
+    pd = ptr32(dinp)
+    pdw = ptr32(dweight)
+    pdb = ptr32(dbias)
+    pg = ptr32(dout)
+    pi = ptr32(inp)
+    pw = ptr32(weight)
+    pm = ptr32(mean)
+    pr = ptr32(rstd)
+    S = ptr32(s)
     NANB = ptr32(nan)[0]
     b31 = 31
     sx = 1 << b31
@@ -233,7 +213,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         mmn = 0
         mme = 0
         if emn != 0:
-            #@ mant30(y, mmn, emn)
+            mant30(y, mmn, emn)
             mme = emn - 156
         rm = ((z & 0x7FFFFF) | 0x800000) >> 9
         rex = er - 141                          # rstd = rm 2^rex
@@ -241,31 +221,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         emd = 0 - 100000
         emp = 0 - 100000
         for c in range(C):
-            x = pi[ib + c]
-            ex = (x >> 23) & 0xFF
-            xm = 0
-            if ex != 0:
-                #@ mant30(x, xm, ex)
-            if xm == 0:
-                v = 0 - mmn
-                e = mme
-            elif mmn == 0:
-                v = xm
-                e = ex - 156
-            else:
-                xe = ex - 156
-                mb = mmn                        # (alignsub shifts its operands in place)
-                #@ alignsub(xm, xe, mb, mme, v, e, sh)
-            #@ unsign(v, sg)
-            xe = 0
-            if v != 0:
-                #@ norm16(v, e)
-                v = v * rm                                      #!chk v
-                xe = e + rex
-                if sg:
-                    v = 0 - v
-            S[c] = v
-            S[C + c] = xe
+            ln_xhat()                       # S[c], S[C + c] = xhat_c as v 2^xe
             g = pg[ib + c]
             w = pw[c]
             eg = (g >> 23) & 0xFF
@@ -294,28 +250,22 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
             de = (S[3 * C + c] ^ sx) - sx
             sh = emd - de + ha
             t = dm
-            #@ rsh(t, sh)
+            rsh(t, sh)
             acca += t                                           #!chk acca
             xm = (S[c] ^ sx) - sx
             if xm != 0:
                 xe = (S[C + c] ^ sx) - sx
                 t = (dm >> 16) * (xm >> 16)                     #!chk t
                 sh = emp - de - xe + ha
-                #@ rsh(t, sh)
+                rsh(t, sh)
                 accb += t                                       #!chk accb
         # a = A / C = am 2^ae, b = B / C = bm 2^be (30 bits, signed)
         am = acca
         ae = emd + ha
-        #@ unsign(am, asg)
-        #@ ldiv(am, ae, C, qq, rem)
-        if asg:
-            am = 0 - am
+        sdiv(am, ae, C, asg, qq, rem)
         bm = accb
         be = emp + 32 + ha
-        #@ unsign(bm, bsg)
-        #@ ldiv(bm, be, C, qq, rem)
-        if bsg:
-            bm = 0 - bm
+        sdiv(bm, be, C, bsg, qq, rem)
         _lnb_apply(dinp, dweight, dbias, dout, s, ib, C, flags, am >> 1, ae + 1, bm, be, rm, rex)
 
 
@@ -325,7 +275,11 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
     # row ib: dinp_c = rstd (dn_c - a - xhat_c b), a = am 2^ae (< 2^29), b = bm 2^bex (30 bits);
     # (bex: the snippets pack and fadd use `be` for themselves)
     # dweight_c += dout_c xhat_c; dbias_c += dout_c. xhat, dn from _lnb's scratch S.
-    #@ ptr32(pd=dinp, pdw=dweight, pdb=dbias, pg=dout, S=s)
+    pd = ptr32(dinp)
+    pdw = ptr32(dweight)
+    pdb = ptr32(dbias)
+    pg = ptr32(dout)
+    S = ptr32(s)
     b31 = 31
     sx = 1 << b31
     for c in range(C):
@@ -345,22 +299,22 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
             M = te
         if dm != 0:
             sh = M - de
-            #@ rsh(dm, sh)
+            rsh(dm, sh)
         a = am
         if a != 0:
             sh = M - ae
-            #@ rsh(a, sh)
+            rsh(a, sh)
         if t != 0:
             sh = M - te
-            #@ rsh(t, sh)
+            rsh(t, sh)
         v = dm - a - t                                          #!chk v
         e = M
-        #@ unsign(v, sg)
+        unsign(v, sg)
         if v != 0:
-            #@ norm16(v, e)
+            norm16(v, e)
             v = v * rm                                          #!chk v
             e = e + rex
-        #@ pack(pd, ib + c, v, e, sg)
+        pack(pd, ib + c, v, e, sg)
         g = pg[ib + c]
         eg = (g >> 23) & 0xFF
         if (flags & 1) and eg != 0 and xm != 0:
@@ -374,9 +328,9 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 sg = sg ^ 1
             if sg:
                 p = 0 - p
-            #@ load30(pdw, c, y, ey, om, oe)
-            #@ addto0(p, pe, om, oe, sh)
-            #@ store(pdw, c, p, pe)
+            load30(pdw, c, y, ey, om, oe)
+            addto0(p, pe, om, oe, sh)
+            store(pdw, c, p, pe)
         if flags & 2:
             xa = pdb[c]
-            #@ fadd(pdb, c, xa, g)
+            fadd(pdb, c, xa, g)

@@ -97,7 +97,8 @@ def _adam_consts(c, cf, t: int):
     # bc = 1 - beta^t, from the float32 bits of cf = [lr, beta1, beta2, eps] (lr, eps > 0, betas in
     # [0, 1); t = 0: cf = [lr, bc1, bc2, eps], bc in (0, 1]) with no float boxed: beta^t in Q30 by squaring and multiplying, each product
     # (a b) >> 30 from 15-bit halves (ah bh, ah bl + al bh < 2^31), truncated (2 units of 2^-30)
-    #@ ptr32(C=c, F=cf)
+    C = ptr32(c)
+    F = ptr32(cf)
     b30 = 30
     one = 1 << b30                                     # (a variable: 1 << 30 would be a bigint)
     bc1 = one
@@ -180,38 +181,44 @@ def _adam_all() -> int:
     for k in range(6):                 # the parameters must fit the shortest buffer
         if k != 3 and int(len(J[k])) < total:
             total = int(len(J[k]))
-    #@ adam_load()
+    adam_load()
     D1 = K1 - KB1
     o = 0
     for k in range(count):
-        #@ opt_tensor()
+        opt_tensor()
+        if fits == 0:
+            return -2
         while a < end:
             x = ptr32(a + dg)[0]
             if wdm != 0 and dec == 0:
-                #@ adam_coupled()
+                adam_coupled()
             eg = (x >> 23) & 0xFF
             t = ptr32(a)[0]
             em = (t >> 23) & 0xFF
             # ---- m' = beta1 m + (1 - beta1) d ----
-            #@ adam_m()
+            adam_m()
             # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
-            #@ adam_v()
+            adam_v()
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
             if wdm != 0 and dec != 0:
-                #@ adam_decoupled()
-            #@ opt_unchanged()
+                adam_decoupled()
+            if s == 0:                          # p' = p; on to the next element
+                opt_unchanged()
+                a += 4
+                continue
             h = xv2 >> 24
             j = (xv2 >> 16) & 0xFF
             t = SQ[j]
             den = t + (((SQ[j + 1] - t) * ((xv2 >> 8) & 0xFF)) >> 8)      #!chk den
             if h < E0:
-                #@ adam_den()
+                adam_den()
             q = (s >> 8) * cm                                           #!chk q
             q = (q + (den >> 1)) // den         # rounded: (2^31 + 2^15) // 2^14.5
             X = bm - h + CE                     # step = q 2^(X - 156)
-            #@ adam_pfast()
-            #@ adam_general()
+            adam_pfast()
+            if done == 0:
+                adam_general()
             a += 4
         if bad:
             return k
@@ -255,18 +262,20 @@ def _sgd_all() -> int:
         if int(len(J[1])) < total:
             total = int(len(J[1]))
     C = ptr32(_SGDC)
-    #@ am_common(C)
+    am_common(C)
     lrm = C[_AM_CM]
     LRE = (C[_AM_CE] ^ sx) - sx
     K1 = 0
     D1 = 0 - KB1
     o = 0
     for k in range(count):
-        #@ opt_tensor()
+        opt_tensor()
+        if fits == 0:
+            return -2
         while a < end:
             x = ptr32(a + dg)[0]
             if wdm != 0:
-                #@ adam_coupled()
+                adam_coupled()
             eg = (x >> 23) & 0xFF
             t = 0
             if hasbuf:
@@ -275,15 +284,19 @@ def _sgd_all() -> int:
                     bad = 1
             em = (t >> 23) & 0xFF
             # ---- d = g + momentum buf: the new buffer (written at a + dmn, then p' over it) ----
-            #@ adam_m()
+            adam_m()
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
-            #@ opt_unchanged()
+            if s == 0:                          # p' = p; on to the next element
+                opt_unchanged()
+                a += 4
+                continue
             q = (s >> 8) * lrm                                          #!chk q
             q = q >> 15
             X = bm + LRE                        # step = q 2^(X - 156)
-            #@ adam_pfast()
-            #@ adam_general()
+            adam_pfast()
+            if done == 0:
+                adam_general()
             a += 4
         if bad:
             return k
@@ -303,7 +316,7 @@ def _commit(params, newp, count: int) -> int:
             return -2
         a = int(S) + 4 * o
         off = int(ptr32(pd)) - a
-        #@ copy4(a, off, end, n)
+        copy4(a, off, end, n)
         o += n
     return 0
 

@@ -11,7 +11,9 @@ import micropython
 @micropython.viper
 def _add(out, a, b, n: int, boff: int, bwrap: int):
     # out[i] = a[i] + b[boff + i % bwrap] for i < n (out may be a or b); bwrap = n: a plain add
-    #@ ptr32(po=out, pa=a, pb=b)
+    po = ptr32(out)
+    pa = ptr32(a)
+    pb = ptr32(b)
     j = 0
     for i in range(n):
         xa = pa[i]
@@ -19,7 +21,7 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
         j += 1
         if j == bwrap:
             j = 0
-        #@ fadd(po, i, xa, xb)
+        fadd(po, i, xa, xb)
 
 
 def add_forward(out, a, b, n):
@@ -56,7 +58,9 @@ def _token(x: int, V: int) -> int:
 @micropython.viper
 def _embed(out, ids, table, N: int, C: int, V: int) -> int:
     # out (N, C) = table[ids]; the index of the first bad id (its row not written), or -1
-    #@ ptr32(po=out, pi=ids, pt=table)
+    po = ptr32(out)
+    pi = ptr32(ids)
+    pt = ptr32(table)
     ob = 0
     for n in range(N):
         x = pi[n]
@@ -73,7 +77,9 @@ def _embed(out, ids, table, N: int, C: int, V: int) -> int:
 @micropython.viper
 def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
     # dtable (V, C) += dout (N, C) rows at ids (ids checked by the forward)
-    #@ ptr32(pt=dtable, po=dout, pi=ids)
+    pt = ptr32(dtable)
+    po = ptr32(dout)
+    pi = ptr32(ids)
     ob = 0
     for n in range(N):
         t = int(_token(pi[n], V))
@@ -82,7 +88,7 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
             for c in range(C):
                 xa = pt[tb + c]
                 xb = po[ob + c]
-                #@ fadd(pt, tb + c, xa, xb)
+                fadd(pt, tb + c, xa, xb)
         ob += C
 
 
@@ -99,7 +105,8 @@ def embedding_backward(dtable, dout, ids, N, C):
 
 @micropython.viper
 def _kv(cache, src, B: int, S: int, L: int, C: int, pos: int):
-    #@ ptr32(pc=cache, ps=src)
+    pc = ptr32(cache)
+    ps = ptr32(src)
     si = 0
     for b in range(B):
         ci = (b * L + pos) * C
@@ -146,7 +153,8 @@ def argmax(buf, off, n):
 
 @micropython.viper
 def _gather(dst, src, idx, start: int, B: int, F: int):
-    #@ ptr32(pd=dst, ps=src)
+    pd = ptr32(dst)
+    ps = ptr32(src)
     o = 0
     for k in range(B):
         i = int(idx[start + k]) * F

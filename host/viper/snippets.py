@@ -1,18 +1,20 @@
-# The code the viper kernels inline, each piece written once (host/gen_viper.py expands a source
-# line `#@ name(args)` into the body below with the parameters renamed to the arguments; the
-# parameters name every variable the snippet writes, so a caller can keep two copies apart).
-# Not a module: nothing imports this file.
+# The code the viper kernels inline, each piece written once. A kernel uses a snippet by calling
+# it as a statement, `store(pw, oi, acc, e)`, and host/gen_viper.py puts the body there with the
+# parameters renamed to the arguments. A snippet has no locals of its own: the caller's names it
+# reads or writes by their own names are declared after its docstring (`# in:`, `# out:`), and it
+# never leaves the caller's control flow (no return; break and continue only in its own loops).
+# The generator checks both. Not a module: nothing imports this file.
 
 
 def pack(p, i, v, e, sg, t, sh, be):
     """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits and
     rounded to nearest, exponent biased; an underflow is flushed to 0, an overflow is +-inf."""
-    #@ pack_by(p, i, v, e, sg, t, sh, be, round_near)
+    pack_by(p, i, v, e, sg, t, sh, be, round_near)
 
 
 def pack_even(p, i, v, e, sg, t, sh, be):
     """pack, rounding ties to even as IEEE (the lowest kept bit decides): p[i] = (-1)^sg * v * 2^e; an underflow is flushed to 0, an overflow is +-inf."""
-    #@ pack_by(p, i, v, e, sg, t, sh, be, round_even)
+    pack_by(p, i, v, e, sg, t, sh, be, round_even)
 
 
 def pack_by(p, i, v, e, sg, t, sh, be, rnd):
@@ -25,21 +27,21 @@ def pack_by(p, i, v, e, sg, t, sh, be, rnd):
         if v >= 0x1000000:
             t = v >> 24                     # 1 .. 127: sh = its bit length
             sh = 1
-            #@ down(t, sh, 16, 4)
-            #@ down(t, sh, 4, 2)
+            down(t, sh, 16, 4)
+            down(t, sh, 4, 2)
             if t >= 2:
                 sh += 1
-            #@ rnd(v, sh)
+            rnd(v, sh)
             e += sh
             if v >= 0x1000000:
                 v = v >> 1
                 e += 1
         else:
-            #@ up(v, e, 0x100, 16)
-            #@ up(v, e, 0x10000, 8)
-            #@ up(v, e, 0x100000, 4)
-            #@ up(v, e, 0x400000, 2)
-            #@ up(v, e, 0x800000, 1)
+            up(v, e, 0x100, 16)
+            up(v, e, 0x10000, 8)
+            up(v, e, 0x100000, 4)
+            up(v, e, 0x400000, 2)
+            up(v, e, 0x800000, 1)
         be = e + 150
         if be >= 255:
             be = 255
@@ -80,16 +82,17 @@ def normto(v, e, hi, lo):
 
 def norm16(v, e):
     """v > 0 brought to 2^15 <= v < 2^16 by shifts, e counts them."""
-    #@ normto(v, e, 0x10000, 0x8000)
+    normto(v, e, 0x10000, 0x8000)
 
 
 def norm15(v, e):
     """v > 0 brought to 2^14 <= v < 2^15 by shifts, e counts them."""
-    #@ normto(v, e, 0x8000, 0x4000)
+    normto(v, e, 0x8000, 0x4000)
 
 
 def rowcopy(pc, i, ps, si, n, step):
     """pc[i + k step] = ps[si + k] for k < n, or 0 when si < 0 (a row in the padding); i moves on."""
+    # out: k
     if si < 0:
         for k in range(n):
             pc[i] = 0
@@ -102,8 +105,8 @@ def rowcopy(pc, i, ps, si, n, step):
 
 def store(p, i, v, e, sg, t, sh, be):
     """p[i] = v * 2^e as float32 bits, |v| < 2^31 (the body of _store)."""
-    #@ unsign(v, sg)
-    #@ pack(p, i, v, e, sg, t, sh, be)
+    unsign(v, sg)
+    pack(p, i, v, e, sg, t, sh, be)
 
 
 def decode(x, m, e):
@@ -112,7 +115,7 @@ def decode(x, m, e):
     e = (x >> 23) & 0xFF
     m = 0
     if e != 0:
-        #@ mag(x, m, e)
+        mag(x, m, e)
         if (x >> 31) & 1:
             m = 0 - m
 
@@ -139,6 +142,7 @@ def mant30(x, m, e):
 
 def scaled(v, sh, y, lg):
     """y = v * 2^sh (v >= 0; a right shift rounds), capped at ycap = 2^lg."""
+    # in: ycap
     if sh >= 0:
         if sh > lg or v > (ycap >> sh):
             y = ycap
@@ -163,7 +167,8 @@ def gap(x, m, e, dv, de, sh):
     """dv * 2^(de - 150) = max - s >= 0 for the float32 bits x of s and the row max mx * 2^(ex - 150)
     (mx signed, ex >= 1): the smaller exponent's mantissa shifted right (rounded), so the
     difference is exact to half an ulp of the larger; |dv| < 2^25; a 24-bit shift or more leaves 0."""
-    #@ decode(x, m, e)
+    # in: ex, mx
+    decode(x, m, e)
     if e == 0:
         e = 1
     if ex >= e:
@@ -216,11 +221,11 @@ def addto(a, ae, b, be, sh):
     rounded to nearest, 0 beyond 30 bits); |a|, |b| < 2^30 keeps the sum below 2^31."""
     if ae >= be:
         sh = ae - be
-        #@ rsh(b, sh)
+        rsh(b, sh)
         a = a + b                                       #!chk a
     else:
         sh = be - ae
-        #@ rsh(a, sh)
+        rsh(a, sh)
         a = a + b                                       #!chk a
         ae = be
 
@@ -231,19 +236,19 @@ def addto0(a, ae, b, be, sh):
         a = b
         ae = be
     elif b != 0:
-        #@ addto(a, ae, b, be, sh)
+        addto(a, ae, b, be, sh)
 
 
 def alignsub(a, ae, b, be, v, e, sh):
     """v * 2^e = a * 2^ae - b * 2^be, aligned to the larger exponent as in addto; |a|, |b| < 2^30."""
     if ae >= be:
         sh = ae - be
-        #@ rsh(b, sh)
+        rsh(b, sh)
         v = a - b                                       #!chk v
         e = ae
     else:
         sh = be - ae
-        #@ rsh(a, sh)
+        rsh(a, sh)
         v = a - b                                       #!chk v
         e = be
 
@@ -264,26 +269,30 @@ def up(v, e, lim, s):
 
 def slot(m, e, s):
     """A constant of the int array C: mantissa C[s], exponent C[s + 1] (sign-extended: sx = 2^31)."""
+    # in: C, sx
     m = C[s]
     e = (C[s + 1] ^ sx) - sx
 
 
 def norm30(m, e):
     """m * 2^e with 0 < m < 2^31 normalized to 2^29 <= m < 2^30 (top = 2^30)."""
+    # in: top
     while m >= top:
         m = m >> 1
         e += 1
-    #@ up(m, e, 0x4000, 16)
-    #@ up(m, e, 0x400000, 8)
-    #@ up(m, e, 0x4000000, 4)
-    #@ up(m, e, 0x10000000, 2)
-    #@ up(m, e, 0x20000000, 1)
+    up(m, e, 0x4000, 16)
+    up(m, e, 0x400000, 8)
+    up(m, e, 0x4000000, 4)
+    up(m, e, 0x10000000, 2)
+    up(m, e, 0x20000000, 1)
 
 
 def quantize(src, stride):
     """One block of K values src[i0], src[i0 + stride], ... to qb[0 ...] (qb advances by K): P-bit
     signed ints of the block's largest exponent emax (block float, see kernels_viper.py);
     base = emax + 24 - P, so q = round(mantissa 2^(e - base)), |q| <= lim = 2^P - 1."""
+    # in: i0, K, lim, P
+    # out: base, e, emax, k, mm, q, qa, qb, sh, st4, v
     # qa walks the block (a register local of _gemm: each load has a constant offset)
     st4 = stride << 2
     emax = 0
@@ -303,7 +312,7 @@ def quantize(src, stride):
         e = (v >> 23) & 0xFF
         q = 0
         if e != 0:
-            #@ mag(v, mm, e)
+            mag(v, mm, e)
             sh = base - e           # >= 24 - P = 10
             if sh <= 30:
                 q = (mm + (1 << (sh - 1))) >> sh
@@ -315,11 +324,202 @@ def quantize(src, stride):
         qb = ptr32(uint(qb) + 4)
 
 
-# ---- _gemm's inner loop (used once; kept here so _gemm reads as its outline) -------------------
+# ---- _softmax's part (used once; kept here so _softmax reads as its outline) ----------------
+def softmax_max():
+    """_softmax's pass 1: the largest visible score of the row at pa[ab ...] (j <= last, not
+    masked), compared as sign-magnitude ints, as a signed mantissa mx * 2^(ex - 150) (mx = 0 for
+    zeros / subnormals and for a row with nothing visible, ex >= 1)."""
+    # in: ab, b, hasmask, last, pa, pm, Tk
+    # out: e, ex, j, mj, mk, mx, v, x
+    # pass 1: the largest visible score, compared as sign-magnitude ints
+    mk = 0
+    mj = 0 - 1
+    for j in range(Tk):
+        if j > last or (hasmask and pm[b * Tk + j] != 0):
+            continue
+        x = pa[ab + j]
+        key(x, v, e)
+        if mj < 0 or v > mk:
+            mk = v
+            mj = j
+    # the max as a signed mantissa mx * 2^(ex - 150) (0 for zeros / subnormals)
+    mx = 0
+    ex = 1
+    if mj >= 0:
+        x = pa[ab + mj]
+        decode(x, mx, ex)
+        if ex == 0:
+            ex = 1
+
+
+# ---- LayerNorm's parts (used once; kept here so _ln and _lnb read as their outlines) -----------
+def ln_sum():
+    """_ln's row quantized: S[c] = q_c = round(x_c 2^-L) (x_c = pi[ib + c], 2^L = 2^(base - 150)),
+    |q_c| <= 2^P; sm = the sum of the q_c."""
+    # in: base, C, ib, pi, S
+    # out: c, e, q, sh, sm, x
+    sm = 0
+    for c in range(C):
+        x = pi[ib + c]
+        e = (x >> 23) & 0xFF
+        q = 0
+        if e != 0:
+            q = (x & 0x7FFFFF) | 0x800000
+            sh = base - e
+            if sh > 30:
+                q = 0
+            elif sh > 0:
+                q = (q + (1 << (sh - 1))) >> sh
+            if (x >> 31) & 1:
+                q = 0 - q
+        S[c] = q
+        sm += q                                             #!chk sm
+
+
+def ln_ssq():
+    """_ln's sum of squares: the d_c = S[c] (largest |d| dmax) cut to 22 bits, dn = d 2^-ds, each
+    square in 22 bits (two 11-bit halves), ssq = their sum, shifted right by sh3 (rounded, rh)."""
+    # in: C, dmax, S, sh3, sx
+    # out: c, d, ds, h, lo, rh, ssq, t
+    # d cut to 22 bits: dn = d 2^-ds
+    ds = 0
+    if dmax != 0:
+        while (dmax >> ds) >= 0x400000:
+            ds += 1
+        if ds == 0:
+            while ds > 0 - 22 and (dmax << (0 - ds)) < 0x200000:
+                ds -= 1
+    ssq = 0
+    rh = (1 << sh3) >> 1
+    for c in range(C):
+        d = (S[c] ^ sx) - sx        # (ptr32 loads zero-extend on a 64-bit host)
+        if d < 0:
+            d = 0 - d
+        if ds > 0:
+            d = (d + (1 << (ds - 1))) >> ds
+        elif ds < 0:
+            d = d << (0 - ds)
+        h = d >> 11
+        lo = d & 0x7FF
+        t = h * h + ((h * lo * 2 + ((lo * lo) >> 11)) >> 11)   #!chk t
+        ssq += (t + rh) >> sh3                              #!chk ssq
+
+
+def ln_xhat():
+    """_lnb's xhat_c = (x_c - mean) rstd for x_c = pi[ib + c]: v 2^xe (v signed, 16 x 15 bits;
+    0 for 0), stored at S[c], S[C + c]; mean = mmn 2^mme, rstd = rm 2^rex."""
+    # in: c, C, ib, mme, mmn, pi, rex, rm, S
+    # out: e, ex, mb, sg, sh, v, x, xe, xm
+    x = pi[ib + c]
+    ex = (x >> 23) & 0xFF
+    xm = 0
+    if ex != 0:
+        mant30(x, xm, ex)
+    if xm == 0:
+        v = 0 - mmn
+        e = mme
+    elif mmn == 0:
+        v = xm
+        e = ex - 156
+    else:
+        xe = ex - 156
+        mb = mmn                        # (alignsub shifts its operands in place)
+        alignsub(xm, xe, mb, mme, v, e, sh)
+    unsign(v, sg)
+    xe = 0
+    if v != 0:
+        norm16(v, e)
+        v = v * rm                                      #!chk v
+        xe = e + rex
+        if sg:
+            v = 0 - v
+    S[c] = v
+    S[C + c] = xe
+
+
+# ---- _gemm's parts (used once; kept here so _gemm reads as its outline) -------------------
+def gemm_geometry():
+    """The geometry of _gemm's product `kind` from its sizes x y z w u (see MM_FORWARD ... in
+    gemm.py): M rows of A, N rows of B, K terms; the strides of A (asm per row, ask per term),
+    B (bsn, bsk) and the output (osm, osn); the batch loops nb1 x nb2 with their strides (asb1 ...
+    osb2); hs the head size; mode the addend (_ADD_NONE, _ADD_OLD or _ADD_BIAS)."""
+    # in: kind, x, y, z, w, u, MM_FORWARD, MM_DINP, MM_DWEIGHT, MM_DBIAS, HEAD_SCORES, HEAD_CONTEXT
+    # in: HEAD_TRANSPOSED, DECODE_SCORES, DECODE_CONTEXT, _ADD_NONE, _ADD_OLD, _ADD_BIAS
+    # out: M, N, K, asm, ask, bsn, bsk, osm, osn, nb1, nb2, asb1, asb2, bsb1, bsb2, osb1, osb2
+    # out: hs, mode
+    nb1 = 1
+    nb2 = 1
+    asb1 = 0
+    asb2 = 0
+    bsb1 = 0
+    bsb2 = 0
+    osb1 = 0
+    osb2 = 0
+    mode = _ADD_NONE
+    # the geometry of each kind, one row each (x y z w u as gemm.py's comment on the kind says)
+    hs = 1
+    if (kind >= HEAD_SCORES and kind <= HEAD_TRANSPOSED) or kind >= DECODE_SCORES:
+        hs = w // u
+        nb1 = x
+        nb2 = u
+    if kind == MM_FORWARD:
+        M = x; N = z; K = y; asm = y; ask = 1; bsn = y; bsk = 1; osm = z; osn = 1
+        if w:
+            mode = _ADD_BIAS
+    elif kind == MM_DINP:
+        M = x; N = y; K = z; asm = z; ask = 1; bsn = 1; bsk = y; osm = y; osn = 1
+        if w:
+            mode = _ADD_OLD
+    elif kind == MM_DWEIGHT:
+        M = z; N = y; K = x; asm = 1; ask = z; bsn = 1; bsk = y; osm = y; osn = 1; mode = _ADD_OLD
+    elif kind == MM_DBIAS:
+        M = z; N = 1; K = x; asm = 1; ask = z; bsn = 0; bsk = 1; osm = 1; osn = 1; mode = _ADD_OLD
+    elif kind == HEAD_SCORES:
+        M = y; N = z; K = hs; asm = w; ask = 1; asb1 = y * w; asb2 = hs
+        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = z; osn = 1; osb1 = u * y * z; osb2 = y * z
+    elif kind == HEAD_CONTEXT:
+        M = y; N = hs; K = z; asm = z; ask = 1; asb1 = u * y * z; asb2 = y * z
+        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = w; osn = 1; osb1 = y * w; osb2 = hs
+    elif kind == HEAD_TRANSPOSED:
+        M = z; N = hs; K = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
+        bsn = 1; bsk = w; bsb1 = y * w; bsb2 = hs; osm = w; osn = 1; osb1 = z * w; osb2 = hs
+    elif kind == DECODE_SCORES:
+        M = 1; N = y; K = hs; asm = 0; ask = 1; asb1 = w; asb2 = hs
+        bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = u * z; osb2 = z
+    elif kind == DECODE_CONTEXT:
+        M = 1; N = hs; K = y; asm = 0; ask = 1; asb1 = u * z; asb2 = z
+        bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = w; osb2 = hs
+    else:   # MEAN_POOL
+        nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z
+        bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
+
+
+def gemm_arow():
+    """A's quantized row at S[ex ...] into a0..a7 (a4..a7 only for two chunks, nc == 2): the inner
+    products of mac4 read them from locals."""
+    # in: ex, nc, S
+    # out: a0, a1, a2, a3, a4, a5, a6, a7
+    a0 = S[ex]
+    a1 = S[ex + 1]
+    a2 = S[ex + 2]
+    a3 = S[ex + 3]
+    a4 = 0
+    a5 = 0
+    a6 = 0
+    a7 = 0
+    if nc == 2:
+        a4 = S[ex + 4]
+        a5 = S[ex + 5]
+        a6 = S[ex + 6]
+        a7 = S[ex + 7]
+
+
 def mac4(acc):
     """acc = A row (a0..a7 or S[ex ...]) . B row n (at qb, which moves on to row n + 1), block
     float ints. The rows are read through pointers, so each load has a constant offset: one load
     instruction instead of an index computed, scaled and added."""
+    # in: a0, a1, a2, a3, a4, a5, a6, a7, ex, m32, nc, rh, sa, sgn, sh4
+    # out: c, qa, qb, t
     # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so K <= 4
     # needs no shift and K <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
     # rows shift each chunk (rounded) by sh4 = clog2(K4/4): |acc| < 2^30
@@ -338,12 +538,12 @@ def mac4(acc):
         acc = 0
         qa = ptr32(sa + (ex << 2))
         for c in range(nc >> 2):
-            #@ pair8(0)
-            #@ pair8(8)
+            pair8(0)
+            pair8(8)
             qa = ptr32(uint(qa) + 64)
             qb = ptr32(uint(qb) + 64)
         if nc & 2:
-            #@ pair8(0)
+            pair8(0)
             qa = ptr32(uint(qa) + 32)
             qb = ptr32(uint(qb) + 32)
         if nc & 1:
@@ -357,6 +557,8 @@ def pair8(o):
     """One pair of chunks of mac4's long rows: t = the 8 products qa[o ...] . qb[o ...]
     (|t| <= 2^31 - 2^18 + 8), shifted by sh4 into acc. o is a number: the parser folds o + k,
     so every load keeps a constant offset."""
+    # in: m32, qa, qb, rh, sgn, sh4
+    # out: acc, t
     t = (qa[o] * qb[o] + qa[o + 1] * qb[o + 1] + qa[o + 2] * qb[o + 2] + qa[o + 3] * qb[o + 3]
          + qa[o + 4] * qb[o + 4] + qa[o + 5] * qb[o + 5] + qa[o + 6] * qb[o + 6] + qa[o + 7] * qb[o + 7])
     t = ((t & m32) ^ sgn) - sgn                 #!chk t
@@ -366,6 +568,8 @@ def pair8(o):
 def kept(same):
     """same = 1 when the weight pb (N rows of K) is bit for bit its copy at S[cp ...], so the
     quantized rows in S are its own (MM_FORWARD with u = 1); else the copy is renewed, same = 0."""
+    # in: cp, K, kind, MM_FORWARD, N, pb, S, u
+    # out: k
     same = 0
     if kind == MM_FORWARD and u:
         same = 1
@@ -380,6 +584,8 @@ def kept(same):
 
 def addend(acc, e):
     """acc * 2^e += the old output pw[oi] (_ADD_OLD) or bias[n] (_ADD_BIAS, decoded in S[bd ...])."""
+    # in: _ADD_NONE, _ADD_OLD, bd, mode, n, nc, oi, pw, S, sgn
+    # out: sh, uu, v, xe, xm
     # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
     if mode != _ADD_NONE:
         if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
@@ -387,7 +593,7 @@ def addend(acc, e):
             e += 1
         if mode == _ADD_OLD:
             v = pw[oi]
-            #@ decode(v, xm, xe)
+            decode(v, xm, xe)
             xe = xe - 150
         else:
             xm = (S[bd + n + n] ^ sgn) - sgn
@@ -398,7 +604,7 @@ def addend(acc, e):
                 e = xe
             elif xe <= e:
                 sh = e - xe
-                #@ rsh(xm, sh)
+                rsh(xm, sh)
                 acc += xm                               #!chk acc
             else:
                 uu = xe - e
@@ -418,6 +624,8 @@ def addend(acc, e):
 def decay(dm, de):
     """Weight decay of p = pp[i]: AdamW (dec) p -= lr wd p, in place; Adam d += wd p, with
     d = dm * 2^de (wdm, wde: the 15-bit mantissa and exponent of lr wd, resp. wd)."""
+    # in: _store, dec, i, p, pp, wde, wdm
+    # out: e, pmm, sh, t, te, y
     if wdm != 0:
         y = pp[i]
         e = (y >> 23) & 0xFF
@@ -442,7 +650,7 @@ def decay(dm, de):
                 _store(p, i, pmm - t, e - 156)
             else:
                 # d += wd p
-                #@ addto0(dm, de, t, te, sh)
+                addto0(dm, de, t, te, sh)
 
 
 def isqrt(x, r):
@@ -467,6 +675,7 @@ def fadd(po, oi, xa, xb, ea, eb, ma, mb, d, v, e, sg):
     shifted into alignment with a sticky bit (any bit shifted out sets the lowest), added, then
     rounded to nearest, ties to even: the float32 sum, bit for bit (IEEE), but that subnormal
     inputs count as 0 and a subnormal result is flushed to 0; inf and NaN as IEEE (inf - inf and NaN give NaN)."""
+    # out: be, sh, t
     ea = (xa >> 23) & 0xFF
     eb = (xb >> 23) & 0xFF
     if ea == 255 or eb == 255:
@@ -515,8 +724,16 @@ def fadd(po, oi, xa, xb, ea, eb, ma, mb, d, v, e, sg):
         if (xb >> 31) & 1:
             mb = 0 - mb
         v = ma + mb                                     #!chk v
-        #@ unsign(v, sg)
-        #@ pack_even(po, oi, v, e, sg)
+        unsign(v, sg)
+        pack_even(po, oi, v, e, sg)
+
+
+def sdiv(m, e, dv, sg, q, rem):
+    """m * 2^e /= dv for signed m (|m| < 2^31) and 0 < dv <= 2^30: ldiv on |m|, the sign put back."""
+    unsign(m, sg)
+    ldiv(m, e, dv, q, rem)
+    if sg:
+        m = 0 - m
 
 
 def ldiv(v, e, dv, q, rem):
@@ -567,33 +784,38 @@ def load30(p, i, x, eb, m, me):
     m = 0
     me = 0
     if eb != 0:
-        #@ mant30(x, m, eb)
+        mant30(x, m, eb)
         me = eb - 156
 
 
 def addmul(dm, de, y, ey, f, fe, t, te, sh):
     """dm 2^de += y * f 2^fe, then normalized as snorm does: y float32 bits with biased exponent
     ey != 0, f a 15-bit mantissa (|f| < 2^15: the product t 2^te has |t| < 2^30)."""
+    # in: top
+    # out: sg
     t = (((y & 0x7FFFFF) | 0x800000) >> 9) * f                     #!chk t
     if (y >> 31) & 1:
         t = 0 - t
     te = ey - 141 + fe
-    #@ addto0(dm, de, t, te, sh)
-    #@ snorm(dm, de)
+    addto0(dm, de, t, te, sh)
+    snorm(dm, de)
 
 
 def snorm(m, e, sg):
     """Signed m * 2^e (|m| < 2^31) normalized to 2^29 <= |m| < 2^30 (or 0), for the next aligned
     add (uses top = 2^30)."""
+    # in: top
     if m != 0:
-        #@ unsign(m, sg)
-        #@ norm30(m, e)
+        unsign(m, sg)
+        norm30(m, e)
         if sg:
             m = 0 - m
 
 def adam_coupled():
     """Adam's coupled decay (in _adam_all): x = the float32 bits of d = g + wd p, a soft add of
     g (x) and wd p (y = p, wdm 2^wde) with 6 guard bits; a non-finite g or p is passed on."""
+    # in: a, BL, dp, infb, sx, wde, wdm
+    # out: eg, ey, kk, te, tt, uu, x, y
     # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
     y = ptr32(a + dp)[0]
     ey = (y >> 23) & 0xFF
@@ -611,14 +833,14 @@ def adam_coupled():
                 uu = ((x & 0x7FFFFF) | 0x800000) << 6
                 if (x >> 31) & 1:
                     uu = 0 - uu
-            #@ align2(uu, eg, tt, te)
+            align2(uu, eg, tt, te)
             uu = uu + tt                                                    #!chk uu
             x = 0
             if uu < 0:
                 x = sx
                 uu = 0 - uu
             if uu != 0:
-                #@ round24(uu, te)
+                round24(uu, te)
                 if te >= 255:
                     x = x | infb
                 elif te >= 1:
@@ -633,6 +855,8 @@ def adam_m():
     """m' = beta1 m + (1 - beta1) d (in _adam_all): two 15 x 15-bit products, aligned and added
     (|s| < 2^31), rounded to 24 bits through the bit-length table BL; stored at a + dmn; s, bm:
     the magnitude and biased exponent of m' (s = 0 for m' = 0), xm2 its bits."""
+    # in: a, b1m, BL, D1, dmn, eg, em, infb, K1, KB1, o1m, sx, t, x
+    # out: bad, bm, d, gm, kk, s, sb, tg, tm, X, xm2
     gm = ((x >> 9) & 0x3FFF) | 0x4000
     if uint(eg - 1) >= uint(254):
         gm = 0
@@ -643,7 +867,7 @@ def adam_m():
     if em == 0:
         tm = 0
     d = eg - em + D1
-    #@ align_by(d, X, eg + K1, em + KB1, tg, tm)
+    align_by(d, X, eg + K1, em + KB1, tg, tm)
     if ((x ^ t) >> 31) & 1:
         s = tm - tg                                                         #!chk s
     else:
@@ -652,13 +876,15 @@ def adam_m():
     if s < 0:
         s = 0 - s
         sb = sb ^ sx
-    #@ bl_round(s, X, bm, xm2, sb)
+    bl_round(s, X, bm, xm2, sb)
     ptr32(a + dmn)[0] = xm2
 
 
 def adam_v():
     """v' = v - (1 - beta2) v + (1 - beta2) d^2 (in _adam_all): v with 24 bits less its share
     (shift S2), plus the d^2 term aligned (< 2^31), rounded as adam_m; xv2: the bits, stored at a + dvn."""
+    # in: a, BL, dv, dvn, eg, gm, infb, o2m, Q2, S2
+    # out: bad, bv, d, ev, kk, t, tq, tv, X, xv2
     t = ptr32(a + dv)[0]
     ev = t >> 23
     tv = ((t & 0x7FFFFF) | 0x800000) << 6
@@ -667,15 +893,17 @@ def adam_v():
         tv = 0
     tq = ((gm * gm) >> 15) * o2m                                            #!chk tq
     d = eg + eg + Q2 - ev
-    #@ align_by(d, X, ev + d, ev, tq, tv)
+    align_by(d, X, ev + d, ev, tq, tv)
     t = tv + tq                                                             #!chk t
-    #@ bl_round(t, X, bv, xv2, 0)
+    bl_round(t, X, bv, xv2, 0)
     ptr32(a + dvn)[0] = xv2
 
 
 def adam_decoupled():
     """AdamW's decay (in _adam_all): x = the float32 bits of p - (lr wd) p, p's mantissa with 6
     guard bits less its (lr wd) share (shift wde), normalized and rounded."""
+    # in: BL, sx, wde, wdm
+    # out: ey, kk, uu, x
     # AdamW: p -= (lr wd) p first, rounded to float32 as the portable update does
     ey = (x >> 23) & 0xFF
     if uint(ey - 1) < uint(254):
@@ -685,7 +913,7 @@ def adam_decoupled():
             uu = 0
             ey = 0
         else:
-            #@ round24(uu, ey)
+            round24(uu, ey)
         if ey >= 1:
             x = (x & sx) | (((ey - 1) << 23) + uu)
         else:
@@ -695,6 +923,8 @@ def adam_decoupled():
 def adam_den():
     """den = sqrt(v') + eps' (in _adam_all) when eps' is not below 2^-16 of sqrt(v'): aligned
     and cut to 16 bits; h = the half-exponent it is taken at (den 2^(h - 78))."""
+    # in: epse, epsm, xv2
+    # out: De, den, h
     # eps' is not below 2^-16 of sqrt(v'): den 2^(h - 78) + eps', 16 bits
     De = h - 78
     if xv2 == 0:
@@ -718,7 +948,9 @@ def adam_den():
 def adam_general():
     """p' = p - step (in _adam_all) when the step is not small against p (or p is 0): both as
     signed 30-bit values aligned to the larger exponent, the difference normalized by loops,
-    overflow to inf (bad = 1), underflow to 0; stored at a + dpn."""
+    overflow to inf (bad = 1), underflow to 0; stored at a + dpn. ep: p's biased exponent."""
+    # in: a, BL, dpn, ep, infb, q, sx, x, xm2
+    # out: bad, kk, sb, t, tt, uu, X
     uu = 0
     if ep != 0:
         uu = ((x & 0x7FFFFF) | 0x800000) << 6
@@ -728,7 +960,7 @@ def adam_general():
     if (xm2 >> 31) & 1:
         tt = 0 - tt
     X = X - 13
-    #@ align2(uu, ep, tt, X)
+    align2(uu, ep, tt, X)
     t = uu - tt                                                             #!chk t
     sb = 0
     if t < 0:
@@ -736,23 +968,25 @@ def adam_general():
         t = 0 - t
     if t == 0:
         ptr32(a + dpn)[0] = 0
-        a += 4
-        continue
-    #@ round24(t, X)
-    if X >= 255:
-        bad = 1
-        ptr32(a + dpn)[0] = sb | infb
-    elif X <= 0:
-        ptr32(a + dpn)[0] = 0
     else:
-        ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
+        round24(t, X)
+        if X >= 255:
+            bad = 1
+            ptr32(a + dpn)[0] = sb | infb
+        elif X <= 0:
+            ptr32(a + dpn)[0] = 0
+        else:
+            ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
 
 
 
 def adam_load():
     """The step's constants from the int array _AM (in _adam_all): exponents sign-extended (sx)."""
+    # in: _AM, _AM_B1, _AM_CE, _AM_CM, _AM_DEC, _AM_E0, _AM_EPE, _AM_EPM, _AM_K1, _AM_KB1, _AM_O1
+    # in: _AM_O2, _AM_Q2, _AM_S2, _AM_WDE, _AM_WDM, sx
+    # out: b1m, C, CE, cm, dec, E0, epse, epsm, K1, KB1, o1m, o2m, Q2, S2, wde, wdm
     C = ptr32(_AM)
-    #@ am_common(C)
+    am_common(C)
     K1 = (C[_AM_K1] ^ sx) - sx
     o2m = C[_AM_O2]
     S2 = C[_AM_S2]
@@ -769,7 +1003,11 @@ def adam_load():
 def adam_pfast():
     """p' = p - step (in _adam_all, _sgd_all), step = q 2^(X - 156) with the sign of xm2, when
     the step is small against p: p's mantissa with 6 guard bits, the step aligned to it (< 2^30),
-    rounded through BL and stored at a + dpn (then `continue`); else ep is p's exponent again."""
+    rounded through BL and stored at a + dpn, done = 1; a non-finite p is passed on, flags the
+    tensor, done = 1; else done = 0: p' is adam_general's. ep: p's biased exponent."""
+    # in: a, BL, dpn, q, sx, x, X, xm2
+    # out: bad, done, en, ep, kk, sh, t
+    done = 0
     ep = (x >> 23) & 0xFF
     sh = X - ep
     if uint(ep - 1) < uint(254) and sh <= 14:
@@ -786,24 +1024,21 @@ def adam_pfast():
         kk = BL[(t >> 23) & 0x1FF]
         if kk <= 6:
             t = ((t >> kk) + 1) >> 1
-            ep = ep + kk - 5
-            if uint(ep - 1) < uint(253):
-                ptr32(a + dpn)[0] = (x & sx) | (((ep - 1) << 23) + t)
-                a += 4
-                continue
-        ep = (x >> 23) & 0xFF
-    if ep == 255:
+            en = ep + kk - 5                # the new exponent (ep stays p's)
+            if uint(en - 1) < uint(253):
+                ptr32(a + dpn)[0] = (x & sx) | (((en - 1) << 23) + t)
+                done = 1
+    elif ep == 255:
         bad = 1
         ptr32(a + dpn)[0] = x
-        a += 4
-        continue
-    # general: p (30-bit signed at ep) - step (signed 30-bit at X - 13)
+        done = 1
 
 
 def round24(v, e, kk):
     """v 2^(e - 156), 0 < v < 2^31, rounded once to nearest (ties up) to v 2^(e - 150) with
     2^23 <= v <= 2^24 (2^24 when the rounding carries: pack as ((e - 1) << 23) + v); the bit length
     from the table BL (one rounding, not one per shift)."""
+    # in: BL
     kk = BL[v >> 23]
     if kk <= 6:
         v = ((v >> kk) + 1) >> 1
@@ -834,13 +1069,17 @@ def copy4(a, off, end, n):
 def opt_tensor():
     """The whole-step kernels' walk to tensor k of params: its weight and gradient (sizes checked
     against each other and the shadow's room: -2 on a mismatch), their offsets dp, dg from the
-    base m0, the element address a .. end in the base's stretch o .. o + n; bad = 0."""
+    base m0, the element address a .. end in the base's stretch o .. o + n; bad = 0. fits = 0 when
+    the sizes do not match (the kernel returns -2), else 1."""
+    # in: k, m0, params, total
+    # out: a, bad, dg, dp, end, fits, gd, n, o, pair, pd
     pair = params[k]
     pd = pair[0].data
     gd = pair[1].data
     n = int(len(pd))
+    fits = 1
     if int(len(gd)) != n or o + n > total:
-        return -2
+        fits = 0
     dp = int(ptr32(pd)) - m0 - 4 * o
     dg = int(ptr32(gd)) - m0 - 4 * o
     a = m0 + 4 * o
@@ -850,13 +1089,12 @@ def opt_tensor():
 
 
 def opt_unchanged():
-    """A step s of 0: p' = p (x), bit for bit; a non-finite p flags the tensor; on to the next."""
-    if s == 0:
-        ptr32(a + dpn)[0] = x
-        if ((x >> 23) & 0xFF) == 255:
-            bad = 1
-        a += 4
-        continue
+    """p' = p (x), bit for bit, for a step of 0; a non-finite p flags the tensor."""
+    # in: a, dpn, x
+    # out: bad
+    ptr32(a + dpn)[0] = x
+    if ((x >> 23) & 0xFF) == 255:
+        bad = 1
 
 
 def align2(a, ea, b, eb):
@@ -877,6 +1115,8 @@ def align2(a, ea, b, eb):
 def am_common(C):
     """The constants Adam's and SGD's elements share, from their int array C (exponents
     sign-extended with sx): beta1 (o1m, b1m, KB1) and the weight decay (wdm, wde)."""
+    # in: _AM_B1, _AM_KB1, _AM_O1, _AM_WDE, _AM_WDM, sx
+    # out: b1m, KB1, o1m, wde, wdm
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
@@ -905,6 +1145,8 @@ def bl_round(s, X, bm, out, sg):
     """out = the float32 bits of sg | s 2^(X - ...), s >= 0 rounded to 24 bits through the
     bit-length table BL (s shifted right: one rounding; shifted left: exact); bm its biased
     exponent (0: zero or flushed, s = 0 then); an overflow is +-inf and flags the tensor (bad)."""
+    # in: BL, infb
+    # out: bad, kk
     kk = BL[s >> 23]
     out = 0
     bm = 0

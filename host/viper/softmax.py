@@ -36,7 +36,9 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
     # att (B, NH, Tq, Tk): raw scores in, softmax(scores * scale) out, in place  [B3]
     # Only s_j - max is needed: it is formed from the aligned 24-bit mantissas of the two
     # float32 scores (exact to half an ulp of the larger), so any finite score works.
-    #@ ptr32(D=d, S=s, pa=att)
+    D = ptr32(d)
+    S = ptr32(s)
+    pa = ptr32(att)
     pm = ptr8(mask)
     Tk = D[_TK]
     causal = D[_CAUSAL]
@@ -61,25 +63,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     last = t + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                # pass 1: the largest visible score, compared as sign-magnitude ints
-                mk = 0
-                mj = 0 - 1
-                for j in range(Tk):
-                    if j > last or (hasmask and pm[b * Tk + j] != 0):
-                        continue
-                    x = pa[ab + j]
-                    #@ key(x, v, e)
-                    if mj < 0 or v > mk:
-                        mk = v
-                        mj = j
-                # the max as a signed mantissa mx * 2^(ex - 150) (0 for zeros / subnormals)
-                mx = 0
-                ex = 1
-                if mj >= 0:
-                    x = pa[ab + mj]
-                    #@ decode(x, mx, ex)
-                    if ex == 0:
-                        ex = 1
+                softmax_max()                   # pass 1: the row max as mx * 2^(ex - 150)
                 # pass 2: y_j = (max - s_j) scale in Q16; e_j = exp(-y_j) = p_j 2^(-15 - k_j)
                 # with p_j in [2^14, 2^15) kept apart from k_j; Z = sum_j e_j in Q(15 + zs)
                 z = 0
@@ -88,25 +72,25 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
                         continue
                     x = pa[ab + j]
-                    #@ gap(x, m, e, dv, de, sh)
+                    gap(x, m, e, dv, de, sh)
                     y = 0
                     if dv > 0:
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
                         n = 0
                         if dv >= 0x10000:
                             tt = dv >> 16               # 1 .. 511
-                            #@ down(tt, n, 256, 8)
-                            #@ down(tt, n, 16, 4)
-                            #@ down(tt, n, 4, 2)
-                            #@ down(tt, n, 2, 1)
+                            down(tt, n, 256, 8)
+                            down(tt, n, 16, 4)
+                            down(tt, n, 4, 2)
+                            down(tt, n, 2, 1)
                             n += 1
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
                         sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
-                        #@ scaled(v, sh, y, 23)
+                        scaled(v, sh, y, 23)
                     if y >= ycap:
                         continue                    # weight 0 (below float32 range)
-                    #@ expq15(y, k, r, p)
+                    expq15(y, k, r, p)
                     if p > 32767:
                         p = 32767
                     S[j] = p
@@ -154,7 +138,8 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     #   1e-3 max_t A[t,j] max_t |dout[t,col]|; dq (dk) within 2e-3 G max|k| (max|q|) of the
     #   column, G = max A hs max|dout| max|v| / sqrt(hs) of the query row (of the batch item and
     #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
-    #@ ptr32(pd=ds, pa=att)
+    pd = ptr32(ds)
+    pa = ptr32(att)
     h = 1                               # headroom: 2^h >= 2 Tk
     while (1 << h) < Tk + Tk:
         h += 1
@@ -208,7 +193,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             ed = (y >> 23) & 0xFF
             md = 0
             if ed != 0:
-                #@ mant30(y, md, ed)
+                mant30(y, md, ed)
             me = ed - 156
             o = dot
             if pmax == 0:
@@ -221,16 +206,16 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                 v = md
                 e = me
             else:
-                #@ alignsub(md, me, o, de, v, e, sh)
+                alignsub(md, me, o, de, v, e, sh)
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
-            #@ unsign(v, neg)
+            unsign(v, neg)
             while v >= 0x800000:
                 v = v >> 8
                 e += 8
-            #@ down(v, e, 0x80000, 4)
-            #@ down(v, e, 0x20000, 2)
-            #@ down(v, e, 0x10000, 1)
-            #@ down(v, e, 0x8000, 1)
+            down(v, e, 0x80000, 4)
+            down(v, e, 0x20000, 2)
+            down(v, e, 0x10000, 1)
+            down(v, e, 0x8000, 1)
             ma = ((x & 0x7FFFFF) | 0x800000) >> 9
             if ea == 255:
                 ma = 0x7FFF
@@ -238,7 +223,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             # pack v * 2^(e + ea - 126 + se) into float32 bits (v < 2^30)
             e = e + ea - 126 + se
             sg = neg
-            #@ pack(pd, ab + j, v, e, sg)
+            pack(pd, ab + j, v, e, sg)
         ab += Tk
 
 
@@ -374,13 +359,13 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
         lm = gm
         le = ge
     elif gm != 0:
-        #@ addto(lm, le, gm, ge, sh)
+        addto(lm, le, gm, ge, sh)
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
         v = 0
     # v / B by long division (v < 2^31, B <= 2^30)
-    #@ ldiv(v, e, B, q, rem)
+    ldiv(v, e, B, q, rem)
     _store(lf, 0, v, e)
 
 
@@ -394,7 +379,8 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
     # lf[0]; returns 1 if a logit is inf or NaN (the loss is then not defined), else 0  [B3]
-    #@ ptr32(pl=logits, S=s)
+    pl = ptr32(logits)
+    S = ptr32(s)
     b31 = 31
     sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
     ycap = 1 << 21                      # (max - s_j) in Q16 capped at 32: k > 29, probability 0
@@ -416,14 +402,14 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         mj = 0
         for j in range(V):
             x = pl[lb + j]
-            #@ key(x, v, e)
+            key(x, v, e)
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
                 mk = v
                 mj = j
         x = pl[lb + mj]
-        #@ decode(x, mx, ex)
+        decode(x, mx, ex)
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -431,11 +417,11 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         z = 0
         for j in range(V):
             x = pl[lb + j]
-            #@ gap(x, m, e, dv, de, sh)
+            gap(x, m, e, dv, de, sh)
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
-                #@ scaled(dv, sh, yv, 21)
+                scaled(dv, sh, yv, 21)
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -447,11 +433,11 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     lm = dv
                     le = te
                 else:
-                    #@ addto(lm, le, dv, te, sh)
+                    addto(lm, le, dv, te, sh)
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
-            #@ expq15(yv, k, rr, p)
+            expq15(yv, k, rr, p)
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
