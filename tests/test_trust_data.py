@@ -74,6 +74,18 @@ def _check(r):
     _has(r["session_lr_inf"], "ValueError", "Session", "lr", "inf")
     _has(r["fit_lr_inf"], "ValueError", "fit", "lr", "inf")
     _has(r["fit_lr_nan"], "ValueError", "fit", "lr", "nan")
+    # fit: every argument checked before anything changes; a refused step rolls the call back
+    for tag, words in (("epochs_neg", ("epochs", "int >= 1", "-1")), ("epochs_str", ("epochs", "'5'")),
+                       ("epochs_bool", ("epochs", "True")), ("epochs_0", ("epochs", "got 0")),
+                       ("lr_neg", ("lr", "-0.1")), ("verbose_str", ("verbose", "'yes'")),
+                       ("on_error", ("on_error", "'rollback'", "'undo'")), ("data", ("data", "'nope'"))):
+        _has(r["fitarg_" + tag], "ValueError: fit: ", *words)
+        assert r["fitarg_" + tag + "_unchanged"], tag
+    _has(r["rollback_err"], "NonFinite", "rolled back", "1 step undone")
+    assert r["rollback_unchanged"] and r["rollback_records"] == 1, r["rollback_err"]
+    _has(r["keep_err"], "NonFinite", "on_error='keep'", "1 step of this call")
+    assert r["keep_changed"] and r["keep_steps"] == 1, r["keep_err"]
+    assert r["keep_record"] == [1, r["keep_err"].split(":")[0]] and r["keep_records"] == 2, r["keep_record"]
     # every run has large-input cases (the viper run: LayerNorm only, its kernels are its own)
     assert any(k.startswith("ln") for k in r["big"]), sorted(r["big"])
     _check_big(r["big"])
