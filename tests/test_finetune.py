@@ -128,3 +128,46 @@ def test_fit_history_is_bounded(tmp_path, iris_flash, capsys):
     h = t.fit(epochs=300, data=pairs)
     assert h.epochs == h.steps == 300 and h[-1]["epoch"] == 300 and len(h) < 300
     assert [r["epoch"] for r in h] == list(range(301 - len(h), 301))
+
+
+def test_fit_out_of_memory_names_its_cause(tmp_path, iris_flash, monkeypatch):
+    """Out of memory while training: the message says so (with the steps done) and the call is
+    rolled back; out of memory making the records after training: the message says the steps
+    are done and kept, and the fit is recorded."""
+    import finetune
+    import mf_session
+    from microformer import train
+    s = finetune.Session(root=iris_flash(tmp_path / "a"), verbose=False)
+    w = {k: bytes(p.data) for k, p in s.model.named_params()}
+    forward = s.model.forward
+    s.model.forward = forward_failing(forward, 4, MemoryError)
+    with pytest.raises(MemoryError) as e:
+        s.fit(epochs=2, data="train")
+    msg = str(e.value)
+    assert "out of memory in fit, training" in msg, msg
+    assert "0 of 2 epochs and 3 steps done" in msg and "rolled back" in msg, msg
+    assert {k: bytes(p.data) for k, p in s.model.named_params()} == w
+    s.model.forward = forward
+
+    def no_memory(self):
+        raise MemoryError("memory allocation failed")
+    monkeypatch.setattr(train.FitLog, "records", no_memory)
+    steps = s._opt.steps
+    with pytest.raises(MemoryError) as e:
+        s.fit(epochs=2, data="train")
+    msg = str(e.value)
+    assert "after training" in msg and "the 16 steps are done, kept by the model and recorded" in msg, msg
+    assert s._opt.steps == steps + 16 and s.meta["history"][-1]["steps"] == 16
+    assert {k: bytes(p.data) for k, p in s.model.named_params()} != w
+    assert mf_session.FIT_KEEP_EPOCHS > 2
+
+
+def forward_failing(forward, n, exc):
+    calls = {"n": 0}
+
+    def f(x):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise exc
+        return forward(x)
+    return f

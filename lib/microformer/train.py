@@ -143,12 +143,14 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
     seconds within a long epoch (verbose). Ctrl-C stops after the current step.
 
     Returns a list of per-epoch dicts: epoch, loss, acc, ms_per_step, steps, ms (and 'interrupted'),
-    for every epoch, or for the last `keep` epochs. `log`: a FitLog to fill instead of a new
-    FitLog(keep); it holds the running totals (epochs, steps, ms), also when fit raises.
+    for every epoch, or for the last `keep` epochs. With `log` (a FitLog to fill instead of a new
+    FitLog(keep)) it returns that log: its running totals (epochs, steps, ms) are right also when
+    fit raises, and the caller makes the records (log.records()) when, and if, it wants them.
     """
     if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
         raise ValueError("fit: epochs must be a non-negative int, got %r" % (epochs,))
-    if log is None:
+    given = log is not None
+    if not given:
         log = FitLog(keep)
     batches = Batches(data, batch_size, Rng(seed + 1))
     steps0 = optimizer.steps
@@ -195,7 +197,7 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
             on_epoch(rec)
         if interrupted:
             break
-    return log.records()
+    return log if given else log.records()
 
 
 def predict_logits(model, X):
