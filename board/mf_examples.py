@@ -1,9 +1,16 @@
 # mf_examples.py: the user's labelled examples on flash, for board/finetune.py's Session.
 # The file is CSV (a header line, raw units, the label name last), read with microformer.data's
-# reader; appending checks every row first and writes them in one go; clearing keeps the file
-# as a backup (PATH.bak, then .bak2, ...), it never deletes it.
+# reader. Appending checks every row first (NaN / inf refused), then writes the old file and the
+# new rows to PATH.tmp and renames it over PATH: all or nothing, even on a full flash or a power
+# cut; a file whose last line has no newline gets one, so two rows are never merged. Clearing
+# keeps the file as a backup (PATH.bak, then .bak2, ...), it never deletes it.
 import os
 from array import array
+
+from microformer.checkpoint import _replace
+from microformer.finite import float32_row
+
+_CHUNK = 512       # bytes per read when copying the old file
 
 
 def fmt(v):
@@ -40,6 +47,7 @@ class Examples:
         self.classes = classes
         self.X = array("f")
         self.y = []
+        _recover(path)
         if exists(path):    # the same reader: a bad line is an error naming the file, line and column
             X, y = read(path)[:2]
             self.X = X
@@ -49,30 +57,69 @@ class Examples:
         return len(self.y)
 
     def append(self, rows):
-        """Append checked rows [(features as floats, class index)] to the file, then here."""
+        """Append checked rows [(features as floats, class index)] to the file, then here: all or
+        nothing (any error, Ctrl-C included, leaves the file and this store as they were)."""
         lines = []
-        for x, c in rows:
+        for k in range(len(rows)):
+            x, c = rows[k]
+            float32_row("append to %s" % self.path, x, self.features, k)
             lines.append(",".join(fmt(v) for v in x) + "," + self.classes[c])
-        new = True
-        try:
-            new = os.stat(self.path)[6] == 0
-        except OSError:
+        text = "\n".join(lines) + "\n"
+        old = exists(self.path)
+        if not old:
             d = self.path.rsplit("/", 1)[0] if "/" in self.path else ""
-            if d:
-                try:
-                    os.mkdir(d)
-                except OSError:
-                    pass
-        with open(self.path, "a") as f:
-            if new:
-                f.write(",".join(self.features) + ",label\n")
-            for line in lines:
-                f.write(line + "\n")
+            if d and not exists(d):
+                os.mkdir(d)
+        tmp = self.path + ".tmp"
+        try:
+            repaired = self._write(tmp, old, text.encode())
+            _replace(tmp, self.path)
+        except BaseException as e:          # a write error, a full flash, Ctrl-C: the file stays
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            if isinstance(e, OSError):
+                code = e.args[0] if e.args else 5
+                raise OSError(code, "appending to %r failed (OSError %s%s); %r is as it was"
+                              % (self.path, e, ": no space left on the flash" if code == 28 else "",
+                                 self.path))
+            raise
+        if repaired:
+            print("note: %s did not end with a newline; one was added before the new rows"
+                  % self.path)
         # what the file now says is what this store holds (a new Session reads the same)
         for line in lines:
             parts = line.split(",")
             self.X.extend(array("f", [float(p) for p in parts[:-1]]))
             self.y.append(self.classes.index(parts[-1]))
+
+    def _write(self, tmp, old, new):
+        """PATH.tmp = the old file (a header when there is none), a newline if its last line
+        lacks one, then `new`, in one write; True when that newline was added."""
+        repaired = False
+        f = open(tmp, "wb")
+        try:
+            last = b""
+            if old:
+                with open(self.path, "rb") as src:
+                    buf = bytearray(_CHUNK)
+                    mv = memoryview(buf)
+                    while True:
+                        n = src.readinto(buf)
+                        if not n:
+                            break
+                        _write_all(f, mv[:n], tmp)
+                        last = buf[n - 1:n]
+            if not last:
+                new = (",".join(self.features) + ",label\n").encode() + new
+            elif last != b"\n":
+                new = b"\n" + new
+                repaired = True
+            _write_all(f, new, tmp)
+        finally:
+            f.close()
+        return repaired
 
     def clear(self):
         """Forget the examples; the file becomes PATH.bak (.bak2, ...). Returns that path, or
@@ -84,3 +131,31 @@ class Examples:
         self.X = array("f")
         self.y = []
         return kept
+
+
+def _write_all(f, data, path):
+    # one write; a short count (a full volume on some ports) is an error, not a partial row
+    n = f.write(data)
+    if n is not None and n != len(data):
+        raise OSError(28, "%r: wrote %d of %d bytes (no space left?)" % (path, n, len(data)))
+
+
+def _recover(path):
+    """A complete PATH.tmp with no PATH (a power cut between the unlink and the rename of a
+    filesystem that cannot rename over a file) becomes PATH again; an append always ends its
+    file with a newline, so a .tmp without one was cut short and is left alone."""
+    tmp = path + ".tmp"
+    if exists(path) or not exists(tmp):
+        return
+    size = os.stat(tmp)[6]
+    if size:
+        with open(tmp, "rb") as f:
+            f.seek(size - 1)
+            last = f.read(1)
+        if last == b"\n":
+            os.rename(tmp, path)
+            print("note: %s was missing; restored it from the complete %s (an append cut short "
+                  "by a power loss)" % (path, tmp))
+            return
+    print("note: %s is missing and %s is incomplete (%d bytes, no final newline): not used"
+          % (path, tmp, size))

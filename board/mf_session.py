@@ -68,7 +68,8 @@ class Result:
 
 class FitResult(Result):
     """What fit did: steps, epochs, seconds, ms_per_step, loss, data, interrupted; indexing and
-    iterating give the per-epoch records (h[-1]['loss'])."""
+    iterating give the per-epoch records of the last FIT_KEEP_EPOCHS epochs (h[-1]['loss']),
+    oldest first; h.history is their list."""
 
     def __init__(self, line, fields, history):
         Result.__init__(self, line, fields)
@@ -440,15 +441,31 @@ class Session:
                     n += c
         return "trainable params %d of %d: %s" % (n, self.model.param_count(), ", ".join(names))
 
-    def fit(self, epochs=FIT_EPOCHS, data=None, lr=None, verbose=None):
+    def fit(self, epochs=FIT_EPOCHS, data=None, lr=None, verbose=None, on_error="rollback"):
         """Fine-tune; one line per epoch (loss, acc, ms/step, free heap) and a progress line at
-        least every 5 s. Returns a FitResult (steps, seconds, loss, ...; h[-1] is the last
-        epoch's record).
+        least every 5 s. Returns a FitResult (steps, epochs, seconds, loss, ...; h[-1] is the
+        last epoch's record; the last FIT_KEEP_EPOCHS epochs' records are kept).
 
         data: None ('user' if there are user examples, else 'train'; fit says which and why),
-        a selection name or a list of (features, label) pairs. Ctrl-C stops after the current
-        step; the model keeps the weights of the last full step.
+        a selection name or a list of (features, label) pairs.
+        on_error: 'rollback' (default): a refused step (NonFiniteError) or running out of memory
+        restores the weights, optimizer state and lr from the start of this call, so a failed
+        fit changes nothing (it costs a copy of the trainable weights and Adam state, 12 bytes
+        per parameter, kept with the optimizer); 'keep': the weights of the last good step stay.
+        Every argument is checked before anything changes. Ctrl-C stops after the current step;
+        the model keeps the weights of the last full step (either way).
         """
+        # ---- every argument first: a refused call changes nothing
+        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+            raise ValueError("fit: epochs must be an int >= 1, got %r" % (epochs,))
+        if lr is not None:
+            lr = hyper("fit", "lr", lr, 0.0, None, True)
+        if verbose is not None and not isinstance(verbose, bool):
+            raise ValueError("fit: verbose must be True, False or None (the session's setting), got %r"
+                             % (verbose,))
+        if on_error not in FIT_ON_ERROR:
+            raise ValueError("fit: on_error must be one of %s, got %r"
+                             % (", ".join(repr(v) for v in FIT_ON_ERROR), on_error))
         if data is None:
             n_user = len(self._examples.y)
             data = "user" if n_user else "train"
@@ -460,50 +477,84 @@ class Session:
         name, ds = self._select(data, "fit")
         if why is None:
             why = "%s, as asked" % name
-        if lr is not None:
-            self.lr = hyper("fit", "lr", lr, 0.0, None, True)
-            if self._opt is not None:
-                self._opt.lr = self.lr
+        # garbage out first: what fit keeps (optimizer, rollback copy, history) then goes into the
+        # lowest free blocks, and the large ones stay whole for a new batch shape's buffers
+        gc.collect()
         if self._opt is None:
             if not self.model.collect_params([]):
                 raise ValueError("fit: every layer is frozen; unfreeze something first (s.unfreeze())")
             try:                        # its state and the step's shadow: a few blocks of 4 bytes per param
-                self._opt = mf.Adam(self.model, lr=self.lr)
+                self._opt = mf.Adam(self.model, lr=self.lr if lr is None else lr)
             except MemoryError:
+                self._opt = None
                 raise self._oom("creating the optimizer")
+        snap = None
+        if on_error == "rollback":
+            snap = getattr(self, "_snap", None)
+            if snap is None or snap.opt is not self._opt:
+                self._snap = None
+                try:
+                    snap = self._snap = _Snapshot(self._opt)
+                except MemoryError:
+                    raise self._oom("making fit's rollback copy (%d bytes; fit(on_error='keep') "
+                                    "trains without it)" % (12 * self._opt._n))
+            snap.take(self)
+        # ---- from here on, state changes
+        if lr is not None:
+            self.lr = lr
+            self._opt.lr = lr
         verbose = self.verbose if verbose is None else verbose
+        batch = min(self.batch_size, len(ds))
         if verbose:
             print("fit on %s: %s, %s, batch %d, lr %g; %s"
-                  % (why, _n(len(ds), "example"), _n(epochs, "epoch"), min(self.batch_size, len(ds)), self.lr,
+                  % (why, _n(len(ds), "example"), _n(epochs, "epoch"), batch, self.lr,
                      self.trainable_summary()))
-        hist = []
+        log = _fit_log()
         steps0 = self._opt.steps
         self._fits += 1
         try:
-            hist = _fit(self.model, self._loss, self._opt, ds, epochs=epochs,
-                        batch_size=min(self.batch_size, len(ds)), seed=self._fits, verbose=verbose)
+            _fit(self.model, self._loss, self._opt, ds, epochs=epochs, batch_size=batch, seed=self._fits,
+                 verbose=verbose, log=log)
         except KeyboardInterrupt:
             # between steps (train.fit catches it inside one); no update is ever half done
-            hist = hist or [{"interrupted": True}]
-            hist[-1]["interrupted"] = True
-        except MemoryError:
-            raise self._oom("in fit (batch %d)" % min(self.batch_size, len(ds)))
+            log.interrupted = True
+        except Exception as e:
+            self.model.train()
+            if isinstance(e, MemoryError):
+                e = self._oom("in fit, training (batch %d; %d of %d epochs and %d steps done)"
+                              % (batch, log.epochs, epochs, self._opt.steps - steps0))
+            if snap is not None:
+                undone = self._opt.steps - steps0
+                snap.restore(self)
+                raise type(e)("%s; fit rolled back: the weights, optimizer state and lr are those "
+                              "from before this call (%s undone)" % (e, _n(undone, "step")))
+            rec = _fit_record(self, name, len(ds), log, self._opt.steps - steps0)
+            rec["error"] = type(e).__name__
+            _add_fit(self.meta, rec)
+            raise type(e)("%s; fit(on_error='keep'): the model keeps the weights of the last good "
+                          "step (%s of this call, recorded in the fit history)"
+                          % (e, _n(rec["steps"], "step")))
         finally:
             self.model.train()
-        seconds = sum([h.get("ms", 0) for h in hist]) / 1000     # ticks_us, per epoch
-        steps = self._opt.steps - steps0
-        interrupted = bool(hist and hist[-1].get("interrupted"))
-        rec = {"data": name, "n": len(ds), "epochs": len([h for h in hist if h.get("steps")]),
-               "steps": steps, "lr": self.lr, "seconds": seconds, "interrupted": interrupted,
-               "loss": hist[-1].get("loss") if hist else None,
-               "frozen": [i for i in range(len(self.model.layers)) if not self.model.layers[i].trainable]}
-        self.meta.setdefault("history", []).append(rec)
+        steps = log.steps               # the history's count (the optimizer's, when all is well)
+        rec = _fit_record(self, name, len(ds), log, steps)
+        _add_fit(self.meta, rec)
+        seconds = rec["seconds"]
+        interrupted = rec["interrupted"]
         if verbose:
             if interrupted:
                 print("interrupted: stopped after %d full steps; the model keeps the weights of the last "
                       "full step (s.save() keeps them, a new Session() drops them)" % steps)
             print("fit: %s in %s (%s/step)" % (_n(steps, "step"), duration(1000 * seconds),
                                                    duration(1000 * seconds / max(1, steps))))
+        try:
+            hist = log.records()
+        except MemoryError:
+            raise MemoryError("fit: out of memory after training, making the records of the last %d "
+                              "epochs (free heap %s bytes): the %s are done, kept by the model and "
+                              "recorded in s.meta['history']; only this call's per-epoch records are "
+                              "lost. Free memory (del big objects, gc.collect())"
+                              % (log.keep, _mem_free(), _n(steps, "step")))
         line = "<fit on %s: %s, %s%s, %s/step%s>" % (
             name, _n(steps, "step"), _n(rec["epochs"], "epoch"), "" if rec["loss"] is None else ", loss %.4f" % rec["loss"],
             duration(1000 * seconds / max(1, steps)), ", interrupted" if interrupted else "")
@@ -568,7 +619,7 @@ class Session:
               % (self.checkpoint_path, m.get("arch", "model"), self.model.param_count(),
                  ", ".join(self.classes), ", ".join(self.features)))
         print("pretrained: train %s, test %s; on-board fits: %d"
-              % (m.get("train_acc"), m.get("test_acc"), len(m.get("history", []))))
+              % (m.get("train_acc"), m.get("test_acc"), _fit_count(m)))
         print("base data %s (%d rows); user data %s (%d examples)"
               % (self.data_path, len(self._base) if self._base else 0, self.user_path, len(self._examples.y)))
         print(self.trainable_summary())
@@ -582,3 +633,114 @@ class Session:
     @property
     def _user_y(self):
         return self._examples.y
+
+
+# ---- fit's history and rollback -----------------------------------------------------------
+# A fit keeps the per-epoch records of its last FIT_KEEP_EPOCHS epochs (the FitResult) and
+# running totals over all of them; the checkpoint keeps the records of the last FIT_KEEP_FITS
+# fits in meta['history'] and totals over every fit in meta['fit_totals']. Both are bounded, so
+# a fit of any length holds, and saves, the same few KB.
+FIT_KEEP_EPOCHS = 50
+FIT_KEEP_FITS = 20
+FIT_ON_ERROR = ("rollback", "keep")
+
+
+def _fit_log():
+    from microformer.train import FitLog
+    return FitLog(FIT_KEEP_EPOCHS)
+
+
+def _fit_record(s, name, n, log, steps):
+    """The session's record of one fit (what meta['history'] keeps)."""
+    loss = None
+    if log.epochs:
+        loss = log.record(log.epochs - 1)["loss"]
+    L = s.model.layers
+    return {"data": name, "n": n, "epochs": log.epochs, "steps": steps, "lr": s.lr,
+            "seconds": log.ms / 1000, "interrupted": log.interrupted, "loss": loss,
+            "frozen": [i for i in range(len(L)) if not L[i].trainable]}
+
+
+def _add_fit(meta, rec):
+    """Append a fit's record to meta['history'], keeping the last FIT_KEEP_FITS; meta['fit_totals']
+    counts every fit (fits, epochs, steps, seconds), also those whose records were dropped."""
+    hist = meta.get("history")
+    if not isinstance(hist, list):
+        hist = []
+    tot = meta.get("fit_totals")
+    if not isinstance(tot, dict):         # a checkpoint from before the totals: count its records
+        tot = {"fits": 0, "epochs": 0, "steps": 0, "seconds": 0.0}
+        for h in hist:
+            if isinstance(h, dict):
+                tot["fits"] += 1
+                for k in ("epochs", "steps", "seconds"):
+                    v = h.get(k)
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        tot[k] += v
+    hist.append(rec)
+    tot["fits"] += 1
+    tot["epochs"] += rec["epochs"]
+    tot["steps"] += rec["steps"]
+    tot["seconds"] += rec["seconds"]
+    if len(hist) > FIT_KEEP_FITS:
+        hist = hist[len(hist) - FIT_KEEP_FITS:]
+    meta["history"] = hist
+    meta["fit_totals"] = tot
+
+
+class _Snapshot:
+    """fit's rollback copy: the optimizer's trainable weights and state (Adam m, v), its step count
+    and lr, the session's lr and fit counter; made once per optimizer, taken at each fit."""
+
+    def __init__(self, opt):
+        self.opt = opt
+        self.w = [array("f", bytes(4 * p.size)) for p, _ in opt.params]
+        self.live = [array("f", bytes(4 * opt._n)) for _ in opt._live]
+
+    def take(self, s):
+        from microformer import backend
+        K = backend.K
+        opt = self.opt
+        for i in range(len(opt.params)):
+            p = opt.params[i][0]
+            K.copy(self.w[i], p.data, p.size)
+        for j in range(len(opt._live)):
+            K.copy(self.live[j], opt._live[j], opt._n)
+        self.steps = opt.steps
+        self.opt_lr = opt.lr
+        self.lr = s.lr
+        self.fits = s._fits
+
+    def _put(self, s):
+        from microformer import backend
+        K = backend.K
+        opt = self.opt
+        for i in range(len(opt.params)):
+            p = opt.params[i][0]
+            K.copy(p.data, self.w[i], p.size)
+        for j in range(len(opt._live)):
+            K.copy(opt._live[j], self.live[j], opt._n)
+        opt.steps = self.steps
+        opt.lr = self.opt_lr
+        s.lr = self.lr
+        s._fits = self.fits
+
+    def restore(self, s):
+        # a Ctrl-C during the copy is held until the copy is complete, then raised
+        held = None
+        while True:
+            try:
+                self._put(s)
+                break
+            except KeyboardInterrupt as e:
+                held = e
+        if held is not None:
+            raise held
+
+
+def _fit_count(meta):
+    """How many fits the checkpoint has seen (meta['history'] keeps only the last few)."""
+    tot = meta.get("fit_totals")
+    if isinstance(tot, dict) and isinstance(tot.get("fits"), int):
+        return tot["fits"]
+    return len(meta.get("history") or [])

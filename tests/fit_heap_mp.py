@@ -4,6 +4,9 @@
 # interrupted step is run again; at the end the weights, moments and step count must equal those
 # of the run without interrupts, bit for bit, and no layer may be left making buffers.
 #   micropython tests/fit_heap_mp.py BACKEND
+# A long fit of a Session (thousands of epochs of one step) holds, records and saves a bounded
+# history: LONGFIT lines (one per fit length) give the heap the result and the record hold.
+#   micropython -X heapsize=512K tests/fit_heap_mp.py longfit BACKEND FLASH_DIR EPOCHS...
 import sys
 from array import array
 
@@ -128,4 +131,38 @@ def main():
         print("SWITCH", kind, total, steps)
 
 
-main()
+def longfit(backend_name, root, lengths):
+    import gc
+    import json
+    import trust_data_mp
+    finetune = trust_data_mp.make_flash(root)
+    s = finetune.Session(root=root, verbose=False, backend=backend_name, batch_size=8)
+    rows = [[float(v) for v in r.split(",")[:4]] for r in trust_data_mp.ROWS]
+    pairs = []
+    for i in range(8):
+        x = rows[i % len(rows)]
+        pairs.append(([x[0] + 0.1 * i, x[1], x[2], x[3]], trust_data_mp.CLASSES[i % 3]))
+    s.add_examples(pairs)
+    h = None
+    for epochs in lengths:
+        h = None
+        gc.collect()
+        a0 = gc.mem_alloc()
+        h = s.fit(epochs=epochs, verbose=False)       # the user's 8 examples, batch 8: a step an epoch
+        gc.collect()
+        held = gc.mem_alloc() - a0
+        meta_bytes = len(json.dumps(s.meta["history"])) + len(json.dumps(s.meta["fit_totals"]))
+        print("LONGFIT", epochs, h.epochs, h.steps, len(h), h[0]["epoch"], h[-1]["epoch"], held,
+              len(s.meta["history"]), meta_bytes, int(h.interrupted))
+    h = None
+    gc.collect()
+    s.save()
+    t = finetune.Session(root=root, verbose=False, backend=backend_name)
+    tot = t.meta["fit_totals"]
+    print("SAVED", tot["fits"], tot["epochs"], tot["steps"], len(t.meta["history"]))
+
+
+if sys.argv[1] == "longfit":
+    longfit(sys.argv[2], sys.argv[3], [int(a) for a in sys.argv[4:]])
+else:
+    main()

@@ -70,3 +70,104 @@ def forward_limit(forward, n):
             raise KeyboardInterrupt
         return forward(x)
     return f
+
+
+def test_refused_fit_changes_nothing(tmp_path, iris_flash):
+    """fit(epochs=1, lr=1e30): the first steps are finite (weights of ~1e30), a later one is
+    refused; the call is rolled back, so the test accuracy, the weights, Adam's state, the step
+    count and lr are what they were. A refused argument changes nothing either."""
+    import finetune
+    import microformer as mf
+    s = finetune.Session(root=iris_flash(tmp_path / "a"), verbose=False)
+    acc = s.evaluate().accuracy
+    s.fit(epochs=1, data="train")
+    acc1 = s.evaluate().accuracy
+    w = {k: bytes(p.data) for k, p in s.model.named_params()}
+    moments = [bytes(t.data) for t in s._opt.m + s._opt.v]
+    steps, lr = s._opt.steps, s.lr
+    with pytest.raises(mf.NonFiniteError, match="rolled back"):
+        s.fit(epochs=1, lr=1e30, data="train")
+    assert s.evaluate().accuracy == acc1 and acc1 > 0.8 and acc > 0.8
+    assert {k: bytes(p.data) for k, p in s.model.named_params()} == w
+    assert [bytes(t.data) for t in s._opt.m + s._opt.v] == moments
+    assert (s._opt.steps, s.lr, s._opt.lr) == (steps, lr, lr)
+    with pytest.raises(ValueError, match="epochs must be an int >= 1, got -1"):
+        s.fit(epochs=-1, lr=0.5)
+    assert s.lr == lr and s._opt.lr == lr
+    with pytest.raises(ValueError, match="epochs must be an int >= 1, got '5'"):
+        s.fit(epochs="5")
+    assert len(s.meta["history"]) == 1
+    # on_error='keep': the good steps stay (the accuracy drops), and the fit is recorded
+    with pytest.raises(mf.NonFiniteError, match="on_error='keep'"):
+        s.fit(epochs=1, lr=1e30, data="train", on_error="keep")
+    assert s.evaluate().accuracy < acc1
+    assert s.meta["history"][-1]["error"].startswith("NonFinite") and s.meta["history"][-1]["steps"] >= 1
+
+
+def test_fit_history_is_bounded(tmp_path, iris_flash, capsys):
+    """The checkpoint keeps the records of the last fits and totals over all of them: the record
+    list stops growing, the totals count every fit, a save and a new Session keep both."""
+    import finetune
+    a = iris_flash(tmp_path / "a")
+    s = finetune.Session(root=a, verbose=False)
+    pairs = [([5.1, 3.5, 1.4, 0.2], "setosa"), ([6.4, 3.2, 4.5, 1.5], "versicolor")]
+    sizes = []
+    for k in range(40):
+        s.fit(epochs=2, data=pairs)
+        sizes.append(len(s.meta["history"]))
+    assert sizes[-1] == sizes[25] < 25, sizes
+    assert s.meta["history"][-1]["epochs"] == 2
+    tot = s.meta["fit_totals"]
+    assert (tot["fits"], tot["epochs"], tot["steps"]) == (40, 80, 80), tot
+    s.save()
+    t = finetune.Session(root=a, verbose=False)
+    assert t.meta["fit_totals"] == tot and len(t.meta["history"]) == sizes[-1]
+    capsys.readouterr()
+    t.info()
+    assert "on-board fits: 40" in capsys.readouterr().out
+    h = t.fit(epochs=300, data=pairs)
+    assert h.epochs == h.steps == 300 and h[-1]["epoch"] == 300 and len(h) < 300
+    assert [r["epoch"] for r in h] == list(range(301 - len(h), 301))
+
+
+def test_fit_out_of_memory_names_its_cause(tmp_path, iris_flash, monkeypatch):
+    """Out of memory while training: the message says so (with the steps done) and the call is
+    rolled back; out of memory making the records after training: the message says the steps
+    are done and kept, and the fit is recorded."""
+    import finetune
+    import mf_session
+    from microformer import train
+    s = finetune.Session(root=iris_flash(tmp_path / "a"), verbose=False)
+    w = {k: bytes(p.data) for k, p in s.model.named_params()}
+    forward = s.model.forward
+    s.model.forward = forward_failing(forward, 4, MemoryError)
+    with pytest.raises(MemoryError) as e:
+        s.fit(epochs=2, data="train")
+    msg = str(e.value)
+    assert "out of memory in fit, training" in msg, msg
+    assert "0 of 2 epochs and 3 steps done" in msg and "rolled back" in msg, msg
+    assert {k: bytes(p.data) for k, p in s.model.named_params()} == w
+    s.model.forward = forward
+
+    def no_memory(self):
+        raise MemoryError("memory allocation failed")
+    monkeypatch.setattr(train.FitLog, "records", no_memory)
+    steps = s._opt.steps
+    with pytest.raises(MemoryError) as e:
+        s.fit(epochs=2, data="train")
+    msg = str(e.value)
+    assert "after training" in msg and "the 16 steps are done, kept by the model and recorded" in msg, msg
+    assert s._opt.steps == steps + 16 and s.meta["history"][-1]["steps"] == 16
+    assert {k: bytes(p.data) for k, p in s.model.named_params()} != w
+    assert mf_session.FIT_KEEP_EPOCHS > 2
+
+
+def forward_failing(forward, n, exc):
+    calls = {"n": 0}
+
+    def f(x):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise exc
+        return forward(x)
+    return f

@@ -4,6 +4,8 @@
   largest batch's buffers, a batch shape seen before gets its buffers back;
 - a buffer switch cut short by a KeyboardInterrupt at any buffer it draws or zeroes leaves the
   model usable, with the weights of the steps counted (tests/fit_heap_mp.py);
+- a Session fit of thousands of epochs on a 512K heap finishes, records and saves, and holds
+  the same heap as a fit of 60 epochs: its history is bounded (tests/fit_heap_mp.py longfit);
 - greedy decoding through the KV cache (the decode stack of board/bench.py) allocates < 1 KB per
   token.
 """
@@ -38,3 +40,29 @@ def test_decode_heap_per_token(micropython):
     assert m, out
     per_token = float(m.group(2))
     assert 0 <= per_token < 1024, "decode: %.0f B per token" % per_token
+
+
+def test_long_fit_bounded_history(tmp_path, micropython):
+    """s.fit(epochs=5000) (8 examples, batch 8: a step an epoch) on a 512K heap used to train every
+    step and then fail building a record per epoch; now it finishes, is recorded and saved, and
+    what it holds afterwards (the FitResult and the checkpoint's fit records) is what a 60-epoch
+    fit holds, byte for byte on the heap."""
+    flash = tmp_path / "flash"
+    flash.mkdir()
+    out = helpers.run_micropython(helpers.TESTS + "/fit_heap_mp.py", "longfit", "viper", str(flash),
+                                  "60", "60", "5000", heap="512K", exe=micropython)
+    fits = {}
+    for m in re.finditer(r"^LONGFIT (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d)$", out, re.M):
+        v = [int(g) for g in m.groups()]
+        asked, epochs, steps, kept, first, last, held, fit_records, meta_bytes, interrupted = v
+        assert epochs == steps == asked and not interrupted, m.group(0)
+        assert last == asked and first == last - kept + 1 and 0 < kept <= asked, m.group(0)
+        fits.setdefault(asked, []).append((kept, held, meta_bytes))
+    assert sorted(fits) == [60, 5000] and len(fits[60]) == 2, out
+    kept60, held60, bytes60 = fits[60][1]           # the second: the optimizer exists already
+    kept, held, meta_bytes = fits[5000][0]
+    assert kept == kept60 < 60, "the FitResult keeps %d epoch records of 5000" % kept
+    assert held <= held60, "a 5000-epoch fit holds %d bytes, a 60-epoch fit %d" % (held, held60)
+    assert meta_bytes < 2 * bytes60, "the checkpoint's fit records: %d bytes" % meta_bytes
+    m = re.search(r"^SAVED (\d+) (\d+) (\d+) (\d+)$", out, re.M)
+    assert m and [int(g) for g in m.groups()] == [3, 5120, 5120, 3], out

@@ -325,8 +325,8 @@ def replay(k):
     gc.collect()
     return d
 def summary(h):
-    # what report needs of fit's history, so the history (~150 B an epoch) can go before the replay
-    return (sum([e.get('steps', 0) for e in h]), int(bool(h[-1].get('interrupted'))))
+    # what report needs of fit's result (its totals: the per-epoch records are the last few only)
+    return (h.steps, int(bool(h.interrupted)))
 def report(s, hx):
     st = s._opt.steps if s._opt else 0
     hs = hx[0] if hx else -1

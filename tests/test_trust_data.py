@@ -55,24 +55,6 @@ def _check(r):
     for v in ("inf", "nan", "0.0"):
         _has(r["layernorm_eps_" + v.replace(".0", "")], "ValueError", "LayerNorm", "eps", "finite", "> 0", v)
 
-
-def _check_big(big):
-    """Attention and LayerNorm on inputs up to 1e20 / 1e30 against the float64 reference."""
-    import numpy as np
-    import reference as R
-    for key, d in big.items():
-        if key.startswith("attn"):
-            x = np.array(d["x"]).reshape(1, 5, 8)
-            p = dict((n.split(".")[1], np.array(v)) for n, v in d["p"].items())
-            for n in ("Wq", "Wk", "Wv", "Wo"):
-                p[n] = p[n].reshape(8, 8)
-            want, _ = R.attention_forward(x, p, 2)
-        else:
-            x = np.array(d["x"]).reshape(3, 6)
-            want, _ = R.layernorm_forward(x, np.ones(6), np.zeros(6))
-        got = np.array(d["y"])
-        assert np.isfinite(got).all(), key
-        helpers.assert_close(got, want, 1e-4, key)
     _oserror(r["session_missing"], "Session", "no checkpoint", "nope.mfck")
     _has(r["add_inf"], "NonFiniteError", "add_example", "feature 1 (sepal_length)", "inf")
     # 1e39 is inf in float32 (on a single-precision port the literal itself is already inf)
@@ -92,8 +74,39 @@ def _check_big(big):
     _has(r["session_lr_inf"], "ValueError", "Session", "lr", "inf")
     _has(r["fit_lr_inf"], "ValueError", "fit", "lr", "inf")
     _has(r["fit_lr_nan"], "ValueError", "fit", "lr", "nan")
-    if "big" in r:
-        _check_big(r["big"])
+    # fit: every argument checked before anything changes; a refused step rolls the call back
+    for tag, words in (("epochs_neg", ("epochs", "int >= 1", "-1")), ("epochs_str", ("epochs", "'5'")),
+                       ("epochs_bool", ("epochs", "True")), ("epochs_0", ("epochs", "got 0")),
+                       ("lr_neg", ("lr", "-0.1")), ("verbose_str", ("verbose", "'yes'")),
+                       ("on_error", ("on_error", "'rollback'", "'undo'")), ("data", ("data", "'nope'"))):
+        _has(r["fitarg_" + tag], "ValueError: fit: ", *words)
+        assert r["fitarg_" + tag + "_unchanged"], tag
+    _has(r["rollback_err"], "NonFinite", "rolled back", "1 step undone")
+    assert r["rollback_unchanged"] and r["rollback_records"] == 1, r["rollback_err"]
+    _has(r["keep_err"], "NonFinite", "on_error='keep'", "1 step of this call")
+    assert r["keep_changed"] and r["keep_steps"] == 1, r["keep_err"]
+    assert r["keep_record"] == [1, r["keep_err"].split(":")[0]] and r["keep_records"] == 2, r["keep_record"]
+    # every run has large-input cases (the viper run: LayerNorm only, its kernels are its own)
+    assert any(k.startswith("ln") for k in r["big"]), sorted(r["big"])
+    _check_big(r["big"])
+
+def _check_big(big):
+    """Attention and LayerNorm on inputs up to 1e20 / 1e30 against the float64 reference."""
+    import numpy as np
+    import reference as R
+    for key, d in big.items():
+        if key.startswith("attn"):
+            x = np.array(d["x"]).reshape(1, 5, 8)
+            p = dict((n.split(".")[1], np.array(v)) for n, v in d["p"].items())
+            for n in ("Wq", "Wk", "Wv", "Wo"):
+                p[n] = p[n].reshape(8, 8)
+            want, _ = R.attention_forward(x, p, 2)
+        else:
+            x = np.array(d["x"]).reshape(3, 6)
+            want, _ = R.layernorm_forward(x, np.ones(6), np.zeros(6))
+        got = np.array(d["y"])
+        assert np.isfinite(got).all(), key
+        helpers.assert_close(got, want, 1e-4, key)
 
 
 def test_data_boundaries_cpython(tmp_path):

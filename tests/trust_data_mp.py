@@ -166,7 +166,34 @@ def run(root, backend):
                               inf, 16, root, None, False)
     r["fit_lr_inf"] = err(s.fit, 1, "user", inf)
     r["fit_lr_nan"] = err(s.fit, 1, "user", nan)
+    fit_calls(r, finetune, root)
     return r
+
+
+def fit_calls(r, finetune, root):
+    """fit checks every argument before it changes anything, and a refused step rolls the whole
+    call back (weights, Adam state, step count, lr); on_error='keep' keeps the good steps."""
+    def state(s):
+        return weights(s.model) + ([bytes(t.data) for t in s._opt.m + s._opt.v] if s._opt else []) + \
+            [s._opt.steps if s._opt else None, s.lr]
+    s = finetune.Session(root=root, verbose=False, batch_size=1)    # 4 steps an epoch on 'train'
+    s.fit(1, "train")
+    before = state(s)
+    for tag, kw in (("epochs_neg", {"epochs": -1, "lr": 0.5}), ("epochs_str", {"epochs": "5"}),
+                    ("epochs_bool", {"epochs": True}), ("epochs_0", {"epochs": 0}),
+                    ("lr_neg", {"lr": -0.1}), ("verbose_str", {"verbose": "yes", "lr": 0.5}),
+                    ("on_error", {"on_error": "undo", "lr": 0.5}), ("data", {"data": "nope", "lr": 0.5})):
+        r["fitarg_" + tag] = err(lambda: s.fit(**kw))
+        r["fitarg_" + tag + "_unchanged"] = state(s) == before
+    # lr 1e30: the first step makes weights of ~1e30 (finite), the next one's loss is not
+    r["rollback_err"] = err(s.fit, 1, "train", 1e30)
+    r["rollback_unchanged"] = state(s) == before
+    r["rollback_records"] = len(s.meta["history"])
+    r["keep_err"] = err(lambda: s.fit(1, "train", 1e30, on_error="keep"))
+    r["keep_changed"] = weights(s.model) != before[:len(weights(s.model))]
+    r["keep_steps"] = s._opt.steps - before[-2]
+    r["keep_record"] = [s.meta["history"][-1].get(k) for k in ("steps", "error")]
+    r["keep_records"] = len(s.meta["history"])
 
 
 if __name__ == "__main__":

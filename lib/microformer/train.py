@@ -67,40 +67,98 @@ def train_step(model, loss_fn, optimizer, X, y):
     return loss, correct
 
 
-_CHUNK = 16        # epochs per block of fit's history store
+_CHUNK = 16        # epochs per block of an unbounded history's store
+_FIELDS = 6        # per epoch: loss, acc, ms_per_step, steps, ms, interrupted
 
 
-def _record(store, e):
-    """Epoch e's record (0-based) from fit's history store: a dict, as fit returns them."""
-    v = store[e // _CHUNK]
-    o = 6 * (e % _CHUNK)
-    return {"epoch": e + 1, "loss": v[o], "acc": v[o + 1], "ms_per_step": v[o + 2], "steps": int(v[o + 3]),
-            "ms": v[o + 4], "interrupted": bool(v[o + 5])}
+class FitLog:
+    """What a fit did, filled in epoch by epoch (so it is right also when fit raises):
+    running totals over every epoch (epochs, steps, ms, interrupted) and the figures of the
+    last `keep` epochs (None: all of them). records() makes their dicts.
+
+    The figures go into blocks of doubles (exact for every float and count here), and the dicts
+    are made only when asked: dicts kept epoch by epoch, between steps that leave only a few
+    bytes of garbage, would end up spread over the whole heap, cutting it into pieces too small
+    for the next model's buffers. With `keep` set, the store is one block of keep * 48 bytes,
+    made before the first step: a fit of any length then holds the same memory."""
+
+    def __init__(self, keep=None):
+        if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or keep < 1):
+            raise ValueError("FitLog: keep must be None or an int >= 1, got %r" % (keep,))
+        self.keep = keep
+        self.epochs = 0          # epochs run (the last one may be cut short: interrupted)
+        self.steps = 0
+        self.ms = 0.0
+        self.interrupted = False
+        self._store = [array("d", bytes(8 * _FIELDS * keep))] if keep else []
+
+    def _slot(self, e):
+        # (block, offset) of epoch e's figures (0-based)
+        if self.keep:
+            return self._store[0], _FIELDS * (e % self.keep)
+        return self._store[e // _CHUNK], _FIELDS * (e % _CHUNK)
+
+    def add(self, loss, acc, steps, ms, interrupted):
+        """Record the next epoch."""
+        e = self.epochs
+        if not self.keep and e % _CHUNK == 0:
+            self._store.append(array("d", bytes(8 * _FIELDS * _CHUNK)))
+        v, o = self._slot(e)
+        v[o] = loss
+        v[o + 1] = acc
+        v[o + 2] = ms / max(1, steps)
+        v[o + 3] = steps
+        v[o + 4] = ms
+        v[o + 5] = 1 if interrupted else 0
+        self.epochs = e + 1
+        self.steps += steps
+        self.ms += ms
+        self.interrupted = interrupted
+
+    def first_kept(self):
+        """The 0-based index of the oldest epoch whose figures are kept."""
+        return self.epochs - min(self.epochs, self.keep) if self.keep else 0
+
+    def record(self, e):
+        """Epoch e's record (0-based, one of the kept epochs) as a dict."""
+        if not self.first_kept() <= e < self.epochs:
+            raise IndexError("FitLog: epoch %d is not kept (kept: %d..%d)"
+                             % (e + 1, self.first_kept() + 1, self.epochs))
+        v, o = self._slot(e)
+        return {"epoch": e + 1, "loss": v[o], "acc": v[o + 1], "ms_per_step": v[o + 2],
+                "steps": int(v[o + 3]), "ms": v[o + 4], "interrupted": bool(v[o + 5])}
+
+    def records(self):
+        """The kept epochs' records, oldest first (a list of dicts)."""
+        first = self.first_kept()
+        out = [None] * (self.epochs - first)
+        for e in range(first, self.epochs):
+            out[e - first] = self.record(e)
+        return out
 
 
 def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbose=True, on_epoch=None,
-        progress_s=5):
+        progress_s=5, keep=None, log=None):
     """Train on a Dataset; one progress line per epoch, and one at least every `progress_s`
     seconds within a long epoch (verbose). Ctrl-C stops after the current step.
 
-    Returns a list of per-epoch dicts: epoch, loss, acc, ms_per_step, steps, ms (and 'interrupted').
+    Returns a list of per-epoch dicts: epoch, loss, acc, ms_per_step, steps, ms (and 'interrupted'),
+    for every epoch, or for the last `keep` epochs. With `log` (a FitLog to fill instead of a new
+    FitLog(keep)) it returns that log: its running totals (epochs, steps, ms) are right also when
+    fit raises, and the caller makes the records (log.records()) when, and if, it wants them.
     """
-    if not isinstance(epochs, int) or epochs < 0:
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
         raise ValueError("fit: epochs must be a non-negative int, got %r" % (epochs,))
+    given = log is not None
+    if not given:
+        log = FitLog(keep)
     batches = Batches(data, batch_size, Rng(seed + 1))
-    # The epochs' figures go into blocks of doubles (exact for every float and count here), and
-    # their dicts are made once the loop is over: dicts kept epoch by epoch, between steps that
-    # leave only a few bytes of garbage, would end up spread over the whole heap, cutting it into
-    # pieces too small for the next model's buffers.
-    store = []
-    done = 0
     steps0 = optimizer.steps
     every_us = int(progress_s * 1000000) if verbose and progress_s else 0
     n_batches = (len(data) + batch_size - 1) // batch_size
     for epoch in range(1, epochs + 1):
         total = 0.0
         correct = 0
-        steps = 0
         seen = 0
         t0 = _us()
         said = t0
@@ -123,19 +181,9 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
         steps = optimizer.steps - s0
         ms = _elapsed(t0)
         seen = seen or 1
-        if (epoch - 1) % _CHUNK == 0:
-            store.append(array("d", bytes(8 * 6 * _CHUNK)))
-        v = store[-1]
-        o = 6 * ((epoch - 1) % _CHUNK)
-        v[o] = total / seen
-        v[o + 1] = correct / seen
-        v[o + 2] = ms / max(1, steps)
-        v[o + 3] = steps
-        v[o + 4] = ms
-        v[o + 5] = 1 if interrupted else 0
-        done = epoch
+        log.add(total / seen, correct / seen, steps, ms, interrupted)
         if verbose or on_epoch:
-            rec = _record(store, epoch - 1)
+            rec = log.record(log.epochs - 1)
         if verbose:
             line = "epoch %d/%d  loss %.4f  acc %.1f%%  %.2f ms/step" % (
                 epoch, epochs, rec["loss"], 100 * rec["acc"], rec["ms_per_step"])
@@ -149,10 +197,7 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
             on_epoch(rec)
         if interrupted:
             break
-    history = [None] * done
-    for e in range(done):
-        history[e] = _record(store, e)
-    return history
+    return log if given else log.records()
 
 
 def predict_logits(model, X):
