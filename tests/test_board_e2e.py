@@ -48,9 +48,18 @@ def run(board, code, resume=False, timeout=300):
 
 def test_deploy_is_incremental_and_cleans_stale_modules(board, iris_checkpoint):
     flash = board.flash
-    (flash / "lib" / "microformer" / "stale.py").write_text("raise ImportError('stale')\n")
+    # a module an older deploy wrote (in deploy's manifest), and one the user put there
+    stale = flash / "lib" / "microformer" / "stale.mpy"
+    stale.write_bytes(b"M\x06stale")
+    mpath = flash / ".microformer-deploy.json"
+    manifest = json.loads(mpath.read_text())
+    manifest["files"]["/lib/microformer/stale.mpy"] = deploy.sha256_file(stale)
+    mpath.write_text(json.dumps(manifest))
+    (flash / "lib" / "microformer" / "mine.py").write_text("X = 1\n")
     out = deploy.deploy(str(board.port), str(iris_checkpoint))
-    assert "removed stale stale.py" in out
+    assert "removed stale /lib/microformer/stale.mpy" in out and not stale.exists(), out
+    assert "left /lib/microformer/mine.py where it is: not written by deploy" in out, out
+    (flash / "lib" / "microformer" / "mine.py").unlink()
     assert "microformer 0.1.0 backends: ['python', 'viper']" in out
     mpy = sorted(p.name for p in (flash / "lib" / "microformer").iterdir())
     assert "attention.mpy" in mpy and not any(n.endswith(".py") for n in mpy)
