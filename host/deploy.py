@@ -438,7 +438,7 @@ def plan_deploy(port, want, shadows, checkpoint_path, checkpoint_mode, force, sa
     return plan
 
 
-def checkpoint_report(state, local, name, force):
+def checkpoint_report(state, local, name):
     where = name.lstrip("/")
     opens = ("open it on the board: import finetune; s = finetune.Session()" if name == BOARD_CHECKPOINT
              else "open it on the board: import finetune; s = finetune.Session(%r)" % where)
@@ -470,7 +470,7 @@ def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, 
 
     meta = check_checkpoint(checkpoint) if checkpoint else None
     data_files = resolve_data(None if data is None else list(data), checkpoint, meta, tell)
-    mpy, sub, arch = board_mpy(port)
+    mpy, _, arch = board_mpy(port)
     if mpy != 6:
         raise SystemExit("the board loads .mpy version %d; this mpy-cross writes version 6 "
                          "(MicroPython >= 1.23): update the firmware (make flash)" % mpy)
@@ -522,7 +522,7 @@ def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, 
     tell("copied %d files, %s" % (len(plan.copies), "wrote the manifest " + MANIFEST
                                    if "MANIFEST written" in out else "nothing else changed"))
     if plan.ck_state:
-        tell(checkpoint_report(plan.ck_state, checkpoint, BOARD_CHECKPOINT, force))
+        tell(checkpoint_report(plan.ck_state, checkpoint, BOARD_CHECKPOINT))
     if LEGACY_CHECKPOINT in plan.files and plan.files.get(LEGACY_CHECKPOINT) is not None and checkpoint:
         tell("note: the board also has %s (where older deploys put the checkpoint), left as it is; "
              "finetune.Session('iris.mfck') opens it" % LEGACY_CHECKPOINT)
