@@ -211,3 +211,20 @@ def test_deploy_cli_names_a_damaged_checkpoint(tmp_path, iris_checkpoint):
     r = subprocess.run([sys.executable, "host/deploy.py", "--port", "/nonexistent", "--checkpoint", str(bad)],
                        cwd=helpers.ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "CHECKPOINT %s is not a loadable checkpoint" % bad in r.stderr, r.stderr
+
+
+def test_make_deploy_copies_your_checkpoint_and_its_data(tmp_path, user_checkpoint):
+    """The whole command as a user types it: their checkpoint lands at /model.mfck, the base data its
+    meta names (next to it) at /data/, and deploy says where they went and how to open them."""
+    rows = "sepal_length,sepal_width,petal_length,petal_width,species\n5.1,3.5,1.4,0.2,setosa\n"
+    (user_checkpoint.parent / "mine.csv").write_text(rows)
+    with vboard.VirtualBoard(tmp_path / "vb", heap="512K", micropython=MICROPYTHON) as b:
+        r = _make("deploy", "CHECKPOINT=%s" % user_checkpoint, "PORT=%s" % b.port)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (b.flash / "model.mfck").read_bytes() == user_checkpoint.read_bytes()
+        assert (b.flash / "data" / "mine.csv").read_text() == rows
+        assert not (b.flash / "data" / "iris.csv").exists()
+    assert "data: %s (the base data the checkpoint's meta names) -> :/data/mine.csv" % (
+        user_checkpoint.parent / "mine.csv") in r.stdout, r.stdout
+    assert "checkpoint: copied %s to :/model.mfck; open it on the board: import finetune; " \
+           "s = finetune.Session()" % user_checkpoint in r.stdout, r.stdout
