@@ -228,3 +228,13 @@ def test_make_deploy_copies_your_checkpoint_and_its_data(tmp_path, user_checkpoi
         user_checkpoint.parent / "mine.csv") in r.stdout, r.stdout
     assert "checkpoint: copied %s to :/model.mfck; open it on the board: import finetune; " \
            "s = finetune.Session()" % user_checkpoint in r.stdout, r.stdout
+
+
+def test_a_damaged_manifest_makes_every_file_the_users():
+    said = []
+    assert deploy.read_manifest(None, said.append) is None and said == []
+    good = json.dumps({"version": 1, "files": {"/a.mpy": "ab" * 32}})
+    assert deploy.read_manifest(good, said.append) == {"/a.mpy": "ab" * 32} and said == []
+    for bad in ("{not json", json.dumps({"files": ["/a.mpy"]}), json.dumps({"version": 1})):
+        assert deploy.read_manifest(bad, said.append) == {}, bad
+        assert deploy.MANIFEST in said[-1] and "every file on the board counts as yours" in said[-1], said
