@@ -199,11 +199,18 @@ def read_manifest(text, say):
         return {}
 
 
+def _checkpoint_module():
+    """microformer.checkpoint from this checkout's lib/ (the host verifies checkpoints with it)."""
+    if str(ROOT / "lib") not in sys.path:
+        sys.path.insert(0, str(ROOT / "lib"))
+    from microformer import checkpoint
+    return checkpoint
+
+
 def check_checkpoint(path):
     """The metadata of the checkpoint at `path` (a host file), after verifying it; SystemExit naming
     the file when it is missing or not a valid checkpoint."""
-    sys.path.insert(0, str(ROOT / "lib"))
-    from microformer import checkpoint
+    checkpoint = _checkpoint_module()
     p = Path(path)
     if not p.exists():
         raise SystemExit("CHECKPOINT %s: no such file (deploy copies your checkpoint, it never makes one; "
@@ -256,8 +263,7 @@ def resolve_data(items, checkpoint=None, meta=None, say=print):
 
 def _tmp_is_complete(port, board_path):
     """(True, '') when the board's file is a complete, loadable checkpoint, else (False, why)."""
-    sys.path.insert(0, str(ROOT / "lib"))
-    from microformer import checkpoint
+    checkpoint = _checkpoint_module()
     with tempfile.TemporaryDirectory() as d:
         local = Path(d) / "board.mfck"
         mpremote(port, "cp", ":" + board_path, str(local), timeout=300)
