@@ -7,7 +7,9 @@ HEAP ?= 512K
 FIRMWARE ?=
 FORCE ?=
 ARCH ?= xtensawin
-DATA ?= iris.csv
+# data files for the board's /data/: names in datasets/ or paths; empty: the base data file the
+# checkpoint's metadata names (meta['data']), found next to the checkpoint or in datasets/
+DATA ?=
 BAUD ?= 460800
 PYTHON ?= python3
 # MicroPython's source (a tree or a .tar.gz) for the 32-bit, single-precision port `make test` also
@@ -22,7 +24,12 @@ PY := $(VENV)/bin/python
 MICROPYTHON ?= $(VENV)/bin/micropython
 MPREMOTE := $(VENV)/bin/mpremote
 STAMP := $(VENV)/.installed
-CHECKPOINT := build/iris.mfck
+# the checkpoint make deploy copies to the board's /model.mfck: yours (CHECKPOINT=build/mine.mfck),
+# else the project's Iris model. Only that default is ever built (make pretrain); a file you name is
+# never created or overwritten by a rule: a missing one stops deploy with its name.
+DEFAULT_CHECKPOINT := build/iris.mfck
+CHECKPOINT ?= $(DEFAULT_CHECKPOINT)
+CHECKPOINT_RULE := $(if $(filter $(DEFAULT_CHECKPOINT),$(CHECKPOINT)),$(DEFAULT_CHECKPOINT))
 MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
@@ -88,20 +95,21 @@ seq2seq: setup ## reverse digit strings with the encoder-decoder Transformer: ho
 	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import seq2seq; seq2seq.main('../$(SEQ2SEQ_CK)')"
 
 # A host-pretrained Iris checkpoint (what the board fine-tunes).
-pretrain: $(CHECKPOINT) ## build/iris.mfck: the host-pretrained Iris checkpoint the board fine-tunes
-$(CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py lib/microformer/models.py
-	$(PY) host/pretrain.py --data datasets/iris.csv --epochs 100 --out $(CHECKPOINT)
+pretrain: $(DEFAULT_CHECKPOINT) ## build/iris.mfck: the host-pretrained Iris checkpoint the board fine-tunes
+$(DEFAULT_CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py lib/microformer/models.py
+	$(PY) host/pretrain.py --data datasets/iris.csv --epochs 100 --out $(DEFAULT_CHECKPOINT)
 
-# Precompile lib/ for the board's architecture and copy it, board/*.py, data and checkpoint.
-# DATA="iris.csv digits.csv" also copies the digits data (265 KB) for `import digits` on the board.
-# A board checkpoint changed on the board (s.save() after a fine-tune) is kept as /iris.mfck.bak
+# Precompile lib/ for the board's architecture and copy it, board/*.py, data and your checkpoint
+# (to /model.mfck, which finetune.Session() opens). Deploy owns only what it wrote (a manifest on
+# the board, /.microformer-deploy.json): a board file it did not write, or that changed since (your
+# /sensor.py, rows appended to /data/iris.csv, a checkpoint saved on the board) is kept as .bak
 # (.bak2, ...) and deploy says so; FORCE=1 replaces it without keeping a copy.
-deploy: setup $(CHECKPOINT) ## compile lib/ and board/ for the board (.mpy) and copy them, data and checkpoint (PORT=, FORCE=1)
-	$(PY) host/deploy.py --checkpoint $(CHECKPOINT) --data "$(DATA)" $(if $(filter 1 yes true,$(FORCE)),--force)
+deploy: setup $(CHECKPOINT_RULE) ## copy lib/ and board/ (.mpy), data and CHECKPOINT (to :/model.mfck); keeps your files as .bak (PORT=, DATA=, FORCE=1)
+	$(PY) host/deploy.py --checkpoint "$(CHECKPOINT)" $(if $(DATA),--data "$(DATA)") $(if $(filter 1 yes true,$(FORCE)),--force)
 
 # The fine-tuning story on the (virtual) board, in its own folder /demo: your /iris.mfck and
 # /data/user.csv are not touched.
-demo: setup $(CHECKPOINT) ## the drift fine-tuning story on the (virtual) board, in its own /demo folder
+demo: setup $(CHECKPOINT_RULE) ## the drift fine-tuning story on the (virtual) board, in its own /demo folder
 	$(PY) host/demo.py --checkpoint $(CHECKPOINT)
 
 # Flash MicroPython firmware (ESP32_GENERIC_S3, SPIRAM_OCT) with esptool v5: erase, then write at 0.
@@ -125,7 +133,7 @@ golden: setup ## regenerate the golden vectors (tests/golden)
 
 # Speed and heap on the stock port and the 32-bit single-precision port (built when MICROPYTHON_SRC is
 # known; without it the 32-bit rows are missing and the bench says so).
-bench: setup $(CHECKPOINT) $(if $(MICROPYTHON_SRC),$(MP32)) ## speed and heap per model and backend on both ports, a line per item as it goes
+bench: setup $(CHECKPOINT_RULE) $(if $(MICROPYTHON_SRC),$(MP32)) ## speed and heap per model and backend on both ports, a line per item as it goes
 	$(PY) host/bench.py --checkpoint $(CHECKPOINT)
 
 plots: setup ## the PNGs in build/plots (training curves, attention maps), a line per plot
@@ -141,8 +149,8 @@ board-down: setup ## stop the virtual board
 viper: ## regenerate lib/microformer/viper_*.py from host/viper/
 	$(PYTHON) host/gen_viper.py
 
-# lib/package.json for `mpremote mip install github:OWNER/REPO/lib`.
-package: setup ## regenerate lib/package.json (mpremote mip install)
+# lib/package.json and board/package.json for `mpremote mip install github:OWNER/REPO/lib github:OWNER/REPO/board`.
+package: setup ## regenerate lib/package.json and board/package.json (mpremote mip install)
 	$(PY) host/package.py
 
 compile-check: setup ## every lib/ and board/ file through mpy-cross for ARCH (default xtensawin)

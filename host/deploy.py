@@ -1,27 +1,39 @@
 """make deploy: precompile lib/microformer and board/*.py for the board's architecture and copy
-them, the data and the demo checkpoint to the board's flash.
+them, the data and your checkpoint to the board's flash.
 
-board/*.py go to the flash root as .mpy (import finetune, import iris, ... work by name); a
-.py of the same name left there by an older deploy is removed, since it would shadow the .mpy.
-.mpy files carry no docstrings: the REPL entry points print their help from strings
-(finetune.help(), Session.help()).
+    python host/deploy.py [--port /dev/ttyACM0] [--checkpoint build/mine.mfck] [--data "a.csv b.csv"] [--force]
 
-    python host/deploy.py [--port /dev/ttyACM0] [--checkpoint build/iris.mfck] [--force]
+Without --port (or PORT) the virtual board is the target, started when needed.
 
-Without --port (or PORT) the virtual board is the target, started when needed. mpremote skips
-files whose SHA-256 already matches, so a second deploy sends only what changed.
+Where things go: lib/microformer/*.py as .mpy to /lib/microformer/, board/*.py as .mpy to the
+flash root (import finetune, import iris, ... work by name; .mpy files carry no docstrings, so the
+REPL entry points print their help from strings), the data to /data/, the golden vectors to
+/golden/, and the checkpoint to /model.mfck, which finetune.Session() opens.
 
-The board's checkpoint is the user's work once it is fine-tuned there (s.save()). Next to it,
-deploy records the SHA-256 of what it copied (/iris.mfck.deployed). A board checkpoint that
-differs from that record (changed on the board, or of unknown origin) is never replaced
-silently: it is renamed to /iris.mfck.bak (then .bak2, ...; a board may have no clock) and
-deploy says so. --force (make deploy FORCE=1) replaces it without keeping a copy.
+Deploy owns only what it wrote. It keeps a manifest on the board, /.microformer-deploy.json, of
+every file it put there with its SHA-256, and changes a board file only when it wrote that file
+and the file is unchanged since (or already holds the bytes being sent). Anything else in its way,
+your own /sensor.py, an edited /finetune.py, a row you appended to /data/iris.csv, a checkpoint
+saved on the board, is renamed to NAME.bak (.bak2, ...: a board may have no clock) and deploy
+says so, file by file. --force (make deploy FORCE=1) replaces or removes such files without
+keeping a copy. In detail:
+- a NAME.py next to a deployed NAME.mpy would be imported instead of it (MicroPython prefers .py):
+  removed when it holds exactly this checkout's source (e.g. from `mpremote mip install`),
+  otherwise kept as NAME.py.bak;
+- a file in /lib/microformer that deploy wrote and this version no longer ships is removed; one
+  deploy did not write (your own mylayer.py) is left where it is, and deploy lists it;
+- a /model.mfck.tmp (a save interrupted by a power cut: with no /model.mfck the session loads it)
+  is never buried: it is renamed to /model.mfck.bak (.bak2, ...) when it is a complete checkpoint,
+  to /model.mfck.tmp.bak when it is not, and deploy says which.
+A second deploy with nothing changed writes nothing.
 """
 import argparse
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,8 +41,14 @@ from board_link import ROOT, board_lib_files, board_mpy, mpremote, resolve_port,
 from gen_viper import MODULES as _VIPER_MODULES  # noqa: E402
 
 BUILD = ROOT / "build" / "deploy"
+DATASETS = ROOT / "datasets"
 # the viper kernel namespace and the generated modules it gathers (native code)
 VIPER_FILES = ("kernels_viper.py",) + tuple("viper_%s.py" % n for n in _VIPER_MODULES)
+
+MANIFEST = "/.microformer-deploy.json"
+BOARD_CHECKPOINT = "/model.mfck"        # what finetune.Session() opens
+LIB_DIR = "/lib/microformer"
+LEGACY_CHECKPOINT = "/iris.mfck"       # where deploys before the manifest put the checkpoint
 
 
 def _mpy_cross(arch, src, name, out):
@@ -67,10 +85,14 @@ def compile_lib(arch):
     return out
 
 
-# Runs on the board before the checkpoint is copied: keep a checkpoint changed on the board.
-# %(name)r: the board path; %(new)r: SHA-256 of the file about to be copied; %(mode)r: 'keep'
-# or 'force'. MISSING instead installs NAME.new as NAME only when the board has no NAME.
-KEEP = """import os, hashlib, binascii
+def sha256_file(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+# Runs on the board first: what is there. %(paths)r: files to hash; %(dirs)r: folders to list
+# (every file of LIB_DIR is hashed too). Prints one line 'SURVEY {json}'.
+SURVEY = """import os, json, hashlib, binascii
 def _sha(p):
     h = hashlib.sha256()
     b = bytearray(512)
@@ -81,149 +103,460 @@ def _sha(p):
                 break
             h.update(b[:n])
     return binascii.hexlify(h.digest()).decode()
-def _have(p):
+r = {'dirs': {}, 'sha': {}, 'isdir': [], 'manifest': None}
+for d in %(dirs)r:
     try:
-        os.stat(p)
-        return True
+        r['dirs'][d] = [e[0] + ('/' if e[1] == 0x4000 else '') for e in os.ilistdir(d)]
     except OSError:
-        return False
-name, new, mode = %(name)r, %(new)r, %(mode)r
-cur = _sha(name) if _have(name) else None
-rec = open(name + '.deployed').read().strip() if _have(name + '.deployed') else None
-if cur is None:
-    print('CKPT new')
-elif mode == 'missing':
-    print('CKPT present')
-elif cur == new:
-    print('CKPT same')
-elif cur == rec:
-    print('CKPT unchanged')
-elif mode == 'force':
-    print('CKPT forced')
-else:
-    k = name + '.bak'
-    i = 2
-    while _have(k):
-        k = '%%s.bak%%d' %% (name, i)
-        i += 1
-    os.rename(name, k)
-    print('CKPT kept', k)
+        r['dirs'][d] = None
+paths = %(paths)r + [%(lib)r + '/' + n for n in (r['dirs'][%(lib)r] or ()) if n[-1:] != '/']
+for p in paths:
+    try:
+        st = os.stat(p)
+    except OSError:
+        continue
+    if st[0] & 0x4000:
+        r['isdir'].append(p)
+    else:
+        r['sha'][p] = _sha(p)
+try:
+    r['manifest'] = open(%(manifest)r).read()
+except OSError:
+    pass
+print('SURVEY', json.dumps(r))
 """
 
-MISSING = ("import os\ntry:\n os.stat(%(name)r)\n os.remove(%(name)r + '.new')\n print('CKPT present')\n"
-           "except OSError:\n os.rename(%(name)r + '.new', %(name)r)\n"
-           " open(%(name)r + '.deployed', 'w').write(%(new)r)\n print('CKPT new')")
+# Runs on the board before the copies: %(ops)r is a list of ('mkdir', d), ('rename', a, b),
+# ('remove', p). Each op prints a line; a failure stops the deploy before anything is copied.
+APPLY = """import os
+for op in %(ops)r:
+    if op[0] == 'mkdir':
+        try:
+            os.mkdir(op[1])
+        except OSError:
+            os.stat(op[1])
+    elif op[0] == 'rename':
+        os.rename(op[1], op[2])
+    else:
+        os.remove(op[1])
+    print('DONE', ' '.join(op))
+"""
 
-RECORD = ("import os\ntry:\n os.stat(%(name)r)\n open(%(name)r + '.deployed', 'w').write(%(new)r)\n"
-          "except OSError:\n pass")
+# Writes the manifest: NAME.tmp, then renamed over NAME (FAT refuses to rename over a file:
+# there the old one is removed first; a lost manifest only makes the next deploy keep more .bak).
+WRITE_MANIFEST = """import os
+n = %(name)r
+with open(n + '.tmp', 'w') as f:
+    f.write(%(text)r)
+try:
+    os.rename(n + '.tmp', n)
+except OSError:
+    try:
+        os.remove(n)
+    except OSError:
+        pass
+    os.rename(n + '.tmp', n)
+print('MANIFEST written')
+"""
 
 
-def sha256_file(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+def _dirname(p):
+    return p.rsplit("/", 1)[0] or "/"
 
 
-def checkpoint_report(out, name):
-    """What happened to the board's checkpoint, from KEEP's output line, for the user."""
-    m = [line.split()[1:] for line in out.splitlines() if line.startswith("CKPT ")]
-    if not m:
+def _basename(p):
+    return p.rsplit("/", 1)[1]
+
+
+def _parents(p):
+    """'/a/b/c.py' -> ['/a', '/a/b']."""
+    parts = p.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]
+
+
+def survey(port, paths, dirs):
+    out = mpremote(port, "exec", SURVEY % {"paths": sorted(paths), "dirs": sorted(dirs), "lib": LIB_DIR,
+                                           "manifest": MANIFEST}, timeout=300)
+    for line in out.splitlines():
+        if line.startswith("SURVEY "):
+            return json.loads(line[len("SURVEY "):])
+    raise SystemExit("deploy: the board did not report its files:\n" + out)
+
+
+def read_manifest(text, say):
+    """{board path: sha256} from the manifest's text (None: none on the board)."""
+    if text is None:
         return None
-    what = m[-1]
-    if what[0] == "kept":
-        return ("kept the board's %s as %s: it was changed on the board since the last deploy "
-                "(e.g. s.save() after a fine-tune); finetune.Session(%r) loads it. "
-                "The host's checkpoint is now %s (make deploy FORCE=1 replaces without keeping)"
-                % (name, what[1], what[1].lstrip("/"), name))
-    return {"new": "copied the checkpoint to %s" % name,
-            "same": "%s is already the host's checkpoint" % name,
-            "unchanged": "replaced %s (not changed on the board since the last deploy)" % name,
-            "forced": "FORCE: replaced %s, which was changed on the board, without keeping it" % name,
-            "present": "left the board's %s as it is" % name}[what[0]]
+    try:
+        m = json.loads(text)
+        files = m["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise ValueError("'files' must map board paths to SHA-256 strings")
+        return dict(files)
+    except (ValueError, KeyError, TypeError) as e:
+        say("the board's %s is not a deploy manifest (%s): every file on the board counts as yours "
+            "this time (kept as .bak when in the way)" % (MANIFEST, e))
+        return {}
 
 
-def deploy(port, checkpoint=None, data=("iris.csv",), force=False, checkpoint_mode=None,
-           extra=()):
-    """Copy the package, board/*.py, data and `checkpoint` (to the flash root).
+def _checkpoint_module():
+    """microformer.checkpoint from this checkout's lib/ (the host verifies checkpoints with it)."""
+    if str(ROOT / "lib") not in sys.path:
+        sys.path.insert(0, str(ROOT / "lib"))
+    from microformer import checkpoint
+    return checkpoint
 
-    checkpoint_mode: 'keep' (default: a checkpoint changed on the board is renamed to .bak),
-    'force' (replace it), 'missing' (copy only if the board has none).
-    extra: more (local file, board path) pairs to copy, e.g. the demo's own checkpoint.
+
+def check_checkpoint(path):
+    """The metadata of the checkpoint at `path` (a host file), after verifying it; SystemExit naming
+    the file when it is missing or not a valid checkpoint."""
+    checkpoint = _checkpoint_module()
+    p = Path(path)
+    if not p.exists():
+        raise SystemExit("CHECKPOINT %s: no such file (deploy copies your checkpoint, it never makes one; "
+                         "`make pretrain` writes the project's build/iris.mfck)" % path)
+    if p.is_dir():
+        raise SystemExit("CHECKPOINT %s is a folder, expected a checkpoint file (.mfck)" % path)
+    try:
+        return checkpoint.read_header(str(p)).get("meta") or {}
+    except (ValueError, OSError) as e:
+        raise SystemExit("CHECKPOINT %s is not a loadable checkpoint: %s" % (path, e))
+
+
+def resolve_data(items, checkpoint=None, meta=None, say=print):
+    """Host files to copy to /data/: `items` (names in datasets/ or paths) when given (a list, possibly
+    empty); None: the base data file the checkpoint's meta names (meta['data']), looked up next to
+    the checkpoint, then in datasets/, else none. Says which."""
+    data_name = (meta or {}).get("data")
+    if items is None:
+        if checkpoint is None:
+            return []
+        if not data_name:
+            say("data: the checkpoint's metadata names no base data file (meta['data']): none copied "
+                "(DATA=path/or/name.csv copies one)")
+            return []
+        places = [Path(checkpoint).resolve().parent / data_name, DATASETS / data_name]
+        for p in places:
+            if p.is_file():
+                say("data: %s (the base data the checkpoint's meta names) -> :/data/%s" % (p, data_name))
+                return [p]
+        say("data: the checkpoint's meta names %r as its base data, but neither %s exists: none copied "
+            "(DATA=path/to/%s copies it)" % (data_name, " nor ".join(str(p) for p in places), data_name))
+        return []
+    files = []
+    for item in items:
+        p = Path(item)
+        if p.is_file():
+            files.append(p)
+        elif (DATASETS / item).is_file():
+            files.append(DATASETS / item)
+        else:
+            raise SystemExit("DATA %s: no such file (tried %s and %s; datasets/ has: %s)" % (
+                item, p, DATASETS / item, ", ".join(sorted(q.name for q in DATASETS.glob("*.csv")))))
+    for f in files:
+        say("data: %s -> :/data/%s" % (f, f.name))
+    if data_name and checkpoint is not None and data_name not in [f.name for f in files]:
+        say("data: note: the checkpoint's meta names %r as its base data; finetune.Session() reads "
+            "data/%s" % (data_name, data_name))
+    return files
+
+
+def _tmp_is_complete(port, board_path):
+    """(True, '') when the board's file is a complete, loadable checkpoint, else (False, why)."""
+    checkpoint = _checkpoint_module()
+    with tempfile.TemporaryDirectory() as d:
+        local = Path(d) / "board.mfck"
+        mpremote(port, "cp", ":" + board_path, str(local), timeout=300)
+        try:
+            checkpoint.read_header(str(local))
+            return True, ""
+        except (ValueError, OSError) as e:
+            return False, str(e).replace(str(local), board_path)
+
+
+class Plan:
+    """What deploy will do to the board, decided on the host from the board's survey."""
+
+    def __init__(self, survey, manifest, record):
+        self.files = survey["sha"]      # {board path: sha256} as the board has them
+        self.dirs = survey["dirs"]      # {board folder: [names] or None}
+        self.manifest = manifest        # {board path: sha256} deploy wrote, or None (no manifest)
+        self.record = record            # {board path: sha256} from an older deploy's .deployed record
+        # a board deployed before the manifest existed
+        self.legacy = manifest is None and any(
+            r in self.files for r in (LEGACY_CHECKPOINT + ".deployed", BOARD_CHECKPOINT + ".deployed"))
+        self.ops = []                   # APPLY's ops
+        self.copies = []                # (host file, board path)
+        self.notes = []                 # what deploy tells the user
+        self.owned = {}                 # the new manifest
+        self._taken = set()             # names this plan creates
+
+    def exists(self, p):
+        names = self.dirs.get(_dirname(p))
+        return p in self._taken or p in self.files or bool(names and (
+            _basename(p) in names or _basename(p) + "/" in names))
+
+    def bak(self, p):
+        k, i = p + ".bak", 2
+        while self.exists(k):
+            k, i = "%s.bak%d" % (p, i), i + 1
+        self._taken.add(k)
+        return k
+
+    def wrote(self, p, sha):
+        """Did deploy write this content at p (and nothing changed it since)?"""
+        if sha is None:
+            return False
+        if (self.manifest or {}).get(p) == sha or self.record.get(p) == sha:
+            return True
+        # before the manifest: compiled modules and golden vectors at deploy's own paths were deploy's
+        return self.legacy and (p.endswith(".mpy") or p.startswith("/golden/"))
+
+    def why(self, p):
+        return ("changed on the board since deploy wrote it" if p in (self.manifest or {}) or p in self.record
+                else "not written by deploy")
+
+    def keep_aside(self, p, why, force):
+        """p (the user's, or changed since deploy wrote it) is in the way: .bak it, or drop it if force."""
+        if force:
+            self.ops.append(("remove", p))
+            self.notes.append("FORCE: removed %s (%s) without keeping a copy" % (p, why))
+            return None
+        k = self.bak(p)
+        self.ops.append(("rename", p, k))
+        self.notes.append("KEPT %s as %s: %s" % (p, k, why))
+        return k
+
+    def place(self, local, p, sha, force, what="file"):
+        """Copy host file `local` to board path p unless it holds those bytes already."""
+        cur = self.files.get(p)
+        self.owned[p] = sha
+        if cur == sha:
+            return "same"
+        if cur is None:
+            self.copies.append((local, p))
+            return "new"
+        if self.wrote(p, cur):
+            self.copies.append((local, p))
+            return "replaced"
+        self.keep_aside(p, "your %s, %s" % (what, self.why(p)), force)
+        self.copies.append((local, p))
+        return "forced" if force else "kept"
+
+
+def plan_deploy(port, want, shadows, checkpoint_path, checkpoint_mode, force, say):
+    """want: {board path: (host file, sha256, what)}; shadows: {board path of a NAME.py that would
+    shadow a deployed NAME.mpy: sha256 of this checkout's NAME.py}."""
+    want = dict(want)
+    paths = set(want) | set(shadows) | {LEGACY_CHECKPOINT, LEGACY_CHECKPOINT + ".deployed"}
+    if checkpoint_path:
+        paths |= {checkpoint_path + ".tmp", checkpoint_path + ".deployed"}
+    dirs = {d for p in paths for d in _parents(p)} | {"/", LIB_DIR}
+    s = survey(port, paths, dirs)
+    for p in s["isdir"]:
+        if p in want or p in shadows:
+            raise SystemExit("deploy: the board has a folder at %s, where deploy puts a file: rename or "
+                             "remove it (mpremote fs ...)" % p)
+    manifest = read_manifest(s["manifest"], say)
+    record = {}
+    rec_path = (checkpoint_path or BOARD_CHECKPOINT) + ".deployed"
+    if rec_path in s["sha"]:
+        # the SHA-256 record of deploys before the manifest: what deploy wrote at the checkpoint
+        out = mpremote(port, "exec", "print('REC', open(%r).read().strip())" % rec_path)
+        rec = [ln.split()[1] for ln in out.splitlines() if ln.startswith("REC ") and len(ln.split()) > 1]
+        if rec:
+            record[rec_path[:-len(".deployed")]] = rec[0]
+    plan = Plan(s, manifest, record)
+    plan.old_manifest_text = s["manifest"]
+    if plan.legacy:
+        say("this board was deployed before deploy kept a manifest: its compiled modules (.mpy) and "
+            "golden vectors count as deploy's; every other file in the way is kept as .bak")
+    for d in sorted(dirs):
+        if s["dirs"].get(d) is None and d != "/":
+            plan.ops.append(("mkdir", d))
+            plan.dirs[d] = []
+
+    # a NAME.py that would be imported instead of the deployed NAME.mpy
+    for p, source_sha in sorted(shadows.items()):
+        cur = s["sha"].get(p)
+        if cur is None:
+            continue
+        mpy = p[:-3] + ".mpy"
+        if cur == source_sha:
+            plan.ops.append(("remove", p))
+            plan.notes.append("removed %s: this checkout's own source (e.g. from mip), it would "
+                              "shadow %s" % (p, mpy))
+        else:
+            plan.keep_aside(p, "a %s that is not this checkout's: MicroPython imports it instead of the "
+                               "deployed %s (rename it back to use it instead)" % (_basename(p), mpy), force)
+
+    # the checkpoint, and an interrupted save's .tmp next to it
+    plan.ck_state = None
+    if checkpoint_path:
+        local, sha, _ = want.pop(checkpoint_path)
+        tmp = checkpoint_path + ".tmp"
+        if record:
+            plan.ops.append(("remove", rec_path))
+            plan.notes.append("folded %s (the checkpoint's SHA-256 record) into %s" % (rec_path, MANIFEST))
+        if checkpoint_mode == "missing" and (checkpoint_path in s["sha"] or tmp in s["sha"]):
+            if plan.wrote(checkpoint_path, s["sha"].get(checkpoint_path)):
+                plan.owned[checkpoint_path] = s["sha"][checkpoint_path]
+            plan.ck_state = "present"
+        else:
+            if tmp in s["sha"]:
+                ok, why = _tmp_is_complete(port, tmp)
+                if ok:
+                    k = plan.bak(checkpoint_path)
+                    plan.ops.append(("rename", tmp, k))
+                    plan.notes.append("RECOVERED %s, a complete checkpoint left by an interrupted save "
+                                      "(a power cut), as %s: finetune.Session(%r) opens it"
+                                      % (tmp, k, k.lstrip("/")))
+                else:
+                    k = plan.bak(tmp)
+                    plan.ops.append(("rename", tmp, k))
+                    plan.notes.append("KEPT %s as %s: an interrupted save, not loadable (%s)" % (tmp, k, why))
+            plan.ck_state = plan.place(local, checkpoint_path, sha, force, "checkpoint")
+
+    for p in sorted(want):
+        local, sha, what = want[p]
+        plan.place(local, p, sha, force, what)
+
+    # files in /lib/microformer that this deploy does not ship
+    for n in sorted(s["dirs"].get(LIB_DIR) or ()):
+        p = LIB_DIR + "/" + n
+        if n.endswith("/") or p in plan.owned or p in shadows:
+            continue
+        if plan.wrote(p, s["sha"].get(p)):
+            plan.ops.append(("remove", p))
+            plan.notes.append("removed stale %s (deploy wrote it; this version has no such module)" % p)
+        else:
+            plan.notes.append("left %s where it is: %s" % (p, plan.why(p)))
+    # the rest of the old manifest: entry points deploy wrote and no longer ships go; data,
+    # checkpoints and files it wrote elsewhere stay on the board and in the manifest
+    for p, sha in sorted((manifest or {}).items()):
+        if p in plan.owned or p.startswith(LIB_DIR + "/") or s["sha"].get(p) != sha:
+            continue
+        if p.endswith(".mpy") and _dirname(p) == "/":
+            plan.ops.append(("remove", p))
+            plan.notes.append("removed stale %s (deploy wrote it; this version has no such entry point)" % p)
+        else:
+            plan.owned[p] = sha
+    return plan
+
+
+def checkpoint_report(state, local, name):
+    where = name.lstrip("/")
+    opens = ("open it on the board: import finetune; s = finetune.Session()" if name == BOARD_CHECKPOINT
+             else "open it on the board: import finetune; s = finetune.Session(%r)" % where)
+    return {"new": "checkpoint: copied %s to :%s; %s" % (local, name, opens),
+            "same": "checkpoint: :%s already holds %s; %s" % (name, local, opens),
+            "replaced": "checkpoint: copied %s to :%s (the one there was deploy's, unchanged); %s"
+                        % (local, name, opens),
+            "kept": "checkpoint: copied %s to :%s (the board's own is kept, see KEPT above); %s"
+                    % (local, name, opens),
+            "forced": "checkpoint: FORCE: copied %s to :%s over the board's own; %s" % (local, name, opens),
+            "present": "checkpoint: left the board's :%s as it is (it has one)" % name}[state]
+
+
+def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, extra=(), say=print):
+    """Copy the package, board/*.py, data, the golden vectors and `checkpoint` (to /model.mfck),
+    owning only what deploy wrote (see the module's docstring). Returns the report and the board's
+    output as one text.
+
+    data: names in datasets/ or host paths, copied to /data/; None: the base data file the
+    checkpoint's meta names, when it is found (next to the checkpoint or in datasets/).
+    checkpoint_mode: 'keep' (default), 'force' (as force=True) or 'missing' (copy only when the
+    board has no checkpoint). extra: more (host file, board path) pairs, e.g. the demo's checkpoint.
     """
-    mpy, sub, arch = board_mpy(port)
+    lines = []
+
+    def tell(s):
+        lines.append(s)
+        say(s)
+
+    meta = check_checkpoint(checkpoint) if checkpoint else None
+    data_files = resolve_data(None if data is None else list(data), checkpoint, meta, tell)
+    mpy, _, arch = board_mpy(port)
     if mpy != 6:
         raise SystemExit("the board loads .mpy version %d; this mpy-cross writes version 6 "
                          "(MicroPython >= 1.23): update the firmware (make flash)" % mpy)
     libdir = compile_lib(arch)
-    names = sorted(p.name for p in libdir.iterdir())
-    board = compile_board(arch)
-    print("deploying %d modules and %d REPL entry points compiled for %s"
-          % (len(names), len(board), arch or "bytecode (no native emitter)"))
-    args = ["cp", "-r", str(libdir.parent) + "/", ":/", "+"]
-    for f in board:
-        args += ["cp", str(f), ":/" + f.name, "+"]
-    # a NAME.py from an older deploy would shadow NAME.mpy: remove it, and say so
-    args += ["exec", "import os\nfor n in %r:\n try:\n  os.remove('/' + n + '.py'); print('removed /' + n + "
-             "'.py (now /' + n + '.mpy)')\n except OSError:\n  pass" % ([f.stem for f in board],), "+"]
-    args += ["exec", "import os\ntry:\n os.mkdir('/data')\nexcept OSError:\n pass", "+"]
-    for d in data:
-        args += ["cp", str(ROOT / "datasets" / d), ":/data/" + d, "+"]
-    goldens = sorted((ROOT / "tests" / "golden").glob("*.mfg"))
-    if goldens:   # golden vectors for selftest.py
-        args += ["exec", "import os\ntry:\n os.mkdir('/golden')\nexcept OSError:\n pass", "+"]
-        for g in goldens:
-            args += ["cp", str(g), ":/golden/" + g.name, "+"]
-    name = None
-    if checkpoint:
-        name = "/" + Path(checkpoint).name
-        mode = checkpoint_mode or ("force" if force else "keep")
-        new = sha256_file(checkpoint)
-        if mode == "missing":
-            # cp would overwrite: send it under another name, the board keeps what it has
-            args += ["cp", str(checkpoint), ":" + name + ".new", "+",
-                     "exec", MISSING % {"name": name, "new": new}, "+"]
-        else:
-            args += ["exec", KEEP % {"name": name, "new": new, "mode": mode}, "+",
-                     "cp", str(checkpoint), ":" + name, "+",
-                     "exec", RECORD % {"name": name, "new": new}, "+"]
+    entries = compile_board(arch)
+    tell("deploying %d modules and %d REPL entry points compiled for %s"
+         % (len(list(libdir.iterdir())), len(entries), arch or "bytecode (no native emitter)"))
+    force = force or checkpoint_mode == "force"
+    want = {}
+
+    def add(local, p, what):
+        want[p] = (str(local), sha256_file(local), what)
+
+    for f in sorted(libdir.iterdir()):
+        add(f, LIB_DIR + "/" + f.name, "module")
+    for f in entries:
+        add(f, "/" + f.name, "entry point")
+    for f in data_files:
+        add(f, "/data/" + f.name, "data file")
+    for g in sorted((ROOT / "tests" / "golden").glob("*.mfg")):   # golden vectors for selftest.py
+        add(g, "/golden/" + g.name, "golden vectors")
     for local, remote in extra:
-        d = remote.rsplit("/", 1)[0]
-        if d:
-            args += ["exec", "import os\ntry:\n os.mkdir(%r)\nexcept OSError:\n pass" % d, "+"]
-        args += ["cp", str(local), ":" + remote, "+"]
-    # drop modules left over from an older version (a stale .py would shadow its .mpy)
-    cleanup = ("import os\nkeep = %r\nfor f in os.listdir('/lib/microformer'):\n"
-               " if f not in keep:\n  os.remove('/lib/microformer/' + f); print('removed stale', f)\n"
-               "import microformer\nprint('microformer', microformer.__version__, 'backends:',"
-               " microformer.available_backends())") % (names,)
-    args += ["exec", cleanup]
+        add(local, remote, "file")
+    if checkpoint:
+        add(checkpoint, BOARD_CHECKPOINT, "checkpoint")
+    shadows = {}
+    for src in board_lib_files():
+        if (libdir / (src.stem + ".mpy")).exists():
+            shadows[LIB_DIR + "/" + src.name] = sha256_file(src)
+    for src in sorted((ROOT / "board").glob("*.py")):
+        shadows["/" + src.name] = sha256_file(src)
+
+    plan = plan_deploy(port, want, shadows, BOARD_CHECKPOINT if checkpoint else None,
+                       checkpoint_mode or "keep", force, tell)
+    args = []
+    if plan.ops:
+        args += ["exec", APPLY % {"ops": plan.ops}, "+"]
+    for local, remote in plan.copies:
+        args += ["cp", local, ":" + remote, "+"]
+    text = json.dumps({"version": 1, "files": plan.owned}, indent=1, sort_keys=True) + "\n"
+    if text != plan.old_manifest_text:
+        args += ["exec", WRITE_MANIFEST % {"name": MANIFEST, "text": text}, "+"]
+    args += ["exec", "import microformer\nprint('microformer', microformer.__version__, 'backends:', "
+                     "microformer.available_backends())"]
     out = mpremote(port, *args, timeout=300)
-    print("\n".join(line for line in out.splitlines() if not line.startswith("CKPT ")))
-    if name:
-        note = checkpoint_report(out, name)
-        if note:
-            print(note)
-    return out
+    board = [ln for ln in out.splitlines() if not ln.startswith("DONE ")]
+    for n in plan.notes:
+        tell(n)
+    tell("copied %d files, %s" % (len(plan.copies), "wrote the manifest " + MANIFEST
+                                   if "MANIFEST written" in out else "nothing else changed"))
+    if plan.ck_state:
+        tell(checkpoint_report(plan.ck_state, checkpoint, BOARD_CHECKPOINT))
+    if LEGACY_CHECKPOINT in plan.files and plan.files.get(LEGACY_CHECKPOINT) is not None and checkpoint:
+        tell("note: the board also has %s (where older deploys put the checkpoint), left as it is; "
+             "finetune.Session('iris.mfck') opens it" % LEGACY_CHECKPOINT)
+    rest = "\n".join(ln for ln in board if ln.strip() and ln != "MANIFEST written")
+    if rest:
+        say(rest)
+    return "\n".join(lines + [rest])
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--port", default=None, help="serial port of a board; empty: the virtual board")
     ap.add_argument("--heap", default=None, help="virtual board heap when it has to be started")
-    ap.add_argument("--checkpoint", default=None, help="a checkpoint to copy to the flash root")
-    ap.add_argument("--data", default="iris.csv", help="files of datasets/ to copy to :/data/ (space separated)")
+    ap.add_argument("--checkpoint", default=None, help="your checkpoint; copied to the board's /model.mfck")
+    ap.add_argument("--data", default=None,
+                    help="data files for :/data/: names in datasets/ or paths (space separated); "
+                         "default: the base data the checkpoint's meta names")
     ap.add_argument("--force", action="store_true",
-                    help="replace a board checkpoint that was changed on the board, without keeping a copy")
+                    help="replace or remove board files deploy did not write (or that changed since) "
+                         "without keeping a .bak copy")
     a = ap.parse_args(argv)
+    # a missing or damaged checkpoint, or a data file that is not there, stops here, before the board
+    meta = check_checkpoint(a.checkpoint) if a.checkpoint else None
+    data = None if a.data is None else a.data.replace(",", " ").split()
+    if data is not None:
+        resolve_data(data, a.checkpoint, meta, say=lambda s: None)
     port = resolve_port(a.port, a.heap)
-    ck = a.checkpoint
-    if ck and not Path(ck).exists():
-        raise SystemExit("checkpoint %s not found (make pretrain writes build/iris.mfck)" % ck)
-    data = a.data.replace(",", " ").split()
-    for d in data:
-        if not (ROOT / "datasets" / d).exists():
-            raise SystemExit("--data: datasets/%s not found (have: %s)" % (d, ", ".join(
-                sorted(p.name for p in (ROOT / "datasets").glob("*.csv")))))
-    deploy(port, ck, data, force=a.force)
+    deploy(port, a.checkpoint, data, force=a.force)
 
 
 if __name__ == "__main__":

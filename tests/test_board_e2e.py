@@ -2,8 +2,10 @@
 
 deploy -> selftest -> fit -> save -> soft reset -> reload bit-identical; user examples survive a
 reset; damaged checkpoints are refused on the board; a too-small heap names the memory need;
-mip installs from lib/package.json; make demo's story holds.
+mip installs the package and the board session (lib/ and board/package.json) from a server; make demo's story holds.
 """
+import json
+import pathlib
 import re
 import subprocess
 import sys
@@ -46,9 +48,18 @@ def run(board, code, resume=False, timeout=300):
 
 def test_deploy_is_incremental_and_cleans_stale_modules(board, iris_checkpoint):
     flash = board.flash
-    (flash / "lib" / "microformer" / "stale.py").write_text("raise ImportError('stale')\n")
+    # a module an older deploy wrote (in deploy's manifest), and one the user put there
+    stale = flash / "lib" / "microformer" / "stale.mpy"
+    stale.write_bytes(b"M\x06stale")
+    mpath = flash / ".microformer-deploy.json"
+    manifest = json.loads(mpath.read_text())
+    manifest["files"]["/lib/microformer/stale.mpy"] = deploy.sha256_file(stale)
+    mpath.write_text(json.dumps(manifest))
+    (flash / "lib" / "microformer" / "mine.py").write_text("X = 1\n")
     out = deploy.deploy(str(board.port), str(iris_checkpoint))
-    assert "removed stale stale.py" in out
+    assert "removed stale /lib/microformer/stale.mpy" in out and not stale.exists(), out
+    assert "left /lib/microformer/mine.py where it is: not written by deploy" in out, out
+    (flash / "lib" / "microformer" / "mine.py").unlink()
     assert "microformer 0.1.0 backends: ['python', 'viper']" in out
     mpy = sorted(p.name for p in (flash / "lib" / "microformer").iterdir())
     assert "attention.mpy" in mpy and not any(n.endswith(".py") for n in mpy)
@@ -92,12 +103,12 @@ def test_user_examples_survive_a_soft_reset(board):
 ])
 def test_damaged_checkpoint_is_refused_on_the_board(board, damage, message):
     out = run(board,
-              "good = open('iris.mfck', 'rb').read()\nd = good\n" + damage + "\n"
-              "open('iris.mfck', 'wb').write(d)\n"
+              "good = open('model.mfck', 'rb').read()\nd = good\n" + damage + "\n"
+              "open('model.mfck', 'wb').write(d)\n"
               "import finetune\n"
               "try:\n finetune.Session(verbose=False)\n print('LOADED')\n"
               "except ValueError as e:\n print('REFUSED', e)\n"
-              "open('iris.mfck', 'wb').write(good)\n")
+              "open('model.mfck', 'wb').write(good)\n")
     assert "LOADED" not in out
     assert "REFUSED" in out and message in out, out
 
@@ -116,13 +127,81 @@ def test_too_small_heap_names_the_memory_need(tmp_path, iris_checkpoint):
     assert re.search(r"needs about \d+ bytes", out), out
 
 
-def test_mip_installs_from_package_json(tmp_path):
+@pytest.fixture
+def local_server():
+    """An HTTP server on 127.0.0.1 serving this checkout (a stand-in for GitHub's raw files)."""
+    import functools
+    import http.server
+    import threading
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+    handler = functools.partial(Quiet, directory=helpers.ROOT)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield "http://127.0.0.1:%d" % srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_mip_installs_the_board_session_from_a_server(tmp_path, local_server, iris_checkpoint):
+    """Without a checkout: `mpremote mip install URL/lib URL/board` from a server gives the package and
+    the whole board session in /lib; a checkpoint copied to the board then opens and evaluates."""
+    import package
+    root = pathlib.Path(helpers.ROOT)
     subprocess.run([sys.executable, "host/package.py", "--check"], cwd=helpers.ROOT, check=True)
+    session = package.session_modules()
+    assert {"finetune", "mf_session", "mf_examples"} <= set(session), session
     with vboard.VirtualBoard(tmp_path / "mip", heap="512K", micropython=MICROPYTHON) as b:
-        board_link.mpremote(str(b.port), "mip", "install", str(helpers.ROOT) + "/lib/package.json")
-        out = board_link.mpremote(str(b.port), "exec", "import microformer\nprint('VERSION', microformer.__version__)")
-        assert "VERSION %s" % mf.__version__ in out      # the board runs this tree's package
-        assert (b.flash / "lib" / "microformer" / "attention.py").exists()
+        out = board_link.mpremote(str(b.port), "mip", "install", local_server + "/lib",
+                                  local_server + "/board", timeout=300)
+        assert out.count("Done") == 2, out
+        lib = b.flash / "lib"
+        for m in session:      # the session's modules, byte for byte this checkout's
+            assert (lib / (m + ".py")).read_bytes() == (root / "board" / (m + ".py")).read_bytes(), m
+        assert (lib / "microformer" / "attention.py").read_bytes() == (
+            root / "lib" / "microformer" / "attention.py").read_bytes()
+        assert sorted(p.name for p in b.flash.iterdir()) == ["lib"], "mip wrote outside /lib"
+        board_link.mpremote(str(b.port), "exec", "import os\nos.mkdir('data')", "+",
+                            "cp", str(iris_checkpoint), ":x.mfck", "+",
+                            "cp", str(root / "datasets" / "iris.csv"), ":data/iris.csv")
+        out = board_link.mpremote(str(b.port), "exec",
+                                  "import finetune, microformer\n"
+                                  "print('FROM', finetune.__file__, microformer.__version__)\n"
+                                  "s = finetune.Session('x.mfck', verbose=False)\n"
+                                  "print('R', repr(s.evaluate(verbose=False)))", timeout=300)
+    assert "FROM /lib/finetune.py %s" % mf.__version__ in out, out
+    assert re.search(r"R <accuracy [\d.]+%", out), out
+
+
+def test_package_json_files_are_current(tmp_path):
+    """lib/package.json and board/package.json are what host/package.py generates now; a board module
+    the session imports is listed in board/package.json without anyone editing it."""
+    import package
+    r = subprocess.run([sys.executable, "host/package.py", "--check"], cwd=helpers.ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    on_disk = json.loads((pathlib.Path(helpers.ROOT) / "board" / "package.json").read_text())
+    assert [u[0] for u in on_disk["urls"]] == [m + ".py" for m in package.session_modules()]
+    # a new helper imported by the session is picked up by following the imports
+    fake = tmp_path / "board"
+    fake.mkdir()
+    for p in (pathlib.Path(helpers.ROOT) / "board").glob("*.py"):
+        (fake / p.name).write_text(p.read_text())
+    (fake / "mf_capture.py").write_text("X = 1\n")
+    (fake / "mf_session.py").write_text((fake / "mf_session.py").read_text()
+                                        + "\ndef _later():\n    import mf_capture\n")
+    old = package.BOARD
+    package.BOARD = fake
+    try:
+        assert "mf_capture" in package.session_modules()
+        assert "mf_capture.py" in [u[0] for u in package.build_board()["urls"]]
+    finally:
+        package.BOARD = old
 
 
 def test_demo_story(board, iris_checkpoint, capsys):

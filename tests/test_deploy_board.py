@@ -1,6 +1,7 @@
 """make deploy sends board/*.py precompiled (.mpy) to the flash root; the REPL entry points import
 by name and print their help from strings (an .mpy has no docstrings); a NAME.py left by an older
-deploy, which would shadow NAME.mpy, is removed and the deploy says so."""
+deploy, which would shadow NAME.mpy, is removed when it is this checkout's source, and kept as
+NAME.py.bak when it is not; the deploy says which."""
 import os
 
 import helpers
@@ -16,13 +17,16 @@ def test_board_files_go_as_mpy(tmp_path, pretrained_iris):
     assert {"finetune", "mf_session", "mf_examples", "mf_demo", "iris", "selftest"} <= set(board_py)
     with vboard.VirtualBoard(tmp_path / "vb", heap="512K", micropython=MICROPYTHON) as b:
         (b.flash / "finetune.py").write_text("raise ImportError('an older finetune.py')\n")
+        (b.flash / "mf_session.py").write_bytes(open(os.path.join(helpers.BOARD, "mf_session.py"), "rb").read())
         out = deploy.deploy(str(b.port), str(pretrained_iris[0]))
-        assert "removed /finetune.py (now /finetune.mpy)" in out, out
+        assert "KEPT /finetune.py as /finetune.py.bak" in out, out
+        assert "removed /mf_session.py: this checkout's own source" in out, out
+        assert (b.flash / "finetune.py.bak").read_text() == "raise ImportError('an older finetune.py')\n"
         root = sorted(p.name for p in b.flash.iterdir())
         for name in board_py:
             assert name + ".mpy" in root and name + ".py" not in root, (name, root)
         out = board_link.mpremote(str(b.port), "exec",
-                                  "import finetune\nfinetune.help()\ns = finetune.Session(verbose=False)\n"
+                                  "import finetune\nfinetune.help()\ns = finetune.Session('model.mfck', verbose=False)\n"
                                   "s.help()\nprint('R', repr(s.evaluate(verbose=False)))\n"
                                   "print('F', finetune.__file__)", timeout=300)
     import finetune

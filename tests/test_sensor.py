@@ -119,8 +119,8 @@ def test_same_predictions_in_micropython_and_fine_tune(tmp_path, micropython, ch
 
 
 def test_on_the_virtual_board(tmp_path, checkpoint):
-    """make deploy's path: the checkpoint and both CSVs copied to the (virtual) board's flash over
-    mpremote, then board/sensor.py reads /data/ there, evaluates and fine-tunes one epoch."""
+    """make deploy's path: the checkpoint (as /model.mfck) and both CSVs copied to the (virtual) board's
+    flash over mpremote, then board/sensor.py reads /data/ there, evaluates and fine-tunes one epoch."""
     import board_link
     import deploy
     import vboard
@@ -128,8 +128,8 @@ def test_on_the_virtual_board(tmp_path, checkpoint):
     with vboard.VirtualBoard(tmp_path / "vb", heap="4M") as b:
         deploy.deploy(str(b.port), checkpoint, data=(sensor.TRAIN, sensor.TEST))
         assert (b.flash / "data" / sensor.TEST).exists()
-        out = board_link.mpremote(str(b.port), "exec", "import sensor\nsensor.main('sensor.mfck', epochs=1)",
+        out = board_link.mpremote(str(b.port), "exec", "import sensor\nsensor.main('model.mfck', epochs=1)",
                                   timeout=600)
     want = "held-out accuracy %.1f%% (40 series)" % (100 * meta["host_test_acc"])
-    assert "checkpoint sensor.mfck: " + want in out, out
+    assert "checkpoint model.mfck: " + want in out, out
     assert "after 1 fine-tuning epochs" in out, out
