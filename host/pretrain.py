@@ -6,12 +6,15 @@ CPython only (a host tool), but it trains with lib/microformer itself, so the we
 ones the board would compute. The model and the 120/30 split come from microformer.models.
 Deterministic: the same arguments write a byte-identical file.
 
-The checkpoint's metadata is everything board/finetune.py needs to rebuild and use the model:
+The checkpoint's metadata is everything board/finetune.py needs to rebuild and use the model
+(microformer.meta checks it):
   arch        "iris-attention-v1" (a name), spec: the model (microformer.spec; load_model rebuilds it)
+  task        "classify"; input_shape [4] (four flat features)
   classes     label names, index order of the logits
   features    the CSV header's feature names
   mean, std   per-feature standardization of the training rows (raw units -> model input)
-  split_seed, n_train, init_seed, epochs, lr, batch_size, train_acc, test_acc, data, history
+  data        the base data's file name ('iris.csv': the session reads data/iris.csv)
+  split_seed, n_train, init_seed, epochs, lr, batch_size, train_acc, test_acc, history
 """
 import argparse
 import os
@@ -58,7 +61,7 @@ def pretrain(data, epochs=100, out=None, seed=1, split_seed=IRIS_SPLIT_SEED, lr=
     train_acc, _ = evaluate(model, train)
     test_acc, confusion = evaluate(model, test)
     meta = {
-        "arch": IRIS_ARCH, "spec": to_spec(model),
+        "arch": IRIS_ARCH, "spec": to_spec(model), "task": "classify", "input_shape": [4],
         "classes": list(train.classes), "features": feature_names(data),
         "mean": [float(m) for m in mean], "std": [float(s) for s in std],
         "split_seed": split_seed, "n_train": len(train), "init_seed": seed,
