@@ -45,6 +45,7 @@ regression targets as numbers):
   s.freeze(*parts) / s.unfreeze(*parts) parts: a kind ('embedding' 'attention' 'norm' 'ffn' 'head'
                                         'input' 'bias' 'all'), a name or prefix ('3.self_attn',
                                         '5.weight'), a glob ('3.*', '*.bias'), a layer index
+  s.frozen()                            the names of the frozen parameters
   s.fit(epochs=10, data=None, lr=None, verbose=None)
                                         data None: your examples if there are any, else 'train'
   s.save(path=None)                     atomic: the old checkpoint survives a power cut
@@ -481,6 +482,9 @@ class Session:
                                                          len(self._base[1]), self.data_path,
                                                          int(100 * _meta.TRAIN_FRACTION)))
         self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read)
+        # reading the files leaves garbage all over the heap: collected now, the buffers fit and
+        # evaluate allocate next find large free blocks (on a 512K heap a fit failed without it)
+        gc.collect()
         for note in notes:
             self._say("note: %s" % note)
         self._say("%s: %s, %d params, %s %s, input %s; base %d rows, user %d examples; backend %s"
