@@ -7,8 +7,8 @@ board/finetune.py over mpremote, step by step: accuracy on the drifted sensor be
 fit on a few labelled readings, accuracy after, save, soft reset, reload, same accuracy.
 
 The demo works in its own folder on the board, /demo (finetune.DEMO_DIR): its checkpoint, a
-fresh copy of the host's pretrained one each run, and its own examples. The user's /iris.mfck
-and /data/user.csv are not touched (the checkpoint is copied to /iris.mfck only when the board
+fresh copy of the host's pretrained one each run, and its own examples. The user's /model.mfck
+and /data/user.csv are not touched (the checkpoint is copied to /model.mfck only when the board
 has none).
 """
 import argparse
@@ -58,7 +58,7 @@ def main(argv=None):
     t0 = time.time()
     port = resolve_port(a.port)
     print("== deploy to %s" % port)
-    # the demo's own pretrained copy each run; /iris.mfck only if the board has none
+    # the demo's own pretrained copy each run; /model.mfck only if the board has none
     deploy(port, a.checkpoint, checkpoint_mode="missing",
            extra=[(a.checkpoint, "/%s/%s" % (DEMO_DIR, DEMO_PRETRAINED))])
     for i, (title, keep_state, code) in enumerate(STEPS, 1):

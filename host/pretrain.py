@@ -30,6 +30,7 @@ import microformer as mf                      # noqa: E402
 from microformer.train import evaluate, fit   # noqa: E402
 from microformer.models import IRIS_ARCH, IRIS_SPEC, IRIS_SPLIT_SEED, iris_model, iris_split  # noqa: E402
 from microformer.spec import difference, to_spec  # noqa: E402
+from microformer.meta import check as check_meta  # noqa: E402
 
 
 def feature_names(path):
@@ -71,6 +72,7 @@ def pretrain(data, epochs=100, out=None, seed=1, split_seed=IRIS_SPLIT_SEED, lr=
         "final_loss": hist[-1]["loss"] if hist else None,
         "history": [],          # board/finetune.py appends one record per on-board fit
     }
+    check_meta(meta, "pretrain", len(train) + len(test))     # what finetune.Session will check
     d = difference(meta["spec"], IRIS_SPEC, ("the trained model", "IRIS_SPEC"))
     if d:       # the checkpoint must say exactly what was trained
         raise RuntimeError("pretrain: the model does not match microformer.models.IRIS_SPEC (%s)" % d)

@@ -15,6 +15,7 @@ for p in (os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")):
     if p not in sys.path:
         sys.path.insert(0, p)
 import microformer as mf  # noqa: E402
+from microformer.meta import check  # noqa: E402
 from microformer.train import fit_and_evaluate  # noqa: E402
 import sensor  # noqa: E402
 
@@ -40,6 +41,7 @@ def train(epochs=60, seed=1, lr=3e-3, batch_size=8, filters=16, data_dir=None, v
             "mean": mean, "std": std, "data": sensor.TRAIN, "split_seed": 0, "n_train": len(tr),
             "epochs": epochs, "seed": seed, "lr": lr, "batch_size": batch_size,
             "host_train_acc": result["train_acc"], "host_test_acc": result["test_acc"]}
+    check(meta, "train_sensor", len(tr))                  # what finetune.Session will check
     return model, meta, result
 
 

@@ -92,12 +92,12 @@ def test_user_examples_survive_a_soft_reset(board):
 ])
 def test_damaged_checkpoint_is_refused_on_the_board(board, damage, message):
     out = run(board,
-              "good = open('iris.mfck', 'rb').read()\nd = good\n" + damage + "\n"
-              "open('iris.mfck', 'wb').write(d)\n"
+              "good = open('model.mfck', 'rb').read()\nd = good\n" + damage + "\n"
+              "open('model.mfck', 'wb').write(d)\n"
               "import finetune\n"
               "try:\n finetune.Session(verbose=False)\n print('LOADED')\n"
               "except ValueError as e:\n print('REFUSED', e)\n"
-              "open('iris.mfck', 'wb').write(good)\n")
+              "open('model.mfck', 'wb').write(good)\n")
     assert "LOADED" not in out
     assert "REFUSED" in out and message in out, out
 

@@ -196,32 +196,32 @@ def test_redeploy_keeps_a_checkpoint_changed_on_the_board(boards, iris_checkpoin
     b = boards(micropython, iris_checkpoint)
     flash = b.flash
     host = iris_checkpoint.read_bytes()
-    assert (flash / "iris.mfck").read_bytes() == host
-    for f in flash.glob("iris.mfck.bak*"):
+    assert (flash / "model.mfck").read_bytes() == host
+    for f in flash.glob("model.mfck.bak*"):
         f.unlink()
     capsys.readouterr()
     deploy.deploy(b.port, str(iris_checkpoint))                 # nothing changed on the board
-    assert "/iris.mfck is already the host's checkpoint" in capsys.readouterr().out
+    assert "/model.mfck is already the host's checkpoint" in capsys.readouterr().out
     # fine-tuned and saved on the board, then redeployed: kept, and said so
     on_board(b, FINE_TUNE)
-    tuned = (flash / "iris.mfck").read_bytes()
+    tuned = (flash / "model.mfck").read_bytes()
     assert tuned != host
     deploy.deploy(b.port, str(iris_checkpoint))
     out = capsys.readouterr().out
-    assert "kept the board's /iris.mfck as /iris.mfck.bak" in out, out
-    assert (flash / "iris.mfck.bak").read_bytes() == tuned
-    assert (flash / "iris.mfck").read_bytes() == host
+    assert "kept the board's /model.mfck as /model.mfck.bak" in out, out
+    assert (flash / "model.mfck.bak").read_bytes() == tuned
+    assert (flash / "model.mfck").read_bytes() == host
     # the kept file loads on the board
-    res = on_board(b, "import finetune\nprint('LOADED', finetune.Session('iris.mfck.bak', verbose=False)"
+    res = on_board(b, "import finetune\nprint('LOADED', finetune.Session('model.mfck.bak', verbose=False)"
                       ".meta['history'][-1]['steps'])")
     assert "LOADED 8" in res, res
     # again: a second backup, the first one stays
     on_board(b, FINE_TUNE)
-    tuned2 = (flash / "iris.mfck").read_bytes()
+    tuned2 = (flash / "model.mfck").read_bytes()
     deploy.deploy(b.port, str(iris_checkpoint))
-    assert "as /iris.mfck.bak2" in capsys.readouterr().out
-    assert (flash / "iris.mfck.bak").read_bytes() == tuned
-    assert (flash / "iris.mfck.bak2").read_bytes() == tuned2
+    assert "as /model.mfck.bak2" in capsys.readouterr().out
+    assert (flash / "model.mfck.bak").read_bytes() == tuned
+    assert (flash / "model.mfck.bak2").read_bytes() == tuned2
     # a new host checkpoint over one that was not changed on the board: replaced, no backup
     newer = tmp_path / "iris.mfck"
     import microformer as mf
@@ -229,15 +229,15 @@ def test_redeploy_keeps_a_checkpoint_changed_on_the_board(boards, iris_checkpoin
     model, meta = mf.load_model(str(iris_checkpoint), with_meta=True)
     ck.save(str(newer), model, dict(meta, note="retrained"))
     deploy.deploy(b.port, str(newer))
-    assert "replaced /iris.mfck (not changed on the board since the last deploy)" in capsys.readouterr().out
-    assert (flash / "iris.mfck").read_bytes() == newer.read_bytes()
-    assert sorted(p.name for p in flash.glob("iris.mfck.bak*")) == ["iris.mfck.bak", "iris.mfck.bak2"]
+    assert "replaced /model.mfck (not changed on the board since the last deploy)" in capsys.readouterr().out
+    assert (flash / "model.mfck").read_bytes() == newer.read_bytes()
+    assert sorted(p.name for p in flash.glob("model.mfck.bak*")) == ["model.mfck.bak", "model.mfck.bak2"]
     # FORCE: replaced without a copy, and said so
     on_board(b, FINE_TUNE)
     deploy.deploy(b.port, str(iris_checkpoint), force=True)
-    assert "FORCE: replaced /iris.mfck" in capsys.readouterr().out
-    assert (flash / "iris.mfck").read_bytes() == host
-    assert sorted(p.name for p in flash.glob("iris.mfck.bak*")) == ["iris.mfck.bak", "iris.mfck.bak2"]
+    assert "FORCE: replaced /model.mfck" in capsys.readouterr().out
+    assert (flash / "model.mfck").read_bytes() == host
+    assert sorted(p.name for p in flash.glob("model.mfck.bak*")) == ["model.mfck.bak", "model.mfck.bak2"]
 
 
 def test_clear_examples_keeps_a_backup(boards, iris_checkpoint, micropython):
@@ -269,7 +269,7 @@ def test_demo_works_in_its_own_files(boards, iris_checkpoint, micropython, capsy
     flash = b.flash
     on_board(b, "import finetune\ns = finetune.Session(verbose=False)\n"
                 "s.add_example([6.1, 2.8, 4.7, 1.2], 'versicolor')\n" + FINE_TUNE.split("\n", 1)[1])
-    mine = {p: p.read_bytes() for p in [flash / "iris.mfck", flash / "data" / "user.csv"]}
+    mine = {p: p.read_bytes() for p in [flash / "model.mfck", flash / "data" / "user.csv"]}
     listing = sorted(p.name for p in flash.iterdir())
     import demo
     demo.main(["--port", b.port, "--checkpoint", str(iris_checkpoint)])
@@ -280,8 +280,8 @@ def test_demo_works_in_its_own_files(boards, iris_checkpoint, micropython, capsy
         assert p.read_bytes() == data, "%s changed by the demo" % p
     assert sorted(p.name for p in flash.iterdir()) == sorted(set(listing) | {"demo"})
     assert (flash / "demo" / "pretrained.mfck").read_bytes() == iris_checkpoint.read_bytes()
-    assert (flash / "demo" / "iris.mfck").read_bytes() != iris_checkpoint.read_bytes()   # the demo's fit
-    assert "left the board's /iris.mfck as it is" in out
+    assert (flash / "demo" / "model.mfck").read_bytes() != iris_checkpoint.read_bytes()   # the demo's fit
+    assert "left the board's /model.mfck as it is" in out
 
 
 # ---- Ctrl-C at random moments during Session.fit -------------------------------------------------
