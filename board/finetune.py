@@ -5,23 +5,26 @@
 # The session lives in mf_session.py, the user-example store in mf_examples.py, the drift demo
 # in mf_demo.py. `make deploy` sends them precompiled (.mpy, which drops docstrings): the help
 # text below is a string, so help() works on the board too.
-from mf_session import (CHECKPOINT, DATA, USER_DATA, FIT_EPOCHS, FIT_LR, PARTS, SELECTIONS,  # noqa: F401
-                        Session)
+from mf_session import (CHECKPOINT, DATA_DIR, USER_DATA, FIT_EPOCHS, FIT_LR, KINDS, PARTS,  # noqa: F401
+                        SELECTIONS, Session)
 from mf_demo import (DEMO_DIR, DEMO_PRETRAINED, DRIFT_SCALE, DRIFT_OFFSET, FREEZE,  # noqa: F401
                      demo, demo_session, drift)
 
 HELP = """finetune: fine-tune the checkpoint on flash, from the REPL
-  s = finetune.Session(checkpoint='iris.mfck', data='data/iris.csv', user_data='data/user.csv',
+  s = finetune.Session(checkpoint='model.mfck', data=None, user_data='data/user.csv',
                        lr=0.02, batch_size=16, root=None, backend=None, verbose=True)
+  s = finetune.Session('iris.mfck')   another checkpoint on flash
   s.help()                        the session's commands
   finetune.demo(root=None, n=24, epochs=10, seed=0)
-                                  the drift story in /demo (your files are not touched)
+                                  the Iris drift story in /demo (your files are not touched)
   finetune.demo_session(fresh=True, root=None, verbose=True)
                                   a Session on the demo's own files
 Files on flash (relative to the board's cwd '/'; Session(root=...) prefixes them):
-  iris.mfck         the checkpoint: weights + meta (spec, classes, features, mean/std, split
-                    seed, accuracies, history of on-board fits); host/pretrain.py writes it
-  data/iris.csv     the base dataset the host pretrained on (header line, label name last)
+  model.mfck        the checkpoint `make deploy CHECKPOINT=path` copies: weights + meta (spec,
+                    task, classes or targets, input_shape, features, mean/std, data, split seed,
+                    n_train, history of on-board fits)
+  data/<meta data>  the base data the model was trained on (header line, label last), when the
+                    metadata names it ('data'); Session(data='data/x.csv') names another
   data/user.csv     your examples, raw units; add_example appends, clear_examples() moves the
                     file to data/user.csv.bak (then .bak2, ...)
   demo/             demo()'s own files (its checkpoint and examples)"""

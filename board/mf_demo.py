@@ -3,7 +3,7 @@
 import os
 
 from mf_examples import exists, fmt
-from mf_session import CHECKPOINT, DATA, FIT_EPOCHS, Result, Session
+from mf_session import CHECKPOINT, FIT_EPOCHS, Result, Session
 from microformer.tensor import Rng
 from microformer.train import duration
 
@@ -28,6 +28,10 @@ def drifted_examples(self, n=None, part="train", scale=None, offset=None, seed=0
     with `seed` and balanced over the classes; scale, offset: the drift (None: DRIFT_SCALE,
     DRIFT_OFFSET).
     """
+    if self.task != "classify" or len(self.input_shape) != 1:
+        raise ValueError("drifted_examples: the drift demo needs a classifier over flat features "
+                         "(the Iris model); this one is a %s model with input %s"
+                         % (self.task, self.input_shape))
     scale = DRIFT_SCALE if scale is None else scale
     offset = DRIFT_OFFSET if offset is None else offset
     if part not in ("train", "test", "base"):
@@ -76,10 +80,10 @@ def _copy(src, dst):
 def demo_session(fresh=True, root=None, verbose=True):
     """A Session on the demo's own files in DEMO_DIR: its checkpoint and its examples.
 
-    fresh=True starts over: DEMO_DIR/iris.mfck becomes a copy of DEMO_DIR/pretrained.mfck (what
+    fresh=True starts over: DEMO_DIR/model.mfck becomes a copy of DEMO_DIR/pretrained.mfck (what
     `make demo` copies there; without it, of the main checkpoint, which is only read) and the
-    demo's own examples are dropped. The base data is shared and only read. Nothing outside
-    DEMO_DIR is written.
+    demo's own examples are dropped. The base data (data/<meta['data']>: data/iris.csv) is
+    shared and only read. Nothing outside DEMO_DIR is written.
     """
     d = _join(root, DEMO_DIR)
     ck = d + "/" + CHECKPOINT
@@ -96,7 +100,9 @@ def demo_session(fresh=True, root=None, verbose=True):
         _copy(src, ck)
         if exists(user):
             os.remove(user)                  # the demo's own examples from its previous run
-    return Session(checkpoint=ck, data=_join(root, DATA), user_data=user, verbose=verbose)
+    # relative to root, so the base data the checkpoint names (data/iris.csv) is root's too
+    return Session(checkpoint=DEMO_DIR + "/" + CHECKPOINT, user_data=DEMO_DIR + "/user.csv", root=root,
+                   verbose=verbose)
 
 
 def demo(root=None, n=24, epochs=FIT_EPOCHS, seed=0):

@@ -1,45 +1,58 @@
 # mf_session.py: finetune.Session, a model loaded from flash with its data, ready to evaluate,
 # predict and fine-tune (MicroPython or CPython). The REPL entry point is finetune.py.
-# The model, its classes and its input standardization all come from the checkpoint's metadata.
+# Everything about the model comes from the checkpoint: the model from its spec, the task,
+# classes / targets, input shape and standardization from its metadata (microformer.meta
+# checks them), the names of its parts from the model itself (state_dict names).
 import gc
 import os
 from array import array
-from math import exp
+from math import exp, sqrt
 
 import microformer as mf
 from microformer import checkpoint
-from microformer.data import Dataset, read_rows
+from microformer import meta as _meta
+from microformer.data import Batches, Dataset, read_rows
 from microformer.finite import float32_row, hyper
 from microformer.spec import from_spec, spec_of
 from microformer.tensor import Rng, Tensor
 from microformer.train import duration, evaluate as _evaluate, fit as _fit, predict_logits
 
-from mf_examples import Examples
+from mf_examples import Examples, fmt
 
-CHECKPOINT = "iris.mfck"
-DATA = "data/iris.csv"
+CHECKPOINT = "model.mfck"          # what `make deploy CHECKPOINT=path` writes on the board
+DATA_DIR = "data"                  # base data: DATA_DIR/<meta['data']>
 USER_DATA = "data/user.csv"
 FIT_EPOCHS = 10
 FIT_LR = 0.02
 
-PARTS = ("embed", "attention", "head", "all")
+# kinds of parameters freeze/unfreeze take besides names, globs and layer indices
+KINDS = ("embedding", "attention", "norm", "ffn", "head", "input", "bias", "all")
+ALIASES = {"embed": "input"}       # the name 'input' had before kinds came from the model
+PARTS = KINDS + tuple(ALIASES)
 SELECTIONS = ("train", "test", "base", "user", "all")
 
 
-SESSION_HELP = """Session commands (s = finetune.Session(); raw units, labels by name or index):
+SESSION_HELP = """Session commands (s = finetune.Session(); raw units; labels by name or index,
+regression targets as numbers):
   s.info()                              what the session holds
-  s.evaluate(data='test')               accuracy and per-class counts
-  s.predict(features)                   label and probabilities for one reading
-  s.add_example(features, label)        append one example to data/user.csv
-  s.add_examples([(features, label), ...])
+  s.evaluate(data='test')               accuracy and per-class counts (regression: RMSE, MAE)
+  s.predict(x)                          label and probabilities (regression: the numbers)
+  s.add_example(x, label)               append one example to data/user.csv
+  s.add_examples([(x, label), ...])
   s.num_examples()                      how many user examples
   s.clear_examples()                    move data/user.csv to a .bak (never deleted)
-  s.freeze(*parts) / s.unfreeze(*parts) parts: 'embed' 'attention' 'head' 'all' or a layer index
+  s.parts()                             the model's parameter names and kinds
+  s.freeze(*parts) / s.unfreeze(*parts) parts: a kind ('embedding' 'attention' 'norm' 'ffn' 'head'
+                                        'input' 'bias' 'all'), a name or prefix ('3.self_attn',
+                                        '5.weight'), a glob ('3.*', '*.bias'), a layer index
+  s.frozen()                            the names of the frozen parameters
   s.fit(epochs=10, data=None, lr=None, verbose=None)
                                         data None: your examples if there are any, else 'train'
   s.save(path=None)                     atomic: the old checkpoint survives a power cut
   s.drifted_examples(n=None, part='train', scale=None, offset=None, seed=0)
-                                        the demo's drifted sensor readings of base rows
+                                        the Iris demo's drifted sensor readings of base rows
+x: one example: its features, or for a window model ([L, C] input) L*C numbers time-major or a
+list of L readings of C numbers.
 data: 'train' 'test' (the checkpoint's split), 'base', 'user', 'all', or a list of pairs
 Ctrl-C during fit stops after the current step; the model keeps that step's weights."""
 
@@ -126,25 +139,232 @@ def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
 
 
+def _exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def _glob(pat, s):
+    """fnmatch for '*' (any run, dots included) and '?' (one character)."""
+    if not pat:
+        return not s
+    c = pat[0]
+    if c == "*":
+        for i in range(len(s) + 1):
+            if _glob(pat[1:], s[i:]):
+                return True
+        return False
+    return bool(s) and (c == "?" or c == s[0]) and _glob(pat[1:], s[1:])
+
+
+# ---- the model's parts ------------------------------------------------------------------
+
+class Part:
+    """One named parameter of the model, as model.state_dict() names it ('3.self_attn.in_proj_weight',
+    '5.bias'): its tensors (in_proj_weight is Wq, Wk, Wv), the layer that owns them, its kinds
+    and the index of its top-level layer."""
+
+    def __init__(self, name, tensors, layer, top):
+        self.name = name
+        self.tensors = tensors
+        self.layer = layer
+        self.top = top
+        self.kinds = []
+        self.size = 0
+        for t in tensors:
+            self.size += t.size
+
+    def shape(self):
+        s = list(self.tensors[0].shape)
+        for t in self.tensors[1:]:
+            s[0] += t.shape[0]
+        return s
+
+
+def _walk(layer, above, out):
+    # (leaf layer, type names of the layers above it) for every layer holding parameters itself
+    subs = layer._sublayers() if hasattr(layer, "_sublayers") else ()
+    if subs:
+        here = above + [type(layer).__name__]
+        for sub in subs:
+            _walk(sub, here, out)
+    elif hasattr(layer, "params") and layer.params():
+        out.append((layer, above))
+    return out
+
+
+def model_parts(model):
+    """[Part] of a Sequential, in state_dict order, each with its kinds:
+    embedding  Embedding / positional embedding tables
+    attention  attention projections (an Attention layer, a block's self_attn / cross-attention)
+    norm       LayerNorm scale and shift
+    ffn        the feed-forward layers of a block (linear1, linear2) or a FeedForward
+    head       the last Dense of the Sequential (the output layer)
+    input      everything before the first layer holding attention (the input stem)
+    bias       every bias, and the LayerNorms (bias-only fine-tuning)
+    """
+    L = model.layers
+    owner = {}
+    leaves = []
+    for i in range(len(L)):
+        for leaf, above in _walk(L[i], [], []):
+            leaves.append((i, leaf, above))
+            for p, _ in leaf.params():
+                owner[id(p)] = (i, leaf, above)
+    parts = []
+    seen = {}
+    for name, tensors in model._state():
+        k = owner.get(id(tensors[0]))
+        if k is None:
+            continue
+        parts.append(Part(name, tensors, k[1], k[0]))
+        for t in tensors:
+            seen[id(t)] = 1
+    for i, leaf, above in leaves:          # a layer of one's own without _state: its own names
+        for p, _ in leaf.params():
+            if id(p) not in seen:
+                parts.append(Part("%d.%s" % (i, p.name or "param"), [p], leaf, i))
+    first_att = len(L)
+    for i, leaf, above in leaves:
+        if type(leaf).__name__ == "Attention":
+            first_att = i
+            break
+    head = -1
+    for i in range(len(L)):
+        if type(L[i]).__name__ == "Dense":
+            head = i
+    for p in parts:
+        kind = type(p.layer).__name__
+        above = owner[id(p.tensors[0])][2]
+        k = p.kinds
+        if kind in ("Embedding", "LearnedPositionalEmbedding", "PositionalEncoding"):
+            k.append("embedding")
+        if kind == "Attention":
+            k.append("attention")
+        if "Norm" in kind:
+            k.append("norm")
+        if "FeedForward" in above or kind == "FeedForward":
+            k.append("ffn")
+        if p.top == head and p.layer is L[head]:
+            k.append("head")
+        if p.top < first_att and "head" not in k:
+            k.append("input")
+        if "Norm" in kind or p.name.endswith("bias"):
+            k.append("bias")
+    return parts
+
+
+class _Net:
+    """The model as fit / evaluate see it: inputs [B, n] (a batch of flat examples) viewed as the
+    model's input shape [B, *shape] (no copy), and the optimizer's parameters without the frozen
+    tensors (frozen: ids of tensors a partly frozen layer keeps fixed)."""
+
+    def __init__(self, model, shape, frozen, names):
+        self.model = model
+        self.shape = tuple(shape)
+        self.frozen = frozen
+        self.names = names
+        self._views = {}
+
+    def forward(self, x):
+        if x.shape[1:] != self.shape:
+            B = x.shape[0]
+            v = self._views.get(B)
+            if v is None:
+                v = self._views[B] = Tensor((B,) + self.shape, x.data)
+            v.data = x.data          # the batch buffer of this step: nothing is copied
+            x = v
+        return self.model.forward(x)
+
+    def backward(self, dy, grads=True):
+        return self.model.backward(dy, grads)
+
+    def train(self, mode=True):
+        self.model.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def collect_params(self, groups):
+        for pair in self.model.collect_params([]):
+            if id(pair[0]) not in self.frozen:
+                groups.append(pair)
+        return groups
+
+    def named_params(self):
+        return self.names
+
+    def param_count(self):
+        return self.model.param_count()
+
+
+class _Regression:
+    """A regression data set for train.fit: X [N, n] standardized inputs, y N tuples of targets."""
+
+    def __init__(self, X, y):
+        self.X = X
+        self.y = y
+
+    def __len__(self):
+        return len(self.y)
+
+
+class _MSE:
+    """MSELoss over the targets of a batch of _Regression examples (train.fit gives the loss the
+    batch's y: here tuples of numbers, copied into one reused Tensor per batch size)."""
+
+    def __init__(self, T):
+        self.T = T
+        self._mse = mf.MSELoss()
+        self._t = {}
+
+    def forward(self, pred, y):
+        T = self.T
+        B = len(y)
+        t = self._t.get(B)
+        if t is None:
+            t = self._t[B] = Tensor((B, T))
+        d = t.data
+        for b in range(B):
+            row = y[b]
+            for k in range(T):
+                d[b * T + k] = row[k]
+        return self._mse.forward(pred, t)
+
+    def backward(self):
+        return self._mse.backward()
+
+
 class Session:
     """A model loaded from flash with its data, ready to evaluate, predict and fine-tune.
 
-    Session(checkpoint='iris.mfck', data='data/iris.csv', user_data='data/user.csv',
-            lr=FIT_LR, batch_size=16, root=None, backend=None, verbose=True)
-    root: a folder the three paths are relative to (None: the cwd, '/' on the board).
+    Session(checkpoint='model.mfck', data=None, user_data='data/user.csv', lr=FIT_LR,
+            batch_size=16, root=None, backend=None, verbose=True)
+    data: the base data file (None: data/<meta['data']> when the checkpoint's metadata names
+    one, else none). root: a folder the paths are relative to (None: the cwd, '/' on the board).
     backend: 'python' or 'viper' (None: leave microformer's current backend).
     """
 
-    def __init__(self, checkpoint=CHECKPOINT, data=DATA, user_data=USER_DATA, lr=FIT_LR,
+    def __init__(self, checkpoint=CHECKPOINT, data=None, user_data=USER_DATA, lr=FIT_LR,
                  batch_size=16, root=None, backend=None, verbose=True):
-        if not isinstance(batch_size, int) or batch_size < 1:
+        for what, v, none_ok in (("checkpoint", checkpoint, False), ("data", data, True),
+                                 ("user_data", user_data, False), ("root", root, True)):
+            if not (isinstance(v, str) and v) and not (none_ok and v is None):
+                raise ValueError("Session: %s must be a file name (a non-empty str)%s, got %r"
+                                 % (what, " or None" if none_ok else "", v))
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError("Session: batch_size must be a positive int, got %r" % (batch_size,))
         lr = hyper("Session", "lr", lr, 0.0, None, True)
         if backend:
             mf.set_backend(backend)
         self.root = root
         self.checkpoint_path = self._path(checkpoint)
-        self.data_path = self._path(data) if data else None
+        self._data_arg = data
+        self.data_path = None
         self.user_path = self._path(user_data)
         self.lr = float(lr)
         self.batch_size = batch_size
@@ -154,6 +374,7 @@ class Session:
         self._opt = None
         self._fits = 0
         self._cache = {}
+        self._frozen = {}
         try:
             self._load()
         except MemoryError:
@@ -175,63 +396,192 @@ class Session:
 
     # ---- loading ------------------------------------------------------------------------
 
-    def _load(self):
+    def _missing(self):
+        # no checkpoint: say which ones this folder has and how to open one
+        path = self.checkpoint_path
+        d = path.rsplit("/", 1)[0] if "/" in path else ""
         try:
-            os.stat(self.checkpoint_path)
+            have = sorted(n for n in os.listdir(d or ".") if n.endswith(".mfck"))
         except OSError:
-            raise OSError(2, "Session: no checkpoint at %r (make deploy copies one to the board; or pass "
-                          "checkpoint=path)" % self.checkpoint_path)
-        head = checkpoint.read_header(self.checkpoint_path)   # CheckpointError names the file
+            have = []
+        if have:
+            how = ("; %s has %s: open one with finetune.Session(%r)"
+                   % ("this board" if not d else d, ", ".join(have), have[0]))
+        else:
+            how = " (make deploy CHECKPOINT=path copies yours to the board as %s)" % CHECKPOINT
+        return OSError(2, "Session: no checkpoint at %r%s" % (path, how))
+
+    def _load(self):
+        path = self.checkpoint_path
+        if not (_exists(path) or _exists(path + ".tmp")):
+            raise self._missing()
+        head = checkpoint.read_header(path)   # CheckpointError names the file
+        where = "checkpoint %r" % path
         meta = head["meta"]
-        for key in ("classes", "mean", "std"):
-            if key not in meta:
-                raise checkpoint.CheckpointError("checkpoint %r: metadata lacks %r (write it with "
-                                                 "host/pretrain.py)" % (self.checkpoint_path, key))
+        # what a session needs, checked in one place (microformer.meta); notes: the defaults
+        m, notes = _meta.check(meta, where)
         # the model comes from meta['spec']; checkpoints older than specs: from meta['layers'] or
         # arch 'iris-attention-v1' (spec_of says which), and save() then writes the spec
-        spec = spec_of(meta, "checkpoint %r" % self.checkpoint_path)
+        spec = spec_of(meta, where)
         self.meta = meta
-        self.classes = list(meta["classes"])
-        self.mean = [float(v) for v in meta["mean"]]
-        self.std = [float(v) for v in meta["std"]]
-        self.num_features = len(self.mean)
-        self.features = list(meta.get("features") or ["x%d" % j for j in range(self.num_features)])
+        self.task = m["task"]
+        self.classes = list(m["classes"]) if self.task == "classify" else []
+        self.targets = list(m["targets"]) if self.task == "regress" else []
+        self.outputs = self.classes or self.targets
+        self.input_shape = list(m["input_shape"])
+        self.features = list(m["features"])
+        self.mean = m["mean"]
+        self.std = m["std"]
+        self.channels = len(self.mean)
+        n = 1
+        for d in self.input_shape:
+            n *= d
+        self.num_features = n                 # numbers per example (L*C for a window)
+        if len(self.input_shape) == 2:
+            self.columns = ["t%d_%s" % (t, f) for t in range(self.input_shape[0]) for f in self.features]
+        else:
+            self.columns = list(self.features)
         self._params_in_file = 0
         for _, shape in head["tensors"]:
-            n = 1
+            k = 1
             for d in shape:
-                n *= d
-            self._params_in_file += n
+                k *= d
+            self._params_in_file += k
         mf.seed(meta.get("init_seed", 1))
         self.model = from_spec(spec)
-        self.need = self.model.summary((self.batch_size, self.num_features), show=False)
-        checkpoint.load(self.checkpoint_path, self.model)     # verified before any weight changes
-        self._loss = mf.CrossEntropyLoss()
+        self._shape, self.need = self._model_input(where)
+        checkpoint.load(path, self.model)     # verified before any weight changes
+        self._parts = model_parts(self.model)
+        self._labels = []                     # regression: the last target's texts in the files
+        self._net = _Net(self.model, self._shape, {}, self._named())
+        self._loss = mf.CrossEntropyLoss() if self.task == "classify" else _MSE(len(self.targets))
         self._base = None
-        if self.data_path:
-            try:
-                os.stat(self.data_path)
-                have = True
-            except OSError:
-                have = False
-                self._say("note: no base data at %s (evaluate/fit need 'user' or a list)" % self.data_path)
-            if have:
-                X, y, _, names = self._read(self.data_path)
-                self._base = Dataset(Tensor((len(y), self.num_features), X), y, self.classes, names) \
-                    if y else None
-        self._examples = Examples(self.user_path, self.features, self.classes, self._read)
-        self._say("%s: %s, %d params, classes %s; base %d rows, user %d examples; backend %s"
-                  % (self.checkpoint_path, meta.get("arch", "model"), self.model.param_count(),
-                     ", ".join(self.classes), len(self._base) if self._base else 0,
+        data = self._data_arg
+        if data is None and m.get("data"):
+            data = DATA_DIR + "/" + m["data"]
+        if data is None:
+            notes.append("base data: none (the metadata names no 'data' file; Session(data=...) "
+                          "names one): 'train' / 'test' need it, 'user' and lists work")
+        else:
+            self.data_path = self._path(data)
+            if not _exists(self.data_path):
+                notes.append("base data: none, %s does not exist (evaluate/fit need 'user' or a list)"
+                             % self.data_path)
+            else:
+                X, y = self._read(self.data_path)
+                if y:
+                    self._base = (X, y)
+                    m = _meta.check(meta, where, len(y))[0]      # n_train within the rows
+                else:
+                    notes.append("base data: %s holds no rows" % self.data_path)
+        self._m = m
+        if self._base and "n_train" not in meta:
+            for i in range(len(notes)):
+                if notes[i].startswith("n_train"):
+                    notes[i] = ("n_train: %d of the %d rows of %s are 'train', the rest 'test' "
+                                "(the default: %d%%)" % (_meta.n_train(m, len(self._base[1])),
+                                                         len(self._base[1]), self.data_path,
+                                                         int(100 * _meta.TRAIN_FRACTION)))
+        self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read)
+        # reading the files leaves garbage all over the heap: collected now, the buffers fit and
+        # evaluate allocate next find large free blocks (on a 512K heap a fit failed without it)
+        gc.collect()
+        for note in notes:
+            self._say("note: %s" % note)
+        self._say("%s: %s, %d params, %s %s, input %s; base %d rows, user %d examples; backend %s"
+                  % (path, meta.get("arch", "model"), self.model.param_count(),
+                     "classes" if self.task == "classify" else "regression of",
+                     ", ".join(self.outputs), self._input_text(), len(self._base[1]) if self._base else 0,
                      len(self._examples.y), mf.get_backend()))
 
+    def _input_text(self):
+        if len(self.input_shape) == 2:
+            return "a window of %d readings x %d channels (%s)" % (self.input_shape[0], self.input_shape[1],
+                                                                   ", ".join(self.features))
+        return "%d features (%s)" % (self.num_features, ", ".join(self.features))
+
+    def _model_input(self, where):
+        # the model's input for one example: [L, C] for a window, unless the model takes the
+        # L*C numbers flat (a spec starting with Reshape); its output must be one score per
+        # class / target. Returns (shape, memory need for a batch).
+        shape = tuple(self.input_shape)
+        tries = [shape]
+        if len(shape) == 2:
+            tries.append((self.num_features,))
+        why = []
+        for s in tries:
+            try:
+                need = self.model.summary((self.batch_size,) + s, show=False)
+                out = self.model.output_shape((1,) + s)
+            except (ValueError, IndexError, TypeError) as e:
+                why.append("[B, %s]: %s" % (", ".join(str(d) for d in s), e))
+                continue
+            K = len(self.outputs)
+            if len(out) != 2 or out[1] != K:
+                raise ValueError("Session: %s: the model gives %s per example, but its metadata "
+                                 "names %d %s (%s): expected [1, %d]"
+                                 % (where, list(out), K, "classes" if self.task == "classify" else "targets",
+                                    ", ".join(self.outputs), K))
+            return s, need
+        raise ValueError("Session: %s: the model does not take the metadata's input_shape %s (%s)"
+                         % (where, self.input_shape, "; ".join(why)))
+
+    def _named(self):
+        out = []
+        for p in self._parts:
+            if len(p.tensors) == 1:
+                out.append((p.name, p.tensors[0]))
+            else:
+                for k in range(len(p.tensors)):
+                    out.append(("%s[%d]" % (p.name, k), p.tensors[k]))
+        return out
+
+    def _file_columns(self):
+        # the numeric columns of a data file before its last field
+        return self.columns + self.targets[:-1]
+
+    def _file_labels(self):
+        return self.classes if self.task == "classify" else self._labels
+
     def _read(self, path):
-        # microformer.data's CSV reader; its error (file, line, column, value) says how to go on
+        # microformer.data's CSV reader; its error (file, line, column, value) says how to go on.
+        # A regression row: the example's numbers, then one number per target (the last one is
+        # the reader's 'label' field). Returns the file's form (as mf_examples keeps it): X flat
+        # with the columns before the last field, y indices into _file_labels().
+        T = len(self.targets)
         try:
-            return read_rows(path, self.classes, None, self.num_features, "Session")
+            X, y, labels, _ = read_rows(path, self.classes or None, None, len(self._file_columns()),
+                                        "Session")
         except ValueError as e:
             raise type(e)("%s. Fix or delete that line (from the host: mpremote edit :%s), then "
                           "start a new Session" % (e, path))
+        if self.task == "classify":
+            return X, y
+        for s in labels:
+            try:
+                v = float(s)
+            except ValueError:
+                v = None
+            if v is None or v - v != 0.0:
+                raise ValueError("Session: %s: the target %s (the last field) must be a finite number, "
+                                 "got %r. Fix or delete that line (from the host: mpremote edit :%s), "
+                                 "then start a new Session" % (path, self.targets[-1], s, path))
+            if s not in self._labels:
+                self._labels.append(s)
+        return X, [self._labels.index(labels[k]) for k in y]
+
+    def _rows(self, X, y):
+        """(X flat [N * num_features], y: class indices or target tuples) from the file's form."""
+        if self.task == "classify":
+            return X, y
+        n = self.num_features
+        w = n + len(self.targets) - 1
+        out = array("f")
+        ys = []
+        for i in range(len(y)):
+            out.extend(X[i * w:i * w + n])
+            ys.append(tuple(X[i * w + n:(i + 1) * w]) + (float(self._labels[y[i]]),))
+        return out, ys
 
     def _oom(self, what):
         # Drop what we can, then say what the model needs and what the heap has.
@@ -256,42 +606,50 @@ class Session:
     # ---- data ---------------------------------------------------------------------------
 
     def _standardized(self, X, y):
-        F = self.num_features
+        # (x - mean) / std per feature; a window's number j is channel j % C
+        n = self.num_features
+        C = self.channels
         d = array("f", X)
         mean, std = self.mean, self.std
         for i in range(len(y)):
-            for j in range(F):
-                d[i * F + j] = (d[i * F + j] - mean[j]) / std[j]
-        return Dataset(Tensor((len(y), F), d), y, self.classes, self.features) if y else None
+            for j in range(n):
+                d[i * n + j] = (d[i * n + j] - mean[j % C]) / std[j % C]
+        if not y:
+            return None
+        if self.task == "classify":
+            return Dataset(Tensor((len(y), n), d), y, self.classes, self.columns)
+        return _Regression(Tensor((len(y), n), d), y)
 
     def _split_idx(self):
-        n = len(self._base)
-        n_train = self.meta.get("n_train", n)
-        idx = Rng(self.meta.get("split_seed", 0)).shuffle(list(range(n)))
-        return idx[:n_train], idx[n_train:]
+        n = len(self._base[1])
+        idx = Rng(self._m["split_seed"]).shuffle(list(range(n)))
+        k = _meta.n_train(self._m, n)
+        return idx[:k], idx[k:]
 
     def _raw(self, which):
-        """(flat raw features, labels) of a named selection."""
+        """(flat raw examples, labels or target tuples) of a named selection."""
         if which == "user":
-            return self._examples.X, self._examples.y
+            return self._rows(self._examples.X, self._examples.y)
         if self._base is None:
-            raise ValueError("Session: no base data (%s missing); use data='user' or a list"
-                             % self.data_path)
-        F = self.num_features
-        X, y = self._base.X.data, self._base.y
+            raise ValueError("Session: no base data (%s); use data='user' or a list"
+                             % ("%s missing" % self.data_path if self.data_path else
+                                "the checkpoint's metadata names no 'data' file and Session(data=...) "
+                                "was not given"))
+        X, y = self._base
         if which == "base":
-            return X, y
+            return self._rows(X, y)
         if which == "all":
-            return X + self._examples.X, y + self._examples.y
+            return self._rows(X + self._examples.X, y + self._examples.y)
         train, test = self._split_idx()
         idx = train if which == "train" else test
+        w = len(self._file_columns())
         out = array("f")
         for i in idx:
-            out.extend(X[i * F:(i + 1) * F])
-        return out, [y[i] for i in idx]
+            out.extend(X[i * w:(i + 1) * w])
+        return self._rows(out, [y[i] for i in idx])
 
     def _select(self, data, who):
-        """A standardized Dataset for a selection name or a list of (features, label) pairs."""
+        """A standardized data set for a selection name or a list of (features, label) pairs."""
         if isinstance(data, str):
             if data not in SELECTIONS:
                 raise ValueError("%s: data must be one of %s or a list of (features, label) pairs, got %r"
@@ -300,11 +658,15 @@ class Session:
             if ds is None:
                 ds = self._standardized(*self._raw(data))
                 if ds is None:
+                    if data == "test" and self._base:
+                        raise ValueError("%s: no test examples: n_train is %d, all %d rows of %s are "
+                                         "'train'" % (who, self._m["n_train"], len(self._base[1]),
+                                                      self.data_path))
                     raise ValueError("%s: no %s examples yet (add some with s.add_example(features, label))"
                                      % (who, data))
                 self._cache[data] = ds
             return data, ds
-        if isinstance(data, Dataset):
+        if isinstance(data, (Dataset, _Regression)):
             return "dataset", data
         if not isinstance(data, (list, tuple)) or not data:
             raise ValueError("%s: data must be one of %s or a non-empty list of (features, label) pairs"
@@ -315,26 +677,58 @@ class Session:
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
                 raise ValueError("%s: item %d must be a (features, label) pair, got %r" % (who, k, pair))
             X.extend(array("f", self._check_features(pair[0], who, k)))
-            y.append(self._check_label(pair[1], who))
+            y.append(self._check_label(pair[1], who, k))
         return "list of %d" % len(y), self._standardized(X, y)
 
     def _check_features(self, x, who, index=None):
-        # one reading (raw units) -> list of floats; NaN / inf (as float32: 1e39 too) refused
-        F = self.num_features
-        if not isinstance(x, (list, tuple)) or len(x) != F:
+        # one example (raw units) -> list of floats; NaN / inf (as float32: 1e39 too) refused. A
+        # window: L*C numbers time-major, or L readings of C numbers (flattened here)
+        n = self.num_features
+        at = "" if index is None else "example %d: " % index
+        if len(self.input_shape) == 2 and isinstance(x, (list, tuple)) and x and \
+                isinstance(x[0], (list, tuple)):
+            L, C = self.input_shape
+            if len(x) != L:
+                raise ValueError("%s: %sexpected a window of %d readings of %d numbers (%s), got %d readings"
+                                 % (who, at, L, C, ", ".join(self.features), len(x)))
+            flat = []
+            for t in range(L):
+                r = x[t]
+                if not isinstance(r, (list, tuple)) or len(r) != C:
+                    raise ValueError("%s: %sreading %d must be %d numbers (%s), got %r"
+                                     % (who, at, t, C, ", ".join(self.features), r))
+                flat.extend(r)
+            x = flat
+        if not isinstance(x, (list, tuple)) or len(x) != n:
+            if len(self.input_shape) == 2:
+                raise ValueError("%s: %sexpected a window of %d readings x %d channels (%s): %d numbers "
+                                 "time-major or a list of %d readings, got %s"
+                                 % (who, at, self.input_shape[0], self.input_shape[1], ", ".join(self.features),
+                                    n, self.input_shape[0], ("%d numbers" % len(x)) if isinstance(x, (list, tuple))
+                                    else repr(x)))
             raise ValueError("%s: %sexpected %d features (%s), got %r"
-                             % (who, "" if index is None else "example %d: " % index, F,
-                                ", ".join(self.features), x))
-        for j in range(F):
+                             % (who, at, n, ", ".join(self.features), x))
+        cols = self.columns
+        for j in range(n):
             if not isinstance(x[j], (int, float)) or isinstance(x[j], bool):
                 raise ValueError("%s: %sfeature %d (%s) must be a number, got %r"
                                  % (who, "" if index is None else "example %d, " % index, j + 1,
-                                    self.features[j], x[j]))
+                                    cols[j], x[j]))
         x = [float(v) for v in x]
-        float32_row(who, x, self.features, index)
+        float32_row(who, x, cols, index)
         return x
 
-    def _check_label(self, label, who):
+    def _check_label(self, label, who, index=None):
+        if self.task == "regress":
+            T = len(self.targets)
+            v = label if isinstance(label, (list, tuple)) else [label]
+            if len(v) != T or not all(_is_number(t) for t in v):
+                raise ValueError("%s: %sthe target must be %s (%s), got %r"
+                                 % (who, "" if index is None else "example %d: " % index,
+                                    "a number" if T == 1 else "%d numbers" % T, ", ".join(self.targets), label))
+            v = [float(t) for t in v]
+            float32_row(who, v, self.targets, index)
+            return tuple(v)
         if isinstance(label, int) and not isinstance(label, bool) and 0 <= label < len(self.classes):
             return label
         if label in self.classes:
@@ -347,7 +741,7 @@ class Session:
         return len(self._examples.y)
 
     def add_example(self, features, label):
-        """Append one labelled reading (raw units) to the user data file and to this session."""
+        """Append one labelled example (raw units) to the user data file and to this session."""
         return self.add_examples([(features, label)], "add_example")
 
     def add_examples(self, pairs, who="add_examples"):
@@ -355,12 +749,21 @@ class Session:
         if not isinstance(pairs, (list, tuple)):
             raise ValueError("%s: expected a list of (features, label) pairs, got %r" % (who, pairs))
         rows = []
+        k = None
         for k in range(len(pairs)):
             pair = pairs[k]
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
                 raise ValueError("%s: expected (features, label), got %r" % (who, pair))
-            x = self._check_features(pair[0], who, None if who == "add_example" else k)
-            c = self._check_label(pair[1], who)
+            i = None if who == "add_example" else k
+            x = self._check_features(pair[0], who, i)
+            c = self._check_label(pair[1], who, i)
+            if self.task == "regress":
+                # the file's form: the numbers, the targets but the last, and the last as the label
+                x = x + list(c[:-1])
+                text = fmt(c[-1])
+                if text not in self._labels:
+                    self._labels.append(text)
+                c = self._labels.index(text)
             rows.append((x, c))
         self._examples.append(rows)
         self._cache.pop("user", None)
@@ -389,57 +792,132 @@ class Session:
         from mf_demo import drifted_examples
         return Pairs(drifted_examples(self, n, part, scale, offset, seed))
 
-    # ---- training and evaluation --------------------------------------------------------
+    # ---- the model's parts and freezing -------------------------------------------------
 
-    def _part_layers(self, part):
+    def parts(self, verbose=None):
+        """The model's parameters as freeze/unfreeze name them: [(name, shape, kinds, frozen)];
+        prints one line each."""
+        out = []
+        for p in self._parts:
+            out.append((p.name, p.shape(), list(p.kinds), p.name in self._frozen))
+        if self.verbose if verbose is None else verbose:
+            for name, shape, kinds, frozen in out:
+                print("%-36s %-12s %s%s" % (name, "x".join(str(d) for d in shape), " ".join(kinds),
+                                            "  (frozen)" if frozen else ""))
+        return out
+
+    def _valid_parts(self):
+        have = []
+        for k in KINDS:
+            if k == "all" or any(k in p.kinds for p in self._parts):
+                have.append(k)
+        return ("kinds %s; a layer index 0..%d; a name, a prefix or a glob of %s"
+                % (", ".join(repr(k) for k in have), len(self.model.layers) - 1,
+                   ", ".join(p.name for p in self._parts)))
+
+    def _select_parts(self, part, who):
+        # [Part] a part names; ValueError listing the valid names when it names none
+        P = self._parts
         L = self.model.layers
-        att = [i for i in range(len(L)) if type(L[i]).__name__ == "Attention"]
-        first = att[0] if att else len(L)
-        last = att[-1] if att else len(L) - 1
         if isinstance(part, int) and not isinstance(part, bool):
-            if -len(L) <= part < len(L):
-                return [part % len(L)]
-        elif part == "embed":
-            return list(range(first))
-        elif part == "attention":
-            return att
-        elif part == "head":
-            return list(range(last + 1, len(L)))
-        elif part == "all":
-            return list(range(len(L)))
-        raise ValueError("freeze: unknown part %r (expected 'embed', 'attention', 'head', 'all' "
-                         "or a layer index 0..%d)" % (part, len(L) - 1))
+            if not -len(L) <= part < len(L):
+                raise ValueError("%s: layer index %d out of range (the model has layers 0..%d)"
+                                 % (who, part, len(L) - 1))
+            i = part % len(L)
+            got = [p for p in P if p.top == i]
+            if not got:
+                raise ValueError("%s: layer %d (%s) has no parameters; layers with parameters: %s"
+                                 % (who, i, type(L[i]).__name__,
+                                    ", ".join(sorted(set("%d %s" % (p.top, type(L[p.top]).__name__) for p in P)))))
+            return got
+        if not isinstance(part, str) or not part:
+            raise ValueError("%s: a part must be a str or a layer index, got %r; valid: %s"
+                             % (who, part, self._valid_parts()))
+        kind = ALIASES.get(part, part)
+        if kind == "all":
+            return list(P)
+        if kind in KINDS:
+            got = [p for p in P if kind in p.kinds]
+            if not got:
+                raise ValueError("%s: this model has no %r parameters; valid: %s" % (who, part, self._valid_parts()))
+            return got
+        if "*" in part or "?" in part:
+            got = [p for p in P if _glob(part, p.name)]
+        else:
+            got = [p for p in P if p.name == part or p.name.startswith(part + ".")]
+        if not got:
+            raise ValueError("%s: unknown part %r; valid: %s" % (who, part, self._valid_parts()))
+        return got
 
-    def _set_trainable(self, parts, flag):
+    def _set_trainable(self, parts, flag, who):
         if not parts:
             parts = ("all",)
-        idx = []
-        for p in parts:
-            idx.extend(self._part_layers(p))     # check every part before changing any
-        for i in idx:
-            self.model.layers[i].trainable = flag
-        self._opt = None                         # the optimizer's parameter list changes
-        self._say(self.trainable_summary())
+        chosen = []
+        for part in parts:                   # check every part before changing any
+            for p in self._select_parts(part, who):
+                if p not in chosen:
+                    chosen.append(p)
+        changed = [p for p in chosen if (p.name in self._frozen) == flag]
+        for p in changed:
+            if flag:
+                del self._frozen[p.name]
+            else:
+                self._frozen[p.name] = 1
+        self._apply_frozen()
+        if self.verbose:
+            n = 0
+            for p in changed:
+                n += p.size
+            print("%s %s (%d params)%s" % (who, _n(len(changed), "parameter"), n,
+                                           ": " + ", ".join("%s %s" % (p.name, "x".join(str(d) for d in p.shape()))
+                                                            for p in changed) if changed else
+                                           " (already %s)" % ("trainable" if flag else "frozen")))
+            print(self.trainable_summary())
+        return [p.name for p in changed]
+
+    def _apply_frozen(self):
+        # a layer all of whose parameters are frozen is frozen itself (trainable = False: no weight
+        # grads at all); in a partly frozen layer the frozen tensors still get their gradient
+        # computed, and the optimizer leaves them out
+        ids = {}
+        for p in self._parts:
+            if p.name in self._frozen:
+                for t in p.tensors:
+                    ids[id(t)] = 1
+        layers = []
+        for p in self._parts:
+            if p.layer not in layers:
+                layers.append(p.layer)
+        for layer in layers:
+            mine = [q for q, _ in layer.params()]
+            layer.trainable = not all(id(q) in ids for q in mine)
+        self._net.frozen = ids
+        self._opt = None                     # the optimizer's parameter list changes
 
     def freeze(self, *parts):
-        """Keep these parts' weights fixed in fit(): 'embed', 'attention', 'head', 'all', an index."""
-        self._set_trainable(parts, False)
+        """Keep these parts' weights fixed in fit(): kinds ('embedding' 'attention' 'norm' 'ffn'
+        'head' 'input' 'bias' 'all'), state_dict names or prefixes ('3.self_attn', '5.weight'),
+        globs ('3.*', '*.bias') or layer indices. Prints what changed; returns the names."""
+        return self._set_trainable(parts, False, "freeze")
 
     def unfreeze(self, *parts):
-        """Train these parts again (no argument: everything)."""
-        self._set_trainable(parts, True)
+        """Train these parts again (no argument: everything). Prints what changed."""
+        return self._set_trainable(parts, True, "unfreeze")
+
+    def frozen(self):
+        """The names of the frozen parameters."""
+        return [p.name for p in self._parts if p.name in self._frozen]
 
     def trainable_summary(self):
-        L = self.model.layers
-        names = []
         n = 0
-        for i in range(len(L)):
-            c = L[i].param_count()
-            if c:
-                names.append("%d %s%s" % (i, type(L[i]).__name__, "" if L[i].trainable else " (frozen)"))
-                if L[i].trainable:
-                    n += c
-        return "trainable params %d of %d: %s" % (n, self.model.param_count(), ", ".join(names))
+        frozen = []
+        for p in self._parts:
+            if p.name in self._frozen:
+                frozen.append(p.name)
+            else:
+                n += p.size
+        return "trainable params %d of %d; frozen: %s" % (n, self.model.param_count(),
+                                                            ", ".join(frozen) if frozen else "none")
 
     def fit(self, epochs=FIT_EPOCHS, data=None, lr=None, verbose=None, on_error="rollback"):
         """Fine-tune; one line per epoch (loss, acc, ms/step, free heap) and a progress line at
@@ -481,10 +959,10 @@ class Session:
         # lowest free blocks, and the large ones stay whole for a new batch shape's buffers
         gc.collect()
         if self._opt is None:
-            if not self.model.collect_params([]):
+            if not self._net.collect_params([]):
                 raise ValueError("fit: every layer is frozen; unfreeze something first (s.unfreeze())")
             try:                        # its state and the step's shadow: a few blocks of 4 bytes per param
-                self._opt = mf.Adam(self.model, lr=self.lr if lr is None else lr)
+                self._opt = mf.Adam(self._net, lr=self.lr if lr is None else lr)
             except MemoryError:
                 self._opt = None
                 raise self._oom("creating the optimizer")
@@ -513,7 +991,7 @@ class Session:
         steps0 = self._opt.steps
         self._fits += 1
         try:
-            _fit(self.model, self._loss, self._opt, ds, epochs=epochs, batch_size=batch, seed=self._fits,
+            _fit(self._net, self._loss, self._opt, ds, epochs=epochs, batch_size=batch, seed=self._fits,
                  verbose=verbose, log=log)
         except KeyboardInterrupt:
             # between steps (train.fit catches it inside one); no update is ever half done
@@ -561,10 +1039,13 @@ class Session:
         return FitResult(line, rec, hist)
 
     def evaluate(self, data="test", verbose=None):
-        """Accuracy and per-class counts on a selection (default 'test') or a list of pairs."""
+        """Accuracy and per-class counts on a selection (default 'test') or a list of pairs;
+        for a regression model RMSE and MAE per target."""
         name, ds = self._select(data, "evaluate")
+        if self.task == "regress":
+            return self._evaluate_regress(name, ds, verbose)
         try:
-            acc, confusion = _evaluate(self.model, ds, self.batch_size)
+            acc, confusion = _evaluate(self._net, ds, self.batch_size)
         except MemoryError:
             raise self._oom("in evaluate")
         finally:
@@ -582,14 +1063,52 @@ class Session:
                 ", ".join("%s %d/%d" % (k, per[k][0], per[k][1]) for k in self.classes)))
         return out
 
+    def _evaluate_regress(self, name, ds, verbose):
+        T = len(self.targets)
+        sq = [0.0] * T
+        ab = [0.0] * T
+        try:
+            for X, y in Batches(ds, self.batch_size):
+                d = predict_logits(self._net, X).data
+                for b in range(len(y)):
+                    for k in range(T):
+                        e = d[b * T + k] - y[b][k]
+                        sq[k] += e * e
+                        ab[k] += abs(e)
+        except MemoryError:
+            raise self._oom("in evaluate")
+        finally:
+            self.model.train()
+        n = len(ds)
+        rmse = [sqrt(v / n) for v in sq]
+        mae = [v / n for v in ab]
+        text = ", ".join("%s RMSE %.4g MAE %.4g" % (self.targets[k], rmse[k], mae[k]) for k in range(T))
+        if self.verbose if verbose is None else verbose:
+            print("%s on %s (%s)" % (text, name, _n(n, "example")))
+        return Result("<%s on %s (%d)>" % (text, name, n),
+                      {"rmse": rmse, "mae": mae, "n": n, "data": name, "targets": list(self.targets)})
+
+    def _forward_one(self, features, who):
+        x = self._check_features(features, who)
+        n = self.num_features
+        C = self.channels
+        X = Tensor((1, n))
+        for j in range(n):
+            X.data[j] = (x[j] - self.mean[j % C]) / self.std[j % C]
+        return predict_logits(self._net, X).data
+
     def predict(self, features, verbose=None):
-        """(label, [probability per class]) for one reading in raw units."""
-        x = self._check_features(features, "predict")
-        F = self.num_features
-        X = Tensor((1, F))
-        for j in range(F):
-            X.data[j] = (x[j] - self.mean[j]) / self.std[j]
-        logits = predict_logits(self.model, X).data
+        """(label, [probability per class]) for one example in raw units; for a regression model
+        a result whose .values are the predicted targets."""
+        out = self._forward_one(features, "predict")
+        verbose = self.verbose if verbose is None else verbose
+        if self.task == "regress":
+            values = [out[k] for k in range(len(self.targets))]
+            text = ", ".join("%s %.4g" % (self.targets[k], values[k]) for k in range(len(values)))
+            if verbose:
+                print(text)
+            return Result("<%s>" % text, {"values": values, "targets": list(self.targets)})
+        logits = out
         m = max(logits)
         e = [exp(v - m) for v in logits]
         s = sum(e)
@@ -599,13 +1118,15 @@ class Session:
             if probs[c] > probs[best]:
                 best = c
         label = self.classes[best]
-        if self.verbose if verbose is None else verbose:
+        if verbose:
             print("%s  (%s)" % (label, ", ".join("%s %.3f" % (self.classes[c], probs[c])
                                                  for c in range(len(probs)))))
         return Prediction("<%s %.3f>" % (label, probs[best]), {"label": label, "probs": probs})
 
     def save(self, path=None):
         """Write the checkpoint atomically (default: the one this session loaded)."""
+        if path is not None and not (isinstance(path, str) and path):
+            raise ValueError("save: path must be a file name (a non-empty str) or None, got %r" % (path,))
         path = self._path(path) if path else self.checkpoint_path
         self.meta["user_examples"] = len(self._examples.y)
         n = checkpoint.save(path, self.model, self.meta)
@@ -615,20 +1136,20 @@ class Session:
     def info(self):
         """Print what this session holds."""
         m = self.meta
-        print("checkpoint %s: %s, %d params; classes %s; features %s"
+        print("checkpoint %s: %s, %d params; %s %s; input %s"
               % (self.checkpoint_path, m.get("arch", "model"), self.model.param_count(),
-                 ", ".join(self.classes), ", ".join(self.features)))
+                 "classes" if self.task == "classify" else "regression of", ", ".join(self.outputs),
+                 self._input_text()))
         print("pretrained: train %s, test %s; on-board fits: %d"
               % (m.get("train_acc"), m.get("test_acc"), _fit_count(m)))
         print("base data %s (%d rows); user data %s (%d examples)"
-              % (self.data_path, len(self._base) if self._base else 0, self.user_path, len(self._examples.y)))
+              % (self.data_path, len(self._base[1]) if self._base else 0, self.user_path, len(self._examples.y)))
         print(self.trainable_summary())
         print("memory for a batch of %d: %d bytes (free heap %s)"
               % (self.batch_size, self.need["total_bytes"], _mem_free()))
 
     def __repr__(self):
         return "<finetune.Session %s: %d user examples>" % (self.checkpoint_path, len(self._examples.y))
-
 
     @property
     def _user_y(self):
@@ -655,10 +1176,9 @@ def _fit_record(s, name, n, log, steps):
     loss = None
     if log.epochs:
         loss = log.record(log.epochs - 1)["loss"]
-    L = s.model.layers
     return {"data": name, "n": n, "epochs": log.epochs, "steps": steps, "lr": s.lr,
             "seconds": log.ms / 1000, "interrupted": log.interrupted, "loss": loss,
-            "frozen": [i for i in range(len(L)) if not L[i].trainable]}
+            "frozen": s.frozen()}
 
 
 def _add_fit(meta, rec):

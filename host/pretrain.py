@@ -6,12 +6,15 @@ CPython only (a host tool), but it trains with lib/microformer itself, so the we
 ones the board would compute. The model and the 120/30 split come from microformer.models.
 Deterministic: the same arguments write a byte-identical file.
 
-The checkpoint's metadata is everything board/finetune.py needs to rebuild and use the model:
+The checkpoint's metadata is everything board/finetune.py needs to rebuild and use the model
+(microformer.meta checks it):
   arch        "iris-attention-v1" (a name), spec: the model (microformer.spec; load_model rebuilds it)
+  task        "classify"; input_shape [4] (four flat features)
   classes     label names, index order of the logits
   features    the CSV header's feature names
   mean, std   per-feature standardization of the training rows (raw units -> model input)
-  split_seed, n_train, init_seed, epochs, lr, batch_size, train_acc, test_acc, data, history
+  data        the base data's file name ('iris.csv': the session reads data/iris.csv)
+  split_seed, n_train, init_seed, epochs, lr, batch_size, train_acc, test_acc, history
 """
 import argparse
 import os
@@ -27,6 +30,7 @@ import microformer as mf                      # noqa: E402
 from microformer.train import evaluate, fit   # noqa: E402
 from microformer.models import IRIS_ARCH, IRIS_SPEC, IRIS_SPLIT_SEED, iris_model, iris_split  # noqa: E402
 from microformer.spec import difference, to_spec  # noqa: E402
+from microformer.meta import check as check_meta  # noqa: E402
 
 
 def feature_names(path):
@@ -58,7 +62,7 @@ def pretrain(data, epochs=100, out=None, seed=1, split_seed=IRIS_SPLIT_SEED, lr=
     train_acc, _ = evaluate(model, train)
     test_acc, confusion = evaluate(model, test)
     meta = {
-        "arch": IRIS_ARCH, "spec": to_spec(model),
+        "arch": IRIS_ARCH, "spec": to_spec(model), "task": "classify", "input_shape": [4],
         "classes": list(train.classes), "features": feature_names(data),
         "mean": [float(m) for m in mean], "std": [float(s) for s in std],
         "split_seed": split_seed, "n_train": len(train), "init_seed": seed,
@@ -68,6 +72,7 @@ def pretrain(data, epochs=100, out=None, seed=1, split_seed=IRIS_SPLIT_SEED, lr=
         "final_loss": hist[-1]["loss"] if hist else None,
         "history": [],          # board/finetune.py appends one record per on-board fit
     }
+    check_meta(meta, "pretrain", len(train) + len(test))     # what finetune.Session will check
     d = difference(meta["spec"], IRIS_SPEC, ("the trained model", "IRIS_SPEC"))
     if d:       # the checkpoint must say exactly what was trained
         raise RuntimeError("pretrain: the model does not match microformer.models.IRIS_SPEC (%s)" % d)

@@ -15,8 +15,13 @@ for p in (os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")):
     if p not in sys.path:
         sys.path.insert(0, p)
 import microformer as mf  # noqa: E402
+from microformer.meta import check  # noqa: E402
 from microformer.train import fit_and_evaluate  # noqa: E402
 import sensor  # noqa: E402
+
+
+# BasicMotions' six dimensions: the watch's accelerometer (x, y, z), then its gyroscope
+CHANNEL_NAMES = ("acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z")
 
 
 def train(epochs=60, seed=1, lr=3e-3, batch_size=8, filters=16, data_dir=None, verbose=True):
@@ -29,9 +34,14 @@ def train(epochs=60, seed=1, lr=3e-3, batch_size=8, filters=16, data_dir=None, v
     sensor.standardize(te, mean, std)
     model = sensor.build_model(seed, filters)
     result = fit_and_evaluate(model, tr, te, epochs, batch_size, lr, seed, verbose)
-    meta = {"spec": mf.to_spec(model), "classes": sensor.CLASSES, "mean": mean, "std": std,
+    # what finetune.Session needs (microformer.meta): a window of STEPS readings of CHANNELS
+    # numbers, time-major in a CSV row; the base data is the training file, all of it 'train'
+    meta = {"spec": mf.to_spec(model), "task": "classify", "classes": sensor.CLASSES,
+            "input_shape": [sensor.STEPS, sensor.CHANNELS], "features": list(CHANNEL_NAMES),
+            "mean": mean, "std": std, "data": sensor.TRAIN, "split_seed": 0, "n_train": len(tr),
             "epochs": epochs, "seed": seed, "lr": lr, "batch_size": batch_size,
             "host_train_acc": result["train_acc"], "host_test_acc": result["test_acc"]}
+    check(meta, "train_sensor", len(tr))                  # what finetune.Session will check
     return model, meta, result
 
 

@@ -2,7 +2,8 @@
 
 `pretrained_iris`: (path, stdout) of the Iris checkpoint host/pretrain.py writes (100 epochs, as
 `make pretrain`), made once per test session. `iris_flash(folder)`: a folder holding what `make
-deploy` puts on a board's flash: iris.mfck (that checkpoint) and data/iris.csv.
+deploy` puts on a board's flash: model.mfck (that checkpoint) and data/iris.csv (the base data
+its metadata names).
 
 `micropython`: the path of a MicroPython interpreter; a test that takes it runs once per
 interpreter: 'stock' (the 64-bit, double-precision unix port from requirements.txt) and 'mp32'
@@ -54,7 +55,7 @@ def pretrained_iris(tmp_path_factory):
 def iris_flash(pretrained_iris):
     def make(folder):
         os.makedirs(os.path.join(str(folder), "data"))
-        shutil.copy(pretrained_iris[0], os.path.join(str(folder), "iris.mfck"))
+        shutil.copy(pretrained_iris[0], os.path.join(str(folder), "model.mfck"))
         shutil.copy(os.path.join(helpers.ROOT, "datasets", "iris.csv"),
                     os.path.join(str(folder), "data", "iris.csv"))
         return str(folder)

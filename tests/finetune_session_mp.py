@@ -1,6 +1,6 @@
 # board/finetune.py's REPL session, checked under CPython and inside MicroPython, directly
 #   MICROPYPATH=lib:board:tests micropython tests/finetune_session_mp.py FLASH_A FLASH_B
-# FLASH_A and FLASH_B: folders holding what `make deploy` puts on a board (iris.mfck from
+# FLASH_A and FLASH_B: folders holding what `make deploy` puts on a board (model.mfck from
 # host/pretrain.py and data/iris.csv); the session writes into them. Prints FINETUNE OK or
 # raises AssertionError (tests/test_finetune.py runs it on every interpreter).
 import gc
@@ -61,17 +61,19 @@ def run(a, b):
     s.add_example([6.3, 3.3, 6.0, 2.5], 2)
     s2 = finetune.Session(root=a, verbose=False)
     r["user_reloaded"] = s2.num_examples()
+    del s2                  # one Session alive at a time, as on the board
+    gc.collect()
     r["user_file"] = open(a + "/data/user.csv").read()
 
     # a bad line in the user file names the file and the line
     with open(a + "/data/user.csv", "a") as f:
         f.write("6.0,abc,4.0,1.0,versicolor\n")
-    r["bad_user_file"] = err(finetune.Session, "iris.mfck", "data/iris.csv", "data/user.csv",
+    r["bad_user_file"] = err(finetune.Session, "model.mfck", "data/iris.csv", "data/user.csv",
                              0.02, 16, a, None, False)
     s.clear_examples()
 
     # a corrupt checkpoint: the CheckpointError message
-    data = bytearray(open(a + "/iris.mfck", "rb").read())
+    data = bytearray(open(a + "/model.mfck", "rb").read())
     data[len(data) // 2] ^= 0x40
     with open(a + "/bad.mfck", "wb") as f:
         f.write(data)
@@ -88,8 +90,10 @@ def run(a, b):
     r["others_changed"] = all(before[k] != after[k] for k in before if not k.startswith("3."))
     s.unfreeze()
     r["unfrozen_summary"] = s.trainable_summary()
-    s.freeze("embed", "head")
+    r["frozen_names"] = s.freeze("embed", "head")
     r["frozen_summary"] = s.trainable_summary()
+    r["param_names"] = [name for name, _, _, _ in s.parts(False)]
+    r["state_names"] = list(s.model.state_dict().keys())
 
     # save, then a new Session loads bit-identical weights and the fit history
     s.save()
@@ -98,7 +102,7 @@ def run(a, b):
     r["history"] = len(s3.meta["history"])
 
     # the drift story on a fresh flash folder (one Session alive, as on the board)
-    del s, s2, s3
+    del s, s3
     gc.collect()
     r["demo"] = finetune.demo(root=b)
 
@@ -138,8 +142,11 @@ def check(r):
     _expect(r["bad_label"], "ValueError: add_example: unknown label 'versicolour' (expected one of "
                             "setosa, versicolor, virginica)")
     _expect(r["bad_value"], "ValueError: add_example: feature 2 (sepal_width) must be a number, got '2.8'")
-    _expect(r["bad_part"], "ValueError: freeze: unknown part 'decoder' (expected 'embed', 'attention', "
-                           "'head', 'all' or a layer index 0..%d)" % (len(r["layer_params"]) - 1))
+    # an unknown part lists what is valid: the kinds this model has, the layer range, every name
+    assert r["bad_part"].startswith("ValueError: freeze: unknown part 'decoder'; valid: kinds 'attention', "
+                                    "'head', 'input', 'bias', 'all'; a layer index 0..%d; a name, a prefix "
+                                    "or a glob of " % (len(r["layer_params"]) - 1)), r["bad_part"]
+    assert r["bad_part"].endswith(", ".join(r["state_names"])), r["bad_part"]
     assert r["bad_data"].startswith("ValueError: evaluate: data must be one of 'train', 'test', 'base', "
                                     "'user', 'all' or a list"), r["bad_data"]
     assert "no user examples yet" in r["no_user"], r["no_user"]
@@ -156,19 +163,16 @@ def check(r):
     # 2 epochs over the training split in batches
     assert r["fit_steps"] == 2 * ((r["n_train"] + r["batch_size"] - 1) // r["batch_size"]), r["fit_steps"]
     assert r["frozen_same"] and r["others_changed"]
-    assert "(frozen)" not in r["unfrozen_summary"]
+    _expect(r["unfrozen_summary"], "trainable params %d of %d; frozen: none" % (r["params"], r["params"]))
+    # the session's names are the model's state_dict keys
+    _expect(r["param_names"], r["state_names"])
     # freeze("embed", "head"): the first and the last Dense; what stays trainable is counted
-    names = []
-    live = 0
-    last = len(r["layer_params"]) - 1
-    for i in range(len(r["layer_params"])):
-        kind, n = r["layer_params"][i]
-        if n:
-            frozen = i == 0 or i == last
-            names.append("%d %s%s" % (i, kind, " (frozen)" if frozen else ""))
-            live += 0 if frozen else n
+    first, last = 0, len(r["layer_params"]) - 1
+    want = [k for k in r["state_names"] if k.split(".")[0] in (str(first), str(last))]
+    _expect(r["frozen_names"], want)
+    live = r["params"] - r["layer_params"][first][1] - r["layer_params"][last][1]
     assert 0 < live < r["params"]
-    _expect(r["frozen_summary"], "trainable params %d of %d: %s" % (live, r["params"], ", ".join(names)))
+    _expect(r["frozen_summary"], "trainable params %d of %d; frozen: %s" % (live, r["params"], ", ".join(want)))
     assert r["reload_same"] and r["history"] == 1
 
     d = r["demo"]

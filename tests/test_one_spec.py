@@ -72,14 +72,14 @@ def test_session_builds_from_the_spec(iris_flash, tmp_path):
     flash = pathlib.Path(iris_flash(tmp_path / "flash"))
     s = finetune.Session(root=str(flash), verbose=False)
     assert mf.to_spec(s.model)["layers"] == IRIS_SPEC["layers"]
-    old = checkpoint.read_header(str(flash / "iris.mfck"))["meta"]
+    old = checkpoint.read_header(str(flash / "model.mfck"))["meta"]
     del old["spec"]
-    checkpoint.save(str(flash / "iris.mfck"), s.model, old, spec=False)
+    checkpoint.save(str(flash / "model.mfck"), s.model, old, spec=False)
     s2 = finetune.Session(root=str(flash), verbose=False)
     assert [bytes(p.data) for _, p in s2.model.named_params()] == \
         [bytes(p.data) for _, p in s.model.named_params()]
     s2.save()
-    assert checkpoint.read_header(str(flash / "iris.mfck"))["meta"]["spec"]["layers"] == IRIS_SPEC["layers"]
+    assert checkpoint.read_header(str(flash / "model.mfck"))["meta"]["spec"]["layers"] == IRIS_SPEC["layers"]
     assert not hasattr(finetune, "build_layers") and not hasattr(finetune, "IRIS_LAYERS")
 
 

@@ -49,7 +49,7 @@ def _check(o):
             continue
         assert re.search(r"s\.%s\(" % name, text) or name in ("trainable_summary",), (name, text)
     assert "s.fit(epochs=10, data=None, lr=None, verbose=None)" in text
-    assert o["help_ret"] and "finetune.Session(checkpoint='iris.mfck'" in "\n".join(o["help"]).splitlines()[1]
+    assert o["help_ret"] and "finetune.Session(checkpoint='model.mfck'" in "\n".join(o["help"]).splitlines()[1]
     assert "s.help()" in "\n".join(o["help"])
     # progress lines within an epoch
     prog = [l for l in o["progress"] if l.strip().startswith("epoch 1/1: step")]

@@ -130,6 +130,43 @@ def test_on_the_virtual_board(tmp_path, checkpoint):
         assert (b.flash / "data" / sensor.TEST).exists()
         out = board_link.mpremote(str(b.port), "exec", "import sensor\nsensor.main('model.mfck', epochs=1)",
                                   timeout=600)
+        # and the REPL session opens it by default: windows of 100 x 6, the training file as base
+        ses = board_link.mpremote(str(b.port), "exec", "import finetune\ns = finetune.Session(batch_size=8)\n"
+                                  "s.freeze('attention')\ns.evaluate('train')", timeout=600)
     want = "held-out accuracy %.1f%% (40 series)" % (100 * meta["host_test_acc"])
     assert "checkpoint model.mfck: " + want in out, out
     assert "after 1 fine-tuning epochs" in out, out
+    assert "input a window of 100 readings x 6 channels (acc_x, acc_y, acc_z, gyro_x, gyro_y, gyro_z); " \
+           "base 40 rows" in ses, ses
+    assert "freeze 4 parameters (1088 params): 5.self_attn.in_proj_weight 48x16" in ses, ses
+    assert "accuracy %.1f%% (%d/40) on train" % (100 * meta["host_train_acc"], round(40 * meta["host_train_acc"])) \
+        in ses, ses
+
+
+def test_session_on_the_sensor_checkpoint(tmp_path, checkpoint):
+    """host/train_sensor.py writes what finetune.Session needs: the session scores the training
+    file as the host did, predicts as board/sensor.py does, and names the model's parts."""
+    import shutil
+    import finetune
+    _, _, meta = _host_predictions(checkpoint)
+    os.makedirs(str(tmp_path / "data"))
+    shutil.copy(checkpoint, str(tmp_path / "model.mfck"))
+    shutil.copy(os.path.join(DATA, sensor.TRAIN), str(tmp_path / "data" / sensor.TRAIN))
+    mf.set_backend("python")
+    try:
+        s = finetune.Session(root=str(tmp_path), batch_size=8, verbose=False)
+        assert s.input_shape == [100, 6] and s.features == ["acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z"]
+        assert abs(s.evaluate("train", verbose=False).accuracy - meta["host_train_acc"]) < 1e-9
+        train = sensor.standardize(sensor.load(sensor.TRAIN, DATA), meta["mean"], meta["std"])
+        want = sensor.predictions(s.model, train)
+        raw = sensor.load(sensor.TRAIN, DATA)
+        for i in (0, 13, 39):
+            row = raw.row(i)
+            window = [row[t * 6:(t + 1) * 6] for t in range(100)]
+            assert s.predict(window, False).label == sensor.CLASSES[want[i]]
+        assert s.freeze("attention") == ["5.self_attn.in_proj_weight", "5.self_attn.in_proj_bias",
+                                         "5.self_attn.out_proj.weight", "5.self_attn.out_proj.bias"]
+        assert s.freeze("head") == ["7.weight", "7.bias"]
+        assert s.fit(epochs=1, data="train", verbose=False).steps == 5
+    finally:
+        mf.set_backend("numpy")

@@ -282,7 +282,7 @@ def test_demo_works_in_its_own_files(boards, iris_checkpoint, micropython, capsy
         assert p.read_bytes() == data, "%s changed by the demo" % p
     assert sorted(p.name for p in flash.iterdir()) == sorted(set(listing) | {"demo"})
     assert (flash / "demo" / "pretrained.mfck").read_bytes() == iris_checkpoint.read_bytes()
-    assert (flash / "demo" / "iris.mfck").read_bytes() != iris_checkpoint.read_bytes()   # the demo's fit
+    assert (flash / "demo" / "model.mfck").read_bytes() != iris_checkpoint.read_bytes()   # the demo's fit
     assert "checkpoint: left the board's :/model.mfck as it is" in out
 
 
