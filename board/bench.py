@@ -1,7 +1,7 @@
 # bench.py: training-step speed and heap use of both kernel backends (board REPL or unix port).
 #   >>> import bench; bench.main()          # every model, every backend this interpreter has
 #   >>> bench.memory()                      # heap after import, after the first Iris step, per step
-#   >>> bench.session()                     # an Iris fine-tune session (needs /iris.mfck, /data)
+#   >>> bench.session()                     # an Iris fine-tune session (needs /model.mfck, /data)
 # Prints one table; host/bench.py runs this file under the unix port and parses the RESULT/MEM lines.
 import gc
 import sys

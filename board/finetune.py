@@ -15,6 +15,9 @@ HELP = """finetune: fine-tune the checkpoint on flash, from the REPL
                        lr=0.02, batch_size=16, root=None, backend=None, verbose=True)
   s = finetune.Session('iris.mfck')   another checkpoint on flash
   s.help()                        the session's commands
+  finetune.capture(s, read, label, n=None, rate_hz=50, count=1)
+                                  examples from a sensor: read() returns one reading (a number
+                                  or C numbers); a window model's example is L readings
   finetune.demo(root=None, n=24, epochs=10, seed=0)
                                   the Iris drift story in /demo (your files are not touched)
   finetune.demo_session(fresh=True, root=None, verbose=True)
@@ -33,3 +36,9 @@ Files on flash (relative to the board's cwd '/'; Session(root=...) prefixes them
 def help():
     """Print the module's commands (finetune.HELP)."""
     print(HELP)
+
+
+def capture(session, read, label, n=None, rate_hz=50, count=1, verbose=None):
+    """mf_capture.capture (examples from a sensor), imported on first use."""
+    from mf_capture import capture as _capture
+    return _capture(session, read, label, n, rate_hz, count, verbose)

@@ -39,11 +39,13 @@ def backup_path(path):
 
 class Examples:
     """The user's examples: `path` on flash and its rows in memory (X: flat array('f') of raw
-    features, y: class indices). read(path) -> (X, y, ...) is the session's CSV reader."""
+    features, y: class indices). read(path) -> (X, y, ...) is the session's CSV reader. last: the
+    header's name for the last field (a regression model's last target)."""
 
-    def __init__(self, path, features, classes, read):
+    def __init__(self, path, features, classes, read, last="label"):
         self.path = path
         self.features = features
+        self.last = last
         self.classes = classes
         self.X = array("f")
         self.y = []
@@ -112,7 +114,7 @@ class Examples:
                         _write_all(f, mv[:n], tmp)
                         last = buf[n - 1:n]
             if not last:
-                new = (",".join(self.features) + ",label\n").encode() + new
+                new = (",".join(self.features) + "," + self.last + "\n").encode() + new
             elif last != b"\n":
                 new = b"\n" + new
                 repaired = True

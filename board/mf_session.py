@@ -316,6 +316,7 @@ class _Regression:
 class _MSE:
     """MSELoss over the targets of a batch of _Regression examples (train.fit gives the loss the
     batch's y: here tuples of numbers, copied into one reused Tensor per batch size)."""
+    classifies = False      # train.fit: no accuracy to count
 
     def __init__(self, T):
         self.T = T
@@ -482,7 +483,8 @@ class Session:
                                 "(the default: %d%%)" % (_meta.n_train(m, len(self._base[1])),
                                                          len(self._base[1]), self.data_path,
                                                          int(100 * _meta.TRAIN_FRACTION)))
-        self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read)
+        self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read,
+                                  "label" if self.task == "classify" else self.targets[-1])
         # reading the files leaves garbage all over the heap: collected now, the buffers fit and
         # evaluate allocate next find large free blocks (on a 512K heap a fit failed without it)
         gc.collect()

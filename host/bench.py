@@ -157,7 +157,7 @@ def smallest_session_heap(exe, checkpoint, lo=8, hi=1024, above=tuple(range(1, 3
     flash = tempfile.mkdtemp(prefix="mf-bench-flash-")
     try:
         os.makedirs(os.path.join(flash, "data"))
-        shutil.copy(checkpoint, os.path.join(flash, "iris.mfck"))
+        shutil.copy(checkpoint, os.path.join(flash, "model.mfck"))
         shutil.copy(os.path.join(ROOT, "datasets", "iris.csv"), os.path.join(flash, "data", "iris.csv"))
         tried = {}
 

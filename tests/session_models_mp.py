@@ -319,8 +319,8 @@ def check(r):
     _expect(r["bad_target"], "ValueError: add_example: the target must be 2 numbers (u, v), got 'high'")
     _expect(r["bad_targets"], "ValueError: add_example: the target must be 2 numbers (u, v), got [1.0]")
     _expect(r["reg_user"], [(0.125, 1.25), (2.0, -1.5)])
-    # the example store names the last field 'label' (here the last target, v)
-    _expect(r["reg_file"], "t0_p,t0_q,t1_p,t1_q,t2_p,t2_q,t3_p,t3_q,u,label\n"
+    # the header names every target (the last field is the last target, v)
+    _expect(r["reg_file"], "t0_p,t0_q,t1_p,t1_q,t2_p,t2_q,t3_p,t3_q,u,v\n"
                            "0.5,1,0,0,1,0,0,0,0.125,1.25\n0,0,0,0,0,0,0,0,2,-1.5\n")
     assert r["reg_fit_user"] == 1
 

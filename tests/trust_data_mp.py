@@ -52,8 +52,8 @@ def make_flash(root):
     model = iris_model(1)               # checkpoint.save writes its spec
     meta = {"arch": "iris-attention-v1", "classes": CLASSES,
             "features": FEATURES, "mean": [5.8, 3.0, 3.8, 1.2], "std": [0.8, 0.4, 1.8, 0.8],
-            "split_seed": 0, "n_train": 4, "init_seed": 1}
-    mf.save_checkpoint(root + "/iris.mfck", model, meta)
+            "split_seed": 0, "n_train": 4, "init_seed": 1, "data": "iris.csv"}
+    mf.save_checkpoint(root + "/model.mfck", model, meta)
     return finetune
 
 
@@ -155,14 +155,14 @@ def run(root, backend):
     r["weights_unchanged"] = weights(s.model) == w0
     # a NaN row already in the user's file: the session refuses to load it, naming file and line
     write(user, HEADER.replace("species", "label") + "\n" + ROWS[0] + "\n5.0,nan,1.4,0.2,setosa\n")
-    r["session_nan_row"] = err(finetune.Session, "iris.mfck", "data/iris.csv", "data/user.csv",
+    r["session_nan_row"] = err(finetune.Session, "model.mfck", "data/iris.csv", "data/user.csv",
                                0.02, 16, root, None, False)
     os.remove(user)
     # a good example still goes through, and the session reads it back with the same reader
     s.add_example([6.1, 2.8, 4.7, 1.2], "versicolor")
     s2 = finetune.Session(root=root, verbose=False)
     r["reloaded_examples"] = s2.num_examples()
-    r["session_lr_inf"] = err(finetune.Session, "iris.mfck", "data/iris.csv", "data/user.csv",
+    r["session_lr_inf"] = err(finetune.Session, "model.mfck", "data/iris.csv", "data/user.csv",
                               inf, 16, root, None, False)
     r["fit_lr_inf"] = err(s.fit, 1, "user", inf)
     r["fit_lr_nan"] = err(s.fit, 1, "user", nan)

@@ -58,6 +58,7 @@ class CrossEntropyLoss(Buffered):
 
 class MSELoss(Buffered):
     """Mean squared error over every element of pred and target (same shape)."""
+    classifies = False      # train.fit: no accuracy to count
 
     def __init__(self):
         self._grad = None

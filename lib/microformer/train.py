@@ -61,6 +61,8 @@ def train_step(model, loss_fn, optimizer, X, y):
     optimizer.step()
     B, C = logits.shape
     correct = 0
+    if not getattr(loss_fn, "classifies", True):
+        return loss, correct            # regression: no classes to count
     for b in range(B):
         if argmax(logits.data, b * C, C) == y[b]:
             correct += 1
@@ -185,8 +187,10 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
         if verbose or on_epoch:
             rec = log.record(log.epochs - 1)
         if verbose:
-            line = "epoch %d/%d  loss %.4f  acc %.1f%%  %.2f ms/step" % (
-                epoch, epochs, rec["loss"], 100 * rec["acc"], rec["ms_per_step"])
+            line = "epoch %d/%d  loss %.4f  %s%.2f ms/step" % (
+                epoch, epochs, rec["loss"],
+                "acc %.1f%%  " % (100 * rec["acc"]) if getattr(loss_fn, "classifies", True) else "",
+                rec["ms_per_step"])
             if hasattr(gc, "mem_free"):
                 line += "  free %d" % gc.mem_free()
             if interrupted:
