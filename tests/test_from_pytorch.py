@@ -77,7 +77,7 @@ def test_train_in_torch_finetune_on_the_board_and_back(tmp_path):
     pt = tmp_path / "mine.pt"
     torch.save(tm.state_dict(), pt)
     meta = {"classes": list(ds.classes), "features": feats, "mean": list(mean), "std": list(std),
-            "split_seed": SPLIT_SEED, "n_train": 120, "history": []}
+            "split_seed": SPLIT_SEED, "n_train": 120, "data": "iris.csv", "history": []}
     (tmp_path / "meta.json").write_text(json.dumps(meta))
     ck = tmp_path / "mine.mfck"
     r = subprocess.run([sys.executable, TORCH_IO, str(pt), "--model", factory, "--out", str(ck),
