@@ -28,13 +28,25 @@
 # refused too. Then it writes PATH.tmp, flushes, closes, and renames it over PATH (os.replace
 # on CPython, os.rename on MicroPython: VfsPosix, littlefs and FAT all replace an existing
 # target; FAT does it as unlink + rename). If the rename fails, save() removes PATH and renames
-# again; load() reads a complete PATH.tmp when PATH is missing. An interruption at any byte
-# therefore leaves the previous checkpoint (or a CRC-verified newer one) loadable. A save that
-# fails with an exception (a full volume, Ctrl-C, a refused rename) removes its PATH.tmp, so a
-# full flash has the free space it had before the attempt.
+# again; load() reads a complete PATH.tmp when PATH is missing.
+#
+# The states an interruption can leave, and what the next save() does with each before it
+# writes its own PATH.tmp (so it never truncates the only copy):
+#   PATH alone                          nothing to do
+#   PATH + PATH.tmp (any)               PATH is the checkpoint; the .tmp (a save cut short, or
+#                                       one whose rename never came) is overwritten
+#   PATH.tmp alone, complete (CRC ok)   power lost between unlink and rename: renamed to PATH
+#   PATH.tmp alone, damaged or empty    holds no checkpoint: overwritten
+#   PATH failing its CRC + a complete PATH.tmp    the .tmp replaces PATH
+# A damaged .tmp is never preferred over a good file. A save that fails with an exception (a
+# full volume, Ctrl-C, a refused rename) removes only its own PATH.tmp, so a full flash has the
+# free space it had before the attempt, and the error names the file: "no space left" for
+# errno 28, and for errno 36 (ENAMETOOLONG), which littlefs returns when a full volume has no
+# room for a new file's entry; "no such directory" for a missing folder.
 #
 # Paths are str; on CPython anything os.fspath accepts (pathlib.Path) works too. A missing file
-# raises OSError(ENOENT) naming the path (FileNotFoundError on CPython).
+# raises OSError(ENOENT) naming the path (FileNotFoundError on CPython); a directory given to a
+# reader, OSError(EISDIR) naming it.
 #
 # load() checks magic, header CRC, version, size and the whole-file CRC (pass 1, a 512-byte
 # scratch buffer), then the tag and every name and shape against the model (pass 2), and only
@@ -330,28 +342,84 @@ def save(path, model, meta=None, tag=None, spec="auto"):
         raise OSError(21, "checkpoint.save: %r is a directory" % path)     # 21 = EISDIR
 
     tmp = path + ".tmp"
+    _promote(path, tmp)             # a complete lone PATH.tmp becomes PATH before PATH.tmp is reused
     try:
         _write(tmp, size, tag_b, meta_b, named)
     except OSError as e:
-        _remove_quietly(tmp)        # a full volume gets its space back; no stray file
-        if e.args and e.args[0] == 28:                              # 28 = ENOSPC
-            raise OSError(28, "checkpoint.save: no space left for %r (%d bytes); the partial copy "
-                          "was removed and %r is unchanged" % (tmp, size, path))
-        raise
+        _remove_quietly(tmp)        # our own partial bytes; a full volume gets its space back
+        raise _save_error(e, path, tmp, size)
     except BaseException:
         _remove_quietly(tmp)
         raise
     try:
         _replace(tmp, path)
-    except OSError:
+    except OSError as e:
         if _exists(path):           # the old file is still there: drop the new copy
             _remove_quietly(tmp)
-        raise                       # else PATH.tmp is the only copy and load() reads it
+            raise OSError(_errno(e), "checkpoint.save: renaming %r to %r failed (%s); the new copy was "
+                          "removed and %r is unchanged" % (tmp, path, e, path))
+        raise OSError(_errno(e), "checkpoint.save: renaming %r to %r failed (%s); the new checkpoint is "
+                      "%r, which load() reads while %r is missing" % (tmp, path, e, tmp, path))
     return size
 
 
 def _errno(e):
     return e.args[0] if e.args and isinstance(e.args[0], int) else 5       # 5 = EIO
+
+
+def _verified(path):
+    """True when `path` is a complete checkpoint (magic, sizes, whole-file CRC)."""
+    try:
+        with _open(path, "rb") as f:
+            _verify(f, path)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _promote(path, tmp):
+    # The states an interruption can leave: PATH alone (nothing to do); PATH and a PATH.tmp
+    # (a newer save cut short, or one whose rename never came: PATH is the checkpoint, the .tmp
+    # is reused); PATH.tmp alone (power lost between unlink and rename on FAT). A complete lone
+    # PATH.tmp is the only copy: it is renamed to PATH first, so writing the new PATH.tmp can
+    # never destroy it; so is a complete PATH.tmp beside a PATH that fails its CRC (damaged
+    # medium). A PATH.tmp that fails its CRC is never preferred: it is reused.
+    if not _exists(tmp) or not _verified(tmp):
+        return
+    if _exists(path):
+        if _verified(path):
+            return
+        what = "%r fails its check and %r holds a complete checkpoint" % (path, tmp)
+    else:
+        what = "%r is missing and %r holds the last complete checkpoint" % (path, tmp)
+    try:
+        _replace(tmp, path)
+    except OSError as e:
+        raise OSError(_errno(e), "checkpoint.save: %s; renaming it to %r failed (%s), so nothing was "
+                      "written and %r is kept" % (what, path, e, tmp))
+
+
+def _dirname(path):
+    i = max(path.rfind("/"), path.rfind(os.sep) if isinstance(getattr(os, "sep", None), str) else -1)
+    return path[:i] if i > 0 else ("/" if i == 0 else ".")
+
+
+def _save_error(e, path, tmp, size):
+    # the OSError of a failed write, as a message naming the file and what to do
+    n = _errno(e)
+    if _exists(path):
+        kept = "the partial copy was removed and %r is unchanged" % path
+    else:
+        kept = "the partial copy was removed (there was no checkpoint at %r before)" % path
+    base = tmp[len(_dirname(tmp)):].lstrip("/")
+    if n == 28 or (n == 36 and len(base) < 255):
+        # 36 = ENAMETOOLONG: littlefs reports a volume too full to create a file's entry this way
+        return OSError(28, "checkpoint.save: no space left on the volume for %r (%d bytes; errno %d)"
+                       "; %s" % (tmp, size, n, kept))
+    d = _dirname(path)
+    if n == 2 and not _is_dir(d):
+        return OSError(2, "checkpoint.save: cannot write %r: no such directory %r" % (path, d))
+    return OSError(n, "checkpoint.save: writing %r failed (%s); %s" % (tmp, e, kept))
 
 
 def _write(tmp, size, tag_b, meta_b, named):
