@@ -37,7 +37,7 @@ def _check(out, d):
                             ("True", "start must be an int (the position of the first token), got True (bool)"),
                             ("'0'", "got '0' (str)"),
                             ("-1", "start must be >= 0, got -1"),
-                            ("6", "positions 6..8 need start + S <= max_len=8, got start=6, S=3 (9)")):
+                            ("6", "positions 6..8 exceed max_len=8: start + S must be <= 8, got start=6, S=3 (9)")):
             r = res.pop("%s start=%s" % (who, start))
             assert r["exc"] == "ValueError" and r["msg"].startswith(who + ": ") and text in r["msg"], r
     assert not res, res

@@ -61,8 +61,9 @@ class PositionalEncoding(Layer):
         if start < 0:
             raise ValueError("%s: start must be >= 0, got %d" % (who, start))
         if start + S > self.max_len:
-            raise ValueError("%s: positions %d..%d need start + S <= max_len=%d, got start=%d, S=%d (%d)"
-                             % (who, start, start + S - 1, self.max_len, start, S, start + S))
+            raise ValueError("%s: positions %d..%d exceed max_len=%d: start + S must be <= %d, got start=%d, "
+                             "S=%d (%d)" % (who, start, start + S - 1, self.max_len, self.max_len, start, S,
+                                            start + S))
         self._buffers("_fwd", x.shape)
         y = self._y
         backend.K.posenc_forward(y.data, x.data, self._table().data, B, S, E, start)
