@@ -50,7 +50,7 @@ CASES = [
     ("fewer_floats_than_spec", TAG, {"spec": seq(dense(4, 3))}, [("0.W", (3, 4), None)], ("load_model",),
      "the spec declares 15 parameters (60 bytes), the file's tensors hold 12 (48 bytes)"),
     ("shape_differs", TAG, {"spec": seq(dense(4, 3))}, [("0.W", (3, 5), None)], ("load_model",),
-     "tensor '0.W': the spec declares shape (3, 4), the file holds (3, 5)"),
+     "the spec declares tensor '0.W' (3, 4), the file holds (3, 5)"),
     ("name_differs", TAG, {"spec": seq(dense(4, 3))}, [("0.X", (3, 4), None), ("0.b", (3,), None)],
      ("load_model",), "the spec declares tensor '0.W' (3, 4), the file has no tensor of that name"),
     ("extra_tensor", TAG, {"spec": seq(dense(4, 3, use_bias=False))}, [("0.W", (3, 4), None), ("9.Z", (0,), None)],

@@ -11,6 +11,7 @@ import helpers
 import microformer as mf
 from microformer import checkpoint as ck
 from microformer import spec as mspec
+from microformer import specplan
 import checkpoint_forged_mp as forged
 from checkpoint_craft import craft
 
@@ -49,14 +50,14 @@ def test_forged_files_micropython(tmp_path, micropython):
     _judge([json.loads(l) for l in out.splitlines()], 2000)
 
 
-def test_from_spec_refuses_absurd_sizes_before_building():
-    """from_spec itself: a ValueError naming the limit, not a MemoryError after a minute."""
+def test_plan_refuses_absurd_sizes_without_building():
+    """spec.plan: a ValueError naming the limit in milliseconds, not a MemoryError after a minute."""
     for spec in ({"type": "Dense", "in_features": 8192, "out_features": 8192},
                  dict(forged.TF), {"type": "Sequential", "layers": [{"type": "Embedding", "vocab": 2 ** 40,
                                                                      "embed_dim": 2}]}):
         t0 = time.time()
         with pytest.raises(ValueError, match="MAX_PARAMS"):
-            mf.from_spec(spec)
+            mspec.plan(spec)
         assert time.time() - t0 < 2
 
 
@@ -130,7 +131,7 @@ def test_planned_sizes_are_the_layers_own(spec):
 
 
 def test_every_layer_type_is_planned():
-    assert {s["type"] for s in SPECS} == set(mspec._LAYERS) == set(mspec._PLAN)
+    assert {s["type"] for s in SPECS} == set(mspec._LAYERS) == set(specplan._P)
 
 
 def test_a_saved_model_passes_its_own_check(tmp_path):
