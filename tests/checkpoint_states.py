@@ -27,7 +27,7 @@ def image(m, where, v):
     return data
 
 
-class Full(Exception):
+class PowerCut(Exception):
     pass
 
 
@@ -44,7 +44,7 @@ class Cut:
             self.f.write(b[:self.n])
             self.f.close()
             if self.crash:
-                raise Full()
+                raise PowerCut()
             raise OSError(28)
         self.n -= len(b)
         return self.f.write(b)
@@ -122,7 +122,7 @@ def walk(d, step=1, log=print):
                 try:
                     ck.save(path, new, {"v": "new"})
                     err = None
-                except (OSError, Full) as e:
+                except (OSError, PowerCut) as e:
                     err = e
                 finally:
                     ck._open = open

@@ -13,7 +13,6 @@ from microformer import checkpoint as ck
 from microformer import spec as mspec
 from microformer import specplan
 import checkpoint_forged_mp as forged
-from checkpoint_craft import craft
 
 NOT_A_FILE = {"directory": ("IsADirectoryError", "OSError"), "missing": ("FileNotFoundError", "OSError")}
 
