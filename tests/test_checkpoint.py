@@ -18,6 +18,7 @@ from microformer.spec import to_spec
 import checkpoint_np
 from checkpoint_mp import build
 import checkpoint_kill_mp
+import checkpoint_states
 
 
 
@@ -362,6 +363,17 @@ def test_killed_micropython_mid_save(tmp_path, micropython):
 
 
 def test_micropython_board_filesystems(tmp_path, micropython):
-    """littlefs v2 (the ESP32 default), littlefs v1 and FAT on RAM block devices: rename replaces."""
-    out = helpers.run_micropython(helpers.script("checkpoint_vfs_mp.py"), exe=micropython)
-    assert out.split() == ["lfs2", "ok", "lfs1", "ok", "fat", "ok"], out
+    """littlefs v2 (the ESP32 default), littlefs v1 and FAT on RAM block devices: rename replaces;
+    from every state an interrupted save can leave (checkpoint_states.STATES), a save cut short
+    after every 3rd byte (full volume, power cut; every byte on CPython in test_checkpoint_states)
+    leaves the previous checkpoint loadable and a whole one the new; a volume too full for the
+    save refuses it, naming the file, keeping the previous."""
+    out = helpers.run_micropython(helpers.script("checkpoint_vfs_mp.py"), 3, exe=micropython)
+    lines = out.splitlines()
+    assert lines[:3] == ["lfs2 ok", "lfs1 ok", "fat ok"], out
+    n = len(checkpoint_states.STATES)
+    size = len(checkpoint_states.image(checkpoint_states.model(5), str(tmp_path / "new.mfck"), "new"))
+    cuts = len(range(0, size, 3))
+    for kind in ("lfs2", "lfs1", "fat"):
+        assert "%s states %d %d" % (kind, n * (2 * cuts + 1), n * (2 * cuts + 1)) in lines, out
+        assert "%s full %d %d" % (kind, n, n) in lines, out

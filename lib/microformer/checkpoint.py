@@ -28,20 +28,40 @@
 # refused too. Then it writes PATH.tmp, flushes, closes, and renames it over PATH (os.replace
 # on CPython, os.rename on MicroPython: VfsPosix, littlefs and FAT all replace an existing
 # target; FAT does it as unlink + rename). If the rename fails, save() removes PATH and renames
-# again; load() reads a complete PATH.tmp when PATH is missing. An interruption at any byte
-# therefore leaves the previous checkpoint (or a CRC-verified newer one) loadable. A save that
-# fails with an exception (a full volume, Ctrl-C, a refused rename) removes its PATH.tmp, so a
-# full flash has the free space it had before the attempt.
+# again; load() reads a complete PATH.tmp when PATH is missing.
+#
+# The states an interruption can leave, and what the next save() does with each before it
+# writes its own PATH.tmp (so it never truncates the only copy):
+#   PATH alone                          nothing to do
+#   PATH + PATH.tmp (any)               PATH is the checkpoint; the .tmp (a save cut short, or
+#                                       one whose rename never came) is overwritten
+#   PATH.tmp alone, complete (CRC ok)   power lost between unlink and rename: renamed to PATH
+#   PATH.tmp alone, damaged or empty    holds no checkpoint: overwritten
+#   PATH failing its CRC + a complete PATH.tmp    the .tmp replaces PATH
+# A damaged .tmp is never preferred over a good file. A save that fails with an exception (a
+# full volume, Ctrl-C, a refused rename) removes only its own PATH.tmp, so a full flash has the
+# free space it had before the attempt, and the error names the file: "no space left" for
+# errno 28, and for errno 36 (ENAMETOOLONG), which littlefs returns when a full volume has no
+# room for a new file's entry; "no such directory" for a missing folder.
 #
 # Paths are str; on CPython anything os.fspath accepts (pathlib.Path) works too. A missing file
-# raises OSError(ENOENT) naming the path (FileNotFoundError on CPython).
+# raises OSError(ENOENT) naming the path (FileNotFoundError on CPython); a directory given to a
+# reader, OSError(EISDIR) naming it.
 #
 # load() checks magic, header CRC, version, size and the whole-file CRC (pass 1, a 512-byte
 # scratch buffer), then the tag and every name and shape against the model (pass 2), and only
 # then reads the data straight into the parameter arrays with readinto (pass 3). Every refusal
 # is a CheckpointError (a ValueError) naming the file and what is wrong; the model is untouched.
 # (Only a read error of the medium itself during pass 3, after the CRC passed, could leave a
-# partial copy.)
+# partial copy.) A CRC-valid file is still data from anywhere, so pass 2 also refuses: a tag,
+# tensor name or metadata that is not UTF-8; metadata that is not a JSON object, or nests lists
+# and objects more than MAX_META_DEPTH levels; a tensor record that runs past the end.
+#
+# read_header() (what load_model and a board session call before they build a model) also
+# compares the model spec the metadata describes (microformer.spec.find_spec) with the tensor
+# table: the total of floats, then every name and shape, all read off the spec's arguments
+# (spec.plan; a spec may declare at most spec.MAX_PARAMS floats), so a forged 200-byte file
+# saying Dense(8192, 8192) is refused in milliseconds, before any layer is built.
 import json
 import os
 import struct
@@ -180,7 +200,16 @@ def _resolve(path, who):
         if _exists(path + ".tmp"):
             return path + ".tmp"
         raise OSError(2, "checkpoint %r: no such file" % path)     # 2 = ENOENT
+    if _is_dir(path):
+        raise OSError(21, "checkpoint %r is a directory, not a checkpoint file" % path)   # 21 = EISDIR
     return path
+
+
+def _open_read(path):
+    try:
+        return _open(path, "rb")
+    except OSError as e:
+        raise OSError(_errno(e), "checkpoint %r: cannot open it (%s)" % (path, e))
 
 
 def _is_dir(path):
@@ -313,24 +342,84 @@ def save(path, model, meta=None, tag=None, spec="auto"):
         raise OSError(21, "checkpoint.save: %r is a directory" % path)     # 21 = EISDIR
 
     tmp = path + ".tmp"
+    _promote(path, tmp)             # a complete lone PATH.tmp becomes PATH before PATH.tmp is reused
     try:
         _write(tmp, size, tag_b, meta_b, named)
     except OSError as e:
-        _remove_quietly(tmp)        # a full volume gets its space back; no stray file
-        if e.args and e.args[0] == 28:                              # 28 = ENOSPC
-            raise OSError(28, "checkpoint.save: no space left for %r (%d bytes); the partial copy "
-                          "was removed and %r is unchanged" % (tmp, size, path))
-        raise
+        _remove_quietly(tmp)        # our own partial bytes; a full volume gets its space back
+        raise _save_error(e, path, tmp, size)
     except BaseException:
         _remove_quietly(tmp)
         raise
     try:
         _replace(tmp, path)
-    except OSError:
+    except OSError as e:
         if _exists(path):           # the old file is still there: drop the new copy
             _remove_quietly(tmp)
-        raise                       # else PATH.tmp is the only copy and load() reads it
+            raise OSError(_errno(e), "checkpoint.save: renaming %r to %r failed (%s); the new copy was "
+                          "removed and %r is unchanged" % (tmp, path, e, path))
+        raise OSError(_errno(e), "checkpoint.save: renaming %r to %r failed (%s); the new checkpoint is "
+                      "%r, which load() reads while %r is missing" % (tmp, path, e, tmp, path))
     return size
+
+
+def _errno(e):
+    return e.args[0] if e.args and isinstance(e.args[0], int) else 5       # 5 = EIO
+
+
+def _verified(path):
+    """True when `path` is a complete checkpoint (magic, sizes, whole-file CRC)."""
+    try:
+        with _open(path, "rb") as f:
+            _verify(f, path)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _promote(path, tmp):
+    # The states an interruption can leave: PATH alone (nothing to do); PATH and a PATH.tmp
+    # (a newer save cut short, or one whose rename never came: PATH is the checkpoint, the .tmp
+    # is reused); PATH.tmp alone (power lost between unlink and rename on FAT). A complete lone
+    # PATH.tmp is the only copy: it is renamed to PATH first, so writing the new PATH.tmp can
+    # never destroy it; so is a complete PATH.tmp beside a PATH that fails its CRC (damaged
+    # medium). A PATH.tmp that fails its CRC is never preferred: it is reused.
+    if not _exists(tmp) or not _verified(tmp):
+        return
+    if _exists(path):
+        if _verified(path):
+            return
+        what = "%r fails its check and %r holds a complete checkpoint" % (path, tmp)
+    else:
+        what = "%r is missing and %r holds the last complete checkpoint" % (path, tmp)
+    try:
+        _replace(tmp, path)
+    except OSError as e:
+        raise OSError(_errno(e), "checkpoint.save: %s; renaming it to %r failed (%s), so nothing was "
+                      "written and %r is kept" % (what, path, e, tmp))
+
+
+def _dirname(path):
+    i = max(path.rfind("/"), path.rfind(os.sep) if isinstance(getattr(os, "sep", None), str) else -1)
+    return path[:i] if i > 0 else ("/" if i == 0 else ".")
+
+
+def _save_error(e, path, tmp, size):
+    # the OSError of a failed write, as a message naming the file and what to do
+    n = _errno(e)
+    if _exists(path):
+        kept = "the partial copy was removed and %r is unchanged" % path
+    else:
+        kept = "the partial copy was removed (there was no checkpoint at %r before)" % path
+    base = tmp[len(_dirname(tmp)):].lstrip("/")
+    if n == 28 or (n == 36 and len(base) < 255):
+        # 36 = ENAMETOOLONG: littlefs reports a volume too full to create a file's entry this way
+        return OSError(28, "checkpoint.save: no space left on the volume for %r (%d bytes; errno %d)"
+                       "; %s" % (tmp, size, n, kept))
+    d = _dirname(path)
+    if n == 2 and not _is_dir(d):
+        return OSError(2, "checkpoint.save: cannot write %r: no such directory %r" % (path, d))
+    return OSError(n, "checkpoint.save: writing %r failed (%s); %s" % (tmp, e, kept))
 
 
 def _write(tmp, size, tag_b, meta_b, named):
@@ -427,28 +516,62 @@ def _verify(f, path):
     return size
 
 
+MAX_META_DEPTH = 32        # lists and dicts nested in the metadata (a spec of 8 Sequentials needs 18)
+
+
+def _text(b, path, what):
+    try:
+        return b.decode()
+    except UnicodeError:
+        raise _err(path, "malformed: the %s is not UTF-8 (%r)" % (what, bytes(b[:32])))
+
+
+def _depth_ok(v, limit):
+    # the nesting depth of lists and dicts in v is at most `limit` (no recursion)
+    todo = [(v, 1)]
+    while todo:
+        x, d = todo.pop()
+        if d > limit:
+            return False
+        for y in (x.values() if isinstance(x, dict) else x):
+            if isinstance(y, (list, dict)):
+                todo.append((y, d + 1))
+    return True
+
+
 def _parse(f, path, size):
     """Pass 2 (file verified): tag, meta, and [(name, shape, data offset)] ."""
     f.seek(_PREFIX)
     t = struct.unpack("<H", _readn(f, 2, path))[0]
-    tag = _readn(f, t, path).decode()
+    tag = _text(_readn(f, t, path), path, "model tag")
     m = struct.unpack("<I", _readn(f, 4, path))[0]
+    text = _text(_readn(f, m, path), path, "metadata")
     try:
-        meta = json.loads(_readn(f, m, path).decode())
+        meta = json.loads(text)
     except ValueError:
         raise _err(path, "malformed metadata (not JSON)")
+    except (RuntimeError, MemoryError) as e:    # CPython: RecursionError; MicroPython: MemoryError
+        raise _err(path, "malformed metadata: %d bytes of JSON nested too deeply (more than %d levels) "
+                   "or too large to read (%s)" % (m, MAX_META_DEPTH, type(e).__name__))
+    if not isinstance(meta, dict):
+        raise _err(path, "malformed metadata: must be a JSON object, got %s" % (
+            "null" if meta is None else type(meta).__name__))
+    if not _depth_ok(meta, MAX_META_DEPTH):
+        raise _err(path, "malformed metadata: lists and objects nested more than %d levels deep"
+                   % MAX_META_DEPTH)
     n = struct.unpack("<I", _readn(f, 4, path))[0]
     pos = _PREFIX + 2 + t + 4 + m + 4
     recs = []
     for _ in range(n):
         L = struct.unpack("<H", _readn(f, 2, path))[0]
-        name = _readn(f, L, path).decode()
+        name = _text(_readn(f, L, path), path, "name of tensor %d" % len(recs))
         r = _readn(f, 1, path)[0]
         shape = tuple(struct.unpack("<%dI" % r, _readn(f, 4 * r, path))) if r else ()
         pos += 2 + L + 1 + 4 * r
         nbytes = 4 * _size(shape)
         if r == 0 or pos + nbytes > size - 4:
-            raise _err(path, "malformed tensor record %r" % name)
+            raise _err(path, "malformed tensor record %r (shape %r, %d bytes of data; %d bytes left in "
+                       "the file)" % (name, shape, nbytes, max(0, size - 4 - pos)))
         recs.append((name, shape, pos))
         pos += nbytes
         f.seek(pos)
@@ -474,12 +597,12 @@ def load(path, model, tag=None):
     path = _resolve(path, "checkpoint.load")
     want = model_tag(model) if tag is None else tag
     named = _named(model)
-    with _open(path, "rb") as f:
+    with _open_read(path) as f:
         size = _verify(f, path)
         ctag, meta, recs = _parse(f, path, size)
         if ctag != want:
             raise _err(path, "wrong model: checkpoint is for %r, this model is %r" % (ctag, want))
-        if tag is None and isinstance(meta, dict) and "spec" in meta:
+        if tag is None and "spec" in meta:
             mine = _model_spec(model)       # None: a layer of one's own; tag and shapes decide
             if mine is not None:
                 from .spec import difference
@@ -513,11 +636,16 @@ def load(path, model, tag=None):
 def read_header(path):
     """Verify `path` and return {'version', 'size', 'tag', 'meta', 'tensors': [(name, shape)]}."""
     path = _resolve(path, "checkpoint.read_header")
-    with _open(path, "rb") as f:
+    with _open_read(path) as f:
         size = _verify(f, path)
         tag, meta, recs = _parse(f, path, size)
+    tensors = [(n, s) for n, s, _ in recs]
+    from .spec import find_spec, check_tensors
+    spec = find_spec(meta, "checkpoint %r" % path)
+    if spec is not None:            # nothing is built: the spec's sizes are read off its arguments
+        check_tensors(spec, tensors, "checkpoint %r" % path)
     return {"version": VERSION, "size": size, "tag": tag, "meta": meta,
-            "tensors": [(n, s) for n, s, _ in recs]}
+            "tensors": tensors}
 
 
 def read(path):
@@ -525,7 +653,7 @@ def read(path):
     _check_byteorder()
     path = _resolve(path, "checkpoint.read")
     out = []
-    with _open(path, "rb") as f:
+    with _open_read(path) as f:
         size = _verify(f, path)
         tag, meta, recs = _parse(f, path, size)
         for name, shape, off in recs:

@@ -55,8 +55,15 @@ class PositionalEncoding(Layer):
         if len(x.shape) != 3 or x.shape[2] != E:
             raise shape_error(who, "x", "[B,S,%d]" % E, x.shape)
         B, S, _ = x.shape
-        if not isinstance(start, int) or start < 0 or start + S > self.max_len:
-            raise ValueError("%s: positions %r..%r exceed max_len=%d" % (who, start, start + S - 1, self.max_len))
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise ValueError("%s: start must be an int (the position of the first token), got %r (%s)"
+                             % (who, start, type(start).__name__))
+        if start < 0:
+            raise ValueError("%s: start must be >= 0, got %d" % (who, start))
+        if start + S > self.max_len:
+            raise ValueError("%s: positions %d..%d exceed max_len=%d: start + S must be <= %d, got start=%d, "
+                             "S=%d (%d)" % (who, start, start + S - 1, self.max_len, self.max_len, start, S,
+                                            start + S))
         self._buffers("_fwd", x.shape)
         y = self._y
         backend.K.posenc_forward(y.data, x.data, self._table().data, B, S, E, start)

@@ -112,15 +112,34 @@ def to_spec(model):
     return spec
 
 
-def _build(spec, where):
+# ---- what a spec costs, known before anything is built ---------------------------------------
+# A checkpoint's spec is data from a file: a forged 200-byte file may say Dense(8192, 8192) or
+# Transformer(num_encoder_layers=10**6). microformer.specplan (imported at the end of this file)
+# reads the parameters and fixed tables a spec would allocate off its arguments (plan,
+# named_shapes), and compares them with a file's tensor table (check_tensors), before anything
+# is built.
+
+MAX_PARAMS = 1 << 24    # floats a spec may make the constructors allocate (parameters + fixed
+#                         tables): 64 MB of float32, 8x the PSRAM of an ESP32-S3 board
+MAX_DEPTH = 8           # Sequentials nested in Sequentials
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _build(spec, where, depth):
     if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
-        raise ValueError("from_spec: %s must be a dict with a 'type', got %r" % (where, spec))
+        raise ValueError("from_spec: %s must be a dict with a 'type', got %s" % (where, _short(spec)))
     kind = spec["type"]
     if kind == "Sequential":
         layers = spec.get("layers")
         if not isinstance(layers, list):
-            raise ValueError("from_spec: %s (Sequential) needs a 'layers' list, got %r" % (where, layers))
-        return Sequential([_build(layers[i], "%s.layers[%d]" % (where, i)) for i in range(len(layers))])
+            raise ValueError("from_spec: %s (Sequential) needs a 'layers' list, got %s" % (where, _short(layers)))
+        if depth >= MAX_DEPTH:
+            raise ValueError("from_spec: %s: Sequentials nested more than MAX_DEPTH = %d deep" % (where, MAX_DEPTH))
+        return Sequential([_build(layers[i], "%s.layers[%d]" % (where, i), depth + 1) for i in range(len(layers))])
     if kind not in _LAYERS:
         raise ValueError("from_spec: %s: unknown layer type %r (known: Sequential, %s)"
                          % (where, kind, ", ".join(sorted(_LAYERS))))
@@ -132,15 +151,17 @@ def _build(spec, where):
         kwargs["shape"] = tuple(kwargs["shape"])
     try:
         return _cls(kind)(**kwargs)
-    except TypeError as e:
+    except TypeError as e:          # an argument the constructor does not take
         raise ValueError("from_spec: %s (%s): bad arguments %r (%s)" % (where, kind, kwargs, e))
 
 
 def from_spec(spec):
-    """A freshly initialised model from to_spec()'s dict (seed with mf.seed first to repeat it)."""
+    """A freshly initialised model from to_spec()'s dict (seed with mf.seed first to repeat it).
+    It builds what the spec says: a spec from a file is checked first (checkpoint.read_header,
+    load_model; plan(spec) gives the sizes of any spec without building it)."""
     if isinstance(spec, dict) and "format" in spec and spec["format"] != FORMAT:
         raise ValueError("from_spec: format %r, expected %r" % (spec["format"], FORMAT))
-    return _build(spec, "spec")
+    return _build(spec, "spec", 0)
 
 
 def difference(a, b, names=("the checkpoint", "the model")):
@@ -183,51 +204,73 @@ def same_architecture(a, b):
     return _diff(a, b, "spec", ("a", "b")) is None
 
 
-def _from_layer_list(layers, where):
-    # the layer list older checkpoints carry in meta['layers']: [class name, *args] (a trailing
-    # dict: kwargs), e.g. [["Dense", 4, 32], ["ActivationLayer", "relu"], ...]
-    if not isinstance(layers, list):
-        raise ValueError("%s: meta['layers'] must be a list, got %r" % (where, layers))
-    out = []
-    for i in range(len(layers)):
-        one = layers[i]
-        if not isinstance(one, list) or not one or one[0] not in _LAYERS:
-            raise ValueError("%s: meta['layers'][%d] must be [layer name, *args] with a name from %s, "
-                             "got %r" % (where, i, ", ".join(sorted(_LAYERS)), one))
-        args = list(one[1:])
-        kw = args.pop() if args and isinstance(args[-1], dict) else {}
-        args = [tuple(a) if isinstance(a, list) else a for a in args]
-        try:
-            out.append(_cls(one[0])(*args, **kw))
-        except (TypeError, ValueError) as e:
-            raise ValueError("%s: meta['layers'][%d] %r: %s" % (where, i, one, e))
-    return to_spec(Sequential(out))
-
-
-def spec_of(meta, where="checkpoint"):
-    """The model spec a checkpoint's metadata describes: meta['spec']; for checkpoints written
-    before specs, meta['layers'] (a layer list) or meta['arch'] 'iris-attention-v1' (the seed's
-    Iris model). CheckpointError when there is none of these."""
+def find_spec(meta, where="checkpoint"):
+    """The model spec a checkpoint's metadata describes, or None when it holds none: meta['spec'];
+    for checkpoints written before specs, meta['layers'] (a layer list) or meta['arch']
+    'iris-attention-v1' (the seed's Iris model). CheckpointError naming `where` when meta is
+    not a dict or its layer list is malformed."""
     from .checkpoint import CheckpointError
+    if not isinstance(meta, dict):
+        raise CheckpointError("%s: metadata must be a JSON object, got %s" % (where, _short(meta)))
     if "spec" in meta:
         return meta["spec"]
     if "layers" in meta:
-        return _from_layer_list(meta["layers"], where)
+        try:
+            return layer_list_spec(meta["layers"], where)
+        except ValueError as e:
+            raise CheckpointError(str(e))
     from .models import IRIS_ARCH, IRIS_SPEC
     if meta.get("arch") == IRIS_ARCH:
         return IRIS_SPEC
-    raise CheckpointError("%s: its metadata holds no model spec (meta['spec']; it was saved from a "
-                          "model with a layer a spec cannot describe, or with spec=False): build the "
-                          "model in code and use load_checkpoint" % where)
+    return None
+
+
+def spec_of(meta, where="checkpoint"):
+    """find_spec(meta, where), and CheckpointError when the metadata holds no spec."""
+    from .checkpoint import CheckpointError
+    spec = find_spec(meta, where)
+    if spec is None:
+        raise CheckpointError("%s: its metadata holds no model spec (meta['spec']; it was saved from a "
+                              "model with a layer a spec cannot describe, or with spec=False): build the "
+                              "model in code and use load_checkpoint" % where)
+    return spec
 
 
 def load_model(path, with_meta=False):
-    """The model a checkpoint describes (its spec), with the checkpoint's weights; verified
-    before any weight is used. with_meta=True returns (model, meta). Checkpoints written before
-    specs load too (see spec_of)."""
+    """The model a checkpoint describes (its spec), with the checkpoint's weights. Before any
+    layer is built, read_header has verified the file and compared its spec with its tensor
+    table (names, shapes, sizes, MAX_PARAMS); every refusal is a CheckpointError naming the
+    file. with_meta=True returns (model, meta). Checkpoints written before specs load too (see
+    find_spec)."""
     from . import checkpoint
+    path = checkpoint._fspath(path, "load_model")
+    where = "checkpoint %r" % (path,)
     head = checkpoint.read_header(path)
-    spec = spec_of(head["meta"], "checkpoint %r" % (path,))
-    model = from_spec(spec)
+    spec = spec_of(head["meta"], where)
+    try:
+        model = from_spec(spec)
+    except ValueError as e:             # an argument the layer refuses (type, value, unknown name)
+        raise checkpoint.CheckpointError("%s: %s" % (where, e))
     checkpoint.load(path, model)
     return (model, head["meta"]) if with_meta else model
+
+
+
+def plan(spec):
+    from .specplan import plan
+    return plan(spec)
+
+
+def named_shapes(spec):
+    from .specplan import named_shapes
+    return named_shapes(spec)
+
+
+def check_tensors(spec, tensors, where):
+    from .specplan import check_tensors
+    return check_tensors(spec, tensors, where)
+
+
+def layer_list_spec(layers, where):
+    from .specplan import layer_list_spec
+    return layer_list_spec(layers, where)

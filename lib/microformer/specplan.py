@@ -1,0 +1,214 @@
+# microformer.specplan: what a model spec would allocate, read off its arguments, and the check
+# of a checkpoint's spec against its tensor table; nothing is built (spec.py imports it).
+#
+# Per layer type: (its shape arguments, "name" or "name=default", all ints >= 1, read by
+# position below; its parameters; its constructor's arguments in order, for old layer lists).
+# A parameter is "name:dims", dims being argument positions ("0/3": argument 0 // argument 3);
+# "name?" exists only with use_bias (default true); "~:dims" is a fixed table (not saved);
+# "prefix>Type:dims" is a part whose parameter names get the prefix, "prefix^Type:dims" one
+# whose prefix only the whole model's names carry (Transformer.named_params), "#" in a prefix
+# the part's index and "*k" repeats it argument k times. test_checkpoint_forged.py builds every
+# layer type and compares, so a change in a layer fails a test until this table follows it.
+from .spec import FORMAT, MAX_DEPTH, MAX_PARAMS, _short
+
+_ATT = "Wq:0,0 bq?:0 Wk:0,0 bk?:0 Wv:0,0 bv?:0 Wo:0,0 bo?:0"
+_P = {
+    "Dense": ("in_features out_features", "W:1,0 b?:1", "in_features out_features use_bias rng"),
+    "Attention": ("embed_dim num_heads", _ATT,
+                  "embed_dim num_heads use_bias causal rng max_len dropout kv_tile"),
+    "ActivationLayer": ("", "", "kind"),
+    "Reshape": ("", "", "shape"),
+    "GlobalAvgPool": ("", "", ""),
+    "LayerNorm": ("dim", "gamma:0 beta:0", "dim eps"),
+    "FeedForward": ("embed_dim hidden", "W1:1,0 b1?:1 W2:0,1 b2?:0",
+                    "embed_dim hidden activation use_bias rng dropout"),
+    "Embedding": ("vocab embed_dim", "W:0,1", "vocab embed_dim rng"),
+    "PositionalEncoding": ("max_len embed_dim", "~:0,1", "max_len embed_dim dropout"),
+    "EncoderBlock": ("embed_dim num_heads ffn_hidden",
+                     "ln1.>LayerNorm:0 attn.>Attention:0,1 ln2.>LayerNorm:0 ffn.>FeedForward:0,2",
+                     "embed_dim num_heads ffn_hidden causal activation max_len use_bias rng dropout kv_tile"),
+    "Dropout": ("", "", "p seed"),
+    "DecoderBlock": ("embed_dim num_heads ffn_hidden",
+                     "ln1.>LayerNorm:0 self_attn.>Attention:0,1 ln2.>LayerNorm:0 cross_attn.>Attention:0,1 "
+                     "ln3.>LayerNorm:0 ffn.>FeedForward:0,2",
+                     "embed_dim num_heads ffn_hidden activation max_len use_bias rng dropout"),
+    "Transformer": ("src_vocab tgt_vocab embed_dim num_heads ffn_hidden num_encoder_layers=1 "
+                    "num_decoder_layers=1 max_len=64",
+                    "src_embed.^Embedding:0,2 encoder.layers.#.^EncoderBlock:2,3,4*5 encoder.norm.^LayerNorm:2 "
+                    "tgt_embed.^Embedding:1,2 decoder.layers.#.^DecoderBlock:2,3,4*6 decoder.norm.^LayerNorm:2 "
+                    "generator.^Dense:2,1 ~:7,2 ~:7,2",
+                    "src_vocab tgt_vocab embed_dim num_heads ffn_hidden num_encoder_layers num_decoder_layers "
+                    "max_len activation use_bias rng dropout"),
+    "Conv1D": ("in_channels out_channels kernel_size groups=1", "W:1,0/3,2 b?:1",
+               "in_channels out_channels kernel_size stride padding dilation groups use_bias rng"),
+    "MaxPool1D": ("", "", "kernel_size stride padding"),
+    "AvgPool1D": ("", "", "kernel_size stride padding"),
+    "LearnedPositionalEmbedding": ("max_len embed_dim", "W:0,1", "max_len embed_dim rng"),
+}
+
+
+def _args(spec, kind, where):
+    # the shape arguments of one layer's spec (defaults filled in) and use_bias
+    if "rng" in spec:
+        raise ValueError("%s (%s): 'rng' is not a spec argument (mf.seed sets the initial weights), got %r"
+                         % (where, kind, spec["rng"]))
+    a = []
+    for one in _P[kind][0].split():
+        name, _, d = one.partition("=")
+        if name not in spec and not d:
+            raise ValueError("%s (%s): missing argument %r" % (where, kind, name))
+        v = spec[name] if name in spec else int(d)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError("%s (%s): %s must be an int >= 1, got %r" % (where, kind, name, v))
+        if v > MAX_PARAMS:
+            raise ValueError("%s (%s): %s = %d is more than the limit MAX_PARAMS = %d"
+                             % (where, kind, name, v, MAX_PARAMS))
+        a.append(v)
+    b = spec.get("use_bias", True)
+    if not isinstance(b, bool):
+        raise ValueError("%s (%s): use_bias must be true or false, got %r" % (where, kind, b))
+    if kind == "Conv1D" and a[0] % a[3]:
+        raise ValueError("%s (Conv1D): groups=%d must divide in_channels=%d" % (where, a[3], a[0]))
+    return a, b
+
+
+def _expand(kind, a, b, prefix, top, out, tot):
+    # tot[0] += parameters, tot[1] += table floats; out (None: count only) gets (name, shape)
+    for item in _P[kind][1].split():
+        head, dims = item.split(":")
+        rep = 1
+        if "*" in dims:
+            dims, k = dims.split("*")
+            rep = a[int(k)]
+        vals = []
+        for d in dims.split(","):
+            i, _, j = d.partition("/")
+            vals.append(a[int(i)] // a[int(j)] if j else a[int(i)])
+        if ">" in head or "^" in head:
+            pre, sub = head.split(">" if ">" in head else "^")
+            if "^" in head and not top:
+                pre = ""
+            if out is None:             # one part, times how many: 10**6 blocks cost one step
+                t = [0, 0]
+                _expand(sub, vals, b, "", False, None, t)
+                tot[0] += rep * t[0]
+                tot[1] += rep * t[1]
+            else:
+                for r in range(rep):
+                    _expand(sub, vals, b, prefix + pre.replace("#", str(r)), False, out, tot)
+            continue
+        n = 1
+        for v in vals:
+            n *= v
+        if head == "~":
+            tot[1] += n
+        elif b or not head.endswith("?"):
+            tot[0] += n
+            if out is not None:
+                out.append((prefix + head.rstrip("?"), tuple(vals)))
+
+
+def _walk(spec, where, depth, tot, out, prefix):
+    # checks types, nesting and shape arguments; stops at the first layer past MAX_PARAMS
+    if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
+        raise ValueError("%s must be a dict with a 'type', got %s" % (where, _short(spec)))
+    kind = spec["type"]
+    if kind == "Sequential":
+        layers = spec.get("layers")
+        if not isinstance(layers, list):
+            raise ValueError("%s (Sequential) needs a 'layers' list, got %s" % (where, _short(layers)))
+        if depth >= MAX_DEPTH:
+            raise ValueError("%s: Sequentials nested more than MAX_DEPTH = %d deep" % (where, MAX_DEPTH))
+        for i in range(len(layers)):
+            # the model's names: '<index>.<name>'; a Sequential inside: its layers' own names
+            _walk(layers[i], "%s.layers[%d]" % (where, i), depth + 1, tot, out,
+                  "%d." % i if depth == 0 else prefix)
+        return
+    if kind not in _P:
+        raise ValueError("%s: unknown layer type %r (known: Sequential, %s)" % (where, kind, ", ".join(sorted(_P))))
+    a, b = _args(spec, kind, where)
+    _expand(kind, a, b, prefix, depth == 0, out, tot)
+    if tot[0] + tot[1] > MAX_PARAMS:
+        raise ValueError("%s (%s): the spec declares at least %d parameters and %d floats of fixed tables "
+                         "up to here, more than the limit MAX_PARAMS = %d" % (where, kind, tot[0], tot[1], MAX_PARAMS))
+
+
+def plan(spec):
+    """(parameters, fixed-table floats) the model of `spec` would allocate, read off the spec
+    alone; ValueError naming the layer when the spec is malformed or exceeds MAX_PARAMS."""
+    if isinstance(spec, dict) and "format" in spec and spec["format"] != FORMAT:
+        raise ValueError("spec: format %r, expected %r" % (spec["format"], FORMAT))
+    tot = [0, 0]
+    _walk(spec, "spec", 0, tot, None, "")
+    return tot[0], tot[1]
+
+
+def named_shapes(spec):
+    """[(name, shape)] of the model `spec` describes, as checkpoint.save names them (after
+    plan(spec), which bounds the sizes)."""
+    out = []
+    _walk(spec, "spec", 0, [0, 0], out, "")
+    return out
+
+
+def check_tensors(spec, tensors, where):
+    """CheckpointError, naming `where` and what differs, unless `spec` is well formed, within
+    MAX_PARAMS, and declares exactly the tensors [(name, shape)] of a file's table."""
+    from .checkpoint import CheckpointError
+    try:
+        params = plan(spec)[0]
+    except ValueError as e:
+        raise CheckpointError("%s: bad model spec: %s" % (where, e))
+    have = 0
+    table = {}
+    for name, shape in tensors:
+        k = 1
+        for d in shape:
+            k *= d
+        have += k
+        table[name] = tuple(shape)
+    if params != have:
+        raise CheckpointError("%s: the spec declares %d parameters (%d bytes), the file's tensors hold %d "
+                              "(%d bytes)" % (where, params, 4 * params, have, 4 * have))
+    mine = named_shapes(spec)
+    for name, shape in mine:
+        if table.get(name) != shape:
+            raise CheckpointError("%s: the spec declares tensor %r %r, the file %s" % (
+                where, name, shape, "has no tensor of that name" if name not in table else "holds %r" % (table[name],)))
+    if len(mine) != len(tensors):
+        names = {}
+        for name, _ in mine:
+            names[name] = 1
+        for name, shape in tensors:
+            if name not in names:
+                raise CheckpointError("%s: the file holds tensor %r %r, which the spec does not declare"
+                                      % (where, name, tuple(shape)))
+        raise CheckpointError("%s: the spec declares %d tensors, the file holds %d" % (where, len(mine), len(tensors)))
+
+
+def layer_list_spec(layers, where):
+    """The spec an older checkpoint's meta['layers'] means: [class name, *args] (a trailing dict:
+    kwargs), e.g. [["Dense", 4, 16], ["ActivationLayer", "relu"]], the positions named by the
+    constructors' argument order; nothing is built. ValueError naming the bad entry."""
+    if not isinstance(layers, list):
+        raise ValueError("%s: meta['layers'] must be a list, got %s" % (where, _short(layers)))
+    out = []
+    for i in range(len(layers)):
+        one = layers[i]
+        bad = "%s: meta['layers'][%d] %s: " % (where, i, _short(one))
+        if not isinstance(one, list) or not one or not isinstance(one[0], str) or one[0] not in _P:
+            raise ValueError(bad + "must be [layer name, *args] with a name from %s" % ", ".join(sorted(_P)))
+        args = list(one[1:])
+        kw = args.pop() if args and isinstance(args[-1], dict) else {}
+        names = _P[one[0]][2].split()
+        if len(args) > len(names):
+            raise ValueError(bad + "%s takes at most %d arguments, got %d" % (one[0], len(names), len(args)))
+        spec = {"type": one[0]}
+        for j in range(len(args)):
+            if names[j] in kw:
+                raise ValueError(bad + "%r given twice" % names[j])
+            if names[j] != "rng" or args[j] is not None:
+                spec[names[j]] = args[j]
+        spec.update(kw)
+        out.append(spec)
+    return {"type": "Sequential", "layers": out, "format": FORMAT}
