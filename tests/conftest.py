@@ -9,7 +9,13 @@ interpreter: 'stock' (the 64-bit, double-precision unix port from requirements.t
 (the 32-bit, single-precision port built from source by `make mp32`: ESP32-like ints, floats and
 object sizes; `MICROPYTHON32` overrides its path). Under CI (`CI=true`) both must be present: a
 missing one fails the run instead of shrinking it.
+
+Markers (`pytest -m "not board and not mp32"` is `make test-fast`), set here at collection:
+`board` for every test that runs the virtual board (its file or its body uses host/vboard.py),
+`mp32` for every test that runs the 32-bit port (the 'mp32' leg of `micropython`, or marked by
+hand). Every test leaves the microformer backend as it found it (`_restore_backend`).
 """
+import inspect
 import os
 import shutil
 import subprocess
@@ -21,11 +27,38 @@ import helpers
 
 
 def pytest_sessionstart(session):
-    if os.environ.get("CI", "").lower() == "true":
+    if helpers.on_ci():
         missing = [n for n in ("stock", "mp32") if not os.path.exists(helpers.interpreter_file(n))]
         if missing:
             pytest.exit("CI runs every MicroPython test on both interpreters; missing: %s (%s)" % (
                 ", ".join(missing), ", ".join(helpers.interpreter_file(n) for n in missing)), returncode=3)
+
+
+MARKERS = {
+    "board": "runs the virtual board (host/vboard.py): a MicroPython process behind a pty, mpremote",
+    "mp32": "runs the 32-bit single-precision port (build/mp32, `make mp32`)",
+}
+
+
+def pytest_configure(config):
+    for name, what in MARKERS.items():
+        config.addinivalue_line("markers", "%s: %s" % (name, what))
+
+
+def uses_vboard(item):
+    """A test runs the virtual board when its module imports host/vboard.py or its body does."""
+    if getattr(getattr(item, "module", None), "vboard", None) is not None:
+        return True
+    try:
+        return "vboard" in inspect.getsource(item.function)
+    except (AttributeError, OSError, TypeError):
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if uses_vboard(item):
+            item.add_marker(pytest.mark.board)
 
 
 def pytest_report_header(config):
@@ -36,7 +69,20 @@ def pytest_report_header(config):
 def pytest_generate_tests(metafunc):
     if "micropython" in metafunc.fixturenames:
         names = helpers.interpreters()
-        metafunc.parametrize("micropython", [helpers.interpreter_path(n) for n in names], ids=names)
+        metafunc.parametrize("micropython", [
+            pytest.param(helpers.interpreter_path(n), id=n, marks=[pytest.mark.mp32] if n == "mp32" else [])
+            for n in names])
+
+
+@pytest.fixture(autouse=True)
+def _restore_backend():
+    """Every test leaves the kernels as it found them: a test that selects 'python' (or 'viper')
+    and never switches back would otherwise run every later test in this process on it."""
+    import microformer as mf
+    before = mf.get_backend()
+    yield
+    if mf.get_backend() != before:
+        mf.set_backend(before)
 
 
 @pytest.fixture(scope="session")
