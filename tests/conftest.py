@@ -11,7 +11,8 @@ object sizes; `MICROPYTHON32` overrides its path). Under CI (`CI=true`) both mus
 missing one fails the run instead of shrinking it.
 
 Markers (`pytest -m "not board and not mp32"` is `make test-fast`), set here at collection:
-`board` for every test that runs the virtual board (its file or its body uses host/vboard.py),
+`board` for every test that runs the virtual board (its file or its body uses host/vboard.py; under
+pytest-xdist they all run on one worker, in turn),
 `mp32` for every test that runs the 32-bit port (the 'mp32' leg of `micropython`, or marked by
 hand). Every test leaves the microformer backend as it found it (`_restore_backend`).
 """
@@ -56,9 +57,14 @@ def uses_vboard(item):
 
 
 def pytest_collection_modifyitems(config, items):
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if uses_vboard(item):
             item.add_marker(pytest.mark.board)
+        if grouped and item.get_closest_marker("board"):
+            # one worker runs the board tests in turn (`make test` runs pytest with --dist loadgroup):
+            # every deploy compiles into the same build/deploy/ folder
+            item.add_marker(pytest.mark.xdist_group("board"))
 
 
 def pytest_report_header(config):
