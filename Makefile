@@ -66,10 +66,11 @@ test: setup ## the whole suite: lint, then CPython, both MicroPython ports, the 
 	@$(call PYTEST,tests)
 
 # What to run while you work: lint, CPython and the stock MicroPython port; no virtual board, no
-# 32-bit port (the pytest markers `board` and `mp32`, set in tests/conftest.py).
-test-fast: setup ## lint, then the suite without the virtual board and the 32-bit port (a few minutes)
+# 32-bit port, none of the tests that take 20 s or more (the pytest markers `board`, `mp32` and
+# `slow`, set in tests/conftest.py).
+test-fast: setup ## lint, then the suite without the virtual board, the 32-bit port and the slowest tests (a few minutes)
 	$(LINT)
-	@$(call PYTEST,-m "not board and not mp32" tests)
+	@$(call PYTEST,-m "not board and not mp32 and not slow" tests)
 
 # The ESP32-like interpreter: MicroPython's unix port as a static 32-bit program with single-precision
 # floats, Ctrl-C scheduled as on an ESP32 (host/build_mp32.sh says how and why).

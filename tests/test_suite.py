@@ -10,14 +10,14 @@ import sys
 import helpers
 
 
-def _pytest(tmp_path, source, *args):
+def _pytest(tmp_path, source, *args, name="probe_test.py"):
     """Run pytest in a subprocess on one file written to tmp_path, with tests/conftest.py as a
     plugin (its hooks and fixtures, as for a file in tests/); any file stands in for the 32-bit
     port, so the `micropython` fixture has both legs."""
-    (tmp_path / "probe_test.py").write_text(source)
+    (tmp_path / name).write_text(source)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([helpers.TESTS] + sys.path), MICROPYTHON32=sys.executable)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-                           "-p", "no:xdist", "probe_test.py"] + list(args), cwd=str(tmp_path), env=env,
+                           "-p", "no:xdist", name] + list(args), cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -43,7 +43,7 @@ def _recipe(target):
 
 
 def test_make_test_lints_then_runs_pytest_on_workers_and_says_how_long():
-    for target, selection in (("test", " tests;"), ("test-fast", ' -m "not board and not mp32" tests;')):
+    for target, selection in (("test", " tests;"), ("test-fast", ' -m "not board and not mp32 and not slow" tests;')):
         out = _recipe(target)
         lint = out.index("-m ruff check .")
         run = re.search(r"-m pytest -q -n auto --dist loadgroup" + re.escape(selection), out)
@@ -68,3 +68,13 @@ def test_every_test_leaves_the_backend_as_it_found_it(tmp_path):
               "def test_after():\n    assert mf.get_backend() == 'numpy', mf.get_backend()\n")
     r = _pytest(tmp_path, source)
     assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout + r.stderr
+
+
+def test_slow_tests_are_marked_and_a_stale_name_is_refused(tmp_path):
+    import conftest
+    file, name = conftest.SLOW[0].split("::")
+    source = "def %s():\n    pass\n\n\ndef test_quick():\n    pass\n" % name
+    r = _pytest(tmp_path, source, "--co", "-m", "not slow", name=file)
+    assert "::test_quick" in r.stdout and "1 deselected" in r.stdout, r.stdout + r.stderr
+    r = _pytest(tmp_path, source.replace(name, "test_renamed"), "--co", name=file)
+    assert r.returncode != 0 and "SLOW names tests that do not exist: " + conftest.SLOW[0] in r.stderr, r.stdout + r.stderr
