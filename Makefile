@@ -43,9 +43,8 @@ $(STAMP): requirements.txt requirements-torch.txt
 # The lint gate (ruff.toml): syntax errors and pyflakes' checks (an undefined name, an unused
 # import, ...) fail the build; `make test` and `make test-fast` run it before pytest.
 LINT = $(PY) -m ruff check .
-# pytest on JOBS workers with ARGS, then one line with the wall time of the run. The tests on the
-# virtual board run on one worker, in turn (their deploys share build/deploy/; tests/conftest.py).
-PYTEST = start=$$(date +%s); $(PY) -m pytest -q -n $(JOBS) --dist loadgroup $(1); rc=$$?; \
+# pytest on JOBS workers with ARGS, then one line with the wall time of the run.
+PYTEST = start=$$(date +%s); $(PY) -m pytest -q -n $(JOBS) $(1); rc=$$?; \
 	s=$$(( $$(date +%s) - start )); echo "make $@: pytest took $$((s / 60)) min $$((s % 60)) s (pytest -n $(JOBS))"; exit $$rc
 
 lint: setup ## ruff: syntax errors, undefined names, unused imports (ruff.toml; generated files excluded)

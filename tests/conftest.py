@@ -13,7 +13,7 @@ missing one fails the run instead of shrinking it.
 
 Markers, set here at collection (`make test-fast` is `pytest -m "not board and not mp32 and not
 slow"`): `board` for every test that runs the virtual board (its file or its body uses
-host/vboard.py; under pytest-xdist they all run on one worker, in turn), `mp32` for every test
+host/vboard.py), `mp32` for every test
 that runs the 32-bit port (the 'mp32' leg of `micropython`, or marked by hand), `slow` for the
 tests named in SLOW. Every test leaves the microformer backend as it found it (`_restore_backend`).
 """
@@ -74,7 +74,6 @@ def uses_vboard(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    grouped = config.pluginmanager.hasplugin("xdist")
     names = set()
     for item in items:
         name = "%s::%s" % (os.path.basename(str(item.fspath)), getattr(item, "originalname", item.name))
@@ -83,10 +82,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if uses_vboard(item):
             item.add_marker(pytest.mark.board)
-        if grouped and item.get_closest_marker("board"):
-            # one worker runs the board tests in turn (`make test` runs pytest with --dist loadgroup):
-            # every deploy compiles into the same build/deploy/ folder
-            item.add_marker(pytest.mark.xdist_group("board"))
     files = set(n.split("::")[0] for n in names)
     stale = [n for n in SLOW if n.split("::")[0] in files and n not in names]
     if stale:
@@ -104,6 +99,21 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("micropython", [
             pytest.param(helpers.interpreter_path(n), id=n, marks=[pytest.mark.mp32] if n == "mp32" else [])
             for n in names])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _deploys_per_worker(tmp_path_factory):
+    """Under pytest-xdist each worker compiles what it deploys into a folder of its own: host/deploy.py
+    empties and refills build/deploy/<arch>/ on every deploy, so two workers deploying at once
+    would copy files from under each other (a board then misses modules)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    import deploy
+    patch = pytest.MonkeyPatch()
+    patch.setattr(deploy, "BUILD", tmp_path_factory.mktemp("deploy"))
+    yield
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)

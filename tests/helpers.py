@@ -69,11 +69,11 @@ def need_interpreter(name):
 
 
 def make(*args, timeout=120, env=None):
-    """Run `make ARGS` in the project folder (with the environment variables in `env` set) and
-    return the CompletedProcess. The venv this suite runs in counts as installed (`-o
-    .venv/.installed`): a test runs a target's own recipe, never `make setup`, which would
+    """Run `make ARGS` in the project folder (with the environment variables in `env` set; None
+    unsets one) and return the CompletedProcess. The venv this suite runs in counts as installed
+    (`-o .venv/.installed`): a test runs a target's own recipe, never `make setup`, which would
     reinstall the interpreter it is running on."""
-    env = dict(os.environ, **(env or {}))
+    env = dict((k, v) for k, v in dict(os.environ, **(env or {})).items() if v is not None)
     env.pop("MAKEFLAGS", None)
     return subprocess.run(["make", "--no-print-directory", "-o", os.path.join(".venv", ".installed")] + list(args),
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
