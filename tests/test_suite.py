@@ -78,3 +78,18 @@ def test_slow_tests_are_marked_and_a_stale_name_is_refused(tmp_path):
     assert "::test_quick" in r.stdout and "1 deselected" in r.stdout, r.stdout + r.stderr
     r = _pytest(tmp_path, source.replace(name, "test_renamed"), "--co", name=file)
     assert r.returncode != 0 and "SLOW names tests that do not exist: " + conftest.SLOW[0] in r.stderr, r.stdout + r.stderr
+
+
+def test_each_xdist_worker_deploys_from_its_own_folder(tmp_path):
+    source = ("import os, time, pytest\nimport deploy\n\n\n@pytest.mark.parametrize('i', range(4))\n"
+              "def test_where(i):\n    time.sleep(0.5)\n    with open(os.path.join(%r, 'w%%d' %% i), 'w') as f:\n"
+              "        f.write('%%s %%s' %% (os.environ.get('PYTEST_XDIST_WORKER'), deploy.BUILD))\n" % str(tmp_path))
+    (tmp_path / "probe_test.py").write_text(source)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([helpers.TESTS] + sys.path))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", "-n", "2",
+                        "probe_test.py"], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    seen = dict(p.read_text().split(" ", 1) for p in tmp_path.glob("w*"))
+    default = os.path.join(helpers.ROOT, "build", "deploy")
+    assert sorted(seen) == ["gw0", "gw1"] and len(set(seen.values())) == 2, seen
+    assert default not in seen.values(), seen
