@@ -19,6 +19,7 @@ tests named in SLOW. Every test leaves the microformer backend as it found it (`
 """
 import inspect
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,12 +64,15 @@ def pytest_configure(config):
         config.addinivalue_line("markers", "%s: %s" % (name, what))
 
 
+VBOARD_USE = re.compile(r"^\s*import vboard\b|\bvboard\.\w", re.M)
+
+
 def uses_vboard(item):
     """A test runs the virtual board when its module imports host/vboard.py or its body does."""
     if getattr(getattr(item, "module", None), "vboard", None) is not None:
         return True
     try:
-        return "vboard" in inspect.getsource(item.function)
+        return bool(VBOARD_USE.search(inspect.getsource(item.function)))
     except (AttributeError, OSError, TypeError):
         return False
 
