@@ -18,6 +18,8 @@ MICROPYTHON_SRC ?= $(firstword $(wildcard ../shared/micropython/micropython-*-sr
 # PyTorch (CPU build, ~900 MB) for host/torch_io.py and the interop tests; TORCH=0 skips it (the
 # torch tests then report themselves skipped; under CI they fail instead)
 TORCH ?= 1
+# pytest-xdist workers for `make test` / `make test-fast` (auto: one per CPU core; 0: no workers)
+JOBS ?= auto
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -33,7 +35,7 @@ CHECKPOINT_RULE := $(if $(filter $(DEFAULT_CHECKPOINT),$(CHECKPOINT)),$(DEFAULT_
 MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
-.PHONY: help setup test mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench golden plots \
+.PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench golden plots \
         board-up board-down package viper compile-check clean
 
 setup: $(STAMP) ## create .venv from the pinned requirements (torch too unless TORCH=0)
@@ -45,10 +47,20 @@ $(STAMP): requirements.txt requirements-torch.txt
 	else echo "setup: torch NOT installed (TORCH=0): host/torch_io.py and its tests will not run"; fi
 	touch $(STAMP)
 
+# The lint gate (ruff.toml): syntax errors and pyflakes' checks (an undefined name, an unused
+# import, ...) fail the build; `make test` and `make test-fast` run it before pytest.
+LINT = $(PY) -m ruff check .
+# pytest on JOBS workers with ARGS, then one line with the wall time of the run.
+PYTEST = start=$$(date +%s); $(PY) -m pytest -q -n $(JOBS) $(1); rc=$$?; \
+	s=$$(( $$(date +%s) - start )); echo "make $@: pytest took $$((s / 60)) min $$((s % 60)) s (pytest -n $(JOBS))"; exit $$rc
+
+lint: setup ## ruff: syntax errors, undefined names, unused imports (ruff.toml; generated files excluded)
+	$(LINT)
+
 # The whole suite: CPython tests, tests run inside MicroPython (the stock 64-bit port and the 32-bit
 # single-precision port built from MICROPYTHON_SRC), the board path on the virtual board. Without a
 # source the 32-bit leg does not run and one line says so; under CI (CI=true) that is a failure.
-test: setup ## the whole suite: CPython, both MicroPython ports, the virtual board
+test: setup ## the whole suite: lint, then CPython, both MicroPython ports, the virtual board (JOBS=auto workers)
 	@if [ -n "$(MICROPYTHON_SRC)" ]; then $(MAKE) --no-print-directory mp32 || exit 1; \
 	elif [ ! -x $(MP32) ]; then \
 	  if [ "$(CI)" = true ]; then \
@@ -56,7 +68,15 @@ test: setup ## the whole suite: CPython, both MicroPython ports, the virtual boa
 	  fi; \
 	  echo "make test: 32-bit MicroPython leg NOT run: no MicroPython source (set MICROPYTHON_SRC=path/to/micropython-src.tar.gz or a source tree)"; \
 	fi
-	$(PY) -m pytest -q tests
+	$(LINT)
+	@$(call PYTEST,tests)
+
+# What to run while you work: lint, CPython and the stock MicroPython port; no virtual board, no
+# 32-bit port, none of the tests that take 20 s or more (the pytest markers `board`, `mp32` and
+# `slow`, set in tests/conftest.py).
+test-fast: setup ## lint, then the suite without the virtual board, the 32-bit port and the slowest tests (a few minutes)
+	$(LINT)
+	@$(call PYTEST,-m "not board and not mp32 and not slow" tests)
 
 # The ESP32-like interpreter: MicroPython's unix port as a static 32-bit program with single-precision
 # floats, Ctrl-C scheduled as on an ESP32 (host/build_mp32.sh says how and why).

@@ -11,7 +11,7 @@ import gc
 import time
 
 import microformer as mf
-from microformer.tensor import Rng, Tensor
+from microformer.tensor import Rng
 
 MIN_LEN = 3
 MAX_LEN = 8

@@ -1,17 +1,25 @@
 """pytest fixtures shared by every test file (importing helpers sets the import path once).
 
 `pretrained_iris`: (path, stdout) of the Iris checkpoint host/pretrain.py writes (100 epochs, as
-`make pretrain`), made once per test session. `iris_flash(folder)`: a folder holding what `make
-deploy` puts on a board's flash: model.mfck (that checkpoint) and data/iris.csv (the base data
-its metadata names).
+`make pretrain`), made once per test run (pytest-xdist's workers share it). `iris_flash(folder)`:
+a folder holding what `make deploy` puts on a board's flash: model.mfck (that checkpoint) and
+data/iris.csv (the base data its metadata names).
 
 `micropython`: the path of a MicroPython interpreter; a test that takes it runs once per
 interpreter: 'stock' (the 64-bit, double-precision unix port from requirements.txt) and 'mp32'
 (the 32-bit, single-precision port built from source by `make mp32`: ESP32-like ints, floats and
 object sizes; `MICROPYTHON32` overrides its path). Under CI (`CI=true`) both must be present: a
 missing one fails the run instead of shrinking it.
+
+Markers, set here at collection (`make test-fast` is `pytest -m "not board and not mp32 and not
+slow"`): `board` for every test that runs the virtual board (its file or its body uses
+host/vboard.py), `mp32` for every test
+that runs the 32-bit port (the 'mp32' leg of `micropython`, or marked by hand), `slow` for the
+tests named in SLOW. Every test leaves the microformer backend as it found it (`_restore_backend`).
 """
+import inspect
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,11 +30,66 @@ import helpers
 
 
 def pytest_sessionstart(session):
-    if os.environ.get("CI", "").lower() == "true":
+    if helpers.on_ci():
         missing = [n for n in ("stock", "mp32") if not os.path.exists(helpers.interpreter_file(n))]
         if missing:
             pytest.exit("CI runs every MicroPython test on both interpreters; missing: %s (%s)" % (
                 ", ".join(missing), ", ".join(helpers.interpreter_file(n) for n in missing)), returncode=3)
+
+
+MARKERS = {
+    "board": "runs the virtual board (host/vboard.py): a MicroPython process behind a pty, mpremote",
+    "mp32": "runs the 32-bit single-precision port (build/mp32, `make mp32`)",
+    "slow": "takes 20 s or more by itself (a whole training run, a sweep); listed in SLOW",
+}
+# Tests that take 20 s or more each (measured on 2 busy cores with --durations): whole training
+# runs inside MicroPython, sweeps, torch statistics. `make test-fast` leaves them out.
+SLOW = (
+    "test_iris.py::test_iris_cpython_and_micropython_match_the_seed",
+    "test_longseq.py::test_s512_fits_where_the_standard_path_cannot",
+    "test_sensor.py::test_same_predictions_in_micropython_and_fine_tune",
+    "test_viper.py::test_iris_viper_matches_portable_accuracy",
+    "test_fit_heap.py::test_switch_interrupted_anywhere",
+    "test_family_demos.py::test_demos_micropython",
+    "test_family_plots.py::test_plots_write_pngs",
+    "test_checkpoint.py::test_killed_micropython_mid_save",
+    "test_torch_io.py::test_cli_to_checkpoint_loads_in_micropython",
+    "test_torch_io.py::test_cli_refuses_to_overwrite_and_state_dicts",
+    "test_decoder_dropout.py::test_torch_train_statistics",
+)
+
+
+def pytest_configure(config):
+    for name, what in MARKERS.items():
+        config.addinivalue_line("markers", "%s: %s" % (name, what))
+
+
+VBOARD_USE = re.compile(r"^\s*import vboard\b|\bvboard\.\w", re.M)
+
+
+def uses_vboard(item):
+    """A test runs the virtual board when its module imports host/vboard.py or its body does."""
+    if getattr(getattr(item, "module", None), "vboard", None) is not None:
+        return True
+    try:
+        return bool(VBOARD_USE.search(inspect.getsource(item.function)))
+    except (AttributeError, OSError, TypeError):
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    names = set()
+    for item in items:
+        name = "%s::%s" % (os.path.basename(str(item.fspath)), getattr(item, "originalname", item.name))
+        names.add(name)
+        if name in SLOW:
+            item.add_marker(pytest.mark.slow)
+        if uses_vboard(item):
+            item.add_marker(pytest.mark.board)
+    files = set(n.split("::")[0] for n in names)
+    stale = [n for n in SLOW if n.split("::")[0] in files and n not in names]
+    if stale:
+        raise pytest.UsageError("tests/conftest.py SLOW names tests that do not exist: %s" % ", ".join(stale))
 
 
 def pytest_report_header(config):
@@ -37,18 +100,58 @@ def pytest_report_header(config):
 def pytest_generate_tests(metafunc):
     if "micropython" in metafunc.fixturenames:
         names = helpers.interpreters()
-        metafunc.parametrize("micropython", [helpers.interpreter_path(n) for n in names], ids=names)
+        metafunc.parametrize("micropython", [
+            pytest.param(helpers.interpreter_path(n), id=n, marks=[pytest.mark.mp32] if n == "mp32" else [])
+            for n in names])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _deploys_per_worker(tmp_path_factory):
+    """Under pytest-xdist each worker compiles what it deploys into a folder of its own: host/deploy.py
+    empties and refills build/deploy/<arch>/ on every deploy, so two workers deploying at once
+    would copy files from under each other (a board then misses modules)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    import deploy
+    patch = pytest.MonkeyPatch()
+    patch.setattr(deploy, "BUILD", tmp_path_factory.mktemp("deploy"))
+    yield
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _restore_backend():
+    """Every test leaves the kernels as it found them: a test that selects 'python' (or 'viper')
+    and never switches back would otherwise run every later test in this process on it."""
+    import microformer as mf
+    before = mf.get_backend()
+    yield
+    if mf.get_backend() != before:
+        mf.set_backend(before)
 
 
 @pytest.fixture(scope="session")
 def pretrained_iris(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("pretrain") / "iris.mfck")
-    proc = subprocess.run([sys.executable, os.path.join(helpers.HOST, "pretrain.py"),
-                           "--data", os.path.join(helpers.ROOT, "datasets", "iris.csv"),
-                           "--epochs", "100", "--out", out],
-                          capture_output=True, text=True, timeout=600, cwd=helpers.ROOT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc.stdout
+    # under pytest-xdist the workers share one pretraining: the first makes it (under a lock) in
+    # the folder above their own temporary folders, the others read it
+    import fcntl
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    folder = shared / "pretrain-iris"
+    folder.mkdir(exist_ok=True)
+    out, log = folder / "iris.mfck", folder / "stdout.txt"
+    with open(str(folder / "lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not log.exists():
+            proc = subprocess.run([sys.executable, os.path.join(helpers.HOST, "pretrain.py"),
+                                   "--data", os.path.join(helpers.ROOT, "datasets", "iris.csv"),
+                                   "--epochs", "100", "--out", str(out)],
+                                  capture_output=True, text=True, timeout=600, cwd=helpers.ROOT)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            log.write_text(proc.stdout)                     # written last: the checkpoint is complete
+    return str(out), log.read_text()
 
 
 @pytest.fixture

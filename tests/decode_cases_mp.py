@@ -4,8 +4,6 @@ argmax), each case through the portable kernels (P) and the viper ones (V); hex 
 
     MICROPYPATH=lib:board:tests micropython tests/decode_cases_mp.py CASES.json RESULTS.json [CHECKED_DIR]
 """
-from array import array
-
 from kernel_cases_mp import P, V, f32, hx, main, z  # noqa: F401
 
 def run(c):

@@ -53,6 +53,32 @@ def interpreter_path(name):
     return exe
 
 
+def on_ci():
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def need_interpreter(name):
+    """The path of interpreter `name`, for a test about that one port. The 32-bit port is optional
+    on a developer's clone (`make mp32 MICROPYTHON_SRC=...` builds it): without it the test is
+    skipped, saying why; under CI (`CI=true`) a missing port fails the test."""
+    exe = interpreter_file(name)
+    if not os.path.exists(exe) and name == "mp32" and not on_ci():
+        import pytest
+        pytest.skip("the 32-bit port is not built (%s): `make mp32 MICROPYTHON_SRC=...` builds it" % exe)
+    return interpreter_path(name)
+
+
+def make(*args, timeout=120, env=None):
+    """Run `make ARGS` in the project folder (with the environment variables in `env` set; None
+    unsets one) and return the CompletedProcess. The venv this suite runs in counts as installed
+    (`-o .venv/.installed`): a test runs a target's own recipe, never `make setup`, which would
+    reinstall the interpreter it is running on."""
+    env = dict((k, v) for k, v in dict(os.environ, **(env or {})).items() if v is not None)
+    env.pop("MAKEFLAGS", None)
+    return subprocess.run(["make", "--no-print-directory", "-o", os.path.join(".venv", ".installed")] + list(args),
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 _TRAITS = {}
 
 

@@ -17,7 +17,7 @@ if len(sys.argv) > 3:
     sys.path.insert(0, sys.argv[3])
     import kv_checked as V            # the copy that checks every #!chk bound
 else:
-    from microformer import kernels_viper as V
+    from microformer import kernels_viper as V  # noqa: F401
 from microformer import kernels as P  # noqa: F401
 
 

@@ -6,7 +6,6 @@ import json
 import sys
 
 import finetune
-from microformer.data import Dataset
 from microformer.train import fit as train_fit
 
 out = {}

@@ -3,7 +3,6 @@ operand at the largest mantissa (it quantizes to 2^14 - 1, the [B1] worst case) 
 multiply-accumulate rows (K up to 4096), against the portable kernels. On the 32-bit port viper's
 int wraps mod 2^32 as on the ESP32-S3, so an intermediate past 2^31 would give a wrong result;
 on the stock 64-bit port an instrumented copy checks every `#!chk` line (test_viper.py's)."""
-import pytest
 
 import helpers
 import test_viper as tv

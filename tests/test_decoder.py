@@ -3,7 +3,6 @@ and viper backends), against torch.nn.TransformerDecoderLayer via state_dict (CP
 Transformer's cached greedy generation against its full forward, padded batched decoding against
 one prompt at a time, and bad input."""
 import json
-import os
 
 import numpy as np
 import pytest
@@ -194,7 +193,7 @@ def test_padded_decoding_micropython(tmp_path, micropython, backend, tol):
 
 def _block_padded_case():
     rng = np.random.default_rng(12)
-    B, S, Sk, T = 3, 4, 5, 3
+    B, S, Sk = 3, 4, 5
     c = _padded_case()
     c.update({"kind": "block_padded", "lengths": [2, 4, 1], "memory_lengths": [5, 2, 3],
               "x": {"shape": [B, S, E], "data": _f32(rng.uniform(-1, 1, (B, S, E))).ravel().tolist()},

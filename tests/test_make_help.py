@@ -1,14 +1,14 @@
 """make help: every target of the Makefile (its .PHONY list) with a one-line description, and
 what PORT=auto does."""
 import re
-import subprocess
 
 import helpers
 
 
 def test_make_help_lists_every_target():
-    out = subprocess.run(["make", "--no-print-directory", "help"], cwd=helpers.ROOT, capture_output=True,
-                         text=True, check=True).stdout
+    r = helpers.make("help")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
     text = open(helpers.ROOT + "/Makefile").read()
     phony = re.search(r"^\.PHONY:((?:.*\\\n)*.*)$", text, re.M).group(1).replace("\\\n", " ").split()
     listed = dict(re.findall(r"^  make (\S+) +(\S.*)$", out, re.M))

@@ -6,8 +6,7 @@ import helpers
 
 
 def _make(*args):
-    return subprocess.run(["make", "-s", "--no-print-directory"] + list(args), cwd=helpers.ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return helpers.make("-s", *args)
 
 
 def test_flash_refuses_without_port():

@@ -14,11 +14,9 @@ BUILD = os.path.join(helpers.ROOT, "host", "build_mp32.sh")
 
 
 def _make_test(ci):
-    # PY=true: the recipe's own logic runs, pytest does not; MP32 points at a binary that is absent
-    env = dict(os.environ, CI="true" if ci else "")
-    env.pop("MAKEFLAGS", None)
-    return subprocess.run(["make", "--no-print-directory", "test", "MICROPYTHON_SRC=", "MP32=/nonexistent/mp32",
-                           "PY=true"], cwd=helpers.ROOT, env=env, capture_output=True, text=True, timeout=120)
+    # PY=true: the recipe's own logic runs, lint and pytest do not; MP32 points at a binary that is absent
+    return helpers.make("test", "MICROPYTHON_SRC=", "MP32=/nonexistent/mp32", "PY=true",
+                        env={"CI": "true" if ci else ""})
 
 
 def test_make_test_without_source_says_so_in_one_line():
@@ -78,13 +76,13 @@ def sigint_bursts(exe, tmp_path, rounds=20):
     return p.returncode, lines + out.splitlines()
 
 
+@pytest.mark.mp32
 def test_mp32_survives_a_second_sigint_while_one_is_pending(tmp_path):
     """The 32-bit port is built with Ctrl-C scheduled as on an ESP32: every burst of two SIGINTs
     ends in a KeyboardInterrupt the program catches, and the process is never killed (the unpatched
     unix port exits with status 1 when a second SIGINT arrives while one is pending)."""
-    assert "mp32" in helpers.interpreters(), "the 32-bit port is not built (make mp32): nothing to check"
     rounds = 20
-    rc, lines = sigint_bursts(helpers.interpreter_path("mp32"), tmp_path, rounds)
+    rc, lines = sigint_bursts(helpers.need_interpreter("mp32"), tmp_path, rounds)
     assert rc == 0, "the 32-bit port died on a SIGINT burst (rc=%d): %r" % (rc, lines[-3:])
     caught = [l for l in lines if l.startswith("caught")]
     assert len(caught) >= rounds and lines[-1] == "done %d" % len(caught), lines

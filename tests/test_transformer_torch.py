@@ -6,7 +6,6 @@ without source/target padding; from_torch / to_torch round trip. Needs torch (ho
 import numpy as np
 import pytest
 
-import helpers
 import microformer as mf
 from torch_compare import torch, to_np as _np, close as _close  # noqa: E402
 import torch_io  # noqa: E402

@@ -19,13 +19,11 @@
 #   dropout_apply                      the float32 product bit for bit (a subnormal factor as 0,
 #                                      products below 2^-126 flushed); dropped outputs +0
 # and the int32 bounds (#!chk lines) of those kernels hold on the same inputs (instrumented copy).
-import json
 import math
 
 import numpy as np
 import pytest
 
-import helpers
 from test_viper import _instrumented
 from test_viper_range import run_cases as _run_cases
 

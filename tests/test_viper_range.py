@@ -11,7 +11,6 @@
 #                      the largest |dS| of the row (column) times max |k| (|q|) of the column
 #   cross-entropy      |loss - loss*| <= 2^-20 |loss*| + 1e-4;  |dlogits - dlogits*| <= 1e-4 / B
 import json
-import os
 
 import numpy as np
 import pytest

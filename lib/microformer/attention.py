@@ -489,7 +489,7 @@ class Attention(Layer):
         self._check_decoding("prefill_padded")
         if lengths is None and key_padding_mask is None:
             raise ValueError("Attention: prefill_padded needs lengths or key_padding_mask (else use prefill)")
-        y = self.prefill(x, max_len)                    # K and V in the cache (no padding yet) ...
+        self.prefill(x, max_len)                        # K and V in the cache (no padding yet) ...
         B, S, E = x.shape
         drop = self.training                            # ... and the output with the padding,
         self.training = False                           # never dropped (generation)

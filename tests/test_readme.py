@@ -1,0 +1,229 @@
+"""README.md's code blocks are run, so the documentation cannot drift from the code.
+
+Every fenced block in README.md carries a marker on the line before its opening fence:
+    <!-- run: cpython micropython -->   run it there (any of cpython, micropython, board, shell)
+    <!-- run: board exact -->           ... and compare a transcript's output lines exactly
+    <!-- no-run: why it is not run -->  not run, and the reason says why
+A block with no marker fails test_every_block_is_marked, so a new block cannot escape.
+
+How a block runs: `cpython` as a script under this Python, `micropython` under each MicroPython
+interpreter (the stock port and the 32-bit port), both with lib/ and board/ importable and a fresh
+folder as the working directory; `board` with `mpremote run` on a virtual board where `make deploy`
+has put the pretrained Iris checkpoint; `shell` through `bash -eu` in the project folder with
+.venv/bin first on PATH. A block whose lines start with `>>> ` is a REPL transcript: each `>>> `
+line (with its `... ` continuation lines) runs in turn as the REPL runs it (an expression's value
+is echoed), and the first output line the README shows after it must match the first line it
+printed: loosely by default (every number may differ: timings, accuracies), exactly with `exact`.
+A step the README shows without output is not checked.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+
+README = os.path.join(helpers.ROOT, "README.md")
+KINDS = ("cpython", "micropython", "board", "shell")
+FENCE = re.compile(r"^ {0,3}(```+|~~~+)(.*)$")
+MARKER = re.compile(r"^<!--\s*(run|no-run):(.*?)-->\s*$")
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+class Block:
+    def __init__(self, line, info, lines, marker):
+        self.line, self.info, self.lines, self.marker = line, info, lines, marker
+        self.kinds, self.exact, self.problem = (), False, None
+        if marker is None:
+            self.problem = "no marker: put <!-- run: KIND --> (%s) or <!-- no-run: reason --> before it" % (
+                ", ".join(KINDS))
+            return
+        what, rest = marker.group(1), marker.group(2).strip()
+        if what == "no-run":
+            if not rest:
+                self.problem = "<!-- no-run: --> needs a reason"
+            return
+        words = rest.replace(",", " ").split()
+        self.exact = "exact" in words
+        self.kinds = tuple(w for w in words if w != "exact")
+        bad = [w for w in self.kinds if w not in KINDS]
+        if bad or not self.kinds:
+            self.problem = "<!-- run: %s -->: expected one or more of %s (and optionally 'exact'), got %r" % (
+                rest, ", ".join(KINDS), bad or rest)
+
+    @property
+    def text(self):
+        return "\n".join(self.lines) + "\n"
+
+    def is_transcript(self):
+        return any(l.startswith(">>> ") or l == ">>>" for l in self.lines)
+
+    def steps(self):
+        """[(source, expected output lines)] of a REPL transcript."""
+        out = []
+        for l in self.lines:
+            if l.startswith(">>> ") or l == ">>>":
+                out.append([l[4:], []])
+            elif l.startswith("... ") and out and not out[-1][1]:
+                out[-1][0] += "\n" + l[4:]
+            elif out:
+                out[-1][1].append(l)
+            elif l.strip():
+                raise ValueError("README.md line %d: %r comes before the first '>>> '" % (self.line, l))
+        return [(src, want) for src, want in out]
+
+
+def blocks(text):
+    """The fenced blocks of a Markdown text, each with the marker on the line before its fence."""
+    found, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, start = m.group(1), i
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence):
+            j += 1
+        if j == len(lines):
+            raise ValueError("README.md line %d: the block opened here is never closed" % (start + 1))
+        before = start - 1
+        while before >= 0 and not lines[before].strip():
+            before -= 1
+        marker = MARKER.match(lines[before].strip()) if before >= 0 else None
+        found.append(Block(start + 1, m.group(2).strip(), lines[start + 1:j], marker))
+        i = j + 1
+    return found
+
+
+def loose(line):
+    return " ".join(NUMBER.sub("N", line).split())
+
+
+def check_transcript(block, output):
+    """Compare each step's first expected line with the first line that step printed."""
+    parts = re.split(r"^--- readme step (\d+) ---$", output.replace("\r", ""), flags=re.M)
+    printed = {int(parts[k]): parts[k + 1].strip("\n").splitlines() for k in range(1, len(parts) - 1, 2)}
+    problems = []
+    for n, (src, want) in enumerate(block.steps()):
+        if n not in printed:
+            problems.append(">>> %s: never ran" % src)
+            continue
+        want = [w for w in want if w.strip()]
+        if not want:
+            continue
+        got = printed[n][0] if printed[n] else ""
+        same = got.strip() == want[0].strip() if block.exact else loose(got) == loose(want[0])
+        if not same:
+            problems.append(">>> %s\n  README: %s\n  ran:    %s" % (src, want[0], got))
+    assert not problems, "README.md line %d: the transcript differs (%s):\n%s" % (
+        block.line, "exactly" if block.exact else "numbers aside", "\n".join(problems))
+
+
+def program(block):
+    """The block as a script: itself, or a transcript's steps driven by readme_run_mp.run."""
+    if not block.is_transcript():
+        return block.text
+    with open(helpers.script("readme_run_mp.py")) as f:
+        return f.read() + "\nrun(%r)\n" % ([src for src, _ in block.steps()],)
+
+
+def _params():
+    with open(README) as f:
+        found = blocks(f.read())
+    out = []
+    for b in found:
+        for kind in b.kinds:
+            if kind == "micropython":
+                for name in helpers.interpreters():
+                    out.append(pytest.param(b, kind, name, id="line%d-%s-%s" % (b.line, kind, name),
+                                            marks=[pytest.mark.mp32] if name == "mp32" else []))
+            else:
+                out.append(pytest.param(b, kind, None, id="line%d-%s" % (b.line, kind),
+                                        marks=[pytest.mark.board] if kind == "board" else []))
+    return out
+
+
+def test_every_block_is_marked():
+    with open(README) as f:
+        found = blocks(f.read())
+    assert found, "no code blocks found in README.md"
+    bad = ["line %d: %s" % (b.line, b.problem) for b in found if b.problem]
+    assert not bad, "README.md blocks:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("block, kind, interpreter", _params())
+def test_readme_block(block, kind, interpreter, tmp_path, request):
+    path = tmp_path / "readme_block.py"
+    path.write_text(program(block))
+    if kind == "cpython":
+        out = helpers.run_cpython(path, cwd=str(tmp_path))
+    elif kind == "micropython":
+        out = helpers.run_micropython(path, cwd=str(tmp_path), exe=helpers.interpreter_path(interpreter))
+    elif kind == "board":
+        out = _on_board(path, tmp_path, request.getfixturevalue("iris_checkpoint"))
+    else:
+        env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        r = subprocess.run(["bash", "-eu", "-c", block.text], cwd=helpers.ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, "README.md line %d failed (rc=%d):\n%s\n%s" % (
+            block.line, r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+        out = r.stdout
+    if block.is_transcript():
+        check_transcript(block, out)
+
+
+def _on_board(path, tmp_path, checkpoint):
+    """Run a script on a fresh virtual board after `make deploy` (the pretrained Iris checkpoint)."""
+    import board_link
+    import deploy
+    import vboard
+    with vboard.VirtualBoard(tmp_path / "vb", heap="512K") as b:
+        deploy.deploy(b.port, str(checkpoint))
+        return board_link.mpremote(b.port, "run", str(path), timeout=600)     # a failure raises, with the output
+
+
+# ---- the scheme itself, on small texts ------------------------------------------------------------
+
+def test_blocks_need_a_marker_a_known_kind_and_a_reason():
+    text = ("<!-- run: cpython micropython -->\n```python\nx = 1\n```\n\n```\nplain\n```\n"
+            "<!-- no-run: -->\n```\na\n```\n<!-- run: board, exact -->\n\n```\n>>> 1\n1\n```\n"
+            "<!-- run: javascript -->\n```\nb\n```\n<!-- no-run: a list of files -->\n~~~\nc\n~~~\n")
+    found = blocks(text)
+    assert [b.line for b in found] == [2, 6, 10, 15, 20, 24]
+    assert found[0].kinds == ("cpython", "micropython") and found[0].problem is None and found[0].text == "x = 1\n"
+    assert found[1].problem.startswith("no marker")
+    assert found[2].problem == "<!-- no-run: --> needs a reason"
+    assert found[3].kinds == ("board",) and found[3].exact and found[3].problem is None
+    assert "javascript" in found[4].problem
+    assert found[5].problem is None and found[5].kinds == ()
+
+
+def test_transcript_steps_and_checks(tmp_path):
+    b = blocks("<!-- run: cpython -->\n```\n>>> x = [1,\n...      2]\n>>> sum(x) * 1.5   # a comment\n"
+               "total 4.5 in 3 ms\n...\n>>> print('a b')\n>>> None\n```\n")[0]
+    assert b.steps() == [("x = [1,\n     2]", []), ("sum(x) * 1.5   # a comment", ["total 4.5 in 3 ms", "..."]),
+                         ("print('a b')", []), ("None", [])]
+    out = helpers.run_cpython(_write(b, tmp_path), cwd=str(tmp_path))
+    with pytest.raises(AssertionError, match="README: total 4.5 in 3 ms"):
+        check_transcript(b, out)                            # it printed 4.5, not "total ..."
+    check_transcript(b, out.replace("4.5", "total 9.0 in 12 ms"))   # numbers aside, the same line
+    b.exact = True
+    with pytest.raises(AssertionError, match="differs \\(exactly\\)"):
+        check_transcript(b, out.replace("4.5", "total 9.0 in 12 ms"))
+    with pytest.raises(AssertionError, match="never ran"):
+        check_transcript(b, out.split("--- readme step 2")[0])
+
+
+def test_a_failing_block_fails(tmp_path):
+    b = blocks("<!-- run: cpython -->\n```\n>>> 1 + undefined_name\n```\n")[0]
+    with pytest.raises(AssertionError, match="NameError"):
+        helpers.run_cpython(_write(b, tmp_path), cwd=str(tmp_path))
+
+
+def _write(block, folder):
+    path = folder / "block.py"
+    path.write_text(program(block))
+    return path
