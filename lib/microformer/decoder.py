@@ -59,6 +59,10 @@ class DecoderBlock(Layer):
         return (self.ln1, self.self_attn, self.drop1, self.ln2, self.cross_attn, self.drop2, self.ln3,
                 self.ffn, self.drop3)
 
+    def _named_sublayers(self):
+        return [("self_attn.", self.self_attn), ("multihead_attn.", self.cross_attn), ("", self.ffn),
+                ("norm1.", self.ln1), ("norm2.", self.ln2), ("norm3.", self.ln3)]
+
     def _state(self):
         # nn.TransformerDecoderLayer(E, H, hidden, dropout=p, batch_first=True, norm_first=True)
         return (prefixed("self_attn.", self.self_attn) + prefixed("multihead_attn.", self.cross_attn)
@@ -262,6 +266,9 @@ class Transformer(Layer):
         out.append(("decoder.norm.", self.dec_norm))
         out.append(("generator.", self.generator))
         return out
+
+    def _named_sublayers(self):
+        return self._parts()
 
     def _sublayers(self):
         # the positional encodings have no parameters but a dropout: train()/eval() reach them
