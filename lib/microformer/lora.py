@@ -144,7 +144,7 @@ def linears(model, prefix=""):
 
     def walk(layer, name, in_ffn):
         if isinstance(layer, Dense):
-            out.append((name.rstrip("."), "ffn" if in_ffn else "dense", layer, None))
+            out.append((name[:-1] if name.endswith(".") else name, "ffn" if in_ffn else "dense", layer, None))
         elif isinstance(layer, Attention):
             for s in _SLOTS:
                 out.append((name + _SLOT_NAMES[s][:-1], "attention", layer, s))
@@ -155,6 +155,19 @@ def linears(model, prefix=""):
 
     walk(model, prefix, False)
     return out
+
+
+def _tensor_names(model, name, a):
+    # the adapter's tensors are named like their layer's own parameters: relative to the model's
+    # part that holds them ('self_attn.q_proj.lora_A' in block 2 of a Sequential, whose
+    # named_params() then say '2.self_attn.q_proj.lora_A'), so every name in a checkpoint differs
+    rel = name
+    for p, _ in _children(model):
+        if p and (name + ".").startswith(p):
+            rel = (name + ".")[len(p):-1]
+            break
+    for t, what in ((a.A, "lora_A"), (a.dA, "dlora_A"), (a.B, "lora_B"), (a.dB, "dlora_B")):
+        t.name = rel + "." + what if rel else what
 
 
 def match(pattern, name):
@@ -217,6 +230,7 @@ def add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"), rng=None):
             E = layer.embed_dim
             a = LoRA(E, E, rank, alpha, rng)
             setattr(layer, "lora_" + slot, a)
+        _tensor_names(model, name, a)
         out.append((name, a))
     _settle(model)
     changed()
