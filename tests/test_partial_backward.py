@@ -218,3 +218,55 @@ def test_summary_counts_grads_of_trainable_parameters_only():
     # weights of every parameter; grads, 2 Adam slots and the step's shadow (1 + 2) of trainable ones
     assert head["param_bytes"] == 4 * (head["params"] + n_head * (1 + 2) + n_head * (1 + 2))
     assert full["param_bytes"] == 4 * full["params"] * (2 + 2) + full["snapshot_bytes"]
+
+
+def _seq2seq():
+    mf.seed(12)
+    return mf.Transformer(11, 13, 8, 2, 12, num_encoder_layers=2, num_decoder_layers=2)
+
+
+def _seq_step(model):
+    src = mf.Tensor.from_list([[1, 2, 3, 4], [5, 6, 7, 8]])
+    tgt = mf.Tensor.from_list([[0, 3, 2], [0, 1, 9]])
+    loss = CrossEntropyLoss()
+    logits = model.forward(src, tgt)
+    loss.forward(logits.reshape(6, 13), [3, 2, 1, 1, 9, 4])
+    model.backward(mf.Tensor(logits.shape, loss.backward().data))
+
+
+@pytest.mark.parametrize("frozen, runs", [
+    # what is frozen (attribute paths), which parts must run backward
+    ((("src_embed",), ("encoder", 0), ("tgt_embed",)),
+     {"generator", "dec1", "dec0", "enc1"}),
+    ((("src_embed",), ("encoder", 0), ("encoder", 1), ("enc_norm",), ("tgt_embed",), ("decoder", 0)),
+     {"generator", "dec1"}),
+    ((("src_embed",), ("encoder",), ("enc_norm",), ("tgt_embed",), ("decoder",), ("dec_norm",)),
+     {"generator"}),
+])
+def test_transformer_stops_where_training_stops(backend, frozen, runs):
+    ref = _seq2seq()
+    _seq_step(ref)
+    model = _seq2seq()
+    for path in frozen:
+        obj = getattr(model, path[0])
+        if len(path) == 1 and isinstance(obj, list):
+            for part in obj:
+                part.trainable = False
+            continue
+        (obj[path[1]] if len(path) == 2 else obj).trainable = False
+    calls = {}
+    _count_calls(model.generator, calls, "generator")
+    for i in range(2):
+        _count_calls(model.decoder[i], calls, "dec%d" % i)
+        _count_calls(model.encoder[i], calls, "enc%d" % i)
+    _count_calls(model.src_embed, calls, "src_embed")
+    _count_calls(model.tgt_embed, calls, "tgt_embed")
+    _seq_step(model)
+    assert set(calls) == runs, calls
+    live = 0
+    for (p, g), (_, rg) in zip(model.params(), ref.params()):
+        if g.data is None:
+            continue
+        live += 1
+        assert bytes(g.data) == bytes(rg.data), "grad of %s differs from the full backward's" % p.name
+    assert live == len(model.parameters()) > 0
