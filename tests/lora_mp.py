@@ -154,10 +154,44 @@ def finetune_check():
           % (losses[0], losses[-1], len(base), L.trainable_count(m)))
 
 
+def alloc_check():
+    # a steady-state step (forward, backward) allocates nothing: a Dense and an Attention with
+    # adapters, and a Sequential whose backward stops at its head
+    import gc
+    mf.seed(13)
+    d = mf.Dense(6, 4)
+    L.add_lora(d, targets="dense")
+    att = mf.Attention(8, 2)
+    L.add_lora(att, targets="attention")
+    head = block_model(8)
+    for l in head.layers[:-1]:
+        l.trainable = False
+    cases = [("dense", d, rand((3, 6), 1), rand((3, 4), 2)),
+             ("attention", att, rand((2, 3, 8), 3), rand((2, 3, 8), 4)),
+             ("head only", head, rand((3, 4), 5), rand((3, 3), 6))]
+    for name, layer, x, dy in cases:
+        for _ in range(2):
+            layer.forward(x)
+            layer.backward(dy)
+        gc.collect()
+        gc.disable()
+        try:
+            a0 = gc.mem_alloc()
+            layer.forward(x)
+            layer.backward(dy)
+            a = gc.mem_alloc() - a0
+        finally:
+            gc.enable()
+        assert a == 0, "%s: a steady-state forward + backward allocated %d bytes" % (name, a)
+        print("alloc %s ok" % name)
+
+
 dense_case()
 attention_case(False)
 attention_case(True)
 block_case()
 partial_check()
 finetune_check()
+if sys.implementation.name == "micropython" and BACKEND == "viper":
+    alloc_check()
 print("LORA OK " + BACKEND)

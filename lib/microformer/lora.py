@@ -27,6 +27,17 @@ _SLOT_NAMES = {"q": "q_proj.", "k": "k_proj.", "v": "v_proj.", "o": "out_proj."}
 KINDS = ("attention", "ffn", "dense")
 
 
+_ONES = [bytearray(0)]
+
+
+def _ones(n):
+    # a mask of n kept elements: dropout_apply(out, x, ones, n, s) is the backends' out = s x
+    # (scale_inplace is a portable loop on viper, which boxes a float per element)
+    if len(_ONES[0]) < n:
+        _ONES[0] = bytearray(b"\x01" * n)
+    return _ONES[0]
+
+
 class LoRA(Buffered):
     """One adapter on one linear map of in_features -> out_features: rank r, scaling alpha / r."""
 
@@ -53,8 +64,8 @@ class LoRA(Buffered):
     def _state(self):
         return [("lora_A.weight", [self.A]), ("lora_B.weight", [self.B])]
 
-    def _allocate(self, stage, shape, other):
-        N = shape[0]
+    def _allocate(self, stage, N, other):
+        # keyed by the row count N (an int: no tuple made per call)
         if stage == "_fwd":
             self._h = Tensor.zeros((N, self.rank))              # (alpha/r) x A^T
             self._u = Tensor.zeros((N, self.out_features))      # its product with B^T
@@ -65,11 +76,11 @@ class LoRA(Buffered):
         """y (N, out) += (alpha/r) (x A^T) B^T; keeps (alpha/r) x A^T for backward."""
         K = backend.K
         r = self.rank
-        self._buffers("_fwd", (N,))
+        self._buffers("_fwd", N)
         h = self._h.data
         u = self._u.data
         K.matmul_forward(h, x, self.A.data, None, N, self.in_features, r)
-        K.scale_inplace(h, N * r, self.scaling)
+        K.dropout_apply(h, h, _ones(N * r), N * r, self.scaling)       # h *= alpha/r
         K.matmul_forward(u, h, self.B.data, None, N, r, self.out_features)
         K.add_forward(y, y, u, N * self.out_features)
 
@@ -85,11 +96,11 @@ class LoRA(Buffered):
                 K.matmul_backward(None, self.dB.data, None, dy, self._h.data, self.B.data, N, r,
                                   self.out_features)
             return
-        self._buffers("_bwd", (N,))
+        self._buffers("_bwd", N)
         dh = self._dh.data
         K.matmul_backward(dh, self.dB.data if train else None, None, dy, self._h.data, self.B.data, N, r,
                           self.out_features)
-        K.scale_inplace(dh, N * r, self.scaling)
+        K.dropout_apply(dh, dh, _ones(N * r), N * r, self.scaling)     # dh *= alpha/r
         if dA is not None:
             K.matmul_backward(None, dA, None, dh, x, self.A.data, N, C, r)
         if dx is not None:
