@@ -270,3 +270,23 @@ def test_transformer_stops_where_training_stops(backend, frozen, runs):
         live += 1
         assert bytes(g.data) == bytes(rg.data), "grad of %s differs from the full backward's" % p.name
     assert live == len(model.parameters()) > 0
+
+
+def test_a_frozen_nested_sequential_still_passes_the_gradient_down(backend):
+    # a composite of one's own calls part.backward(dy, False) on a frozen part and uses dx
+    x, y = _batch((5, 4), [0, 1, 2, 1, 0])
+    def make():
+        mf.seed(7)
+        return mf.Sequential([mf.Dense(4, 6), mf.Sequential([mf.Dense(6, 6), mf.ActivationLayer("tanh")]),
+                              mf.Dense(6, 3)])
+    model = make()
+    inner = model.layers[1]
+    ref = make()
+    _step(ref, x, y)
+    inner.trainable = False
+    loss = CrossEntropyLoss()
+    loss.forward(model.forward(x), y)
+    dy = model.layers[2].backward(loss.backward())
+    dx = inner.backward(dy, False)
+    assert dx is not None and bytes(dx.data) == bytes(ref.layers[1].layers[0]._dx.data)
+    assert inner.backward(dy, False, False) is None

@@ -38,14 +38,15 @@ class Sequential(Layer):
         need_dx=None (the default): down to the lowest layer that trains (a frozen prefix costs
         no backward at all); returns the input gradient when that is layer 0, else None.
         need_dx=True: always down to the input, returning its gradient. need_dx=False: the input
-        gradient of the lowest trainable layer is not computed either (returns None).
+        gradient of the lowest trainable layer is not computed either (returns None). A frozen
+        Sequential computes the input gradient unless need_dx is False.
         Frozen layers above the lowest trainable one compute only their input gradient.
         A frozen Sequential (or one inside a frozen layer) keeps every part's grads as they are:
         it calls backward(dy, False); a trainable one calls backward(dy), so a layer of your own
         needs the `grads` argument only to be frozen from outside."""
         L = self.layers
-        if not (grads and self.trainable):
-            if not need_dx:
+        if not (grads and self.trainable):       # frozen: only the input gradient, if wanted
+            if need_dx is False:
                 return None
             for i in range(len(L) - 1, -1, -1):
                 l = L[i]
