@@ -206,7 +206,9 @@ def add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"), rng=None):
     and/or state_dict-style names or globs of linear maps ('2.self_attn.q_proj', '*.linear1',
     '4'; see linears(model)). A target that matches nothing is an error.
     Every parameter outside the adapters is frozen (no grad buffer); unfreeze the head afterwards
-    if it should train too (model[-1].trainable = True). Returns [(name, LoRA)] of the adapters.
+    if it should train too (model[-1].trainable = True: every parameter inside a layer set
+    trainable trains, base weights of an adapted layer included). Returns [(name, LoRA)] of the
+    adapters.
     """
     if isinstance(targets, str):
         targets = (targets,)
