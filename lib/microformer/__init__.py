@@ -28,7 +28,8 @@ from .dropout import Dropout
 _LAZY = {"data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
          "load_model": "spec", "StreamingEncoder": "stream", "show": "heatmap",
          "DecoderBlock": "decoder", "Transformer": "decoder", "Conv1D": "conv",
-         "MaxPool1D": "pool1d", "AvgPool1D": "pool1d", "LearnedPositionalEmbedding": "posembed"}
+         "MaxPool1D": "pool1d", "AvgPool1D": "pool1d", "LearnedPositionalEmbedding": "posembed",
+         "add_lora": "lora", "merge_lora": "lora", "freeze_except": "lora"}
 
 
 def __getattr__(name):

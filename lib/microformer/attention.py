@@ -29,6 +29,9 @@ class Attention(Layer):
     dropout > 0 needs the stored weights (kv_tile=None).
     """
 
+    lora_q = lora_k = lora_v = lora_o = None    # LoRA adapters on the projections (lora.py)
+    backward_stops = True
+
     def __init__(self, embed_dim, num_heads, use_bias=True, causal=False, rng=None, max_len=None,
                  dropout=0.0, kv_tile=None):
         if not isinstance(embed_dim, int) or embed_dim < 1:
@@ -78,7 +81,20 @@ class Attention(Layer):
             out.append((getattr(self, "W" + n), getattr(self, "dW" + n)))
             if self.use_bias:
                 out.append((getattr(self, "b" + n), getattr(self, "db" + n)))
+        for n in ("q", "k", "v", "o"):
+            a = getattr(self, "lora_" + n)
+            if a is not None:
+                out.extend(a.params())
         return out
+
+    def _adapted(self):
+        return (self.lora_q is not None or self.lora_k is not None or self.lora_v is not None
+                or self.lora_o is not None)
+
+    def _no_lora(self, what):
+        if self._adapted():
+            raise ValueError("Attention: %s runs on the base weights only: merge the LoRA adapters "
+                             "first (mf.merge_lora(model))" % what)
 
     def _state(self):
         # nn.MultiheadAttention(E, H, batch_first=True): in_proj = [Wq; Wk; Wv] [3E, E]
@@ -88,6 +104,11 @@ class Attention(Layer):
         out.append(("out_proj.weight", [self.Wo]))
         if self.use_bias:
             out.append(("out_proj.bias", [self.bo]))
+        for n, name in (("q", "q_proj."), ("k", "k_proj."), ("v", "v_proj."), ("o", "out_proj.")):
+            a = getattr(self, "lora_" + n)
+            if a is not None:
+                for k, t in a._state():
+                    out.append((name + k, t))
         return out
 
     def check_input_shape(self, in_shape):
@@ -191,6 +212,8 @@ class Attention(Layer):
             self._drop_rng.keep_mask(self._keep, B * H * S * Sk, self._drop_threshold(), K)
             K.attention_context(ctx.data, A.data, self._keep, V.data, B, S, Sk, E, H, self._drop_scale())
         K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B * S, E, E)
+        if self.lora_o is not None:
+            self.lora_o.forward_add(y.data, ctx.data, B * S)
         self._x = x
         self._c = context
         return y
@@ -235,7 +258,9 @@ class Attention(Layer):
             self._datt = Tensor.zeros((B, self.num_heads, L))
             self._dy1 = Tensor.zeros((B, 1, E))
 
-    def backward(self, dy, grads=True):
+    def backward(self, dy, grads=True, need_dx=True):
+        # a frozen projection has no grad buffers (None): the kernels skip them; need_dx=False
+        # (self-attention only): the input gradient is not computed (returns None)
         self._need_forward(self._x)
         x = self._x
         c = self._c if self._c is not None else x
@@ -257,6 +282,8 @@ class Attention(Layer):
         # output projection: dWo += dy^T ctx, dctx = dy Wo
         K.matmul_backward(dctx.data, self.dWo.data if train else None, self.dbo.data if bias else None,
                           dy.data, self._ctx.data, self.Wo.data, B * S, E, E)
+        if self.lora_o is not None:
+            self.lora_o.backward_add(dy.data, self._ctx.data, dctx.data, B * S, train)
         # per head: dV = A^T dctx, dA = dctx V^T, dS = A (dA - rowsum(dA A)) / sqrt(D), dQ = dS K, dK = dS^T Q
         H = self.num_heads
         if self.kv_tile is not None:              # the weights recomputed from the row max and sum
@@ -271,15 +298,22 @@ class Attention(Layer):
             K.attention_backward(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
                                  self._Q.data, self._K.data, self._V.data, B, S, Sk, E, H)
         # input projections: dW += dProj^T x, dx (+)= dProj W
+        if not need_dx and self._c is None:       # nothing below needs dx: weight grads only
+            self._project_back(None, dQ, x, self.Wq, self.dWq, self.dbq, train, bias, B * S, self.lora_q)
+            self._project_back(None, dK, x, self.Wk, self.dWk, self.dbk, train, bias, B * S, self.lora_k)
+            self._project_back(None, dV, x, self.Wv, self.dWv, self.dbv, train, bias, B * S, self.lora_v)
+            return None
         K.matmul_backward(dx.data, self.dWq.data if train else None, self.dbq.data if bias else None,
                           dQ.data, x.data, self.Wq.data, B * S, E, E)
+        if self.lora_q is not None:
+            self.lora_q.backward_add(dQ.data, x.data, dx.data, B * S, train)
         # K and V: their weight grads, then their input grads added into dx (or dcontext)
         dc = dx
         if self._c is not None:
             dc = self._dcontext
             K.zero(dc.data, B * Sk * E)
-        self._project_back(dc, dK, c, self.Wk, self.dWk, self.dbk, train, bias, B * Sk)
-        self._project_back(dc, dV, c, self.Wv, self.dWv, self.dbv, train, bias, B * Sk)
+        self._project_back(dc, dK, c, self.Wk, self.dWk, self.dbk, train, bias, B * Sk, self.lora_k)
+        self._project_back(dc, dV, c, self.Wv, self.dWv, self.dbv, train, bias, B * Sk, self.lora_v)
         if self._c is not None:
             return dx, dc
         return dx
@@ -295,13 +329,19 @@ class Attention(Layer):
             raise ValueError("Attention: %s needs the stored attention weights, which kv_tile=%d never "
                              "keeps (build it with kv_tile=None to look at them)" % (what, self.kv_tile))
 
-    def _project_back(self, dc, dP, c, W, dW, db, train, bias, N):
-        # in the forward pass this was P = c W^T + b: dW += dP^T c, db += sum dP, dc += dP W
+    def _project_back(self, dc, dP, c, W, dW, db, train, bias, N, lora):
+        # in the forward pass this was P = c W^T + b (+ the adapter's): dW += dP^T c,
+        # db += sum dP, dc += dP W (dc None: skipped)
         K = backend.K
         E = self.embed_dim
-        K.matmul_backward(None, dW.data if train else None, db.data if bias else None,
-                          dP.data, c.data, W.data, N, E, E)
-        K.matmul_backward_input_acc(dc.data, dP.data, W.data, N, E, E)
+        dw = dW.data if train else None
+        dbb = db.data if bias else None
+        if dw is not None or dbb is not None:
+            K.matmul_backward(None, dw, dbb, dP.data, c.data, W.data, N, E, E)
+        if dc is not None:
+            K.matmul_backward_input_acc(dc.data, dP.data, W.data, N, E, E)
+        if lora is not None:
+            lora.backward_add(dP.data, c.data, None if dc is None else dc.data, N, train)
 
     def weights(self, b=0, h=0):
         """The last forward's attention weights of batch item b, head h: [S][Sk] lists."""
@@ -376,9 +416,16 @@ class Attention(Layer):
         K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, Nq, E, E)
         K.matmul_forward(k.data, c.data, self.Wk.data, self.bk.data if bias else None, Nk, E, E)
         K.matmul_forward(v.data, c.data, self.Wv.data, self.bv.data if bias else None, Nk, E, E)
+        if self.lora_q is not None:
+            self.lora_q.forward_add(q.data, x.data, Nq)
+        if self.lora_k is not None:
+            self.lora_k.forward_add(k.data, c.data, Nk)
+        if self.lora_v is not None:
+            self.lora_v.forward_add(v.data, c.data, Nk)
 
     def _decode_qkv(self, x, B, L, E):
         # a decoding step's first half: q, k, v of the new token; k and v into the cache at _pos
+        self._no_lora("decoding")
         K = backend.K
         bias = self.use_bias
         self._buffers("_dec", x.shape, L)
@@ -455,6 +502,7 @@ class Attention(Layer):
         else:
             mask = self._mask_bytes(key_padding_mask, B, Sk, self._xmask)
         self._xm = mask                                  # None, self._xmask or the caller's bytes
+        self._no_lora("cache_context")
         K = backend.K
         bias = self.use_bias
         K.matmul_forward(self._xk.data, context.data, self.Wk.data, self.bk.data if bias else None, B * Sk, E, E)
@@ -471,6 +519,7 @@ class Attention(Layer):
         if len(x.shape) != 3 or x.shape[0] != B or x.shape[2] != E:
             raise shape_error("Attention", "x", "[%d,T,%d] (the cached context's batch)" % (B, E), x.shape)
         T = x.shape[1]
+        self._no_lora("cross_step")
         K = backend.K
         bias = self.use_bias
         self._buffers("_xdec", x.shape, Sk)

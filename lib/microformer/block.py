@@ -5,7 +5,7 @@ from . import backend
 from .attention import Attention
 from .dropout import Dropout, check_p
 from .feedforward import FeedForward
-from .layer import Layer, check_tensor, prefixed, shape_error
+from .layer import Layer, check_tensor, prefixed, shape_error, trains
 from .norm import LayerNorm
 from .tensor import Tensor
 
@@ -136,7 +136,14 @@ class EncoderBlock(Layer):
             setattr(self, _X1[mode], Tensor.zeros(shape))
             setattr(self, _Y[mode], Tensor.zeros(shape))
 
-    def backward(self, dy, grads=True):
+    backward_stops = True
+
+    def _named_sublayers(self):
+        return [("self_attn.", self.attn), ("", self.ffn), ("norm1.", self.ln1), ("norm2.", self.ln2)]
+
+    def backward(self, dy, grads=True, need_dx=True):
+        # need_dx=False (pre-norm): no input gradient (returns None), and the parts below the
+        # lowest trainable one of the block get no backward at all
         self._need_forward(self._x)
         check_tensor("EncoderBlock", "dy", dy)
         x = self._x
@@ -147,12 +154,26 @@ class EncoderBlock(Layer):
         train = grads and self.trainable      # a part's own flag is its own: nothing is changed here
         self._buffers("_bwd", x.shape)
         if not self.norm_first:
-            return self._backward_post(dy, train, n)
+            dx = self._backward_post(dy, train, n)
+            return dx if need_dx else None
         # y = x1 + ffn(ln2(x1)): dx1 = dy + ln2'(ffn'(dy))
+        need_dx1 = need_dx or (train and (trains(self.attn) or trains(self.ln1)))
+        if not need_dx1:
+            if train and trains(self.ln2):
+                self.ln2.backward(self.ffn.backward(self.drop2.backward(dy), train), train)
+            else:
+                self.ffn.backward(self.drop2.backward(dy), train, False)
+            return None
         d = self.ln2.backward(self.ffn.backward(self.drop2.backward(dy), train), train)
         dx1 = self._dx1
         K.add_forward(dx1.data, dy.data, d.data, n)
         # x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1))
+        if not need_dx:
+            if train and trains(self.ln1):
+                self.ln1.backward(self.attn.backward(self.drop1.backward(dx1), train), train)
+            else:
+                self.attn.backward(self.drop1.backward(dx1), train, False)
+            return None
         d = self.ln1.backward(self.attn.backward(self.drop1.backward(dx1), train), train)
         dx = self._dx
         K.add_forward(dx.data, dx1.data, d.data, n)

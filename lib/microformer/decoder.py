@@ -10,7 +10,7 @@ from .dense import Dense
 from .dropout import Dropout, check_p
 from .embedding import Embedding
 from .feedforward import FeedForward
-from .layer import Layer, check_tensor, prefixed, shape_error
+from .layer import Layer, _epoch, check_tensor, prefixed, shape_error, trains
 from .norm import LayerNorm
 from .posenc import PositionalEncoding
 from .tensor import Tensor
@@ -58,6 +58,10 @@ class DecoderBlock(Layer):
     def _sublayers(self):
         return (self.ln1, self.self_attn, self.drop1, self.ln2, self.cross_attn, self.drop2, self.ln3,
                 self.ffn, self.drop3)
+
+    def _named_sublayers(self):
+        return [("self_attn.", self.self_attn), ("multihead_attn.", self.cross_attn), ("", self.ffn),
+                ("norm1.", self.ln1), ("norm2.", self.ln2), ("norm3.", self.ln3)]
 
     def _state(self):
         # nn.TransformerDecoderLayer(E, H, hidden, dropout=p, batch_first=True, norm_first=True)
@@ -141,8 +145,11 @@ class DecoderBlock(Layer):
             setattr(self, _X2[mode], Tensor.zeros(shape))
             setattr(self, _Y[mode], Tensor.zeros(shape))
 
-    def backward(self, dy, grads=True):
-        """dy [B,S,E] -> (dx [B,S,E], dmemory [B,Sk,E])."""
+    backward_stops = True
+
+    def backward(self, dy, grads=True, need_dx=True):
+        """dy [B,S,E] -> (dx [B,S,E], dmemory [B,Sk,E]). need_dx=False: dx is None, and the
+        self-attention branch gets no backward unless it trains."""
         self._need_forward(self._x)
         check_tensor("DecoderBlock", "dy", dy)
         x = self._x
@@ -162,6 +169,12 @@ class DecoderBlock(Layer):
         dx1 = self._dx1
         K.add_forward(dx1.data, dx2.data, d.data, n)
         # x1 = x + self(ln1(x)): dx = dx1 + ln1'(self'(dx1))
+        if not need_dx:
+            if train and trains(self.ln1):
+                self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
+            elif train and trains(self.self_attn):
+                self.self_attn.backward(self.drop1.backward(dx1), train, False)
+            return None, dmem
         d = self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
         dx = self._dx
         K.add_forward(dx.data, dx1.data, d.data, n)
@@ -263,6 +276,9 @@ class Transformer(Layer):
         out.append(("generator.", self.generator))
         return out
 
+    def _named_sublayers(self):
+        return self._parts()
+
     def _sublayers(self):
         # the positional encodings have no parameters but a dropout: train()/eval() reach them
         return [l for _, l in self._parts()] + [self.src_pos, self.tgt_pos]
@@ -340,20 +356,64 @@ class Transformer(Layer):
             raise shape_error("Transformer", "dy", repr(self.generator._y.shape), dy.shape)
         K = backend.K
         train = grads and self.trainable
+        if not train:
+            return None                     # nothing trains: no backward at all
+        dec_low, enc_low, need_mem, tgt, src = self._plan()
+        if dec_low < 0:                     # only the generator (or nothing) trains
+            self.generator.backward(dy, train, False)
+            return None
         mem = self._memory
         self._buffers("_bwd", mem.shape)
         dmem = self._dmem
         K.zero(dmem.data, mem.size)
-        d = self.dec_norm.backward(self.generator.backward(dy, train), train)
-        for i in range(len(self.decoder) - 1, -1, -1):
-            d, dm = self.decoder[i].backward(d, train)
-            K.add_forward(dmem.data, dmem.data, dm.data, mem.size)
-        self.tgt_embed.backward(self.tgt_pos.backward(d), train)
+        d = self.generator.backward(dy, train, True)
+        d = self.dec_norm.backward(d, train)
+        for i in range(len(self.decoder) - 1, dec_low - 1, -1):
+            d, dm = self.decoder[i].backward(d, train, i > dec_low or tgt)
+            if need_mem:
+                K.add_forward(dmem.data, dmem.data, dm.data, mem.size)
+        if tgt:
+            self.tgt_embed.backward(self.tgt_pos.backward(d), train)
+        if not need_mem:
+            return None
         d = self.enc_norm.backward(dmem, train)
-        for i in range(len(self.encoder) - 1, -1, -1):
-            d = self.encoder[i].backward(d, train)
-        self.src_embed.backward(self.src_pos.backward(d), train)
+        for i in range(len(self.encoder) - 1, enc_low - 1, -1):
+            d = self.encoder[i].backward(d, train, i > enc_low or src)
+        if src:
+            self.src_embed.backward(self.src_pos.backward(d), train)
         return None
+
+    def _plan(self):
+        # where backward stops, kept until a flag or a grad buffer changes:
+        # (lowest decoder to run, -1: none below the generator; lowest encoder to run;
+        #  does the memory gradient matter; do the target / source embeddings train)
+        e = _epoch[0]
+        p = getattr(self, "_plan_at", None)
+        if p is not None and p[0] == e:
+            return p[1]
+        src = trains(self.src_embed)
+        enc_low = len(self.encoder)
+        for i in range(len(self.encoder)):
+            if trains(self.encoder[i]):
+                enc_low = i
+                break
+        if src:
+            enc_low = 0
+        need_mem = src or enc_low < len(self.encoder) or trains(self.enc_norm)
+        tgt = trains(self.tgt_embed)
+        dec_low = -1
+        if need_mem or tgt:
+            dec_low = 0
+        else:
+            for i in range(len(self.decoder)):
+                if trains(self.decoder[i]):
+                    dec_low = i
+                    break
+            if dec_low < 0 and trains(self.dec_norm):
+                dec_low = len(self.decoder)
+        plan = (dec_low, enc_low, need_mem, tgt, src)
+        self._plan_at = (e, plan)
+        return plan
 
     def _logits_argmax(self, h, out, done, eos):
         logits = self.generator.forward(self.dec_norm.forward(h))

@@ -5,7 +5,12 @@ from .tensor import Tensor, default_rng, xavier_uniform
 
 
 class Dense(WeightBias):
-    """Dense(in_features, out_features, use_bias=True): x (..., in) -> y (..., out)."""
+    """Dense(in_features, out_features, use_bias=True): x (..., in) -> y (..., out).
+
+    With a LoRA adapter (mf.lora): y = x W^T + b + (alpha/r) (x A^T) B^T (lora.py)."""
+
+    lora = None                  # a LoRA adapter (lora.py), or None
+    backward_stops = True
 
     def __init__(self, in_features, out_features, use_bias=True, rng=None):
         for what, v in (("in_features", in_features), ("out_features", out_features)):
@@ -47,10 +52,24 @@ class Dense(WeightBias):
         backend.K.matmul_forward_kept(y.data, x.data, self.W.data,
                                       self.b.data if self.use_bias else None, N, C, self.out_features,
                                       self._wkeep)
+        if self.lora is not None:
+            self.lora.forward_add(y.data, x.data, N)
         self._x = x
         return y
 
-    def backward(self, dy, grads=True):
+    def params(self):
+        base = WeightBias.params(self)
+        return base if self.lora is None else base + self.lora.params()
+
+    def _state(self):
+        base = WeightBias._state(self)
+        if self.lora is None:
+            return base
+        return base + self.lora._state()
+
+    def backward(self, dy, grads=True, need_dx=True):
+        # a frozen weight or bias has no grad buffer (None): the kernel skips it;
+        # need_dx=False: the input gradient is not computed (returns None)
         self._need_forward(self._x)
         x = self._x
         check_tensor("Dense", "dy", dy)
@@ -58,10 +77,14 @@ class Dense(WeightBias):
             raise shape_error("Dense", "dy", repr(self._y.shape), dy.shape)
         C = self.in_features
         N = x.size // C
-        self._buffers("_bwd", x.shape)
-        dx = self._dx
+        dx = None
+        if need_dx:
+            self._buffers("_bwd", x.shape)
+            dx = self._dx
         train = grads and self.trainable
-        backend.K.matmul_backward(dx.data, self.dW.data if train else None,
+        backend.K.matmul_backward(dx.data if need_dx else None, self.dW.data if train else None,
                                   self.db.data if (train and self.use_bias) else None,
                                   dy.data, x.data, self.W.data, N, C, self.out_features)
+        if self.lora is not None:
+            self.lora.backward_add(dy.data, x.data, dx.data if need_dx else None, N, train)
         return dx

@@ -3,7 +3,7 @@
 from .activation import ActivationLayer
 from .dense import Dense
 from .dropout import Dropout, check_p
-from .layer import Layer, check_tensor, prefixed, shape_error
+from .layer import Layer, check_tensor, prefixed, shape_error, trains
 
 
 class FeedForward(Layer):
@@ -56,11 +56,20 @@ class FeedForward(Layer):
         h = self.drop.forward(h) if dropout else self.drop.identity(h)    # dropout=False: generation
         return self.fc2.forward(h)
 
-    def backward(self, dy, grads=True):
+    backward_stops = True
+
+    def _named_sublayers(self):
+        return [("linear1.", self.fc1), ("linear2.", self.fc2)]
+
+    def backward(self, dy, grads=True, need_dx=True):
+        # need_dx=False: no input gradient (returns None), and none inside that nothing uses
         self._need_forward(self.fc1._x)
         check_tensor("FeedForward", "dy", dy)
         if dy.shape != self.fc2._y.shape:
             raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
         train = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        if not need_dx and not (train and trains(self.fc1)):
+            self.fc2.backward(dy, train, False)
+            return None
         d = self.drop.backward(self.fc2.backward(dy, train))
-        return self.fc1.backward(self.act.backward(d, train), train)
+        return self.fc1.backward(self.act.backward(d, train), train, need_dx)

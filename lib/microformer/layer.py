@@ -119,8 +119,42 @@ class Layer(Buffered):
     works as in Sequential; no flag is ever changed by backward.
     """
 
-    trainable = True
     training = True
+    _trainable = True
+    backward_stops = False     # True: backward(dy, grads, need_dx) can skip the input gradient
+
+    def _get_trainable(self):
+        return self._trainable
+
+    def _set_trainable(self, flag):
+        # freezing drops the grad buffers of every parameter inside; unfreezing gives every
+        # parameter whose layers (inside this one) are trainable a zeroed grad buffer again
+        if flag is not True and flag is not False:
+            raise ValueError("%s: trainable must be True or False, got %r" % (type(self).__name__, flag))
+        self._trainable = flag
+        if flag:
+            _grads_on(self)
+        else:
+            for _, g in self.params():
+                release_grad(g)
+        changed()
+
+    trainable = property(_get_trainable, _set_trainable)
+
+    def _trains(self):
+        """True when a backward with grads would add into some grad buffer of this layer."""
+        if not self._trainable:
+            return False
+        subs = self._sublayers()
+        if subs:
+            for l in subs:
+                if trains(l):
+                    return True
+            return False
+        for _, g in self.params():
+            if g.data is not None:
+                return True
+        return False
 
     def _allocate(self, stage, shape, other):
         # the common case: the output `_y` for the forward pass ('_fwd', at output_shape), the input
@@ -144,7 +178,8 @@ class Layer(Buffered):
                     l.collect_params(groups)
             else:
                 for pair in self.params():
-                    groups.append(pair)
+                    if pair[1].data is not None:      # a frozen parameter has no grad buffer
+                        groups.append(pair)
         return groups
 
     def params(self):
@@ -259,6 +294,60 @@ class WeightBias(Layer):
 
     def _state(self):
         return [("weight", [self.W])] + ([("bias", [self.b])] if self.use_bias else [])
+
+# ---- frozen parameters hold no grad buffer ---------------------------------------------
+# A parameter is frozen when its grad Tensor's data is None (released); a kernel given None for
+# a grad skips it. Every change of a flag or a buffer bumps _epoch, so a Sequential knows when to
+# find its lowest trainable layer again (without walking its layers on every step).
+_epoch = [0]
+
+
+def changed():
+    _epoch[0] += 1
+
+
+def release_grad(g):
+    """Drop a parameter's grad buffer: the parameter is frozen."""
+    if g.data is not None:
+        g.data = None
+        changed()
+
+
+def ensure_grad(p, g):
+    """Give a frozen parameter a zeroed grad buffer again (no-op for a trainable one)."""
+    if g.data is None:
+        g.data = array("f", bytes(4 * p.size))
+        changed()
+
+
+def _grads_on(layer):
+    if not getattr(layer, "trainable", True):
+        return
+    subs = layer._sublayers() if hasattr(layer, "_sublayers") else ()
+    if subs:
+        for l in subs:
+            _grads_on(l)
+    elif hasattr(layer, "params"):
+        for p, g in layer.params():
+            ensure_grad(p, g)
+
+
+def trains(layer):
+    """Would layer.backward(dy) add into a grad? A layer of one's own (no _trains) is assumed to.
+    The answer is kept until a flag or a grad buffer changes (no walk, no allocation per step)."""
+    if not hasattr(layer, "_trains"):
+        return True
+    e = _epoch[0]
+    if getattr(layer, "_trains_at", -1) != e:
+        layer._trains_now = layer._trains()
+        layer._trains_at = e
+    return layer._trains_now
+
+
+def partial(layer):
+    """Does layer.backward take need_dx (backward(dy, grads, need_dx=False) skips the input grad)?"""
+    return getattr(layer, "backward_stops", False)
+
 
 def _concat(parts):
     shape = (sum(p.shape[0] for p in parts),) + tuple(parts[0].shape[1:])

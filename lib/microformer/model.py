@@ -1,6 +1,6 @@
 # microformer.model: Sequential, a stack of layers trained together.
 from .finite import check_rows
-from .layer import Layer, prefixed
+from .layer import Layer, _epoch, partial, prefixed, trains
 from .tensor import Tensor
 
 
@@ -30,21 +30,64 @@ class Sequential(Layer):
             x = l.forward(x)
         return x
 
-    def backward(self, dy, grads=True):
-        # a frozen Sequential (or one inside a frozen layer) keeps every part's grads as they are:
-        # it calls backward(dy, False); a trainable one calls backward(dy), so a layer of your own
-        # needs the `grads` argument only to be frozen from outside
+    backward_stops = True
+
+    def backward(self, dy, grads=True, need_dx=None):
+        """Backward from the top layer down to where training stops.
+
+        need_dx=None (the default): down to the lowest layer that trains (a frozen prefix costs
+        no backward at all); returns the input gradient when that is layer 0, else None.
+        need_dx=True: always down to the input, returning its gradient. need_dx=False: the input
+        gradient of the lowest trainable layer is not computed either (returns None). A frozen
+        Sequential computes the input gradient unless need_dx is False.
+        Frozen layers above the lowest trainable one compute only their input gradient.
+        A frozen Sequential (or one inside a frozen layer) keeps every part's grads as they are:
+        it calls backward(dy, False); a trainable one calls backward(dy), so a layer of your own
+        needs the `grads` argument only to be frozen from outside."""
         L = self.layers
-        if grads and self.trainable:
+        if not (grads and self.trainable):       # frozen: only the input gradient, if wanted
+            if need_dx is False:
+                return None
             for i in range(len(L) - 1, -1, -1):
-                dy = L[i].backward(dy)
+                l = L[i]
+                dy = l.backward(dy, False, True) if partial(l) else l.backward(dy, False)
+            return dy
+        if need_dx:
+            stop = 0
         else:
-            for i in range(len(L) - 1, -1, -1):
-                dy = L[i].backward(dy, False)
-        return dy
+            stop = self._lowest()
+            if stop == len(L):
+                return None                       # nothing trains: no backward at all
+        last = need_dx or (need_dx is None and stop == 0)    # the input gradient of L[stop]
+        for i in range(len(L) - 1, stop, -1):
+            l = L[i]
+            dy = l.backward(dy, True, True) if partial(l) else l.backward(dy)
+        l = L[stop]
+        if last or not partial(l):
+            dy = l.backward(dy)
+        else:
+            dy = l.backward(dy, True, False)
+        return dy if last else None
+
+    def _lowest(self):
+        # index of the lowest layer that trains (len(layers): none), kept until a flag changes
+        e = _epoch[0]
+        if getattr(self, "_low_at", -1) != e:
+            L = self.layers
+            lo = len(L)
+            for i in range(len(L)):
+                if trains(L[i]):
+                    lo = i
+                    break
+            self._low = lo
+            self._low_at = e
+        return self._low
 
     def _sublayers(self):
         return self.layers
+
+    def _named_sublayers(self):
+        return [("%d." % i, self.layers[i]) for i in range(len(self.layers))]
 
     def _state(self):
         # nn.Sequential: '<index>.<name>'; parameter-free layers keep their index
@@ -77,7 +120,7 @@ class Sequential(Layer):
         """Parameter count and the bytes a training batch of `input_shape` needs (float32).
 
         optimizer_slots: per-parameter state floats of the optimizer (Adam 2, SGD+momentum 1).
-        The optimizer also keeps a shadow copy of the weights and that state (1 + optimizer_slots
+        Grads and optimizer state count for the trainable parameters only. The optimizer also keeps a shadow copy of the weights and that state (1 + optimizer_slots
         floats per parameter: a step is computed into it, so that it is all or nothing, optim.py):
         snapshot_bytes.
         Returns a dict with the totals.
@@ -98,11 +141,15 @@ class Sequential(Layer):
             rows.append((i, type(l).__name__, out, l.param_count(), l.cache_floats(shape)))
             shape = out
         params = self.param_count()
+        live = 0
+        for p, _ in self.collect_params([]):
+            live += p.size
         acts = self.cache_floats(tuple(input_shape))
-        snap = 4 * params * (1 + optimizer_slots)
-        info = {"params": params,
-                # weights + grads + optimizer state, and the step's snapshot of weights and state
-                "param_bytes": 4 * params * (2 + optimizer_slots) + snap,
+        snap = 4 * live * (1 + optimizer_slots)
+        info = {"params": params, "trainable": live,
+                # weights; grads + optimizer state of the trainable ones (frozen ones have no grad
+                # buffer), and the step's snapshot of their weights and state
+                "param_bytes": 4 * (params + live * (1 + optimizer_slots)) + snap,
                 "snapshot_bytes": snap,
                 "activation_bytes": 4 * acts}
         info["total_bytes"] = info["param_bytes"] + info["activation_bytes"]
@@ -110,8 +157,8 @@ class Sequential(Layer):
             print("%-3s %-16s %-16s %8s %12s" % ("#", "layer", "output", "params", "act bytes"))
             for i, name, out, n, c in rows:
                 print("%-3d %-16s %-16s %8d %12d" % (i, name, str(list(out)), n, 4 * c))
-            print("params: %d (%d bytes with grads, optimizer state and the step's snapshot of %d bytes)"
-                  % (params, info["param_bytes"], snap))
+            print("params: %d, %d trainable (%d bytes with grads, optimizer state and the step's "
+                  "snapshot of %d bytes)" % (params, live, info["param_bytes"], snap))
             print("activations for input %r: %d bytes; total %d bytes"
                   % (list(input_shape), info["activation_bytes"], info["total_bytes"]))
         return info

@@ -31,6 +31,10 @@ def _pairs(params, who):
                 and isinstance(p[1], Tensor) and p[0].shape == p[1].shape):
             raise ValueError("%s: params must be a model or (param, grad) Tensor pairs of equal shape, got %r"
                              % (who, p))
+    for i in range(len(params)):
+        if params[i][1].data is None:
+            raise ValueError("%s: param %d (%s) is frozen (it has no grad buffer): pass model.parameters() "
+                             "(the ones that train)" % (who, i, params[i][0].name))
     out = []
     for i in range(len(params)):
         p = params[i][0]
@@ -127,7 +131,17 @@ class _Optimizer:
         """Floats the step's shadow holds (new weights and state): the price of an atomic step."""
         return self._n * (1 + len(self._news))
 
+    def _check_live(self):
+        # a parameter frozen after the optimizer was made has no grad buffer any more
+        params = self.params
+        for i in range(len(params)):
+            if params[i][1].data is None:
+                raise ValueError("%s: %s was frozen after the optimizer was made (it has no grad "
+                                 "buffer): make a new optimizer for the parameters that train now"
+                                 % (self.who, self.names[i]))
+
     def zero_grad(self):
+        self._check_live()
         z = backend.K.zero
         for _, g in self.params:
             z(g.data, g.size)
@@ -138,6 +152,7 @@ class _Optimizer:
 
     def step(self):
         """One update of every parameter, all or nothing (see the top of this file)."""
+        self._check_live()
         K = backend.K
         if self.max_grad_norm is not None:
             self._check_grads(K)               # before clipping scales them
