@@ -550,7 +550,6 @@ class Session:
         # A regression row: the example's numbers, then one number per target (the last one is
         # the reader's 'label' field). Returns the file's form (as mf_examples keeps it): X flat
         # with the columns before the last field, y indices into _file_labels().
-        T = len(self.targets)
         try:
             X, y, labels, _ = read_rows(path, self.classes or None, None, len(self._file_columns()),
                                         "Session")

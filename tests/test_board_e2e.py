@@ -32,7 +32,7 @@ def _weights(out):
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory, iris_checkpoint):
-    b = vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap="512K", micropython=MICROPYTHON)
+    b = vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON)
     b.start()
     try:
         deploy.deploy(str(b.port), str(iris_checkpoint))
@@ -156,7 +156,7 @@ def test_mip_installs_the_board_session_from_a_server(tmp_path, local_server, ir
     subprocess.run([sys.executable, "host/package.py", "--check"], cwd=helpers.ROOT, check=True)
     session = package.session_modules()
     assert {"finetune", "mf_session", "mf_examples"} <= set(session), session
-    with vboard.VirtualBoard(tmp_path / "mip", heap="512K", micropython=MICROPYTHON) as b:
+    with vboard.VirtualBoard(tmp_path / "mip", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
         out = board_link.mpremote(str(b.port), "mip", "install", local_server + "/lib",
                                   local_server + "/board", timeout=300)
         assert out.count("Done") == 2, out

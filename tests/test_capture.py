@@ -104,7 +104,7 @@ def test_capture_on_the_virtual_board(tmp_path, iris_checkpoint):
     import vboard
     from test_trust_board import Term
     mp = helpers.interpreter_path(helpers.interpreters()[-1])
-    with vboard.VirtualBoard(tmp_path, heap="512K", micropython=mp) as b:
+    with vboard.VirtualBoard(tmp_path, heap=helpers.board_heap(mp), micropython=mp) as b:
         deploy.deploy(b.port, str(iris_checkpoint))
         user = b.flash / "data" / "user.csv"
         t = Term(b.port)

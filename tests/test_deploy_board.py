@@ -15,7 +15,7 @@ MICROPYTHON = helpers.interpreter_path(helpers.interpreters()[-1])
 def test_board_files_go_as_mpy(tmp_path, pretrained_iris):
     board_py = sorted(f[:-3] for f in os.listdir(helpers.BOARD) if f.endswith(".py"))
     assert {"finetune", "mf_session", "mf_examples", "mf_demo", "iris", "selftest"} <= set(board_py)
-    with vboard.VirtualBoard(tmp_path / "vb", heap="512K", micropython=MICROPYTHON) as b:
+    with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
         (b.flash / "finetune.py").write_text("raise ImportError('an older finetune.py')\n")
         (b.flash / "mf_session.py").write_bytes(open(os.path.join(helpers.BOARD, "mf_session.py"), "rb").read())
         out = deploy.deploy(str(b.port), str(pretrained_iris[0]))

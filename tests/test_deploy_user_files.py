@@ -46,7 +46,7 @@ def _kept(flash, path, data):
 
 
 def test_deploy_keeps_every_byte_of_the_users_files(tmp_path, iris_checkpoint):
-    with vboard.VirtualBoard(tmp_path / "vb", heap="512K", micropython=MICROPYTHON) as b:
+    with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
         port, flash = str(b.port), b.flash
         deploy.deploy(port, str(iris_checkpoint), say=lambda s: None)
         assert (flash / "model.mfck").read_bytes() == iris_checkpoint.read_bytes()
@@ -103,7 +103,7 @@ def test_deploy_keeps_every_byte_of_the_users_files(tmp_path, iris_checkpoint):
 
 
 def test_force_replaces_and_an_incomplete_tmp_is_kept(tmp_path, iris_checkpoint):
-    with vboard.VirtualBoard(tmp_path / "vb", heap="512K", micropython=MICROPYTHON) as b:
+    with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
         port, flash = str(b.port), b.flash
         deploy.deploy(port, str(iris_checkpoint), say=lambda s: None)
         tuned = _tuned_copy(iris_checkpoint, flash / "model.mfck")          # s.save() on the board
@@ -122,7 +122,7 @@ def test_force_replaces_and_an_incomplete_tmp_is_kept(tmp_path, iris_checkpoint)
 def test_a_board_from_before_the_manifest(tmp_path, iris_checkpoint, pretrained_iris):
     """Older deploys left .mpy modules, /iris.mfck and its SHA record /iris.mfck.deployed: the modules
     count as deploy's (replaced, no .bak), /iris.mfck stays and deploy says how to open it."""
-    with vboard.VirtualBoard(tmp_path / "vb", heap="512K", micropython=MICROPYTHON) as b:
+    with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
         port, flash = str(b.port), b.flash
         (flash / "lib" / "microformer").mkdir(parents=True)
         (flash / "lib" / "microformer" / "attention.mpy").write_bytes(b"M\x06older build")
@@ -218,7 +218,7 @@ def test_make_deploy_copies_your_checkpoint_and_its_data(tmp_path, user_checkpoi
     meta names (next to it) at /data/, and deploy says where they went and how to open them."""
     rows = "sepal_length,sepal_width,petal_length,petal_width,species\n5.1,3.5,1.4,0.2,setosa\n"
     (user_checkpoint.parent / "mine.csv").write_text(rows)
-    with vboard.VirtualBoard(tmp_path / "vb", heap="512K", micropython=MICROPYTHON) as b:
+    with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
         r = _make("deploy", "CHECKPOINT=%s" % user_checkpoint, "PORT=%s" % b.port)
         assert r.returncode == 0, r.stdout + r.stderr
         assert (b.flash / "model.mfck").read_bytes() == user_checkpoint.read_bytes()

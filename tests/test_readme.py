@@ -180,7 +180,7 @@ def _on_board(path, tmp_path, checkpoint):
     import board_link
     import deploy
     import vboard
-    with vboard.VirtualBoard(tmp_path / "vb", heap="512K") as b:
+    with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap()) as b:
         deploy.deploy(b.port, str(checkpoint))
         return board_link.mpremote(b.port, "run", str(path), timeout=600)     # a failure raises, with the output
 

@@ -231,7 +231,6 @@ def test_post_norm_block_inside_micropython(tmp_path, micropython):
     # the post-norm EncoderBlock's forward and backward inside MicroPython (portable loops and viper):
     # outputs and input grads against torch, parameter grads against CPython's (checked against torch above)
     import copy
-    import helpers
     import mf_driver
     tm = _randomize(torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=False), 15)
     layer = mf.EncoderBlock(8, 2, 16, activation="relu", norm_first=False)

@@ -17,7 +17,6 @@ import helpers
 import microformer as mf
 from torch_compare import close, torch
 import torch_io  # noqa: E402
-from torch import nn  # noqa: E402
 
 TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
 C, L, E, K, FILT = 3, 8, 8, 4, 6

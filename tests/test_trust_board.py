@@ -174,7 +174,7 @@ def boards(tmp_path_factory):
 
     def get(micropython, iris_checkpoint):
         if micropython not in made:
-            b = vboard.VirtualBoard(tmp_path_factory.mktemp("vb"), heap="512K", micropython=micropython)
+            b = vboard.VirtualBoard(tmp_path_factory.mktemp("vb"), heap=helpers.board_heap(micropython), micropython=micropython)
             b.start()
             made[micropython] = b
             deploy.deploy(b.port, str(iris_checkpoint))
@@ -358,7 +358,7 @@ def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend
     tally = {}
     late = 0
     problems = []
-    with vboard.VirtualBoard(tmp_path, heap="512K", micropython=micropython) as b:
+    with vboard.VirtualBoard(tmp_path, heap=helpers.board_heap(micropython), micropython=micropython) as b:
         deploy.deploy(b.port, str(iris_checkpoint))
         t = Term(b.port)
         children = len(child_pids(b))

@@ -45,7 +45,7 @@ def child_pids(board):
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory):
-    with vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap="512K", micropython=MICROPYTHON) as b:
+    with vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
         yield b
 
 
