@@ -166,7 +166,11 @@ def test_your_model_on_the_board_and_back(tmp_path, kind, backend, interrupt):
             if interrupt:
                 t.drain(0.05)
                 t.s.write(b"h = s.fit(epochs=2000)\r")
-                t.read_until(b"epoch 1/2000", timeout=60)
+                seen = b""
+                deadline = time.monotonic() + 60
+                while b"epoch 2/2000" not in seen:          # the fit is under way
+                    assert time.monotonic() < deadline, seen[-500:]
+                    seen += t.s.read(4096)
                 time.sleep(0.5)
                 t.s.write(b"\x03")
                 out = t.read_until(b">>> ", timeout=120)
