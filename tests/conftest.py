@@ -54,7 +54,7 @@ SLOW = (
     "test_family_plots.py::test_plots_write_pngs",
     "test_checkpoint.py::test_killed_micropython_mid_save",
     "test_torch_io.py::test_cli_to_checkpoint_loads_in_micropython",
-    "test_torch_io.py::test_cli_refuses_to_overwrite_and_state_dicts",
+    "test_torch_io.py::test_cli_refuses_to_overwrite_and_asks_for_the_architecture",
     "test_decoder_dropout.py::test_torch_train_statistics",
 )
 
