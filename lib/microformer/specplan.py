@@ -217,8 +217,9 @@ def lora_tensors(spec, out, tot):
             i, o = lins[name]
             tot[0] += r * (i + o)
             if out is not None:
-                out.append((name + ".lora_A", (r, i)))
-                out.append((name + ".lora_B", (o, r)))
+                pre = name + "." if name else ""
+                out.append((pre + "lora_A", (r, i)))
+                out.append((pre + "lora_B", (o, r)))
         if tot[0] + tot[1] > MAX_PARAMS:
             raise ValueError("%s: the spec declares %d parameters and %d floats of fixed tables up to here, "
                              "more than the limit MAX_PARAMS = %d" % (w, tot[0], tot[1], MAX_PARAMS))
