@@ -49,6 +49,12 @@ regression targets as numbers):
   s.fit(epochs=10, data=None, lr=None, verbose=None)
                                         data None: your examples if there are any, else 'train'
   s.save(path=None)                     atomic: the old checkpoint survives a power cut
+  s.lora(rank=4, alpha=8, targets=None)  targets None: 'attention' and 'ffn' (those present)
+                                        LoRA adapters; the base frozen; prints trainable params
+                                        and the memory the fine-tune needs
+  s.save_adapter(path=None)             only the trained tensors (model.adapter.mfck)
+  s.load_adapter(path)                  base + adapter (Session(adapter=path) at the start)
+  s.merge()                             fold the adapters into the weights
   s.drifted_examples(n=None, part='train', scale=None, offset=None, seed=0)
                                         the Iris demo's drifted sensor readings of base rows
 x: one example: its features, or for a window model ([L, C] input) L*C numbers time-major or a
@@ -344,16 +350,19 @@ class Session:
     """A model loaded from flash with its data, ready to evaluate, predict and fine-tune.
 
     Session(checkpoint='model.mfck', data=None, user_data='data/user.csv', lr=FIT_LR,
-            batch_size=16, root=None, backend=None, verbose=True)
+            batch_size=16, root=None, backend=None, verbose=True, adapter=None)
     data: the base data file (None: data/<meta['data']> when the checkpoint's metadata names
     one, else none). root: a folder the paths are relative to (None: the cwd, '/' on the board).
     backend: 'python' or 'viper' (None: leave microformer's current backend).
+    adapter: an adapter file (s.save_adapter) to load on top of the checkpoint, which must be
+    the base it was saved for.
     """
 
     def __init__(self, checkpoint=CHECKPOINT, data=None, user_data=USER_DATA, lr=FIT_LR,
-                 batch_size=16, root=None, backend=None, verbose=True):
+                 batch_size=16, root=None, backend=None, verbose=True, adapter=None):
         for what, v, none_ok in (("checkpoint", checkpoint, False), ("data", data, True),
-                                 ("user_data", user_data, False), ("root", root, True)):
+                                 ("user_data", user_data, False), ("root", root, True),
+                                 ("adapter", adapter, True)):
             if not (isinstance(v, str) and v) and not (none_ok and v is None):
                 raise ValueError("Session: %s must be a file name (a non-empty str)%s, got %r"
                                  % (what, " or None" if none_ok else "", v))
@@ -376,8 +385,12 @@ class Session:
         self._fits = 0
         self._cache = {}
         self._frozen = {}
+        self._adapter_ids = {}                # ids of the LoRA tensors (s.lora, s.load_adapter)
+        self._dirty = False                   # base weights fitted since the checkpoint was read
         try:
             self._load()
+            if adapter is not None:
+                self.load_adapter(adapter)
         except MemoryError:
             self._cache = {}
             raise self._oom("loading %s" % self.checkpoint_path)
@@ -892,6 +905,13 @@ class Session:
         for layer in layers:
             mine = [q for q, _ in layer.params()]
             layer.trainable = not all(id(q) in ids for q in mine)
+            if layer.trainable and self._adapter_ids and any(id(q) in self._adapter_ids for q in mine):
+                # an adapted layer: its frozen base holds no grad buffer (LoRA's memory saving)
+                from microformer.layer import changed, release_grad
+                for q, g in layer.params():
+                    if id(q) in ids:
+                        release_grad(g)
+                changed()
         self._net.frozen = ids
         self._opt = None                     # the optimizer's parameter list changes
 
@@ -991,6 +1011,8 @@ class Session:
         log = _fit_log()
         steps0 = self._opt.steps
         self._fits += 1
+        if not self._adapter_ids:
+            self._dirty = True
         try:
             _fit(self._net, self._loss, self._opt, ds, epochs=epochs, batch_size=batch, seed=self._fits,
                  verbose=verbose, log=log)
@@ -1131,7 +1153,115 @@ class Session:
         path = self._path(path) if path else self.checkpoint_path
         self.meta["user_examples"] = len(self._examples.y)
         n = checkpoint.save(path, self.model, self.meta)
+        if path == self.checkpoint_path:
+            self._dirty = False
         self._say("saved %s (%d bytes)" % (path, n))
+        return n
+
+    # ---- LoRA adapters (microformer.lora, imported on first use) -----------------------------
+
+    def _adapted(self, before, what):
+        # after adapters came or went: parts, frozen set (every base tensor frozen when `before`
+        # is None, else the names frozen before), the optimizer, and the memory a fit needs
+        from microformer.lora import adapters
+        self._adapter_ids = {}
+        for _, a in adapters(self.model):
+            self._adapter_ids[id(a.A)] = 1
+            self._adapter_ids[id(a.B)] = 1
+        self._parts = model_parts(self.model)
+        if before is None:
+            self._frozen = {}
+            for p in self._parts:
+                if id(p.tensors[0]) not in self._adapter_ids:
+                    self._frozen[p.name] = 1
+        else:
+            self._frozen = {}
+            for p in self._parts:
+                if p.name in before:
+                    self._frozen[p.name] = 1
+        self._net = _Net(self.model, self._shape, {}, self._named())
+        self._apply_frozen()
+        self._snap = None
+        full = self.need
+        self.need = self.model.summary((self.batch_size,) + self._shape, show=False)
+        if self.verbose:
+            print(what)
+            print(self.trainable_summary())
+            n = self.need
+            print("memory for a fine-tune batch of %d: %d bytes (weights and trainable state %d, "
+                  "activations %d); before: %d bytes; free heap %s"
+                  % (self.batch_size, n["total_bytes"], n["param_bytes"], n["activation_bytes"],
+                     full["total_bytes"] if full else 0, _mem_free()))
+
+    def lora(self, rank=4, alpha=8, targets=None):
+        """Add LoRA adapters (rank, alpha: scaling alpha/rank) to the linear maps `targets` names
+        (kinds 'attention' 'ffn' 'dense', or names / globs as s.parts() shows them without the
+        '.weight'; None: 'attention' and 'ffn', those of the two the model has), freeze everything
+        else, and print the adapted maps, the trainable parameters and the memory the fine-tune
+        needs. s.unfreeze('head') trains the head too. Returns the adapted maps' names."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise ValueError("lora: rank must be an int >= 1, got %r" % (rank,))
+        if not _is_number(alpha) or not alpha > 0:
+            raise ValueError("lora: alpha must be a positive number, got %r" % (alpha,))
+        if self._dirty:
+            raise ValueError("lora: the base weights were fitted in this session and not saved; "
+                             "s.save() first (an adapter names the checkpoint it applies to)")
+        from microformer.lora import add_lora, linears
+        if targets is None:
+            kinds = [k for _, k, _, _ in linears(self.model)]
+            targets = [k for k in ("attention", "ffn") if k in kinds]
+            if not targets:
+                raise ValueError("lora: the model has no attention or feed-forward linear map; name "
+                                 "targets (e.g. targets='dense')")
+        gc.collect()
+        found = add_lora(self.model, rank, alpha, targets)
+        names = [n for n, _ in found]
+        self._adapted(None, "lora: rank %d, alpha %s on %s: %s"
+                      % (rank, alpha, _n(len(names), "linear map"), ", ".join(names)))
+        return names
+
+    def _adapter_path(self, path, who):
+        if path is not None and not (isinstance(path, str) and path):
+            raise ValueError("%s: path must be a file name (a non-empty str) or None, got %r" % (who, path))
+        if path:
+            return self._path(path)
+        base = self.checkpoint_path
+        return (base[:-5] if base.endswith(".mfck") else base) + ".adapter.mfck"
+
+    def save_adapter(self, path=None):
+        """Write only the trained tensors (the adapters, or what is unfrozen) atomically, naming
+        this session's checkpoint as their base; default path: model.adapter.mfck beside it."""
+        path = self._adapter_path(path, "save_adapter")
+        if self._dirty:
+            raise ValueError("save_adapter: the base weights were fitted in this session and not "
+                             "saved: the adapter would not reproduce the model (s.save() instead)")
+        n = checkpoint.save_adapter(path, self.model, self.checkpoint_path,
+                                    {"user_examples": len(self._examples.y)})
+        self._say("saved adapter %s (%d bytes) for %s" % (path, n, self.checkpoint_path))
+        return n
+
+    def load_adapter(self, path):
+        """Load an adapter file (s.save_adapter) on top of this session's checkpoint, which must be
+        its base (else CheckpointError naming both CRCs); its base weights are read again."""
+        path = self._adapter_path(path, "load_adapter")
+        if not isinstance(path, str):
+            raise ValueError("load_adapter: path must be a file name, got %r" % (path,))
+        checkpoint.load_adapter(path, self.model, self.checkpoint_path)
+        self._dirty = False
+        self._opt = None
+        self._adapted(None, "loaded adapter %s on %s" % (path, self.checkpoint_path))
+
+    def merge(self):
+        """Fold the adapters into the weights (W += (alpha/r) B A) and remove them: a plain model
+        (s.save() then writes it whole). Frozen parts stay frozen. Returns how many."""
+        if not self._adapter_ids:
+            raise ValueError("merge: the model has no adapters (s.lora() or s.load_adapter() adds them)")
+        from microformer.lora import merge_lora
+        before = dict(self._frozen)
+        n = merge_lora(self.model)
+        self._opt = None
+        self._dirty = True
+        self._adapted(before, "merged %s into the weights" % _n(n, "adapter"))
         return n
 
     def info(self):
