@@ -6,6 +6,7 @@ import gc
 import sys
 
 import finetune
+import microformer as mf
 from microformer import checkpoint
 
 
@@ -33,6 +34,12 @@ def run(a, b):
     r["p_trained"] = probs(s, ROWS)
     r["adapter_bytes"] = s.save_adapter()
     r["base_bytes"] = checkpoint.read_header(a + "/model.mfck")["size"]
+    # a checkpoint of the adapted model rebuilds it (adapters from the spec) bit for bit
+    s.save("adapted.mfck")
+    want = [(n, bytes(p.data)) for n, p in s.model.named_params()]
+    again = mf.load_model(a + "/adapted.mfck")
+    r["spec_same"] = [(n, bytes(p.data)) for n, p in again.named_params()] == want
+    again = want = None
     s = None                # one session at a time, as on a board's heap
     gc.collect()
     fresh = finetune.Session(root=a, verbose=False, adapter="model.adapter.mfck")
@@ -69,6 +76,7 @@ def check(r):
     assert r["adapter_bytes"] < r["base_bytes"], (r["adapter_bytes"], r["base_bytes"])
     assert "expected base CRC" in r["refused"], r["refused"]
     assert "s.save() first" in r["dirty"], r["dirty"]
+    assert r["spec_same"]
     assert r["merged"] == 4
     for p, q in zip(r["p_merged"], r["p_trained"]):
         for u, v in zip(p, q):
