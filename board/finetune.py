@@ -12,8 +12,11 @@ from mf_demo import (DEMO_DIR, DEMO_PRETRAINED, DRIFT_SCALE, DRIFT_OFFSET, FREEZ
 
 HELP = """finetune: fine-tune the checkpoint on flash, from the REPL
   s = finetune.Session(checkpoint='model.mfck', data=None, user_data='data/user.csv',
-                       lr=0.02, batch_size=16, root=None, backend=None, verbose=True)
+                       lr=0.02, batch_size=16, root=None, backend=None, verbose=True,
+                       adapter=None)
   s = finetune.Session('iris.mfck')   another checkpoint on flash
+  s = finetune.Session(adapter='model.adapter.mfck')
+                                  the checkpoint + a LoRA adapter saved for it (s.save_adapter)
   s.help()                        the session's commands
   finetune.capture(s, read, label, n=None, rate_hz=50, count=1)
                                   examples from a sensor: read() returns one reading (a number
@@ -30,6 +33,7 @@ Files on flash (relative to the board's cwd '/'; Session(root=...) prefixes them
                     metadata names it ('data'); Session(data='data/x.csv') names another
   data/user.csv     your examples, raw units; add_example appends, clear_examples() moves the
                     file to data/user.csv.bak (then .bak2, ...)
+  model.adapter.mfck  s.save_adapter()'s file: only the trained tensors, for model.mfck alone
   demo/             demo()'s own files (its checkpoint and examples)"""
 
 

@@ -49,6 +49,12 @@ regression targets as numbers):
   s.fit(epochs=10, data=None, lr=None, verbose=None)
                                         data None: your examples if there are any, else 'train'
   s.save(path=None)                     atomic: the old checkpoint survives a power cut
+  s.lora(rank=4, alpha=8, targets=None)  targets None: 'attention' and 'ffn' (those present)
+                                        LoRA adapters; the base frozen; prints trainable params
+                                        and the memory the fine-tune needs
+  s.save_adapter(path=None)             only the trained tensors (model.adapter.mfck)
+  s.load_adapter(path)                  base + adapter (Session(adapter=path) at the start)
+  s.merge()                             fold the adapters into the weights
   s.drifted_examples(n=None, part='train', scale=None, offset=None, seed=0)
                                         the Iris demo's drifted sensor readings of base rows
 x: one example: its features, or for a window model ([L, C] input) L*C numbers time-major or a
@@ -344,16 +350,19 @@ class Session:
     """A model loaded from flash with its data, ready to evaluate, predict and fine-tune.
 
     Session(checkpoint='model.mfck', data=None, user_data='data/user.csv', lr=FIT_LR,
-            batch_size=16, root=None, backend=None, verbose=True)
+            batch_size=16, root=None, backend=None, verbose=True, adapter=None)
     data: the base data file (None: data/<meta['data']> when the checkpoint's metadata names
     one, else none). root: a folder the paths are relative to (None: the cwd, '/' on the board).
     backend: 'python' or 'viper' (None: leave microformer's current backend).
+    adapter: an adapter file (s.save_adapter) to load on top of the checkpoint, which must be
+    the base it was saved for.
     """
 
     def __init__(self, checkpoint=CHECKPOINT, data=None, user_data=USER_DATA, lr=FIT_LR,
-                 batch_size=16, root=None, backend=None, verbose=True):
+                 batch_size=16, root=None, backend=None, verbose=True, adapter=None):
         for what, v, none_ok in (("checkpoint", checkpoint, False), ("data", data, True),
-                                 ("user_data", user_data, False), ("root", root, True)):
+                                 ("user_data", user_data, False), ("root", root, True),
+                                 ("adapter", adapter, True)):
             if not (isinstance(v, str) and v) and not (none_ok and v is None):
                 raise ValueError("Session: %s must be a file name (a non-empty str)%s, got %r"
                                  % (what, " or None" if none_ok else "", v))
@@ -376,8 +385,12 @@ class Session:
         self._fits = 0
         self._cache = {}
         self._frozen = {}
+        self._adapter_ids = {}                # ids of the LoRA tensors (s.lora, s.load_adapter)
+        self._dirty = False                   # base weights fitted since the checkpoint was read
         try:
             self._load()
+            if adapter is not None:
+                self.load_adapter(adapter)
         except MemoryError:
             self._cache = {}
             raise self._oom("loading %s" % self.checkpoint_path)
@@ -892,6 +905,13 @@ class Session:
         for layer in layers:
             mine = [q for q, _ in layer.params()]
             layer.trainable = not all(id(q) in ids for q in mine)
+            if layer.trainable and self._adapter_ids and any(id(q) in self._adapter_ids for q in mine):
+                # an adapted layer: its frozen base holds no grad buffer (LoRA's memory saving)
+                from microformer.layer import changed, release_grad
+                for q, g in layer.params():
+                    if id(q) in ids:
+                        release_grad(g)
+                changed()
         self._net.frozen = ids
         self._opt = None                     # the optimizer's parameter list changes
 
@@ -991,6 +1011,8 @@ class Session:
         log = _fit_log()
         steps0 = self._opt.steps
         self._fits += 1
+        if not self._adapter_ids:
+            self._dirty = True
         try:
             _fit(self._net, self._loss, self._opt, ds, epochs=epochs, batch_size=batch, seed=self._fits,
                  verbose=verbose, log=log)
@@ -1131,8 +1153,37 @@ class Session:
         path = self._path(path) if path else self.checkpoint_path
         self.meta["user_examples"] = len(self._examples.y)
         n = checkpoint.save(path, self.model, self.meta)
+        if path == self.checkpoint_path:
+            self._dirty = False
         self._say("saved %s (%d bytes)" % (path, n))
         return n
+
+    # ---- LoRA adapters: mf_adapter.py (and microformer.lora), imported on first use ----------
+
+    def lora(self, rank=4, alpha=8, targets=None):
+        """Add LoRA adapters (rank, alpha: scaling alpha/rank) to the linear maps `targets` names
+        (kinds 'attention' 'ffn' 'dense', or names / globs; None: 'attention' and 'ffn', those
+        the model has), freeze everything else, and print the adapted maps, the trainable
+        parameters and the memory the fine-tune needs. Returns the adapted maps' names."""
+        from mf_adapter import lora
+        return lora(self, rank, alpha, targets)
+
+    def save_adapter(self, path=None):
+        """Write only the trained tensors (adapters, or what is unfrozen) atomically, naming this
+        session's checkpoint as their base; default path: model.adapter.mfck beside it."""
+        from mf_adapter import save_adapter
+        return save_adapter(self, path)
+
+    def load_adapter(self, path):
+        """Load an adapter file on top of this session's checkpoint, which must be its base
+        (else CheckpointError naming both CRCs)."""
+        from mf_adapter import load_adapter
+        return load_adapter(self, path)
+
+    def merge(self):
+        """Fold the adapters into the weights (W += (alpha/r) B A) and remove them."""
+        from mf_adapter import merge
+        return merge(self)
 
     def info(self):
         """Print what this session holds."""

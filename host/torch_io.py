@@ -561,6 +561,65 @@ def load_into(module, checkpoint_or_model):
     return module
 
 
+def apply_adapter(module, adapter_path):
+    """Merge an adapter file (checkpoint.save_adapter, the board's s.save_adapter) into your torch
+    module, the one whose weights are the adapter's base: every LoRA adapter as one add,
+    weight += (alpha/r) * lora_B @ lora_A (q/k/v: rows 0:E, E:2E, 2E:3E of in_proj_weight), and
+    the other trained tensors (an unfrozen head, biases) copied in. ValueError naming the file
+    when it is not an adapter or names a tensor the module lacks. Returns the module."""
+    path = os.fspath(adapter_path)
+    meta, tensors = checkpoint.read(path)
+    if not isinstance(meta.get("adapter_of"), dict):
+        raise ValueError("apply_adapter: %s is not an adapter file (its metadata has no 'adapter_of')" % path)
+    model, c = _from_torch(module, True)
+    groups = meta.get("lora") or []
+    if groups:
+        from microformer.lora import add_lora
+        for g in groups:
+            add_lora(model, g["rank"], g["alpha"], g["targets"])
+    named = dict(model.named_params())
+    for name, shape, data in tensors:
+        p = named.get(name)
+        if p is None:
+            raise ValueError("apply_adapter: %s holds tensor %r, which the module's model %s lacks"
+                             % (path, name, checkpoint.model_tag(model)))
+        if tuple(p.shape) != tuple(shape):
+            raise ValueError("apply_adapter: %s: tensor %r is %r, the module's is %r" % (path, name, tuple(shape),
+                                                                                         tuple(p.shape)))
+        p.data[:] = data
+    # the plain trained tensors through the state dict (names and layouts as load_into)
+    sd = {k: torch.tensor(v.tolist(), dtype=torch.float32) for k, v in model.state_dict().items()
+          if ".lora_" not in "." + k}
+    module.load_state_dict(_permute(sd, c.perms, inverse=True), strict=True)
+    # each adapter as one add into its torch weight
+    full = model.state_dict()
+    own = module.state_dict()
+    for g in groups:
+        scale = g["alpha"] / g["rank"]
+        for t in g["targets"]:
+            pre = t + "." if t else ""
+            A = torch.tensor(full[pre + "lora_A.weight"].tolist(), dtype=torch.float64)
+            B = torch.tensor(full[pre + "lora_B.weight"].tolist(), dtype=torch.float64)
+            delta = scale * (B @ A)
+            leaf = t.rsplit(".", 1)[-1]
+            if leaf in ("q_proj", "k_proj", "v_proj"):
+                key = t[:-len(leaf)] + "in_proj_weight"
+                E = delta.shape[0]
+                rows = slice(E * "qkv".index(leaf[0]), E * ("qkv".index(leaf[0]) + 1))
+            else:
+                key = pre + "weight"
+                rows = slice(None)
+            if key not in own:
+                raise ValueError("apply_adapter: %s: the adapter on %r has no weight %r in the module"
+                                 % (path, t, key))
+            if key in c.perms:
+                delta = _permute({key: delta}, {key: c.perms[key]}, inverse=True)[key]
+            with torch.no_grad():
+                w = own[key]
+                w[rows] = (w[rows].double() + delta).to(w.dtype)
+    return module
+
+
 def _to_module(layer, where):
     name = type(layer).__name__
     if isinstance(layer, mf.Sequential):

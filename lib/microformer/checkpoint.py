@@ -677,3 +677,135 @@ def info(path, show=True):
     if show:
         print(s)
     return s
+
+
+# ---- adapter checkpoints: only what was trained, for one base file --------------------------
+# An adapter file is an MFCK file (same verification, atomic save, truncation safety) whose
+# metadata has "adapter_of": {"crc": the base file's whole-file CRC32 (its last 4 bytes), "tag":
+# the base's model tag}, and "lora": the adapters' spec entry (microformer.spec) when it holds
+# any. Its tensors are the model's trainable ones (those with a grad buffer: the adapters, or the
+# unfrozen tensors), under their checkpoint names.
+
+class _Some:
+    # a model stand-in holding only some named tensors, for save()
+    def __init__(self, named):
+        self._n = named
+
+    def named_params(self):
+        return self._n
+
+
+def base_id(base_path):
+    """{'crc', 'tag'} of a verified checkpoint: what an adapter file names its base by."""
+    base_path = _resolve(base_path, "checkpoint.base_id")
+    with _open_read(base_path) as f:
+        size = _verify(f, base_path)
+        tag = _parse(f, base_path, size)[0]
+        f.seek(size - 4)
+        crc = struct.unpack("<I", _readn(f, 4, base_path))[0]
+    return {"crc": crc, "tag": tag}
+
+
+def save_adapter(path, model, base_path, meta=None):
+    """Write the trainable tensors of `model` (LoRA adapters, or whatever is unfrozen) to `path`,
+    naming the base checkpoint `base_path` they apply to (its CRC and tag). Returns the size."""
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise ValueError("checkpoint.save_adapter: meta must be a dict, got %s" % type(meta).__name__)
+    base = base_id(base_path)
+    want = model_tag(model)
+    if base["tag"] != want:
+        raise CheckpointError("checkpoint.save_adapter: base %r is a checkpoint of %r, the model is %r"
+                              % (base_path, base["tag"], want))
+    live = {}
+    for p, _ in model.collect_params([]):
+        live[id(p)] = 1
+    named = [(n, p) for n, p in _named(model) if id(p) in live]
+    if not named:
+        raise ValueError("checkpoint.save_adapter: the model has no trainable tensor to save (add "
+                         "adapters with mf.add_lora or unfreeze a part)")
+    meta = dict(meta)
+    meta["adapter_of"] = base
+    if "microformer.lora" in sys.modules:
+        groups = sys.modules["microformer.lora"].spec_groups(model)
+        if groups:
+            meta["lora"] = groups
+    return save(path, _Some(named), meta, tag="adapter:" + want, spec=False)
+
+
+def _check_base(path, ameta, base_path):
+    of = ameta.get("adapter_of")
+    if not isinstance(of, dict) or not isinstance(of.get("crc"), int):
+        raise _err(path, "not an adapter file (its metadata has no 'adapter_of' with the base's CRC)")
+    base = base_id(base_path)
+    if of["crc"] != base["crc"]:
+        raise _err(path, "adapter for another base: expected base CRC 0x%08x (tag %r), %r has CRC "
+                   "0x%08x (tag %r)" % (of["crc"], of.get("tag"), base_path, base["crc"], base["tag"]))
+    return base
+
+
+def load_adapter(path, model, base_path):
+    """Load base + adapter: refuse (CheckpointError) unless `path` is an adapter file for the
+    checkpoint `base_path` (same CRC); load the base's weights into `model` (whose architecture
+    is the base's), add the adapters the file describes (meta['lora']) unless the model has them,
+    then its tensors. Returns the adapter's metadata."""
+    _check_byteorder()
+    path = _resolve(path, "checkpoint.load_adapter")
+    ameta = read_header(path)["meta"]
+    _check_base(path, ameta, base_path)
+    groups = ameta.get("lora")
+    have = []
+    if "microformer.lora" in sys.modules:
+        have = sys.modules["microformer.lora"].spec_groups(model)
+    if groups is not None and have:
+        from .spec import difference
+        d = difference(groups, have, ("the adapter file", "the model"))
+        if d:
+            raise _err(path, "the model's adapters differ from the file's (%s)" % d.replace("spec", "lora", 1))
+    # the base first, into the model's base tensors (the adapters: not in the base file)
+    if have:
+        lora = sys.modules["microformer.lora"]
+        ids = {}
+        for _, a in lora.adapters(model):
+            ids[id(a.A)] = 1
+            ids[id(a.B)] = 1
+        _load_some(base_path, [(n, p) for n, p in _named(model) if id(p) not in ids], model_tag(model))
+    else:
+        load(base_path, model)
+        if groups is not None:
+            from .lora import add_lora
+            for g in groups:
+                add_lora(model, g["rank"], g["alpha"], g["targets"])
+    mine = {}
+    for n, p in _named(model):
+        mine[n] = p
+    h = read_header(path)
+    named = []
+    for n, shape in h["tensors"]:
+        if n not in mine:
+            raise _err(path, "wrong model: the adapter holds tensor %r the model lacks" % n)
+        named.append((n, mine[n]))
+    _load_some(path, named, h["tag"])
+    return ameta
+
+
+def _load_some(path, named, want):
+    # the tensors `named` (all in the file, same shapes) from a verified file whose tag is `want`
+    with _open_read(path) as f:
+        size = _verify(f, path)
+        ctag, meta, recs = _parse(f, path, size)
+        if ctag != want:
+            raise _err(path, "wrong model: checkpoint is for %r, this model is %r" % (ctag, want))
+        have = {}
+        for name, shape, off in recs:
+            have[name] = (shape, off)
+        for name, p in named:
+            if name not in have:
+                raise _err(path, "wrong model: checkpoint has no tensor %r" % name)
+            if tuple(have[name][0]) != tuple(p.shape):
+                raise _err(path, "wrong shape: %s: expected %r, got %r" % (name, tuple(p.shape), have[name][0]))
+        if len(named) != len(recs):
+            raise _err(path, "wrong model: the file holds %d tensors, the model %d" % (len(recs), len(named)))
+        for name, p in named:
+            _read_floats(f, p.data, have[name][1], path)

@@ -232,8 +232,13 @@ def add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"), rng=None):
     for name, _, layer, slot in chosen:
         if _get(layer, slot) is not None:
             raise ValueError("lora: %s already has an adapter (mf.merge_lora(model) or mf.lora.remove_lora(model) first)" % name)
-    for _, g in model.params():          # freeze everything, then the adapters train
-        release_grad(g)
+    keep = {}                            # adapters added before keep training
+    for _, a in adapters(model):
+        keep[id(a.dA)] = 1
+        keep[id(a.dB)] = 1
+    for _, g in model.params():          # freeze everything else, then the new adapters train
+        if id(g) not in keep:
+            release_grad(g)
     out = []
     for name, _, layer, slot in chosen:
         if slot is None:
@@ -244,6 +249,7 @@ def add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"), rng=None):
             a = LoRA(E, E, rank, alpha, rng)
             setattr(layer, "lora_" + slot, a)
         _tensor_names(model, name, a)
+        layer._trainable = True          # its base stays frozen (no grad buffer); the adapter trains
         out.append((name, a))
     _settle(model)
     changed()
@@ -284,6 +290,20 @@ def merge_lora(model):
         n += 1
     changed()
     return n
+
+
+def spec_groups(model):
+    """The model's adapters as a spec describes them: [{"rank", "alpha", "targets": [names]}], one
+    entry per (rank, alpha) in the model's order; [] without adapters."""
+    out = []
+    for name, a in adapters(model):
+        for g in out:
+            if g["rank"] == a.rank and g["alpha"] == a.alpha:
+                g["targets"].append(name)
+                break
+        else:
+            out.append({"rank": a.rank, "alpha": a.alpha, "targets": [name]})
+    return out
 
 
 def remove_lora(model):

@@ -106,8 +106,13 @@ def _layer_spec(layer, where):
 
 
 def to_spec(model):
-    """The model's layers and their constructor arguments, as a JSON-able dict."""
+    """The model's layers and their constructor arguments, as a JSON-able dict; a model with LoRA
+    adapters (mf.add_lora) also gets spec['lora'] = [{"rank", "alpha", "targets": [linear names]}]."""
     spec = _layer_spec(model, "model")
+    if "microformer.lora" in sys.modules:       # no adapter exists before lora is imported
+        groups = sys.modules["microformer.lora"].spec_groups(model)
+        if groups:
+            spec["lora"] = groups
     spec["format"] = FORMAT
     return spec
 
@@ -145,7 +150,7 @@ def _build(spec, where, depth):
                          % (where, kind, ", ".join(sorted(_LAYERS))))
     kwargs = {}
     for k in spec:
-        if k != "type" and k != "format":
+        if k != "type" and k != "format" and not (depth == 0 and k == "lora"):
             kwargs[k] = spec[k]
     if kind == "Reshape" and isinstance(kwargs.get("shape"), list):
         kwargs["shape"] = tuple(kwargs["shape"])
@@ -161,7 +166,15 @@ def from_spec(spec):
     load_model; plan(spec) gives the sizes of any spec without building it)."""
     if isinstance(spec, dict) and "format" in spec and spec["format"] != FORMAT:
         raise ValueError("from_spec: format %r, expected %r" % (spec["format"], FORMAT))
-    return _build(spec, "spec", 0)
+    if isinstance(spec, dict) and "lora" in spec:
+        from .specplan import lora_tensors
+        lora_tensors(spec, None, [0, 0])        # the adapters name linear maps of this spec
+    model = _build(spec, "spec", 0)
+    if isinstance(spec, dict) and "lora" in spec:
+        from .lora import add_lora
+        for g in spec["lora"]:                  # frozen base, trainable adapters, as add_lora leaves them
+            add_lora(model, g["rank"], g["alpha"], g["targets"])
+    return model
 
 
 def difference(a, b, names=("the checkpoint", "the model")):

@@ -133,6 +133,98 @@ def _walk(spec, where, depth, tot, out, prefix):
                          "up to here, more than the limit MAX_PARAMS = %d" % (where, kind, tot[0], tot[1], MAX_PARAMS))
 
 
+# ---- LoRA adapters: spec['lora'] = [{"rank": r, "alpha": a, "targets": [linear names]}, ...] ----
+# The linear maps an adapter may sit on, per layer type, named as mf.lora.linears names them:
+# "name:i,o" (in = argument i, out = argument o; "" names the layer itself), "prefix>Type:dims"
+# a part, "#" / "*k" as in _P. An adapter on linear N adds N.lora_A [r, in] and N.lora_B [out, r].
+_LIN = {
+    "Dense": ":0,1",
+    "Attention": "q_proj:0,0 k_proj:0,0 v_proj:0,0 out_proj:0,0",
+    "FeedForward": "linear1:0,1 linear2:1,0",
+    "EncoderBlock": "self_attn.>Attention:0,1 >FeedForward:0,2",
+    "DecoderBlock": "self_attn.>Attention:0,1 multihead_attn.>Attention:0,1 >FeedForward:0,2",
+    "Transformer": "encoder.layers.#.>EncoderBlock:2,3,4*5 decoder.layers.#.>DecoderBlock:2,3,4*6 "
+                   "generator.>Dense:2,1",
+}
+
+
+def _lin(kind, a, prefix, out):
+    for item in _LIN.get(kind, "").split():
+        head, dims = item.split(":")
+        rep = 1
+        if "*" in dims:
+            dims, k = dims.split("*")
+            rep = a[int(k)]
+        vals = [a[int(d)] for d in dims.split(",")]
+        if ">" in head:
+            pre, sub = head.split(">")
+            for r in range(rep):
+                _lin(sub, vals, prefix + pre.replace("#", str(r)), out)
+        else:
+            name = prefix + head
+            out[name[:-1] if name.endswith(".") else name] = (vals[0], vals[1])
+
+
+def linear_maps(spec):
+    """{name: (in, out)} of every linear map of a (top-level) spec an adapter may sit on, named as
+    mf.lora.linears(model) names them (layers of a Sequential nested in the top one: none)."""
+    out = {}
+    if spec.get("type") == "Sequential":
+        layers = spec["layers"]
+        for i in range(len(layers)):
+            if layers[i].get("type") in _LIN:
+                _lin(layers[i]["type"], _args(layers[i], layers[i]["type"], "")[0], "%d." % i, out)
+    elif spec["type"] in _LIN:
+        _lin(spec["type"], _args(spec, spec["type"], "")[0], "", out)
+    return out
+
+
+def _num(v):
+    return not isinstance(v, bool) and isinstance(v, (int, float))
+
+
+def lora_tensors(spec, out, tot):
+    """Check spec['lora'] (if any) against the spec's linear maps; out (None: count only) gets the
+    adapters' (name, shape), tot[0] their parameters."""
+    groups = spec.get("lora")
+    if groups is None:
+        return
+    where = "spec.lora"
+    if not isinstance(groups, list) or not groups:
+        raise ValueError("%s must be a non-empty list of {rank, alpha, targets}, got %s" % (where, _short(groups)))
+    lins = linear_maps(spec)
+    seen = {}
+    for g in range(len(groups)):
+        e = groups[g]
+        w = "%s[%d]" % (where, g)
+        if not isinstance(e, dict) or sorted(e) != ["alpha", "rank", "targets"]:
+            raise ValueError("%s must be {'rank', 'alpha', 'targets'}, got %s" % (w, _short(e)))
+        r = e["rank"]
+        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= MAX_PARAMS:
+            raise ValueError("%s.rank must be an int >= 1, got %r" % (w, r))
+        if not _num(e["alpha"]) or not e["alpha"] > 0:
+            raise ValueError("%s.alpha must be a positive number, got %r" % (w, e["alpha"]))
+        t = e["targets"]
+        if not isinstance(t, list) or not t:
+            raise ValueError("%s.targets must be a non-empty list of linear map names, got %s" % (w, _short(t)))
+        for name in t:
+            if name not in lins:
+                raise ValueError("%s.targets: %r is no linear map of the spec (it has %s)"
+                                 % (w, name, _short(sorted(lins))))
+            if name in seen:
+                raise ValueError("%s.targets: %r has two adapters" % (w, name))
+            seen[name] = 1
+            i, o = lins[name]
+            tot[0] += r * (i + o)
+            if out is not None:
+                pre = name + "." if name else ""
+                out.append((pre + "lora_A", (r, i)))
+                out.append((pre + "lora_B", (o, r)))
+        if tot[0] + tot[1] > MAX_PARAMS:
+            raise ValueError("%s: the spec declares %d parameters and %d floats of fixed tables up to here, "
+                             "more than the limit MAX_PARAMS = %d" % (w, tot[0], tot[1], MAX_PARAMS))
+
+
 def plan(spec):
     """(parameters, fixed-table floats) the model of `spec` would allocate, read off the spec
     alone; ValueError naming the layer when the spec is malformed or exceeds MAX_PARAMS."""
@@ -140,6 +232,7 @@ def plan(spec):
         raise ValueError("spec: format %r, expected %r" % (spec["format"], FORMAT))
     tot = [0, 0]
     _walk(spec, "spec", 0, tot, None, "")
+    lora_tensors(spec, None, tot)
     return tot[0], tot[1]
 
 
@@ -147,7 +240,9 @@ def named_shapes(spec):
     """[(name, shape)] of the model `spec` describes, as checkpoint.save names them (after
     plan(spec), which bounds the sizes)."""
     out = []
-    _walk(spec, "spec", 0, [0, 0], out, "")
+    tot = [0, 0]
+    _walk(spec, "spec", 0, tot, out, "")
+    lora_tensors(spec, out, tot)
     return out
 
 
