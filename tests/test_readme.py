@@ -1,10 +1,12 @@
-"""README.md's code blocks are run, so the documentation cannot drift from the code.
+"""The code blocks of the READMEs are run, so the documentation cannot drift from the code.
 
-Every fenced block in README.md carries a marker on the line before its opening fence:
+DOCS are README.md and the READMEs next to what they document. Every fenced block in them carries a marker on the line before its opening fence:
     <!-- run: cpython micropython -->   run it there (any of cpython, micropython, board, shell)
     <!-- run: board exact -->           ... and compare a transcript's output lines exactly
     <!-- no-run: why it is not run -->  not run, and the reason says why
-A block with no marker fails test_every_block_is_marked, so a new block cannot escape.
+A block with no marker fails test_every_block_is_marked, so a new block cannot escape. Every
+relative link in them must lead to a file that exists, and a #fragment to a heading of it
+(test_links_resolve).
 
 How a block runs: `cpython` as a script under this Python, `micropython` under each MicroPython
 interpreter (the stock port and the 32-bit port), both with lib/ and board/ importable and a fresh
@@ -25,7 +27,7 @@ import pytest
 
 import helpers
 
-README = os.path.join(helpers.ROOT, "README.md")
+DOCS = ("README.md", "lib/README.md", "board/README.md", "host/README.md", "tests/README.md")
 KINDS = ("cpython", "micropython", "board", "shell")
 FENCE = re.compile(r"^ {0,3}(```+|~~~+)(.*)$")
 MARKER = re.compile(r"^<!--\s*(run|no-run):(.*?)-->\s*$")
@@ -33,8 +35,9 @@ NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 class Block:
-    def __init__(self, line, info, lines, marker):
+    def __init__(self, line, info, lines, marker, doc="README.md"):
         self.line, self.info, self.lines, self.marker = line, info, lines, marker
+        self.doc = doc
         self.kinds, self.exact, self.problem = (), False, None
         if marker is None:
             self.problem = "no marker: put <!-- run: KIND --> (%s) or <!-- no-run: reason --> before it" % (
@@ -71,11 +74,11 @@ class Block:
             elif out:
                 out[-1][1].append(l)
             elif l.strip():
-                raise ValueError("README.md line %d: %r comes before the first '>>> '" % (self.line, l))
+                raise ValueError("%s line %d: %r comes before the first '>>> '" % (self.doc, self.line, l))
         return [(src, want) for src, want in out]
 
 
-def blocks(text):
+def blocks(text, doc="README.md"):
     """The fenced blocks of a Markdown text, each with the marker on the line before its fence."""
     found, lines, i = [], text.splitlines(), 0
     while i < len(lines):
@@ -88,12 +91,12 @@ def blocks(text):
         while j < len(lines) and not lines[j].strip().startswith(fence):
             j += 1
         if j == len(lines):
-            raise ValueError("README.md line %d: the block opened here is never closed" % (start + 1))
+            raise ValueError("%s line %d: the block opened here is never closed" % (doc, start + 1))
         before = start - 1
         while before >= 0 and not lines[before].strip():
             before -= 1
         marker = MARKER.match(lines[before].strip()) if before >= 0 else None
-        found.append(Block(start + 1, m.group(2).strip(), lines[start + 1:j], marker))
+        found.append(Block(start + 1, m.group(2).strip(), lines[start + 1:j], marker, doc))
         i = j + 1
     return found
 
@@ -118,8 +121,8 @@ def check_transcript(block, output):
         same = got.strip() == want[0].strip() if block.exact else loose(got) == loose(want[0])
         if not same:
             problems.append(">>> %s\n  README: %s\n  ran:    %s" % (src, want[0], got))
-    assert not problems, "README.md line %d: the transcript differs (%s):\n%s" % (
-        block.line, "exactly" if block.exact else "numbers aside", "\n".join(problems))
+    assert not problems, "%s line %d: the transcript differs (%s):\n%s" % (
+        block.doc, block.line, "exactly" if block.exact else "numbers aside", "\n".join(problems))
 
 
 def program(block):
@@ -130,28 +133,100 @@ def program(block):
         return f.read() + "\nrun(%r)\n" % ([src for src, _ in block.steps()],)
 
 
+def _read(doc):
+    with open(os.path.join(helpers.ROOT, doc), encoding="utf-8") as f:
+        return f.read()
+
+
+def _all_blocks():
+    return [b for doc in DOCS for b in blocks(_read(doc), doc)]
+
+
 def _params():
-    with open(README) as f:
-        found = blocks(f.read())
     out = []
-    for b in found:
+    for b in _all_blocks():
+        where = "%s-line%d" % (b.doc.replace("/README.md", "").replace(".md", ""), b.line)
         for kind in b.kinds:
             if kind == "micropython":
                 for name in helpers.interpreters():
-                    out.append(pytest.param(b, kind, name, id="line%d-%s-%s" % (b.line, kind, name),
+                    out.append(pytest.param(b, kind, name, id="%s-%s-%s" % (where, kind, name),
                                             marks=[pytest.mark.mp32] if name == "mp32" else []))
             else:
-                out.append(pytest.param(b, kind, None, id="line%d-%s" % (b.line, kind),
+                out.append(pytest.param(b, kind, None, id="%s-%s" % (where, kind),
                                         marks=[pytest.mark.board] if kind == "board" else []))
     return out
 
 
-def test_every_block_is_marked():
-    with open(README) as f:
-        found = blocks(f.read())
-    assert found, "no code blocks found in README.md"
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_block_is_marked(doc):
+    found = blocks(_read(doc), doc)
+    assert found, "no code blocks found in %s" % doc
     bad = ["line %d: %s" % (b.line, b.problem) for b in found if b.problem]
-    assert not bad, "README.md blocks:\n" + "\n".join(bad)
+    assert not bad, "%s blocks:\n" % doc + "\n".join(bad)
+
+
+# ---- links between the documents ------------------------------------------------------------------
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(text):
+    """The #fragments GitHub gives a Markdown text's headings (outside code blocks)."""
+    out, seen, fenced = set(), {}, None
+    for line in text.splitlines():
+        m = FENCE.match(line)
+        if m:
+            fenced = None if fenced and m.group(1).startswith(fenced) else (fenced or m.group(1))
+            continue
+        if fenced or not line.startswith("#"):
+            continue
+        title = line.lstrip("#").strip().lower()
+        slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else "%s-%d" % (slug, n))
+    return out
+
+
+def broken_links(text, doc, root):
+    """[(target, why)] for every relative link of `text` (the file `doc` under `root`) that leads
+    nowhere: a missing file, or a #fragment that is not a heading of the file it names."""
+    bad, fenced = [], None
+    for line in text.splitlines():
+        m = FENCE.match(line)
+        if m:
+            fenced = None if fenced and m.group(1).startswith(fenced) else (fenced or m.group(1))
+            continue
+        if fenced:
+            continue
+        for target in LINK.findall(line):
+            if re.match(r"[a-z]+:", target):
+                continue                                   # http(s):, mailto: ...
+            path, _, frag = target.partition("#")
+            file = os.path.normpath(os.path.join(root, os.path.dirname(doc), path)) if path else \
+                os.path.join(root, doc)
+            if not os.path.exists(file):
+                bad.append((target, "no such file: %s" % os.path.relpath(file, root)))
+            elif frag and (not file.endswith(".md") or frag not in anchors(open(file, encoding="utf-8").read())):
+                bad.append((target, "no heading #%s in %s" % (frag, os.path.relpath(file, root))))
+    return bad
+
+
+@pytest.mark.parametrize("doc", DOCS + ("CHANGELOG.md",))
+def test_links_resolve(doc):
+    bad = broken_links(_read(doc), doc, helpers.ROOT)
+    assert not bad, "%s: links that lead nowhere:\n" % doc + "\n".join("  %s: %s" % b for b in bad)
+
+
+def test_link_check_finds_missing_files_and_headings(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "README.md").write_text("# Sub\n## The virtual board, and more\n```\n# not a heading\n```\n")
+    text = ("[ok](sub/README.md) [ok](sub/README.md#the-virtual-board-and-more) [ok](#top) "
+            "[web](https://example.com/x) [gone](sub/NOPE.md) [bad](sub/README.md#not-a-heading) "
+            "[bad](#nowhere)\n# Top\n```\n[in code](nowhere.md)\n```\n")
+    (tmp_path / "README.md").write_text(text)
+    assert [t for t, _ in broken_links(text, "README.md", str(tmp_path))] == [
+        "sub/NOPE.md", "sub/README.md#not-a-heading", "#nowhere"]
 
 
 @pytest.mark.parametrize("block, kind, interpreter", _params())
@@ -168,8 +243,8 @@ def test_readme_block(block, kind, interpreter, tmp_path, request):
         env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         r = subprocess.run(["bash", "-eu", "-c", block.text], cwd=helpers.ROOT, env=env,
                            capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, "README.md line %d failed (rc=%d):\n%s\n%s" % (
-            block.line, r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+        assert r.returncode == 0, "%s line %d failed (rc=%d):\n%s\n%s" % (
+            block.doc, block.line, r.returncode, r.stdout[-3000:], r.stderr[-3000:])
         out = r.stdout
     if block.is_transcript():
         check_transcript(block, out)
