@@ -30,6 +30,7 @@ A second deploy with nothing changed writes nothing.
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from board_link import ROOT, board_lib_files, board_mpy, mpremote, resolve_port, tool  # noqa: E402
 from gen_viper import MODULES as _VIPER_MODULES  # noqa: E402
 
-BUILD = ROOT / "build" / "deploy"
+# where deploy compiles what it copies (emptied and refilled on every deploy); MF_DEPLOY_BUILD
+# names another folder, so that two deploys running at once (a test suite on several workers)
+# do not copy files from under each other
+BUILD = Path(os.environ.get("MF_DEPLOY_BUILD") or ROOT / "build" / "deploy")
 DATASETS = ROOT / "datasets"
 # the viper kernel namespace and the generated modules it gathers (native code)
 VIPER_FILES = ("kernels_viper.py",) + tuple("viper_%s.py" % n for n in _VIPER_MODULES)

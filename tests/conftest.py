@@ -109,13 +109,16 @@ def pytest_generate_tests(metafunc):
 def _deploys_per_worker(tmp_path_factory):
     """Under pytest-xdist each worker compiles what it deploys into a folder of its own: host/deploy.py
     empties and refills build/deploy/<arch>/ on every deploy, so two workers deploying at once
-    would copy files from under each other (a board then misses modules)."""
+    would copy files from under each other (a board then misses modules). The same for a test that
+    runs `make deploy` (MF_DEPLOY_BUILD)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
     import deploy
     patch = pytest.MonkeyPatch()
-    patch.setattr(deploy, "BUILD", tmp_path_factory.mktemp("deploy"))
+    folder = tmp_path_factory.mktemp("deploy")
+    patch.setattr(deploy, "BUILD", folder)
+    patch.setenv("MF_DEPLOY_BUILD", str(folder))     # and `make deploy` run by a test
     yield
     patch.undo()
 

@@ -1,7 +1,7 @@
 """The code blocks of the READMEs are run, so the documentation cannot drift from the code.
 
 DOCS are README.md and the READMEs next to what they document. Every fenced block in them carries a marker on the line before its opening fence:
-    <!-- run: cpython micropython -->   run it there (any of cpython, micropython, board, shell)
+    <!-- run: cpython micropython -->   run it there (any of cpython, micropython, board, shell, user)
     <!-- run: board exact -->           ... and compare a transcript's output lines exactly
     <!-- no-run: why it is not run -->  not run, and the reason says why
 A block with no marker fails test_every_block_is_marked, so a new block cannot escape. Every
@@ -12,7 +12,8 @@ How a block runs: `cpython` as a script under this Python, `micropython` under e
 interpreter (the stock port and the 32-bit port), both with lib/ and board/ importable and a fresh
 folder as the working directory; `board` with `mpremote run` on a virtual board where `make deploy`
 has put the pretrained Iris checkpoint; `shell` through `bash -eu` in the project folder with
-.venv/bin first on PATH. A block whose lines start with `>>> ` is a REPL transcript: each `>>> `
+.venv/bin first on PATH; `user` is a new user's session across torch, the shell and the board
+(the From PyTorch steps: see _user_story). A block whose lines start with `>>> ` is a REPL transcript: each `>>> `
 line (with its `... ` continuation lines) runs in turn as the REPL runs it (an expression's value
 is echoed), and the first output line the README shows after it must match the first line it
 printed: loosely by default (every number may differ: timings, accuracies), exactly with `exact`.
@@ -28,7 +29,7 @@ import pytest
 import helpers
 
 DOCS = ("README.md", "lib/README.md", "board/README.md", "host/README.md", "tests/README.md")
-KINDS = ("cpython", "micropython", "board", "shell")
+KINDS = ("cpython", "micropython", "board", "shell", "user")
 FENCE = re.compile(r"^ {0,3}(```+|~~~+)(.*)$")
 MARKER = re.compile(r"^<!--\s*(run|no-run):(.*?)-->\s*$")
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
@@ -153,7 +154,7 @@ def _params():
                                             marks=[pytest.mark.mp32] if name == "mp32" else []))
             else:
                 out.append(pytest.param(b, kind, None, id="%s-%s" % (where, kind),
-                                        marks=[pytest.mark.board] if kind == "board" else []))
+                                        marks=[pytest.mark.board] if kind in ("board", "user") else []))
     return out
 
 
@@ -231,6 +232,8 @@ def test_link_check_finds_missing_files_and_headings(tmp_path):
 
 @pytest.mark.parametrize("block, kind, interpreter", _params())
 def test_readme_block(block, kind, interpreter, tmp_path, request):
+    if kind == "user":
+        return _user_story(block, tmp_path, request.getfixturevalue("monkeypatch"))
     path = tmp_path / "readme_block.py"
     path.write_text(program(block))
     if kind == "cpython":
@@ -258,6 +261,149 @@ def _on_board(path, tmp_path, checkpoint):
     with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap()) as b:
         deploy.deploy(b.port, str(checkpoint))
         return board_link.mpremote(b.port, "run", str(path), timeout=600)     # a failure raises, with the output
+
+
+# ---- a new user's story: torch, the shell and the board -----------------------------------------
+
+def _comment_after(lines, key):
+    """The lines of comment text after `key`: the rest of its comment line, then the comment
+    lines that follow it ('#' removed)."""
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("#") and key in line:
+            out = [line.split(key, 1)[1]]
+            for more in lines[i + 1:]:
+                if not more.lstrip().startswith("#"):
+                    break
+                out.append(more.lstrip()[1:])
+            return out
+    raise AssertionError("the block names no %r in its comments" % key)
+
+
+def _code_after(lines, key):
+    """Python after `key` in the comments: lines (each cut at a '  #' comment) until the brackets
+    balance at a line's end."""
+    out, depth = [], 0
+    for line in _comment_after(lines, key):
+        line = line.split("  #")[0].rstrip()
+        out.append(line.strip() if not out else "    " + line.strip())
+        depth += sum(line.count(o) - line.count(c) for o, c in ("()", "[]", "{}"))
+        if depth == 0:
+            return "\n".join(out)
+    raise AssertionError("the code after %r never closes its brackets" % key)
+
+
+def _json_after(lines, key):
+    """The JSON object after `key` in the comments: from its '{' to the '}' that balances it."""
+    text = "\n".join(_comment_after(lines, key))
+    start, depth = text.index("{"), 0
+    for i in range(start, len(text)):
+        depth += (text[i] == "{") - (text[i] == "}")
+        if depth == 0:
+            return text[start:i + 1]
+    raise AssertionError("the JSON after %r never closes" % key)
+
+
+def _windows(classes, L, C, per_class, seed):
+    """Labelled windows [N, L, C] (class k: a sine of its own frequency on every channel)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    X, y = [], []
+    for k in range(len(classes)):
+        for _ in range(per_class):
+            t = np.arange(L)[:, None] + rng.uniform(0, 50)
+            X.append(np.sin(2 * np.pi * (0.03 + 0.07 * k) * t) * (1 + np.arange(C)) + rng.normal(0, 0.1, (L, C)))
+            y.append(k)
+    return np.asarray(X, np.float32), np.asarray(y)
+
+
+def _user_story(block, tmp_path, monkeypatch):
+    """Run a From PyTorch block as a user would, line by line, in a folder laid out like a checkout
+    (links to this one's host/, lib/, board/, datasets/, Makefile, .venv; a build/ of its own),
+    holding what the block's comments say the user has: mymodel.py (the `def build()` the comment
+    shows), meta.json (the JSON the comment shows), the base data it names (windows of the
+    --input-shape, one per class in turn) and `model` (build() trained a little in torch). Comment
+    lines are skipped; `>>> ` lines run on a virtual board with a 2M heap (a board with PSRAM, as
+    the block's comment says to start it; make deploy's); lines starting with
+    python, make or mpremote run in bash with .venv/bin first on PATH (make with PORT= the virtual
+    board, mpremote connected to it); any other line is Python on the host, in one namespace.
+    Then: the `model` the block ends with computes what the board's saved weights compute."""
+    import json
+    import numpy as np
+    torch = pytest.importorskip("torch") if not os.environ.get("CI") else __import__("torch")
+    from torch import nn
+    import vboard
+    import board_link
+    import microformer as mf
+
+    lines = block.lines
+    build_src = _code_after(lines, "mymodel.py:")
+    meta = json.loads(_json_after(lines, "meta.json:"))
+    shape = re.search(r"--input-shape (\d+),(\d+)", block.text)
+    assert shape, "the block's torch_io line gives no --input-shape L,C"
+    L, C = int(shape.group(1)), int(shape.group(2))
+    work = tmp_path / "checkout"
+    work.mkdir()
+    for name in ("host", "lib", "board", "datasets", "Makefile", "requirements.txt", "requirements-torch.txt", ".venv"):
+        os.symlink(os.path.join(helpers.ROOT, name), str(work / name))
+    (work / "build").mkdir()
+    if os.path.exists(helpers.MP32):
+        os.symlink(os.path.dirname(helpers.MP32), str(work / "build" / "mp32"))
+    (work / "mymodel.py").write_text("from torch import nn\n\n\n" + build_src + "\n")
+    (work / "meta.json").write_text(json.dumps(meta))
+    X, y = _windows(meta["classes"], L, C, 10, 0)
+    with open(str(work / meta["data"]), "w") as f:
+        f.write(",".join("t%d_c%d" % (t, c) for t in range(L) for c in range(C)) + ",label\n")
+        for w, k in zip(X, y, strict=True):
+            f.write(",".join("%.5g" % v for v in w.reshape(-1)) + "," + meta["classes"][k] + "\n")
+    monkeypatch.chdir(str(work))
+    monkeypatch.syspath_prepend(str(work))
+    import importlib
+    import mymodel
+    mymodel = importlib.reload(mymodel)
+    model = mymodel.build()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    xs = torch.tensor(X).transpose(1, 2)          # the user's module is channels first
+    for _ in range(30):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xs), torch.tensor(y)).backward()
+        opt.step()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    ns = {"torch": torch, "nn": nn, "model": model, "build": mymodel.build}
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("MAKEFLAGS", None)
+    ran = []
+    with vboard.VirtualBoard(tmp_path / "vb", heap="2M") as b:      # the block's `make board-up HEAP=2M`
+        env["PORT"] = str(b.port)
+        for line in lines:
+            code = line.strip()
+            if not code or code.startswith("#"):
+                continue
+            if code.startswith(">>> "):
+                out = board_link.mpremote(str(b.port), "exec", code[4:], timeout=600)
+                assert "Traceback" not in out, out
+            elif code.split()[0] in ("python", "make", "mpremote"):
+                cmd = code
+                if cmd.startswith("mpremote "):
+                    cmd = "mpremote connect %s %s" % (b.port, cmd[len("mpremote "):])
+                if cmd.startswith("make "):      # the venv this suite runs in counts as installed
+                    cmd = "make --no-print-directory -o .venv/.installed " + cmd[len("make "):]
+                r = subprocess.run(["bash", "-eu", "-c", cmd], cwd=str(work), env=env,
+                                   capture_output=True, text=True, timeout=600)
+                assert r.returncode == 0, "%s line %d: %s failed (rc=%d):\n%s\n%s" % (
+                    block.doc, block.line, code, r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+            else:
+                exec(code, ns)
+            ran.append(code)
+    assert any(c.startswith(">>> ") for c in ran) and any(c.startswith("make deploy") for c in ran), ran
+    # the module the block ends with holds the board's fine-tuned weights, in the user's layout
+    tuned = ns["model"]
+    assert any(not torch.equal(start[k], v) for k, v in tuned.state_dict().items()), "nothing was fine-tuned"
+    board_model = mf.load_model(str(work / "tuned.mfck"))
+    with torch.no_grad():
+        got = tuned.eval()(xs[:8]).numpy()
+    want = np.asarray(board_model(mf.Tensor.from_list(X[:8].tolist())).data).reshape(got.shape)
+    assert float(np.abs(got - want).max()) <= 1e-5 * max(1.0, float(np.abs(want).max())), (got, want)
 
 
 # ---- the scheme itself, on small texts ------------------------------------------------------------
