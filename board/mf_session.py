@@ -607,10 +607,12 @@ class Session:
                     "activations for a batch of %d = %d bytes"
                     % (self.need["total_bytes"], self.need["params"], self.need["param_bytes"],
                        self.batch_size, self.need["activation_bytes"]))
-        else:
-            n = getattr(self, "_params_in_file", 0)
+        elif getattr(self, "_params_in_file", 0):
+            n = self._params_in_file
             need = ("the model needs about %d bytes for its %d params (with grads, Adam state and the "
                     "step's snapshot), plus its activations" % (28 * n, n))
+        else:
+            need = "the heap ran out before the checkpoint's size was read (its tensor table)"
         total = self.need["total_bytes"] if self.need else 0
         frag = " (fragmented: no block large enough)" if free is not None and free > total else ""
         return MemoryError("Session: out of memory %s: %s; free heap %s bytes%s. Try a smaller "
@@ -973,7 +975,10 @@ class Session:
                    if n_user else "the checkpoint's training split (data=None: no user examples yet)")
         else:
             why = None
-        name, ds = self._select(data, "fit")
+        try:
+            name, ds = self._select(data, "fit")
+        except MemoryError:
+            raise self._oom("in fit, reading the examples")
         if why is None:
             why = "%s, as asked" % name
         # garbage out first: what fit keeps (optimizer, rollback copy, history) then goes into the
@@ -1064,7 +1069,10 @@ class Session:
     def evaluate(self, data="test", verbose=None):
         """Accuracy and per-class counts on a selection (default 'test') or a list of pairs;
         for a regression model RMSE and MAE per target."""
-        name, ds = self._select(data, "evaluate")
+        try:
+            name, ds = self._select(data, "evaluate")
+        except MemoryError:
+            raise self._oom("in evaluate, reading the examples")
         if self.task == "regress":
             return self._evaluate_regress(name, ds, verbose)
         try:
