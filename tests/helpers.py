@@ -178,3 +178,18 @@ def check_outputs(got, want, tol, what):
             assert err <= tol, "%s %s: should be 0, error %.3g of the case scale" % (what, key, err)
         else:
             assert_close(got[key], value, tol, "%s %s" % (what, key))
+
+
+def user_module(folder, name, source):
+    """(path, module): `source` written to folder/NAME.py and imported afresh, as a user's own
+    model file (what `host/torch_io.py --model FILE.py:FACTORY` imports)."""
+    import importlib
+    path = os.path.join(str(folder), name + ".py")
+    with open(path, "w") as f:
+        f.write(source)
+    sys.path.insert(0, str(folder))
+    try:
+        sys.modules.pop(name, None)
+        return path, importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))

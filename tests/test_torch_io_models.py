@@ -45,16 +45,7 @@ def conv():
 
 
 def _user_models(tmp_path):
-    path = tmp_path / "mymodels.py"
-    path.write_text(MODELS_PY)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import importlib
-        mod = importlib.import_module("mymodels")
-        importlib.reload(mod)
-    finally:
-        sys.path.remove(str(tmp_path))
-    return path, mod
+    return helpers.user_module(tmp_path, "mymodels", MODELS_PY)
 
 
 def _randomize(module, seed):
