@@ -1003,6 +1003,10 @@ class Session:
                     raise self._oom("making fit's rollback copy (%d bytes; fit(on_error='keep') "
                                     "trains without it)" % (12 * self._opt._n))
             snap.take(self)
+        try:                    # the history's records: allocated before any state changes
+            log = _fit_log()
+        except MemoryError:
+            raise self._oom("in fit, before training (its history of %d epochs)" % FIT_KEEP_EPOCHS)
         # ---- from here on, state changes
         if lr is not None:
             self.lr = lr
@@ -1013,7 +1017,6 @@ class Session:
             print("fit on %s: %s, %s, batch %d, lr %g; %s"
                   % (why, _n(len(ds), "example"), _n(epochs, "epoch"), batch, self.lr,
                      self.trainable_summary()))
-        log = _fit_log()
         steps0 = self._opt.steps
         self._fits += 1
         if not self._adapter_ids:
