@@ -53,13 +53,13 @@ def interpreter_path(name):
     return exe
 
 
-def board_heap(exe=None):
-    """The -X heapsize standing for a board's 512K heap on interpreter `exe` (None: the one the
-    virtual board runs, the 32-bit port when built): 512K on the 32-bit port, whose objects have a
-    board's sizes; 640K on the stock 64-bit port, whose pointers and small objects take twice a
+def board_heap(exe=None, kb=512):
+    """The -X heapsize standing for a board's `kb` KB heap on interpreter `exe` (None: the one the
+    virtual board runs, the 32-bit port when built): kb on the 32-bit port, whose objects have a
+    board's sizes; 1.25 kb on the stock 64-bit port, whose pointers and small objects take twice a
     board's bytes (a 512K test there measures the 64-bit object layout, not the board)."""
     exe = exe or interpreter_path(interpreters()[-1])
-    return "640K" if exe == micropython_path() else "512K"
+    return "%dK" % (kb * 5 // 4 if exe == micropython_path() else kb)
 
 
 def on_ci():

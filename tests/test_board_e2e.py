@@ -116,7 +116,7 @@ def test_damaged_checkpoint_is_refused_on_the_board(board, damage, message):
 def test_too_small_heap_names_the_memory_need(tmp_path, iris_checkpoint):
     # a heap the package imports into but a batch of 120 does not fit (the import grows with the
     # layers and the session: window and regression models, LoRA commands, capture)
-    with vboard.VirtualBoard(tmp_path / "small", heap="320K", micropython=MICROPYTHON) as b:
+    with vboard.VirtualBoard(tmp_path / "small", heap=helpers.board_heap(MICROPYTHON, 320), micropython=MICROPYTHON) as b:
         deploy.deploy(str(b.port), str(iris_checkpoint))
         out = board_link.mpremote(str(b.port), "exec",
                                   "import finetune\n"
