@@ -1045,7 +1045,9 @@ class Session:
                           % (e, _n(rec["steps"], "step")))
         finally:
             self.model.train()
-        steps = log.steps               # the history's count (the optimizer's, when all is well)
+        # the optimizer's count: a Ctrl-C that lands after an epoch's last step but before train.fit
+        # records that epoch leaves the history one epoch short, never the steps
+        steps = self._opt.steps - steps0
         rec = _fit_record(self, name, len(ds), log, steps)
         _add_fit(self.meta, rec)
         seconds = rec["seconds"]
