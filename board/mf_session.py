@@ -17,7 +17,7 @@ from microformer.spec import from_spec, spec_of
 from microformer.tensor import Rng, Tensor
 from microformer.train import duration, evaluate as _evaluate, fit as _fit, predict_logits
 
-from mf_examples import Examples, fmt
+from mf_examples import Examples, exists, fmt
 
 CHECKPOINT = "model.mfck"          # what `make deploy CHECKPOINT=path` writes on the board
 DATA_DIR = "data"                  # base data: DATA_DIR/<meta['data']>
@@ -143,14 +143,6 @@ def _n(k, word):
 
 def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
-
-
-def _exists(path):
-    try:
-        os.stat(path)
-        return True
-    except OSError:
-        return False
 
 
 def _glob(pat, s):
@@ -427,7 +419,7 @@ class Session:
 
     def _load(self):
         path = self.checkpoint_path
-        if not (_exists(path) or _exists(path + ".tmp")):
+        if not (exists(path) or exists(path + ".tmp")):
             raise self._missing()
         head = checkpoint.read_header(path)   # CheckpointError names the file
         where = "checkpoint %r" % path
@@ -478,7 +470,7 @@ class Session:
                           "names one): 'train' / 'test' need it, 'user' and lists work")
         else:
             self.data_path = self._path(data)
-            if not _exists(self.data_path):
+            if not exists(self.data_path):
                 notes.append("base data: none, %s does not exist (evaluate/fit need 'user' or a list)"
                              % self.data_path)
             else:
