@@ -310,4 +310,6 @@ def callgrind_table(heap="64M"):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    import perfpage                     # host/PERFORMANCE.md from what this run prints
+    with perfpage.recorded([exe for _, exe, _ in interpreters()], command=" ".join(["host/bench.py"] + sys.argv[1:])):
+        main(sys.argv[1:])
