@@ -36,7 +36,7 @@ MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
 .PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench golden plots \
-        board-up board-down package viper compile-check clean
+        board-up board-down package viper compile-check clean xtensa-tools xtensa-report board-report
 
 setup: $(STAMP) ## create .venv from the pinned requirements (torch too unless TORCH=0)
 
@@ -155,6 +155,26 @@ golden: setup ## regenerate the golden vectors (tests/golden)
 # known; without it the 32-bit rows are missing and the bench says so).
 bench: setup $(CHECKPOINT_RULE) $(if $(MICROPYTHON_SRC),$(MP32)) ## speed and heap per model and backend on both ports, a line per item as it goes
 	$(PY) host/bench.py --checkpoint $(CHECKPOINT)
+
+# The board's machine code of the viper kernels (host/xtensa_cost.py): the GEMM's inner loops in
+# instructions per multiply-add, xtensa against x86, and (with the 32-bit port and valgrind) an
+# estimated board time per Iris / E=64 training step at 240 MHz with what it assumes. Also written
+# to build/xtensa-report.md.
+xtensa-report: setup xtensa-tools $(if $(MICROPYTHON_SRC),$(MP32)) ## xtensa code of the viper kernels: instructions per multiply-add, estimated board ms per step
+	@mkdir -p build
+	$(PY) host/xtensa_cost.py $(if $(wildcard $(MP32)),--callgrind) --out build/xtensa-report.md
+
+# Debian's binutils for the ESP8266's Xtensa core: its objdump decodes the integer ISA the viper
+# emitter writes for the ESP32-S3 (the windowed-call instructions host/xtensa_cost.py names itself).
+xtensa-tools: ## install xtensa-lx106-elf-objdump (Debian: binutils-xtensa-lx106) when missing
+	@command -v xtensa-lx106-elf-objdump >/dev/null || { \
+	  echo "installing binutils-xtensa-lx106 (xtensa-lx106-elf-objdump) with apt-get"; \
+	  apt-get install -y binutils-xtensa-lx106 || { echo "make xtensa-tools: apt-get install binutils-xtensa-lx106 failed (root needed)"; exit 1; }; }
+
+# selftest, bench (Iris) and a 2-epoch fine-tune on a board, after a deploy, in one file to share:
+# build/board-report-DATE.md (firmware, board id, heap, package version and commit).
+board-report: setup $(CHECKPOINT_RULE) ## selftest + bench + short fine-tune on the board, into build/board-report-DATE.md (PORT=...)
+	$(PY) host/board_report.py --checkpoint "$(CHECKPOINT)"
 
 plots: setup ## the PNGs in build/plots (training curves, attention maps), a line per plot
 	$(PY) host/plots.py --out build/plots
