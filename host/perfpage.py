@@ -148,7 +148,8 @@ def recorded(exes, page=PAGE, raw_path=RAW, command="make bench"):
     tee = _Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):
         yield
-    write(stamp + "\n" + tee.buf.getvalue(), page, raw_path)
+    # paths inside the project are written relative to it (the page is shared; the folder is not)
+    write(stamp + "\n" + tee.buf.getvalue().replace(ROOT + os.sep, ""), page, raw_path)
     print("performance page: %s (from %s)" % (os.path.relpath(page, ROOT), os.path.relpath(raw_path, ROOT)))
 
 

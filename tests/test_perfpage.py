@@ -67,8 +67,10 @@ def test_recorded_writes_what_was_printed_and_the_page(tmp_path, capsys):
     with perfpage.recorded([], page=str(page), raw_path=str(raw), command="bench"):
         print("== a section")
         print("| a | b |\n|---|---|\n| 1 | 2 |")
+        print("inside %s" % os.path.join(perfpage.ROOT, "build", "x"))
     assert "| 1 | 2 |" in capsys.readouterr().out                  # still printed as it goes
-    assert raw.read_text().startswith("STAMP ") and raw.read_text().endswith("| 1 | 2 |\n")
+    assert "inside build/x\n" in raw.read_text()                    # project paths relative to it
+    assert raw.read_text().startswith("STAMP ") and "| 1 | 2 |\ninside" in raw.read_text()
     assert page.read_text() == perfpage.render(raw.read_text())
     # a run that fails writes nothing
     with pytest.raises(RuntimeError):
