@@ -22,8 +22,9 @@ import perfpage  # noqa: E402
 
 INFO = """import sys, gc, os
 gc.collect()
-print('INFO firmware', sys.version, '|', os.uname().version)
-print('INFO machine', getattr(sys.implementation, '_machine', '') or os.uname().machine)
+u = os.uname() if hasattr(os, 'uname') else None
+print('INFO firmware', sys.version, ('| ' + u.version) if u else '')
+print('INFO machine', getattr(sys.implementation, '_machine', '') or (u.machine if u else '?'))
 print('INFO platform', sys.platform)
 try:
     import machine, binascii
