@@ -169,7 +169,7 @@ xtensa-report: setup xtensa-tools $(if $(MICROPYTHON_SRC),$(MP32)) ## xtensa cod
 xtensa-tools: ## install xtensa-lx106-elf-objdump (Debian: binutils-xtensa-lx106) when missing
 	@command -v xtensa-lx106-elf-objdump >/dev/null || { \
 	  echo "installing binutils-xtensa-lx106 (xtensa-lx106-elf-objdump) with apt-get"; \
-	  apt-get install -y binutils-xtensa-lx106 || { echo "make xtensa-tools: apt-get install binutils-xtensa-lx106 failed (root needed)"; exit 1; }; }
+	  apt-get install -y binutils-xtensa-lx106 || { apt-get update -qq && apt-get install -y binutils-xtensa-lx106; } || { echo "make xtensa-tools: apt-get install binutils-xtensa-lx106 failed (root needed)"; exit 1; }; }
 
 # selftest, bench (Iris) and a 2-epoch fine-tune on a board, after a deploy, in one file to share:
 # build/board-report-DATE.md (firmware, board id, heap, package version and commit).
