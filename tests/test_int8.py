@@ -296,3 +296,29 @@ def test_forged_dtype_is_refused(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(mf.CheckpointError, match=r"tensor record '0\.W': dtype 7"):
         mf.load_checkpoint(str(path), _model())
+
+
+def test_session_int8_switch(tmp_path, iris_flash, capsys):
+    # s.int8(): the frozen weights become int8, the weight memory is printed, LoRA fine-tunes on
+    # top, and a saved checkpoint reopens with its int8 weights
+    sys.path.insert(0, helpers.ROOT + "/board")
+    import finetune
+    root = iris_flash(tmp_path / "a")
+    s = finetune.Session(root=root, verbose=True)
+    s.lora(rank=4, alpha=8)
+    before = quant.weight_bytes(s.model)
+    capsys.readouterr()
+    names = s.int8()
+    out = capsys.readouterr().out
+    after = quant.weight_bytes(s.model)
+    assert after < before
+    assert "int8: %d weight matrices; weight memory %d -> %d bytes" % (len(names), before, after) in out, out
+    assert names == ["0.weight", "3.in_proj_weight[q]", "3.in_proj_weight[k]", "3.in_proj_weight[v]",
+                     "3.out_proj.weight", "5.weight"], names
+    w = bytes(s.model[3].Wq.q)
+    s.fit(epochs=2, data="train", verbose=False)
+    assert bytes(s.model[3].Wq.q) == w                # the int8 base never changes
+    assert s.evaluate(verbose=False)["accuracy"] >= 0.9
+    s.save()
+    s2 = finetune.Session(root=root, verbose=False)
+    assert quant.is_int8(s2.model) and bytes(s2.model[3].Wq.q) == w
