@@ -306,89 +306,13 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
             quantize(pa, 1)
             eb = base - 150
         else:
-            # g_n = dout[m, n] scale[n]: 15-bit mantissas multiplied, normalized to [2^29, 2^30],
-            # kept in S[n] (signed) and S[K + n] (exponent); pm = the largest exponent
-            pm = 0 - 100000
-            for n in range(K):
-                x = pa[m * OC + n]
-                decode(x, xm, xe)
-                y = psc[n]
-                ye = (y >> 23) & 0xFF
-                g = 0
-                ge = 0
-                if xe != 0 and ye != 0:
-                    sg = 0
-                    if xm < 0:
-                        sg = 1
-                        xm = 0 - xm
-                    ym = (y & 0x7FFFFF) | 0x800000
-                    if ye == 255:
-                        ym = 0xFFFFFF
-                        ye = 254
-                    g = ((xm + 256) >> 9) * ((ym + 256) >> 9)           #!chk g
-                    ge = xe - 141 + ye - 141
-                    norm30(g, ge)
-                    if ge > pm:
-                        pm = ge
-                    if sg:
-                        g = 0 - g
-                S[n] = g
-                S[K + n] = ge
-            # cut to 14 bits of the largest: g_n ~= S[n] 2^(pm + 16)
-            for n in range(K):
-                g = (S[n] ^ sgn) - sgn
-                if g != 0:
-                    sh = pm - ((S[K + n] ^ sgn) - sgn) + 16
-                    sg = 0
-                    if g < 0:
-                        sg = 1
-                        g = 0 - g
-                    rsh(g, sh)
-                    if sg:
-                        g = 0 - g
-                    S[n] = g
+            q8_drow()
             eb = pm + 16
         for r in range(R):
-            # acc = S[0 : K] . the weight's int8 terms, in chunks of 8 shifted by sh8 [B6]
-            acc = 0
-            wi = r * wr
-            k = 0
-            while k < K:
-                kend = k + 8
-                if kend > K:
-                    kend = K
-                t = 0
-                while k < kend:
-                    x = pw[wi]
-                    t += ((S[k] ^ sgn) - sgn) * ((x ^ 0x80) - 0x80)
-                    wi += wk
-                    k += 1
-                acc += (t + rh) >> sh8                                  #!chk acc
+            q8_dot(acc)
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
-                # times scale[r]: acc rounded to 15 bits, the scale's mantissa to 15 bits
-                y = psc[r]
-                ye = (y >> 23) & 0xFF
-                if ye == 0:
-                    acc = 0
-                else:
-                    ym = (y & 0x7FFFFF) | 0x800000
-                    if ye == 255:
-                        ym = 0xFFFFFF
-                        ye = 254
-                    sg = 0
-                    if acc < 0:
-                        sg = 1
-                        acc = 0 - acc
-                    d = 0
-                    while (acc >> d) >= 0x8000:
-                        d += 1
-                    if d > 0:
-                        acc = (acc + (1 << (d - 1))) >> d
-                    acc = acc * ((ym + 256) >> 9)                       #!chk acc
-                    e = e + d + ye - 141
-                    if sg:
-                        acc = 0 - acc
+                q8_scale(acc, e)
             oi = m * R + r
             if flag:
                 x = pbias[r]

@@ -720,8 +720,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
             # from host/viper/gemm.py:307
             eb = base - 150
         else:
-            # g_n = dout[m, n] scale[n]: 15-bit mantissas multiplied, normalized to [2^29, 2^30],
-            # kept in S[n] (signed) and S[K + n] (exponent); pm = the largest exponent
+            # from host/viper/snippets.py:1182 (snippet q8_drow)
             pm = 0 - 100000
             for n in range(K):
                 x = pa[m * OC + n]
@@ -737,7 +736,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:119 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:315
+                # from host/viper/snippets.py:1186 (snippet q8_drow)
                 y = psc[n]
                 ye = (y >> 23) & 0xFF
                 g = 0
@@ -777,14 +776,13 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if g < 0x20000000:
                         g = g << 1
                         ge -= 1
-                    # from host/viper/gemm.py:331
+                    # from host/viper/snippets.py:1202 (snippet q8_drow)
                     if ge > pm:
                         pm = ge
                     if sg:
                         g = 0 - g
                 S[n] = g
                 S[K + n] = ge
-            # cut to 14 bits of the largest: g_n ~= S[n] 2^(pm + 16)
             for n in range(K):
                 g = (S[n] ^ sgn) - sgn
                 if g != 0:
@@ -798,13 +796,14 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         g = 0
                     else:
                         g = (g + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/gemm.py:347
+                    # from host/viper/snippets.py:1217 (snippet q8_drow)
                     if sg:
                         g = 0 - g
                     S[n] = g
+            # from host/viper/gemm.py:310
             eb = pm + 16
         for r in range(R):
-            # acc = S[0 : K] . the weight's int8 terms, in chunks of 8 shifted by sh8 [B6]
+            # from host/viper/snippets.py:1228 (snippet q8_dot)
             acc = 0
             wi = r * wr
             k = 0
@@ -819,9 +818,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     wi += wk
                     k += 1
                 acc += (t + rh) >> sh8                                  #!chk acc
+            # from host/viper/gemm.py:313
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
-                # times scale[r]: acc rounded to 15 bits, the scale's mantissa to 15 bits
+                # from host/viper/snippets.py:1249 (snippet q8_scale)
                 y = psc[r]
                 ye = (y >> 23) & 0xFF
                 if ye == 0:
@@ -844,6 +844,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     e = e + d + ye - 141
                     if sg:
                         acc = 0 - acc
+            # from host/viper/gemm.py:316
             oi = m * R + r
             if flag:
                 x = pbias[r]
@@ -861,7 +862,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:119 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:398
+                # from host/viper/gemm.py:322
                 if xe != 0:
                     xe = xe - 150
                     # from host/viper/snippets.py:235 (snippet addto0)
@@ -949,11 +950,11 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     po[oi] = 0
                 else:
                     po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-    # from host/viper/gemm.py:402
+    # from host/viper/gemm.py:326
     return 0
 
 
-# from host/viper/gemm.py:405
+# from host/viper/gemm.py:329
 def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
     s = _S[0]
@@ -964,7 +965,7 @@ def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
         _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
 
 
-# from host/viper/gemm.py:415
+# from host/viper/gemm.py:339
 def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
     # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
     if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):
