@@ -322,3 +322,25 @@ def test_session_int8_switch(tmp_path, iris_flash, capsys):
     s.save()
     s2 = finetune.Session(root=root, verbose=False)
     assert quant.is_int8(s2.model) and bytes(s2.model[3].Wq.q) == w
+
+
+def test_torch_export_dequantizes_and_says_so(capsys):
+    torch = pytest.importorskip("torch")
+    import torch_io
+    m = _model()
+    m.trainable = False
+    quant.int8(m, show=False)
+    x = mf.Tensor.from_list([[0.1 * i - 0.2 * j for i in range(6)] for j in range(3)])
+    mf.set_backend("python")
+    try:
+        y = np.asarray(m.eval().forward(x).tolist())
+    finally:
+        mf.set_backend("numpy")
+    module = torch_io.to_torch(m)
+    out = capsys.readouterr().out
+    assert "to_torch: 8 int8 weights exported dequantized (float32 q * scale): 0.W, 2.attn.Wq" in out, out
+    w = module.state_dict()["0.weight"].numpy()
+    assert np.array_equal(w, _w(m[0].W.q, m[0].W.scale, 16, 6).astype(np.float32))
+    with torch.no_grad():
+        ty = module.eval()(torch.tensor(x.tolist())).numpy()
+    assert np.max(np.abs(ty - y)) <= 1e-5
