@@ -276,7 +276,9 @@ def _check_finite(named):
 
 
 def _is_i8(p):
-    return getattr(p, "int8", False) is True
+    # an int8 weight (microformer.quant); by class name: no import, and no getattr default,
+    # which allocates an exception per miss on MicroPython
+    return p.__class__.__name__ == "Int8Weight"
 
 
 def _nbytes(p):
@@ -467,15 +469,14 @@ def _write(tmp, size, tag_b, meta_b, named, version):
             w.write(nb)
             w.write(struct.pack("<B", len(p.shape)))
             w.write(struct.pack("<%dI" % len(p.shape), *p.shape))
-            if version == VERSION:
-                w.write(p.data)             # the array's own buffer, no copy
-            elif _is_i8(p):
-                w.write(struct.pack("<B", _I8))
+            i8 = _is_i8(p)
+            if version != VERSION:
+                w.write(bytes((_I8 if i8 else _F32,)))
+            if i8:
                 w.write(p.q, 1)
                 w.write(p.scale)
             else:
-                w.write(struct.pack("<B", _F32))
-                w.write(p.data)
+                w.write(p.data)             # the array's own buffer, no copy
         if w.n != size - 4:
             raise RuntimeError("checkpoint.save: wrote %d bytes, planned %d" % (w.n, size - 4))
         f.write(struct.pack("<I", w.crc))
@@ -633,9 +634,10 @@ def _read_floats(f, dst, offset, path, width=4):
 
 
 def _read_tensor(f, p, rec, path):
-    # a tensor's data into p: float32 into p.data; int8 into p.q, then its scales
-    off = rec[2]
-    if rec[3] == _I8:
+    # a tensor's data into p (rec: shape, offset, dtype): float32 into p.data; int8 into p.q,
+    # then its scales
+    off = rec[1]
+    if rec[2] == _I8:
         _read_floats(f, p.q, off, path, 1)
         _read_floats(f, p.scale, off + p.size, path)
     else:
@@ -643,28 +645,12 @@ def _read_tensor(f, p, rec, path):
 
 
 def _dtypes(named, have, path, model):
-    # the model's tensors as the file stores them: a float32 tensor the file holds as int8
-    # becomes an int8 weight (quant.make_int8; every check has passed by now), an int8 weight
-    # the file holds as float32 is refused. Returns named with the new weights.
-    want = {}
+    # the model's tensors as the file stores them (quant.file_dtypes; only when one is int8)
     for name, p in named:
-        i8 = have[name][2] == _I8
-        if _is_i8(p) and not i8:
-            raise _err(path, "tensor %r is float32 in the file, and the model holds it as int8: "
-                       "quant.dequantize(model) first" % name)
-        if i8 and not _is_i8(p):
-            want[id(p)] = name
-    if not want:
-        return named
-    from .quant import make_int8
-    if model is None:
-        raise _err(path, "tensor %r is int8 in the file; load it into a model" % want[list(want)[0]])
-    new = make_int8(model, want)
-    for k in want:
-        if k not in new:
-            raise _err(path, "tensor %r is int8 in the file, and the model's %r is not a Dense or "
-                       "attention weight matrix" % (want[k], want[k]))
-    return [(n, new.get(id(p), p)) for n, p in named]
+        if have[name][2] == _I8 or _is_i8(p):
+            from .quant import file_dtypes
+            return file_dtypes(named, have, path, model, _err)
+    return named
 
 
 def load(path, model, tag=None):
@@ -711,7 +697,7 @@ def load(path, model, tag=None):
                 raise _err(path, "wrong shape: %s: expected %r, got %r" % (name, tuple(p.shape), shape))
         named = _dtypes(named, have, path, model)
         for name, p in named:
-            _read_tensor(f, p, (name,) + have[name], path)
+            _read_tensor(f, p, have[name], path)
     return meta
 
 
@@ -745,11 +731,11 @@ def read(path):
             if rec[3] == _I8:
                 from .quant import Int8Weight
                 w = Int8Weight(shape, name)
-                _read_tensor(f, w, rec, path)
+                _read_tensor(f, w, rec[1:], path)
                 a = w.dequantize().data
             else:
                 a = array("f", bytes(4 * _size(shape)))
-                _read_tensor(f, _Arr(a), rec, path)
+                _read_floats(f, a, rec[2], path)
             out.append((name, shape, a))
     return meta, out
 
@@ -777,12 +763,6 @@ def info(path, show=True):
 # the base's model tag}, and "lora": the adapters' spec entry (microformer.spec) when it holds
 # any. Its tensors are the model's trainable ones (those with a grad buffer: the adapters, or the
 # unfrozen tensors), under their checkpoint names.
-
-class _Arr:
-    # an array where _read_tensor wants a tensor
-    def __init__(self, a):
-        self.data = a
-
 
 class _Some:
     # a model stand-in holding only some named tensors, for save()
@@ -907,4 +887,4 @@ def _load_some(path, named, want, model=None):
             raise _err(path, "wrong model: the file holds %d tensors, the model %d" % (len(recs), len(named)))
         named = _dtypes(named, have, path, model)
         for name, p in named:
-            _read_tensor(f, p, (name,) + have[name], path)
+            _read_tensor(f, p, have[name], path)

@@ -260,6 +260,29 @@ def weight_bytes(model):
     return n
 
 
+def file_dtypes(named, have, path, model, err):
+    """Checkpoint loading (checkpoint.py), every other check passed: the model's tensors as the file
+    stores them. A float32 tensor the file holds as int8 becomes an int8 weight (make_int8), an
+    int8 weight the file holds as float32 is refused (err(path, message)). Returns named with the
+    new weights."""
+    want = {}
+    for name, p in named:
+        i8 = have[name][2] == 1
+        if is_int8(p) and not i8:
+            raise err(path, "tensor %r is float32 in the file, and the model holds it as int8: "
+                      "quant.dequantize(model) first" % name)
+        if i8 and not is_int8(p):
+            want[id(p)] = name
+    if not want:
+        return named
+    new = make_int8(model, want)
+    for k in want:
+        if k not in new:
+            raise err(path, "tensor %r is int8 in the file, and the model's %r is not a Dense or "
+                      "attention weight matrix" % (want[k], want[k]))
+    return [(n, new.get(id(p), p)) for n, p in named]
+
+
 def make_int8(model, ids):
     """Checkpoint loading: the weight matrices whose current Tensor's id is in `ids` become int8
     weights of the same name and shape (zeros, to be read into). Returns {id(old): new}."""
