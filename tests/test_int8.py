@@ -344,3 +344,17 @@ def test_torch_export_dequantizes_and_says_so(capsys):
     with torch.no_grad():
         ty = module.eval()(torch.tensor(x.tolist())).numpy()
     assert np.max(np.abs(ty - y)) <= 1e-5
+
+
+def test_int8_attention_decodes_as_its_forward():
+    # the KV-cache path (the kept-weight products of decode_step) runs on the int8 weights too
+    mf.seed(2)
+    a = mf.Attention(8, 2, causal=True, max_len=6)
+    a.trainable = False
+    quant.int8(a, show=False)
+    x = mf.Tensor.from_list([[[0.1 * ((i * 7 + j * 3) % 11) - 0.5 for j in range(8)] for i in range(5)]])
+    full = np.asarray(a.forward(x).tolist())[0]
+    a.prefill(mf.Tensor.from_list([x.tolist()[0][:2]]))
+    for t in range(2, 5):
+        y = a.decode_step(mf.Tensor.from_list([[x.tolist()[0][t]]]))
+        assert np.max(np.abs(np.asarray(y.tolist())[0, 0] - full[t])) <= 1e-5, t
