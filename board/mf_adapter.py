@@ -1,5 +1,5 @@
 # mf_adapter.py: finetune.Session's LoRA commands (s.lora, s.save_adapter, s.load_adapter,
-# s.merge), imported on first use: a session that never adapts keeps this code (and
+# s.merge) and s.int8, imported on first use: a session that never adapts keeps this code (and
 # microformer.lora) off a small board's heap.
 import gc
 
@@ -119,3 +119,18 @@ def merge(self):
     self._dirty = True
     adapted(self, before, "merged %s into the weights" % _n(n, "adapter"))
     return n
+
+
+def int8(self, parts=None):
+    """Store the frozen weight matrices (or those `parts` names) as int8 with a scale per row;
+    print the weight memory before and after. Returns the names converted."""
+    from microformer import quant
+    before = quant.weight_bytes(self.model)
+    gc.collect()
+    rep = quant.int8(self.model, parts, show=self.verbose)
+    after = quant.weight_bytes(self.model)
+    adapted(self, dict(self._frozen), "int8: %d weight matrices; weight memory %d -> %d bytes"
+            % (len(rep), before, after))
+    if not self.verbose:
+        print("int8: weight memory %d -> %d bytes" % (before, after))
+    return [r[0] for r in rep]

@@ -55,6 +55,8 @@ regression targets as numbers):
   s.save_adapter(path=None)             only the trained tensors (model.adapter.mfck)
   s.load_adapter(path)                  base + adapter (Session(adapter=path) at the start)
   s.merge()                             fold the adapters into the weights
+  s.int8(parts=None)                    frozen weight matrices as int8 (a scale per row): prints
+                                        the weight memory before and after
   s.drifted_examples(n=None, part='train', scale=None, offset=None, seed=0)
                                         the Iris demo's drifted sensor readings of base rows
 x: one example: its features, or for a window model ([L, C] input) L*C numbers time-major or a
@@ -1189,6 +1191,13 @@ class Session:
         """Fold the adapters into the weights (W += (alpha/r) B A) and remove them."""
         from mf_adapter import merge
         return merge(self)
+
+    def int8(self, parts=None):
+        """Store the frozen weight matrices (Dense, attention, FFN; or those `parts` names, which
+        must be frozen) as int8 with a scale per row (microformer.quant); prints the weight memory
+        before and after. s.save() writes them so. Returns the names converted."""
+        from mf_adapter import int8
+        return int8(self, parts)
 
     def info(self):
         """Print what this session holds."""

@@ -1,4 +1,4 @@
-# host/checkpoint_np.py: the microformer checkpoint format (MFCK v1) with NumPy, written from the
+# host/checkpoint_np.py: the microformer checkpoint format (MFCK v1 and v2) with NumPy, written from the
 # byte layout documented in lib/microformer/checkpoint.py without importing lib/.
 #
 #   python host/checkpoint_np.py info FILE      # header, metadata and every tensor
@@ -6,6 +6,9 @@
 # Layout (little-endian): "MFCK" u16 version=1 u16 flags=0 u32 file_size u32 crc32(bytes 0..11)
 # | u16 T, tag | u32 M, meta JSON | u32 N | N x (u16 L, name, u8 R, R x u32 dims, float32 data)
 # | u32 crc32 of everything before it.
+# Version 2 (a model with int8 weights): each record has u8 dtype after its dims: 0 = float32
+# data as above, 1 = int8 rows of a matrix (R = 2): prod(dims) int8 q, then dims[0] float32
+# scales; the weight is q * scale. read() returns int8 tensors dequantized, read_int8() as (q, scale).
 import json
 import os
 import struct
@@ -16,6 +19,7 @@ import numpy as np
 
 MAGIC = b"MFCK"
 VERSION = 1
+VERSION_INT8 = 2
 
 
 def write(path, tensors, tag, meta=None):
@@ -63,7 +67,17 @@ def write(path, tensors, tag, meta=None):
 
 
 def read(path):
-    """(tag, meta, {name: float32 ndarray}); raises ValueError on any damage."""
+    """(tag, meta, {name: float32 ndarray}), int8 tensors as q * scale; ValueError on any damage."""
+    tag, meta, out = read_int8(path)
+    for name, a in out.items():
+        if isinstance(a, tuple):
+            q, scale = a
+            out[name] = (q.astype(np.float32) * scale[:, None]).astype(np.float32)
+    return tag, meta, out
+
+
+def read_int8(path):
+    """(tag, meta, {name: float32 ndarray, or (int8 q [out, in], float32 scale [out]) for an int8 tensor})."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:4] != MAGIC:
@@ -73,7 +87,7 @@ def read(path):
     version, flags, size, hcrc = struct.unpack_from("<HHII", data, 4)
     if zlib.crc32(data[:12]) != hcrc:
         raise ValueError("%s: bad header CRC" % path)
-    if version != VERSION:
+    if version not in (VERSION, VERSION_INT8):
         raise ValueError("%s: unsupported version %d" % (path, version))
     if len(data) != size:
         raise ValueError("%s: truncated or padded: expected %d bytes, got %d" % (path, size, len(data)))
@@ -97,9 +111,22 @@ def read(path):
         r = data[pos]
         shape = struct.unpack_from("<%dI" % r, data, pos + 1)
         pos += 1 + 4 * r
+        dtype = 0
+        if version == VERSION_INT8:
+            dtype = data[pos]
+            pos += 1
         count = int(np.prod(shape))
-        out[name] = np.frombuffer(data, dtype="<f4", count=count, offset=pos).reshape(shape).copy()
-        pos += 4 * count
+        if dtype == 0:
+            out[name] = np.frombuffer(data, dtype="<f4", count=count, offset=pos).reshape(shape).copy()
+            pos += 4 * count
+        elif dtype == 1 and r == 2:
+            q = np.frombuffer(data, dtype=np.int8, count=count, offset=pos).reshape(shape).copy()
+            scale = np.frombuffer(data, dtype="<f4", count=shape[0], offset=pos + count).copy()
+            out[name] = (q, scale)
+            pos += count + 4 * shape[0]
+        else:
+            raise ValueError("%s: tensor %r has dtype %d with shape %r (known: 0 float32, 1 int8 rows)"
+                             % (path, name, dtype, tuple(shape)))
     if pos != size - 4:
         raise ValueError("%s: malformed (%d stray bytes)" % (path, size - 4 - pos))
     return tag, meta, out

@@ -682,6 +682,10 @@ def to_torch(model):
     ([B, L, C] for Conv1D / pools: torch_io's ChannelsLast modules), with its weights; state_dict
     names are the same on both sides. (load_into puts the weights into your own module instead.)"""
     module = _to_module(model, "model")
+    from microformer import quant
+    n8 = [n for n, p in model.named_params() if quant.is_int8(p)] if hasattr(model, "named_params") else []
+    if n8:
+        print("to_torch: %d int8 weights exported dequantized (float32 q * scale): %s" % (len(n8), ", ".join(n8)))
     sd = {k: torch.tensor(v.tolist(), dtype=torch.float32) for k, v in model.state_dict().items()}
     module.load_state_dict(sd, strict=True)
     return module

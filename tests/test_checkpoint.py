@@ -181,9 +181,9 @@ def test_not_a_checkpoint_and_version(tmp_path, saved):
     bad = str(tmp_path / "x.mfck")
     _refuse(bad, m, b"hello world, this is not a checkpoint", "not a microformer checkpoint")
     data = bytearray(open(path, "rb").read())
-    data[4:6] = struct.pack("<H", 2)
+    data[4:6] = struct.pack("<H", 3)
     data[12:16] = struct.pack("<I", zlib.crc32(bytes(data[:12])))
-    _refuse(bad, m, bytes(data), "unsupported version 2")
+    _refuse(bad, m, bytes(data), "unsupported version 3 (this reader knows versions 1 and 2)")
 
 
 def test_wrong_model_and_wrong_shape(saved, tmp_path):

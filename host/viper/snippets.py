@@ -1170,3 +1170,101 @@ def bl_round(s, X, bm, out, sg):
         else:
             s = 0
 
+
+
+# ---- _q8's parts (the int8-weight GEMM, gemm.py) ----------------------------------------------
+def q8_drow():
+    """_q8's Q8_DINP row m: g_n = dout[m, n] scale[n] from 15-bit mantissas (<= 2^30, [B6]),
+    normalized to [2^29, 2^30], then cut to 14 bits of the row's largest: S[n] (signed), so that
+    g_n ~= S[n] 2^(pm + 16); S[K + n] holds the exponents meanwhile."""
+    # in: K, m, OC, pa, psc, S, sgn, top
+    # out: g, ge, n, pm, sg, sh, x, xe, xm, y, ye, ym
+    pm = 0 - 100000
+    for n in range(K):
+        x = pa[m * OC + n]
+        decode(x, xm, xe)
+        y = psc[n]
+        ye = (y >> 23) & 0xFF
+        g = 0
+        ge = 0
+        if xe != 0 and ye != 0:
+            sg = 0
+            if xm < 0:
+                sg = 1
+                xm = 0 - xm
+            ym = (y & 0x7FFFFF) | 0x800000
+            if ye == 255:
+                ym = 0xFFFFFF
+                ye = 254
+            g = ((xm + 256) >> 9) * ((ym + 256) >> 9)           #!chk g
+            ge = xe - 141 + ye - 141
+            norm30(g, ge)
+            if ge > pm:
+                pm = ge
+            if sg:
+                g = 0 - g
+        S[n] = g
+        S[K + n] = ge
+    for n in range(K):
+        g = (S[n] ^ sgn) - sgn
+        if g != 0:
+            sh = pm - ((S[K + n] ^ sgn) - sgn) + 16
+            sg = 0
+            if g < 0:
+                sg = 1
+                g = 0 - g
+            rsh(g, sh)
+            if sg:
+                g = 0 - g
+            S[n] = g
+
+
+def q8_dot(acc):
+    """acc = S[0 : K] . the int8 weight terms of output r (pw from r * wr, step wk; ptr8 loads
+    zero-extend: sign-extended here), in chunks of 8 products (|t| < 2^24) shifted right by sh8
+    (rounded, rh) [B6]."""
+    # in: K, pw, r, rh, S, sgn, sh8, wk, wr
+    # out: k, kend, t, wi, x
+    acc = 0
+    wi = r * wr
+    k = 0
+    while k < K:
+        kend = k + 8
+        if kend > K:
+            kend = K
+        t = 0
+        while k < kend:
+            x = pw[wi]
+            t += ((S[k] ^ sgn) - sgn) * ((x ^ 0x80) - 0x80)
+            wi += wk
+            k += 1
+        acc += (t + rh) >> sh8                                  #!chk acc
+
+
+def q8_scale(acc, e):
+    """acc * 2^e times scale[r] (float32 bits at psc[r]): acc rounded to 15 bits, the scale's
+    24-bit mantissa to 15 bits, so |acc| <= 2^30 after [B6]; a zero scale gives 0."""
+    # in: psc, r
+    # out: d, sg, y, ye, ym
+    y = psc[r]
+    ye = (y >> 23) & 0xFF
+    if ye == 0:
+        acc = 0
+    else:
+        ym = (y & 0x7FFFFF) | 0x800000
+        if ye == 255:
+            ym = 0xFFFFFF
+            ye = 254
+        sg = 0
+        if acc < 0:
+            sg = 1
+            acc = 0 - acc
+        d = 0
+        while (acc >> d) >= 0x8000:
+            d += 1
+        if d > 0:
+            acc = (acc + (1 << (d - 1))) >> d
+        acc = acc * ((ym + 256) >> 9)                       #!chk acc
+        e = e + d + ye - 141
+        if sg:
+            acc = 0 - acc

@@ -7,6 +7,36 @@ from .dropout import check_p
 from .tensor import Rng, Tensor, default_rng, dropout_seed, xavier_uniform
 
 
+_Q = []
+
+
+def _quant():
+    # microformer.quant, imported on the first int8 weight (a float32 model never loads it)
+    if not _Q:
+        from . import quant
+        _Q.append(quant)
+    return _Q[0]
+
+
+def _linear(out, inp, W, bias, N, C, OC, keep=None):
+    # out (N, OC) = inp (N, C) . W^T + bias; W a float32 Tensor (keep: matmul_forward_kept's) or
+    # an int8 weight (quant.py)
+    if W.__class__ is not Tensor:
+        _quant().forward(out, inp, W, bias, N, C, OC)
+    elif keep is None:
+        backend.K.matmul_forward(out, inp, W.data, bias, N, C, OC)
+    else:
+        backend.K.matmul_forward_kept(out, inp, W.data, bias, N, C, OC, keep)
+
+
+def _linear_back(dinp, dW, db, dout, inp, W, N, C, OC):
+    # matmul_backward, W a float32 Tensor or an int8 weight (frozen: dW is None)
+    if W.__class__ is Tensor:
+        backend.K.matmul_backward(dinp, dW, db, dout, inp, W.data, N, C, OC)
+    else:
+        _quant().backward(dinp, dW, db, dout, inp, W, N, C, OC)
+
+
 class Attention(Layer):
     """Attention(embed_dim, num_heads, use_bias=True, causal=False): x [B,S,E] -> y [B,S,E].
 
@@ -211,7 +241,7 @@ class Attention(Layer):
             # dropout on the weights: ctx = (A * keep / (1-p)) V
             self._drop_rng.keep_mask(self._keep, B * H * S * Sk, self._drop_threshold(), K)
             K.attention_context(ctx.data, A.data, self._keep, V.data, B, S, Sk, E, H, self._drop_scale())
-        K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B * S, E, E)
+        _linear(y.data, ctx.data, self.Wo, self.bo.data if bias else None, B * S, E, E)
         if self.lora_o is not None:
             self.lora_o.forward_add(y.data, ctx.data, B * S)
         self._x = x
@@ -280,8 +310,8 @@ class Attention(Layer):
         dx = self._dx
         scratch = self._scratch
         # output projection: dWo += dy^T ctx, dctx = dy Wo
-        K.matmul_backward(dctx.data, self.dWo.data if train else None, self.dbo.data if bias else None,
-                          dy.data, self._ctx.data, self.Wo.data, B * S, E, E)
+        _linear_back(dctx.data, self.dWo.data if train else None, self.dbo.data if bias else None,
+                     dy.data, self._ctx.data, self.Wo, B * S, E, E)
         if self.lora_o is not None:
             self.lora_o.backward_add(dy.data, self._ctx.data, dctx.data, B * S, train)
         # per head: dV = A^T dctx, dA = dctx V^T, dS = A (dA - rowsum(dA A)) / sqrt(D), dQ = dS K, dK = dS^T Q
@@ -303,8 +333,8 @@ class Attention(Layer):
             self._project_back(None, dK, x, self.Wk, self.dWk, self.dbk, train, bias, B * S, self.lora_k)
             self._project_back(None, dV, x, self.Wv, self.dWv, self.dbv, train, bias, B * S, self.lora_v)
             return None
-        K.matmul_backward(dx.data, self.dWq.data if train else None, self.dbq.data if bias else None,
-                          dQ.data, x.data, self.Wq.data, B * S, E, E)
+        _linear_back(dx.data, self.dWq.data if train else None, self.dbq.data if bias else None,
+                     dQ.data, x.data, self.Wq, B * S, E, E)
         if self.lora_q is not None:
             self.lora_q.backward_add(dQ.data, x.data, dx.data, B * S, train)
         # K and V: their weight grads, then their input grads added into dx (or dcontext)
@@ -337,9 +367,12 @@ class Attention(Layer):
         dw = dW.data if train else None
         dbb = db.data if bias else None
         if dw is not None or dbb is not None:
-            K.matmul_backward(None, dw, dbb, dP.data, c.data, W.data, N, E, E)
+            _linear_back(None, dw, dbb, dP.data, c.data, W, N, E, E)
         if dc is not None:
-            K.matmul_backward_input_acc(dc.data, dP.data, W.data, N, E, E)
+            if W.__class__ is Tensor:
+                K.matmul_backward_input_acc(dc.data, dP.data, W.data, N, E, E)
+            else:                                 # an int8 weight (quant.py)
+                _quant().backward_input_acc(dc.data, dP.data, W, N, E, E)
         if lora is not None:
             lora.backward_add(dP.data, c.data, None if dc is None else dc.data, N, train)
 
@@ -410,12 +443,11 @@ class Attention(Layer):
 
     def _project_qkv(self, q, k, v, x, c, Nq, Nk):
         # q (Nq, E) = x . Wq^T + bq; k, v (Nk, E) = c . Wk^T + bk, c . Wv^T + bv (c = x: self-attention)
-        K = backend.K
         bias = self.use_bias
         E = self.embed_dim
-        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, Nq, E, E)
-        K.matmul_forward(k.data, c.data, self.Wk.data, self.bk.data if bias else None, Nk, E, E)
-        K.matmul_forward(v.data, c.data, self.Wv.data, self.bv.data if bias else None, Nk, E, E)
+        _linear(q.data, x.data, self.Wq, self.bq.data if bias else None, Nq, E, E)
+        _linear(k.data, c.data, self.Wk, self.bk.data if bias else None, Nk, E, E)
+        _linear(v.data, c.data, self.Wv, self.bv.data if bias else None, Nk, E, E)
         if self.lora_q is not None:
             self.lora_q.forward_add(q.data, x.data, Nq)
         if self.lora_k is not None:
@@ -430,17 +462,17 @@ class Attention(Layer):
         bias = self.use_bias
         self._buffers("_dec", x.shape, L)
         keep = self._wkeep
-        K.matmul_forward_kept(self._dq1.data, x.data, self.Wq.data, self.bq.data if bias else None, B, E, E, keep[0])
-        K.matmul_forward_kept(self._dk1.data, x.data, self.Wk.data, self.bk.data if bias else None, B, E, E, keep[1])
-        K.matmul_forward_kept(self._dv1.data, x.data, self.Wv.data, self.bv.data if bias else None, B, E, E, keep[2])
+        _linear(self._dq1.data, x.data, self.Wq, self.bq.data if bias else None, B, E, E, keep[0])
+        _linear(self._dk1.data, x.data, self.Wk, self.bk.data if bias else None, B, E, E, keep[1])
+        _linear(self._dv1.data, x.data, self.Wv, self.bv.data if bias else None, B, E, E, keep[2])
         K.kv_store(self._kc.data, self._dk1.data, B, 1, L, E, self._pos)
         K.kv_store(self._vc.data, self._dv1.data, B, 1, L, E, self._pos)
 
     def _decode_out(self, B, E):
         # a decoding step's last part: y = ctx . Wo^T + bo
         y = self._dy1
-        backend.K.matmul_forward_kept(y.data, self._dctx1.data, self.Wo.data, self.bo.data if self.use_bias else None,
-                                      B, E, E, self._wkeep[3])
+        _linear(y.data, self._dctx1.data, self.Wo, self.bo.data if self.use_bias else None,
+                B, E, E, self._wkeep[3])
         return y
 
     def decode_step(self, x):
@@ -503,10 +535,9 @@ class Attention(Layer):
             mask = self._mask_bytes(key_padding_mask, B, Sk, self._xmask)
         self._xm = mask                                  # None, self._xmask or the caller's bytes
         self._no_lora("cache_context")
-        K = backend.K
         bias = self.use_bias
-        K.matmul_forward(self._xk.data, context.data, self.Wk.data, self.bk.data if bias else None, B * Sk, E, E)
-        K.matmul_forward(self._xv.data, context.data, self.Wv.data, self.bv.data if bias else None, B * Sk, E, E)
+        _linear(self._xk.data, context.data, self.Wk, self.bk.data if bias else None, B * Sk, E, E)
+        _linear(self._xv.data, context.data, self.Wv, self.bv.data if bias else None, B * Sk, E, E)
         return self._xk
 
     def cross_step(self, x):
@@ -526,10 +557,10 @@ class Attention(Layer):
         q = self._xq
         ctx = self._xctx
         y = self._xy
-        K.matmul_forward(q.data, x.data, self.Wq.data, self.bq.data if bias else None, B * T, E, E)
+        _linear(q.data, x.data, self.Wq, self.bq.data if bias else None, B * T, E, E)
         K.attention_forward(ctx.data, self._xatt.data, q.data, self._xk.data, self._xv.data,
                             self._xm, B, T, Sk, E, self.num_heads, 0)
-        K.matmul_forward(y.data, ctx.data, self.Wo.data, self.bo.data if bias else None, B * T, E, E)
+        _linear(y.data, ctx.data, self.Wo, self.bo.data if bias else None, B * T, E, E)
         return y
 
     def prefill_padded(self, x, lengths=None, key_padding_mask=None, max_len=None):

@@ -1,11 +1,11 @@
 # microformer.checkpoint: on-flash weights. One binary file per model, written atomically.
 # Runs unchanged under CPython and MicroPython; streams the weight buffers (no big copies).
 #
-# Byte layout, format version 1 (every integer unsigned little-endian):
+# Byte layout, format versions 1 and 2 (every integer unsigned little-endian):
 #
 #   offset  size   field
 #   0       4      magic b"MFCK"
-#   4       2      version = 1
+#   4       2      version = 1 (every tensor float32), or 2 (a model holding int8 weights)
 #   6       2      flags = 0 (reserved)
 #   8       4      file_size: total bytes of the file, trailing CRC included
 #   12      4      header_crc: CRC32 of bytes 0..11 (so a damaged size field is not taken for
@@ -16,8 +16,18 @@
 #                    2      L, then L bytes: tensor name (UTF-8), e.g. "3.Wq"
 #                    1      R: rank (>= 1)
 #                    4*R    dims, outermost first
-#                    4*prod(dims)  float32 little-endian, row-major (no padding, no alignment)
+#                    1      dtype (version 2 only; absent in version 1, where every tensor is 0):
+#                             0 = float32, 1 = int8 rows with a float32 scale per row (R = 2)
+#                    dtype 0: 4*prod(dims)  float32 little-endian, row-major (no padding, no alignment)
+#                    dtype 1: prod(dims) int8 values q, row-major, then 4*dims[0] bytes: float32
+#                             scale per row; the weight is q * scale (microformer.quant)
 #   file_size-4  4  CRC32 (IEEE 802.3 / zlib.crc32) of bytes 0 .. file_size-5
+#
+# save() writes version 1 when every tensor is float32 (readers of version 1 keep reading such
+# files) and version 2 when the model holds an int8 weight; a version-1 reader refuses those
+# ("unsupported version 2"). load() reads both. A tensor stored as int8 becomes an int8 weight
+# of the model (microformer.quant: frozen, as every int8 weight), after every check has passed;
+# a float32 tensor for a weight the model holds as int8 is refused (quant.dequantize(model) first).
 #
 # The default tag is model_tag(model), e.g. "Sequential(Dense,ActivationLayer(relu),Attention)":
 # layer classes only, so a model of the same kind but other sizes gets a "wrong shape" message.
@@ -74,7 +84,10 @@ except ImportError:
     _crc32_native = None
 
 MAGIC = b"MFCK"
-VERSION = 1
+VERSION = 1             # every tensor float32
+VERSION_INT8 = 2        # with a dtype per tensor (int8 weights); this reader knows both
+_F32 = 0                # dtype codes of the tensor table (version 2)
+_I8 = 1
 _PREFIX = 16
 _CHUNK = 512
 _open = open            # tests replace this to simulate a crash in the middle of a save
@@ -253,7 +266,7 @@ def _check_meta(v, where):
 def _check_finite(named):
     """Refuse a NaN or inf weight: the saved model would be broken, and the old file is good."""
     for name, p in named:
-        d = p.data
+        d = p.scale if _is_i8(p) else p.data
         for i in range(len(d)):
             v = d[i]
             if v - v != 0:
@@ -262,16 +275,28 @@ def _check_finite(named):
                                  % (name, v, i, tuple(p.shape)))
 
 
+def _is_i8(p):
+    # an int8 weight (microformer.quant); by class name: no import, and no getattr default,
+    # which allocates an exception per miss on MicroPython
+    return p.__class__.__name__ == "Int8Weight"
+
+
+def _nbytes(p):
+    # bytes of a tensor's data in the file
+    return p.size + 4 * p.shape[0] if _is_i8(p) else 4 * p.size
+
+
 class _Writer:
     def __init__(self, f):
         self.f = f
         self.crc = 0
         self.n = 0
 
-    def write(self, buf):
+    def write(self, buf, width=4):
+        # width: bytes per item of an array (4: 'f'; 1: 'b')
         self.crc = crc32(buf, self.crc)
         self.f.write(buf)
-        self.n += len(buf) if isinstance(buf, (bytes, bytearray)) else 4 * len(buf)
+        self.n += len(buf) if isinstance(buf, (bytes, bytearray)) else width * len(buf)
 
 
 # ---- save ---------------------------------------------------------------------------------
@@ -328,6 +353,10 @@ def save(path, model, meta=None, tag=None, spec="auto"):
     if len(tag_b) > 0xFFFF:
         raise ValueError("checkpoint.save: tag longer than 65535 bytes")
     size = _PREFIX + 2 + len(tag_b) + 4 + len(meta_b) + 4 + 4
+    version = VERSION
+    for name, p in named:
+        if _is_i8(p):
+            version = VERSION_INT8
     seen = {}
     for name, p in named:
         nb = name.encode()
@@ -336,7 +365,7 @@ def save(path, model, meta=None, tag=None, spec="auto"):
         seen[name] = 1
         if len(nb) > 0xFFFF or not 1 <= len(p.shape) <= 255:
             raise ValueError("checkpoint.save: %r: name too long or rank %d" % (name, len(p.shape)))
-        size += 2 + len(nb) + 1 + 4 * len(p.shape) + 4 * len(p.data)
+        size += 2 + len(nb) + 1 + 4 * len(p.shape) + _nbytes(p) + (version != VERSION)
     _check_finite(named)
     if _is_dir(path):
         raise OSError(21, "checkpoint.save: %r is a directory" % path)     # 21 = EISDIR
@@ -344,7 +373,7 @@ def save(path, model, meta=None, tag=None, spec="auto"):
     tmp = path + ".tmp"
     _promote(path, tmp)             # a complete lone PATH.tmp becomes PATH before PATH.tmp is reused
     try:
-        _write(tmp, size, tag_b, meta_b, named)
+        _write(tmp, size, tag_b, meta_b, named, version)
     except OSError as e:
         _remove_quietly(tmp)        # our own partial bytes; a full volume gets its space back
         raise _save_error(e, path, tmp, size)
@@ -422,11 +451,11 @@ def _save_error(e, path, tmp, size):
     return OSError(n, "checkpoint.save: writing %r failed (%s); %s" % (tmp, e, kept))
 
 
-def _write(tmp, size, tag_b, meta_b, named):
+def _write(tmp, size, tag_b, meta_b, named, version):
     f = _open(tmp, "wb")
     try:
         w = _Writer(f)
-        head = MAGIC + struct.pack("<HHI", VERSION, 0, size)
+        head = MAGIC + struct.pack("<HHI", version, 0, size)
         w.write(head)
         w.write(struct.pack("<I", crc32(head)))
         w.write(struct.pack("<H", len(tag_b)))
@@ -440,7 +469,14 @@ def _write(tmp, size, tag_b, meta_b, named):
             w.write(nb)
             w.write(struct.pack("<B", len(p.shape)))
             w.write(struct.pack("<%dI" % len(p.shape), *p.shape))
-            w.write(p.data)                 # the array's own buffer, no copy
+            i8 = _is_i8(p)
+            if version != VERSION:
+                w.write(bytes((_I8 if i8 else _F32,)))
+            if i8:
+                w.write(p.q, 1)
+                w.write(p.scale)
+            else:
+                w.write(p.data)             # the array's own buffer, no copy
         if w.n != size - 4:
             raise RuntimeError("checkpoint.save: wrote %d bytes, planned %d" % (w.n, size - 4))
         f.write(struct.pack("<I", w.crc))
@@ -481,7 +517,7 @@ def _readn(f, n, path):
 
 
 def _verify(f, path):
-    """Pass 1: prefix, version, size, whole-file CRC. Returns file_size."""
+    """Pass 1: prefix, version, size, whole-file CRC. Returns file_size (the version: _parse)."""
     have = _file_size(path)
     head = f.read(_PREFIX)
     if len(head) >= 4 and head[:4] != MAGIC:
@@ -491,8 +527,9 @@ def _verify(f, path):
     version, flags, size, hcrc = struct.unpack("<HHII", head[4:16])
     if crc32(head[:12]) != hcrc:
         raise _err(path, "corrupt header (bad header CRC)")
-    if version != VERSION:
-        raise _err(path, "unsupported version %d (this reader knows version %d)" % (version, VERSION))
+    if version != VERSION and version != VERSION_INT8:
+        raise _err(path, "unsupported version %d (this reader knows versions %d and %d)"
+                   % (version, VERSION, VERSION_INT8))
     if have < size:
         raise _err(path, "truncated: expected %d bytes, got %d" % (size, have))
     if have > size:
@@ -540,7 +577,9 @@ def _depth_ok(v, limit):
 
 
 def _parse(f, path, size):
-    """Pass 2 (file verified): tag, meta, and [(name, shape, data offset)] ."""
+    """Pass 2 (file verified): tag, meta, and [(name, shape, data offset, dtype)] ."""
+    f.seek(4)
+    version = struct.unpack("<H", _readn(f, 2, path))[0]
     f.seek(_PREFIX)
     t = struct.unpack("<H", _readn(f, 2, path))[0]
     tag = _text(_readn(f, t, path), path, "model tag")
@@ -568,11 +607,18 @@ def _parse(f, path, size):
         r = _readn(f, 1, path)[0]
         shape = tuple(struct.unpack("<%dI" % r, _readn(f, 4 * r, path))) if r else ()
         pos += 2 + L + 1 + 4 * r
-        nbytes = 4 * _size(shape)
+        dtype = _F32
+        if version == VERSION_INT8:
+            dtype = _readn(f, 1, path)[0]
+            pos += 1
+            if dtype not in (_F32, _I8) or (dtype == _I8 and r != 2):
+                raise _err(path, "malformed tensor record %r: dtype %d with shape %r (known: 0 float32, "
+                           "1 int8 rows of a matrix)" % (name, dtype, shape))
+        nbytes = 4 * _size(shape) if dtype == _F32 else _size(shape) + 4 * shape[0]
         if r == 0 or pos + nbytes > size - 4:
             raise _err(path, "malformed tensor record %r (shape %r, %d bytes of data; %d bytes left in "
                        "the file)" % (name, shape, nbytes, max(0, size - 4 - pos)))
-        recs.append((name, shape, pos))
+        recs.append((name, shape, pos, dtype))
         pos += nbytes
         f.seek(pos)
     if pos != size - 4:
@@ -580,11 +626,31 @@ def _parse(f, path, size):
     return tag, meta, recs
 
 
-def _read_floats(f, dst, offset, path):
-    # one readinto straight into the array's own buffer
+def _read_floats(f, dst, offset, path, width=4):
+    # one readinto straight into the array's own buffer (width: bytes per item)
     f.seek(offset)
-    if f.readinto(memoryview(dst)) != 4 * len(dst):
+    if f.readinto(memoryview(dst)) != width * len(dst):
         raise _err(path, "truncated while reading data")
+
+
+def _read_tensor(f, p, rec, path):
+    # a tensor's data into p (rec: shape, offset, dtype): float32 into p.data; int8 into p.q,
+    # then its scales
+    off = rec[1]
+    if rec[2] == _I8:
+        _read_floats(f, p.q, off, path, 1)
+        _read_floats(f, p.scale, off + p.size, path)
+    else:
+        _read_floats(f, p.data, off, path)
+
+
+def _dtypes(named, have, path, model):
+    # the model's tensors as the file stores them (quant.file_dtypes; only when one is int8)
+    for name, p in named:
+        if have[name][2] == _I8 or _is_i8(p):
+            from .quant import file_dtypes
+            return file_dtypes(named, have, path, model, _err)
+    return named
 
 
 def load(path, model, tag=None):
@@ -610,10 +676,11 @@ def load(path, model, tag=None):
                 if d:
                     raise _err(path, "wrong model: the checkpoint's spec differs from this model's (%s)" % d)
         have = {}
-        for name, shape, off in recs:
+        for rec in recs:
+            name = rec[0]
             if name in have:
                 raise _err(path, "malformed (tensor %r twice)" % name)
-            have[name] = (shape, off)
+            have[name] = rec[1:]
         for name, p in named:
             if name not in have:
                 raise _err(path, "wrong model: checkpoint has no tensor %r" % name)
@@ -621,15 +688,16 @@ def load(path, model, tag=None):
             mine = {}
             for name, p in named:
                 mine[name] = 1
-            for name, shape, off in recs:
-                if name not in mine:
-                    raise _err(path, "wrong model: checkpoint has tensor %r the model lacks" % name)
+            for rec in recs:
+                if rec[0] not in mine:
+                    raise _err(path, "wrong model: checkpoint has tensor %r the model lacks" % rec[0])
         for name, p in named:
             shape = have[name][0]
             if tuple(shape) != tuple(p.shape):
                 raise _err(path, "wrong shape: %s: expected %r, got %r" % (name, tuple(p.shape), shape))
+        named = _dtypes(named, have, path, model)
         for name, p in named:
-            _read_floats(f, p.data, have[name][1], path)
+            _read_tensor(f, p, have[name], path)
     return meta
 
 
@@ -639,26 +707,35 @@ def read_header(path):
     with _open_read(path) as f:
         size = _verify(f, path)
         tag, meta, recs = _parse(f, path, size)
-    tensors = [(n, s) for n, s, _ in recs]
+    tensors = [(r[0], r[1]) for r in recs]
     from .spec import find_spec, check_tensors
     spec = find_spec(meta, "checkpoint %r" % path)
     if spec is not None:            # nothing is built: the spec's sizes are read off its arguments
         check_tensors(spec, tensors, "checkpoint %r" % path)
-    return {"version": VERSION, "size": size, "tag": tag, "meta": meta,
-            "tensors": tensors}
+    f8 = [r[0] for r in recs if r[3] == _I8]
+    return {"version": VERSION_INT8 if f8 else VERSION, "size": size, "tag": tag, "meta": meta,
+            "tensors": tensors, "int8": f8}
 
 
 def read(path):
-    """(meta, [(name, shape, array('f'))]) of a verified checkpoint, for inspection."""
+    """(meta, [(name, shape, array('f'))]) of a verified checkpoint, for inspection (an int8
+    tensor dequantized: q * scale)."""
     _check_byteorder()
     path = _resolve(path, "checkpoint.read")
     out = []
     with _open_read(path) as f:
         size = _verify(f, path)
         tag, meta, recs = _parse(f, path, size)
-        for name, shape, off in recs:
-            a = array("f", bytes(4 * _size(shape)))
-            _read_floats(f, a, off, path)
+        for rec in recs:
+            name, shape = rec[0], rec[1]
+            if rec[3] == _I8:
+                from .quant import Int8Weight
+                w = Int8Weight(shape, name)
+                _read_tensor(f, w, rec[1:], path)
+                a = w.dequantize().data
+            else:
+                a = array("f", bytes(4 * _size(shape)))
+                _read_floats(f, a, rec[2], path)
             out.append((name, shape, a))
     return meta, out
 
@@ -671,7 +748,8 @@ def info(path, show=True):
     total = 0
     for name, shape in h["tensors"]:
         total += _size(shape)
-        lines.append("  %-12s %s" % (name, "x".join(str(d) for d in shape)))
+        lines.append("  %-12s %s%s" % (name, "x".join(str(d) for d in shape),
+                                       "  int8" if name in h["int8"] else ""))
     lines.append("%d tensors, %d floats" % (len(h["tensors"]), total))
     s = "\n".join(lines)
     if show:
@@ -770,7 +848,7 @@ def load_adapter(path, model, base_path):
         for _, a in lora.adapters(model):
             ids[id(a.A)] = 1
             ids[id(a.B)] = 1
-        _load_some(base_path, [(n, p) for n, p in _named(model) if id(p) not in ids], model_tag(model))
+        _load_some(base_path, [(n, p) for n, p in _named(model) if id(p) not in ids], model_tag(model), model)
     else:
         load(base_path, model)
         if groups is not None:
@@ -790,7 +868,7 @@ def load_adapter(path, model, base_path):
     return ameta
 
 
-def _load_some(path, named, want):
+def _load_some(path, named, want, model=None):
     # the tensors `named` (all in the file, same shapes) from a verified file whose tag is `want`
     with _open_read(path) as f:
         size = _verify(f, path)
@@ -798,8 +876,8 @@ def _load_some(path, named, want):
         if ctag != want:
             raise _err(path, "wrong model: checkpoint is for %r, this model is %r" % (ctag, want))
         have = {}
-        for name, shape, off in recs:
-            have[name] = (shape, off)
+        for rec in recs:
+            have[rec[0]] = rec[1:]
         for name, p in named:
             if name not in have:
                 raise _err(path, "wrong model: checkpoint has no tensor %r" % name)
@@ -807,5 +885,6 @@ def _load_some(path, named, want):
                 raise _err(path, "wrong shape: %s: expected %r, got %r" % (name, tuple(p.shape), have[name][0]))
         if len(named) != len(recs):
             raise _err(path, "wrong model: the file holds %d tensors, the model %d" % (len(recs), len(named)))
+        named = _dtypes(named, have, path, model)
         for name, p in named:
-            _read_floats(f, p.data, have[name][1], path)
+            _read_tensor(f, p, have[name], path)

@@ -49,9 +49,14 @@ class Dense(WeightBias):
         N = x.size // C
         self._buffers("_fwd", x.shape)
         y = self._y
-        backend.K.matmul_forward_kept(y.data, x.data, self.W.data,
-                                      self.b.data if self.use_bias else None, N, C, self.out_features,
-                                      self._wkeep)
+        if self.W.__class__ is Tensor:
+            backend.K.matmul_forward_kept(y.data, x.data, self.W.data,
+                                          self.b.data if self.use_bias else None, N, C, self.out_features,
+                                          self._wkeep)
+        else:                    # an int8 weight (quant.py)
+            from . import quant
+            quant.forward(y.data, x.data, self.W, self.b.data if self.use_bias else None, N, C,
+                          self.out_features)
         if self.lora is not None:
             self.lora.forward_add(y.data, x.data, N)
         self._x = x
@@ -82,9 +87,14 @@ class Dense(WeightBias):
             self._buffers("_bwd", x.shape)
             dx = self._dx
         train = grads and self.trainable
-        backend.K.matmul_backward(dx.data if need_dx else None, self.dW.data if train else None,
-                                  self.db.data if (train and self.use_bias) else None,
-                                  dy.data, x.data, self.W.data, N, C, self.out_features)
+        db = self.db.data if (train and self.use_bias) else None
+        if self.W.__class__ is Tensor:
+            backend.K.matmul_backward(dx.data if need_dx else None, self.dW.data if train else None,
+                                      db, dy.data, x.data, self.W.data, N, C, self.out_features)
+        else:                    # an int8 weight (quant.py): frozen, so no dW
+            from . import quant
+            quant.backward(dx.data if need_dx else None, None, db, dy.data, x.data, self.W, N, C,
+                           self.out_features)
         if self.lora is not None:
             self.lora.backward_add(dy.data, x.data, dx.data if need_dx else None, N, train)
         return dx

@@ -90,6 +90,36 @@ def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
             dinp[ib + c] += s
 
 
+def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
+    # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) * scale (OC,): an int8 weight
+    # (array('b')) with one float scale per output row (quant.py); bias may be None
+    for n in range(N):
+        ib = n * C
+        ob = n * OC
+        for o in range(OC):
+            wb = o * C
+            s = 0.0
+            for c in range(C):
+                s += inp[ib + c] * q[wb + c]
+            s *= scale[o]
+            out[ob + o] = s if bias is None else s + bias[o]
+
+
+def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
+    # in the forward pass this was out = inp . W^T, W = q * scale (q8_matmul_forward)
+    # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1)
+    for n in range(N):
+        ib = n * C
+        ob = n * OC
+        for c in range(C):
+            s = 0.0
+            wi = c
+            for o in range(OC):
+                s += dout[ob + o] * scale[o] * q[wi]
+                wi += C
+            dinp[ib + c] = dinp[ib + c] + s if acc else s
+
+
 def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C): projected queries, keys, values; head h owns
     #   columns h*hs .. (h+1)*hs of C, hs = C // NH

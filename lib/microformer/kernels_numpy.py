@@ -82,6 +82,27 @@ def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
     d[:] = d.astype(_F64) + (_d(dout, N * OC, N, OC) @ _d(weight, OC * C, OC, C)).ravel()
 
 
+def _q8(q, scale, OC, C):
+    # W = q (OC, C) int8 * scale (OC,) float32, as float64 (exact: q * scale fits a double)
+    w = np.frombuffer(q, dtype=np.int8, count=OC * C).astype(_F64).reshape(OC, C)
+    return w * np.frombuffer(scale, dtype=_F32, count=OC).astype(_F64)[:, None]
+
+
+def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
+    # out (N, OC) = inp (N, C) . W^T + bias, W = q (OC, C) * scale (OC,) (quant.py)
+    r = _d(inp, N * C, N, C) @ _q8(q, scale, OC, C).T
+    if bias is not None:
+        r += _d(bias, OC, OC)
+    _v(out, N * OC)[:] = r.ravel()
+
+
+def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
+    # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q * scale
+    r = (_d(dout, N * OC, N, OC) @ _q8(q, scale, OC, C)).ravel()
+    d = _v(dinp, N * C)
+    d[:] = d.astype(_F64) + r if acc else r
+
+
 def _heads(buf, B, T, C, NH):
     # (B, T, C) -> (B, NH, T, hs) float64
     return _d(buf, B * T * C, B, T, NH, C // NH).transpose(0, 2, 1, 3)

@@ -72,6 +72,7 @@
 # ERROR BOUNDS (for finite inputs; pinned by tests/test_viper.py and tests/test_viper_range.py,
 # and listed in the README's "Tolerances" table). Each is stated next to its kernel:
 #   _gemm (Dense, scores, A.V, pooling): block max     2^-11 K max|a| max|b| (+ 2^-11 |addend|)
+#   _q8 (int8 weights, quant.py):        block max     the same, with b the weight row W_deq (its [B6] next to it)
 #   softmax weights:                     element       (2e-4 + 2e-5 (y + 1)) w, y = distance from max
 #   attention backward:                  block max     dv 1e-3, dq dk 2e-3 of operand maxima (_softmax_back)
 #   cross-entropy:                       value, 1/B    2^-20 |loss| + 1e-4; dlogits 1e-4 / B
@@ -96,7 +97,8 @@ from . import kernels as _pk
 from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
-                         matmul_backward_input_acc, matmul_forward, matmul_forward_kept)
+                         matmul_backward_input_acc, matmul_forward, matmul_forward_kept,
+                         q8_matmul_backward_input, q8_matmul_forward)
 from .viper_softmax import (attention_backward, attention_backward_dropout, attention_context,  # noqa: F401
                             attention_decode, attention_forward, crossentropy_softmax)
 from .viper_optim import adam_step, adam_update, params_commit, sgd_step, sgd_update  # noqa: F401

@@ -314,8 +314,9 @@ def release_grad(g):
 
 
 def ensure_grad(p, g):
-    """Give a frozen parameter a zeroed grad buffer again (no-op for a trainable one)."""
-    if g.data is None:
+    """Give a frozen parameter a zeroed grad buffer again (no-op for a trainable one, and for an
+    int8 weight, which never trains: quant.py)."""
+    if g.data is None and getattr(p, "int8", False) is not True:
         g.data = array("f", bytes(4 * p.size))
         changed()
 
@@ -354,7 +355,7 @@ def _concat(parts):
     out = Tensor(shape)
     off = 0
     for p in parts:
-        out.data[off:off + p.size] = p.data
+        out.data[off:off + p.size] = p.dequantize().data if getattr(p, "int8", False) is True else p.data
         off += p.size
     return out
 

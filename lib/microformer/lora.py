@@ -275,6 +275,11 @@ def merge_lora(model):
     model then runs as a plain one (decoding included). The merged weights stay frozen as they
     were. Returns the number of adapters merged."""
     n = 0
+    for name, _, layer, slot in linears(model):       # checked before anything changes
+        if _get(layer, slot) is not None and getattr(layer, "W" if slot is None else "W" + slot).__class__ is not Tensor:
+            raise ValueError("merge_lora: the base weight of %s is int8 (quant.int8), which cannot hold "
+                             "W + (alpha/r) B A; quant.dequantize(model) first, then merge (and "
+                             "quant.int8 again if wanted)" % name)
     for name, _, layer, slot in linears(model):
         a = _get(layer, slot)
         if a is None:

@@ -619,3 +619,354 @@ def avgpool_backward(dinp, dout, B, T, C):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
     sc = _invT(T)
     _bcast(dinp, dout, B, T, C, sc[0], sc[1])
+
+
+# ---- int8 weights (quant.py): w[o, c] = q[o, c] * scale[o], q in [-128, 127] ----------------
+Q8_FORWARD = const(1)       # out (N, OC) = inp (N, C) . W^T (+ bias (OC,) when flag)
+Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp when flag)
+
+
+# The weight's int8 rows are read as they are: no quantization of the weight per call. Each row of
+# the other operand is quantized to P = 14 bits of its block (the row: inp[m, :] for Q8_FORWARD;
+# the products dout[m, n] scale[n] for Q8_DINP, each formed from 15-bit mantissas and normalized,
+# then cut to 14 bits of the row's largest), and the int8 values multiply those ints.
+# OVERFLOW BOUND [B6]: |a| <= 2^14 (the block-quantized row; rounding can reach 2^14 exactly),
+#   |q| <= 2^7, so a product is below 2^21 in magnitude and a chunk of 8 below 2^24. The K terms make
+#   n8 = ceil(K/8) chunks; each chunk is shifted right (rounded) by sh8 = max(0, clog2(n8) - 5), so
+#   |acc| <= n8 (2^24 / 2^sh8 + 1) <= 2^29 + n8 < 2^30 for K < 2^25 (K <= 256 needs no shift:
+#   the sum is exact). Q8_FORWARD then scales: acc rounded to at most 15 bits (2^15 after
+#   rounding) times the scale's 24-bit mantissa rounded to 15 bits (<= 2^15): <= 2^30. The addend
+#   (bias, or the old dinp: a 24-bit mantissa) is aligned by addto0: |sum| <= 2^30 + 2^24 < 2^31.
+#   Q8_DINP's products: two 15-bit mantissas (<= 2^15 each): <= 2^30, normalized by norm30.
+#   tests/test_int8.py::test_viper_int8_worst_case drives every bound with worst-case operands
+#   (K = 1 .. 4096, q = -128 and 127, inputs at FLT_MAX) on both MicroPython ports.
+# ERROR BOUND (relative to the block maxima, as _gemm's): the quantized row is within 2^-13 of
+#   its largest |value| per element and the weight is exact, so an output summing K products is
+#   within 2^-11 K max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
+#   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
+#   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
+# from host/viper/gemm.py:270
+@micropython.viper
+def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: int, C: int, OC: int, flag: int) -> int:
+    S = ptr32(s)
+    po = ptr32(out)
+    pa = ptr32(a)
+    pw = ptr8(w)
+    psc = ptr32(scale)
+    pbias = ptr32(bias)
+    sa = uint(S)
+    P = 14
+    lim = 16383
+    b30 = 30                            # variables: constant folding would make bigint objects
+    b31 = 31
+    top = 1 << b30
+    sgn = 1 << b31
+    K = C                               # terms per output, outputs per row, the weight's strides
+    R = OC
+    wr = C                              # from one output to the next
+    wk = 1                              # from one term to the next
+    if kind == Q8_DINP:
+        K = OC
+        R = C
+        wr = 1
+        wk = C
+    if K + K > int(len(s)):
+        return K + K
+    n8 = (K + 7) >> 3
+    sh8 = 0
+    while (32 << sh8) < n8:
+        sh8 += 1
+    rh = (1 << sh8) >> 1
+    for m in range(N):
+        if kind == Q8_FORWARD:
+            # row m of inp, quantized into S[0 : K]: inp ~= S[k] 2^(base - 150)
+            i0 = m * C
+            qb = ptr32(sa)
+            # from host/viper/snippets.py:296 (snippet quantize)
+            # qa walks the block (a register local of _gemm: each load has a constant offset)
+            st4 = 1 << 2
+            emax = 0
+            qa = ptr32(uint(pa) + (i0 << 2))
+            for k in range(K):
+                e = (qa[0] >> 23) & 0xFF
+                if e > emax:
+                    emax = e
+                qa = ptr32(uint(qa) + st4)
+            if emax == 255:
+                emax = 254
+            base = emax + 24 - P
+            qa = ptr32(uint(pa) + (i0 << 2))
+            for k in range(K):
+                v = qa[0]
+                qa = ptr32(uint(qa) + st4)
+                e = (v >> 23) & 0xFF
+                q = 0
+                if e != 0:
+                    # from host/viper/snippets.py:126 (snippet mag)
+                    mm = (v & 0x7FFFFF) | 0x800000
+                    if e == 255:
+                        mm = 0xFFFFFF
+                        e = 254
+                    # from host/viper/snippets.py:316 (snippet quantize)
+                    sh = base - e           # >= 24 - P = 10
+                    if sh <= 30:
+                        q = (mm + (1 << (sh - 1))) >> sh
+                        if q > lim:
+                            q = lim
+                        if (v >> 31) & 1:
+                            q = 0 - q
+                qb[0] = q
+                qb = ptr32(uint(qb) + 4)
+            # from host/viper/gemm.py:307
+            eb = base - 150
+        else:
+            # from host/viper/snippets.py:1182 (snippet q8_drow)
+            pm = 0 - 100000
+            for n in range(K):
+                x = pa[m * OC + n]
+                # from host/viper/snippets.py:115 (snippet decode)
+                xe = (x >> 23) & 0xFF
+                xm = 0
+                if xe != 0:
+                    # from host/viper/snippets.py:126 (snippet mag)
+                    xm = (x & 0x7FFFFF) | 0x800000
+                    if xe == 255:
+                        xm = 0xFFFFFF
+                        xe = 254
+                    # from host/viper/snippets.py:119 (snippet decode)
+                    if (x >> 31) & 1:
+                        xm = 0 - xm
+                # from host/viper/snippets.py:1186 (snippet q8_drow)
+                y = psc[n]
+                ye = (y >> 23) & 0xFF
+                g = 0
+                ge = 0
+                if xe != 0 and ye != 0:
+                    sg = 0
+                    if xm < 0:
+                        sg = 1
+                        xm = 0 - xm
+                    ym = (y & 0x7FFFFF) | 0x800000
+                    if ye == 255:
+                        ym = 0xFFFFFF
+                        ye = 254
+                    g = ((xm + 256) >> 9) * ((ym + 256) >> 9)           #!chk g
+                    ge = xe - 141 + ye - 141
+                    # from host/viper/snippets.py:280 (snippet norm30)
+                    while g >= top:
+                        g = g >> 1
+                        ge += 1
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if g < 0x4000:
+                        g = g << 16
+                        ge -= 16
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if g < 0x400000:
+                        g = g << 8
+                        ge -= 8
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if g < 0x4000000:
+                        g = g << 4
+                        ge -= 4
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if g < 0x10000000:
+                        g = g << 2
+                        ge -= 2
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if g < 0x20000000:
+                        g = g << 1
+                        ge -= 1
+                    # from host/viper/snippets.py:1202 (snippet q8_drow)
+                    if ge > pm:
+                        pm = ge
+                    if sg:
+                        g = 0 - g
+                S[n] = g
+                S[K + n] = ge
+            for n in range(K):
+                g = (S[n] ^ sgn) - sgn
+                if g != 0:
+                    sh = pm - ((S[K + n] ^ sgn) - sgn) + 16
+                    sg = 0
+                    if g < 0:
+                        sg = 1
+                        g = 0 - g
+                    # from host/viper/snippets.py:213 (snippet rsh)
+                    if sh > 30:
+                        g = 0
+                    else:
+                        g = (g + ((1 << sh) >> 1)) >> sh
+                    # from host/viper/snippets.py:1217 (snippet q8_drow)
+                    if sg:
+                        g = 0 - g
+                    S[n] = g
+            # from host/viper/gemm.py:310
+            eb = pm + 16
+        for r in range(R):
+            # from host/viper/snippets.py:1228 (snippet q8_dot)
+            acc = 0
+            wi = r * wr
+            k = 0
+            while k < K:
+                kend = k + 8
+                if kend > K:
+                    kend = K
+                t = 0
+                while k < kend:
+                    x = pw[wi]
+                    t += ((S[k] ^ sgn) - sgn) * ((x ^ 0x80) - 0x80)
+                    wi += wk
+                    k += 1
+                acc += (t + rh) >> sh8                                  #!chk acc
+            # from host/viper/gemm.py:313
+            e = eb + sh8
+            if kind == Q8_FORWARD and acc != 0:
+                # from host/viper/snippets.py:1249 (snippet q8_scale)
+                y = psc[r]
+                ye = (y >> 23) & 0xFF
+                if ye == 0:
+                    acc = 0
+                else:
+                    ym = (y & 0x7FFFFF) | 0x800000
+                    if ye == 255:
+                        ym = 0xFFFFFF
+                        ye = 254
+                    sg = 0
+                    if acc < 0:
+                        sg = 1
+                        acc = 0 - acc
+                    d = 0
+                    while (acc >> d) >= 0x8000:
+                        d += 1
+                    if d > 0:
+                        acc = (acc + (1 << (d - 1))) >> d
+                    acc = acc * ((ym + 256) >> 9)                       #!chk acc
+                    e = e + d + ye - 141
+                    if sg:
+                        acc = 0 - acc
+            # from host/viper/gemm.py:316
+            oi = m * R + r
+            if flag:
+                x = pbias[r]
+                if kind == Q8_DINP:
+                    x = po[oi]
+                # from host/viper/snippets.py:115 (snippet decode)
+                xe = (x >> 23) & 0xFF
+                xm = 0
+                if xe != 0:
+                    # from host/viper/snippets.py:126 (snippet mag)
+                    xm = (x & 0x7FFFFF) | 0x800000
+                    if xe == 255:
+                        xm = 0xFFFFFF
+                        xe = 254
+                    # from host/viper/snippets.py:119 (snippet decode)
+                    if (x >> 31) & 1:
+                        xm = 0 - xm
+                # from host/viper/gemm.py:322
+                if xe != 0:
+                    xe = xe - 150
+                    # from host/viper/snippets.py:235 (snippet addto0)
+                    if acc == 0:
+                        acc = xm
+                        e = xe
+                    elif xm != 0:
+                        # from host/viper/snippets.py:222 (snippet addto)
+                        if e >= xe:
+                            sh = e - xe
+                            # from host/viper/snippets.py:213 (snippet rsh)
+                            if sh > 30:
+                                xm = 0
+                            else:
+                                xm = (xm + ((1 << sh) >> 1)) >> sh
+                            # from host/viper/snippets.py:225 (snippet addto)
+                            acc = acc + xm                                       #!chk acc
+                        else:
+                            sh = xe - e
+                            # from host/viper/snippets.py:213 (snippet rsh)
+                            if sh > 30:
+                                acc = 0
+                            else:
+                                acc = (acc + ((1 << sh) >> 1)) >> sh
+                            # from host/viper/snippets.py:229 (snippet addto)
+                            acc = acc + xm                                       #!chk acc
+                            e = xe
+            # from host/viper/snippets.py:67 (snippet unsign)
+            sg = 0
+            if acc < 0:
+                sg = 1
+                acc = 0 - acc
+            # from host/viper/snippets.py:24 (snippet pack_by)
+            if acc == 0:
+                po[oi] = 0
+            else:
+                if acc >= 0x1000000:
+                    t = acc >> 24                     # 1 .. 127: sh = its bit length
+                    sh = 1
+                    # from host/viper/snippets.py:258 (snippet down)
+                    if t >= 16:
+                        t = t >> 4
+                        sh += 4
+                    # from host/viper/snippets.py:258 (snippet down)
+                    if t >= 4:
+                        t = t >> 2
+                        sh += 2
+                    # from host/viper/snippets.py:32 (snippet pack_by)
+                    if t >= 2:
+                        sh += 1
+                    # from host/viper/snippets.py:57 (snippet round_near)
+                    acc = (acc + (1 << (sh - 1))) >> sh
+                    # from host/viper/snippets.py:35 (snippet pack_by)
+                    e += sh
+                    if acc >= 0x1000000:
+                        acc = acc >> 1
+                        e += 1
+                else:
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if acc < 0x100:
+                        acc = acc << 16
+                        e -= 16
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if acc < 0x10000:
+                        acc = acc << 8
+                        e -= 8
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if acc < 0x100000:
+                        acc = acc << 4
+                        e -= 4
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if acc < 0x400000:
+                        acc = acc << 2
+                        e -= 2
+                    # from host/viper/snippets.py:265 (snippet up)
+                    if acc < 0x800000:
+                        acc = acc << 1
+                        e -= 1
+                # from host/viper/snippets.py:45 (snippet pack_by)
+                be = e + 150
+                if be >= 255:
+                    be = 255
+                    po[oi] = (sg << 31) | (be << 23)
+                elif be <= 0:
+                    po[oi] = 0
+                else:
+                    po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
+    # from host/viper/gemm.py:326
+    return 0
+
+
+# from host/viper/gemm.py:329
+def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
+    # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
+    s = _S[0]
+    if bias is None:
+        if _q8(0, 0, 0, out, inp, q, scale, out, s, Q8_FORWARD, N, C, OC, 0):
+            _q8(0, 0, 0, out, inp, q, scale, out, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 0)
+    elif _q8(0, 0, 0, out, inp, q, scale, bias, s, Q8_FORWARD, N, C, OC, 1):
+        _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
+
+
+# from host/viper/gemm.py:339
+def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
+    # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
+    if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):
+        _q8(0, 0, 0, dinp, dout, q, scale, dinp, _iscratch(2 * OC), Q8_DINP, N, C, OC, acc)
