@@ -303,3 +303,34 @@ def test_copies_of_every_length(micropython, tmp_path):
     s = tmp_path / "cp.py"
     s.write_text(COPIES)
     assert helpers.run_micropython(s, exe=micropython).split("\n")[0] == "BAD []"
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+@pytest.mark.parametrize("where", ["grad", "weight", "result"])
+def test_twins_flag_the_first_non_finite_tensor(kind, where):
+    """The NumPy twins update every tensor at once: they still flag the first pair that holds a
+    non-finite gradient, weight or result, as the portable kernels do, for each pair in turn."""
+    from microformer import kernels, kernels_numpy
+    for k in range(len(SIZES)):
+        flags = []
+        for K in (kernels, kernels_numpy):
+            ps, st, N = _twin_case(11, kind)
+            lr = 1e-3
+            if where == "grad":
+                ps[k][1].data[SIZES[k] - 1] = float("nan")
+            elif where == "weight":
+                ps[k][0].data[0] = float("-inf")
+            else:                                  # a finite weight the step takes past float32's range
+                ps[k][0].data[0] = -3.4e38
+                ps[k][1].data[0] = 1.0
+                lr = 1e38
+            if k + 1 < len(SIZES):                 # a later pair's bad gradient does not hide it
+                ps[k + 1][1].data[0] = float("inf")
+            newp = array("f", [0.0] * N)
+            news = [array("f", [0.0] * N), array("f", [0.0] * N)]
+            if kind == "adam":
+                flags.append(K.adam_step(newp, news[0], news[1], ps, st[0], st[1], len(ps), lr, 0.9, 0.999, 1e-8,
+                                         0.0, 1, 0))
+            else:
+                flags.append(K.sgd_step(newp, news[0], ps, st[0], len(ps), lr, 0.9, 0.0))
+        assert flags == [k, k], (where, k, flags)

@@ -273,21 +273,69 @@ def _stretch(dst, src, o, n, so):
     return d
 
 
-def _finite_all(*bufs):
-    return all(b is None or np.isfinite(b if isinstance(b, np.ndarray) else np.frombuffer(b, dtype=_F32)).all()
-               for b in bufs)
+def _gather(params, count, which):
+    # the weights (which 0) or gradients (1) of the `count` (param, grad) pairs end to end (N,),
+    # float64: one copy for the whole step instead of a kernel call per tensor
+    return np.concatenate([np.frombuffer(params[k][which].data, dtype=_F32) for k in range(count)],
+                          dtype=_F64)
+
+
+def _flag(params, count, *bufs):
+    # -1 when every value of bufs (each (N,), the pairs end to end) is finite, else the index of the
+    # pair that holds the first non-finite one. A float64 sum of float32 values cannot overflow, so
+    # a finite sum of sums means every value is finite (inf and NaN propagate; inf - inf is NaN).
+    if np.isfinite(sum(float(b.sum(dtype=_F64)) for b in bufs)):
+        return -1
+    ok = np.logical_and.reduce([np.isfinite(b) for b in bufs])
+    i = int(np.argmin(ok))
+    o = 0
+    for k in range(count):
+        o += len(params[k][1].data)
+        if i < o:
+            return k
+    return count - 1
 
 
 def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
-    # adam_update of every (param, grad) pair for step t into newp, newm, newv (N,); m v (N,) read
-    return _pk._adam_step(adam_update, _stretch, _finite_all, newp, newm, newv, params, m, v, count, lr, beta1,
-                          beta2, eps, weight_decay, t, decoupled)
+    # adam_update of every (param, grad) pair for step t into newp, newm, newv (N,); m v (N,) read.
+    # The same float64 expressions as adam_update, over all tensors at once (the same bits).
+    bc1 = 1.0 - beta1 ** t
+    bc2 = 1.0 - beta2 ** t
+    g = _gather(params, count, 1)
+    n = g.size
+    p = _gather(params, count, 0)
+    d = g
+    if weight_decay:
+        if decoupled:
+            p = (p - lr * weight_decay * p).astype(_F32).astype(_F64)   # stored, then read back
+        else:
+            d = g + weight_decay * p
+    mv = _v(newm, n)
+    vv = _v(newv, n)
+    mv[:] = beta1 * _d(m, n, n) + (1.0 - beta1) * d
+    vv[:] = beta2 * _d(v, n, n) + (1.0 - beta2) * d * d
+    pv = _v(newp, n)
+    pv[:] = p - (lr / bc1) * mv.astype(_F64) / (np.sqrt(vv.astype(_F64) * (1.0 / bc2)) + eps)
+    return _flag(params, count, g, pv, mv, vv)
 
 
 def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
-    # sgd_update of every (param, grad) pair into newp (and newbuf) (N,); buf (N,) read
-    return _pk._sgd_step(sgd_update, _stretch, _finite_all, newp, newbuf, params, buf, count, lr, momentum,
-                         weight_decay)
+    # sgd_update of every (param, grad) pair into newp (and newbuf) (N,); buf (N,) read; the same
+    # float64 expressions as sgd_update, over all tensors at once
+    g = _gather(params, count, 1)
+    n = g.size
+    p = _gather(params, count, 0)
+    d = g
+    if weight_decay:
+        d = g + weight_decay * p
+    pv = _v(newp, n)
+    if buf is None:
+        pv[:] = p - lr * d
+        return _flag(params, count, g, pv)
+    b = _v(newbuf, n)
+    b[:] = d + momentum * _d(buf, n, n)
+    pv[:] = p - lr * b.astype(_F64)
+    return _flag(params, count, g, pv, b)
 
 
 def params_commit(params, newp, count):
