@@ -53,8 +53,8 @@ def matmul_forward(out, inp, weight, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
     r = _d(inp, N * C, N, C) @ _d(weight, OC * C, OC, C).T
     if bias is not None:
-        r += _d(bias, OC, OC)
-    _v(out, N * OC)[:] = r.ravel()
+        r += _v(bias, OC)                     # float32 -> float64 inside the add: no copy
+    _v(out, N * OC).reshape(N, OC)[:] = r
 
 
 def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
@@ -64,22 +64,23 @@ def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
 
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
-    # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias += sum_N dout
+    # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias += sum_N dout.
+    # The accumulations add in float64 and round once on the store (np.add into the float32 view).
     g = _d(dout, N * OC, N, OC)
     if dinp is not None:
-        _v(dinp, N * C)[:] = (g @ _d(weight, OC * C, OC, C)).ravel()
+        np.matmul(g, _d(weight, OC * C, OC, C), out=_v(dinp, N * C).reshape(N, C), casting="same_kind")
     if dweight is not None:
-        w = _v(dweight, OC * C)
-        w[:] = w.astype(_F64) + (g.T @ _d(inp, N * C, N, C)).ravel()
+        w = _v(dweight, OC * C).reshape(OC, C)
+        np.add(w, g.T @ _d(inp, N * C, N, C), out=w, casting="same_kind")
     if dbias is not None:
         b = _v(dbias, OC)
-        b[:] = b.astype(_F64) + g.sum(axis=0)
+        np.add(b, g.sum(axis=0), out=b, casting="same_kind")
 
 
 def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)
-    d = _v(dinp, N * C)
-    d[:] = d.astype(_F64) + (_d(dout, N * OC, N, OC) @ _d(weight, OC * C, OC, C)).ravel()
+    d = _v(dinp, N * C).reshape(N, C)
+    np.add(d, _d(dout, N * OC, N, OC) @ _d(weight, OC * C, OC, C), out=d, casting="same_kind")
 
 
 def _heads(buf, B, T, C, NH):
