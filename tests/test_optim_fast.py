@@ -202,11 +202,12 @@ import microformer as mf
 from microformer import kernels_viper as V
 a = mf.Tensor((3,)); b = mf.Tensor((3,))
 b.data = array('f', [0.0] * 2)               # a gradient replaced by a shorter buffer
-for f in (lambda: V.adam_step(array('f', [0.0] * 3), array('f', [0.0] * 3), array('f', [0.0] * 3), [(a, b)],
-                              array('f', [0.0] * 3), array('f', [0.0] * 3), 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, 0),
-          lambda: V.sgd_step(array('f', [0.0] * 3), None, [(a, b)], None, 1, 0.1, 0.0, 0.0),
-          lambda: V.adam_step(array('f', [0.0] * 2), array('f', [0.0] * 3), array('f', [0.0] * 3), [(a, a)],
-                              array('f', [0.0] * 3), array('f', [0.0] * 3), 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, 0),
+H = [1e-3, 0.9, 0.999, 1e-8, 0.0, 0, 1]
+for f in (lambda: V.adam_step(array('f', [0.0] * 3), [array('f', [0.0] * 3), array('f', [0.0] * 3)], [(a, b)],
+                              [array('f', [0.0] * 3), array('f', [0.0] * 3)], H),
+          lambda: V.sgd_step(array('f', [0.0] * 3), [], [(a, b)], [], [0.1, 0.0, 0.0]),
+          lambda: V.adam_step(array('f', [0.0] * 2), [array('f', [0.0] * 3), array('f', [0.0] * 3)], [(a, a)],
+                              [array('f', [0.0] * 3), array('f', [0.0] * 3)], H),
           lambda: V.params_commit([(a, a)], array('f', [0.0] * 2), 1)):
     try:
         f()
@@ -254,10 +255,10 @@ def test_twins_equal_the_per_tensor_kernels(mod, kind, hyper):
     if kind == "adam":
         lr, b1, b2, eps, wd, dec = hyper
         bc1, bc2 = 1 - b1 ** 3, 1 - b2 ** 3
-        assert K.adam_step(newp, news[0], news[1], ps, st[0], st[1], len(ps), lr, b1, b2, eps, wd, 3, dec) == -1
+        assert K.adam_step(newp, news, ps, st, [lr, b1, b2, eps, wd, dec, 3]) == -1
     else:
         lr, mom, wd = hyper
-        assert K.sgd_step(newp, news[0] if mom else None, ps, st[0] if mom else None, len(ps), lr, mom, wd) == -1
+        assert K.sgd_step(newp, news[:1] if mom else [], ps, st[:1] if mom else [], [lr, mom, wd]) == -1
     o = 0
     for p, g in ps:
         n = p.size
@@ -329,8 +330,7 @@ def test_twins_flag_the_first_non_finite_tensor(kind, where):
             newp = array("f", [0.0] * N)
             news = [array("f", [0.0] * N), array("f", [0.0] * N)]
             if kind == "adam":
-                flags.append(K.adam_step(newp, news[0], news[1], ps, st[0], st[1], len(ps), lr, 0.9, 0.999, 1e-8,
-                                         0.0, 1, 0))
+                flags.append(K.adam_step(newp, news, ps, st, [lr, 0.9, 0.999, 1e-8, 0.0, 0, 1]))
             else:
-                flags.append(K.sgd_step(newp, news[0], ps, st[0], len(ps), lr, 0.9, 0.0))
+                flags.append(K.sgd_step(newp, news[:1], ps, st[:1], [lr, 0.9, 0.0]))
         assert flags == [k, k], (where, k, flags)

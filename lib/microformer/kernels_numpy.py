@@ -297,9 +297,15 @@ def _flag(params, count, *bufs):
     return count - 1
 
 
-def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
-    # adam_update of every (param, grad) pair for step t into newp, newm, newv (N,); m v (N,) read.
-    # The same float64 expressions as adam_update, over all tensors at once (the same bits).
+def adam_step(newp, news, params, olds, hyper):
+    # adam_update of every (param, grad) pair for step t into newp, news = [newm, newv] (N,);
+    # olds = [m, v] (N,) read; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] (as
+    # kernels.adam_step). The same float64 expressions as adam_update, over all tensors at once
+    # (the same bits).
+    lr, beta1, beta2, eps, weight_decay, decoupled, t = hyper
+    newm, newv = news
+    m, v = olds
+    count = len(params)
     bc1 = 1.0 - beta1 ** t
     bc2 = 1.0 - beta2 ** t
     g = _gather(params, count, 1)
@@ -320,9 +326,14 @@ def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weig
     return _flag(params, count, g, pv, mv, vv)
 
 
-def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
-    # sgd_update of every (param, grad) pair into newp (and newbuf) (N,); buf (N,) read; the same
-    # float64 expressions as sgd_update, over all tensors at once
+def sgd_step(newp, news, params, olds, hyper):
+    # sgd_update of every (param, grad) pair into newp (and news = [newbuf]) (N,); olds = [buf]
+    # (N,) read, both [] for no momentum; hyper = [lr, momentum, weight_decay]. The same float64
+    # expressions as sgd_update, over all tensors at once
+    lr, momentum, weight_decay = hyper
+    buf = olds[0] if olds else None
+    newbuf = news[0] if news else None
+    count = len(params)
     g = _gather(params, count, 1)
     n = g.size
     p = _gather(params, count, 0)

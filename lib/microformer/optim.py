@@ -223,11 +223,16 @@ class SGD(_Optimizer):
             self._buf = self.buffers = None
             self._live = []
             self._guard(())
+        self._hyper = [None] * 3
 
     def _update(self, K, t):
-        # the new weights (and momentum buffers) of step t into the shadow; -1 or a flagged tensor
-        return K.sgd_step(self._newp, self._news[0] if self._buf else None, self.params, self._buf,
-                          len(self.params), self.lr, self.momentum, self.weight_decay)
+        # the new weights (and momentum buffers) of step t into the shadow; -1 or a flagged tensor.
+        # The hyperparameters go in a list kept for it: the kernel call passes five references.
+        h = self._hyper
+        h[0] = self._lr
+        h[1] = self.momentum
+        h[2] = self.weight_decay
+        return K.sgd_step(self._newp, self._news, self.params, self._live, h)
 
 
 class Adam(_Optimizer):
@@ -249,10 +254,17 @@ class Adam(_Optimizer):
         self._v, self.v = self._arena()
         self._live = [self._m, self._v]
         self._guard(("Adam m", "Adam v"))
+        self._hyper = [None] * 7
 
     def _update(self, K, t):
-        # the new weights and moments of step t into the shadow; -1 or a flagged tensor
-        news = self._news
-        return K.adam_step(self._newp, news[0], news[1], self.params, self._m, self._v,
-                           len(self.params), self.lr, self.beta1, self.beta2, self.eps,
-                           self.weight_decay, t, 1 if self.decoupled else 0)
+        # the new weights and moments of step t into the shadow; -1 or a flagged tensor. The
+        # hyperparameters go in a list kept for it: the kernel call passes five references.
+        h = self._hyper
+        h[0] = self._lr
+        h[1] = self.beta1
+        h[2] = self.beta2
+        h[3] = self.eps
+        h[4] = self.weight_decay
+        h[5] = 1 if self.decoupled else 0
+        h[6] = t
+        return K.adam_step(self._newp, self._news, self.params, self._live, h)
