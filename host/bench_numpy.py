@@ -89,7 +89,7 @@ def _time(step, rounds):
     return best
 
 
-def numpy_vs_torch(rounds=7):
+def numpy_vs_torch(rounds=15):
     """ms per training step of the E=64 block: the NumPy backend and PyTorch, one thread each,
     alternating rounds; returns (numpy ms, torch ms)."""
     try:
@@ -110,4 +110,4 @@ def numpy_vs_torch(rounds=7):
 
 
 if __name__ == "__main__":
-    numpy_vs_torch(int(sys.argv[1]) if len(sys.argv) > 1 else 7)
+    numpy_vs_torch(int(sys.argv[1]) if len(sys.argv) > 1 else 15)

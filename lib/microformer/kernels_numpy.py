@@ -274,11 +274,24 @@ def _stretch(dst, src, o, n, so):
     return d
 
 
-def _gather(params, count, which):
+_SCRATCH = {}
+
+
+def _scratch(n):
+    # four float64 buffers of n values, kept per n: a step's temporaries without an allocation
+    # (arrays this size would each be a fresh mmap, page faults included, on every step)
+    s = _SCRATCH.get(n)
+    if s is None:
+        if len(_SCRATCH) > 8:
+            _SCRATCH.clear()
+        s = _SCRATCH[n] = np.empty((4, n), dtype=_F64)
+    return s
+
+
+def _gather(params, count, which, out):
     # the weights (which 0) or gradients (1) of the `count` (param, grad) pairs end to end (N,),
-    # float64: one copy for the whole step instead of a kernel call per tensor
-    return np.concatenate([np.frombuffer(params[k][which].data, dtype=_F32) for k in range(count)],
-                          dtype=_F64)
+    # as float64 into out: one copy for the whole step instead of a kernel call per tensor
+    return np.concatenate([np.frombuffer(params[k][which].data, dtype=_F32) for k in range(count)], out=out)
 
 
 def _flag(params, count, *bufs):
@@ -308,21 +321,35 @@ def adam_step(newp, news, params, olds, hyper):
     count = len(params)
     bc1 = 1.0 - beta1 ** t
     bc2 = 1.0 - beta2 ** t
-    g = _gather(params, count, 1)
-    n = g.size
-    p = _gather(params, count, 0)
+    n = 0
+    for k in range(count):
+        n += len(params[k][1].data)
+    g, p, t1, t2 = _scratch(n)
+    _gather(params, count, 1, g)
+    _gather(params, count, 0, p)
     d = g
     if weight_decay:
         if decoupled:
-            p = (p - lr * weight_decay * p).astype(_F32).astype(_F64)   # stored, then read back
+            p[:] = (p - lr * weight_decay * p).astype(_F32)                # stored, then read back
         else:
             d = g + weight_decay * p
+    # every operation in float64 (dtype=), in adam_update's order; stores round once to float32
     mv = _v(newm, n)
+    np.multiply(_v(m, n), beta1, out=t1, dtype=_F64)
+    np.multiply(d, 1.0 - beta1, out=t2)
+    np.add(t1, t2, out=mv, casting="same_kind")
     vv = _v(newv, n)
-    mv[:] = beta1 * _d(m, n, n) + (1.0 - beta1) * d
-    vv[:] = beta2 * _d(v, n, n) + (1.0 - beta2) * d * d
+    np.multiply(_v(v, n), beta2, out=t1, dtype=_F64)
+    np.multiply(d, 1.0 - beta2, out=t2)
+    t2 *= d
+    np.add(t1, t2, out=vv, casting="same_kind")
+    np.multiply(vv, 1.0 / bc2, out=t1, dtype=_F64)
+    np.sqrt(t1, out=t1)
+    t1 += eps
+    np.multiply(mv, lr / bc1, out=t2, dtype=_F64)
+    t2 /= t1
     pv = _v(newp, n)
-    pv[:] = p - (lr / bc1) * mv.astype(_F64) / (np.sqrt(vv.astype(_F64) * (1.0 / bc2)) + eps)
+    np.subtract(p, t2, out=pv, casting="same_kind")
     return _flag(params, count, g, pv, mv, vv)
 
 
@@ -334,9 +361,12 @@ def sgd_step(newp, news, params, olds, hyper):
     buf = olds[0] if olds else None
     newbuf = news[0] if news else None
     count = len(params)
-    g = _gather(params, count, 1)
-    n = g.size
-    p = _gather(params, count, 0)
+    n = 0
+    for k in range(count):
+        n += len(params[k][1].data)
+    g, p = _scratch(n)[:2]
+    _gather(params, count, 1, g)
+    _gather(params, count, 0, p)
     d = g
     if weight_decay:
         d = g + weight_decay * p
