@@ -3,7 +3,8 @@
 # The model is make bench's E=64 block: Dense(16,64) -> Attention(64,4) -> GlobalAvgPool ->
 # Dense(64,4), batch 8 x 32 tokens, cross-entropy, Adam (lr 1e-3): forward, backward and the
 # optimizer step. Both run in this process with one thread (OpenBLAS/MKL/OMP and torch's own);
-# the figure is the fastest of `rounds` rounds of 20 steps each (the machine may be shared).
+# the figure is the fastest of `rounds` rounds of 20 steps each, in CPU time of this process (on
+# a shared machine, wall time also counts the waits for a core).
 import os
 
 for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -81,10 +82,10 @@ def _time(step, rounds):
         step()
     best = None
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(STEPS):
             step()
-        dt = (time.perf_counter() - t0) / STEPS
+        dt = (time.process_time() - t0) / STEPS
         best = dt if best is None or dt < best else best
     return best
 

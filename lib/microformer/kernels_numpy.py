@@ -1,7 +1,8 @@
 # microformer.kernels_numpy: the kernels of kernels.py over NumPy, for CPython on the host.
 # Same functions, same signatures, same buffers: every flat array('f') is viewed in place with
 # numpy.frombuffer (no copy), so layers, optimizers and checkpoints are unchanged. Arithmetic runs
-# in float64 and is rounded to float32 once, on the store, as the portable loops do under CPython.
+# in float64 and is rounded to float32 once, on the store, as the portable loops do under CPython,
+# except the dense products (matmul_*), which run in float32 as PyTorch's do (see there).
 # Host only: the board has no NumPy (make deploy and mip leave this file out).
 # The matrices here are small: a multi-threaded BLAS only spins (30x slower on a loaded 2-core
 # machine), so OpenBLAS gets one thread unless the environment or an earlier numpy import decided.
@@ -49,12 +50,18 @@ def zero(buf, n):
     _v(buf, n)[:] = 0.0
 
 
+# The dense products run in float32 (single-precision BLAS, straight into the output buffers): as
+# PyTorch does on the CPU, and twice the speed of float64 products and their copies. Their error
+# stays far inside the backend's tolerance (tests/test_numpy_backend.py: 1e-5 of the largest
+# value against the portable loops): a K-term float32 dot product is off by about sqrt(K) float32
+# roundings of its terms' magnitudes.
+
 def matmul_forward(out, inp, weight, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
-    r = _d(inp, N * C, N, C) @ _d(weight, OC * C, OC, C).T
+    r = _v(out, N * OC).reshape(N, OC)
+    np.matmul(_v(inp, N * C).reshape(N, C), _v(weight, OC * C).reshape(OC, C).T, out=r)
     if bias is not None:
-        r += _v(bias, OC)                     # float32 -> float64 inside the add: no copy
-    _v(out, N * OC).reshape(N, OC)[:] = r
+        r += _v(bias, OC)
 
 
 def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
@@ -64,23 +71,22 @@ def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
 
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
-    # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias += sum_N dout.
-    # The accumulations add in float64 and round once on the store (np.add into the float32 view).
-    g = _d(dout, N * OC, N, OC)
+    # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias += sum_N dout
+    g = _v(dout, N * OC).reshape(N, OC)
     if dinp is not None:
-        np.matmul(g, _d(weight, OC * C, OC, C), out=_v(dinp, N * C).reshape(N, C), casting="same_kind")
+        np.matmul(g, _v(weight, OC * C).reshape(OC, C), out=_v(dinp, N * C).reshape(N, C))
     if dweight is not None:
         w = _v(dweight, OC * C).reshape(OC, C)
-        np.add(w, g.T @ _d(inp, N * C, N, C), out=w, casting="same_kind")
+        w += g.T @ _v(inp, N * C).reshape(N, C)
     if dbias is not None:
         b = _v(dbias, OC)
-        np.add(b, g.sum(axis=0), out=b, casting="same_kind")
+        b += g.sum(axis=0, dtype=_F64)                # float64 sum, rounded once on the add
 
 
 def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)
     d = _v(dinp, N * C).reshape(N, C)
-    np.add(d, _d(dout, N * OC, N, OC) @ _d(weight, OC * C, OC, C), out=d, casting="same_kind")
+    d += _v(dout, N * OC).reshape(N, OC) @ _v(weight, OC * C).reshape(OC, C)
 
 
 def _heads(buf, B, T, C, NH):
