@@ -335,3 +335,15 @@ def test_twins_flag_the_first_non_finite_tensor(kind, where):
                 else:
                     flags.append(K.sgd_step(newp, news[:1], ps, st[:1], [lr, 0.9, 0.0]))
         assert flags == [k, k], (where, k, flags)
+
+
+@pytest.mark.parametrize("mod", ["kernels", "kernels_numpy"])
+def test_twins_step_no_pairs(mod):
+    """An optimizer over no parameters (a model whose every layer is frozen) steps: nothing to
+    update, nothing flagged."""
+    import importlib
+    K = importlib.import_module("microformer." + mod)
+    e = array("f")
+    assert K.adam_step(e, [e, e], [], [e, e], [1e-3, 0.9, 0.999, 1e-8, 0.0, 0, 1]) == -1
+    assert K.sgd_step(e, [e], [], [e], [0.1, 0.9, 0.0]) == -1
+    assert K.sgd_step(e, [], [], [], [0.1, 0.0, 0.0]) == -1

@@ -297,7 +297,9 @@ def _scratch(n):
 def _gather(params, count, which, out):
     # the weights (which 0) or gradients (1) of the `count` (param, grad) pairs end to end (N,),
     # as float64 into out: one copy for the whole step instead of a kernel call per tensor
-    return np.concatenate([np.frombuffer(params[k][which].data, dtype=_F32) for k in range(count)], out=out)
+    if count:                           # (np.concatenate refuses an empty list: no pairs, no values)
+        np.concatenate([np.frombuffer(params[k][which].data, dtype=_F32) for k in range(count)], out=out)
+    return out
 
 
 def _flag(params, count, *bufs):
