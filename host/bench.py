@@ -252,6 +252,16 @@ def cpython_table():
                 "x%.1f" % (rows["python"]["ms"] / r["ms"]) if backend == "numpy" else ""), flush=True)
 
 
+def numpy_vs_torch():
+    """The NumPy backend's E=64 block step against PyTorch's, one thread each (host/bench_numpy.py,
+    in a process of its own: it pins the BLAS libraries to one thread before they load)."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "host", "bench_numpy.py")], capture_output=True,
+                         text=True, timeout=1800)
+    if out.returncode:
+        raise SystemExit("bench numpy vs torch failed:\n%s%s" % (out.stdout, out.stderr))
+    print(out.stdout.strip(), flush=True)
+
+
 def main(argv):
     heap = "64M"
     if "--heap" in argv:
@@ -281,6 +291,7 @@ def main(argv):
               " (bisection, then %d larger sizes verified: every KB up to %d, and up to %d KB; %d runs)" % (
                   kb, len(above), kb + 32, max(above), len(tried)), flush=True)
     cpython_table()
+    numpy_vs_torch()
     decode_table(None, ("python", "numpy"))
     if "--callgrind" in argv and shutil.which("valgrind"):
         callgrind_table(heap)

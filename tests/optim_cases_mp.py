@@ -28,15 +28,15 @@ def run(c):
         m0 = hx(m) + hx(v)
         np_ = z(N); nm = z(N); nv = z(N)
         t = c["t"]
-        r["flag"] = V.adam_step(np_, nm, nv, ps, m, v, len(ps), c["lr"], c["b1"], c["b2"], c["eps"], c["wd"],
-                                t, c["dec"])
+        r["flag"] = V.adam_step(np_, [nm, nv], ps, [m, v], [c["lr"], c["b1"], c["b2"], c["eps"], c["wd"],
+                                                           c["dec"], t])
         r["p"] = hx(np_); r["m"] = hx(nm); r["v"] = hx(nv)
         r["live_same"] = (m0 == hx(m) + hx(v))
     else:
         buf = f32(c["b"]) if c["mom"] else None
         b0 = hx(buf) if buf else ""
         np_ = z(N); nb = z(N) if buf else None
-        r["flag"] = V.sgd_step(np_, nb, ps, buf, len(ps), c["lr"], c["mom"], c["wd"])
+        r["flag"] = V.sgd_step(np_, [nb] if buf else [], ps, [buf] if buf else [], [c["lr"], c["mom"], c["wd"]])
         r["p"] = hx(np_); r["b"] = hx(nb) if nb else ""
         r["live_same"] = (b0 == (hx(buf) if buf else ""))
     r["live_same"] = r["live_same"] and before == [hx(p.data) + hx(g.data) for p, g in ps]

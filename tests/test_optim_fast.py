@@ -202,11 +202,12 @@ import microformer as mf
 from microformer import kernels_viper as V
 a = mf.Tensor((3,)); b = mf.Tensor((3,))
 b.data = array('f', [0.0] * 2)               # a gradient replaced by a shorter buffer
-for f in (lambda: V.adam_step(array('f', [0.0] * 3), array('f', [0.0] * 3), array('f', [0.0] * 3), [(a, b)],
-                              array('f', [0.0] * 3), array('f', [0.0] * 3), 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, 0),
-          lambda: V.sgd_step(array('f', [0.0] * 3), None, [(a, b)], None, 1, 0.1, 0.0, 0.0),
-          lambda: V.adam_step(array('f', [0.0] * 2), array('f', [0.0] * 3), array('f', [0.0] * 3), [(a, a)],
-                              array('f', [0.0] * 3), array('f', [0.0] * 3), 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, 0),
+H = [1e-3, 0.9, 0.999, 1e-8, 0.0, 0, 1]
+for f in (lambda: V.adam_step(array('f', [0.0] * 3), [array('f', [0.0] * 3), array('f', [0.0] * 3)], [(a, b)],
+                              [array('f', [0.0] * 3), array('f', [0.0] * 3)], H),
+          lambda: V.sgd_step(array('f', [0.0] * 3), [], [(a, b)], [], [0.1, 0.0, 0.0]),
+          lambda: V.adam_step(array('f', [0.0] * 2), [array('f', [0.0] * 3), array('f', [0.0] * 3)], [(a, a)],
+                              [array('f', [0.0] * 3), array('f', [0.0] * 3)], H),
           lambda: V.params_commit([(a, a)], array('f', [0.0] * 2), 1)):
     try:
         f()
@@ -254,10 +255,10 @@ def test_twins_equal_the_per_tensor_kernels(mod, kind, hyper):
     if kind == "adam":
         lr, b1, b2, eps, wd, dec = hyper
         bc1, bc2 = 1 - b1 ** 3, 1 - b2 ** 3
-        assert K.adam_step(newp, news[0], news[1], ps, st[0], st[1], len(ps), lr, b1, b2, eps, wd, 3, dec) == -1
+        assert K.adam_step(newp, news, ps, st, [lr, b1, b2, eps, wd, dec, 3]) == -1
     else:
         lr, mom, wd = hyper
-        assert K.sgd_step(newp, news[0] if mom else None, ps, st[0] if mom else None, len(ps), lr, mom, wd) == -1
+        assert K.sgd_step(newp, news[:1] if mom else [], ps, st[:1] if mom else [], [lr, mom, wd]) == -1
     o = 0
     for p, g in ps:
         n = p.size
@@ -303,3 +304,46 @@ def test_copies_of_every_length(micropython, tmp_path):
     s = tmp_path / "cp.py"
     s.write_text(COPIES)
     assert helpers.run_micropython(s, exe=micropython).split("\n")[0] == "BAD []"
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+@pytest.mark.parametrize("where", ["grad", "weight", "result"])
+def test_twins_flag_the_first_non_finite_tensor(kind, where):
+    """The NumPy twins update every tensor at once: they still flag the first pair that holds a
+    non-finite gradient, weight or result, as the portable kernels do, for each pair in turn."""
+    from microformer import kernels, kernels_numpy
+    for k in range(len(SIZES)):
+        flags = []
+        for K in (kernels, kernels_numpy):
+            ps, st, N = _twin_case(11, kind)
+            lr = 1e-3
+            if where == "grad":
+                ps[k][1].data[SIZES[k] - 1] = float("nan")
+            elif where == "weight":
+                ps[k][0].data[0] = float("-inf")
+            else:                                  # a finite weight the step takes past float32's range
+                ps[k][0].data[0] = -3.4e38
+                ps[k][1].data[0] = 1.0
+                lr = 1e38
+            if k + 1 < len(SIZES):                 # a later pair's bad gradient does not hide it
+                ps[k + 1][1].data[0] = float("inf")
+            newp = array("f", [0.0] * N)
+            news = [array("f", [0.0] * N), array("f", [0.0] * N)]
+            with np.errstate(over="ignore", invalid="ignore"):     # the overflow is the point
+                if kind == "adam":
+                    flags.append(K.adam_step(newp, news, ps, st, [lr, 0.9, 0.999, 1e-8, 0.0, 0, 1]))
+                else:
+                    flags.append(K.sgd_step(newp, news[:1], ps, st[:1], [lr, 0.9, 0.0]))
+        assert flags == [k, k], (where, k, flags)
+
+
+@pytest.mark.parametrize("mod", ["kernels", "kernels_numpy"])
+def test_twins_step_no_pairs(mod):
+    """An optimizer over no parameters (a model whose every layer is frozen) steps: nothing to
+    update, nothing flagged."""
+    import importlib
+    K = importlib.import_module("microformer." + mod)
+    e = array("f")
+    assert K.adam_step(e, [e, e], [], [e, e], [1e-3, 0.9, 0.999, 1e-8, 0.0, 0, 1]) == -1
+    assert K.sgd_step(e, [e], [], [e], [0.1, 0.9, 0.0]) == -1
+    assert K.sgd_step(e, [], [], [], [0.1, 0.0, 0.0]) == -1

@@ -252,9 +252,9 @@ for kind in ("adam", "sgd"):
         new = f(8, 7.0)
         try:
             if kind == "adam":
-                r = O.adam_step(new, f(8), f(8), params, f(8, 0.0), f(8, 0.0), 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, False)
+                r = O.adam_step(new, [f(8), f(8)], params, [f(8, 0.0), f(8, 0.0)], [1e-3, 0.9, 0.999, 1e-8, 0.0, 0, 1])
             else:
-                r = O.sgd_step(new, f(8), params, f(8, 0.0), 1, 0.1, 0.9, 0.0)
+                r = O.sgd_step(new, [f(8)], params, [f(8, 0.0)], [0.1, 0.9, 0.0])
             print(kind, pn, gn, p0, g0, "returned", r, list(new[:pn]) == list(params[0][0].data))
         except ValueError as e:
             print(kind, pn, gn, p0, g0, "refused", "does not match" in str(e))

@@ -361,76 +361,111 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-def _adam_setup(lr, beta1, beta2, eps, weight_decay, decoupled):
-    # the hyperparameters' fixed-point forms (_adam_hyper into _AM, and _AMF), made again only when
-    # one of them is another object than last time
+def _adam_setup(h):
+    # the hyperparameters h = [lr, beta1, beta2, eps, weight_decay, decoupled, ...] in fixed point,
+    # made again (_adam_remake) only when one of them is another object than last time (a
+    # schedule that sets lr makes them again; a step that changes nothing does not)
     L = _AMLAST
-    if not (L[0] is lr and L[1] is beta1 and L[2] is beta2 and L[3] is weight_decay
-            and L[4] is decoupled and L[5] is eps):
-        _adam_hyper(lr, beta1, beta2, weight_decay, decoupled)
-        F = _AMF
-        F[0], F[1], F[2], F[3] = lr, beta1, beta2, eps
-        L[0], L[1], L[2], L[3], L[4], L[5] = lr, beta1, beta2, weight_decay, decoupled, eps
+    for i in range(6):
+        if L[i] is not h[i]:
+            _adam_remake(h)
+            break
 
 
-def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
+def _adam_remake(h):
+    _adam_hyper(h[0], h[1], h[2], h[4], h[5])
+    F = _AMF
+    F[0], F[1], F[2], F[3] = h[0], h[1], h[2], h[3]
+    L = _AMLAST
+    for j in range(6):
+        L[j] = h[j]
+
+
+@micropython.viper
+def _job(newp, news, params, olds):
+    # the whole-step kernels' buffers into _JOB (their arguments: a viper function takes at most
+    # four): newp, the new states (news: 0 to 2 buffers), params, the live states (olds), the count
+    J = _JOB
+    J[0] = newp
+    J[1] = None
+    J[2] = None
+    J[4] = None
+    J[5] = None
+    n = int(len(news))
+    if n > 0:
+        J[1] = news[0]
+        J[4] = olds[0]
+    if n > 1:
+        J[2] = news[1]
+        J[5] = olds[1]
+    J[3] = params
+    J[6] = len(params)
+
+
+@micropython.viper
+def _done(r: int, who) -> int:
+    # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
+    J = _JOB
+    for i in range(7):
+        J[i] = None
+    if r == -2:
+        raise ValueError(who)
+    return r
+
+
+_ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
+_SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
+
+
+def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
-    # read only. params: `count` (param, grad) Tensor pairs; m, v (N,): their moments end to end
-    # (N = the parameter count); newp, newm, newv (N,): the new weights and moments, written.
-    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite.
-    _adam_setup(lr, beta1, beta2, eps, weight_decay, decoupled)
-    _adam_consts(_AM, _AMF, t)
-    return _run(_adam_all, newp, newm, newv, params, m, v, count, "adam_step")
+    # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
+    # (N = the parameter count); newp, news = [newm, newv] (N,): the new weights and moments,
+    # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t]. Returns -1, or the
+    # index of the first pair whose gradient, weight or result is not finite. The frame stays
+    # within 11 words (no heap frame per call): five arguments, no locals, calls of few arguments.
+    if len(news) != 2 or len(olds) != 2:
+        raise ValueError("adam_step: news and olds must be [newm, newv] and [m, v]")
+    _adam_setup(hyper)
+    _adam_consts(_AM, _AMF, hyper[6])
+    _job(newp, news, params, olds)
+    return _done(_adam_all(), _ADAM_BAD)
 
 
 _SGDLAST = [None, None, None]
 
 
-def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
-    # SGD of every tensor into shadow buffers: newp (N,) the new weights, newbuf (N,) the new
-    # momentum buffers (buf (N,) the live ones, end to end); buf None: no momentum (newbuf None).
-    # Returns -1, or the index of the first pair with a non-finite gradient, weight, buffer or result.
+def _sgd_setup(h):
+    # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
-    if not (L[0] is lr and L[1] is momentum and L[2] is weight_decay):
+    if not (L[0] is h[0] and L[1] is h[1] and L[2] is h[2]):
         C = _SGDC
         C[_AM_O1] = 32768               # 1.0 = 2^15 2^-15: the gradient's weight (K1 = 0)
-        m, e = _mant15(momentum)
+        m, e = _mant15(h[1])
         C[_AM_B1] = m
         C[_AM_KB1] = e + 15
-        m, e = _mant15(lr)
+        m, e = _mant15(h[0])
         C[_AM_CM] = m
         C[_AM_CE] = e + 29
-        m, e = _mant15(weight_decay)
+        m, e = _mant15(h[2])
         C[_AM_WDM] = m
         C[_AM_WDE] = e
-        L[0] = lr
-        L[1] = momentum
-        L[2] = weight_decay
-    if (buf is None) != (newbuf is None):
-        raise ValueError("sgd_step: buf and newbuf must both be buffers or both None")
-    _SGDC[_AM_DEC] = 0 if buf is None else 1
-    return _run(_sgd_all, newp, newbuf if buf is not None else newp, None, params, buf, None, count,
-                "sgd_step")
+        L[0] = h[0]
+        L[1] = h[1]
+        L[2] = h[2]
 
 
-def _run(kernel, a, b, c, params, d, e, count, who):
-    J = _JOB
-    J[0] = a
-    J[1] = b
-    J[2] = c
-    J[3] = params
-    J[4] = d
-    J[5] = e
-    J[6] = count
-    try:
-        r = kernel()
-    finally:
-        for i in range(7):
-            J[i] = None
-    if r == -2:
-        raise ValueError("%s: a parameter or gradient does not match the optimizer's buffers "
-                         "(was a Tensor's data replaced?)" % who)
-    return r
+def sgd_step(newp, news, params, olds, hyper):
+    # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
+    # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
+    # momentum); hyper = [lr, momentum, weight_decay]. Returns -1, or the index of the first pair
+    # with a non-finite gradient, weight, buffer or result. Frame within 11 words, as adam_step.
+    if len(news) != len(olds) or len(olds) > 1:
+        raise ValueError("sgd_step: news and olds must be [newbuf] and [buf], or both []")
+    _sgd_setup(hyper)
+    _SGDC[_AM_DEC] = len(olds)
+    _job(newp, news, params, olds)
+    return _done(_sgd_all(), _SGD_BAD)
 
 
 def params_commit(params, newp, count):
@@ -460,10 +495,16 @@ def _one(p, g, n):
     return P
 
 
+_UH = [None] * 7                        # adam_update's hyperparameters as adam_step takes them
+_UMV = [None, None]
+
+
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
-    _adam_setup(lr, beta1, beta2, eps, weight_decay, decoupled)
+    H = _UH
+    H[0], H[1], H[2], H[3], H[4], H[5], H[6] = lr, beta1, beta2, eps, weight_decay, decoupled, 0
+    _adam_setup(H)
     F = _AUF
     F[0] = lr
     F[1] = bc1
@@ -475,7 +516,12 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
     if len(v) != n:
         v = memoryview(v)[:n]
     pair = _one(p, g, n)
-    _run(_adam_all, pair[0][0].data, m, v, pair, m, v, 1, "adam_update")
+    mv = _UMV
+    mv[0] = m
+    mv[1] = v
+    _job(pair[0][0].data, mv, pair, mv)
+    mv[0] = mv[1] = None
+    _done(_adam_all(), "adam_update: p, g, m and v must hold n values")
 
 
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
@@ -485,5 +531,6 @@ def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     if buf is not None and len(buf) != n:
         buf = memoryview(buf)[:n]
     pair = _one(p, g, n)
-    sgd_step(new, buf, pair, buf, 1, lr, momentum, weight_decay)
+    b = [] if buf is None else [buf]
+    sgd_step(new, b, pair, b, [lr, momentum, weight_decay])
     _commit(pair, new, 1)

@@ -521,19 +521,24 @@ def _sgd_step(update, stretch, finite, newp, newbuf, params, buf, count, lr, mom
                        () if buf is None else (buf,), run)
 
 
-def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
-    # newp newm newv (N,) = adam_update's p, m, v of every (param, grad) pair for step t >= 1,
-    # the pairs' stretches one after another; m v (N,): the moments (read). Returns -1, or the
-    # index of the first pair whose gradient or new weight or moment is not finite
-    return _adam_step(adam_update, _stretch, _all_finite, newp, newm, newv, params, m, v, count, lr, beta1,
-                      beta2, eps, weight_decay, t, decoupled)
+def adam_step(newp, news, params, olds, hyper):
+    # newp, news = [newm, newv] (N,) = adam_update's p, m, v of every (param, grad) pair for step t,
+    # the pairs' stretches one after another; olds = [m, v] (N,): the moments (read);
+    # hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] (a list the optimizer keeps: the
+    # call passes five references). Returns -1, or the index of the first pair whose gradient or
+    # new weight or moment is not finite
+    lr, beta1, beta2, eps, weight_decay, decoupled, t = hyper
+    return _adam_step(adam_update, _stretch, _all_finite, newp, news[0], news[1], params, olds[0], olds[1],
+                      len(params), lr, beta1, beta2, eps, weight_decay, t, decoupled)
 
 
-def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
-    # newp (N,), newbuf (N,) = sgd_update's p and buf of every pair (buf (N,) read; None: no
-    # momentum, and newbuf None); returns -1 or the first pair with a non-finite value
-    return _sgd_step(sgd_update, _stretch, _all_finite, newp, newbuf, params, buf, count, lr, momentum,
-                     weight_decay)
+def sgd_step(newp, news, params, olds, hyper):
+    # newp (N,), news = [newbuf] (N,) = sgd_update's p and buf of every pair (olds = [buf] (N,)
+    # read; both [] for no momentum); hyper = [lr, momentum, weight_decay]. Returns -1 or the
+    # first pair with a non-finite value
+    lr, momentum, weight_decay = hyper
+    return _sgd_step(sgd_update, _stretch, _all_finite, newp, news[0] if news else None, params,
+                     olds[0] if olds else None, len(params), lr, momentum, weight_decay)
 
 
 def _commit(stretch, params, newp, count):

@@ -1,7 +1,8 @@
 # microformer.kernels_numpy: the kernels of kernels.py over NumPy, for CPython on the host.
 # Same functions, same signatures, same buffers: every flat array('f') is viewed in place with
 # numpy.frombuffer (no copy), so layers, optimizers and checkpoints are unchanged. Arithmetic runs
-# in float64 and is rounded to float32 once, on the store, as the portable loops do under CPython.
+# in float64 and is rounded to float32 once, on the store, as the portable loops do under CPython,
+# except the dense products (matmul_*), which run in float32 as PyTorch's do (see there).
 # Host only: the board has no NumPy (make deploy and mip leave this file out).
 # The matrices here are small: a multi-threaded BLAS only spins (30x slower on a loaded 2-core
 # machine), so OpenBLAS gets one thread unless the environment or an earlier numpy import decided.
@@ -49,12 +50,18 @@ def zero(buf, n):
     _v(buf, n)[:] = 0.0
 
 
+# The dense products run in float32 (single-precision BLAS, straight into the output buffers): as
+# PyTorch does on the CPU, and twice the speed of float64 products and their copies. Their error
+# stays far inside the backend's tolerance (tests/test_numpy_backend.py: 1e-5 of the largest
+# value against the portable loops): a K-term float32 dot product is off by about sqrt(K) float32
+# roundings of its terms' magnitudes.
+
 def matmul_forward(out, inp, weight, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
-    r = _d(inp, N * C, N, C) @ _d(weight, OC * C, OC, C).T
+    r = _v(out, N * OC).reshape(N, OC)
+    np.matmul(_v(inp, N * C).reshape(N, C), _v(weight, OC * C).reshape(OC, C).T, out=r)
     if bias is not None:
-        r += _d(bias, OC, OC)
-    _v(out, N * OC)[:] = r.ravel()
+        r += _v(bias, OC)
 
 
 def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
@@ -65,21 +72,21 @@ def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
     # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias += sum_N dout
-    g = _d(dout, N * OC, N, OC)
+    g = _v(dout, N * OC).reshape(N, OC)
     if dinp is not None:
-        _v(dinp, N * C)[:] = (g @ _d(weight, OC * C, OC, C)).ravel()
+        np.matmul(g, _v(weight, OC * C).reshape(OC, C), out=_v(dinp, N * C).reshape(N, C))
     if dweight is not None:
-        w = _v(dweight, OC * C)
-        w[:] = w.astype(_F64) + (g.T @ _d(inp, N * C, N, C)).ravel()
+        w = _v(dweight, OC * C).reshape(OC, C)
+        w += g.T @ _v(inp, N * C).reshape(N, C)
     if dbias is not None:
         b = _v(dbias, OC)
-        b[:] = b.astype(_F64) + g.sum(axis=0)
+        b += g.sum(axis=0, dtype=_F64)                # float64 sum, rounded once on the add
 
 
 def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)
-    d = _v(dinp, N * C)
-    d[:] = d.astype(_F64) + (_d(dout, N * OC, N, OC) @ _d(weight, OC * C, OC, C)).ravel()
+    d = _v(dinp, N * C).reshape(N, C)
+    d += _v(dout, N * OC).reshape(N, OC) @ _v(weight, OC * C).reshape(OC, C)
 
 
 def _q8(q, scale, OC, C):
@@ -294,21 +301,112 @@ def _stretch(dst, src, o, n, so):
     return d
 
 
-def _finite_all(*bufs):
-    return all(b is None or np.isfinite(b if isinstance(b, np.ndarray) else np.frombuffer(b, dtype=_F32)).all()
-               for b in bufs)
+_SCRATCH = {}
 
 
-def adam_step(newp, newm, newv, params, m, v, count, lr, beta1, beta2, eps, weight_decay, t, decoupled):
-    # adam_update of every (param, grad) pair for step t into newp, newm, newv (N,); m v (N,) read
-    return _pk._adam_step(adam_update, _stretch, _finite_all, newp, newm, newv, params, m, v, count, lr, beta1,
-                          beta2, eps, weight_decay, t, decoupled)
+def _scratch(n):
+    # four float64 buffers of n values, kept per n: a step's temporaries without an allocation
+    # (arrays this size would each be a fresh mmap, page faults included, on every step)
+    s = _SCRATCH.get(n)
+    if s is None:
+        if len(_SCRATCH) > 8:
+            _SCRATCH.clear()
+        s = _SCRATCH[n] = np.empty((4, n), dtype=_F64)
+    return s
 
 
-def sgd_step(newp, newbuf, params, buf, count, lr, momentum, weight_decay):
-    # sgd_update of every (param, grad) pair into newp (and newbuf) (N,); buf (N,) read
-    return _pk._sgd_step(sgd_update, _stretch, _finite_all, newp, newbuf, params, buf, count, lr, momentum,
-                         weight_decay)
+def _gather(params, count, which, out):
+    # the weights (which 0) or gradients (1) of the `count` (param, grad) pairs end to end (N,),
+    # as float64 into out: one copy for the whole step instead of a kernel call per tensor
+    if count:                           # (np.concatenate refuses an empty list: no pairs, no values)
+        np.concatenate([np.frombuffer(params[k][which].data, dtype=_F32) for k in range(count)], out=out)
+    return out
+
+
+def _flag(params, count, *bufs):
+    # -1 when every value of bufs (each (N,), the pairs end to end) is finite, else the index of the
+    # pair that holds the first non-finite one. A float64 sum of float32 values cannot overflow, so
+    # a finite sum of sums means every value is finite (inf and NaN propagate; inf - inf is NaN).
+    if np.isfinite(sum(float(b.sum(dtype=_F64)) for b in bufs)):
+        return -1
+    ok = np.logical_and.reduce([np.isfinite(b) for b in bufs])
+    i = int(np.argmin(ok))
+    o = 0
+    for k in range(count):
+        o += len(params[k][1].data)
+        if i < o:
+            return k
+    return count - 1
+
+
+def adam_step(newp, news, params, olds, hyper):
+    # adam_update of every (param, grad) pair for step t into newp, news = [newm, newv] (N,);
+    # olds = [m, v] (N,) read; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] (as
+    # kernels.adam_step). The same float64 expressions as adam_update, over all tensors at once
+    # (the same bits).
+    lr, beta1, beta2, eps, weight_decay, decoupled, t = hyper
+    newm, newv = news
+    m, v = olds
+    count = len(params)
+    bc1 = 1.0 - beta1 ** t
+    bc2 = 1.0 - beta2 ** t
+    n = 0
+    for k in range(count):
+        n += len(params[k][1].data)
+    g, p, t1, t2 = _scratch(n)
+    _gather(params, count, 1, g)
+    _gather(params, count, 0, p)
+    d = g
+    if weight_decay:
+        if decoupled:
+            p[:] = (p - lr * weight_decay * p).astype(_F32)                # stored, then read back
+        else:
+            d = g + weight_decay * p
+    # every operation in float64 (dtype=), in adam_update's order; stores round once to float32
+    mv = _v(newm, n)
+    np.multiply(_v(m, n), beta1, out=t1, dtype=_F64)
+    np.multiply(d, 1.0 - beta1, out=t2)
+    np.add(t1, t2, out=mv, casting="same_kind")
+    vv = _v(newv, n)
+    np.multiply(_v(v, n), beta2, out=t1, dtype=_F64)
+    np.multiply(d, 1.0 - beta2, out=t2)
+    t2 *= d
+    np.add(t1, t2, out=vv, casting="same_kind")
+    np.multiply(vv, 1.0 / bc2, out=t1, dtype=_F64)
+    np.sqrt(t1, out=t1)
+    t1 += eps
+    np.multiply(mv, lr / bc1, out=t2, dtype=_F64)
+    t2 /= t1
+    pv = _v(newp, n)
+    np.subtract(p, t2, out=pv, casting="same_kind")
+    return _flag(params, count, g, pv, mv, vv)
+
+
+def sgd_step(newp, news, params, olds, hyper):
+    # sgd_update of every (param, grad) pair into newp (and news = [newbuf]) (N,); olds = [buf]
+    # (N,) read, both [] for no momentum; hyper = [lr, momentum, weight_decay]. The same float64
+    # expressions as sgd_update, over all tensors at once
+    lr, momentum, weight_decay = hyper
+    buf = olds[0] if olds else None
+    newbuf = news[0] if news else None
+    count = len(params)
+    n = 0
+    for k in range(count):
+        n += len(params[k][1].data)
+    g, p = _scratch(n)[:2]
+    _gather(params, count, 1, g)
+    _gather(params, count, 0, p)
+    d = g
+    if weight_decay:
+        d = g + weight_decay * p
+    pv = _v(newp, n)
+    if buf is None:
+        pv[:] = p - lr * d
+        return _flag(params, count, g, pv)
+    b = _v(newbuf, n)
+    b[:] = d + momentum * _d(buf, n, n)
+    pv[:] = p - lr * b.astype(_F64)
+    return _flag(params, count, g, pv, b)
 
 
 def params_commit(params, newp, count):

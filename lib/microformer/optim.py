@@ -94,6 +94,7 @@ class _Optimizer:
             self._offsets.append(n)
             n += p.size
         self._n = n
+        self._count = len(self.params)
 
     @property
     def lr(self):
@@ -161,18 +162,29 @@ class _Optimizer:
         bad = self._update(K, t + 1)           # the shadow only: an interrupt drops the step
         if bad != -1:
             self._refuse(K, bad)
+        self._commit(t)
+
+    # step, _update, _commit and _write keep their frames within the interpreter's 11 words
+    # (arguments, locals, value stack and try blocks): a larger frame is allocated from the heap on
+    # every call. The rare paths (_held, _refuse, _check_grads) are functions of their own for that.
+    def _commit(self, t):
         try:
             self.steps = t + 1
-            self._write(K)
-        except KeyboardInterrupt as e:
-            while True:                        # held: complete the write, then honour it
-                try:
-                    self._write(K)
-                    break
-                except KeyboardInterrupt:
-                    pass
-            self.steps = t + 1
-            raise e
+            self._write()
+        except KeyboardInterrupt:           # not `as e`: that adds a hidden try block to the frame
+            self._held(t)
+            raise
+
+    def _held(self, t):
+        # an interrupt landed while the shadow was copied in: complete the copy; _commit then
+        # honours the interrupt
+        while True:
+            try:
+                self._write()
+                break
+            except KeyboardInterrupt:
+                pass
+        self.steps = t + 1
 
     def _check_grads(self, K):
         params = self.params
@@ -201,12 +213,11 @@ class _Optimizer:
         raise NonFiniteError("%s: step refused: %s holds a non-finite value; weights and optimizer "
                              "state are unchanged" % (self.who, self.names[k]))
 
-    def _write(self, K):
-        K.params_commit(self.params, self._newp, len(self.params))
-        live = self._live
-        news = self._news
-        for j in range(len(news)):
-            K.copy(live[j], news[j], self._n)
+    def _write(self):
+        K = backend.K
+        K.params_commit(self.params, self._newp, self._count)
+        for j in range(len(self._news)):
+            K.copy(self._live[j], self._news[j], self._n)
 
 
 class SGD(_Optimizer):
@@ -223,11 +234,16 @@ class SGD(_Optimizer):
             self._buf = self.buffers = None
             self._live = []
             self._guard(())
+        self._hyper = [None] * 3
 
     def _update(self, K, t):
-        # the new weights (and momentum buffers) of step t into the shadow; -1 or a flagged tensor
-        return K.sgd_step(self._newp, self._news[0] if self._buf else None, self.params, self._buf,
-                          len(self.params), self.lr, self.momentum, self.weight_decay)
+        # the new weights (and momentum buffers) of step t into the shadow; -1 or a flagged tensor.
+        # The hyperparameters go in a list kept for it: the kernel call passes five references.
+        h = self._hyper
+        h[0] = self._lr
+        h[1] = self.momentum
+        h[2] = self.weight_decay
+        return K.sgd_step(self._newp, self._news, self.params, self._live, h)
 
 
 class Adam(_Optimizer):
@@ -249,10 +265,17 @@ class Adam(_Optimizer):
         self._v, self.v = self._arena()
         self._live = [self._m, self._v]
         self._guard(("Adam m", "Adam v"))
+        self._hyper = [None] * 7
 
     def _update(self, K, t):
-        # the new weights and moments of step t into the shadow; -1 or a flagged tensor
-        news = self._news
-        return K.adam_step(self._newp, news[0], news[1], self.params, self._m, self._v,
-                           len(self.params), self.lr, self.beta1, self.beta2, self.eps,
-                           self.weight_decay, t, 1 if self.decoupled else 0)
+        # the new weights and moments of step t into the shadow; -1 or a flagged tensor. The
+        # hyperparameters go in a list kept for it: the kernel call passes five references.
+        h = self._hyper
+        h[0] = self._lr
+        h[1] = self.beta1
+        h[2] = self.beta2
+        h[3] = self.eps
+        h[4] = self.weight_decay
+        h[5] = 1 if self.decoupled else 0
+        h[6] = t
+        return K.adam_step(self._newp, self._news, self.params, self._live, h)
