@@ -1170,3 +1170,96 @@ def bl_round(s, X, bm, out, sg):
         else:
             s = 0
 
+
+# ---- the small-head attention kernels' parts (host/viper/softmax.py) ----------------------
+def quant2(src, i0, R, W, rs, dst, o):
+    """R rows of W values, src[i0 + r rs + w], to dst[o + r W + w] (row-major): P-bit signed ints
+    of the block's largest biased exponent emax (block float, see kernels_viper.py); base =
+    emax + 24 - P, so value ~= q * 2^(base - 150), |q| <= 2^P - 1, |value - q 2^(base - 150)|
+    <= 2^-P max|value| (zeros and subnormals give 0; inf and NaN read as +-FLT_MAX)."""
+    # in: P
+    # out: base, e, emax, mm, q, qa, r, sh, v, w
+    emax = 0
+    for r in range(R):
+        qa = ptr32(uint(src) + ((i0 + r * rs) << 2))
+        for w in range(W):
+            e = (qa[w] >> 23) & 0xFF
+            if e > emax:
+                emax = e
+    if emax == 255:
+        emax = 254
+    base = emax + 24 - P
+    for r in range(R):
+        qa = ptr32(uint(src) + ((i0 + r * rs) << 2))
+        for w in range(W):
+            v = qa[w]
+            e = (v >> 23) & 0xFF
+            q = 0
+            if e != 0:
+                mag(v, mm, e)
+                sh = base - e           # >= 24 - P
+                if sh <= 30:
+                    q = (mm + (1 << (sh - 1))) >> sh
+                    if q >= (1 << P):
+                        q = (1 << P) - 1
+                    if (v >> 31) & 1:
+                        q = 0 - q
+            dst[o + r * W + w] = q
+
+
+def znorm(z, zr, zn):
+    """The softmax sum z > 0 as zr * 2^zn, zr in [2^14, 2^15) rounded (z >= 2^15 - 1 when the
+    row's max contributes 2^15 - 1)."""
+    zn = 0
+    while (z >> zn) >= 0x8000:
+        zn += 1
+    zr = z
+    if zn > 0:
+        zr = ((z >> (zn - 1)) + 1) >> 1
+        if zr >= 0x8000:
+            zr = zr >> 1
+            zn += 1
+
+
+def wbits(p, kj, w, e):
+    """A softmax weight p 2^-kj / Z (Z = zr 2^(zn - 15 - zs)) as a 24-bit mantissa w in
+    [2^23, 2^24) and a biased float32 exponent e (e <= 0: below float32, the caller writes 0)."""
+    # in: zn, zr, zs
+    w = (p << 16) // zr                 # [2^15, 2^17)
+    e = 150 + zs - zn - 16 - kj - 7
+    if w < 0x10000:
+        w = w << 8
+        e -= 1
+    else:
+        w = w << 7
+
+
+def softmax_exp(x, p, kk):
+    """One weight of a softmax row before normalization: exp(-(max - s) scale) = p 2^(-15 - kk)
+    for the score's float32 bits x, the row max mx * 2^(ex - 150) and the scale sm * 2^se (Q15
+    mantissa); p in Q15 (<= 2^15 - 1), 0 when y = (max - s) scale >= 128 (in Q16: ycap = 2^23),
+    a weight below float32. max - s is formed from the aligned mantissas (gap), cut to 16 bits."""
+    # in: ex, mx, se, sm, ycap
+    # out: de, dv, e, m, n, r, sh, tt, v, y
+    gap(x, m, e, dv, de, sh)
+    y = 0
+    if dv > 0:
+        # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
+        n = 0
+        if dv >= 0x10000:
+            tt = dv >> 16               # 1 .. 511
+            down(tt, n, 256, 8)
+            down(tt, n, 16, 4)
+            down(tt, n, 4, 2)
+            down(tt, n, 2, 1)
+            n += 1
+            dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
+        v = dv * sm                                     #!chk v
+        sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
+        scaled(v, sh, y, 23)
+    p = 0
+    kk = 0
+    if y < ycap:
+        expq15(y, kk, r, p)
+        if p > 32767:
+            p = 32767

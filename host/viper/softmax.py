@@ -72,54 +72,22 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
                         continue
                     x = pa[ab + j]
-                    gap(x, m, e, dv, de, sh)
-                    y = 0
-                    if dv > 0:
-                        # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
-                        n = 0
-                        if dv >= 0x10000:
-                            tt = dv >> 16               # 1 .. 511
-                            down(tt, n, 256, 8)
-                            down(tt, n, 16, 4)
-                            down(tt, n, 4, 2)
-                            down(tt, n, 2, 1)
-                            n += 1
-                            dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
-                        v = dv * sm                                     #!chk v
-                        sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
-                        scaled(v, sh, y, 23)
-                    if y >= ycap:
+                    softmax_exp(x, p, k)
+                    if p == 0:
                         continue                    # weight 0 (below float32 range)
-                    expq15(y, k, r, p)
-                    if p > 32767:
-                        p = 32767
                     S[j] = p
                     S[Tk + j] = k
                     if k < 30:
                         z += (p << zs) >> k                             #!chk z
                 # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
-                zn = 0
-                while (z >> zn) >= 0x8000:
-                    zn += 1
-                zr = z
-                if zn > 0:
-                    zr = ((z >> (zn - 1)) + 1) >> 1
-                    if zr >= 0x8000:
-                        zr = zr >> 1
-                        zn += 1
+                znorm(z, zr, zn)
                 # pass 3: w_j = p_j 2^-k_j / Z = (p_j 2^16 / zr) 2^(zs - zn - 16 - k_j)
                 for j in range(Tk):
                     p = S[j]
                     if p == 0:
                         pa[ab + j] = 0
                         continue
-                    w = (p << 16) // zr                 # [2^15, 2^17)
-                    e = 150 + zs - zn - 16 - S[Tk + j] - 7
-                    if w < 0x10000:
-                        w = w << 8
-                        e -= 1
-                    else:
-                        w = w << 7
+                    wbits(p, S[Tk + j], w, e)
                     if e <= 0:
                         pa[ab + j] = 0
                     else:
@@ -227,7 +195,186 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
         ab += Tk
 
 
-def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+# ---- small heads: the whole attention of a layer in one viper call ---------------------------
+# At head sizes hs <= _SMALL_HS with at most _SMALL_T queries and keys (Iris: hs 4, T 4) the
+# GEMM path pays more for its per-call setup, its per-block quantization and the packing of
+# every intermediate than for the products. These kernels quantize each operand of a head once
+# (quant2) and keep scores, weights and gradients as integers of one exponent per head block (or
+# per row / column where the bound below needs it); only the results are packed to float32.
+_SMALL_HS = const(8)
+_SMALL_T = const(16)
+
+
+def _scale_table():
+    # 1/sqrt(hs) for hs = 0 .. _SMALL_HS: mantissa Q15 at 2 hs, exponent at 2 hs + 1
+    t = array("i", [0] * (2 * _SMALL_HS + 2))
+    for hs in range(1, _SMALL_HS + 1):
+        t[2 * hs], t[2 * hs + 1] = _scale_of(hs)
+    return t
+
+
+_HSC = _scale_table()
+
+
+# ERROR BOUND (tests/test_viper_range.py, small-head cases): the scores of query row t carry
+#   |ds| <= hs 2^(1-P) max|q_t| max|k_bh| / sqrt(hs) (P = 14 for hs <= 4, else 13; k_bh: every
+#   key of the batch item and head), which moves a weight by at most a factor e^(2 |ds|); from
+#   those scores the weights obey the _softmax bound, and out[t, col] is within
+#   (2^-14 + Tk 2^-16) max_j |v[b, j, col]| of sum_j w_j v[j, col] (15-bit weights, 14-bit
+#   values per column): with the softmax's 4e-4, within 1e-3 max|v| of the column, as the GEMM
+#   path. OVERFLOW [B3]: |score| <= hs (2^P - 1)^2 < 2^30, so max - s < 2^31; then as _softmax
+#   (the difference cut to 16 bits times the 15-bit scale); the context sums 15-bit weights (sum
+#   <= 2^15 + Tk / 2) times 14-bit values: < 2^30.
+@micropython.viper
+def _attn_small(out, att, qin, kin, vin, mask, s, d):
+    # qin (B, Tq, C), kin vin (B, Tk, C); out (B, Tq, C), att (B, NH, Tq, Tk) written
+    # d: B Tq Tk C NH causal hasmask; mask (B, Tk) bytes when hasmask (else any buffer)
+    D = ptr32(d)
+    S = ptr32(s)
+    po = ptr32(out)
+    pa = ptr32(att)
+    pq = ptr32(qin)
+    pk = ptr32(kin)
+    pv = ptr32(vin)
+    pm = ptr8(mask)
+    hasmask = D[6]
+    B = D[0]
+    Tq = D[1]
+    Tk = D[2]
+    C = D[3]
+    NH = D[4]
+    causal = D[5]
+    H = ptr32(_HSC)
+    hs = C // NH
+    sm = H[hs + hs]
+    b31 = 31
+    sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load, and
+    b16 = 16                            # & m32 first a sum of such loads' products (exact mod 2^32)
+    m32 = (1 << b16) * (1 << b16) - 1
+    se = (H[hs + hs + 1] ^ sx) - sx
+    Pqk = 13                            # bits of q and k: hs (2^P - 1)^2 < 2^30
+    if hs <= 4:
+        Pqk = 14
+    oV = Tk * hs                        # S: [0, oV) the head's keys (by rows), [oV, 2 oV) values
+    oE = oV + oV                        # (by columns); [oE, oE + hs) the value columns' bases;
+    oQ = oE + hs                        # [oQ, oQ + hs) the query row; the keys' bases,
+    oKe = oQ + hs                       # then p_j, k_j of the exponentials, then the weights
+    oP = oKe + Tk                       # in Q15 (for the context)
+    oK = oP + Tk
+    oW = oK + Tk
+    shift = Tk - Tq
+    ycap = 1 << 23                      # y = (max - s) scale in Q16 >= 128: weight < 2^-184, 0
+    zs = 15                             # Z = sum_j e_j in Q(15 + zs), < 2^30 (as _softmax)
+    while zs > 0 and (1 << (15 - zs)) < Tk:
+        zs -= 1
+    ab = 0
+    for b in range(B):
+        for h in range(NH):
+            i0 = b * Tk * C + h * hs
+            P = Pqk
+            for j in range(Tk):         # each key row is a block (as the GEMM's rows)
+                quant2(pk, i0 + j * C, 1, hs, C, S, j * hs)
+                S[oKe + j] = base
+            P = 14
+            for c in range(hs):         # each value column is a block
+                quant2(pv, i0 + c, Tk, 1, C, S, oV + c * Tk)
+                S[oE + c] = base
+            for t in range(Tq):
+                last = Tk - 1
+                if causal:
+                    last = t + shift
+                    if last > Tk - 1:
+                        last = Tk - 1
+                qi = (b * Tq + t) * C + h * hs
+                P = Pqk
+                quant2(pq, qi, 1, hs, C, S, oQ)
+                qbase = base - 300
+                # the visible scores q_t . k_j, unscaled, as float32 bits in att (as the GEMM path)
+                for j in range(last + 1):
+                    if hasmask and pm[b * Tk + j] != 0:
+                        continue
+                    acc = 0
+                    kj = j * hs
+                    for c in range(hs):
+                        acc += S[oQ + c] * S[kj + c]
+                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
+                    e = qbase + S[oKe + j]
+                    store(pa, ab + j, acc, e)
+                softmax_max()
+                # e_j = exp(-(max - s_j) scale) = p_j 2^(-15 - k_j); Z = sum_j e_j in Q(15 + zs)
+                z = 0
+                for j in range(Tk):
+                    S[oP + j] = 0
+                    if j > last or (hasmask and pm[b * Tk + j] != 0):
+                        continue
+                    x = pa[ab + j]
+                    softmax_exp(x, p, kk)
+                    S[oP + j] = p
+                    S[oK + j] = kk
+                    if p != 0 and kk < 30:
+                        z += (p << zs) >> kk                        #!chk z
+                # the weights as float32 (att) and in Q15 (S[oW ...], for the context)
+                zr = 0
+                zn = 0
+                if z:
+                    znorm(z, zr, zn)
+                for j in range(Tk):
+                    p = S[oP + j]
+                    S[oW + j] = 0
+                    if p == 0:
+                        pa[ab + j] = 0
+                        continue
+                    wbits(p, S[oK + j], w, e)
+                    if e <= 0:
+                        pa[ab + j] = 0
+                    else:
+                        pa[ab + j] = (e << 23) | (w & 0x7FFFFF)
+                        sh = 135 - e                # w 2^(e - 150) in Q15
+                        rsh(w, sh)
+                        S[oW + j] = w
+                # the context out[t, c] = sum_j w_j v[j, c]
+                oi = qi
+                for c in range(hs):
+                    acc = 0
+                    vj = oV + c * Tk
+                    for j in range(last + 1):
+                        acc += S[oW + j] * S[vj + j]
+                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
+                    e = S[oE + c] - 165
+                    store(po, oi, acc, e)
+                    oi += 1
+                ab += Tk
+
+
+_DS = array("i", [0] * 7)            # the small kernels' shapes: B Tq Tk C NH causal hasmask
+
+
+@micropython.viper
+def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int, NH: int, causal: int):
+    # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
+    # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
+    # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
+    # A viper function (no heap frame per call): small heads run _attn_small, others the GEMM path.
+    hs = C // NH
+    if hs > _SMALL_HS or Tq > _SMALL_T or Tk > _SMALL_T:
+        _attention_forward_gemm(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal)
+        return
+    D = ptr32(_DS)
+    D[0] = B
+    D[1] = Tq
+    D[2] = Tk
+    D[3] = C
+    D[4] = NH
+    D[5] = causal
+    m = mask
+    D[6] = 1
+    if not mask:                        # None (no viper `is None`)
+        m = _DS
+        D[6] = 0
+    _attn_small(out, att, q, k, v, m, _iscratch(2 * Tk * hs + 2 * hs + 4 * Tk), _DS)
+
+
+def _attention_forward_gemm(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
     # ERROR BOUND: the scores carry the _gemm bound (|ds| <= 2^-11 hs max|q_h| max|k_h| / sqrt(hs),
     #   which moves a weight by at most a factor e^(2 |ds|)); from those scores the weights obey

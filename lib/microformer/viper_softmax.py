@@ -145,7 +145,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         if sh <= 24:
                             dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                         de = e
-                    # from host/viper/softmax.py:76
+                    # from host/viper/snippets.py:1245 (snippet softmax_exp)
                     y = 0
                     if dv > 0:
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
@@ -168,7 +168,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                             if tt >= 2:
                                 tt = tt >> 1
                                 n += 1
-                            # from host/viper/softmax.py:86
+                            # from host/viper/snippets.py:1255 (snippet softmax_exp)
                             n += 1
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
@@ -181,30 +181,35 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                                 y = v << sh
                         elif sh > 0 - 31:
                             y = ((v >> (0 - sh - 1)) + 1) >> 1
-                    # from host/viper/softmax.py:91
-                    if y >= ycap:
+                    # from host/viper/snippets.py:1260 (snippet softmax_exp)
+                    p = 0
+                    k = 0
+                    if y < ycap:
+                        # from host/viper/snippets.py:197 (snippet expq15)
+                        k = (y >> 5) * 1477                                 #!chk k
+                        k = k >> 21
+                        r = y - k * 45426
+                        if r >= 45426:
+                            r -= 45426
+                            k += 1
+                        p = 32768 - ((r * 5461) >> 16)          # 5461 = 2^15/6
+                        p = 32768 - ((((r * p) >> 16) * 52429) >> 18)   #!chk p
+                        p = 32768 - (((r * p) >> 16) >> 2)
+                        p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
+                        p = 32768 - (((r * p) >> 16) >> 1)
+                        p = 32768 - ((r * p) >> 16)
+                        # from host/viper/snippets.py:1264 (snippet softmax_exp)
+                        if p > 32767:
+                            p = 32767
+                    # from host/viper/softmax.py:76
+                    if p == 0:
                         continue                    # weight 0 (below float32 range)
-                    # from host/viper/snippets.py:197 (snippet expq15)
-                    k = (y >> 5) * 1477                                 #!chk k
-                    k = k >> 21
-                    r = y - k * 45426
-                    if r >= 45426:
-                        r -= 45426
-                        k += 1
-                    p = 32768 - ((r * 5461) >> 16)          # 5461 = 2^15/6
-                    p = 32768 - ((((r * p) >> 16) * 52429) >> 18)   #!chk p
-                    p = 32768 - (((r * p) >> 16) >> 2)
-                    p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
-                    p = 32768 - (((r * p) >> 16) >> 1)
-                    p = 32768 - ((r * p) >> 16)
-                    # from host/viper/softmax.py:94
-                    if p > 32767:
-                        p = 32767
                     S[j] = p
                     S[Tk + j] = k
                     if k < 30:
                         z += (p << zs) >> k                             #!chk z
                 # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
+                # from host/viper/snippets.py:1213 (snippet znorm)
                 zn = 0
                 while (z >> zn) >= 0x8000:
                     zn += 1
@@ -214,12 +219,14 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if zr >= 0x8000:
                         zr = zr >> 1
                         zn += 1
+                # from host/viper/softmax.py:84
                 # pass 3: w_j = p_j 2^-k_j / Z = (p_j 2^16 / zr) 2^(zs - zn - 16 - k_j)
                 for j in range(Tk):
                     p = S[j]
                     if p == 0:
                         pa[ab + j] = 0
                         continue
+                    # from host/viper/snippets.py:1228 (snippet wbits)
                     w = (p << 16) // zr                 # [2^15, 2^17)
                     e = 150 + zs - zn - 16 - S[Tk + j] - 7
                     if w < 0x10000:
@@ -227,6 +234,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         e -= 1
                     else:
                         w = w << 7
+                    # from host/viper/softmax.py:91
                     if e <= 0:
                         pa[ab + j] = 0
                     else:
@@ -234,7 +242,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                 ab += rs
 
 
-# from host/viper/softmax.py:130
+# from host/viper/softmax.py:98
 @micropython.viper
 def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int):
     # j x ab: the hottest locals; as the first three they live in registers (callers pass 0s)
@@ -308,7 +316,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     md = md << 6
                 if (y >> 31) & 1:
                     md = 0 - md
-            # from host/viper/softmax.py:197
+            # from host/viper/softmax.py:165
             me = ed - 156
             o = dot
             if pmax == 0:
@@ -342,14 +350,14 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     # from host/viper/snippets.py:252 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = de
-            # from host/viper/softmax.py:210
+            # from host/viper/softmax.py:178
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
             # from host/viper/snippets.py:67 (snippet unsign)
             neg = 0
             if v < 0:
                 neg = 1
                 v = 0 - v
-            # from host/viper/softmax.py:212
+            # from host/viper/softmax.py:180
             while v >= 0x800000:
                 v = v >> 8
                 e += 8
@@ -369,7 +377,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             if v >= 0x8000:
                 v = v >> 1
                 e += 1
-            # from host/viper/softmax.py:219
+            # from host/viper/softmax.py:187
             ma = ((x & 0x7FFFFF) | 0x800000) >> 9
             if ea == 255:
                 ma = 0x7FFF
@@ -432,12 +440,556 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     pd[ab + j] = 0
                 else:
                     pd[ab + j] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/softmax.py:227
+        # from host/viper/softmax.py:195
         ab += Tk
 
 
-# from host/viper/softmax.py:230
-def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+# ---- small heads: the whole attention of a layer in one viper call ---------------------------
+# At head sizes hs <= _SMALL_HS with at most _SMALL_T queries and keys (Iris: hs 4, T 4) the
+# GEMM path pays more for its per-call setup, its per-block quantization and the packing of
+# every intermediate than for the products. These kernels quantize each operand of a head once
+# (quant2) and keep scores, weights and gradients as integers of one exponent per head block (or
+# per row / column where the bound below needs it); only the results are packed to float32.
+_SMALL_HS = const(8)
+_SMALL_T = const(16)
+
+
+# from host/viper/softmax.py:208
+def _scale_table():
+    # 1/sqrt(hs) for hs = 0 .. _SMALL_HS: mantissa Q15 at 2 hs, exponent at 2 hs + 1
+    t = array("i", [0] * (2 * _SMALL_HS + 2))
+    for hs in range(1, _SMALL_HS + 1):
+        t[2 * hs], t[2 * hs + 1] = _scale_of(hs)
+    return t
+
+
+_HSC = _scale_table()
+
+
+# ERROR BOUND (tests/test_viper_range.py, small-head cases): the scores of query row t carry
+#   |ds| <= hs 2^(1-P) max|q_t| max|k_bh| / sqrt(hs) (P = 14 for hs <= 4, else 13; k_bh: every
+#   key of the batch item and head), which moves a weight by at most a factor e^(2 |ds|); from
+#   those scores the weights obey the _softmax bound, and out[t, col] is within
+#   (2^-14 + Tk 2^-16) max_j |v[b, j, col]| of sum_j w_j v[j, col] (15-bit weights, 14-bit
+#   values per column): with the softmax's 4e-4, within 1e-3 max|v| of the column, as the GEMM
+#   path. OVERFLOW [B3]: |score| <= hs (2^P - 1)^2 < 2^30, so max - s < 2^31; then as _softmax
+#   (the difference cut to 16 bits times the 15-bit scale); the context sums 15-bit weights (sum
+#   <= 2^15 + Tk / 2) times 14-bit values: < 2^30.
+# from host/viper/softmax.py:228
+@micropython.viper
+def _attn_small(out, att, qin, kin, vin, mask, s, d):
+    # qin (B, Tq, C), kin vin (B, Tk, C); out (B, Tq, C), att (B, NH, Tq, Tk) written
+    # d: B Tq Tk C NH causal hasmask; mask (B, Tk) bytes when hasmask (else any buffer)
+    D = ptr32(d)
+    S = ptr32(s)
+    po = ptr32(out)
+    pa = ptr32(att)
+    pq = ptr32(qin)
+    pk = ptr32(kin)
+    pv = ptr32(vin)
+    pm = ptr8(mask)
+    hasmask = D[6]
+    B = D[0]
+    Tq = D[1]
+    Tk = D[2]
+    C = D[3]
+    NH = D[4]
+    causal = D[5]
+    H = ptr32(_HSC)
+    hs = C // NH
+    sm = H[hs + hs]
+    b31 = 31
+    sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load, and
+    b16 = 16                            # & m32 first a sum of such loads' products (exact mod 2^32)
+    m32 = (1 << b16) * (1 << b16) - 1
+    se = (H[hs + hs + 1] ^ sx) - sx
+    Pqk = 13                            # bits of q and k: hs (2^P - 1)^2 < 2^30
+    if hs <= 4:
+        Pqk = 14
+    oV = Tk * hs                        # S: [0, oV) the head's keys (by rows), [oV, 2 oV) values
+    oE = oV + oV                        # (by columns); [oE, oE + hs) the value columns' bases;
+    oQ = oE + hs                        # [oQ, oQ + hs) the query row; the keys' bases,
+    oKe = oQ + hs                       # then p_j, k_j of the exponentials, then the weights
+    oP = oKe + Tk                       # in Q15 (for the context)
+    oK = oP + Tk
+    oW = oK + Tk
+    shift = Tk - Tq
+    ycap = 1 << 23                      # y = (max - s) scale in Q16 >= 128: weight < 2^-184, 0
+    zs = 15                             # Z = sum_j e_j in Q(15 + zs), < 2^30 (as _softmax)
+    while zs > 0 and (1 << (15 - zs)) < Tk:
+        zs -= 1
+    ab = 0
+    for b in range(B):
+        for h in range(NH):
+            i0 = b * Tk * C + h * hs
+            P = Pqk
+            for j in range(Tk):         # each key row is a block (as the GEMM's rows)
+                # from host/viper/snippets.py:1182 (snippet quant2)
+                emax = 0
+                for r in range(1):
+                    qa = ptr32(uint(pk) + ((i0 + j * C + r * C) << 2))
+                    for w in range(hs):
+                        e = (qa[w] >> 23) & 0xFF
+                        if e > emax:
+                            emax = e
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                for r in range(1):
+                    qa = ptr32(uint(pk) + ((i0 + j * C + r * C) << 2))
+                    for w in range(hs):
+                        v = qa[w]
+                        e = (v >> 23) & 0xFF
+                        q = 0
+                        if e != 0:
+                            # from host/viper/snippets.py:126 (snippet mag)
+                            mm = (v & 0x7FFFFF) | 0x800000
+                            if e == 255:
+                                mm = 0xFFFFFF
+                                e = 254
+                            # from host/viper/snippets.py:1200 (snippet quant2)
+                            sh = base - e           # >= 24 - P
+                            if sh <= 30:
+                                q = (mm + (1 << (sh - 1))) >> sh
+                                if q >= (1 << P):
+                                    q = (1 << P) - 1
+                                if (v >> 31) & 1:
+                                    q = 0 - q
+                        S[j * hs + r * hs + w] = q
+                # from host/viper/softmax.py:277
+                S[oKe + j] = base
+            P = 14
+            for c in range(hs):         # each value column is a block
+                # from host/viper/snippets.py:1182 (snippet quant2)
+                emax = 0
+                for r in range(Tk):
+                    qa = ptr32(uint(pv) + ((i0 + c + r * C) << 2))
+                    for w in range(1):
+                        e = (qa[w] >> 23) & 0xFF
+                        if e > emax:
+                            emax = e
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                for r in range(Tk):
+                    qa = ptr32(uint(pv) + ((i0 + c + r * C) << 2))
+                    for w in range(1):
+                        v = qa[w]
+                        e = (v >> 23) & 0xFF
+                        q = 0
+                        if e != 0:
+                            # from host/viper/snippets.py:126 (snippet mag)
+                            mm = (v & 0x7FFFFF) | 0x800000
+                            if e == 255:
+                                mm = 0xFFFFFF
+                                e = 254
+                            # from host/viper/snippets.py:1200 (snippet quant2)
+                            sh = base - e           # >= 24 - P
+                            if sh <= 30:
+                                q = (mm + (1 << (sh - 1))) >> sh
+                                if q >= (1 << P):
+                                    q = (1 << P) - 1
+                                if (v >> 31) & 1:
+                                    q = 0 - q
+                        S[oV + c * Tk + r * 1 + w] = q
+                # from host/viper/softmax.py:281
+                S[oE + c] = base
+            for t in range(Tq):
+                last = Tk - 1
+                if causal:
+                    last = t + shift
+                    if last > Tk - 1:
+                        last = Tk - 1
+                qi = (b * Tq + t) * C + h * hs
+                P = Pqk
+                # from host/viper/snippets.py:1182 (snippet quant2)
+                emax = 0
+                for r in range(1):
+                    qa = ptr32(uint(pq) + ((qi + r * C) << 2))
+                    for w in range(hs):
+                        e = (qa[w] >> 23) & 0xFF
+                        if e > emax:
+                            emax = e
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                for r in range(1):
+                    qa = ptr32(uint(pq) + ((qi + r * C) << 2))
+                    for w in range(hs):
+                        v = qa[w]
+                        e = (v >> 23) & 0xFF
+                        q = 0
+                        if e != 0:
+                            # from host/viper/snippets.py:126 (snippet mag)
+                            mm = (v & 0x7FFFFF) | 0x800000
+                            if e == 255:
+                                mm = 0xFFFFFF
+                                e = 254
+                            # from host/viper/snippets.py:1200 (snippet quant2)
+                            sh = base - e           # >= 24 - P
+                            if sh <= 30:
+                                q = (mm + (1 << (sh - 1))) >> sh
+                                if q >= (1 << P):
+                                    q = (1 << P) - 1
+                                if (v >> 31) & 1:
+                                    q = 0 - q
+                        S[oQ + r * hs + w] = q
+                # from host/viper/softmax.py:291
+                qbase = base - 300
+                # the visible scores q_t . k_j, unscaled, as float32 bits in att (as the GEMM path)
+                for j in range(last + 1):
+                    if hasmask and pm[b * Tk + j] != 0:
+                        continue
+                    acc = 0
+                    kj = j * hs
+                    for c in range(hs):
+                        acc += S[oQ + c] * S[kj + c]
+                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
+                    e = qbase + S[oKe + j]
+                    # from host/viper/snippets.py:67 (snippet unsign)
+                    sg = 0
+                    if acc < 0:
+                        sg = 1
+                        acc = 0 - acc
+                    # from host/viper/snippets.py:24 (snippet pack_by)
+                    if acc == 0:
+                        pa[ab + j] = 0
+                    else:
+                        if acc >= 0x1000000:
+                            t = acc >> 24                     # 1 .. 127: sh = its bit length
+                            sh = 1
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 16:
+                                t = t >> 4
+                                sh += 4
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 4:
+                                t = t >> 2
+                                sh += 2
+                            # from host/viper/snippets.py:32 (snippet pack_by)
+                            if t >= 2:
+                                sh += 1
+                            # from host/viper/snippets.py:57 (snippet round_near)
+                            acc = (acc + (1 << (sh - 1))) >> sh
+                            # from host/viper/snippets.py:35 (snippet pack_by)
+                            e += sh
+                            if acc >= 0x1000000:
+                                acc = acc >> 1
+                                e += 1
+                        else:
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100:
+                                acc = acc << 16
+                                e -= 16
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x10000:
+                                acc = acc << 8
+                                e -= 8
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100000:
+                                acc = acc << 4
+                                e -= 4
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x400000:
+                                acc = acc << 2
+                                e -= 2
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x800000:
+                                acc = acc << 1
+                                e -= 1
+                        # from host/viper/snippets.py:45 (snippet pack_by)
+                        be = e + 150
+                        if be >= 255:
+                            be = 255
+                            pa[ab + j] = (sg << 31) | (be << 23)
+                        elif be <= 0:
+                            pa[ab + j] = 0
+                        else:
+                            pa[ab + j] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
+                # from host/viper/snippets.py:334 (snippet softmax_max)
+                # pass 1: the largest visible score, compared as sign-magnitude ints
+                mk = 0
+                mj = 0 - 1
+                for j in range(Tk):
+                    if j > last or (hasmask and pm[b * Tk + j] != 0):
+                        continue
+                    x = pa[ab + j]
+                    # from host/viper/snippets.py:158 (snippet key)
+                    e = (x >> 23) & 0xFF
+                    v = (e << 23) | (x & 0x7FFFFF)
+                    if e == 255:                            # inf / NaN: +-FLT_MAX
+                        v = ((e - 1) << 23) | 0x7FFFFF
+                    if (x >> 31) & 1:
+                        v = 0 - v
+                    # from host/viper/snippets.py:342 (snippet softmax_max)
+                    if mj < 0 or v > mk:
+                        mk = v
+                        mj = j
+                # the max as a signed mantissa mx * 2^(ex - 150) (0 for zeros / subnormals)
+                mx = 0
+                ex = 1
+                if mj >= 0:
+                    x = pa[ab + mj]
+                    # from host/viper/snippets.py:115 (snippet decode)
+                    ex = (x >> 23) & 0xFF
+                    mx = 0
+                    if ex != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mx = (x & 0x7FFFFF) | 0x800000
+                        if ex == 255:
+                            mx = 0xFFFFFF
+                            ex = 254
+                        # from host/viper/snippets.py:119 (snippet decode)
+                        if (x >> 31) & 1:
+                            mx = 0 - mx
+                    # from host/viper/snippets.py:351 (snippet softmax_max)
+                    if ex == 0:
+                        ex = 1
+                # from host/viper/softmax.py:304
+                # e_j = exp(-(max - s_j) scale) = p_j 2^(-15 - k_j); Z = sum_j e_j in Q(15 + zs)
+                z = 0
+                for j in range(Tk):
+                    S[oP + j] = 0
+                    if j > last or (hasmask and pm[b * Tk + j] != 0):
+                        continue
+                    x = pa[ab + j]
+                    # from host/viper/snippets.py:115 (snippet decode)
+                    e = (x >> 23) & 0xFF
+                    m = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        m = (x & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            m = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:119 (snippet decode)
+                        if (x >> 31) & 1:
+                            m = 0 - m
+                    # from host/viper/snippets.py:172 (snippet gap)
+                    if e == 0:
+                        e = 1
+                    if ex >= e:
+                        sh = ex - e
+                        if sh > 24:
+                            m = 0
+                        elif sh > 0:
+                            m = ((m >> (sh - 1)) + 1) >> 1
+                        dv = mx - m
+                        de = ex
+                    else:
+                        sh = e - ex
+                        dv = 0 - m
+                        if sh <= 24:
+                            dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
+                        de = e
+                    # from host/viper/snippets.py:1245 (snippet softmax_exp)
+                    y = 0
+                    if dv > 0:
+                        # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
+                        n = 0
+                        if dv >= 0x10000:
+                            tt = dv >> 16               # 1 .. 511
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if tt >= 256:
+                                tt = tt >> 8
+                                n += 8
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if tt >= 16:
+                                tt = tt >> 4
+                                n += 4
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if tt >= 4:
+                                tt = tt >> 2
+                                n += 2
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if tt >= 2:
+                                tt = tt >> 1
+                                n += 1
+                            # from host/viper/snippets.py:1255 (snippet softmax_exp)
+                            n += 1
+                            dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
+                        v = dv * sm                                     #!chk v
+                        sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
+                        # from host/viper/snippets.py:146 (snippet scaled)
+                        if sh >= 0:
+                            if sh > 23 or v > (ycap >> sh):
+                                y = ycap
+                            else:
+                                y = v << sh
+                        elif sh > 0 - 31:
+                            y = ((v >> (0 - sh - 1)) + 1) >> 1
+                    # from host/viper/snippets.py:1260 (snippet softmax_exp)
+                    p = 0
+                    kk = 0
+                    if y < ycap:
+                        # from host/viper/snippets.py:197 (snippet expq15)
+                        kk = (y >> 5) * 1477                                 #!chk kk
+                        kk = kk >> 21
+                        r = y - kk * 45426
+                        if r >= 45426:
+                            r -= 45426
+                            kk += 1
+                        p = 32768 - ((r * 5461) >> 16)          # 5461 = 2^15/6
+                        p = 32768 - ((((r * p) >> 16) * 52429) >> 18)   #!chk p
+                        p = 32768 - (((r * p) >> 16) >> 2)
+                        p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
+                        p = 32768 - (((r * p) >> 16) >> 1)
+                        p = 32768 - ((r * p) >> 16)
+                        # from host/viper/snippets.py:1264 (snippet softmax_exp)
+                        if p > 32767:
+                            p = 32767
+                    # from host/viper/softmax.py:312
+                    S[oP + j] = p
+                    S[oK + j] = kk
+                    if p != 0 and kk < 30:
+                        z += (p << zs) >> kk                        #!chk z
+                # the weights as float32 (att) and in Q15 (S[oW ...], for the context)
+                zr = 0
+                zn = 0
+                if z:
+                    # from host/viper/snippets.py:1213 (snippet znorm)
+                    zn = 0
+                    while (z >> zn) >= 0x8000:
+                        zn += 1
+                    zr = z
+                    if zn > 0:
+                        zr = ((z >> (zn - 1)) + 1) >> 1
+                        if zr >= 0x8000:
+                            zr = zr >> 1
+                            zn += 1
+                # from host/viper/softmax.py:321
+                for j in range(Tk):
+                    p = S[oP + j]
+                    S[oW + j] = 0
+                    if p == 0:
+                        pa[ab + j] = 0
+                        continue
+                    # from host/viper/snippets.py:1228 (snippet wbits)
+                    w = (p << 16) // zr                 # [2^15, 2^17)
+                    e = 150 + zs - zn - 16 - S[oK + j] - 7
+                    if w < 0x10000:
+                        w = w << 8
+                        e -= 1
+                    else:
+                        w = w << 7
+                    # from host/viper/softmax.py:328
+                    if e <= 0:
+                        pa[ab + j] = 0
+                    else:
+                        pa[ab + j] = (e << 23) | (w & 0x7FFFFF)
+                        sh = 135 - e                # w 2^(e - 150) in Q15
+                        # from host/viper/snippets.py:213 (snippet rsh)
+                        if sh > 30:
+                            w = 0
+                        else:
+                            w = (w + ((1 << sh) >> 1)) >> sh
+                        # from host/viper/softmax.py:334
+                        S[oW + j] = w
+                # the context out[t, c] = sum_j w_j v[j, c]
+                oi = qi
+                for c in range(hs):
+                    acc = 0
+                    vj = oV + c * Tk
+                    for j in range(last + 1):
+                        acc += S[oW + j] * S[vj + j]
+                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
+                    e = S[oE + c] - 165
+                    # from host/viper/snippets.py:67 (snippet unsign)
+                    sg = 0
+                    if acc < 0:
+                        sg = 1
+                        acc = 0 - acc
+                    # from host/viper/snippets.py:24 (snippet pack_by)
+                    if acc == 0:
+                        po[oi] = 0
+                    else:
+                        if acc >= 0x1000000:
+                            t = acc >> 24                     # 1 .. 127: sh = its bit length
+                            sh = 1
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 16:
+                                t = t >> 4
+                                sh += 4
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 4:
+                                t = t >> 2
+                                sh += 2
+                            # from host/viper/snippets.py:32 (snippet pack_by)
+                            if t >= 2:
+                                sh += 1
+                            # from host/viper/snippets.py:57 (snippet round_near)
+                            acc = (acc + (1 << (sh - 1))) >> sh
+                            # from host/viper/snippets.py:35 (snippet pack_by)
+                            e += sh
+                            if acc >= 0x1000000:
+                                acc = acc >> 1
+                                e += 1
+                        else:
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100:
+                                acc = acc << 16
+                                e -= 16
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x10000:
+                                acc = acc << 8
+                                e -= 8
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100000:
+                                acc = acc << 4
+                                e -= 4
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x400000:
+                                acc = acc << 2
+                                e -= 2
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x800000:
+                                acc = acc << 1
+                                e -= 1
+                        # from host/viper/snippets.py:45 (snippet pack_by)
+                        be = e + 150
+                        if be >= 255:
+                            be = 255
+                            po[oi] = (sg << 31) | (be << 23)
+                        elif be <= 0:
+                            po[oi] = 0
+                        else:
+                            po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
+                    # from host/viper/softmax.py:345
+                    oi += 1
+                ab += Tk
+
+
+_DS = array("i", [0] * 7)            # the small kernels' shapes: B Tq Tk C NH causal hasmask
+
+
+# from host/viper/softmax.py:352
+@micropython.viper
+def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int, NH: int, causal: int):
+    # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
+    # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
+    # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
+    # A viper function (no heap frame per call): small heads run _attn_small, others the GEMM path.
+    hs = C // NH
+    if hs > _SMALL_HS or Tq > _SMALL_T or Tk > _SMALL_T:
+        _attention_forward_gemm(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal)
+        return
+    D = ptr32(_DS)
+    D[0] = B
+    D[1] = Tq
+    D[2] = Tk
+    D[3] = C
+    D[4] = NH
+    D[5] = causal
+    m = mask
+    D[6] = 1
+    if not mask:                        # None (no viper `is None`)
+        m = _DS
+        D[6] = 0
+    _attn_small(out, att, q, k, v, m, _iscratch(2 * Tk * hs + 2 * hs + 4 * Tk), _DS)
+
+
+# from host/viper/softmax.py:377
+def _attention_forward_gemm(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
     # ERROR BOUND: the scores carry the _gemm bound (|ds| <= 2^-11 hs max|q_h| max|k_h| / sqrt(hs),
     #   which moves a weight by at most a factor e^(2 |ds|)); from those scores the weights obey
@@ -465,7 +1017,7 @@ def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     _mm(out, att, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
-# from host/viper/softmax.py:258
+# from host/viper/softmax.py:405
 def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
     # one causal query per sequence against the first T cached keys (itself included):
     # q (B, C); kc vc (B, L, C): cached keys/values, rows 0..T-1 valid
@@ -487,7 +1039,7 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
     _mm(out, att, vc, out, DECODE_CONTEXT, B, T, L, C, NH)
 
 
-# from host/viper/softmax.py:279
+# from host/viper/softmax.py:426
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
@@ -498,7 +1050,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:289
+# from host/viper/softmax.py:436
 def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
     # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
@@ -514,7 +1066,7 @@ def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:304
+# from host/viper/softmax.py:451
 def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
     n = B * NH * Tq * Tk
@@ -523,7 +1075,7 @@ def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     _mm(out, G, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:312
+# from host/viper/softmax.py:459
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
@@ -540,7 +1092,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B,
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:328
+# from host/viper/softmax.py:475
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -595,7 +1147,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:229 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:363
+    # from host/viper/softmax.py:510
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
@@ -612,7 +1164,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:369
+    # from host/viper/softmax.py:516
     _store(lf, 0, v, e)
 
 
@@ -622,7 +1174,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:378
+# from host/viper/softmax.py:525
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -657,7 +1209,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:406
+            # from host/viper/softmax.py:553
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -676,7 +1228,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:119 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:413
+        # from host/viper/softmax.py:560
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -713,7 +1265,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:421
+            # from host/viper/softmax.py:568
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -725,7 +1277,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:425
+            # from host/viper/softmax.py:572
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -757,7 +1309,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:229 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:437
+                # from host/viper/softmax.py:584
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -774,7 +1326,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:441
+            # from host/viper/softmax.py:588
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -814,7 +1366,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:480
+# from host/viper/softmax.py:627
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
