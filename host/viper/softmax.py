@@ -279,13 +279,13 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
             for c in range(hs):         # each value column is a block
                 quant2(pv, i0 + c, Tk, 1, C, S, oV + c * Tk)
                 S[oE + c] = base
-            for t in range(Tq):
+            for ti in range(Tq):
                 last = Tk - 1
                 if causal:
-                    last = t + shift
+                    last = ti + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                qi = (b * Tq + t) * C + h * hs
+                qi = (b * Tq + ti) * C + h * hs
                 P = Pqk
                 quant2(pq, qi, 1, hs, C, S, oQ)
                 qbase = base - 300
@@ -423,10 +423,225 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
     _mm(out, att, vc, out, DECODE_CONTEXT, B, T, L, C, NH)
 
 
-def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
+# ERROR BOUND (tests/test_viper_range.py, small-head cases), T = max(Tq, Tk) <= 16, quantized
+#   with block float of P bits (|x - x~| <= 2^-P max|x| of the block):
+#   dv[j, col] within Tq 2^(1-PA) max_t A[t, j] max_t |dout[t, col]| (A's column and dout's column
+#     are blocks; PA = 14 for Tq <= 8, else 13);
+#   dA[t, j] = dout_t . v_j within hs 2^(1-P) max|dout_t| max|v_bh| (P = 14 for hs <= 4, else 13;
+#     v_bh: the head's values), then cut to 15 bits of the row's largest |dA|, A to 2^-16;
+#   dS = A (dA - dot) scale: within 2^-13 G_t, G_t = hs max|dout_t| max|v_bh| scale;
+#   dq[t, col] (dk[j, col]) within T 2^(-Q) max|dS_bh| max|k[:, col]| (max|q[:, col]|) plus
+#     the dS error times Tk max|k[:, col]| (Tq max|q[:, col]|), Q = min(15, 17 - clog2 T): the
+#     head's dS is one block of Q bits, k and q columns of 13.
+# OVERFLOW: dA < hs 2^(2P) <= 2^30; dot = sum_j A15_j dA15_j < (2^15 + Tk/2) 2^15 < 2^31;
+#   dS_j = A15_j (dA15_j - dot15) = a (1 - a) (dA_j - mean of the others) 2^15 < 2^29 (+ rounding);
+#   dS aligned to Q <= 15 bits, times the 15-bit scale < 2^30; the MACs: T 2^Q 2^13 <= 2^30 and
+#   Tq (2^PA - 1)^2 < 2^31.
+@micropython.viper
+def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
+    # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head (_attn_small)
+    # dq (B, Tq, C), dk dv (B, Tk, C): written; dout (B, Tq, C); att (B, NH, Tq, Tk); d: B Tq Tk C NH
+    D = ptr32(d)
+    S = ptr32(s)
+    pa = ptr32(att)
+    pdo = ptr32(dout)
+    pq = ptr32(qin)
+    pk = ptr32(kin)
+    pv = ptr32(vin)
+    pdq = ptr32(dq)
+    pdk = ptr32(dk)
+    pdv = ptr32(dv)
+    B = D[0]
+    Tq = D[1]
+    Tk = D[2]
+    C = D[3]
+    NH = D[4]
+    H = ptr32(_HSC)
+    hs = C // NH
+    sm = H[hs + hs]
+    b31 = 31
+    sx = 1 << b31                       # sign extension of zero-extended loads, as _attn_small
+    b16 = 16
+    m32 = (1 << b16) * (1 << b16) - 1
+    se = (H[hs + hs + 1] ^ sx) - sx
+    Pv = 13                             # dout rows and the head's values: hs (2^P - 1)^2 < 2^30
+    if hs <= 4:
+        Pv = 14
+    PA = 13                             # A and dout columns: Tq (2^PA - 1)^2 < 2^31
+    if Tq <= 8:
+        PA = 14
+    T = Tq
+    if Tk > T:
+        T = Tk
+    Q = 17                              # bits of the head's dS block: T 2^Q 2^13 <= 2^30
+    while (1 << (17 - Q)) < T:
+        Q -= 1
+    if Q > 15:
+        Q = 15
+    # scratch: the head's values (rows), dout / k / q by columns, a dout row, an A column, a dA
+    # row, dS (Tq, Tk), per row: dS's exponent and bit length; the columns' bases
+    oDc = Tk * hs
+    oKc = oDc + hs * Tq
+    oQc = oKc + hs * Tk
+    oDr = oQc + hs * Tq
+    oAc = oDr + hs
+    oA = oAc + Tq
+    oS = oA + Tk
+    oF = oS + Tq * Tk
+    oM = oF + Tq
+    oB = oM + Tq                        # bases: dout columns, k columns, q columns (hs each)
+    for b in range(B):
+        for h in range(NH):
+            i0 = b * Tk * C + h * hs    # the head's first key / value
+            iq = b * Tq * C + h * hs    # its first query / dout row
+            ab = (b * NH + h) * Tq * Tk
+            P = Pv
+            quant2(pv, i0, Tk, hs, C, S, 0)
+            vbase = base
+            for c in range(hs):
+                P = PA
+                quant2(pdo, iq + c, Tq, 1, C, S, oDc + c * Tq)
+                S[oB + c] = base
+                P = 13
+                quant2(pk, i0 + c, Tk, 1, C, S, oKc + c * Tk)
+                S[oB + hs + c] = base
+                quant2(pq, iq + c, Tq, 1, C, S, oQc + c * Tq)
+                S[oB + hs + hs + c] = base
+            # per query row: dA, dot, dS = A (dA - dot) as ints of the row's exponent F_t
+            for ti in range(Tq):
+                P = Pv
+                quant2(pdo, iq + ti * C, 1, hs, C, S, oDr)
+                mx = 0
+                for j in range(Tk):
+                    acc = 0
+                    vj = j * hs
+                    for c in range(hs):
+                        acc += S[oDr + c] * S[vj + c]
+                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
+                    S[oA + j] = acc
+                    if acc > mx:
+                        mx = acc
+                    elif 0 - acc > mx:
+                        mx = 0 - acc
+                sd = 0                          # dA cut to 15 bits of the row's largest
+                while (mx >> sd) >= 0x8000:
+                    sd += 1
+                dot = 0
+                r0 = ab + ti * Tk
+                for j in range(Tk):
+                    x = (S[oA + j] ^ sx) - sx
+                    if sd > 0:
+                        x = ((x >> (sd - 1)) + 1) >> 1
+                    S[oA + j] = x
+                    y = pa[r0 + j]
+                    e = (y >> 23) & 0xFF
+                    a = 0
+                    if e != 0:
+                        a = (y & 0x7FFFFF) | 0x800000
+                        sh = 135 - e            # A in Q15
+                        rsh(a, sh)
+                    S[oS + ti * Tk + j] = a
+                    dot += a * x                                    #!chk dot
+                dot = ((dot >> 14) + 1) >> 1
+                mx = 0
+                for j in range(Tk):
+                    a = S[oS + ti * Tk + j]
+                    x = 0
+                    if a != 0:
+                        x = a * (((S[oA + j] ^ sx) - sx) - dot)     #!chk x
+                    S[oS + ti * Tk + j] = x
+                    if x > mx:
+                        mx = x
+                    elif 0 - x > mx:
+                        mx = 0 - x
+                n = 0
+                while (mx >> n) != 0:
+                    n += 1
+                S[oF + ti] = base + vbase + sd - 315            # dS_t,j 2^F_t (before the scale)
+                S[oM + ti] = n
+            # the head's dS as one block of Q bits, times the scale: dS_t,j = x 2^G
+            G = 0
+            seen = 0
+            for ti in range(Tq):
+                if S[oM + ti] != 0:
+                    g = S[oM + ti] + ((S[oF + ti] ^ sx) - sx)
+                    if seen == 0 or g > G:
+                        G = g
+                        seen = 1
+            if seen:
+                for ti in range(Tq):
+                    sh = G - Q - ((S[oF + ti] ^ sx) - sx)
+                    for j in range(Tk):
+                        x = (S[oS + ti * Tk + j] ^ sx) - sx
+                        if x != 0:
+                            if sh > 0:
+                                rsh(x, sh)
+                            else:
+                                x = x << (0 - sh)
+                            x = (x * sm + 0x4000) >> 15                 #!chk x
+                        S[oS + ti * Tk + j] = x
+            G = G - Q + se + 15
+            # dv[j, c] = sum_t A[t, j] dout[t, c] (A's column j a block)
+            for j in range(Tk):
+                P = PA
+                quant2(pa, ab + j, Tq, 1, Tk, S, oAc)
+                ae = base - 300
+                oi = i0 + j * C
+                for c in range(hs):
+                    acc = 0
+                    dc = oDc + c * Tq
+                    for ti in range(Tq):
+                        acc += S[oAc + ti] * S[dc + ti]
+                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
+                    e = ae + S[oB + c]
+                    store(pdv, oi + c, acc, e)
+            # dq[t, c] = sum_j dS[t, j] k[j, c];  dk[j, c] = sum_t dS[t, j] q[t, c]
+            for ti in range(Tq):
+                oi = iq + ti * C
+                for c in range(hs):
+                    acc = 0
+                    if seen:
+                        kc = oKc + c * Tk
+                        for j in range(Tk):
+                            acc += S[oS + ti * Tk + j] * S[kc + j]
+                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
+                    e = G + S[oB + hs + c] - 150
+                    store(pdq, oi + c, acc, e)
+            for j in range(Tk):
+                oi = i0 + j * C
+                for c in range(hs):
+                    acc = 0
+                    if seen:
+                        qc = oQc + c * Tq
+                        for ti in range(Tq):
+                            acc += S[oS + ti * Tk + j] * S[qc + ti]
+                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
+                    e = G + S[oB + hs + hs + c] - 150
+                    store(pdk, oi + c, acc, e)
+
+
+@micropython.viper
+def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
     # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights
+    # A viper function (no heap frame per call): small heads run _attn_small_back, others the GEMM path.
+    hs = C // NH
+    if hs > _SMALL_HS or Tq > _SMALL_T or Tk > _SMALL_T:
+        _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
+        return
+    D = ptr32(_DS)
+    D[0] = B
+    D[1] = Tq
+    D[2] = Tk
+    D[3] = C
+    D[4] = NH
+    _attn_small_back(dq, dk, dv, dout, att, q, k, v,
+                     _iscratch(Tk * hs + 2 * hs * Tq + hs * Tk + hs + 4 * Tq + Tk + Tq * Tk + 3 * hs), _DS)
+
+
+def _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH):
+    # attention_backward through the GEMM: dA, dv, then dS and dq, dk (_scores_back)
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
     _mm(F, dout, v, F, HEAD_SCORES, B, Tq, Tk, C, NH)          # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
     _mm(dv, att, dout, dv, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)      # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]

@@ -594,13 +594,13 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                         S[oV + c * Tk + r * 1 + w] = q
                 # from host/viper/softmax.py:281
                 S[oE + c] = base
-            for t in range(Tq):
+            for ti in range(Tq):
                 last = Tk - 1
                 if causal:
-                    last = t + shift
+                    last = ti + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                qi = (b * Tq + t) * C + h * hs
+                qi = (b * Tq + ti) * C + h * hs
                 P = Pqk
                 # from host/viper/snippets.py:1182 (snippet quant2)
                 emax = 0
@@ -1039,18 +1039,617 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
     _mm(out, att, vc, out, DECODE_CONTEXT, B, T, L, C, NH)
 
 
-# from host/viper/softmax.py:426
-def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
+# ERROR BOUND (tests/test_viper_range.py, small-head cases), T = max(Tq, Tk) <= 16, quantized
+#   with block float of P bits (|x - x~| <= 2^-P max|x| of the block):
+#   dv[j, col] within Tq 2^(1-PA) max_t A[t, j] max_t |dout[t, col]| (A's column and dout's column
+#     are blocks; PA = 14 for Tq <= 8, else 13);
+#   dA[t, j] = dout_t . v_j within hs 2^(1-P) max|dout_t| max|v_bh| (P = 14 for hs <= 4, else 13;
+#     v_bh: the head's values), then cut to 15 bits of the row's largest |dA|, A to 2^-16;
+#   dS = A (dA - dot) scale: within 2^-13 G_t, G_t = hs max|dout_t| max|v_bh| scale;
+#   dq[t, col] (dk[j, col]) within T 2^(-Q) max|dS_bh| max|k[:, col]| (max|q[:, col]|) plus
+#     the dS error times Tk max|k[:, col]| (Tq max|q[:, col]|), Q = min(15, 17 - clog2 T): the
+#     head's dS is one block of Q bits, k and q columns of 13.
+# OVERFLOW: dA < hs 2^(2P) <= 2^30; dot = sum_j A15_j dA15_j < (2^15 + Tk/2) 2^15 < 2^31;
+#   dS_j = A15_j (dA15_j - dot15) = a (1 - a) (dA_j - mean of the others) 2^15 < 2^29 (+ rounding);
+#   dS aligned to Q <= 15 bits, times the 15-bit scale < 2^30; the MACs: T 2^Q 2^13 <= 2^30 and
+#   Tq (2^PA - 1)^2 < 2^31.
+# from host/viper/softmax.py:440
+@micropython.viper
+def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
+    # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head (_attn_small)
+    # dq (B, Tq, C), dk dv (B, Tk, C): written; dout (B, Tq, C); att (B, NH, Tq, Tk); d: B Tq Tk C NH
+    D = ptr32(d)
+    S = ptr32(s)
+    pa = ptr32(att)
+    pdo = ptr32(dout)
+    pq = ptr32(qin)
+    pk = ptr32(kin)
+    pv = ptr32(vin)
+    pdq = ptr32(dq)
+    pdk = ptr32(dk)
+    pdv = ptr32(dv)
+    B = D[0]
+    Tq = D[1]
+    Tk = D[2]
+    C = D[3]
+    NH = D[4]
+    H = ptr32(_HSC)
+    hs = C // NH
+    sm = H[hs + hs]
+    b31 = 31
+    sx = 1 << b31                       # sign extension of zero-extended loads, as _attn_small
+    b16 = 16
+    m32 = (1 << b16) * (1 << b16) - 1
+    se = (H[hs + hs + 1] ^ sx) - sx
+    Pv = 13                             # dout rows and the head's values: hs (2^P - 1)^2 < 2^30
+    if hs <= 4:
+        Pv = 14
+    PA = 13                             # A and dout columns: Tq (2^PA - 1)^2 < 2^31
+    if Tq <= 8:
+        PA = 14
+    T = Tq
+    if Tk > T:
+        T = Tk
+    Q = 17                              # bits of the head's dS block: T 2^Q 2^13 <= 2^30
+    while (1 << (17 - Q)) < T:
+        Q -= 1
+    if Q > 15:
+        Q = 15
+    # scratch: the head's values (rows), dout / k / q by columns, a dout row, an A column, a dA
+    # row, dS (Tq, Tk), per row: dS's exponent and bit length; the columns' bases
+    oDc = Tk * hs
+    oKc = oDc + hs * Tq
+    oQc = oKc + hs * Tk
+    oDr = oQc + hs * Tq
+    oAc = oDr + hs
+    oA = oAc + Tq
+    oS = oA + Tk
+    oF = oS + Tq * Tk
+    oM = oF + Tq
+    oB = oM + Tq                        # bases: dout columns, k columns, q columns (hs each)
+    for b in range(B):
+        for h in range(NH):
+            i0 = b * Tk * C + h * hs    # the head's first key / value
+            iq = b * Tq * C + h * hs    # its first query / dout row
+            ab = (b * NH + h) * Tq * Tk
+            P = Pv
+            # from host/viper/snippets.py:1182 (snippet quant2)
+            emax = 0
+            for r in range(Tk):
+                qa = ptr32(uint(pv) + ((i0 + r * C) << 2))
+                for w in range(hs):
+                    e = (qa[w] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+            if emax == 255:
+                emax = 254
+            base = emax + 24 - P
+            for r in range(Tk):
+                qa = ptr32(uint(pv) + ((i0 + r * C) << 2))
+                for w in range(hs):
+                    v = qa[w]
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:1200 (snippet quant2)
+                        sh = base - e           # >= 24 - P
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q >= (1 << P):
+                                q = (1 << P) - 1
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[0 + r * hs + w] = q
+            # from host/viper/softmax.py:500
+            vbase = base
+            for c in range(hs):
+                P = PA
+                # from host/viper/snippets.py:1182 (snippet quant2)
+                emax = 0
+                for r in range(Tq):
+                    qa = ptr32(uint(pdo) + ((iq + c + r * C) << 2))
+                    for w in range(1):
+                        e = (qa[w] >> 23) & 0xFF
+                        if e > emax:
+                            emax = e
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                for r in range(Tq):
+                    qa = ptr32(uint(pdo) + ((iq + c + r * C) << 2))
+                    for w in range(1):
+                        v = qa[w]
+                        e = (v >> 23) & 0xFF
+                        q = 0
+                        if e != 0:
+                            # from host/viper/snippets.py:126 (snippet mag)
+                            mm = (v & 0x7FFFFF) | 0x800000
+                            if e == 255:
+                                mm = 0xFFFFFF
+                                e = 254
+                            # from host/viper/snippets.py:1200 (snippet quant2)
+                            sh = base - e           # >= 24 - P
+                            if sh <= 30:
+                                q = (mm + (1 << (sh - 1))) >> sh
+                                if q >= (1 << P):
+                                    q = (1 << P) - 1
+                                if (v >> 31) & 1:
+                                    q = 0 - q
+                        S[oDc + c * Tq + r * 1 + w] = q
+                # from host/viper/softmax.py:504
+                S[oB + c] = base
+                P = 13
+                # from host/viper/snippets.py:1182 (snippet quant2)
+                emax = 0
+                for r in range(Tk):
+                    qa = ptr32(uint(pk) + ((i0 + c + r * C) << 2))
+                    for w in range(1):
+                        e = (qa[w] >> 23) & 0xFF
+                        if e > emax:
+                            emax = e
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                for r in range(Tk):
+                    qa = ptr32(uint(pk) + ((i0 + c + r * C) << 2))
+                    for w in range(1):
+                        v = qa[w]
+                        e = (v >> 23) & 0xFF
+                        q = 0
+                        if e != 0:
+                            # from host/viper/snippets.py:126 (snippet mag)
+                            mm = (v & 0x7FFFFF) | 0x800000
+                            if e == 255:
+                                mm = 0xFFFFFF
+                                e = 254
+                            # from host/viper/snippets.py:1200 (snippet quant2)
+                            sh = base - e           # >= 24 - P
+                            if sh <= 30:
+                                q = (mm + (1 << (sh - 1))) >> sh
+                                if q >= (1 << P):
+                                    q = (1 << P) - 1
+                                if (v >> 31) & 1:
+                                    q = 0 - q
+                        S[oKc + c * Tk + r * 1 + w] = q
+                # from host/viper/softmax.py:507
+                S[oB + hs + c] = base
+                # from host/viper/snippets.py:1182 (snippet quant2)
+                emax = 0
+                for r in range(Tq):
+                    qa = ptr32(uint(pq) + ((iq + c + r * C) << 2))
+                    for w in range(1):
+                        e = (qa[w] >> 23) & 0xFF
+                        if e > emax:
+                            emax = e
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                for r in range(Tq):
+                    qa = ptr32(uint(pq) + ((iq + c + r * C) << 2))
+                    for w in range(1):
+                        v = qa[w]
+                        e = (v >> 23) & 0xFF
+                        q = 0
+                        if e != 0:
+                            # from host/viper/snippets.py:126 (snippet mag)
+                            mm = (v & 0x7FFFFF) | 0x800000
+                            if e == 255:
+                                mm = 0xFFFFFF
+                                e = 254
+                            # from host/viper/snippets.py:1200 (snippet quant2)
+                            sh = base - e           # >= 24 - P
+                            if sh <= 30:
+                                q = (mm + (1 << (sh - 1))) >> sh
+                                if q >= (1 << P):
+                                    q = (1 << P) - 1
+                                if (v >> 31) & 1:
+                                    q = 0 - q
+                        S[oQc + c * Tq + r * 1 + w] = q
+                # from host/viper/softmax.py:509
+                S[oB + hs + hs + c] = base
+            # per query row: dA, dot, dS = A (dA - dot) as ints of the row's exponent F_t
+            for ti in range(Tq):
+                P = Pv
+                # from host/viper/snippets.py:1182 (snippet quant2)
+                emax = 0
+                for r in range(1):
+                    qa = ptr32(uint(pdo) + ((iq + ti * C + r * C) << 2))
+                    for w in range(hs):
+                        e = (qa[w] >> 23) & 0xFF
+                        if e > emax:
+                            emax = e
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                for r in range(1):
+                    qa = ptr32(uint(pdo) + ((iq + ti * C + r * C) << 2))
+                    for w in range(hs):
+                        v = qa[w]
+                        e = (v >> 23) & 0xFF
+                        q = 0
+                        if e != 0:
+                            # from host/viper/snippets.py:126 (snippet mag)
+                            mm = (v & 0x7FFFFF) | 0x800000
+                            if e == 255:
+                                mm = 0xFFFFFF
+                                e = 254
+                            # from host/viper/snippets.py:1200 (snippet quant2)
+                            sh = base - e           # >= 24 - P
+                            if sh <= 30:
+                                q = (mm + (1 << (sh - 1))) >> sh
+                                if q >= (1 << P):
+                                    q = (1 << P) - 1
+                                if (v >> 31) & 1:
+                                    q = 0 - q
+                        S[oDr + r * hs + w] = q
+                # from host/viper/softmax.py:514
+                mx = 0
+                for j in range(Tk):
+                    acc = 0
+                    vj = j * hs
+                    for c in range(hs):
+                        acc += S[oDr + c] * S[vj + c]
+                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
+                    S[oA + j] = acc
+                    if acc > mx:
+                        mx = acc
+                    elif 0 - acc > mx:
+                        mx = 0 - acc
+                sd = 0                          # dA cut to 15 bits of the row's largest
+                while (mx >> sd) >= 0x8000:
+                    sd += 1
+                dot = 0
+                r0 = ab + ti * Tk
+                for j in range(Tk):
+                    x = (S[oA + j] ^ sx) - sx
+                    if sd > 0:
+                        x = ((x >> (sd - 1)) + 1) >> 1
+                    S[oA + j] = x
+                    y = pa[r0 + j]
+                    e = (y >> 23) & 0xFF
+                    a = 0
+                    if e != 0:
+                        a = (y & 0x7FFFFF) | 0x800000
+                        sh = 135 - e            # A in Q15
+                        # from host/viper/snippets.py:213 (snippet rsh)
+                        if sh > 30:
+                            a = 0
+                        else:
+                            a = (a + ((1 << sh) >> 1)) >> sh
+                    # from host/viper/softmax.py:543
+                    S[oS + ti * Tk + j] = a
+                    dot += a * x                                    #!chk dot
+                dot = ((dot >> 14) + 1) >> 1
+                mx = 0
+                for j in range(Tk):
+                    a = S[oS + ti * Tk + j]
+                    x = 0
+                    if a != 0:
+                        x = a * (((S[oA + j] ^ sx) - sx) - dot)     #!chk x
+                    S[oS + ti * Tk + j] = x
+                    if x > mx:
+                        mx = x
+                    elif 0 - x > mx:
+                        mx = 0 - x
+                n = 0
+                while (mx >> n) != 0:
+                    n += 1
+                S[oF + ti] = base + vbase + sd - 315            # dS_t,j 2^F_t (before the scale)
+                S[oM + ti] = n
+            # the head's dS as one block of Q bits, times the scale: dS_t,j = x 2^G
+            G = 0
+            seen = 0
+            for ti in range(Tq):
+                if S[oM + ti] != 0:
+                    g = S[oM + ti] + ((S[oF + ti] ^ sx) - sx)
+                    if seen == 0 or g > G:
+                        G = g
+                        seen = 1
+            if seen:
+                for ti in range(Tq):
+                    sh = G - Q - ((S[oF + ti] ^ sx) - sx)
+                    for j in range(Tk):
+                        x = (S[oS + ti * Tk + j] ^ sx) - sx
+                        if x != 0:
+                            if sh > 0:
+                                # from host/viper/snippets.py:213 (snippet rsh)
+                                if sh > 30:
+                                    x = 0
+                                else:
+                                    x = (x + ((1 << sh) >> 1)) >> sh
+                            # from host/viper/softmax.py:579
+                            else:
+                                x = x << (0 - sh)
+                            x = (x * sm + 0x4000) >> 15                 #!chk x
+                        S[oS + ti * Tk + j] = x
+            G = G - Q + se + 15
+            # dv[j, c] = sum_t A[t, j] dout[t, c] (A's column j a block)
+            for j in range(Tk):
+                P = PA
+                # from host/viper/snippets.py:1182 (snippet quant2)
+                emax = 0
+                for r in range(Tq):
+                    qa = ptr32(uint(pa) + ((ab + j + r * Tk) << 2))
+                    for w in range(1):
+                        e = (qa[w] >> 23) & 0xFF
+                        if e > emax:
+                            emax = e
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                for r in range(Tq):
+                    qa = ptr32(uint(pa) + ((ab + j + r * Tk) << 2))
+                    for w in range(1):
+                        v = qa[w]
+                        e = (v >> 23) & 0xFF
+                        q = 0
+                        if e != 0:
+                            # from host/viper/snippets.py:126 (snippet mag)
+                            mm = (v & 0x7FFFFF) | 0x800000
+                            if e == 255:
+                                mm = 0xFFFFFF
+                                e = 254
+                            # from host/viper/snippets.py:1200 (snippet quant2)
+                            sh = base - e           # >= 24 - P
+                            if sh <= 30:
+                                q = (mm + (1 << (sh - 1))) >> sh
+                                if q >= (1 << P):
+                                    q = (1 << P) - 1
+                                if (v >> 31) & 1:
+                                    q = 0 - q
+                        S[oAc + r * 1 + w] = q
+                # from host/viper/softmax.py:588
+                ae = base - 300
+                oi = i0 + j * C
+                for c in range(hs):
+                    acc = 0
+                    dc = oDc + c * Tq
+                    for ti in range(Tq):
+                        acc += S[oAc + ti] * S[dc + ti]
+                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
+                    e = ae + S[oB + c]
+                    # from host/viper/snippets.py:67 (snippet unsign)
+                    sg = 0
+                    if acc < 0:
+                        sg = 1
+                        acc = 0 - acc
+                    # from host/viper/snippets.py:24 (snippet pack_by)
+                    if acc == 0:
+                        pdv[oi + c] = 0
+                    else:
+                        if acc >= 0x1000000:
+                            t = acc >> 24                     # 1 .. 127: sh = its bit length
+                            sh = 1
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 16:
+                                t = t >> 4
+                                sh += 4
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 4:
+                                t = t >> 2
+                                sh += 2
+                            # from host/viper/snippets.py:32 (snippet pack_by)
+                            if t >= 2:
+                                sh += 1
+                            # from host/viper/snippets.py:57 (snippet round_near)
+                            acc = (acc + (1 << (sh - 1))) >> sh
+                            # from host/viper/snippets.py:35 (snippet pack_by)
+                            e += sh
+                            if acc >= 0x1000000:
+                                acc = acc >> 1
+                                e += 1
+                        else:
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100:
+                                acc = acc << 16
+                                e -= 16
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x10000:
+                                acc = acc << 8
+                                e -= 8
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100000:
+                                acc = acc << 4
+                                e -= 4
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x400000:
+                                acc = acc << 2
+                                e -= 2
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x800000:
+                                acc = acc << 1
+                                e -= 1
+                        # from host/viper/snippets.py:45 (snippet pack_by)
+                        be = e + 150
+                        if be >= 255:
+                            be = 255
+                            pdv[oi + c] = (sg << 31) | (be << 23)
+                        elif be <= 0:
+                            pdv[oi + c] = 0
+                        else:
+                            pdv[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
+            # from host/viper/softmax.py:598
+            # dq[t, c] = sum_j dS[t, j] k[j, c];  dk[j, c] = sum_t dS[t, j] q[t, c]
+            for ti in range(Tq):
+                oi = iq + ti * C
+                for c in range(hs):
+                    acc = 0
+                    if seen:
+                        kc = oKc + c * Tk
+                        for j in range(Tk):
+                            acc += S[oS + ti * Tk + j] * S[kc + j]
+                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
+                    e = G + S[oB + hs + c] - 150
+                    # from host/viper/snippets.py:67 (snippet unsign)
+                    sg = 0
+                    if acc < 0:
+                        sg = 1
+                        acc = 0 - acc
+                    # from host/viper/snippets.py:24 (snippet pack_by)
+                    if acc == 0:
+                        pdq[oi + c] = 0
+                    else:
+                        if acc >= 0x1000000:
+                            t = acc >> 24                     # 1 .. 127: sh = its bit length
+                            sh = 1
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 16:
+                                t = t >> 4
+                                sh += 4
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 4:
+                                t = t >> 2
+                                sh += 2
+                            # from host/viper/snippets.py:32 (snippet pack_by)
+                            if t >= 2:
+                                sh += 1
+                            # from host/viper/snippets.py:57 (snippet round_near)
+                            acc = (acc + (1 << (sh - 1))) >> sh
+                            # from host/viper/snippets.py:35 (snippet pack_by)
+                            e += sh
+                            if acc >= 0x1000000:
+                                acc = acc >> 1
+                                e += 1
+                        else:
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100:
+                                acc = acc << 16
+                                e -= 16
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x10000:
+                                acc = acc << 8
+                                e -= 8
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100000:
+                                acc = acc << 4
+                                e -= 4
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x400000:
+                                acc = acc << 2
+                                e -= 2
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x800000:
+                                acc = acc << 1
+                                e -= 1
+                        # from host/viper/snippets.py:45 (snippet pack_by)
+                        be = e + 150
+                        if be >= 255:
+                            be = 255
+                            pdq[oi + c] = (sg << 31) | (be << 23)
+                        elif be <= 0:
+                            pdq[oi + c] = 0
+                        else:
+                            pdq[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
+            # from host/viper/softmax.py:610
+            for j in range(Tk):
+                oi = i0 + j * C
+                for c in range(hs):
+                    acc = 0
+                    if seen:
+                        qc = oQc + c * Tq
+                        for ti in range(Tq):
+                            acc += S[oS + ti * Tk + j] * S[qc + ti]
+                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
+                    e = G + S[oB + hs + hs + c] - 150
+                    # from host/viper/snippets.py:67 (snippet unsign)
+                    sg = 0
+                    if acc < 0:
+                        sg = 1
+                        acc = 0 - acc
+                    # from host/viper/snippets.py:24 (snippet pack_by)
+                    if acc == 0:
+                        pdk[oi + c] = 0
+                    else:
+                        if acc >= 0x1000000:
+                            t = acc >> 24                     # 1 .. 127: sh = its bit length
+                            sh = 1
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 16:
+                                t = t >> 4
+                                sh += 4
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 4:
+                                t = t >> 2
+                                sh += 2
+                            # from host/viper/snippets.py:32 (snippet pack_by)
+                            if t >= 2:
+                                sh += 1
+                            # from host/viper/snippets.py:57 (snippet round_near)
+                            acc = (acc + (1 << (sh - 1))) >> sh
+                            # from host/viper/snippets.py:35 (snippet pack_by)
+                            e += sh
+                            if acc >= 0x1000000:
+                                acc = acc >> 1
+                                e += 1
+                        else:
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100:
+                                acc = acc << 16
+                                e -= 16
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x10000:
+                                acc = acc << 8
+                                e -= 8
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100000:
+                                acc = acc << 4
+                                e -= 4
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x400000:
+                                acc = acc << 2
+                                e -= 2
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x800000:
+                                acc = acc << 1
+                                e -= 1
+                        # from host/viper/snippets.py:45 (snippet pack_by)
+                        be = e + 150
+                        if be >= 255:
+                            be = 255
+                            pdk[oi + c] = (sg << 31) | (be << 23)
+                        elif be <= 0:
+                            pdk[oi + c] = 0
+                        else:
+                            pdk[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
+# from host/viper/softmax.py:621
+
+
+# from host/viper/softmax.py:623
+@micropython.viper
+def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
     # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights
+    # A viper function (no heap frame per call): small heads run _attn_small_back, others the GEMM path.
+    hs = C // NH
+    if hs > _SMALL_HS or Tq > _SMALL_T or Tk > _SMALL_T:
+        _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
+        return
+    D = ptr32(_DS)
+    D[0] = B
+    D[1] = Tq
+    D[2] = Tk
+    D[3] = C
+    D[4] = NH
+    _attn_small_back(dq, dk, dv, dout, att, q, k, v,
+                     _iscratch(Tk * hs + 2 * hs * Tq + hs * Tk + hs + 4 * Tq + Tk + Tq * Tk + 3 * hs), _DS)
+
+
+# from host/viper/softmax.py:643
+def _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH):
+    # attention_backward through the GEMM: dA, dv, then dS and dq, dk (_scores_back)
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
     _mm(F, dout, v, F, HEAD_SCORES, B, Tq, Tk, C, NH)          # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
     _mm(dv, att, dout, dv, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)      # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:436
+# from host/viper/softmax.py:651
 def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
     # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
@@ -1066,7 +1665,7 @@ def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:451
+# from host/viper/softmax.py:666
 def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
     n = B * NH * Tq * Tk
@@ -1075,7 +1674,7 @@ def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     _mm(out, G, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:459
+# from host/viper/softmax.py:674
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
@@ -1092,7 +1691,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B,
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:475
+# from host/viper/softmax.py:690
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -1147,7 +1746,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:229 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:510
+    # from host/viper/softmax.py:725
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
@@ -1164,7 +1763,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:516
+    # from host/viper/softmax.py:731
     _store(lf, 0, v, e)
 
 
@@ -1174,7 +1773,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:525
+# from host/viper/softmax.py:740
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -1209,7 +1808,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:553
+            # from host/viper/softmax.py:768
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -1228,7 +1827,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:119 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:560
+        # from host/viper/softmax.py:775
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -1265,7 +1864,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:568
+            # from host/viper/softmax.py:783
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -1277,7 +1876,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:572
+            # from host/viper/softmax.py:787
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -1309,7 +1908,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:229 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:584
+                # from host/viper/softmax.py:799
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -1326,7 +1925,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:588
+            # from host/viper/softmax.py:803
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -1366,7 +1965,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:627
+# from host/viper/softmax.py:842
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
