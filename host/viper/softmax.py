@@ -430,9 +430,9 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
 #   dA[t, j] = dout_t . v_j within hs 2^(1-P) max|dout_t| max|v_bh| (P = 14 for hs <= 4, else 13;
 #     v_bh: the head's values), then cut to 15 bits of the row's largest |dA|, A to 2^-16;
 #   dS = A (dA - dot) scale: within 2^-13 G_t, G_t = hs max|dout_t| max|v_bh| scale;
-#   dq[t, col] (dk[j, col]) within T 2^(-Q) max|dS_bh| max|k[:, col]| (max|q[:, col]|) plus
-#     the dS error times Tk max|k[:, col]| (Tq max|q[:, col]|), Q = min(15, 17 - clog2 T): the
-#     head's dS is one block of Q bits, k and q columns of 13.
+#   dq[t, col] within Tk 2^(-Q) max_j |dS[t, j]| max|k[:, col]| plus the dS error times
+#     Tk max|k[:, col]| (the row of dS a block of Q bits, k's columns of 13), Q = min(15,
+#     17 - clog2 T); dk[j, col] the same with Tq, max|dS| of the head and max|q[:, col]|.
 # OVERFLOW: dA < hs 2^(2P) <= 2^30; dot = sum_j A15_j dA15_j < (2^15 + Tk/2) 2^15 < 2^31;
 #   dS_j = A15_j (dA15_j - dot15) = a (1 - a) (dA_j - mean of the others) 2^15 < 2^29 (+ rounding);
 #   dS aligned to Q <= 15 bits, times the 15-bit scale < 2^30; the MACs: T 2^Q 2^13 <= 2^30 and
@@ -557,8 +557,30 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                 n = 0
                 while (mx >> n) != 0:
                     n += 1
-                S[oF + ti] = base + vbase + sd - 315            # dS_t,j 2^F_t (before the scale)
+                F = base + vbase + sd - 315     # dS_t,j = x 2^F (before the scale)
+                S[oF + ti] = F
                 S[oM + ti] = n
+                # dq[t, c] = sum_j dS[t, j] k[j, c], the row's dS a block of Q bits, times the scale
+                oi = iq + ti * C
+                qs = n - Q
+                for j in range(Tk):
+                    x = (S[oS + ti * Tk + j] ^ sx) - sx
+                    if x != 0:
+                        if qs > 0:
+                            rsh(x, qs)
+                        else:
+                            x = x << (0 - qs)
+                        x = (x * sm + 0x4000) >> 15                 #!chk x
+                    S[oA + j] = x
+                for c in range(hs):
+                    acc = 0
+                    if n:
+                        kc = oKc + c * Tk
+                        for j in range(Tk):
+                            acc += S[oA + j] * S[kc + j]
+                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
+                    e = F + qs + se + 15 + S[oB + hs + c] - 150
+                    store(pdq, oi + c, acc, e)
             # the head's dS as one block of Q bits, times the scale: dS_t,j = x 2^G
             G = 0
             seen = 0
@@ -595,18 +617,7 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                     acc = ((acc & m32) ^ sx) - sx                   #!chk acc
                     e = ae + S[oB + c]
                     store(pdv, oi + c, acc, e)
-            # dq[t, c] = sum_j dS[t, j] k[j, c];  dk[j, c] = sum_t dS[t, j] q[t, c]
-            for ti in range(Tq):
-                oi = iq + ti * C
-                for c in range(hs):
-                    acc = 0
-                    if seen:
-                        kc = oKc + c * Tk
-                        for j in range(Tk):
-                            acc += S[oS + ti * Tk + j] * S[kc + j]
-                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
-                    e = G + S[oB + hs + c] - 150
-                    store(pdq, oi + c, acc, e)
+            # dk[j, c] = sum_t dS[t, j] q[t, c] (dS of the head one block)
             for j in range(Tk):
                 oi = i0 + j * C
                 for c in range(hs):

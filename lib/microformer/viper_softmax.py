@@ -1046,9 +1046,9 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
 #   dA[t, j] = dout_t . v_j within hs 2^(1-P) max|dout_t| max|v_bh| (P = 14 for hs <= 4, else 13;
 #     v_bh: the head's values), then cut to 15 bits of the row's largest |dA|, A to 2^-16;
 #   dS = A (dA - dot) scale: within 2^-13 G_t, G_t = hs max|dout_t| max|v_bh| scale;
-#   dq[t, col] (dk[j, col]) within T 2^(-Q) max|dS_bh| max|k[:, col]| (max|q[:, col]|) plus
-#     the dS error times Tk max|k[:, col]| (Tq max|q[:, col]|), Q = min(15, 17 - clog2 T): the
-#     head's dS is one block of Q bits, k and q columns of 13.
+#   dq[t, col] within Tk 2^(-Q) max_j |dS[t, j]| max|k[:, col]| plus the dS error times
+#     Tk max|k[:, col]| (the row of dS a block of Q bits, k's columns of 13), Q = min(15,
+#     17 - clog2 T); dk[j, col] the same with Tq, max|dS| of the head and max|q[:, col]|.
 # OVERFLOW: dA < hs 2^(2P) <= 2^30; dot = sum_j A15_j dA15_j < (2^15 + Tk/2) 2^15 < 2^31;
 #   dS_j = A15_j (dA15_j - dot15) = a (1 - a) (dA_j - mean of the others) 2^15 < 2^29 (+ rounding);
 #   dS aligned to Q <= 15 bits, times the 15-bit scale < 2^30; the MACs: T 2^Q 2^13 <= 2^30 and
@@ -1339,8 +1339,95 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                 n = 0
                 while (mx >> n) != 0:
                     n += 1
-                S[oF + ti] = base + vbase + sd - 315            # dS_t,j 2^F_t (before the scale)
+                F = base + vbase + sd - 315     # dS_t,j = x 2^F (before the scale)
+                S[oF + ti] = F
                 S[oM + ti] = n
+                # dq[t, c] = sum_j dS[t, j] k[j, c], the row's dS a block of Q bits, times the scale
+                oi = iq + ti * C
+                qs = n - Q
+                for j in range(Tk):
+                    x = (S[oS + ti * Tk + j] ^ sx) - sx
+                    if x != 0:
+                        if qs > 0:
+                            # from host/viper/snippets.py:213 (snippet rsh)
+                            if qs > 30:
+                                x = 0
+                            else:
+                                x = (x + ((1 << qs) >> 1)) >> qs
+                        # from host/viper/softmax.py:571
+                        else:
+                            x = x << (0 - qs)
+                        x = (x * sm + 0x4000) >> 15                 #!chk x
+                    S[oA + j] = x
+                for c in range(hs):
+                    acc = 0
+                    if n:
+                        kc = oKc + c * Tk
+                        for j in range(Tk):
+                            acc += S[oA + j] * S[kc + j]
+                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
+                    e = F + qs + se + 15 + S[oB + hs + c] - 150
+                    # from host/viper/snippets.py:67 (snippet unsign)
+                    sg = 0
+                    if acc < 0:
+                        sg = 1
+                        acc = 0 - acc
+                    # from host/viper/snippets.py:24 (snippet pack_by)
+                    if acc == 0:
+                        pdq[oi + c] = 0
+                    else:
+                        if acc >= 0x1000000:
+                            t = acc >> 24                     # 1 .. 127: sh = its bit length
+                            sh = 1
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 16:
+                                t = t >> 4
+                                sh += 4
+                            # from host/viper/snippets.py:258 (snippet down)
+                            if t >= 4:
+                                t = t >> 2
+                                sh += 2
+                            # from host/viper/snippets.py:32 (snippet pack_by)
+                            if t >= 2:
+                                sh += 1
+                            # from host/viper/snippets.py:57 (snippet round_near)
+                            acc = (acc + (1 << (sh - 1))) >> sh
+                            # from host/viper/snippets.py:35 (snippet pack_by)
+                            e += sh
+                            if acc >= 0x1000000:
+                                acc = acc >> 1
+                                e += 1
+                        else:
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100:
+                                acc = acc << 16
+                                e -= 16
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x10000:
+                                acc = acc << 8
+                                e -= 8
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x100000:
+                                acc = acc << 4
+                                e -= 4
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x400000:
+                                acc = acc << 2
+                                e -= 2
+                            # from host/viper/snippets.py:265 (snippet up)
+                            if acc < 0x800000:
+                                acc = acc << 1
+                                e -= 1
+                        # from host/viper/snippets.py:45 (snippet pack_by)
+                        be = e + 150
+                        if be >= 255:
+                            be = 255
+                            pdq[oi + c] = (sg << 31) | (be << 23)
+                        elif be <= 0:
+                            pdq[oi + c] = 0
+                        else:
+                            pdq[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
+            # from host/viper/softmax.py:584
             # the head's dS as one block of Q bits, times the scale: dS_t,j = x 2^G
             G = 0
             seen = 0
@@ -1362,7 +1449,7 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                                     x = 0
                                 else:
                                     x = (x + ((1 << sh) >> 1)) >> sh
-                            # from host/viper/softmax.py:579
+                            # from host/viper/softmax.py:601
                             else:
                                 x = x << (0 - sh)
                             x = (x * sm + 0x4000) >> 15                 #!chk x
@@ -1403,7 +1490,7 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                                 if (v >> 31) & 1:
                                     q = 0 - q
                         S[oAc + r * 1 + w] = q
-                # from host/viper/softmax.py:588
+                # from host/viper/softmax.py:610
                 ae = base - 300
                 oi = i0 + j * C
                 for c in range(hs):
@@ -1473,79 +1560,8 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                             pdv[oi + c] = 0
                         else:
                             pdv[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-            # from host/viper/softmax.py:598
-            # dq[t, c] = sum_j dS[t, j] k[j, c];  dk[j, c] = sum_t dS[t, j] q[t, c]
-            for ti in range(Tq):
-                oi = iq + ti * C
-                for c in range(hs):
-                    acc = 0
-                    if seen:
-                        kc = oKc + c * Tk
-                        for j in range(Tk):
-                            acc += S[oS + ti * Tk + j] * S[kc + j]
-                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
-                    e = G + S[oB + hs + c] - 150
-                    # from host/viper/snippets.py:67 (snippet unsign)
-                    sg = 0
-                    if acc < 0:
-                        sg = 1
-                        acc = 0 - acc
-                    # from host/viper/snippets.py:24 (snippet pack_by)
-                    if acc == 0:
-                        pdq[oi + c] = 0
-                    else:
-                        if acc >= 0x1000000:
-                            t = acc >> 24                     # 1 .. 127: sh = its bit length
-                            sh = 1
-                            # from host/viper/snippets.py:258 (snippet down)
-                            if t >= 16:
-                                t = t >> 4
-                                sh += 4
-                            # from host/viper/snippets.py:258 (snippet down)
-                            if t >= 4:
-                                t = t >> 2
-                                sh += 2
-                            # from host/viper/snippets.py:32 (snippet pack_by)
-                            if t >= 2:
-                                sh += 1
-                            # from host/viper/snippets.py:57 (snippet round_near)
-                            acc = (acc + (1 << (sh - 1))) >> sh
-                            # from host/viper/snippets.py:35 (snippet pack_by)
-                            e += sh
-                            if acc >= 0x1000000:
-                                acc = acc >> 1
-                                e += 1
-                        else:
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if acc < 0x100:
-                                acc = acc << 16
-                                e -= 16
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if acc < 0x10000:
-                                acc = acc << 8
-                                e -= 8
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if acc < 0x100000:
-                                acc = acc << 4
-                                e -= 4
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if acc < 0x400000:
-                                acc = acc << 2
-                                e -= 2
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if acc < 0x800000:
-                                acc = acc << 1
-                                e -= 1
-                        # from host/viper/snippets.py:45 (snippet pack_by)
-                        be = e + 150
-                        if be >= 255:
-                            be = 255
-                            pdq[oi + c] = (sg << 31) | (be << 23)
-                        elif be <= 0:
-                            pdq[oi + c] = 0
-                        else:
-                            pdq[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-            # from host/viper/softmax.py:610
+            # from host/viper/softmax.py:620
+            # dk[j, c] = sum_t dS[t, j] q[t, c] (dS of the head one block)
             for j in range(Tk):
                 oi = i0 + j * C
                 for c in range(hs):
@@ -1616,10 +1632,10 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                             pdk[oi + c] = 0
                         else:
                             pdk[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-# from host/viper/softmax.py:621
+# from host/viper/softmax.py:632
 
 
-# from host/viper/softmax.py:623
+# from host/viper/softmax.py:634
 @micropython.viper
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
@@ -1640,7 +1656,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
                      _iscratch(Tk * hs + 2 * hs * Tq + hs * Tk + hs + 4 * Tq + Tk + Tq * Tk + 3 * hs), _DS)
 
 
-# from host/viper/softmax.py:643
+# from host/viper/softmax.py:654
 def _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH):
     # attention_backward through the GEMM: dA, dv, then dS and dq, dk (_scores_back)
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
@@ -1649,7 +1665,7 @@ def _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH):
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:651
+# from host/viper/softmax.py:662
 def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
     # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
@@ -1665,7 +1681,7 @@ def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:666
+# from host/viper/softmax.py:677
 def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
     n = B * NH * Tq * Tk
@@ -1674,7 +1690,7 @@ def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     _mm(out, G, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:674
+# from host/viper/softmax.py:685
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
@@ -1691,7 +1707,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B,
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:690
+# from host/viper/softmax.py:701
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -1746,7 +1762,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:229 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:725
+    # from host/viper/softmax.py:736
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
@@ -1763,7 +1779,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:731
+    # from host/viper/softmax.py:742
     _store(lf, 0, v, e)
 
 
@@ -1773,7 +1789,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:740
+# from host/viper/softmax.py:751
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -1808,7 +1824,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:768
+            # from host/viper/softmax.py:779
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -1827,7 +1843,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:119 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:775
+        # from host/viper/softmax.py:786
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -1864,7 +1880,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:783
+            # from host/viper/softmax.py:794
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -1876,7 +1892,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:787
+            # from host/viper/softmax.py:798
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -1908,7 +1924,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:229 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:799
+                # from host/viper/softmax.py:810
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -1925,7 +1941,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:803
+            # from host/viper/softmax.py:814
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -1965,7 +1981,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:842
+# from host/viper/softmax.py:853
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
