@@ -1178,33 +1178,65 @@ def quant2(src, i0, R, W, rs, dst, o):
     emax + 24 - P, so value ~= q * 2^(base - 150), |q| <= 2^P - 1, |value - q 2^(base - 150)|
     <= 2^-P max|value| (zeros and subnormals give 0; inf and NaN read as +-FLT_MAX)."""
     # in: P
-    # out: base, e, emax, mm, q, qa, r, sh, v, w
+    # out: base, e, emax, ii, mm, oo, q, r, sh, v, w
     emax = 0
     for r in range(R):
-        qa = ptr32(uint(src) + ((i0 + r * rs) << 2))
+        ii = i0 + r * rs
         for w in range(W):
-            e = (qa[w] >> 23) & 0xFF
+            e = (src[ii + w] >> 23) & 0xFF
             if e > emax:
                 emax = e
     if emax == 255:
         emax = 254
     base = emax + 24 - P
+    oo = o
     for r in range(R):
-        qa = ptr32(uint(src) + ((i0 + r * rs) << 2))
+        ii = i0 + r * rs
         for w in range(W):
-            v = qa[w]
-            e = (v >> 23) & 0xFF
-            q = 0
-            if e != 0:
-                mag(v, mm, e)
-                sh = base - e           # >= 24 - P
-                if sh <= 30:
-                    q = (mm + (1 << (sh - 1))) >> sh
-                    if q >= (1 << P):
-                        q = (1 << P) - 1
-                    if (v >> 31) & 1:
-                        q = 0 - q
-            dst[o + r * W + w] = q
+            quant_one(src, ii + w, dst, oo)
+            oo += 1
+
+
+def quant1(src, i0, n, st, dst, o):
+    """n values src[i0], src[i0 + st], ... (one block) to dst[o ...]: quant2 of one row, with a
+    stride."""
+    # in: P
+    # out: base, e, emax, ii, mm, oo, q, r, sh, v
+    emax = 0
+    ii = i0
+    for r in range(n):
+        e = (src[ii] >> 23) & 0xFF
+        if e > emax:
+            emax = e
+        ii += st
+    if emax == 255:
+        emax = 254
+    base = emax + 24 - P
+    ii = i0
+    oo = o
+    for r in range(n):
+        quant_one(src, ii, dst, oo)
+        ii += st
+        oo += 1
+
+
+def quant_one(src, i, dst, j):
+    """dst[j] = src[i] as a P-bit int of the block's base (quant2)."""
+    # in: base, P
+    # out: e, mm, q, sh, v
+    v = src[i]
+    e = (v >> 23) & 0xFF
+    q = 0
+    if e != 0:
+        mag(v, mm, e)
+        sh = base - e           # >= 24 - P
+        if sh <= 30:
+            q = (mm + (1 << (sh - 1))) >> sh
+            if q >= (1 << P):
+                q = (1 << P) - 1
+            if (v >> 31) & 1:
+                q = 0 - q
+    dst[j] = q
 
 
 def znorm(z, zr, zn):

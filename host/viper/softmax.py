@@ -226,7 +226,8 @@ _HSC = _scale_table()
 #   (the difference cut to 16 bits times the 15-bit scale); the context sums 15-bit weights (sum
 #   <= 2^15 + Tk / 2) times 14-bit values: < 2^30.
 @micropython.viper
-def _attn_small(out, att, qin, kin, vin, mask, s, d):
+def _attn_small(j: int, acc: int, c: int, out, att, qin, kin, vin, mask, s, d):
+    # j acc c: the hottest locals; as the first three they live in registers (callers pass 0s)
     # qin (B, Tq, C), kin vin (B, Tk, C); out (B, Tq, C), att (B, NH, Tq, Tk) written
     # d: B Tq Tk C NH causal hasmask; mask (B, Tk) bytes when hasmask (else any buffer)
     D = ptr32(d)
@@ -273,11 +274,11 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
             i0 = b * Tk * C + h * hs
             P = Pqk
             for j in range(Tk):         # each key row is a block (as the GEMM's rows)
-                quant2(pk, i0 + j * C, 1, hs, C, S, j * hs)
+                quant1(pk, i0 + j * C, hs, 1, S, j * hs)
                 S[oKe + j] = base
             P = 14
             for c in range(hs):         # each value column is a block
-                quant2(pv, i0 + c, Tk, 1, C, S, oV + c * Tk)
+                quant1(pv, i0 + c, Tk, C, S, oV + c * Tk)
                 S[oE + c] = base
             for ti in range(Tq):
                 last = Tk - 1
@@ -287,7 +288,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                         last = Tk - 1
                 qi = (b * Tq + ti) * C + h * hs
                 P = Pqk
-                quant2(pq, qi, 1, hs, C, S, oQ)
+                quant1(pq, qi, hs, 1, S, oQ)
                 qbase = base - 300
                 # the visible scores q_t . k_j, unscaled, as float32 bits in att (as the GEMM path)
                 for j in range(last + 1):
@@ -371,7 +372,7 @@ def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int,
     if not mask:                        # None (no viper `is None`)
         m = _DS
         D[6] = 0
-    _attn_small(out, att, q, k, v, m, _iscratch(2 * Tk * hs + 2 * hs + 4 * Tk), _DS)
+    _attn_small(0, 0, 0, out, att, q, k, v, m, _iscratch(2 * Tk * hs + 2 * hs + 4 * Tk), _DS)
 
 
 def _attention_forward_gemm(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
@@ -438,7 +439,8 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
 #   dS aligned to Q <= 15 bits, times the 15-bit scale < 2^30; the MACs: T 2^Q 2^13 <= 2^30 and
 #   Tq (2^PA - 1)^2 < 2^31.
 @micropython.viper
-def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
+def _attn_small_back(j: int, acc: int, c: int, dq, dk, dv, dout, att, qin, kin, vin, s, d):
+    # j acc c: the hottest locals; as the first three they live in registers (callers pass 0s)
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head (_attn_small)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; dout (B, Tq, C); att (B, NH, Tq, Tk); d: B Tq Tk C NH
     D = ptr32(d)
@@ -500,17 +502,17 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
             vbase = base
             for c in range(hs):
                 P = PA
-                quant2(pdo, iq + c, Tq, 1, C, S, oDc + c * Tq)
+                quant1(pdo, iq + c, Tq, C, S, oDc + c * Tq)
                 S[oB + c] = base
                 P = 13
-                quant2(pk, i0 + c, Tk, 1, C, S, oKc + c * Tk)
+                quant1(pk, i0 + c, Tk, C, S, oKc + c * Tk)
                 S[oB + hs + c] = base
-                quant2(pq, iq + c, Tq, 1, C, S, oQc + c * Tq)
+                quant1(pq, iq + c, Tq, C, S, oQc + c * Tq)
                 S[oB + hs + hs + c] = base
             # per query row: dA, dot, dS = A (dA - dot) as ints of the row's exponent F_t
             for ti in range(Tq):
                 P = Pv
-                quant2(pdo, iq + ti * C, 1, hs, C, S, oDr)
+                quant1(pdo, iq + ti * C, hs, 1, S, oDr)
                 mx = 0
                 for j in range(Tk):
                     acc = 0
@@ -604,28 +606,30 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                         S[oS + ti * Tk + j] = x
             G = G - Q + se + 15
             # dv[j, c] = sum_t A[t, j] dout[t, c] (A's column j a block)
-            for j in range(Tk):
+            for jk in range(Tk):
                 P = PA
-                quant2(pa, ab + j, Tq, 1, Tk, S, oAc)
+                quant1(pa, ab + jk, Tq, Tk, S, oAc)
                 ae = base - 300
-                oi = i0 + j * C
+                oi = i0 + jk * C
                 for c in range(hs):
                     acc = 0
                     dc = oDc + c * Tq
-                    for ti in range(Tq):
-                        acc += S[oAc + ti] * S[dc + ti]
+                    for j in range(Tq):
+                        acc += S[oAc + j] * S[dc + j]
                     acc = ((acc & m32) ^ sx) - sx                   #!chk acc
                     e = ae + S[oB + c]
                     store(pdv, oi + c, acc, e)
             # dk[j, c] = sum_t dS[t, j] q[t, c] (dS of the head one block)
-            for j in range(Tk):
-                oi = i0 + j * C
+            for jk in range(Tk):
+                oi = i0 + jk * C
                 for c in range(hs):
                     acc = 0
                     if seen:
                         qc = oQc + c * Tq
-                        for ti in range(Tq):
-                            acc += S[oS + ti * Tk + j] * S[qc + ti]
+                        i = oS + jk
+                        for j in range(Tq):
+                            acc += S[i] * S[qc + j]
+                            i += Tk
                         acc = ((acc & m32) ^ sx) - sx               #!chk acc
                     e = G + S[oB + hs + hs + c] - 150
                     store(pdk, oi + c, acc, e)
@@ -647,7 +651,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
     D[2] = Tk
     D[3] = C
     D[4] = NH
-    _attn_small_back(dq, dk, dv, dout, att, q, k, v,
+    _attn_small_back(0, 0, 0, dq, dk, dv, dout, att, q, k, v,
                      _iscratch(Tk * hs + 2 * hs * Tq + hs * Tk + hs + 4 * Tq + Tk + Tq * Tk + 3 * hs), _DS)
 
 

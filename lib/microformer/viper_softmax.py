@@ -145,7 +145,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         if sh <= 24:
                             dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                         de = e
-                    # from host/viper/snippets.py:1245 (snippet softmax_exp)
+                    # from host/viper/snippets.py:1277 (snippet softmax_exp)
                     y = 0
                     if dv > 0:
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
@@ -168,7 +168,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                             if tt >= 2:
                                 tt = tt >> 1
                                 n += 1
-                            # from host/viper/snippets.py:1255 (snippet softmax_exp)
+                            # from host/viper/snippets.py:1287 (snippet softmax_exp)
                             n += 1
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
@@ -181,7 +181,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                                 y = v << sh
                         elif sh > 0 - 31:
                             y = ((v >> (0 - sh - 1)) + 1) >> 1
-                    # from host/viper/snippets.py:1260 (snippet softmax_exp)
+                    # from host/viper/snippets.py:1292 (snippet softmax_exp)
                     p = 0
                     k = 0
                     if y < ycap:
@@ -198,7 +198,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
                         p = 32768 - (((r * p) >> 16) >> 1)
                         p = 32768 - ((r * p) >> 16)
-                        # from host/viper/snippets.py:1264 (snippet softmax_exp)
+                        # from host/viper/snippets.py:1296 (snippet softmax_exp)
                         if p > 32767:
                             p = 32767
                     # from host/viper/softmax.py:76
@@ -209,7 +209,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if k < 30:
                         z += (p << zs) >> k                             #!chk z
                 # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
-                # from host/viper/snippets.py:1213 (snippet znorm)
+                # from host/viper/snippets.py:1245 (snippet znorm)
                 zn = 0
                 while (z >> zn) >= 0x8000:
                     zn += 1
@@ -226,7 +226,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if p == 0:
                         pa[ab + j] = 0
                         continue
-                    # from host/viper/snippets.py:1228 (snippet wbits)
+                    # from host/viper/snippets.py:1260 (snippet wbits)
                     w = (p << 16) // zr                 # [2^15, 2^17)
                     e = 150 + zs - zn - 16 - S[Tk + j] - 7
                     if w < 0x10000:
@@ -477,7 +477,8 @@ _HSC = _scale_table()
 #   <= 2^15 + Tk / 2) times 14-bit values: < 2^30.
 # from host/viper/softmax.py:228
 @micropython.viper
-def _attn_small(out, att, qin, kin, vin, mask, s, d):
+def _attn_small(j: int, acc: int, c: int, out, att, qin, kin, vin, mask, s, d):
+    # j acc c: the hottest locals; as the first three they live in registers (callers pass 0s)
     # qin (B, Tq, C), kin vin (B, Tk, C); out (B, Tq, C), att (B, NH, Tq, Tk) written
     # d: B Tq Tk C NH causal hasmask; mask (B, Tk) bytes when hasmask (else any buffer)
     D = ptr32(d)
@@ -524,75 +525,83 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
             i0 = b * Tk * C + h * hs
             P = Pqk
             for j in range(Tk):         # each key row is a block (as the GEMM's rows)
-                # from host/viper/snippets.py:1182 (snippet quant2)
+                # from host/viper/snippets.py:1205 (snippet quant1)
                 emax = 0
-                for r in range(1):
-                    qa = ptr32(uint(pk) + ((i0 + j * C + r * C) << 2))
-                    for w in range(hs):
-                        e = (qa[w] >> 23) & 0xFF
-                        if e > emax:
-                            emax = e
+                ii = i0 + j * C
+                for r in range(hs):
+                    e = (pk[ii] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    ii += 1
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
-                for r in range(1):
-                    qa = ptr32(uint(pk) + ((i0 + j * C + r * C) << 2))
-                    for w in range(hs):
-                        v = qa[w]
-                        e = (v >> 23) & 0xFF
-                        q = 0
-                        if e != 0:
-                            # from host/viper/snippets.py:126 (snippet mag)
-                            mm = (v & 0x7FFFFF) | 0x800000
-                            if e == 255:
-                                mm = 0xFFFFFF
-                                e = 254
-                            # from host/viper/snippets.py:1200 (snippet quant2)
-                            sh = base - e           # >= 24 - P
-                            if sh <= 30:
-                                q = (mm + (1 << (sh - 1))) >> sh
-                                if q >= (1 << P):
-                                    q = (1 << P) - 1
-                                if (v >> 31) & 1:
-                                    q = 0 - q
-                        S[j * hs + r * hs + w] = q
-                # from host/viper/softmax.py:277
+                ii = i0 + j * C
+                oo = j * hs
+                for r in range(hs):
+                    # from host/viper/snippets.py:1227 (snippet quant_one)
+                    v = pk[ii]
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:1232 (snippet quant_one)
+                        sh = base - e           # >= 24 - P
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q >= (1 << P):
+                                q = (1 << P) - 1
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[oo] = q
+                    # from host/viper/snippets.py:1219 (snippet quant1)
+                    ii += 1
+                    oo += 1
+                # from host/viper/softmax.py:278
                 S[oKe + j] = base
             P = 14
             for c in range(hs):         # each value column is a block
-                # from host/viper/snippets.py:1182 (snippet quant2)
+                # from host/viper/snippets.py:1205 (snippet quant1)
                 emax = 0
+                ii = i0 + c
                 for r in range(Tk):
-                    qa = ptr32(uint(pv) + ((i0 + c + r * C) << 2))
-                    for w in range(1):
-                        e = (qa[w] >> 23) & 0xFF
-                        if e > emax:
-                            emax = e
+                    e = (pv[ii] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    ii += C
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
+                ii = i0 + c
+                oo = oV + c * Tk
                 for r in range(Tk):
-                    qa = ptr32(uint(pv) + ((i0 + c + r * C) << 2))
-                    for w in range(1):
-                        v = qa[w]
-                        e = (v >> 23) & 0xFF
-                        q = 0
-                        if e != 0:
-                            # from host/viper/snippets.py:126 (snippet mag)
-                            mm = (v & 0x7FFFFF) | 0x800000
-                            if e == 255:
-                                mm = 0xFFFFFF
-                                e = 254
-                            # from host/viper/snippets.py:1200 (snippet quant2)
-                            sh = base - e           # >= 24 - P
-                            if sh <= 30:
-                                q = (mm + (1 << (sh - 1))) >> sh
-                                if q >= (1 << P):
-                                    q = (1 << P) - 1
-                                if (v >> 31) & 1:
-                                    q = 0 - q
-                        S[oV + c * Tk + r * 1 + w] = q
-                # from host/viper/softmax.py:281
+                    # from host/viper/snippets.py:1227 (snippet quant_one)
+                    v = pv[ii]
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:1232 (snippet quant_one)
+                        sh = base - e           # >= 24 - P
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q >= (1 << P):
+                                q = (1 << P) - 1
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[oo] = q
+                    # from host/viper/snippets.py:1219 (snippet quant1)
+                    ii += C
+                    oo += 1
+                # from host/viper/softmax.py:282
                 S[oE + c] = base
             for ti in range(Tq):
                 last = Tk - 1
@@ -602,39 +611,43 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                         last = Tk - 1
                 qi = (b * Tq + ti) * C + h * hs
                 P = Pqk
-                # from host/viper/snippets.py:1182 (snippet quant2)
+                # from host/viper/snippets.py:1205 (snippet quant1)
                 emax = 0
-                for r in range(1):
-                    qa = ptr32(uint(pq) + ((qi + r * C) << 2))
-                    for w in range(hs):
-                        e = (qa[w] >> 23) & 0xFF
-                        if e > emax:
-                            emax = e
+                ii = qi
+                for r in range(hs):
+                    e = (pq[ii] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    ii += 1
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
-                for r in range(1):
-                    qa = ptr32(uint(pq) + ((qi + r * C) << 2))
-                    for w in range(hs):
-                        v = qa[w]
-                        e = (v >> 23) & 0xFF
-                        q = 0
-                        if e != 0:
-                            # from host/viper/snippets.py:126 (snippet mag)
-                            mm = (v & 0x7FFFFF) | 0x800000
-                            if e == 255:
-                                mm = 0xFFFFFF
-                                e = 254
-                            # from host/viper/snippets.py:1200 (snippet quant2)
-                            sh = base - e           # >= 24 - P
-                            if sh <= 30:
-                                q = (mm + (1 << (sh - 1))) >> sh
-                                if q >= (1 << P):
-                                    q = (1 << P) - 1
-                                if (v >> 31) & 1:
-                                    q = 0 - q
-                        S[oQ + r * hs + w] = q
-                # from host/viper/softmax.py:291
+                ii = qi
+                oo = oQ
+                for r in range(hs):
+                    # from host/viper/snippets.py:1227 (snippet quant_one)
+                    v = pq[ii]
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:1232 (snippet quant_one)
+                        sh = base - e           # >= 24 - P
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q >= (1 << P):
+                                q = (1 << P) - 1
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[oo] = q
+                    # from host/viper/snippets.py:1219 (snippet quant1)
+                    ii += 1
+                    oo += 1
+                # from host/viper/softmax.py:292
                 qbase = base - 300
                 # the visible scores q_t . k_j, unscaled, as float32 bits in att (as the GEMM path)
                 for j in range(last + 1):
@@ -745,7 +758,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                     # from host/viper/snippets.py:351 (snippet softmax_max)
                     if ex == 0:
                         ex = 1
-                # from host/viper/softmax.py:304
+                # from host/viper/softmax.py:305
                 # e_j = exp(-(max - s_j) scale) = p_j 2^(-15 - k_j); Z = sum_j e_j in Q(15 + zs)
                 z = 0
                 for j in range(Tk):
@@ -782,7 +795,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                         if sh <= 24:
                             dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                         de = e
-                    # from host/viper/snippets.py:1245 (snippet softmax_exp)
+                    # from host/viper/snippets.py:1277 (snippet softmax_exp)
                     y = 0
                     if dv > 0:
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
@@ -805,7 +818,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                             if tt >= 2:
                                 tt = tt >> 1
                                 n += 1
-                            # from host/viper/snippets.py:1255 (snippet softmax_exp)
+                            # from host/viper/snippets.py:1287 (snippet softmax_exp)
                             n += 1
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
@@ -818,7 +831,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                                 y = v << sh
                         elif sh > 0 - 31:
                             y = ((v >> (0 - sh - 1)) + 1) >> 1
-                    # from host/viper/snippets.py:1260 (snippet softmax_exp)
+                    # from host/viper/snippets.py:1292 (snippet softmax_exp)
                     p = 0
                     kk = 0
                     if y < ycap:
@@ -835,10 +848,10 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                         p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
                         p = 32768 - (((r * p) >> 16) >> 1)
                         p = 32768 - ((r * p) >> 16)
-                        # from host/viper/snippets.py:1264 (snippet softmax_exp)
+                        # from host/viper/snippets.py:1296 (snippet softmax_exp)
                         if p > 32767:
                             p = 32767
-                    # from host/viper/softmax.py:312
+                    # from host/viper/softmax.py:313
                     S[oP + j] = p
                     S[oK + j] = kk
                     if p != 0 and kk < 30:
@@ -847,7 +860,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                 zr = 0
                 zn = 0
                 if z:
-                    # from host/viper/snippets.py:1213 (snippet znorm)
+                    # from host/viper/snippets.py:1245 (snippet znorm)
                     zn = 0
                     while (z >> zn) >= 0x8000:
                         zn += 1
@@ -857,14 +870,14 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                         if zr >= 0x8000:
                             zr = zr >> 1
                             zn += 1
-                # from host/viper/softmax.py:321
+                # from host/viper/softmax.py:322
                 for j in range(Tk):
                     p = S[oP + j]
                     S[oW + j] = 0
                     if p == 0:
                         pa[ab + j] = 0
                         continue
-                    # from host/viper/snippets.py:1228 (snippet wbits)
+                    # from host/viper/snippets.py:1260 (snippet wbits)
                     w = (p << 16) // zr                 # [2^15, 2^17)
                     e = 150 + zs - zn - 16 - S[oK + j] - 7
                     if w < 0x10000:
@@ -872,7 +885,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                         e -= 1
                     else:
                         w = w << 7
-                    # from host/viper/softmax.py:328
+                    # from host/viper/softmax.py:329
                     if e <= 0:
                         pa[ab + j] = 0
                     else:
@@ -883,7 +896,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                             w = 0
                         else:
                             w = (w + ((1 << sh) >> 1)) >> sh
-                        # from host/viper/softmax.py:334
+                        # from host/viper/softmax.py:335
                         S[oW + j] = w
                 # the context out[t, c] = sum_j w_j v[j, c]
                 oi = qi
@@ -954,7 +967,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
                             po[oi] = 0
                         else:
                             po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-                    # from host/viper/softmax.py:345
+                    # from host/viper/softmax.py:346
                     oi += 1
                 ab += Tk
 
@@ -962,7 +975,7 @@ def _attn_small(out, att, qin, kin, vin, mask, s, d):
 _DS = array("i", [0] * 7)            # the small kernels' shapes: B Tq Tk C NH causal hasmask
 
 
-# from host/viper/softmax.py:352
+# from host/viper/softmax.py:353
 @micropython.viper
 def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int, NH: int, causal: int):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
@@ -985,10 +998,10 @@ def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int,
     if not mask:                        # None (no viper `is None`)
         m = _DS
         D[6] = 0
-    _attn_small(out, att, q, k, v, m, _iscratch(2 * Tk * hs + 2 * hs + 4 * Tk), _DS)
+    _attn_small(0, 0, 0, out, att, q, k, v, m, _iscratch(2 * Tk * hs + 2 * hs + 4 * Tk), _DS)
 
 
-# from host/viper/softmax.py:377
+# from host/viper/softmax.py:378
 def _attention_forward_gemm(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
     # ERROR BOUND: the scores carry the _gemm bound (|ds| <= 2^-11 hs max|q_h| max|k_h| / sqrt(hs),
@@ -1017,7 +1030,7 @@ def _attention_forward_gemm(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
     _mm(out, att, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
-# from host/viper/softmax.py:405
+# from host/viper/softmax.py:406
 def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
     # one causal query per sequence against the first T cached keys (itself included):
     # q (B, C); kc vc (B, L, C): cached keys/values, rows 0..T-1 valid
@@ -1053,9 +1066,10 @@ def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
 #   dS_j = A15_j (dA15_j - dot15) = a (1 - a) (dA_j - mean of the others) 2^15 < 2^29 (+ rounding);
 #   dS aligned to Q <= 15 bits, times the 15-bit scale < 2^30; the MACs: T 2^Q 2^13 <= 2^30 and
 #   Tq (2^PA - 1)^2 < 2^31.
-# from host/viper/softmax.py:440
+# from host/viper/softmax.py:441
 @micropython.viper
-def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
+def _attn_small_back(j: int, acc: int, c: int, dq, dk, dv, dout, att, qin, kin, vin, s, d):
+    # j acc c: the hottest locals; as the first three they live in registers (callers pass 0s)
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head (_attn_small)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; dout (B, Tq, C); att (B, NH, Tq, Tk); d: B Tq Tk C NH
     D = ptr32(d)
@@ -1116,18 +1130,20 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
             # from host/viper/snippets.py:1182 (snippet quant2)
             emax = 0
             for r in range(Tk):
-                qa = ptr32(uint(pv) + ((i0 + r * C) << 2))
+                ii = i0 + r * C
                 for w in range(hs):
-                    e = (qa[w] >> 23) & 0xFF
+                    e = (pv[ii + w] >> 23) & 0xFF
                     if e > emax:
                         emax = e
             if emax == 255:
                 emax = 254
             base = emax + 24 - P
+            oo = 0
             for r in range(Tk):
-                qa = ptr32(uint(pv) + ((i0 + r * C) << 2))
+                ii = i0 + r * C
                 for w in range(hs):
-                    v = qa[w]
+                    # from host/viper/snippets.py:1227 (snippet quant_one)
+                    v = pv[ii + w]
                     e = (v >> 23) & 0xFF
                     q = 0
                     if e != 0:
@@ -1136,7 +1152,7 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                         if e == 255:
                             mm = 0xFFFFFF
                             e = 254
-                        # from host/viper/snippets.py:1200 (snippet quant2)
+                        # from host/viper/snippets.py:1232 (snippet quant_one)
                         sh = base - e           # >= 24 - P
                         if sh <= 30:
                             q = (mm + (1 << (sh - 1))) >> sh
@@ -1144,150 +1160,168 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                                 q = (1 << P) - 1
                             if (v >> 31) & 1:
                                 q = 0 - q
-                    S[0 + r * hs + w] = q
-            # from host/viper/softmax.py:500
+                    S[oo] = q
+                    # from host/viper/snippets.py:1197 (snippet quant2)
+                    oo += 1
+            # from host/viper/softmax.py:502
             vbase = base
             for c in range(hs):
                 P = PA
-                # from host/viper/snippets.py:1182 (snippet quant2)
+                # from host/viper/snippets.py:1205 (snippet quant1)
                 emax = 0
+                ii = iq + c
                 for r in range(Tq):
-                    qa = ptr32(uint(pdo) + ((iq + c + r * C) << 2))
-                    for w in range(1):
-                        e = (qa[w] >> 23) & 0xFF
-                        if e > emax:
-                            emax = e
+                    e = (pdo[ii] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    ii += C
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
+                ii = iq + c
+                oo = oDc + c * Tq
                 for r in range(Tq):
-                    qa = ptr32(uint(pdo) + ((iq + c + r * C) << 2))
-                    for w in range(1):
-                        v = qa[w]
-                        e = (v >> 23) & 0xFF
-                        q = 0
-                        if e != 0:
-                            # from host/viper/snippets.py:126 (snippet mag)
-                            mm = (v & 0x7FFFFF) | 0x800000
-                            if e == 255:
-                                mm = 0xFFFFFF
-                                e = 254
-                            # from host/viper/snippets.py:1200 (snippet quant2)
-                            sh = base - e           # >= 24 - P
-                            if sh <= 30:
-                                q = (mm + (1 << (sh - 1))) >> sh
-                                if q >= (1 << P):
-                                    q = (1 << P) - 1
-                                if (v >> 31) & 1:
-                                    q = 0 - q
-                        S[oDc + c * Tq + r * 1 + w] = q
-                # from host/viper/softmax.py:504
+                    # from host/viper/snippets.py:1227 (snippet quant_one)
+                    v = pdo[ii]
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:1232 (snippet quant_one)
+                        sh = base - e           # >= 24 - P
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q >= (1 << P):
+                                q = (1 << P) - 1
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[oo] = q
+                    # from host/viper/snippets.py:1219 (snippet quant1)
+                    ii += C
+                    oo += 1
+                # from host/viper/softmax.py:506
                 S[oB + c] = base
                 P = 13
-                # from host/viper/snippets.py:1182 (snippet quant2)
+                # from host/viper/snippets.py:1205 (snippet quant1)
                 emax = 0
+                ii = i0 + c
                 for r in range(Tk):
-                    qa = ptr32(uint(pk) + ((i0 + c + r * C) << 2))
-                    for w in range(1):
-                        e = (qa[w] >> 23) & 0xFF
-                        if e > emax:
-                            emax = e
+                    e = (pk[ii] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    ii += C
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
+                ii = i0 + c
+                oo = oKc + c * Tk
                 for r in range(Tk):
-                    qa = ptr32(uint(pk) + ((i0 + c + r * C) << 2))
-                    for w in range(1):
-                        v = qa[w]
-                        e = (v >> 23) & 0xFF
-                        q = 0
-                        if e != 0:
-                            # from host/viper/snippets.py:126 (snippet mag)
-                            mm = (v & 0x7FFFFF) | 0x800000
-                            if e == 255:
-                                mm = 0xFFFFFF
-                                e = 254
-                            # from host/viper/snippets.py:1200 (snippet quant2)
-                            sh = base - e           # >= 24 - P
-                            if sh <= 30:
-                                q = (mm + (1 << (sh - 1))) >> sh
-                                if q >= (1 << P):
-                                    q = (1 << P) - 1
-                                if (v >> 31) & 1:
-                                    q = 0 - q
-                        S[oKc + c * Tk + r * 1 + w] = q
-                # from host/viper/softmax.py:507
-                S[oB + hs + c] = base
-                # from host/viper/snippets.py:1182 (snippet quant2)
-                emax = 0
-                for r in range(Tq):
-                    qa = ptr32(uint(pq) + ((iq + c + r * C) << 2))
-                    for w in range(1):
-                        e = (qa[w] >> 23) & 0xFF
-                        if e > emax:
-                            emax = e
-                if emax == 255:
-                    emax = 254
-                base = emax + 24 - P
-                for r in range(Tq):
-                    qa = ptr32(uint(pq) + ((iq + c + r * C) << 2))
-                    for w in range(1):
-                        v = qa[w]
-                        e = (v >> 23) & 0xFF
-                        q = 0
-                        if e != 0:
-                            # from host/viper/snippets.py:126 (snippet mag)
-                            mm = (v & 0x7FFFFF) | 0x800000
-                            if e == 255:
-                                mm = 0xFFFFFF
-                                e = 254
-                            # from host/viper/snippets.py:1200 (snippet quant2)
-                            sh = base - e           # >= 24 - P
-                            if sh <= 30:
-                                q = (mm + (1 << (sh - 1))) >> sh
-                                if q >= (1 << P):
-                                    q = (1 << P) - 1
-                                if (v >> 31) & 1:
-                                    q = 0 - q
-                        S[oQc + c * Tq + r * 1 + w] = q
+                    # from host/viper/snippets.py:1227 (snippet quant_one)
+                    v = pk[ii]
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:1232 (snippet quant_one)
+                        sh = base - e           # >= 24 - P
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q >= (1 << P):
+                                q = (1 << P) - 1
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[oo] = q
+                    # from host/viper/snippets.py:1219 (snippet quant1)
+                    ii += C
+                    oo += 1
                 # from host/viper/softmax.py:509
+                S[oB + hs + c] = base
+                # from host/viper/snippets.py:1205 (snippet quant1)
+                emax = 0
+                ii = iq + c
+                for r in range(Tq):
+                    e = (pq[ii] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    ii += C
+                if emax == 255:
+                    emax = 254
+                base = emax + 24 - P
+                ii = iq + c
+                oo = oQc + c * Tq
+                for r in range(Tq):
+                    # from host/viper/snippets.py:1227 (snippet quant_one)
+                    v = pq[ii]
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:1232 (snippet quant_one)
+                        sh = base - e           # >= 24 - P
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q >= (1 << P):
+                                q = (1 << P) - 1
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[oo] = q
+                    # from host/viper/snippets.py:1219 (snippet quant1)
+                    ii += C
+                    oo += 1
+                # from host/viper/softmax.py:511
                 S[oB + hs + hs + c] = base
             # per query row: dA, dot, dS = A (dA - dot) as ints of the row's exponent F_t
             for ti in range(Tq):
                 P = Pv
-                # from host/viper/snippets.py:1182 (snippet quant2)
+                # from host/viper/snippets.py:1205 (snippet quant1)
                 emax = 0
-                for r in range(1):
-                    qa = ptr32(uint(pdo) + ((iq + ti * C + r * C) << 2))
-                    for w in range(hs):
-                        e = (qa[w] >> 23) & 0xFF
-                        if e > emax:
-                            emax = e
+                ii = iq + ti * C
+                for r in range(hs):
+                    e = (pdo[ii] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    ii += 1
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
-                for r in range(1):
-                    qa = ptr32(uint(pdo) + ((iq + ti * C + r * C) << 2))
-                    for w in range(hs):
-                        v = qa[w]
-                        e = (v >> 23) & 0xFF
-                        q = 0
-                        if e != 0:
-                            # from host/viper/snippets.py:126 (snippet mag)
-                            mm = (v & 0x7FFFFF) | 0x800000
-                            if e == 255:
-                                mm = 0xFFFFFF
-                                e = 254
-                            # from host/viper/snippets.py:1200 (snippet quant2)
-                            sh = base - e           # >= 24 - P
-                            if sh <= 30:
-                                q = (mm + (1 << (sh - 1))) >> sh
-                                if q >= (1 << P):
-                                    q = (1 << P) - 1
-                                if (v >> 31) & 1:
-                                    q = 0 - q
-                        S[oDr + r * hs + w] = q
-                # from host/viper/softmax.py:514
+                ii = iq + ti * C
+                oo = oDr
+                for r in range(hs):
+                    # from host/viper/snippets.py:1227 (snippet quant_one)
+                    v = pdo[ii]
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:1232 (snippet quant_one)
+                        sh = base - e           # >= 24 - P
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q >= (1 << P):
+                                q = (1 << P) - 1
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[oo] = q
+                    # from host/viper/snippets.py:1219 (snippet quant1)
+                    ii += 1
+                    oo += 1
+                # from host/viper/softmax.py:516
                 mx = 0
                 for j in range(Tk):
                     acc = 0
@@ -1321,7 +1355,7 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                             a = 0
                         else:
                             a = (a + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/softmax.py:543
+                    # from host/viper/softmax.py:545
                     S[oS + ti * Tk + j] = a
                     dot += a * x                                    #!chk dot
                 dot = ((dot >> 14) + 1) >> 1
@@ -1354,7 +1388,7 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                                 x = 0
                             else:
                                 x = (x + ((1 << qs) >> 1)) >> qs
-                        # from host/viper/softmax.py:571
+                        # from host/viper/softmax.py:573
                         else:
                             x = x << (0 - qs)
                         x = (x * sm + 0x4000) >> 15                 #!chk x
@@ -1427,7 +1461,7 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                             pdq[oi + c] = 0
                         else:
                             pdq[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-            # from host/viper/softmax.py:584
+            # from host/viper/softmax.py:586
             # the head's dS as one block of Q bits, times the scale: dS_t,j = x 2^G
             G = 0
             seen = 0
@@ -1449,55 +1483,59 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                                     x = 0
                                 else:
                                     x = (x + ((1 << sh) >> 1)) >> sh
-                            # from host/viper/softmax.py:601
+                            # from host/viper/softmax.py:603
                             else:
                                 x = x << (0 - sh)
                             x = (x * sm + 0x4000) >> 15                 #!chk x
                         S[oS + ti * Tk + j] = x
             G = G - Q + se + 15
             # dv[j, c] = sum_t A[t, j] dout[t, c] (A's column j a block)
-            for j in range(Tk):
+            for jk in range(Tk):
                 P = PA
-                # from host/viper/snippets.py:1182 (snippet quant2)
+                # from host/viper/snippets.py:1205 (snippet quant1)
                 emax = 0
+                ii = ab + jk
                 for r in range(Tq):
-                    qa = ptr32(uint(pa) + ((ab + j + r * Tk) << 2))
-                    for w in range(1):
-                        e = (qa[w] >> 23) & 0xFF
-                        if e > emax:
-                            emax = e
+                    e = (pa[ii] >> 23) & 0xFF
+                    if e > emax:
+                        emax = e
+                    ii += Tk
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
+                ii = ab + jk
+                oo = oAc
                 for r in range(Tq):
-                    qa = ptr32(uint(pa) + ((ab + j + r * Tk) << 2))
-                    for w in range(1):
-                        v = qa[w]
-                        e = (v >> 23) & 0xFF
-                        q = 0
-                        if e != 0:
-                            # from host/viper/snippets.py:126 (snippet mag)
-                            mm = (v & 0x7FFFFF) | 0x800000
-                            if e == 255:
-                                mm = 0xFFFFFF
-                                e = 254
-                            # from host/viper/snippets.py:1200 (snippet quant2)
-                            sh = base - e           # >= 24 - P
-                            if sh <= 30:
-                                q = (mm + (1 << (sh - 1))) >> sh
-                                if q >= (1 << P):
-                                    q = (1 << P) - 1
-                                if (v >> 31) & 1:
-                                    q = 0 - q
-                        S[oAc + r * 1 + w] = q
-                # from host/viper/softmax.py:610
+                    # from host/viper/snippets.py:1227 (snippet quant_one)
+                    v = pa[ii]
+                    e = (v >> 23) & 0xFF
+                    q = 0
+                    if e != 0:
+                        # from host/viper/snippets.py:126 (snippet mag)
+                        mm = (v & 0x7FFFFF) | 0x800000
+                        if e == 255:
+                            mm = 0xFFFFFF
+                            e = 254
+                        # from host/viper/snippets.py:1232 (snippet quant_one)
+                        sh = base - e           # >= 24 - P
+                        if sh <= 30:
+                            q = (mm + (1 << (sh - 1))) >> sh
+                            if q >= (1 << P):
+                                q = (1 << P) - 1
+                            if (v >> 31) & 1:
+                                q = 0 - q
+                    S[oo] = q
+                    # from host/viper/snippets.py:1219 (snippet quant1)
+                    ii += Tk
+                    oo += 1
+                # from host/viper/softmax.py:612
                 ae = base - 300
-                oi = i0 + j * C
+                oi = i0 + jk * C
                 for c in range(hs):
                     acc = 0
                     dc = oDc + c * Tq
-                    for ti in range(Tq):
-                        acc += S[oAc + ti] * S[dc + ti]
+                    for j in range(Tq):
+                        acc += S[oAc + j] * S[dc + j]
                     acc = ((acc & m32) ^ sx) - sx                   #!chk acc
                     e = ae + S[oB + c]
                     # from host/viper/snippets.py:67 (snippet unsign)
@@ -1560,16 +1598,18 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                             pdv[oi + c] = 0
                         else:
                             pdv[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-            # from host/viper/softmax.py:620
+            # from host/viper/softmax.py:622
             # dk[j, c] = sum_t dS[t, j] q[t, c] (dS of the head one block)
-            for j in range(Tk):
-                oi = i0 + j * C
+            for jk in range(Tk):
+                oi = i0 + jk * C
                 for c in range(hs):
                     acc = 0
                     if seen:
                         qc = oQc + c * Tq
-                        for ti in range(Tq):
-                            acc += S[oS + ti * Tk + j] * S[qc + ti]
+                        i = oS + jk
+                        for j in range(Tq):
+                            acc += S[i] * S[qc + j]
+                            i += Tk
                         acc = ((acc & m32) ^ sx) - sx               #!chk acc
                     e = G + S[oB + hs + hs + c] - 150
                     # from host/viper/snippets.py:67 (snippet unsign)
@@ -1632,10 +1672,10 @@ def _attn_small_back(dq, dk, dv, dout, att, qin, kin, vin, s, d):
                             pdk[oi + c] = 0
                         else:
                             pdk[oi + c] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-# from host/viper/softmax.py:632
+# from host/viper/softmax.py:636
 
 
-# from host/viper/softmax.py:634
+# from host/viper/softmax.py:638
 @micropython.viper
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
@@ -1652,11 +1692,11 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
     D[2] = Tk
     D[3] = C
     D[4] = NH
-    _attn_small_back(dq, dk, dv, dout, att, q, k, v,
+    _attn_small_back(0, 0, 0, dq, dk, dv, dout, att, q, k, v,
                      _iscratch(Tk * hs + 2 * hs * Tq + hs * Tk + hs + 4 * Tq + Tk + Tq * Tk + 3 * hs), _DS)
 
 
-# from host/viper/softmax.py:654
+# from host/viper/softmax.py:658
 def _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH):
     # attention_backward through the GEMM: dA, dv, then dS and dq, dk (_scores_back)
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
@@ -1665,7 +1705,7 @@ def _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH):
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:662
+# from host/viper/softmax.py:666
 def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
     # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
@@ -1681,7 +1721,7 @@ def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:677
+# from host/viper/softmax.py:681
 def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
     n = B * NH * Tq * Tk
@@ -1690,7 +1730,7 @@ def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
     _mm(out, G, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:685
+# from host/viper/softmax.py:689
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
@@ -1707,7 +1747,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B,
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:701
+# from host/viper/softmax.py:705
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -1762,7 +1802,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:229 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:736
+    # from host/viper/softmax.py:740
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
@@ -1779,7 +1819,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:742
+    # from host/viper/softmax.py:746
     _store(lf, 0, v, e)
 
 
@@ -1789,7 +1829,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:751
+# from host/viper/softmax.py:755
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -1824,7 +1864,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:779
+            # from host/viper/softmax.py:783
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -1843,7 +1883,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:119 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:786
+        # from host/viper/softmax.py:790
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -1880,7 +1920,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:794
+            # from host/viper/softmax.py:798
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -1892,7 +1932,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:798
+            # from host/viper/softmax.py:802
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -1924,7 +1964,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:229 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:810
+                # from host/viper/softmax.py:814
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -1941,7 +1981,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:814
+            # from host/viper/softmax.py:818
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -1981,7 +2021,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:853
+# from host/viper/softmax.py:857
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
