@@ -3,9 +3,9 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _S, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
-from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _mm
+from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
 # _softmax's parameters, slots of _D
 _TK = const(0)          # keys per row
@@ -72,22 +72,54 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
                         continue
                     x = pa[ab + j]
-                    softmax_exp(x, p, k)
-                    if p == 0:
+                    gap(x, m, e, dv, de, sh)
+                    y = 0
+                    if dv > 0:
+                        # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
+                        n = 0
+                        if dv >= 0x10000:
+                            tt = dv >> 16               # 1 .. 511
+                            down(tt, n, 256, 8)
+                            down(tt, n, 16, 4)
+                            down(tt, n, 4, 2)
+                            down(tt, n, 2, 1)
+                            n += 1
+                            dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
+                        v = dv * sm                                     #!chk v
+                        sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
+                        scaled(v, sh, y, 23)
+                    if y >= ycap:
                         continue                    # weight 0 (below float32 range)
+                    expq15(y, k, r, p)
+                    if p > 32767:
+                        p = 32767
                     S[j] = p
                     S[Tk + j] = k
                     if k < 30:
                         z += (p << zs) >> k                             #!chk z
                 # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
-                znorm(z, zr, zn)
+                zn = 0
+                while (z >> zn) >= 0x8000:
+                    zn += 1
+                zr = z
+                if zn > 0:
+                    zr = ((z >> (zn - 1)) + 1) >> 1
+                    if zr >= 0x8000:
+                        zr = zr >> 1
+                        zn += 1
                 # pass 3: w_j = p_j 2^-k_j / Z = (p_j 2^16 / zr) 2^(zs - zn - 16 - k_j)
                 for j in range(Tk):
                     p = S[j]
                     if p == 0:
                         pa[ab + j] = 0
                         continue
-                    wbits(p, S[Tk + j], w, e)
+                    w = (p << 16) // zr                 # [2^15, 2^17)
+                    e = 150 + zs - zn - 16 - S[Tk + j] - 7
+                    if w < 0x10000:
+                        w = w << 8
+                        e -= 1
+                    else:
+                        w = w << 7
                     if e <= 0:
                         pa[ab + j] = 0
                     else:
@@ -195,444 +227,70 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
         ab += Tk
 
 
-# ---- small heads: the whole attention of a layer in one viper call ---------------------------
-# At head sizes hs <= _SMALL_HS with at most _SMALL_T queries and keys (Iris: hs 4, T 4) the
-# GEMM path pays more for its per-call setup, its per-block quantization and the packing of
-# every intermediate than for the products. These kernels quantize each operand of a head once
-# (quant2) and keep scores, weights and gradients as integers of one exponent per head block (or
-# per row / column where the bound below needs it); only the results are packed to float32.
-_SMALL_HS = const(8)
-_SMALL_T = const(16)
-
-
-def _scale_table():
-    # 1/sqrt(hs) for hs = 0 .. _SMALL_HS: mantissa Q15 at 2 hs, exponent at 2 hs + 1
-    t = array("i", [0] * (2 * _SMALL_HS + 2))
-    for hs in range(1, _SMALL_HS + 1):
-        t[2 * hs], t[2 * hs + 1] = _scale_of(hs)
-    return t
-
-
-_HSC = _scale_table()
-
-
-# ERROR BOUND (tests/test_viper_range.py, small-head cases): the scores of query row t carry
-#   |ds| <= hs 2^(1-P) max|q_t| max|k_bh| / sqrt(hs) (P = 14 for hs <= 4, else 13; k_bh: every
-#   key of the batch item and head), which moves a weight by at most a factor e^(2 |ds|); from
-#   those scores the weights obey the _softmax bound, and out[t, col] is within
-#   (2^-14 + Tk 2^-16) max_j |v[b, j, col]| of sum_j w_j v[j, col] (15-bit weights, 14-bit
-#   values per column): with the softmax's 4e-4, within 1e-3 max|v| of the column, as the GEMM
-#   path. OVERFLOW [B3]: |score| <= hs (2^P - 1)^2 < 2^30, so max - s < 2^31; then as _softmax
-#   (the difference cut to 16 bits times the 15-bit scale); the context sums 15-bit weights (sum
-#   <= 2^15 + Tk / 2) times 14-bit values: < 2^30.
+# The attention entry points are viper functions: a bytecode function whose arguments, locals
+# and stack exceed 11 words gets its frame from the GC heap on every call (and that allocation
+# slows as garbage builds up between collections); a viper function has no such frame, and it
+# calls _gemm, _softmax and _softmax_back directly. The arithmetic is that of the kernels below
+# (the same calls in the same order as before, so the results are bit-identical).
 @micropython.viper
-def _attn_small(j: int, acc: int, c: int, out, att, qin, kin, vin, mask, s, d):
-    # j acc c: the hottest locals; as the first three they live in registers (callers pass 0s)
-    # qin (B, Tq, C), kin vin (B, Tk, C); out (B, Tq, C), att (B, NH, Tq, Tk) written
-    # d: B Tq Tk C NH causal hasmask; mask (B, Tk) bytes when hasmask (else any buffer)
-    D = ptr32(d)
-    S = ptr32(s)
-    po = ptr32(out)
-    pa = ptr32(att)
-    pq = ptr32(qin)
-    pk = ptr32(kin)
-    pv = ptr32(vin)
-    pm = ptr8(mask)
-    hasmask = D[6]
-    B = D[0]
-    Tq = D[1]
-    Tk = D[2]
-    C = D[3]
-    NH = D[4]
-    causal = D[5]
-    H = ptr32(_HSC)
-    hs = C // NH
-    sm = H[hs + hs]
-    b31 = 31
-    sx = 1 << b31                       # (v ^ sx) - sx sign-extends a zero-extended int32 load, and
-    b16 = 16                            # & m32 first a sum of such loads' products (exact mod 2^32)
-    m32 = (1 << b16) * (1 << b16) - 1
-    se = (H[hs + hs + 1] ^ sx) - sx
-    Pqk = 13                            # bits of q and k: hs (2^P - 1)^2 < 2^30
-    if hs <= 4:
-        Pqk = 14
-    oV = Tk * hs                        # S: [0, oV) the head's keys (by rows), [oV, 2 oV) values
-    oE = oV + oV                        # (by columns); [oE, oE + hs) the value columns' bases;
-    oQ = oE + hs                        # [oQ, oQ + hs) the query row; the keys' bases,
-    oKe = oQ + hs                       # then p_j, k_j of the exponentials, then the weights
-    oP = oKe + Tk                       # in Q15 (for the context)
-    oK = oP + Tk
-    oW = oK + Tk
-    shift = Tk - Tq
-    ycap = 1 << 23                      # y = (max - s) scale in Q16 >= 128: weight < 2^-184, 0
-    zs = 15                             # Z = sum_j e_j in Q(15 + zs), < 2^30 (as _softmax)
-    while zs > 0 and (1 << (15 - zs)) < Tk:
-        zs -= 1
-    ab = 0
-    for b in range(B):
-        for h in range(NH):
-            i0 = b * Tk * C + h * hs
-            P = Pqk
-            for j in range(Tk):         # each key row is a block (as the GEMM's rows)
-                quant1(pk, i0 + j * C, hs, 1, S, j * hs)
-                S[oKe + j] = base
-            P = 14
-            for c in range(hs):         # each value column is a block
-                quant1(pv, i0 + c, Tk, C, S, oV + c * Tk)
-                S[oE + c] = base
-            for ti in range(Tq):
-                last = Tk - 1
-                if causal:
-                    last = ti + shift
-                    if last > Tk - 1:
-                        last = Tk - 1
-                qi = (b * Tq + ti) * C + h * hs
-                P = Pqk
-                quant1(pq, qi, hs, 1, S, oQ)
-                qbase = base - 300
-                # the visible scores q_t . k_j, unscaled, as float32 bits in att (as the GEMM path)
-                for j in range(last + 1):
-                    if hasmask and pm[b * Tk + j] != 0:
-                        continue
-                    acc = 0
-                    kj = j * hs
-                    for c in range(hs):
-                        acc += S[oQ + c] * S[kj + c]
-                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
-                    e = qbase + S[oKe + j]
-                    store(pa, ab + j, acc, e)
-                softmax_max()
-                # e_j = exp(-(max - s_j) scale) = p_j 2^(-15 - k_j); Z = sum_j e_j in Q(15 + zs)
-                z = 0
-                for j in range(Tk):
-                    S[oP + j] = 0
-                    if j > last or (hasmask and pm[b * Tk + j] != 0):
-                        continue
-                    x = pa[ab + j]
-                    softmax_exp(x, p, kk)
-                    S[oP + j] = p
-                    S[oK + j] = kk
-                    if p != 0 and kk < 30:
-                        z += (p << zs) >> kk                        #!chk z
-                # the weights as float32 (att) and in Q15 (S[oW ...], for the context)
-                zr = 0
-                zn = 0
-                if z:
-                    znorm(z, zr, zn)
-                for j in range(Tk):
-                    p = S[oP + j]
-                    S[oW + j] = 0
-                    if p == 0:
-                        pa[ab + j] = 0
-                        continue
-                    wbits(p, S[oK + j], w, e)
-                    if e <= 0:
-                        pa[ab + j] = 0
-                    else:
-                        pa[ab + j] = (e << 23) | (w & 0x7FFFFF)
-                        sh = 135 - e                # w 2^(e - 150) in Q15
-                        rsh(w, sh)
-                        S[oW + j] = w
-                # the context out[t, c] = sum_j w_j v[j, c]
-                oi = qi
-                for c in range(hs):
-                    acc = 0
-                    vj = oV + c * Tk
-                    for j in range(last + 1):
-                        acc += S[oW + j] * S[vj + j]
-                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
-                    e = S[oE + c] - 165
-                    store(po, oi, acc, e)
-                    oi += 1
-                ab += Tk
+def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
+    # one per-head product of _gemm (`kind`: HEAD_* / DECODE_*) with the module scratch, grown on demand
+    n = int(_gemm(0, 0, 0, out, a, b, out, _S[0], kind, B, Tq, Tk, C, NH))
+    if n:
+        _gemm(0, 0, 0, out, a, b, out, _iscratch(n), kind, B, Tq, Tk, C, NH)
 
 
-_DS = array("i", [0] * 7)            # the small kernels' shapes: B Tq Tk C NH causal hasmask
+def _keys_error(name, n):
+    raise ValueError("%s: Tk must be < 65536 keys, got %d" % (name, n))
+
+
+@micropython.viper
+def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal: int, hs: int):
+    # _softmax over att (B, NH, Tq, rs), the first Tk columns of each row, head size hs;
+    # mask (B, Tk) bytes-like or None
+    sc = _scale_of(hs)
+    D = ptr32(_D)
+    D[_TK] = Tk
+    D[_CAUSAL] = causal
+    D[_SCALE_M] = int(sc[0])
+    D[_SCALE_E] = int(sc[1])
+    D[_B] = B
+    D[_RS] = rs
+    m = mask
+    D[_MASKED] = 1
+    if not mask:                        # None (viper has no `is None`)
+        m = _D
+        D[_MASKED] = 0
+    _softmax(att, m, _D, _iscratch(Tk + Tk), NH, Tq)
 
 
 @micropython.viper
 def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int, NH: int, causal: int):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
-    # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
-    # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
-    # A viper function (no heap frame per call): small heads run _attn_small, others the GEMM path.
-    hs = C // NH
-    if hs > _SMALL_HS or Tq > _SMALL_T or Tk > _SMALL_T:
-        _attention_forward_gemm(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal)
-        return
-    D = ptr32(_DS)
-    D[0] = B
-    D[1] = Tq
-    D[2] = Tk
-    D[3] = C
-    D[4] = NH
-    D[5] = causal
-    m = mask
-    D[6] = 1
-    if not mask:                        # None (no viper `is None`)
-        m = _DS
-        D[6] = 0
-    _attn_small(0, 0, 0, out, att, q, k, v, m, _iscratch(2 * Tk * hs + 2 * hs + 4 * Tk), _DS)
-
-
-def _attention_forward_gemm(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
-    # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
     # ERROR BOUND: the scores carry the _gemm bound (|ds| <= 2^-11 hs max|q_h| max|k_h| / sqrt(hs),
     #   which moves a weight by at most a factor e^(2 |ds|)); from those scores the weights obey
     #   the _softmax bound and out is within 1e-3 max_j |v[b, j, col]| (masked keys included:
-    #   they share the block). The KV-cache decode step (attention_decode) is portable.
+    #   they share the block).
     # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
     # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
     if Tk >= 65536:                     # the softmax sum Z needs Tk < 2^16 [B3]
-        raise ValueError("attention_forward: Tk must be < 65536 keys, got %d" % Tk)
-    sc = _scale_of(C // NH)
-    _mm(att, q, k, att, HEAD_SCORES, B, Tq, Tk, C, NH)         # scores att[b,h,t,j] = q[b,t,h] . k[b,j,h]
-    D = _D
-    D[_TK] = Tk
-    D[_CAUSAL] = causal
-    D[_SCALE_M] = sc[0]
-    D[_SCALE_E] = sc[1]
-    D[_B] = B
-    D[_RS] = Tk
-    if mask is None:
-        D[_MASKED] = 0
-        _softmax(att, D, D, _iscratch(Tk + Tk), NH, Tq)
-    else:
-        D[_MASKED] = 1
-        _softmax(att, mask, D, _iscratch(Tk + Tk), NH, Tq)
-    _mm(out, att, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
+        _keys_error("attention_forward", Tk)
+    _head_mm(att, q, k, HEAD_SCORES, B, Tq, Tk, C, NH)         # scores att[b,h,t,j] = q[b,t,h] . k[b,j,h]
+    _softmax_rows(att, mask, B, Tq, Tk, Tk, NH, causal, C // NH)
+    _head_mm(out, att, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
-def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
+@micropython.viper
+def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: int):
     # one causal query per sequence against the first T cached keys (itself included):
     # q (B, C); kc vc (B, L, C): cached keys/values, rows 0..T-1 valid
     # att (B, NH, L): weights, columns 0..T-1 written; out (B, C): heads concatenated
     # ERROR BOUND: attention_forward's (the same GEMM blocks and softmax, on the cache in place)
     if T >= 65536:
-        raise ValueError("attention_decode: T must be < 65536 keys, got %d" % T)
-    sc = _scale_of(C // NH)
-    _mm(att, q, kc, att, DECODE_SCORES, B, T, L, C, NH)
-    D = _D
-    D[_TK] = T
-    D[_CAUSAL] = 0
-    D[_SCALE_M] = sc[0]
-    D[_SCALE_E] = sc[1]
-    D[_B] = B
-    D[_RS] = L
-    D[_MASKED] = 0
-    _softmax(att, D, D, _iscratch(T + T), NH, 1)
-    _mm(out, att, vc, out, DECODE_CONTEXT, B, T, L, C, NH)
-
-
-# ERROR BOUND (tests/test_viper_range.py, small-head cases), T = max(Tq, Tk) <= 16, quantized
-#   with block float of P bits (|x - x~| <= 2^-P max|x| of the block):
-#   dv[j, col] within Tq 2^(1-PA) max_t A[t, j] max_t |dout[t, col]| (A's column and dout's column
-#     are blocks; PA = 14 for Tq <= 8, else 13);
-#   dA[t, j] = dout_t . v_j within hs 2^(1-P) max|dout_t| max|v_bh| (P = 14 for hs <= 4, else 13;
-#     v_bh: the head's values), then cut to 15 bits of the row's largest |dA|, A to 2^-16;
-#   dS = A (dA - dot) scale: within 2^-13 G_t, G_t = hs max|dout_t| max|v_bh| scale;
-#   dq[t, col] within Tk 2^(-Q) max_j |dS[t, j]| max|k[:, col]| plus the dS error times
-#     Tk max|k[:, col]| (the row of dS a block of Q bits, k's columns of 13), Q = min(15,
-#     17 - clog2 T); dk[j, col] the same with Tq, max|dS| of the head and max|q[:, col]|.
-# OVERFLOW: dA < hs 2^(2P) <= 2^30; dot = sum_j A15_j dA15_j < (2^15 + Tk/2) 2^15 < 2^31;
-#   dS_j = A15_j (dA15_j - dot15) = a (1 - a) (dA_j - mean of the others) 2^15 < 2^29 (+ rounding);
-#   dS aligned to Q <= 15 bits, times the 15-bit scale < 2^30; the MACs: T 2^Q 2^13 <= 2^30 and
-#   Tq (2^PA - 1)^2 < 2^31.
-@micropython.viper
-def _attn_small_back(j: int, acc: int, c: int, dq, dk, dv, dout, att, qin, kin, vin, s, d):
-    # j acc c: the hottest locals; as the first three they live in registers (callers pass 0s)
-    # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head (_attn_small)
-    # dq (B, Tq, C), dk dv (B, Tk, C): written; dout (B, Tq, C); att (B, NH, Tq, Tk); d: B Tq Tk C NH
-    D = ptr32(d)
-    S = ptr32(s)
-    pa = ptr32(att)
-    pdo = ptr32(dout)
-    pq = ptr32(qin)
-    pk = ptr32(kin)
-    pv = ptr32(vin)
-    pdq = ptr32(dq)
-    pdk = ptr32(dk)
-    pdv = ptr32(dv)
-    B = D[0]
-    Tq = D[1]
-    Tk = D[2]
-    C = D[3]
-    NH = D[4]
-    H = ptr32(_HSC)
-    hs = C // NH
-    sm = H[hs + hs]
-    b31 = 31
-    sx = 1 << b31                       # sign extension of zero-extended loads, as _attn_small
-    b16 = 16
-    m32 = (1 << b16) * (1 << b16) - 1
-    se = (H[hs + hs + 1] ^ sx) - sx
-    Pv = 13                             # dout rows and the head's values: hs (2^P - 1)^2 < 2^30
-    if hs <= 4:
-        Pv = 14
-    PA = 13                             # A and dout columns: Tq (2^PA - 1)^2 < 2^31
-    if Tq <= 8:
-        PA = 14
-    T = Tq
-    if Tk > T:
-        T = Tk
-    Q = 17                              # bits of the head's dS block: T 2^Q 2^13 <= 2^30
-    while (1 << (17 - Q)) < T:
-        Q -= 1
-    if Q > 15:
-        Q = 15
-    # scratch: the head's values (rows), dout / k / q by columns, a dout row, an A column, a dA
-    # row, dS (Tq, Tk), per row: dS's exponent and bit length; the columns' bases
-    oDc = Tk * hs
-    oKc = oDc + hs * Tq
-    oQc = oKc + hs * Tk
-    oDr = oQc + hs * Tq
-    oAc = oDr + hs
-    oA = oAc + Tq
-    oS = oA + Tk
-    oF = oS + Tq * Tk
-    oM = oF + Tq
-    oB = oM + Tq                        # bases: dout columns, k columns, q columns (hs each)
-    for b in range(B):
-        for h in range(NH):
-            i0 = b * Tk * C + h * hs    # the head's first key / value
-            iq = b * Tq * C + h * hs    # its first query / dout row
-            ab = (b * NH + h) * Tq * Tk
-            P = Pv
-            quant2(pv, i0, Tk, hs, C, S, 0)
-            vbase = base
-            for c in range(hs):
-                P = PA
-                quant1(pdo, iq + c, Tq, C, S, oDc + c * Tq)
-                S[oB + c] = base
-                P = 13
-                quant1(pk, i0 + c, Tk, C, S, oKc + c * Tk)
-                S[oB + hs + c] = base
-                quant1(pq, iq + c, Tq, C, S, oQc + c * Tq)
-                S[oB + hs + hs + c] = base
-            # per query row: dA, dot, dS = A (dA - dot) as ints of the row's exponent F_t
-            for ti in range(Tq):
-                P = Pv
-                quant1(pdo, iq + ti * C, hs, 1, S, oDr)
-                mx = 0
-                for j in range(Tk):
-                    acc = 0
-                    vj = j * hs
-                    for c in range(hs):
-                        acc += S[oDr + c] * S[vj + c]
-                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
-                    S[oA + j] = acc
-                    if acc > mx:
-                        mx = acc
-                    elif 0 - acc > mx:
-                        mx = 0 - acc
-                sd = 0                          # dA cut to 15 bits of the row's largest
-                while (mx >> sd) >= 0x8000:
-                    sd += 1
-                dot = 0
-                r0 = ab + ti * Tk
-                for j in range(Tk):
-                    x = (S[oA + j] ^ sx) - sx
-                    if sd > 0:
-                        x = ((x >> (sd - 1)) + 1) >> 1
-                    S[oA + j] = x
-                    y = pa[r0 + j]
-                    e = (y >> 23) & 0xFF
-                    a = 0
-                    if e != 0:
-                        a = (y & 0x7FFFFF) | 0x800000
-                        sh = 135 - e            # A in Q15
-                        rsh(a, sh)
-                    S[oS + ti * Tk + j] = a
-                    dot += a * x                                    #!chk dot
-                dot = ((dot >> 14) + 1) >> 1
-                mx = 0
-                for j in range(Tk):
-                    a = S[oS + ti * Tk + j]
-                    x = 0
-                    if a != 0:
-                        x = a * (((S[oA + j] ^ sx) - sx) - dot)     #!chk x
-                    S[oS + ti * Tk + j] = x
-                    if x > mx:
-                        mx = x
-                    elif 0 - x > mx:
-                        mx = 0 - x
-                n = 0
-                while (mx >> n) != 0:
-                    n += 1
-                F = base + vbase + sd - 315     # dS_t,j = x 2^F (before the scale)
-                S[oF + ti] = F
-                S[oM + ti] = n
-                # dq[t, c] = sum_j dS[t, j] k[j, c], the row's dS a block of Q bits, times the scale
-                oi = iq + ti * C
-                qs = n - Q
-                for j in range(Tk):
-                    x = (S[oS + ti * Tk + j] ^ sx) - sx
-                    if x != 0:
-                        if qs > 0:
-                            rsh(x, qs)
-                        else:
-                            x = x << (0 - qs)
-                        x = (x * sm + 0x4000) >> 15                 #!chk x
-                    S[oA + j] = x
-                for c in range(hs):
-                    acc = 0
-                    if n:
-                        kc = oKc + c * Tk
-                        for j in range(Tk):
-                            acc += S[oA + j] * S[kc + j]
-                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
-                    e = F + qs + se + 15 + S[oB + hs + c] - 150
-                    store(pdq, oi + c, acc, e)
-            # the head's dS as one block of Q bits, times the scale: dS_t,j = x 2^G
-            G = 0
-            seen = 0
-            for ti in range(Tq):
-                if S[oM + ti] != 0:
-                    g = S[oM + ti] + ((S[oF + ti] ^ sx) - sx)
-                    if seen == 0 or g > G:
-                        G = g
-                        seen = 1
-            if seen:
-                for ti in range(Tq):
-                    sh = G - Q - ((S[oF + ti] ^ sx) - sx)
-                    for j in range(Tk):
-                        x = (S[oS + ti * Tk + j] ^ sx) - sx
-                        if x != 0:
-                            if sh > 0:
-                                rsh(x, sh)
-                            else:
-                                x = x << (0 - sh)
-                            x = (x * sm + 0x4000) >> 15                 #!chk x
-                        S[oS + ti * Tk + j] = x
-            G = G - Q + se + 15
-            # dv[j, c] = sum_t A[t, j] dout[t, c] (A's column j a block)
-            for jk in range(Tk):
-                P = PA
-                quant1(pa, ab + jk, Tq, Tk, S, oAc)
-                ae = base - 300
-                oi = i0 + jk * C
-                for c in range(hs):
-                    acc = 0
-                    dc = oDc + c * Tq
-                    for j in range(Tq):
-                        acc += S[oAc + j] * S[dc + j]
-                    acc = ((acc & m32) ^ sx) - sx                   #!chk acc
-                    e = ae + S[oB + c]
-                    store(pdv, oi + c, acc, e)
-            # dk[j, c] = sum_t dS[t, j] q[t, c] (dS of the head one block)
-            for jk in range(Tk):
-                oi = i0 + jk * C
-                for c in range(hs):
-                    acc = 0
-                    if seen:
-                        qc = oQc + c * Tq
-                        i = oS + jk
-                        for j in range(Tq):
-                            acc += S[i] * S[qc + j]
-                            i += Tk
-                        acc = ((acc & m32) ^ sx) - sx               #!chk acc
-                    e = G + S[oB + hs + hs + c] - 150
-                    store(pdk, oi + c, acc, e)
+        _keys_error("attention_decode", T)
+    _head_mm(att, q, kc, DECODE_SCORES, B, T, L, C, NH)
+    _softmax_rows(att, None, B, 1, T, L, NH, 0, C // NH)
+    _head_mm(out, att, vc, DECODE_CONTEXT, B, T, L, C, NH)
 
 
 @micropython.viper
@@ -640,36 +298,20 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
     # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights
-    # A viper function (no heap frame per call): small heads run _attn_small_back, others the GEMM path.
-    hs = C // NH
-    if hs > _SMALL_HS or Tq > _SMALL_T or Tk > _SMALL_T:
-        _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
-        return
-    D = ptr32(_DS)
-    D[0] = B
-    D[1] = Tq
-    D[2] = Tk
-    D[3] = C
-    D[4] = NH
-    _attn_small_back(0, 0, 0, dq, dk, dv, dout, att, q, k, v,
-                     _iscratch(Tk * hs + 2 * hs * Tq + hs * Tk + hs + 4 * Tq + Tk + Tq * Tk + 3 * hs), _DS)
-
-
-def _attention_backward_gemm(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH):
-    # attention_backward through the GEMM: dA, dv, then dS and dq, dk (_scores_back)
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
-    _mm(F, dout, v, F, HEAD_SCORES, B, Tq, Tk, C, NH)          # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
-    _mm(dv, att, dout, dv, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)      # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
+    _head_mm(F, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)        # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
+    _head_mm(dv, att, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)  # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
+@micropython.viper
+def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
     # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
     sc = _scale_of(C // NH)
     _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1])
-    _mm(dq, F, k, dq, HEAD_CONTEXT, B, Tq, Tk, C, NH)
-    _mm(dk, F, q, dk, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)
+    _head_mm(dq, F, k, HEAD_CONTEXT, B, Tq, Tk, C, NH)
+    _head_mm(dk, F, q, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)
 
 
 # ---- dropout on the attention weights: A' = A keep / (1 - p) ---------------------------------
@@ -678,24 +320,27 @@ def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
+@micropython.viper
+def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: int, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
     n = B * NH * Tq * Tk
     G = _gscratch(n)
     dropout_apply(G, att, keep, n, scale)
-    _mm(out, G, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)
+    _head_mm(out, G, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
+@micropython.viper
+def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B: int, Tq: int, Tk: int, C: int,
+                               NH: int, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
     n = B * NH * Tq * Tk
     F = _fscratch(n)
     G = _gscratch(n)
-    _mm(F, dout, v, F, HEAD_SCORES, B, Tq, Tk, C, NH)          # dout[b,t,h] . v[b,j,h]
+    _head_mm(F, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)        # dout[b,t,h] . v[b,j,h]
     dropout_apply(F, F, keep, n, pscale)                        # dA = keep pscale (dout . v)
     dropout_apply(G, att, keep, n, pscale)                      # A' = keep pscale A
-    _mm(dv, G, dout, dv, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)     # dv[b,j,h] = sum_t A'[b,h,t,j] dout[b,t,h]
+    _head_mm(dv, G, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)    # dv[b,j,h] = sum_t A'[b,h,t,j] dout[b,t,h]
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
