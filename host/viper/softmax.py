@@ -3,9 +3,9 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _S, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
-from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _mm
+from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
 # _softmax's parameters, slots of _D
 _TK = const(0)          # keys per row
@@ -227,72 +227,91 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
         ab += Tk
 
 
-def attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+# The attention entry points are viper functions: a bytecode function whose arguments, locals
+# and stack exceed 11 words gets its frame from the GC heap on every call (and that allocation
+# slows as garbage builds up between collections); a viper function has no such frame, and it
+# calls _gemm, _softmax and _softmax_back directly. The arithmetic is that of the kernels below
+# (the same calls in the same order as before, so the results are bit-identical).
+@micropython.viper
+def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
+    # one per-head product of _gemm (`kind`: HEAD_* / DECODE_*) with the module scratch, grown on demand
+    n = int(_gemm(0, 0, 0, out, a, b, out, _S[0], kind, B, Tq, Tk, C, NH))
+    if n:
+        _gemm(0, 0, 0, out, a, b, out, _iscratch(n), kind, B, Tq, Tk, C, NH)
+
+
+def _keys_error(name, n):
+    raise ValueError("%s: Tk must be < 65536 keys, got %d" % (name, n))
+
+
+@micropython.viper
+def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal: int, hs: int):
+    # _softmax over att (B, NH, Tq, rs), the first Tk columns of each row, head size hs;
+    # mask (B, Tk) bytes-like or None
+    sc = _scale_of(hs)
+    D = ptr32(_D)
+    D[_TK] = Tk
+    D[_CAUSAL] = causal
+    D[_SCALE_M] = int(sc[0])
+    D[_SCALE_E] = int(sc[1])
+    D[_B] = B
+    D[_RS] = rs
+    m = mask
+    D[_MASKED] = 1
+    if not mask:                        # None (viper has no `is None`)
+        m = _D
+        D[_MASKED] = 0
+    _softmax(att, m, _D, _iscratch(Tk + Tk), NH, Tq)
+
+
+@micropython.viper
+def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int, NH: int, causal: int):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
     # ERROR BOUND: the scores carry the _gemm bound (|ds| <= 2^-11 hs max|q_h| max|k_h| / sqrt(hs),
     #   which moves a weight by at most a factor e^(2 |ds|)); from those scores the weights obey
     #   the _softmax bound and out is within 1e-3 max_j |v[b, j, col]| (masked keys included:
-    #   they share the block). The KV-cache decode step (attention_decode) is portable.
+    #   they share the block).
     # att (B, NH, Tq, Tk): softmax weights (0 where masked); out (B, Tq, C): heads concatenated
     # mask (B, Tk) bytes-like (nonzero = padded) or None; causal: query t sees keys j <= t + Tk - Tq
     if Tk >= 65536:                     # the softmax sum Z needs Tk < 2^16 [B3]
-        raise ValueError("attention_forward: Tk must be < 65536 keys, got %d" % Tk)
-    sc = _scale_of(C // NH)
-    _mm(att, q, k, att, HEAD_SCORES, B, Tq, Tk, C, NH)         # scores att[b,h,t,j] = q[b,t,h] . k[b,j,h]
-    D = _D
-    D[_TK] = Tk
-    D[_CAUSAL] = causal
-    D[_SCALE_M] = sc[0]
-    D[_SCALE_E] = sc[1]
-    D[_B] = B
-    D[_RS] = Tk
-    if mask is None:
-        D[_MASKED] = 0
-        _softmax(att, D, D, _iscratch(Tk + Tk), NH, Tq)
-    else:
-        D[_MASKED] = 1
-        _softmax(att, mask, D, _iscratch(Tk + Tk), NH, Tq)
-    _mm(out, att, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
+        _keys_error("attention_forward", Tk)
+    _head_mm(att, q, k, HEAD_SCORES, B, Tq, Tk, C, NH)         # scores att[b,h,t,j] = q[b,t,h] . k[b,j,h]
+    _softmax_rows(att, mask, B, Tq, Tk, Tk, NH, causal, C // NH)
+    _head_mm(out, att, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
-def attention_decode(out, att, q, kc, vc, B, T, L, C, NH):
+@micropython.viper
+def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: int):
     # one causal query per sequence against the first T cached keys (itself included):
     # q (B, C); kc vc (B, L, C): cached keys/values, rows 0..T-1 valid
     # att (B, NH, L): weights, columns 0..T-1 written; out (B, C): heads concatenated
     # ERROR BOUND: attention_forward's (the same GEMM blocks and softmax, on the cache in place)
     if T >= 65536:
-        raise ValueError("attention_decode: T must be < 65536 keys, got %d" % T)
-    sc = _scale_of(C // NH)
-    _mm(att, q, kc, att, DECODE_SCORES, B, T, L, C, NH)
-    D = _D
-    D[_TK] = T
-    D[_CAUSAL] = 0
-    D[_SCALE_M] = sc[0]
-    D[_SCALE_E] = sc[1]
-    D[_B] = B
-    D[_RS] = L
-    D[_MASKED] = 0
-    _softmax(att, D, D, _iscratch(T + T), NH, 1)
-    _mm(out, att, vc, out, DECODE_CONTEXT, B, T, L, C, NH)
+        _keys_error("attention_decode", T)
+    _head_mm(att, q, kc, DECODE_SCORES, B, T, L, C, NH)
+    _softmax_rows(att, None, B, 1, T, L, NH, 0, C // NH)
+    _head_mm(out, att, vc, DECODE_CONTEXT, B, T, L, C, NH)
 
 
-def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B, Tq, Tk, C, NH):
+@micropython.viper
+def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
     # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
-    _mm(F, dout, v, F, HEAD_SCORES, B, Tq, Tk, C, NH)          # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
-    _mm(dv, att, dout, dv, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)      # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
+    _head_mm(F, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)        # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
+    _head_mm(dv, att, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)  # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
+@micropython.viper
+def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
     # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
     sc = _scale_of(C // NH)
     _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1])
-    _mm(dq, F, k, dq, HEAD_CONTEXT, B, Tq, Tk, C, NH)
-    _mm(dk, F, q, dk, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)
+    _head_mm(dq, F, k, HEAD_CONTEXT, B, Tq, Tk, C, NH)
+    _head_mm(dk, F, q, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)
 
 
 # ---- dropout on the attention weights: A' = A keep / (1 - p) ---------------------------------
@@ -301,24 +320,27 @@ def _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH):
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-def attention_context(out, att, keep, v, B, Tq, Tk, C, NH, scale):
+@micropython.viper
+def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: int, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
     n = B * NH * Tq * Tk
     G = _gscratch(n)
     dropout_apply(G, att, keep, n, scale)
-    _mm(out, G, v, out, HEAD_CONTEXT, B, Tq, Tk, C, NH)
+    _head_mm(out, G, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B, Tq, Tk, C, NH, pscale):
+@micropython.viper
+def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B: int, Tq: int, Tk: int, C: int,
+                               NH: int, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
     n = B * NH * Tq * Tk
     F = _fscratch(n)
     G = _gscratch(n)
-    _mm(F, dout, v, F, HEAD_SCORES, B, Tq, Tk, C, NH)          # dout[b,t,h] . v[b,j,h]
+    _head_mm(F, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)        # dout[b,t,h] . v[b,j,h]
     dropout_apply(F, F, keep, n, pscale)                        # dA = keep pscale (dout . v)
     dropout_apply(G, att, keep, n, pscale)                      # A' = keep pscale A
-    _mm(dv, G, dout, dv, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)     # dv[b,j,h] = sum_t A'[b,h,t,j] dout[b,t,h]
+    _head_mm(dv, G, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)    # dv[b,j,h] = sum_t A'[b,h,t,j] dout[b,t,h]
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
