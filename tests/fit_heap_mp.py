@@ -1,8 +1,8 @@
 # Buffer switches cut short: the Iris fit loop (batches of 16 and the last one of 8, an evaluate at
 # batch 32 between epochs) with a KeyboardInterrupt raised inside a buffer switch, at the k-th
-# buffer a layer draws (Tensor.zeros) or the k-th buffer it zeroes, for every k a run has. Each
-# interrupted step is run again; at the end the weights, moments and step count must equal those
-# of the run without interrupts, bit for bit, and no layer may be left making buffers.
+# buffer a layer asks for (Buffers.zeros / bytes / ints / view / none) or the k-th buffer it
+# zeroes, for every k a run has. Each interrupted step is run again; at the end the weights,
+# moments and step count must equal those of the run without interrupts, bit for bit.
 #   micropython tests/fit_heap_mp.py BACKEND
 # A long fit of a Session (thousands of epochs of one step) holds, records and saves a bounded
 # history: LONGFIT lines (one per fit length) give the heap the result and the record hold.
@@ -12,12 +12,13 @@ from array import array
 
 import microformer as mf
 from microformer import backend
-from microformer import tensor as T
+from microformer.layer import Buffers
 from microformer.data import Batches
 from microformer.models import iris_model, iris_split
 from microformer.train import evaluate, train_step
 
-_draw = T._from_pool
+_ASKS = ("zeros", "bytes", "ints", "view", "none")
+_asks = dict((n, getattr(Buffers, n)) for n in _ASKS)
 _count = [0, 0, True]  # calls seen; the call that raises (0: none); counting on
 
 
@@ -28,9 +29,18 @@ def _counted():
             raise KeyboardInterrupt
 
 
-def _draw_counted(p, shape, name):
-    _counted()
-    return _draw(p, shape, name)
+def _counted_ask(name):
+    ask = _asks[name]
+
+    def counted(self, *args):
+        _counted()
+        return ask(self, *args)
+    return counted
+
+
+def _hook(on):
+    for n in _ASKS:
+        setattr(Buffers, n, _counted_ask(n) if on else _asks[n])
 
 
 class _Zeroing:
@@ -88,7 +98,6 @@ def run(train, test, at):
                     break
                 except KeyboardInterrupt:
                     interrupts += 1
-                    assert T._pool is None, "a layer is left making buffers after the interrupt"
                     assert opt.steps == s0, "an interrupt inside a buffer switch counted a step"
                     if prev is not None:
                         assert logits(model, prev) == ref, \
@@ -100,7 +109,6 @@ def run(train, test, at):
                 break
             except KeyboardInterrupt:
                 interrupts += 1
-                assert T._pool is None, "a layer is left making buffers after the interrupt"
     return state(model, opt), opt.steps, interrupts, _count[0]
 
 
@@ -113,7 +121,7 @@ def main():
     kernels = backend.K
     for kind in ("draw", "zero"):
         if kind == "draw":
-            T._from_pool = _draw_counted
+            _hook(True)
         else:
             backend.K = _Zeroing(kernels)
         try:
@@ -126,7 +134,7 @@ def main():
                 assert got == want, "%s %d of %d: the weights or moments differ from the run without interrupts" % (
                     kind, k, total)
         finally:
-            T._from_pool = _draw
+            _hook(False)
             backend.K = kernels
         print("SWITCH", kind, total, steps)
 

@@ -218,45 +218,52 @@ class Attention(Layer):
         self._c = context
         return y
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         B, S, E = shape
+        H = self.num_heads
         if stage == "_fwd" or stage == "_bwd":
             Sk = S if other is None else other[1]
             if stage == "_fwd":
-                self._Q = Tensor.zeros((B, S, E))
-                self._K = Tensor.zeros((B, Sk, E))
-                self._V = Tensor.zeros((B, Sk, E))
-                self._ctx = Tensor.zeros((B, S, E))
+                self._Q = bufs.zeros("_Q", (B, S, E))
+                self._K = bufs.zeros("_K", (B, Sk, E))
+                self._V = bufs.zeros("_V", (B, Sk, E))
+                self._ctx = bufs.zeros("_ctx", (B, S, E))
                 if self.kv_tile is None:
-                    self._A = Tensor.zeros((B, self.num_heads, S, Sk))
-                    self._keep = bytearray(B * self.num_heads * S * Sk) if self.dropout > 0.0 else None
+                    self._A = bufs.zeros("_A", (B, H, S, Sk))
+                    if self.dropout > 0.0:
+                        self._keep = bufs.bytes("_keep", B * H * S * Sk)
+                    else:
+                        self._keep = bufs.none("_keep")
                 else:                                     # tiled: row max and sum, one tile of scores
-                    self._A = None
-                    self._stats = Tensor.zeros((B, self.num_heads, S, 2))
-                    self._tile = Tensor.zeros((min(self.kv_tile, Sk),))
-                self._y = Tensor.zeros((B, S, E))
-                self._mbuf = bytearray(B * Sk)            # a key_padding_mask / lengths as bytes
+                    self._A = bufs.none("_A")
+                    self._stats = bufs.zeros("_stats", (B, H, S, 2))
+                    self._tile = bufs.zeros("_tile", (min(self.kv_tile, Sk),))
+                self._y = bufs.zeros("_y", (B, S, E))
+                self._mbuf = bufs.bytes("_mbuf", B * Sk)  # a key_padding_mask / lengths as bytes
             else:
-                self._dctx = Tensor.zeros((B, S, E))
-                self._dQ = Tensor.zeros((B, S, E))
-                self._dx = Tensor.zeros((B, S, E))
-                self._dK = Tensor.zeros((B, Sk, E))
-                self._dV = Tensor.zeros((B, Sk, E))
-                self._scratch = Tensor.zeros((Sk,))
-                self._dcontext = None if other is None else Tensor.zeros(other)
+                self._dctx = bufs.zeros("_dctx", (B, S, E))
+                self._dQ = bufs.zeros("_dQ", (B, S, E))
+                self._dx = bufs.zeros("_dx", (B, S, E))
+                self._dK = bufs.zeros("_dK", (B, Sk, E))
+                self._dV = bufs.zeros("_dV", (B, Sk, E))
+                self._scratch = bufs.zeros("_scratch", (Sk,))
+                if other is None:
+                    self._dcontext = bufs.none("_dcontext")
+                else:
+                    self._dcontext = bufs.zeros("_dcontext", other)
         elif stage in _CACHED_STAGES:
-            self._allocate_cached(stage, shape, other)
+            self._allocate_cached(stage, shape, other, bufs)
         elif stage == "_kv":                              # shape (B, capacity, E)
-            self._kc = Tensor.zeros(shape)
-            self._vc = Tensor.zeros(shape)
+            self._kc = bufs.zeros("_kc", shape)
+            self._vc = bufs.zeros("_vc", shape)
         else:                                             # "_dec": x (B, 1, E), capacity L
             L = other
-            self._dq1 = Tensor.zeros((B, E))
-            self._dk1 = Tensor.zeros((B, E))
-            self._dv1 = Tensor.zeros((B, E))
-            self._dctx1 = Tensor.zeros((B, E))
-            self._datt = Tensor.zeros((B, self.num_heads, L))
-            self._dy1 = Tensor.zeros((B, 1, E))
+            self._dq1 = bufs.zeros("_dq1", (B, E))
+            self._dk1 = bufs.zeros("_dk1", (B, E))
+            self._dv1 = bufs.zeros("_dv1", (B, E))
+            self._dctx1 = bufs.zeros("_dctx1", (B, E))
+            self._datt = bufs.zeros("_datt", (B, H, L))
+            self._dy1 = bufs.zeros("_dy1", (B, 1, E))
 
     def backward(self, dy, grads=True, need_dx=True):
         # a frozen projection has no grad buffers (None): the kernels skip them; need_dx=False
@@ -514,7 +521,7 @@ class Attention(Layer):
         have = getattr(self, "_xkv", None)
         if have is None:
             raise RuntimeError("Attention: cross_step() called before cache_context()")
-        B, Sk, E = have[0]
+        B, Sk, E = have.shape
         check_tensor("Attention", "x", x)
         if len(x.shape) != 3 or x.shape[0] != B or x.shape[2] != E:
             raise shape_error("Attention", "x", "[%d,T,%d] (the cached context's batch)" % (B, E), x.shape)
@@ -571,20 +578,20 @@ class Attention(Layer):
                                     m, B, 1, L, E, self.num_heads, 0)
         return self._decode_out(B, E)
 
-    def _allocate_cached(self, stage, shape, other):
+    def _allocate_cached(self, stage, shape, other, bufs):
         if stage == "_xkv":                               # context (B, Sk, E)
             B, Sk, E = shape
-            self._xk = Tensor.zeros(shape)
-            self._xv = Tensor.zeros(shape)
-            self._xmask = bytearray(B * Sk)
+            self._xk = bufs.zeros("_xk", shape)
+            self._xv = bufs.zeros("_xv", shape)
+            self._xmask = bufs.bytes("_xmask", B * Sk)
         elif stage == "_xdec":                            # queries (B, T, E), context length Sk
             B, T, E = shape
-            self._xq = Tensor.zeros(shape)
-            self._xctx = Tensor.zeros(shape)
-            self._xy = Tensor.zeros(shape)
-            self._xatt = Tensor.zeros((B, self.num_heads, T, other))
+            self._xq = bufs.zeros("_xq", shape)
+            self._xctx = bufs.zeros("_xctx", shape)
+            self._xy = bufs.zeros("_xy", shape)
+            self._xatt = bufs.zeros("_xatt", (B, self.num_heads, T, other))
         else:                                             # "_kvm": hidden slots of the cache (B, L, E)
-            self._kvmask = bytearray(shape[0] * shape[1])
+            self._kvmask = bufs.bytes("_kvmask", shape[0] * shape[1])
     # ---- end of cached cross-attention and padded decoding ----------------------------------
 
 

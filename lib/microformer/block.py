@@ -7,7 +7,6 @@ from .dropout import Dropout, check_p
 from .feedforward import FeedForward
 from .layer import Layer, check_tensor, prefixed, shape_error, trains
 from .norm import LayerNorm
-from .tensor import Tensor
 
 
 class EncoderBlock(Layer):
@@ -127,14 +126,14 @@ class EncoderBlock(Layer):
         self._x = x
         return y
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
-            self._dx1 = Tensor.zeros(shape)
-            self._dx = Tensor.zeros(shape)
+            self._dx1 = bufs.zeros("_dx1", shape)
+            self._dx = bufs.zeros("_dx", shape)
         else:                         # one pair per mode: training forward, prefill, decode_step
             mode = _RUN.index(stage)
-            setattr(self, _X1[mode], Tensor.zeros(shape))
-            setattr(self, _Y[mode], Tensor.zeros(shape))
+            for name in (_X1[mode], _Y[mode]):
+                setattr(self, name, bufs.zeros(name, shape))
 
     backward_stops = True
 

@@ -134,16 +134,15 @@ class DecoderBlock(Layer):
         self._x = x
         return y
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
-            self._dx2 = Tensor.zeros(shape)
-            self._dx1 = Tensor.zeros(shape)
-            self._dx = Tensor.zeros(shape)
+            self._dx2 = bufs.zeros("_dx2", shape)
+            self._dx1 = bufs.zeros("_dx1", shape)
+            self._dx = bufs.zeros("_dx", shape)
         else:                         # one set per mode: training forward, prefill, decode_step
             mode = _RUN.index(stage)
-            setattr(self, _X1[mode], Tensor.zeros(shape))
-            setattr(self, _X2[mode], Tensor.zeros(shape))
-            setattr(self, _Y[mode], Tensor.zeros(shape))
+            for name in (_X1[mode], _X2[mode], _Y[mode]):
+                setattr(self, name, bufs.zeros(name, shape))
 
     backward_stops = True
 
@@ -341,11 +340,11 @@ class Transformer(Layer):
         self._memory = memory
         return y
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":                               # memory's gradient, summed over layers
-            self._dmem = Tensor.zeros(shape)
+            self._dmem = bufs.zeros("_dmem", shape)
         else:                                             # "_gen": next ids (B, 1)
-            self._next = Tensor.zeros(shape)
+            self._next = bufs.zeros("_next", shape)
 
     def backward(self, dy, grads=True):
         """dlogits [B,St,V] of the last forward (not after a generate()); fills the grads (token ids

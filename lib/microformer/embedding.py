@@ -56,8 +56,8 @@ class Embedding(Layer):
         self._ids = ids
         return y
 
-    def _allocate(self, stage, shape, other):
-        self._y = Tensor.zeros(self.output_shape(shape))
+    def _allocate(self, stage, shape, other, bufs):
+        self._y = bufs.zeros("_y", self.output_shape(shape))
 
     def backward(self, dy, grads=True):
         self._need_forward(self._ids)

@@ -64,13 +64,13 @@ class LoRA(Buffered):
     def _state(self):
         return [("lora_A.weight", [self.A]), ("lora_B.weight", [self.B])]
 
-    def _allocate(self, stage, N, other):
+    def _allocate(self, stage, N, other, bufs):
         # keyed by the row count N (an int: no tuple made per call)
         if stage == "_fwd":
-            self._h = Tensor.zeros((N, self.rank))              # (alpha/r) x A^T
-            self._u = Tensor.zeros((N, self.out_features))      # its product with B^T
+            self._h = bufs.zeros("_h", (N, self.rank))              # (alpha/r) x A^T
+            self._u = bufs.zeros("_u", (N, self.out_features))      # its product with B^T
         else:
-            self._dh = Tensor.zeros((N, self.rank))
+            self._dh = bufs.zeros("_dh", (N, self.rank))
 
     def forward_add(self, y, x, N):
         """y (N, out) += (alpha/r) (x A^T) B^T; keeps (alpha/r) x A^T for backward."""

@@ -44,11 +44,11 @@ class Reshape(Layer):
         v.data = x.data
         return v
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_fwd":
-            self._view = self._x.reshape((shape[0],) + self.shape)
+            self._view = bufs.view("_view", self._x.reshape((shape[0],) + self.shape))
         else:
-            self._dview = self._dy.reshape(shape)
+            self._dview = bufs.view("_dview", self._dy.reshape(shape))
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
