@@ -1208,10 +1208,6 @@ class Session:
     def __repr__(self):
         return "<finetune.Session %s: %d user examples>" % (self.checkpoint_path, len(self._examples.y))
 
-    @property
-    def _user_y(self):
-        return self._examples.y
-
 
 # ---- fit's history and rollback -----------------------------------------------------------
 # A fit keeps the per-epoch records of its last FIT_KEEP_EPOCHS epochs (the FitResult) and

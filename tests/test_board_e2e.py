@@ -90,7 +90,7 @@ def test_user_examples_survive_a_soft_reset(board):
     run(board, "import finetune\ns = finetune.Session(verbose=False)\ns.clear_examples()\n"
                "s.add_example([6.1, 2.8, 4.7, 1.2], 'versicolor')\n")
     out = run(board, "import finetune\ns = finetune.Session(verbose=False)\n"
-                     "print('USER', len(s._user_y))\nprint(open('data/user.csv').read())")
+                     "print('USER', s.num_examples())\nprint(open('data/user.csv').read())")
     assert "USER 1" in out
     assert "6.1,2.8,4.7,1.2,versicolor" in out
     run(board, "import finetune\nfinetune.Session(verbose=False).clear_examples()")

@@ -462,10 +462,6 @@ class Attention(Layer):
                                    B, self._pos, L, E, self.num_heads)
         return self._decode_out(B, E)
 
-    def cache_len(self):
-        """Tokens in the KV cache."""
-        return self._pos
-
     # ------------------------------------------------------------ the stages, for golden vectors
 
     def stages(self):
