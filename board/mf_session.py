@@ -345,7 +345,8 @@ class Session:
             batch_size=16, root=None, backend=None, verbose=True, adapter=None)
     data: the base data file (None: data/<meta['data']> when the checkpoint's metadata names
     one, else none). root: a folder the paths are relative to (None: the cwd, '/' on the board).
-    backend: 'python' or 'viper' (None: leave microformer's current backend).
+    backend: 'python' or 'viper' (None: leave microformer's current backend; the session's first
+      line names it and says why it is the one: microformer.backend.why).
     adapter: an adapter file (s.save_adapter) to load on top of the checkpoint, which must be
     the base it was saved for.
     """
@@ -495,11 +496,11 @@ class Session:
         gc.collect()
         for note in notes:
             self._say("note: %s" % note)
-        self._say("%s: %s, %d params, %s %s, input %s; base %d rows, user %d examples; backend %s"
+        self._say("%s: %s, %d params, %s %s, input %s; base %d rows, user %d examples; backend %s (%s)"
                   % (path, meta.get("arch", "model"), self.model.param_count(),
                      "classes" if self.task == "classify" else "regression of",
                      ", ".join(self.outputs), self._input_text(), len(self._base[1]) if self._base else 0,
-                     len(self._examples.y), mf.get_backend()))
+                     len(self._examples.y), mf.get_backend(), mf.backend.why))
 
     def _input_text(self):
         if len(self.input_shape) == 2:

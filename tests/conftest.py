@@ -129,9 +129,10 @@ def _restore_backend():
     and never switches back would otherwise run every later test in this process on it."""
     import microformer as mf
     before = mf.get_backend()
+    why = mf.backend.why
     yield
-    if mf.get_backend() != before:
-        mf.set_backend(before)
+    if mf.get_backend() != before or mf.backend.why != why:
+        mf.set_backend(before, why)
 
 
 @pytest.fixture(scope="session")
