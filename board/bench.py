@@ -115,11 +115,8 @@ def decode(backend, activation="gelu", rounds=3):
 
 def _batch(shape, classes):
     rng = mf.Rng(3)
-    n = 1
-    for d in shape:
-        n *= d
     x = mf.Tensor(shape)
-    for i in range(n):
+    for i in range(x.size):
         x.data[i] = rng.uniform(-1.0, 1.0)
     labels = [i % classes for i in range(shape[0])]
     return x, labels

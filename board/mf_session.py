@@ -14,7 +14,7 @@ from microformer import meta as _meta
 from microformer.data import Batches, Dataset, read_rows
 from microformer.finite import float32_row, hyper
 from microformer.spec import from_spec, spec_of
-from microformer.tensor import Rng, Tensor
+from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import duration, evaluate as _evaluate, fit as _fit, predict_logits
 
 from mf_examples import Examples, exists, fmt
@@ -440,20 +440,14 @@ class Session:
         self.mean = m["mean"]
         self.std = m["std"]
         self.channels = len(self.mean)
-        n = 1
-        for d in self.input_shape:
-            n *= d
-        self.num_features = n                 # numbers per example (L*C for a window)
+        self.num_features = shape_size(self.input_shape)     # numbers per example (L*C for a window)
         if len(self.input_shape) == 2:
             self.columns = ["t%d_%s" % (t, f) for t in range(self.input_shape[0]) for f in self.features]
         else:
             self.columns = list(self.features)
         self._params_in_file = 0
         for _, shape in head["tensors"]:
-            k = 1
-            for d in shape:
-                k *= d
-            self._params_in_file += k
+            self._params_in_file += shape_size(shape)
         mf.seed(meta.get("init_seed", 1))
         self.model = from_spec(spec)
         self._shape, self.need = self._model_input(where)
@@ -1142,10 +1136,7 @@ class Session:
         e = [exp(v - m) for v in logits]
         s = sum(e)
         probs = [v / s for v in e]
-        best = 0
-        for c in range(1, len(probs)):
-            if probs[c] > probs[best]:
-                best = c
+        best = probs.index(max(probs))        # the first on ties
         label = self.classes[best]
         if verbose:
             print("%s  (%s)" % (label, ", ".join("%s %.3f" % (self.classes[c], probs[c])

@@ -7,6 +7,7 @@ from .dropout import Dropout, check_p
 from .feedforward import FeedForward
 from .layer import Layer, check_tensor, prefixed, shape_error, trains
 from .norm import LayerNorm
+from .tensor import shape_size
 
 
 class EncoderBlock(Layer):
@@ -63,9 +64,7 @@ class EncoderBlock(Layer):
             raise shape_error("EncoderBlock", "input", "[B,S,%d]" % self.embed_dim, in_shape)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         s = 4 * n      # x1 y dx1 dx
         for l in self._sublayers():
             s += l.cache_floats(in_shape)

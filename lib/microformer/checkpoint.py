@@ -68,6 +68,8 @@ import struct
 import sys
 from array import array
 
+from .tensor import shape_size
+
 try:
     from binascii import crc32 as _crc32_native
 except ImportError:
@@ -156,13 +158,6 @@ def model_tag(model):
     if hasattr(model, "layers"):
         return "%s(%s)" % (type(model).__name__, ",".join(one(l) for l in model.layers))
     return one(model)
-
-
-def _size(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _file_size(path):
@@ -568,7 +563,7 @@ def _parse(f, path, size):
         r = _readn(f, 1, path)[0]
         shape = tuple(struct.unpack("<%dI" % r, _readn(f, 4 * r, path))) if r else ()
         pos += 2 + L + 1 + 4 * r
-        nbytes = 4 * _size(shape)
+        nbytes = 4 * shape_size(shape)
         if r == 0 or pos + nbytes > size - 4:
             raise _err(path, "malformed tensor record %r (shape %r, %d bytes of data; %d bytes left in "
                        "the file)" % (name, shape, nbytes, max(0, size - 4 - pos)))
@@ -657,7 +652,7 @@ def read(path):
         size = _verify(f, path)
         tag, meta, recs = _parse(f, path, size)
         for name, shape, off in recs:
-            a = array("f", bytes(4 * _size(shape)))
+            a = array("f", bytes(4 * shape_size(shape)))
             _read_floats(f, a, off, path)
             out.append((name, shape, a))
     return meta, out
@@ -670,7 +665,7 @@ def info(path, show=True):
              "tag:  %s" % h["tag"], "meta: %s" % json.dumps(h["meta"])]
     total = 0
     for name, shape in h["tensors"]:
-        total += _size(shape)
+        total += shape_size(shape)
         lines.append("  %-12s %s" % (name, "x".join(str(d) for d in shape)))
     lines.append("%d tensors, %d floats" % (len(h["tensors"]), total))
     s = "\n".join(lines)

@@ -13,7 +13,7 @@ from .feedforward import FeedForward
 from .layer import Layer, _epoch, check_tensor, prefixed, shape_error, trains
 from .norm import LayerNorm
 from .posenc import PositionalEncoding
-from .tensor import Tensor
+from .tensor import Tensor, shape_size
 
 
 class DecoderBlock(Layer):
@@ -75,9 +75,7 @@ class DecoderBlock(Layer):
             raise shape_error("DecoderBlock", "input", "[B,S,%d]" % self.embed_dim, in_shape)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         s = 6 * n      # x1 x2 y dx2 dx1 dx
         for l in self._sublayers():
             s += l.cache_floats(in_shape)
@@ -422,13 +420,7 @@ class Transformer(Layer):
         d = logits.data
         nxt = self._next.data
         for b in range(B):
-            base = ((b + 1) * S - 1) * V
-            best = 0
-            bv = d[base]
-            for v in range(1, V):
-                if d[base + v] > bv:
-                    bv = d[base + v]
-                    best = v
+            best = backend.K.argmax(d, ((b + 1) * S - 1) * V, V)
             nxt[b] = best
             if not done[b]:
                 out[b].append(best)

@@ -1,7 +1,7 @@
 # microformer.dense: fully connected layer, y = x W^T + b (torch.nn.Linear layout).
 from . import backend
 from .layer import WeightBias, check_tensor, shape_error
-from .tensor import Tensor, default_rng, xavier_uniform
+from .tensor import Tensor, default_rng, shape_size, xavier_uniform
 
 
 class Dense(WeightBias):
@@ -36,9 +36,7 @@ class Dense(WeightBias):
         return tuple(in_shape[:-1]) + (self.out_features,)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape[:-1]:
-            n *= d
+        n = shape_size(in_shape[:-1])
         return n * (self.out_features + self.in_features)   # y and dx
 
     def forward(self, x):

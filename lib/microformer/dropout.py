@@ -40,9 +40,7 @@ class Dropout(Layer):
         return in_shape
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         return 2 * n + (n + 3) // 4          # y, dx and the byte mask
 
     def active(self):

@@ -1,7 +1,7 @@
 # microformer.embedding: token ids -> learned vectors (a lookup table, trained by row).
 from . import backend
 from .layer import Layer, shape_error
-from .tensor import Tensor, default_rng, xavier_uniform
+from .tensor import Tensor, default_rng, shape_size, xavier_uniform
 
 
 class Embedding(Layer):
@@ -34,9 +34,7 @@ class Embedding(Layer):
         return tuple(in_shape) + (self.embed_dim,)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         return n * self.embed_dim
 
     def forward(self, ids):

@@ -33,9 +33,7 @@ class LayerNorm(Layer):
             raise shape_error("LayerNorm", "input", "[..., %d]" % self.dim, in_shape)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         return 2 * n + 2 * (n // self.dim)     # y, dx, mean, rstd
 
     def forward(self, x):

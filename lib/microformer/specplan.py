@@ -10,6 +10,7 @@
 # the part's index and "*k" repeats it argument k times. test_checkpoint_forged.py builds every
 # layer type and compares, so a change in a layer fails a test until this table follows it.
 from .spec import FORMAT, MAX_DEPTH, MAX_PARAMS, _short
+from .tensor import shape_size
 
 _ATT = "Wq:0,0 bq?:0 Wk:0,0 bk?:0 Wv:0,0 bv?:0 Wo:0,0 bo?:0"
 _P = {
@@ -97,9 +98,7 @@ def _expand(kind, a, b, prefix, top, out, tot):
                 for r in range(rep):
                     _expand(sub, vals, b, prefix + pre.replace("#", str(r)), False, out, tot)
             continue
-        n = 1
-        for v in vals:
-            n *= v
+        n = shape_size(vals)
         if head == "~":
             tot[1] += n
         elif b or not head.endswith("?"):
@@ -257,10 +256,7 @@ def check_tensors(spec, tensors, where):
     have = 0
     table = {}
     for name, shape in tensors:
-        k = 1
-        for d in shape:
-            k *= d
-        have += k
+        have += shape_size(shape)
         table[name] = tuple(shape)
     if params != have:
         raise CheckpointError("%s: the spec declares %d parameters (%d bytes), the file's tensors hold %d "
