@@ -13,7 +13,7 @@ from microformer import checkpoint
 from microformer import meta as _meta
 from microformer.data import Batches, Dataset, read_rows
 from microformer.finite import float32_row, hyper
-from microformer.spec import from_spec, spec_of
+from microformer.spec import from_spec
 from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import duration, evaluate as _evaluate, fit as _fit, predict_logits
 
@@ -429,7 +429,7 @@ class Session:
         m, notes = _meta.check(meta, where)
         # the model comes from meta['spec']; checkpoints older than specs: from meta['layers'] or
         # arch 'iris-attention-v1' (spec_of says which), and save() then writes the spec
-        spec = spec_of(meta, where)
+        spec = checkpoint.spec_of(meta, where)
         self.meta = meta
         self.task = m["task"]
         self.classes = list(m["classes"]) if self.task == "classify" else []
@@ -791,8 +791,8 @@ class Session:
 
     def drifted_examples(self, n=None, part="train", scale=None, offset=None, seed=0):
         """(features, label) pairs as the demo's drifted sensor reads base rows (raw units);
-        see mf_demo.drifted_examples."""
-        from mf_demo import drifted_examples
+        see mf_drift.drifted_examples."""
+        from mf_drift import drifted_examples
         return Pairs(drifted_examples(self, n, part, scale, offset, seed))
 
     # ---- the model's parts and freezing -------------------------------------------------

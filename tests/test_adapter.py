@@ -13,7 +13,7 @@ import pytest
 import microformer as mf
 from microformer import checkpoint as ck
 from microformer import lora as L
-from microformer import spec as mspec
+from microformer import specplan as mspec
 
 import sensor
 

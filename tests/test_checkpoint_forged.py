@@ -1,7 +1,7 @@
 """Forged checkpoints (CRC-valid, with any tag, metadata and tensor table) are refused with a
 CheckpointError naming the file and what is wrong, before any layer is built, in milliseconds:
 on CPython and on both MicroPython ports. The sizes a spec declares are read off its arguments
-(microformer.spec.plan): a test compares them with the layers themselves, for every layer type."""
+(microformer.specplan.plan): a test compares them with the layers themselves, for every layer type."""
 import json
 import time
 
@@ -50,25 +50,25 @@ def test_forged_files_micropython(tmp_path, micropython):
 
 
 def test_plan_refuses_absurd_sizes_without_building():
-    """spec.plan: a ValueError naming the limit in milliseconds, not a MemoryError after a minute."""
+    """specplan.plan: a ValueError naming the limit in milliseconds, not a MemoryError after a minute."""
     for spec in ({"type": "Dense", "in_features": 8192, "out_features": 8192},
                  dict(forged.TF), {"type": "Sequential", "layers": [{"type": "Embedding", "vocab": 2 ** 40,
                                                                      "embed_dim": 2}]}):
         t0 = time.time()
         with pytest.raises(ValueError, match="MAX_PARAMS"):
-            mspec.plan(spec)
+            specplan.plan(spec)
         assert time.time() - t0 < 2
 
 
 def test_the_limit_is_where_the_documentation_says():
-    n = mspec.MAX_PARAMS
+    n = specplan.MAX_PARAMS
     # a spec right at the limit plans; one float more is refused
-    assert mspec.plan({"type": "Embedding", "vocab": n // 4, "embed_dim": 4}) == (n, 0)
+    assert specplan.plan({"type": "Embedding", "vocab": n // 4, "embed_dim": 4}) == (n, 0)
     with pytest.raises(ValueError, match="MAX_PARAMS = %d" % n):
-        mspec.plan({"type": "Sequential", "layers": [{"type": "Embedding", "vocab": n // 4, "embed_dim": 4},
+        specplan.plan({"type": "Sequential", "layers": [{"type": "Embedding", "vocab": n // 4, "embed_dim": 4},
                                                      {"type": "LayerNorm", "dim": 1}]})
     with pytest.raises(ValueError, match="MAX_PARAMS"):
-        mspec.plan({"type": "PositionalEncoding", "max_len": n // 4 + 1, "embed_dim": 4})
+        specplan.plan({"type": "PositionalEncoding", "max_len": n // 4 + 1, "embed_dim": 4})
 
 
 # ---- the planned sizes are the layers' own --------------------------------------------------
@@ -121,12 +121,12 @@ def _tables(model):
 def test_planned_sizes_are_the_layers_own(spec):
     model = mf.from_spec(spec)
     real = [(n, tuple(p.shape)) for n, p in ck._named(model)]
-    assert mspec.named_shapes(spec) == real
-    params, tables = mspec.plan(spec)
+    assert specplan.named_shapes(spec) == real
+    params, tables = specplan.plan(spec)
     assert params == sum(len(p.data) for _, p in ck._named(model))
     assert tables == _tables(model)
     # the spec the model writes (every argument spelled out) plans the same
-    assert mspec.named_shapes(mf.to_spec(model)) == real
+    assert specplan.named_shapes(mf.to_spec(model)) == real
 
 
 def test_every_layer_type_is_planned():

@@ -26,7 +26,7 @@ from .dropout import Dropout
 # Imported on first use (a board without PSRAM has a small heap): the names in _LAZY (modules
 # mf.data, mf.train, mf.spec; functions and the rarer layers), and any other submodule.
 _LAZY = {"data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
-         "load_model": "spec", "StreamingEncoder": "stream", "show": "heatmap",
+         "load_model": "checkpoint", "StreamingEncoder": "stream", "show": "heatmap",
          "DecoderBlock": "decoder", "Transformer": "decoder", "Conv1D": "conv",
          "MaxPool1D": "pool1d", "AvgPool1D": "pool1d", "LearnedPositionalEmbedding": "posembed",
          "add_lora": "lora", "merge_lora": "lora", "freeze_except": "lora"}

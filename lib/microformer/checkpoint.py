@@ -58,9 +58,9 @@
 # and objects more than MAX_META_DEPTH levels; a tensor record that runs past the end.
 #
 # read_header() (what load_model and a board session call before they build a model) also
-# compares the model spec the metadata describes (microformer.spec.find_spec) with the tensor
-# table: the total of floats, then every name and shape, all read off the spec's arguments
-# (spec.plan; a spec may declare at most spec.MAX_PARAMS floats), so a forged 200-byte file
+# compares the model spec the metadata describes (find_spec, below) with the tensor table
+# (check_tensors): the total of floats, then every name and shape, all read off the spec's
+# arguments (specplan.plan; a spec may declare at most specplan.MAX_PARAMS floats), so a forged 200-byte file
 # saying Dense(8192, 8192) is refused in milliseconds, before any layer is built.
 import json
 import os
@@ -635,7 +635,6 @@ def read_header(path):
         size = _verify(f, path)
         tag, meta, recs = _parse(f, path, size)
     tensors = [(n, s) for n, s, _ in recs]
-    from .spec import find_spec, check_tensors
     spec = find_spec(meta, "checkpoint %r" % path)
     if spec is not None:            # nothing is built: the spec's sizes are read off its arguments
         check_tensors(spec, tensors, "checkpoint %r" % path)
@@ -804,3 +803,87 @@ def _load_some(path, named, want):
             raise _err(path, "wrong model: the file holds %d tensors, the model %d" % (len(recs), len(named)))
         for name, p in named:
             _read_floats(f, p.data, have[name][1], path)
+
+
+# ---- the model spec a checkpoint carries ---------------------------------------------------
+
+def find_spec(meta, where="checkpoint"):
+    """The model spec a checkpoint's metadata describes, or None when it holds none: meta['spec'];
+    for checkpoints written before specs, meta['layers'] (a layer list) or meta['arch']
+    'iris-attention-v1' (the seed's Iris model). CheckpointError naming `where` when meta is
+    not a dict or its layer list is malformed."""
+    from .specplan import _short, layer_list_spec
+    if not isinstance(meta, dict):
+        raise CheckpointError("%s: metadata must be a JSON object, got %s" % (where, _short(meta)))
+    if "spec" in meta:
+        return meta["spec"]
+    if "layers" in meta:
+        try:
+            return layer_list_spec(meta["layers"], where)
+        except ValueError as e:
+            raise CheckpointError(str(e))
+    from .models import IRIS_ARCH, IRIS_SPEC
+    if meta.get("arch") == IRIS_ARCH:
+        return IRIS_SPEC
+    return None
+
+
+def spec_of(meta, where="checkpoint"):
+    """find_spec(meta, where), and CheckpointError when the metadata holds no spec."""
+    spec = find_spec(meta, where)
+    if spec is None:
+        raise CheckpointError("%s: its metadata holds no model spec (meta['spec']; it was saved from a "
+                              "model with a layer a spec cannot describe, or with spec=False): build the "
+                              "model in code and use load_checkpoint" % where)
+    return spec
+
+
+def load_model(path, with_meta=False):
+    """The model a checkpoint describes (its spec), with the checkpoint's weights. Before any
+    layer is built, read_header has verified the file and compared its spec with its tensor
+    table (names, shapes, sizes, MAX_PARAMS); every refusal is a CheckpointError naming the
+    file. with_meta=True returns (model, meta). Checkpoints written before specs load too (see
+    find_spec)."""
+    from .spec import from_spec
+    path = _fspath(path, "load_model")
+    where = "checkpoint %r" % (path,)
+    head = read_header(path)
+    spec = spec_of(head["meta"], where)
+    try:
+        model = from_spec(spec)
+    except ValueError as e:             # an argument the layer refuses (type, value, unknown name)
+        raise CheckpointError("%s: %s" % (where, e))
+    load(path, model)
+    return (model, head["meta"]) if with_meta else model
+
+
+def check_tensors(spec, tensors, where):
+    """CheckpointError, naming `where` and what differs, unless `spec` is well formed, within
+    MAX_PARAMS, and declares exactly the tensors [(name, shape)] of a file's table."""
+    from .specplan import named_shapes, plan
+    try:
+        params = plan(spec)[0]
+    except ValueError as e:
+        raise CheckpointError("%s: bad model spec: %s" % (where, e))
+    have = 0
+    table = {}
+    for name, shape in tensors:
+        have += shape_size(shape)
+        table[name] = tuple(shape)
+    if params != have:
+        raise CheckpointError("%s: the spec declares %d parameters (%d bytes), the file's tensors hold %d "
+                              "(%d bytes)" % (where, params, 4 * params, have, 4 * have))
+    mine = named_shapes(spec)
+    for name, shape in mine:
+        if table.get(name) != shape:
+            raise CheckpointError("%s: the spec declares tensor %r %r, the file %s" % (
+                where, name, shape, "has no tensor of that name" if name not in table else "holds %r" % (table[name],)))
+    if len(mine) != len(tensors):
+        names = {}
+        for name, _ in mine:
+            names[name] = 1
+        for name, shape in tensors:
+            if name not in names:
+                raise CheckpointError("%s: the file holds tensor %r %r, which the spec does not declare"
+                                      % (where, name, tuple(shape)))
+        raise CheckpointError("%s: the spec declares %d tensors, the file holds %d" % (where, len(mine), len(tensors)))

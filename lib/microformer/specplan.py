@@ -1,5 +1,6 @@
 # microformer.specplan: what a model spec would allocate, read off its arguments, and the check
-# of a checkpoint's spec against its tensor table; nothing is built (spec.py imports it).
+# of a checkpoint's spec against its tensor table; nothing is built (spec.py and checkpoint.py
+# import it; it imports neither).
 #
 # Per layer type: (its shape arguments, "name" or "name=default", all ints >= 1, read by
 # position below; its parameters; its constructor's arguments in order, for old layer lists).
@@ -9,8 +10,24 @@
 # whose prefix only the whole model's names carry (Transformer.named_params), "#" in a prefix
 # the part's index and "*k" repeats it argument k times. test_checkpoint_forged.py builds every
 # layer type and compares, so a change in a layer fails a test until this table follows it.
-from .spec import FORMAT, MAX_DEPTH, MAX_PARAMS, _short
 from .tensor import shape_size
+
+FORMAT = "microformer-spec/1"    # the format every spec carries (to_spec writes it)
+
+# ---- what a spec costs, known before anything is built ---------------------------------------
+# A checkpoint's spec is data from a file: a forged 200-byte file may say Dense(8192, 8192) or
+# Transformer(num_encoder_layers=10**6). This module reads the parameters and fixed tables a
+# spec would allocate off its arguments (plan, named_shapes) before anything is built;
+# checkpoint.check_tensors compares them with a file's tensor table.
+
+MAX_PARAMS = 1 << 24    # floats a spec may make the constructors allocate (parameters + fixed
+#                         tables): 64 MB of float32, 8x the PSRAM of an ESP32-S3 board
+MAX_DEPTH = 8           # Sequentials nested in Sequentials
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
 
 _ATT = "Wq:0,0 bq?:0 Wk:0,0 bk?:0 Wv:0,0 bv?:0 Wo:0,0 bo?:0"
 _P = {
@@ -243,38 +260,6 @@ def named_shapes(spec):
     _walk(spec, "spec", 0, tot, out, "")
     lora_tensors(spec, out, tot)
     return out
-
-
-def check_tensors(spec, tensors, where):
-    """CheckpointError, naming `where` and what differs, unless `spec` is well formed, within
-    MAX_PARAMS, and declares exactly the tensors [(name, shape)] of a file's table."""
-    from .checkpoint import CheckpointError
-    try:
-        params = plan(spec)[0]
-    except ValueError as e:
-        raise CheckpointError("%s: bad model spec: %s" % (where, e))
-    have = 0
-    table = {}
-    for name, shape in tensors:
-        have += shape_size(shape)
-        table[name] = tuple(shape)
-    if params != have:
-        raise CheckpointError("%s: the spec declares %d parameters (%d bytes), the file's tensors hold %d "
-                              "(%d bytes)" % (where, params, 4 * params, have, 4 * have))
-    mine = named_shapes(spec)
-    for name, shape in mine:
-        if table.get(name) != shape:
-            raise CheckpointError("%s: the spec declares tensor %r %r, the file %s" % (
-                where, name, shape, "has no tensor of that name" if name not in table else "holds %r" % (table[name],)))
-    if len(mine) != len(tensors):
-        names = {}
-        for name, _ in mine:
-            names[name] = 1
-        for name, shape in tensors:
-            if name not in names:
-                raise CheckpointError("%s: the file holds tensor %r %r, which the spec does not declare"
-                                      % (where, name, tuple(shape)))
-        raise CheckpointError("%s: the spec declares %d tensors, the file holds %d" % (where, len(mine), len(tensors)))
 
 
 def layer_list_spec(layers, where):
