@@ -193,7 +193,7 @@ class Attention(Layer):
         K = backend.K
         bias = self.use_bias
         Q = self._Q              # (separate assignments: a 6-way unpack builds a tuple each step)
-        Kc = self._K
+        Kc = self._Kt
         V = self._V
         ctx = self._ctx
         A = self._A
@@ -225,7 +225,7 @@ class Attention(Layer):
             Sk = S if other is None else other[1]
             if stage == "_fwd":
                 self._Q = bufs.zeros("_Q", (B, S, E))
-                self._K = bufs.zeros("_K", (B, Sk, E))
+                self._Kt = bufs.zeros("_Kt", (B, Sk, E))   # the keys (K names the kernels)
                 self._V = bufs.zeros("_V", (B, Sk, E))
                 self._ctx = bufs.zeros("_ctx", (B, S, E))
                 if self.kv_tile is None:
@@ -295,15 +295,15 @@ class Attention(Layer):
         H = self.num_heads
         if self.kv_tile is not None:              # the weights recomputed from the row max and sum
             K.attention_backward_tiled(dQ.data, dK.data, dV.data, self._tile.data, dctx.data, self._ctx.data,
-                                       self._stats.data, self._Q.data, self._K.data, self._V.data, self._mask,
+                                       self._stats.data, self._Q.data, self._Kt.data, self._V.data, self._mask,
                                        B, S, Sk, E, H, 1 if self.causal else 0)
         elif self._dropped:                       # A' = A * keep / (1-p) weighted V
             K.attention_backward_dropout(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
-                                         self._keep, self._Q.data, self._K.data, self._V.data,
+                                         self._keep, self._Q.data, self._Kt.data, self._V.data,
                                          B, S, Sk, E, H, self._drop_scale())
         else:
             K.attention_backward(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
-                                 self._Q.data, self._K.data, self._V.data, B, S, Sk, E, H)
+                                 self._Q.data, self._Kt.data, self._V.data, B, S, Sk, E, H)
         # input projections: dW += dProj^T x, dx (+)= dProj W
         if not need_dx and self._c is None:       # nothing below needs dx: weight grads only
             self._project_back(None, dQ, x, self.Wq, self.dWq, self.dbq, train, bias, B * S, self.lora_q)
@@ -398,7 +398,7 @@ class Attention(Layer):
             self.training = drop
         self._buffers("_kv", (B, cap, E))                   # the cache: (B, L, E)
         K = backend.K
-        K.kv_store(self._kc.data, self._K.data, B, S, cap, E, 0)
+        K.kv_store(self._kc.data, self._Kt.data, B, S, cap, E, 0)
         K.kv_store(self._vc.data, self._V.data, B, S, cap, E, 0)
         self._pos = S
         self._padded = False
@@ -477,11 +477,11 @@ class Attention(Layer):
         for name, sc, masked in (("scores_raw", 1.0, 0), ("scores_scaled", scale, 0),
                                  ("scores_masked", scale, 1)):
             t = Tensor.zeros((B, H, S, Sk), name)
-            K.attention_scores(t.data, self._Q.data, self._K.data, self._mask if masked else None,
+            K.attention_scores(t.data, self._Q.data, self._Kt.data, self._mask if masked else None,
                                B, S, Sk, E, H, sc, 1 if (masked and self.causal) else 0, -_INF)
             out[name] = t
         out["weights"] = self._A
-        out["Q"], out["K"], out["V"], out["ctx"] = self._Q, self._K, self._V, self._ctx
+        out["Q"], out["K"], out["V"], out["ctx"] = self._Q, self._Kt, self._V, self._ctx
         return out
 
     # ---- cached cross-attention and padded decoding ----------------------------------------
