@@ -184,7 +184,7 @@ class Part:
 
 def _walk(layer, above, out):
     # (leaf layer, type names of the layers above it) for every layer holding parameters itself
-    subs = layer._sublayers() if hasattr(layer, "_sublayers") else ()
+    subs = layer.sublayers() if hasattr(layer, "sublayers") else ()
     if subs:
         here = above + [type(layer).__name__]
         for sub in subs:
@@ -214,14 +214,14 @@ def model_parts(model):
                 owner[id(p)] = (i, leaf, above)
     parts = []
     seen = {}
-    for name, tensors in model._state():
+    for name, tensors in model.state_parts():
         k = owner.get(id(tensors[0]))
         if k is None:
             continue
         parts.append(Part(name, tensors, k[1], k[0]))
         for t in tensors:
             seen[id(t)] = 1
-    for i, leaf, above in leaves:          # a layer of one's own without _state: its own names
+    for i, leaf, above in leaves:          # a layer of one's own without state_parts: its own names
         for p, _ in leaf.params():
             if id(p) not in seen:
                 parts.append(Part("%d.%s" % (i, p.name or "param"), [p], leaf, i))

@@ -54,7 +54,7 @@ def _get(model, path):
 
 def _layers(layer, out):
     out.append(layer)
-    for sub in layer._sublayers():
+    for sub in layer.sublayers():
         _layers(sub, out)
     return out
 

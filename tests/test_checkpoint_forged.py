@@ -110,7 +110,7 @@ def _tables(model):
         l = todo.pop()
         if type(l).__name__ == "PositionalEncoding":
             n += len(l.pe.data)
-        todo.extend(getattr(l, "layers", None) or (l._sublayers() if hasattr(l, "_sublayers") else ()))
+        todo.extend(getattr(l, "layers", None) or (l.sublayers() if hasattr(l, "sublayers") else ()))
     return n
 
 

@@ -138,7 +138,7 @@ def _dropout_generators(layer, out):
         out.append(layer.rng)
     if isinstance(layer, mf.Attention) and layer._drop_rng is not None:
         out.append(layer._drop_rng)
-    for sub in layer._sublayers():
+    for sub in layer.sublayers():
         _dropout_generators(sub, out)
     return out
 

@@ -23,7 +23,7 @@ def _grads(layer):
     """{torch name: concatenated grad} for the layer's state entries."""
     by_id = {id(p): g for p, g in layer.params()}
     out = {}
-    for name, parts in layer._state():
+    for name, parts in layer.state_parts():
         gs = [by_id[id(p)] for p in parts]
         out[name] = np.concatenate([_np(g).reshape(g.shape[0], -1) for g in gs]).reshape(
             (sum(g.shape[0] for g in gs),) + tuple(gs[0].shape[1:]))
@@ -40,8 +40,9 @@ def _compare(tm, layer, inputs, run_torch, run_mf, what):
     (ty * g).sum().backward()
     y = run_mf(layer, *[_mf(t) for t in inputs])
     _close(y, ty, what + " forward")
-    dins = layer.backward(_mf(g))
-    dins = dins if isinstance(dins, tuple) else () if dins is None else (dins,)
+    dx = layer.backward(_mf(g))
+    second = getattr(layer, "dcontext", None) or getattr(layer, "dmemory", None)    # a second input's
+    dins = tuple(d for d in (dx, second) if d is not None)
     floats = [t for t in tins if t.is_floating_point()]
     assert len(dins) == len(floats)
     for k, (d, t) in enumerate(zip(dins, floats)):

@@ -45,9 +45,9 @@ def test_transformer_equals_nn_transformer(backend, activation, padded):
     m.backward(mf.Tensor.from_list(dy.tolist()))
     by_id = {id(p): gr for p, gr in m.params()}
     tgrads = dict(tm.named_parameters())
-    names = [name for name, _ in m._state()]
+    names = [name for name, _ in m.state_parts()]
     assert sorted(names) == sorted(tgrads)
-    for name, parts in m._state():
+    for name, parts in m.state_parts():
         got = np.concatenate([_np(by_id[id(p)]).reshape(p.shape[0], -1) for p in parts])
         want = tgrads[name].grad.double().numpy().reshape(got.shape)
         _close(got, want, "grad " + name)

@@ -96,7 +96,7 @@ class Attention(Layer):
             raise ValueError("Attention: %s runs on the base weights only: merge the LoRA adapters "
                              "first (mf.merge_lora(model))" % what)
 
-    def _state(self):
+    def state_parts(self):
         # nn.MultiheadAttention(E, H, batch_first=True): in_proj = [Wq; Wk; Wv] [3E, E]
         out = [("in_proj_weight", [self.Wq, self.Wk, self.Wv])]
         if self.use_bias:
@@ -107,7 +107,7 @@ class Attention(Layer):
         for n, name in (("q", "q_proj."), ("k", "k_proj."), ("v", "v_proj."), ("o", "out_proj.")):
             a = getattr(self, "lora_" + n)
             if a is not None:
-                for k, t in a._state():
+                for k, t in a.state_parts():
                     out.append((name + k, t))
         return out
 
@@ -267,8 +267,10 @@ class Attention(Layer):
 
     def backward(self, dy, grads=True, need_dx=True):
         # a frozen projection has no grad buffers (None): the kernels skip them; need_dx=False
-        # (self-attention only): the input gradient is not computed (returns None)
+        # (self-attention only): the input gradient is not computed (returns None). Returns dx;
+        # cross-attention keeps the context's gradient in self.dcontext (else None)
         self._need_forward(self._x)
+        self.dcontext = None
         x = self._x
         c = self._c if self._c is not None else x
         B, S, E = x.shape
@@ -322,7 +324,7 @@ class Attention(Layer):
         self._project_back(dc, dK, c, self.Wk, self.dWk, self.dbk, train, bias, B * Sk, self.lora_k)
         self._project_back(dc, dV, c, self.Wv, self.dWv, self.dbv, train, bias, B * Sk, self.lora_v)
         if self._c is not None:
-            return dx, dc
+            self.dcontext = dc
         return dx
 
     def _drop_threshold(self):

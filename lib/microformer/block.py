@@ -50,12 +50,12 @@ class EncoderBlock(Layer):
                 g.name = prefix + g.name
         self._x = None
 
-    def _sublayers(self):
+    def sublayers(self):
         return (self.ln1, self.attn, self.drop1, self.ln2, self.ffn, self.drop2)
 
-    def _state(self):
+    def state_parts(self):
         # nn.TransformerEncoderLayer(E, H, hidden, dropout=0, batch_first=True, norm_first=...)
-        return (prefixed("self_attn.", self.attn) + self.ffn._state()
+        return (prefixed("self_attn.", self.attn) + self.ffn.state_parts()
                 + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2))
 
     def check_input_shape(self, in_shape):
@@ -66,7 +66,7 @@ class EncoderBlock(Layer):
     def cache_floats(self, in_shape):
         n = shape_size(in_shape)
         s = 4 * n      # x1 y dx1 dx
-        for l in self._sublayers():
+        for l in self.sublayers():
             s += l.cache_floats(in_shape)
         return s
 

@@ -55,7 +55,7 @@ class DecoderBlock(Layer):
                 g.name = prefix + g.name
         self._x = None
 
-    def _sublayers(self):
+    def sublayers(self):
         return (self.ln1, self.self_attn, self.drop1, self.ln2, self.cross_attn, self.drop2, self.ln3,
                 self.ffn, self.drop3)
 
@@ -63,10 +63,10 @@ class DecoderBlock(Layer):
         return [("self_attn.", self.self_attn), ("multihead_attn.", self.cross_attn), ("", self.ffn),
                 ("norm1.", self.ln1), ("norm2.", self.ln2), ("norm3.", self.ln3)]
 
-    def _state(self):
+    def state_parts(self):
         # nn.TransformerDecoderLayer(E, H, hidden, dropout=p, batch_first=True, norm_first=True)
         return (prefixed("self_attn.", self.self_attn) + prefixed("multihead_attn.", self.cross_attn)
-                + self.ffn._state() + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2)
+                + self.ffn.state_parts() + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2)
                 + prefixed("norm3.", self.ln3))
 
     def check_input_shape(self, in_shape):
@@ -77,7 +77,7 @@ class DecoderBlock(Layer):
     def cache_floats(self, in_shape):
         n = shape_size(in_shape)
         s = 6 * n      # x1 x2 y dx2 dx1 dx
-        for l in self._sublayers():
+        for l in self.sublayers():
             s += l.cache_floats(in_shape)
         return s
 
@@ -145,8 +145,8 @@ class DecoderBlock(Layer):
     backward_stops = True
 
     def backward(self, dy, grads=True, need_dx=True):
-        """dy [B,S,E] -> (dx [B,S,E], dmemory [B,Sk,E]). need_dx=False: dx is None, and the
-        self-attention branch gets no backward unless it trains."""
+        """dy [B,S,E] -> dx [B,S,E]; the memory's gradient [B,Sk,E] is then self.dmemory.
+        need_dx=False: dx is None, and the self-attention branch gets no backward unless it trains."""
         self._need_forward(self._x)
         check_tensor("DecoderBlock", "dy", dy)
         x = self._x
@@ -161,7 +161,8 @@ class DecoderBlock(Layer):
         dx2 = self._dx2
         K.add_forward(dx2.data, dy.data, d.data, n)
         # x2 = x1 + cross(ln2(x1), memory): dx1 = dx2 + ln2'(dh), dmemory from the cross-attention
-        dh, dmem = self.cross_attn.backward(self.drop2.backward(dx2), train)
+        dh = self.cross_attn.backward(self.drop2.backward(dx2), train)
+        self.dmemory = self.cross_attn.dcontext
         d = self.ln2.backward(dh, train)
         dx1 = self._dx1
         K.add_forward(dx1.data, dx2.data, d.data, n)
@@ -171,11 +172,11 @@ class DecoderBlock(Layer):
                 self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
             elif train and trains(self.self_attn):
                 self.self_attn.backward(self.drop1.backward(dx1), train, False)
-            return None, dmem
+            return None
         d = self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
         dx = self._dx
         K.add_forward(dx.data, dx1.data, d.data, n)
-        return dx, dmem
+        return dx
 
     def cache_memory(self, memory, memory_key_padding_mask=None, memory_lengths=None):
         """Generation: the cross-attention's K and V of memory [B,Sk,E], computed once."""
@@ -206,7 +207,7 @@ _Y = ("_y", "_y_p", "_y_d")
 
 def _modes(layer, out):
     out.append((layer, layer.training))
-    for l in layer._sublayers():
+    for l in layer.sublayers():
         _modes(l, out)
     return out
 
@@ -276,11 +277,11 @@ class Transformer(Layer):
     def _named_sublayers(self):
         return self._parts()
 
-    def _sublayers(self):
+    def sublayers(self):
         # the positional encodings have no parameters but a dropout: train()/eval() reach them
         return [l for _, l in self._parts()] + [self.src_pos, self.tgt_pos]
 
-    def _state(self):
+    def state_parts(self):
         out = []
         for prefix, l in self._parts():
             out.extend(prefixed(prefix, l))
@@ -366,9 +367,9 @@ class Transformer(Layer):
         d = self.generator.backward(dy, train, True)
         d = self.dec_norm.backward(d, train)
         for i in range(len(self.decoder) - 1, dec_low - 1, -1):
-            d, dm = self.decoder[i].backward(d, train, i > dec_low or tgt)
+            d = self.decoder[i].backward(d, train, i > dec_low or tgt)
             if need_mem:
-                K.add_forward(dmem.data, dmem.data, dm.data, mem.size)
+                K.add_forward(dmem.data, dmem.data, self.decoder[i].dmemory.data, mem.size)
         if tgt:
             self.tgt_embed.backward(self.tgt_pos.backward(d), train)
         if not need_mem:

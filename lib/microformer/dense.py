@@ -59,11 +59,11 @@ class Dense(WeightBias):
         base = WeightBias.params(self)
         return base if self.lora is None else base + self.lora.params()
 
-    def _state(self):
-        base = WeightBias._state(self)
+    def state_parts(self):
+        base = WeightBias.state_parts(self)
         if self.lora is None:
             return base
-        return base + self.lora._state()
+        return base + self.lora.state_parts()
 
     def backward(self, dy, grads=True, need_dx=True):
         # a frozen weight or bias has no grad buffer (None): the kernel skips it;

@@ -26,7 +26,7 @@ class Embedding(Layer):
     def params(self):
         return ((self.W, self.dW),)
 
-    def _state(self):
+    def state_parts(self):
         # nn.Embedding: weight [vocab, E]
         return [("weight", [self.W])]
 

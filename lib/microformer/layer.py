@@ -169,9 +169,13 @@ class Buffered:
 class Layer(Buffered):
     """y = forward(x); dx = backward(dy, grads=True); collect_params(groups).
 
+    backward returns the gradient of the input (a Tensor shaped as x) or None when it has none
+    (token ids; need_dx=False): never a tuple; a second input's gradient is an attribute set by
+    backward (Attention.dcontext, DecoderBlock.dmemory).
+
     backward adds into the parameter grads when `grads` is true and the layer is trainable; a
     frozen enclosing layer (a Sequential, a composite such as EncoderBlock) passes grads=False so
-    that a frozen part's grads stay as they are. A composite lists its parts in _sublayers():
+    that a frozen part's grads stay as they are. A composite lists its parts in sublayers():
     then collect_params, params and train go through them, and freezing any part (or the whole)
     works as in Sequential; no flag is ever changed by backward.
     """
@@ -202,7 +206,7 @@ class Layer(Buffered):
         """True when a backward with grads would add into some grad buffer of this layer."""
         if not self._trainable:
             return False
-        subs = self._sublayers()
+        subs = self.sublayers()
         if subs:
             for l in subs:
                 if trains(l):
@@ -221,7 +225,7 @@ class Layer(Buffered):
         else:
             self._dx = bufs.zeros("_dx", shape)
 
-    def _sublayers(self):
+    def sublayers(self):
         """The parts of a composite layer, in order (empty for a plain layer)."""
         return ()
 
@@ -229,7 +233,7 @@ class Layer(Buffered):
         """Append the (param, grad) Tensor pairs this layer trains to `groups`; return it. A frozen
         layer adds none; a composite adds those of its trainable parts."""
         if self.trainable:
-            subs = self._sublayers()
+            subs = self.sublayers()
             if subs:
                 for l in subs:
                     l.collect_params(groups)
@@ -242,7 +246,7 @@ class Layer(Buffered):
     def params(self):
         """Every (param, grad) pair, frozen or not (what a checkpoint saves)."""
         out = []
-        for l in self._sublayers():
+        for l in self.sublayers():
             out.extend(l.params())
         return out
 
@@ -255,7 +259,7 @@ class Layer(Buffered):
 
     # ---- state_dict: PyTorch's names and layouts ---------------------------------------
 
-    def _state(self):
+    def state_parts(self):
         """[(name, [param Tensors])] in the order and with the names of the PyTorch module this
         layer mirrors; an entry of several Tensors is their concatenation along dimension 0
         (e.g. Attention's in_proj_weight = [Wq; Wk; Wv])."""
@@ -265,7 +269,7 @@ class Layer(Buffered):
         """Ordered {name: Tensor}, named as in PyTorch (nn.Linear: 'weight' [out,in], 'bias').
         A value is the parameter itself where the layouts agree, a concatenated copy otherwise."""
         sd = _Ordered()
-        for name, parts in self._state():
+        for name, parts in self.state_parts():
             sd[name] = parts[0] if len(parts) == 1 else _concat(parts)
         return sd
 
@@ -277,7 +281,7 @@ class Layer(Buffered):
         who = "%s.load_state_dict" % type(self).__name__
         if not hasattr(state_dict, "items"):
             raise ValueError("%s: expected a dict of name -> tensor, got %s" % (who, type(state_dict).__name__))
-        entries = self._state()
+        entries = self.state_parts()
         names = [n for n, _ in entries]
         missing = [n for n in names if n not in state_dict]
         unexpected = [k for k in state_dict if k not in names]
@@ -308,7 +312,7 @@ class Layer(Buffered):
 
     def train(self, mode=True):
         self.training = mode
-        for l in self._sublayers():
+        for l in self.sublayers():
             l.train(mode)
         return self
 
@@ -349,7 +353,7 @@ class WeightBias(Layer):
             return ((self.W, self.dW), (self.b, self.db))
         return ((self.W, self.dW),)
 
-    def _state(self):
+    def state_parts(self):
         return [("weight", [self.W])] + ([("bias", [self.b])] if self.use_bias else [])
 
 # ---- frozen parameters hold no grad buffer ---------------------------------------------
@@ -380,7 +384,7 @@ def ensure_grad(p, g):
 def _grads_on(layer):
     if not getattr(layer, "trainable", True):
         return
-    subs = layer._sublayers() if hasattr(layer, "_sublayers") else ()
+    subs = layer.sublayers() if hasattr(layer, "sublayers") else ()
     if subs:
         for l in subs:
             _grads_on(l)
@@ -431,8 +435,8 @@ def _as_tensor(v, who, name):
 
 
 def prefixed(prefix, layer):
-    """layer._state() with every name prefixed (composites and Sequential)."""
-    return [(prefix + n, parts) for n, parts in layer._state()]
+    """layer.state_parts() with every name prefixed (composites and Sequential)."""
+    return [(prefix + n, parts) for n, parts in layer.state_parts()]
 
 
 def shape_error(layer, what, expected, got):

@@ -23,7 +23,7 @@ class LayerNorm(Layer):
     def params(self):
         return ((self.gamma, self.dgamma), (self.beta, self.dbeta))
 
-    def _state(self):
+    def state_parts(self):
         # nn.LayerNorm: weight (gamma), bias (beta)
         return [("weight", [self.gamma]), ("bias", [self.beta])]
 

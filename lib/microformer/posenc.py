@@ -28,7 +28,7 @@ class PositionalEncoding(Layer):
         self.drop = Dropout(dropout)
         self.dropout = self.drop.p
 
-    def _sublayers(self):
+    def sublayers(self):
         return (self.drop,)
 
     def _table(self):

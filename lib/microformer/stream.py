@@ -109,7 +109,7 @@ def _dropping(layer):
         return layer.active()
     if isinstance(layer, Attention) and layer.training and layer.dropout > 0.0:
         return True
-    for l in layer._sublayers():
+    for l in layer.sublayers():
         if _dropping(l):
             return True
     return False
