@@ -11,7 +11,7 @@ import helpers
 import microformer as mf
 from microformer import checkpoint as ck
 from microformer import spec as mspec
-from microformer import specplan
+from microformer import specformat, specplan
 import checkpoint_forged_mp as forged
 
 NOT_A_FILE = {"directory": ("IsADirectoryError", "OSError"), "missing": ("FileNotFoundError", "OSError")}
@@ -61,7 +61,7 @@ def test_plan_refuses_absurd_sizes_without_building():
 
 
 def test_the_limit_is_where_the_documentation_says():
-    n = specplan.MAX_PARAMS
+    n = specformat.MAX_PARAMS
     # a spec right at the limit plans; one float more is refused
     assert specplan.plan({"type": "Embedding", "vocab": n // 4, "embed_dim": 4}) == (n, 0)
     with pytest.raises(ValueError, match="MAX_PARAMS = %d" % n):

@@ -812,7 +812,8 @@ def find_spec(meta, where="checkpoint"):
     for checkpoints written before specs, meta['layers'] (a layer list) or meta['arch']
     'iris-attention-v1' (the seed's Iris model). CheckpointError naming `where` when meta is
     not a dict or its layer list is malformed."""
-    from .specplan import _short, layer_list_spec
+    from .specformat import _short
+    from .specplan import layer_list_spec
     if not isinstance(meta, dict):
         raise CheckpointError("%s: metadata must be a JSON object, got %s" % (where, _short(meta)))
     if "spec" in meta:

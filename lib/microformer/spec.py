@@ -2,11 +2,12 @@
 #   to_spec(model) -> {"type": "Sequential", "layers": [{"type": "Dense", "in_features": 4, ...}, ...]}
 #   from_spec(spec) -> the model (freshly initialised; a checkpoint fills in the weights)
 # A spec is JSON-able: checkpoints carry it, so load_model(path) (microformer.checkpoint) rebuilds a
-# model with no code. What a spec costs is read off it, before anything is built, by specplan.
+# model with no code. What a spec costs is read off it, before anything is built, by specplan;
+# its format name and limits are specformat's.
 import sys
 
 from .model import Sequential
-from .specplan import FORMAT, MAX_DEPTH, _short, lora_tensors
+from .specformat import FORMAT, MAX_DEPTH, _short
 
 # the module each layer class lives in: imported when a spec needs it (a board without PSRAM
 # has a small heap; `import microformer` leaves the rarer layers out until they are used)
@@ -150,6 +151,7 @@ def from_spec(spec):
     if isinstance(spec, dict) and "format" in spec and spec["format"] != FORMAT:
         raise ValueError("from_spec: format %r, expected %r" % (spec["format"], FORMAT))
     if isinstance(spec, dict) and "lora" in spec:
+        from .specplan import lora_tensors
         lora_tensors(spec, None, [0, 0])        # the adapters name linear maps of this spec
     model = _build(spec, "spec", 0)
     if isinstance(spec, dict) and "lora" in spec:

@@ -1,6 +1,6 @@
 # microformer.specplan: what a model spec would allocate, read off its arguments, and the check
-# of a checkpoint's spec against its tensor table; nothing is built (spec.py and checkpoint.py
-# import it; it imports neither).
+# of a checkpoint's spec against its tensor table; nothing is built (checkpoint.py imports it,
+# and spec.py for a spec with adapters; it imports neither).
 #
 # Per layer type: (its shape arguments, "name" or "name=default", all ints >= 1, read by
 # position below; its parameters; its constructor's arguments in order, for old layer lists).
@@ -10,24 +10,9 @@
 # whose prefix only the whole model's names carry (Transformer.named_params), "#" in a prefix
 # the part's index and "*k" repeats it argument k times. test_checkpoint_forged.py builds every
 # layer type and compares, so a change in a layer fails a test until this table follows it.
+from .specformat import FORMAT, MAX_DEPTH, MAX_PARAMS, _short
 from .tensor import shape_size
 
-FORMAT = "microformer-spec/1"    # the format every spec carries (to_spec writes it)
-
-# ---- what a spec costs, known before anything is built ---------------------------------------
-# A checkpoint's spec is data from a file: a forged 200-byte file may say Dense(8192, 8192) or
-# Transformer(num_encoder_layers=10**6). This module reads the parameters and fixed tables a
-# spec would allocate off its arguments (plan, named_shapes) before anything is built;
-# checkpoint.check_tensors compares them with a file's tensor table.
-
-MAX_PARAMS = 1 << 24    # floats a spec may make the constructors allocate (parameters + fixed
-#                         tables): 64 MB of float32, 8x the PSRAM of an ESP32-S3 board
-MAX_DEPTH = 8           # Sequentials nested in Sequentials
-
-
-def _short(v):
-    r = repr(v)
-    return r if len(r) <= 80 else r[:77] + "..."
 
 _ATT = "Wq:0,0 bq?:0 Wk:0,0 bk?:0 Wv:0,0 bv?:0 Wo:0,0 bo?:0"
 _P = {
