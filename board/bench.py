@@ -115,11 +115,8 @@ def decode(backend, activation="gelu", rounds=3):
 
 def _batch(shape, classes):
     rng = mf.Rng(3)
-    n = 1
-    for d in shape:
-        n *= d
     x = mf.Tensor(shape)
-    for i in range(n):
+    for i in range(x.size):
         x.data[i] = rng.uniform(-1.0, 1.0)
     labels = [i % classes for i in range(shape[0])]
     return x, labels
@@ -300,46 +297,6 @@ def main(models=("iris", "block"), backends=None):
             gc.collect()
     table(rows)
     return rows
-
-
-def guard_cost(model_name="iris", backends=None, steps=None, rounds=5):
-    """What the all-or-nothing step costs: per backend, ms of a whole opt.step() (the update into
-    the shadow buffers with its checks, then the copy in) against the bare update alone
-    (opt._update), and the shadow's bytes. Both are timed in this run, alternating, fastest round
-    of each."""
-    out = []
-    for backend in backends or mf.available_backends():
-        mf.set_backend(backend)
-        model, shape, classes = MODELS[model_name]()
-        opt = mf.Adam(model, lr=1e-3)
-        loss_fn = mf.CrossEntropyLoss()
-        x, labels = _batch(shape, classes)
-        opt.zero_grad()
-        loss_fn.forward(model.forward(x), labels)
-        model.backward(loss_fn.backward())
-        n = steps or (200 if backend == "viper" else 10)
-        K = mf.backend.K
-        best_step = best_bare = None
-        for _ in range(rounds):
-            t0 = _us()
-            for _ in range(n):
-                opt.step()
-            ts = _dt(t0)
-            t0 = _us()
-            for _ in range(n):
-                opt._update(K, opt.steps)
-            tb = _dt(t0)
-            best_step = ts if best_step is None or ts < best_step else best_step
-            best_bare = tb if best_bare is None or tb < best_bare else best_bare
-        r = {"model": model_name, "backend": backend, "step_ms": best_step / n / 1000.0,
-             "update_ms": best_bare / n / 1000.0, "snapshot_bytes": 4 * opt.snapshot_floats(),
-             "params": model.param_count()}
-        r["ratio"] = r["step_ms"] / r["update_ms"]
-        print("GUARD %s %s: opt.step %.4f ms, bare update %.4f ms (x%.2f); snapshot %d bytes for %d params"
-              % (model_name, backend, r["step_ms"], r["update_ms"], r["ratio"], r["snapshot_bytes"],
-                 r["params"]))
-        out.append(r)
-    return out
 
 
 if __name__ == "__main__":

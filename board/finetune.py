@@ -3,12 +3,12 @@
 #   >>> finetune.help()                  # the commands, with their arguments
 #   >>> s = finetune.Session()           # model + checkpoint + data from flash
 # The session lives in mf_session.py, the user-example store in mf_examples.py, the drift demo
-# in mf_demo.py. `make deploy` sends them precompiled (.mpy, which drops docstrings): the help
+# in mf_demo.py and mf_drift.py. `make deploy` sends them precompiled (.mpy, which drops docstrings): the help
 # text below is a string, so help() works on the board too.
 from mf_session import (CHECKPOINT, DATA_DIR, USER_DATA, FIT_EPOCHS, FIT_LR, KINDS, PARTS,  # noqa: F401
                         SELECTIONS, Session)
-from mf_demo import (DEMO_DIR, DEMO_PRETRAINED, DRIFT_SCALE, DRIFT_OFFSET, FREEZE,  # noqa: F401
-                     demo, demo_session, drift)
+from mf_demo import DEMO_DIR, DEMO_PRETRAINED, FREEZE, demo, demo_session  # noqa: F401
+from mf_drift import DRIFT_SCALE, DRIFT_OFFSET, drift  # noqa: F401
 
 HELP = """finetune: fine-tune the checkpoint on flash, from the REPL
   s = finetune.Session(checkpoint='model.mfck', data=None, user_data='data/user.csv',

@@ -1,63 +1,15 @@
-# mf_demo.py: the drift demo for board/finetune.py: a sensor whose readings drift by a fixed
-# scale and offset per feature, and demo(), the whole story in the demo's own folder.
+# mf_demo.py: the drift demo for board/finetune.py: demo(), the whole story in the demo's own
+# folder, and demo_session(); the drifting sensor itself is mf_drift.py.
 import os
 
-from mf_examples import exists, fmt
+from mf_examples import exists
 from mf_session import CHECKPOINT, FIT_EPOCHS, Result, Session
-from microformer.tensor import Rng
 from microformer.train import duration
 
 DEMO_DIR = "demo"                   # demo()'s own folder: the user's files stay untouched
 DEMO_PRETRAINED = "pretrained.mfck"     # in DEMO_DIR: where every demo run starts (make demo puts it)
 
-# The demo's drifting sensor: reading = true value * scale + offset, per feature (cm).
-DRIFT_SCALE = (1.1, 0.9, 0.6, 0.5)
-DRIFT_OFFSET = (0.4, -0.3, 1.2, 0.7)
 FREEZE = ("attention", "head")      # what the demo freezes: the drift is absorbed by the embedding
-
-
-def drift(features, scale=DRIFT_SCALE, offset=DRIFT_OFFSET):
-    """What the drifted sensor reads for true `features`: x * scale + offset per feature."""
-    return [features[j] * scale[j] + offset[j] for j in range(len(features))]
-
-
-def drifted_examples(self, n=None, part="train", scale=None, offset=None, seed=0):
-    """(features, label) pairs as the drifted sensor reads base rows (raw units).
-
-    self: a Session. part: 'train', 'test' or 'base' rows; n: how many (None: all), picked
-    with `seed` and balanced over the classes; scale, offset: the drift (None: DRIFT_SCALE,
-    DRIFT_OFFSET).
-    """
-    if self.task != "classify" or len(self.input_shape) != 1:
-        raise ValueError("drifted_examples: the drift demo needs a classifier over flat features "
-                         "(the Iris model); this one is a %s model with input %s"
-                         % (self.task, self.input_shape))
-    scale = DRIFT_SCALE if scale is None else scale
-    offset = DRIFT_OFFSET if offset is None else offset
-    if part not in ("train", "test", "base"):
-        raise ValueError("drifted_examples: part must be 'train', 'test' or 'base', got %r" % (part,))
-    if len(scale) != self.num_features or len(offset) != self.num_features:
-        raise ValueError("drifted_examples: scale and offset need %d values each" % self.num_features)
-    X, y = self._raw(part)
-    F = self.num_features
-    order = list(range(len(y)))
-    if n is not None:
-        if not isinstance(n, int) or not 0 < n <= len(y):
-            raise ValueError("drifted_examples: n must be an int in 1..%d, got %r" % (len(y), n))
-        Rng(seed + 1).shuffle(order)
-        per = [[i for i in order if y[i] == c] for c in range(len(self.classes))]
-        order = []
-        k = 0
-        while len(order) < n:                   # round robin over the classes
-            for c in range(len(per)):
-                if k < len(per[c]) and len(order) < n:
-                    order.append(per[c][k])
-            k += 1
-    out = []
-    for i in order:
-        raw = [X[i * F + j] for j in range(F)]
-        out.append(([float(fmt(v)) for v in drift(raw, scale, offset)], self.classes[y[i]]))
-    return out
 
 
 def _join(root, p):

@@ -13,8 +13,8 @@ from microformer import checkpoint
 from microformer import meta as _meta
 from microformer.data import Batches, Dataset, read_rows
 from microformer.finite import float32_row, hyper
-from microformer.spec import from_spec, spec_of
-from microformer.tensor import Rng, Tensor
+from microformer.spec import from_spec
+from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import duration, evaluate as _evaluate, fit as _fit, predict_logits
 
 from mf_examples import Examples, exists, fmt
@@ -186,7 +186,7 @@ class Part:
 
 def _walk(layer, above, out):
     # (leaf layer, type names of the layers above it) for every layer holding parameters itself
-    subs = layer._sublayers() if hasattr(layer, "_sublayers") else ()
+    subs = layer.sublayers() if hasattr(layer, "sublayers") else ()
     if subs:
         here = above + [type(layer).__name__]
         for sub in subs:
@@ -216,14 +216,14 @@ def model_parts(model):
                 owner[id(p)] = (i, leaf, above)
     parts = []
     seen = {}
-    for name, tensors in model._state():
+    for name, tensors in model.state_parts():
         k = owner.get(id(tensors[0]))
         if k is None:
             continue
         parts.append(Part(name, tensors, k[1], k[0]))
         for t in tensors:
             seen[id(t)] = 1
-    for i, leaf, above in leaves:          # a layer of one's own without _state: its own names
+    for i, leaf, above in leaves:          # a layer of one's own without state_parts: its own names
         for p, _ in leaf.params():
             if id(p) not in seen:
                 parts.append(Part("%d.%s" % (i, p.name or "param"), [p], leaf, i))
@@ -347,7 +347,8 @@ class Session:
             batch_size=16, root=None, backend=None, verbose=True, adapter=None)
     data: the base data file (None: data/<meta['data']> when the checkpoint's metadata names
     one, else none). root: a folder the paths are relative to (None: the cwd, '/' on the board).
-    backend: 'python' or 'viper' (None: leave microformer's current backend).
+    backend: 'python' or 'viper' (None: leave microformer's current backend; the session's first
+      line names it and says why it is the one: microformer.backend.why).
     adapter: an adapter file (s.save_adapter) to load on top of the checkpoint, which must be
     the base it was saved for.
     """
@@ -430,7 +431,7 @@ class Session:
         m, notes = _meta.check(meta, where)
         # the model comes from meta['spec']; checkpoints older than specs: from meta['layers'] or
         # arch 'iris-attention-v1' (spec_of says which), and save() then writes the spec
-        spec = spec_of(meta, where)
+        spec = checkpoint.spec_of(meta, where)
         self.meta = meta
         self.task = m["task"]
         self.classes = list(m["classes"]) if self.task == "classify" else []
@@ -441,20 +442,14 @@ class Session:
         self.mean = m["mean"]
         self.std = m["std"]
         self.channels = len(self.mean)
-        n = 1
-        for d in self.input_shape:
-            n *= d
-        self.num_features = n                 # numbers per example (L*C for a window)
+        self.num_features = shape_size(self.input_shape)     # numbers per example (L*C for a window)
         if len(self.input_shape) == 2:
             self.columns = ["t%d_%s" % (t, f) for t in range(self.input_shape[0]) for f in self.features]
         else:
             self.columns = list(self.features)
         self._params_in_file = 0
         for _, shape in head["tensors"]:
-            k = 1
-            for d in shape:
-                k *= d
-            self._params_in_file += k
+            self._params_in_file += shape_size(shape)
         mf.seed(meta.get("init_seed", 1))
         self.model = from_spec(spec)
         self._shape, self.need = self._model_input(where)
@@ -497,11 +492,11 @@ class Session:
         gc.collect()
         for note in notes:
             self._say("note: %s" % note)
-        self._say("%s: %s, %d params, %s %s, input %s; base %d rows, user %d examples; backend %s"
+        self._say("%s: %s, %d params, %s %s, input %s; base %d rows, user %d examples; backend %s (%s)"
                   % (path, meta.get("arch", "model"), self.model.param_count(),
                      "classes" if self.task == "classify" else "regression of",
                      ", ".join(self.outputs), self._input_text(), len(self._base[1]) if self._base else 0,
-                     len(self._examples.y), mf.get_backend()))
+                     len(self._examples.y), mf.get_backend(), mf.backend.why))
 
     def _input_text(self):
         if len(self.input_shape) == 2:
@@ -798,8 +793,8 @@ class Session:
 
     def drifted_examples(self, n=None, part="train", scale=None, offset=None, seed=0):
         """(features, label) pairs as the demo's drifted sensor reads base rows (raw units);
-        see mf_demo.drifted_examples."""
-        from mf_demo import drifted_examples
+        see mf_drift.drifted_examples."""
+        from mf_drift import drifted_examples
         return Pairs(drifted_examples(self, n, part, scale, offset, seed))
 
     # ---- the model's parts and freezing -------------------------------------------------
@@ -1143,10 +1138,7 @@ class Session:
         e = [exp(v - m) for v in logits]
         s = sum(e)
         probs = [v / s for v in e]
-        best = 0
-        for c in range(1, len(probs)):
-            if probs[c] > probs[best]:
-                best = c
+        best = probs.index(max(probs))        # the first on ties
         label = self.classes[best]
         if verbose:
             print("%s  (%s)" % (label, ", ".join("%s %.3f" % (self.classes[c], probs[c])
@@ -1216,10 +1208,6 @@ class Session:
 
     def __repr__(self):
         return "<finetune.Session %s: %d user examples>" % (self.checkpoint_path, len(self._examples.y))
-
-    @property
-    def _user_y(self):
-        return self._examples.y
 
 
 # ---- fit's history and rollback -----------------------------------------------------------

@@ -12,6 +12,7 @@ import time
 
 import microformer as mf
 from microformer.tensor import Rng
+from microformer.train import argmax
 
 MIN_LEN = 3
 MAX_LEN = 8
@@ -147,11 +148,7 @@ def greedy_recompute(model, src, lengths, max_new):
         logits = model.forward(src, tgt, lengths)
         d = logits.data
         for b in range(B):
-            base = (b * (t + 1) + t) * V
-            best = 0
-            for v in range(1, V):
-                if d[base + v] > d[base + best]:
-                    best = v
+            best = argmax(d, (b * (t + 1) + t) * V, V)
             tgt[b].append(best)
             if not done[b]:
                 out[b].append(best)

@@ -56,7 +56,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
 import microformer as mf  # noqa: E402
 from microformer import checkpoint  # noqa: E402
 from microformer import meta as session_meta  # noqa: E402
-from microformer.spec import difference, load_model, to_spec  # noqa: E402
+from microformer.checkpoint import load_model  # noqa: E402
+from microformer.spec import difference, to_spec  # noqa: E402
 
 
 # ---- torch modules for the microformer layers torch has no module for -------------------

@@ -16,6 +16,8 @@ slow"`): `board` for every test that runs the virtual board (its file or its bod
 host/vboard.py), `mp32` for every test
 that runs the 32-bit port (the 'mp32' leg of `micropython`, or marked by hand), `slow` for the
 tests named in SLOW. Every test leaves the microformer backend as it found it (`_restore_backend`).
+A test file sits in the folder of what it runs (tests/unit, tests/mp, tests/board: FOLDERS);
+collection refuses one that does not (folder_problem).
 """
 import inspect
 import os
@@ -77,8 +79,35 @@ def uses_vboard(item):
         return False
 
 
+FOLDERS = {
+    "unit": "CPython only",
+    "mp": "runs MicroPython-side scripts (tests/mp/*_mp.py) on the ports",
+    "board": "runs the virtual board",
+}
+
+
+def folder_problem(path, test, fixtures, board):
+    """What is wrong with where test `test` of file `path` sits (tests/README.md, Layout), or
+    None: a file of this suite goes in the folder of what it runs. Files outside tests/ (a
+    probe file a test writes elsewhere) are not judged."""
+    rel = os.path.relpath(path, helpers.TESTS)
+    if rel.startswith(".."):
+        return None
+    folder = os.path.dirname(rel)
+    where = "tests/" + rel
+    if folder not in FOLDERS:
+        return "%s: a test file goes in tests/unit, tests/mp or tests/board (%s)" % (
+            where, "; ".join("%s: %s" % kv for kv in FOLDERS.items()))
+    if folder == "unit" and "micropython" in fixtures:
+        return "%s: %s takes the micropython fixture: it belongs in tests/mp" % (where, test)
+    if folder != "board" and board:
+        return "%s: %s runs the virtual board: it belongs in tests/board" % (where, test)
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     names = set()
+    misplaced = []
     for item in items:
         name = "%s::%s" % (os.path.basename(str(item.fspath)), getattr(item, "originalname", item.name))
         names.add(name)
@@ -86,6 +115,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if uses_vboard(item):
             item.add_marker(pytest.mark.board)
+        problem = folder_problem(str(item.fspath), item.name, getattr(item, "fixturenames", ()),
+                                 item.get_closest_marker("board") is not None)
+        if problem and problem not in misplaced:
+            misplaced.append(problem)
+    if misplaced:
+        raise pytest.UsageError("tests in the wrong folder:\n  " + "\n  ".join(misplaced))
     files = set(n.split("::")[0] for n in names)
     stale = [n for n in SLOW if n.split("::")[0] in files and n not in names]
     if stale:
@@ -129,9 +164,10 @@ def _restore_backend():
     and never switches back would otherwise run every later test in this process on it."""
     import microformer as mf
     before = mf.get_backend()
+    why = mf.backend.why
     yield
-    if mf.get_backend() != before:
-        mf.set_backend(before)
+    if mf.get_backend() != before or mf.backend.why != why:
+        mf.set_backend(before, why)
 
 
 @pytest.fixture(scope="session")

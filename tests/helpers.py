@@ -1,10 +1,11 @@
 """Shared test helpers: paths, the script runners, numeric comparison.
 
 The import path is set here, once, for the whole suite (conftest.py imports this module): lib/
-(the package), board/ (what a board has in its root folder: finetune, iris, ...), host/ and
-tests/. Scripts run inside MicroPython or as a CPython subprocess get the same folders
-(MICROPYPATH / PYTHONPATH), the way a board has them: run one by hand with
-    MICROPYPATH=lib:board:tests micropython tests/<name>_mp.py [args]
+(the package), board/ (what a board has in its root folder: finetune, iris, ...), host/, tests/
+(these helpers and the CPython-side case tables) and tests/mp/ (the MicroPython-side scripts,
+*_mp.py). Scripts run inside MicroPython or as a CPython subprocess get lib/, board/ and
+tests/mp/ (MICROPYPATH / PYTHONPATH), the way a board has them: run one by hand with
+    MICROPYPATH=lib:board:tests/mp micropython tests/mp/<name>_mp.py [args]
 """
 import json
 import os
@@ -18,8 +19,9 @@ LIB = os.path.join(ROOT, "lib")
 BOARD = os.path.join(ROOT, "board")
 HOST = os.path.join(ROOT, "host")
 TESTS = os.path.join(ROOT, "tests")
-SCRIPT_PATH = [LIB, BOARD, TESTS]        # what a script sees, in MicroPython or a CPython subprocess
-for _p in (LIB, BOARD, HOST, TESTS):
+MP = os.path.join(TESTS, "mp")           # the MicroPython-side scripts (*_mp.py)
+SCRIPT_PATH = [LIB, BOARD, MP, TESTS]    # what a script sees, in MicroPython or a CPython subprocess
+for _p in (LIB, BOARD, HOST, TESTS, MP):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
@@ -103,8 +105,8 @@ def traits(exe):
 
 
 def script(name):
-    """The path of a script in tests/ (a file that runs in MicroPython and CPython alike)."""
-    path = os.path.join(TESTS, name)
+    """The path of a script in tests/mp/ (a file that runs in MicroPython and CPython alike)."""
+    path = os.path.join(MP, name)
     assert os.path.exists(path), path
     return path
 
@@ -138,7 +140,7 @@ def run_cases_micropython(cases, tmp_path, backend="python", exe=None, heap="4M"
     src = tmp_path / ("cases-%s.json" % backend)
     dst = tmp_path / ("results-%s.json" % backend)
     src.write_text(json.dumps(cases))
-    run_micropython(script("mf_driver.py"), str(src), str(dst), backend, heap=heap, exe=exe)
+    run_micropython(script("driver_mp.py"), str(src), str(dst), backend, heap=heap, exe=exe)
     results = json.loads(dst.read_text())
     assert len(results) == len(cases), "%d cases, %d results" % (len(cases), len(results))
     return results

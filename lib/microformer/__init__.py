@@ -26,7 +26,7 @@ from .dropout import Dropout
 # Imported on first use (a board without PSRAM has a small heap): the names in _LAZY (modules
 # mf.data, mf.train, mf.spec; functions and the rarer layers), and any other submodule.
 _LAZY = {"data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
-         "load_model": "spec", "StreamingEncoder": "stream", "show": "heatmap",
+         "load_model": "checkpoint", "StreamingEncoder": "stream", "show": "heatmap",
          "DecoderBlock": "decoder", "Transformer": "decoder", "Conv1D": "conv",
          "MaxPool1D": "pool1d", "AvgPool1D": "pool1d", "LearnedPositionalEmbedding": "posembed",
          "add_lora": "lora", "merge_lora": "lora", "freeze_except": "lora"}
@@ -36,11 +36,17 @@ def __getattr__(name):
     # a lazy name, or any submodule (`from microformer import golden` comes here on MicroPython)
     import sys
     mod = _LAZY.get(name, name)
+    full = "microformer." + mod
     try:
-        __import__("microformer." + mod)
-    except ImportError:
-        raise AttributeError("module 'microformer' has no attribute '%s'" % name)
-    m = sys.modules["microformer." + mod]
+        __import__(full)
+    except ImportError as e:
+        # no such submodule: no such attribute; an import failing inside the module is that
+        # module's error, its message kept in the text (MicroPython keeps no chained cause;
+        # CPython chains it as the context)
+        if full not in sys.modules and full in str(e) and name == mod:
+            raise AttributeError("module 'microformer' has no attribute '%s'" % name)
+        raise ImportError("microformer.%s (for microformer.%s) failed to import: %s" % (mod, name, e))
+    m = sys.modules[full]
     v = m if name not in _LAZY or name in ("data", "train", "spec") else getattr(m, name)
     globals()[name] = v        # bound here once: later uses skip this function
     return v

@@ -1,6 +1,7 @@
 # microformer.activation: elementwise nonlinearities.
 from . import backend, kernels
 from .layer import Layer, check_tensor, shape_error
+from .tensor import shape_size
 
 KINDS = {
     "relu": kernels.RELU,
@@ -27,9 +28,7 @@ class ActivationLayer(Layer):
         self._x = None
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         return 2 * n
 
     def forward(self, x):

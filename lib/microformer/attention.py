@@ -126,7 +126,7 @@ class Attention(Layer):
             raise ValueError("Attention: %s runs on the base weights only: merge the LoRA adapters "
                              "first (mf.merge_lora(model))" % what)
 
-    def _state(self):
+    def state_parts(self):
         # nn.MultiheadAttention(E, H, batch_first=True): in_proj = [Wq; Wk; Wv] [3E, E]
         out = [("in_proj_weight", [self.Wq, self.Wk, self.Wv])]
         if self.use_bias:
@@ -137,7 +137,7 @@ class Attention(Layer):
         for n, name in (("q", "q_proj."), ("k", "k_proj."), ("v", "v_proj."), ("o", "out_proj.")):
             a = getattr(self, "lora_" + n)
             if a is not None:
-                for k, t in a._state():
+                for k, t in a.state_parts():
                     out.append((name + k, t))
         return out
 
@@ -223,7 +223,7 @@ class Attention(Layer):
         K = backend.K
         bias = self.use_bias
         Q = self._Q              # (separate assignments: a 6-way unpack builds a tuple each step)
-        Kc = self._K
+        Kc = self._Kt
         V = self._V
         ctx = self._ctx
         A = self._A
@@ -248,50 +248,59 @@ class Attention(Layer):
         self._c = context
         return y
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         B, S, E = shape
+        H = self.num_heads
         if stage == "_fwd" or stage == "_bwd":
             Sk = S if other is None else other[1]
             if stage == "_fwd":
-                self._Q = Tensor.zeros((B, S, E))
-                self._K = Tensor.zeros((B, Sk, E))
-                self._V = Tensor.zeros((B, Sk, E))
-                self._ctx = Tensor.zeros((B, S, E))
+                self._Q = bufs.zeros("_Q", (B, S, E))
+                self._Kt = bufs.zeros("_Kt", (B, Sk, E))   # the keys (K names the kernels)
+                self._V = bufs.zeros("_V", (B, Sk, E))
+                self._ctx = bufs.zeros("_ctx", (B, S, E))
                 if self.kv_tile is None:
-                    self._A = Tensor.zeros((B, self.num_heads, S, Sk))
-                    self._keep = bytearray(B * self.num_heads * S * Sk) if self.dropout > 0.0 else None
+                    self._A = bufs.zeros("_A", (B, H, S, Sk))
+                    if self.dropout > 0.0:
+                        self._keep = bufs.bytes("_keep", B * H * S * Sk)
+                    else:
+                        self._keep = bufs.none("_keep")
                 else:                                     # tiled: row max and sum, one tile of scores
-                    self._A = None
-                    self._stats = Tensor.zeros((B, self.num_heads, S, 2))
-                    self._tile = Tensor.zeros((min(self.kv_tile, Sk),))
-                self._y = Tensor.zeros((B, S, E))
-                self._mbuf = bytearray(B * Sk)            # a key_padding_mask / lengths as bytes
+                    self._A = bufs.none("_A")
+                    self._stats = bufs.zeros("_stats", (B, H, S, 2))
+                    self._tile = bufs.zeros("_tile", (min(self.kv_tile, Sk),))
+                self._y = bufs.zeros("_y", (B, S, E))
+                self._mbuf = bufs.bytes("_mbuf", B * Sk)  # a key_padding_mask / lengths as bytes
             else:
-                self._dctx = Tensor.zeros((B, S, E))
-                self._dQ = Tensor.zeros((B, S, E))
-                self._dx = Tensor.zeros((B, S, E))
-                self._dK = Tensor.zeros((B, Sk, E))
-                self._dV = Tensor.zeros((B, Sk, E))
-                self._scratch = Tensor.zeros((Sk,))
-                self._dcontext = None if other is None else Tensor.zeros(other)
+                self._dctx = bufs.zeros("_dctx", (B, S, E))
+                self._dQ = bufs.zeros("_dQ", (B, S, E))
+                self._dx = bufs.zeros("_dx", (B, S, E))
+                self._dK = bufs.zeros("_dK", (B, Sk, E))
+                self._dV = bufs.zeros("_dV", (B, Sk, E))
+                self._scratch = bufs.zeros("_scratch", (Sk,))
+                if other is None:
+                    self._dcontext = bufs.none("_dcontext")
+                else:
+                    self._dcontext = bufs.zeros("_dcontext", other)
         elif stage in _CACHED_STAGES:
-            self._allocate_cached(stage, shape, other)
+            self._allocate_cached(stage, shape, other, bufs)
         elif stage == "_kv":                              # shape (B, capacity, E)
-            self._kc = Tensor.zeros(shape)
-            self._vc = Tensor.zeros(shape)
+            self._kc = bufs.zeros("_kc", shape)
+            self._vc = bufs.zeros("_vc", shape)
         else:                                             # "_dec": x (B, 1, E), capacity L
             L = other
-            self._dq1 = Tensor.zeros((B, E))
-            self._dk1 = Tensor.zeros((B, E))
-            self._dv1 = Tensor.zeros((B, E))
-            self._dctx1 = Tensor.zeros((B, E))
-            self._datt = Tensor.zeros((B, self.num_heads, L))
-            self._dy1 = Tensor.zeros((B, 1, E))
+            self._dq1 = bufs.zeros("_dq1", (B, E))
+            self._dk1 = bufs.zeros("_dk1", (B, E))
+            self._dv1 = bufs.zeros("_dv1", (B, E))
+            self._dctx1 = bufs.zeros("_dctx1", (B, E))
+            self._datt = bufs.zeros("_datt", (B, H, L))
+            self._dy1 = bufs.zeros("_dy1", (B, 1, E))
 
     def backward(self, dy, grads=True, need_dx=True):
         # a frozen projection has no grad buffers (None): the kernels skip them; need_dx=False
-        # (self-attention only): the input gradient is not computed (returns None)
+        # (self-attention only): the input gradient is not computed (returns None). Returns dx;
+        # cross-attention keeps the context's gradient in self.dcontext (else None)
         self._need_forward(self._x)
+        self.dcontext = None
         x = self._x
         c = self._c if self._c is not None else x
         B, S, E = x.shape
@@ -318,15 +327,15 @@ class Attention(Layer):
         H = self.num_heads
         if self.kv_tile is not None:              # the weights recomputed from the row max and sum
             K.attention_backward_tiled(dQ.data, dK.data, dV.data, self._tile.data, dctx.data, self._ctx.data,
-                                       self._stats.data, self._Q.data, self._K.data, self._V.data, self._mask,
+                                       self._stats.data, self._Q.data, self._Kt.data, self._V.data, self._mask,
                                        B, S, Sk, E, H, 1 if self.causal else 0)
         elif self._dropped:                       # A' = A * keep / (1-p) weighted V
             K.attention_backward_dropout(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
-                                         self._keep, self._Q.data, self._K.data, self._V.data,
+                                         self._keep, self._Q.data, self._Kt.data, self._V.data,
                                          B, S, Sk, E, H, self._drop_scale())
         else:
             K.attention_backward(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
-                                 self._Q.data, self._K.data, self._V.data, B, S, Sk, E, H)
+                                 self._Q.data, self._Kt.data, self._V.data, B, S, Sk, E, H)
         # input projections: dW += dProj^T x, dx (+)= dProj W
         if not need_dx and self._c is None:       # nothing below needs dx: weight grads only
             self._project_back(None, dQ, x, self.Wq, self.dWq, self.dbq, train, bias, B * S, self.lora_q)
@@ -345,7 +354,7 @@ class Attention(Layer):
         self._project_back(dc, dK, c, self.Wk, self.dWk, self.dbk, train, bias, B * Sk, self.lora_k)
         self._project_back(dc, dV, c, self.Wv, self.dWv, self.dbv, train, bias, B * Sk, self.lora_v)
         if self._c is not None:
-            return dx, dc
+            self.dcontext = dc
         return dx
 
     def _drop_threshold(self):
@@ -424,7 +433,7 @@ class Attention(Layer):
             self.training = drop
         self._buffers("_kv", (B, cap, E))                   # the cache: (B, L, E)
         K = backend.K
-        K.kv_store(self._kc.data, self._K.data, B, S, cap, E, 0)
+        K.kv_store(self._kc.data, self._Kt.data, B, S, cap, E, 0)
         K.kv_store(self._vc.data, self._V.data, B, S, cap, E, 0)
         self._pos = S
         self._padded = False
@@ -487,10 +496,6 @@ class Attention(Layer):
                                    B, self._pos, L, E, self.num_heads)
         return self._decode_out(B, E)
 
-    def cache_len(self):
-        """Tokens in the KV cache."""
-        return self._pos
-
     # ------------------------------------------------------------ the stages, for golden vectors
 
     def stages(self):
@@ -506,11 +511,11 @@ class Attention(Layer):
         for name, sc, masked in (("scores_raw", 1.0, 0), ("scores_scaled", scale, 0),
                                  ("scores_masked", scale, 1)):
             t = Tensor.zeros((B, H, S, Sk), name)
-            K.attention_scores(t.data, self._Q.data, self._K.data, self._mask if masked else None,
+            K.attention_scores(t.data, self._Q.data, self._Kt.data, self._mask if masked else None,
                                B, S, Sk, E, H, sc, 1 if (masked and self.causal) else 0, -_INF)
             out[name] = t
         out["weights"] = self._A
-        out["Q"], out["K"], out["V"], out["ctx"] = self._Q, self._K, self._V, self._ctx
+        out["Q"], out["K"], out["V"], out["ctx"] = self._Q, self._Kt, self._V, self._ctx
         return out
 
     # ---- cached cross-attention and padded decoding ----------------------------------------
@@ -545,7 +550,7 @@ class Attention(Layer):
         have = getattr(self, "_xkv", None)
         if have is None:
             raise RuntimeError("Attention: cross_step() called before cache_context()")
-        B, Sk, E = have[0]
+        B, Sk, E = have.shape
         check_tensor("Attention", "x", x)
         if len(x.shape) != 3 or x.shape[0] != B or x.shape[2] != E:
             raise shape_error("Attention", "x", "[%d,T,%d] (the cached context's batch)" % (B, E), x.shape)
@@ -602,20 +607,20 @@ class Attention(Layer):
                                     m, B, 1, L, E, self.num_heads, 0)
         return self._decode_out(B, E)
 
-    def _allocate_cached(self, stage, shape, other):
+    def _allocate_cached(self, stage, shape, other, bufs):
         if stage == "_xkv":                               # context (B, Sk, E)
             B, Sk, E = shape
-            self._xk = Tensor.zeros(shape)
-            self._xv = Tensor.zeros(shape)
-            self._xmask = bytearray(B * Sk)
+            self._xk = bufs.zeros("_xk", shape)
+            self._xv = bufs.zeros("_xv", shape)
+            self._xmask = bufs.bytes("_xmask", B * Sk)
         elif stage == "_xdec":                            # queries (B, T, E), context length Sk
             B, T, E = shape
-            self._xq = Tensor.zeros(shape)
-            self._xctx = Tensor.zeros(shape)
-            self._xy = Tensor.zeros(shape)
-            self._xatt = Tensor.zeros((B, self.num_heads, T, other))
+            self._xq = bufs.zeros("_xq", shape)
+            self._xctx = bufs.zeros("_xctx", shape)
+            self._xy = bufs.zeros("_xy", shape)
+            self._xatt = bufs.zeros("_xatt", (B, self.num_heads, T, other))
         else:                                             # "_kvm": hidden slots of the cache (B, L, E)
-            self._kvmask = bytearray(shape[0] * shape[1])
+            self._kvmask = bufs.bytes("_kvmask", shape[0] * shape[1])
     # ---- end of cached cross-attention and padded decoding ----------------------------------
 
 

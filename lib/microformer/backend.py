@@ -6,8 +6,9 @@
 from . import kernels as _python_kernels
 
 
-K = _python_kernels
-name = "python"
+K = None                # the kernel module the layers call (set below, at import)
+name = None             # its name: 'python', 'viper' or 'numpy'
+why = None              # why this one: set_backend's caller, or what the interpreter offered
 
 
 def _viper_kernels():
@@ -26,31 +27,38 @@ def _numpy_kernels():
     return kernels_numpy
 
 
-def set_backend(which):
-    """Select the kernels every layer uses: 'python', 'viper' or 'numpy'."""
-    global K, name
+def set_backend(which, reason=None):
+    """Select the kernels every layer uses: 'python', 'viper' or 'numpy'. ValueError when this
+    interpreter cannot run them (nothing changes then). `reason`: what backend.why says (by
+    default that the caller chose it)."""
+    global K, name, why
     if which == "python":
-        K = _python_kernels
+        k = _python_kernels
     elif which == "viper":
-        K = _viper_kernels()
+        k = _viper_kernels()
     elif which == "numpy":
-        K = _numpy_kernels()
+        k = _numpy_kernels()
     else:
         raise ValueError("set_backend: expected 'python', 'viper' or 'numpy', got %r" % (which,))
+    K = k
     name = which
+    why = reason or "chosen with set_backend(%r)" % which
 
 
 def _default():
     # MicroPython with the native emitter trains on the viper kernels, CPython with NumPy on the
-    # NumPy kernels; anything else on the portable ones (get_backend() says which)
+    # NumPy kernels; without them on the portable ones, and `why` says what was missing
     import sys
+    fast = "viper" if sys.implementation.name == "micropython" else "numpy"
+    where = "MicroPython" if fast == "viper" else "CPython"
     try:
-        set_backend("viper" if sys.implementation.name == "micropython" else "numpy")
-    except ValueError:
-        pass
+        set_backend(fast, "the default on %s" % where)
+    except ValueError as e:
+        set_backend("python", "the default on %s without the %s backend: %s" % (where, fast, e))
 
 
 def get_backend():
+    """The name of the backend in use; `backend.why` says why it is the one."""
     return name
 
 

@@ -7,7 +7,7 @@ from .dropout import Dropout, check_p
 from .feedforward import FeedForward
 from .layer import Layer, check_tensor, prefixed, shape_error, trains
 from .norm import LayerNorm
-from .tensor import Tensor
+from .tensor import shape_size
 
 
 class EncoderBlock(Layer):
@@ -50,12 +50,12 @@ class EncoderBlock(Layer):
                 g.name = prefix + g.name
         self._x = None
 
-    def _sublayers(self):
+    def sublayers(self):
         return (self.ln1, self.attn, self.drop1, self.ln2, self.ffn, self.drop2)
 
-    def _state(self):
+    def state_parts(self):
         # nn.TransformerEncoderLayer(E, H, hidden, dropout=0, batch_first=True, norm_first=...)
-        return (prefixed("self_attn.", self.attn) + self.ffn._state()
+        return (prefixed("self_attn.", self.attn) + self.ffn.state_parts()
                 + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2))
 
     def check_input_shape(self, in_shape):
@@ -64,11 +64,9 @@ class EncoderBlock(Layer):
             raise shape_error("EncoderBlock", "input", "[B,S,%d]" % self.embed_dim, in_shape)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         s = 4 * n      # x1 y dx1 dx
-        for l in self._sublayers():
+        for l in self.sublayers():
             s += l.cache_floats(in_shape)
         return s
 
@@ -127,14 +125,14 @@ class EncoderBlock(Layer):
         self._x = x
         return y
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
-            self._dx1 = Tensor.zeros(shape)
-            self._dx = Tensor.zeros(shape)
+            self._dx1 = bufs.zeros("_dx1", shape)
+            self._dx = bufs.zeros("_dx", shape)
         else:                         # one pair per mode: training forward, prefill, decode_step
             mode = _RUN.index(stage)
-            setattr(self, _X1[mode], Tensor.zeros(shape))
-            setattr(self, _Y[mode], Tensor.zeros(shape))
+            for name in (_X1[mode], _Y[mode]):
+                setattr(self, name, bufs.zeros(name, shape))
 
     backward_stops = True
 

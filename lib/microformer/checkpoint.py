@@ -68,15 +68,17 @@
 # and objects more than MAX_META_DEPTH levels; a tensor record that runs past the end.
 #
 # read_header() (what load_model and a board session call before they build a model) also
-# compares the model spec the metadata describes (microformer.spec.find_spec) with the tensor
-# table: the total of floats, then every name and shape, all read off the spec's arguments
-# (spec.plan; a spec may declare at most spec.MAX_PARAMS floats), so a forged 200-byte file
+# compares the model spec the metadata describes (find_spec, below) with the tensor table
+# (check_tensors): the total of floats, then every name and shape, all read off the spec's
+# arguments (specplan.plan; a spec may declare at most specplan.MAX_PARAMS floats), so a forged 200-byte file
 # saying Dense(8192, 8192) is refused in milliseconds, before any layer is built.
 import json
 import os
 import struct
 import sys
 from array import array
+
+from .tensor import shape_size
 
 try:
     from binascii import crc32 as _crc32_native
@@ -169,13 +171,6 @@ def model_tag(model):
     if hasattr(model, "layers"):
         return "%s(%s)" % (type(model).__name__, ",".join(one(l) for l in model.layers))
     return one(model)
-
-
-def _size(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _file_size(path):
@@ -614,7 +609,7 @@ def _parse(f, path, size):
             if dtype not in (_F32, _I8) or (dtype == _I8 and r != 2):
                 raise _err(path, "malformed tensor record %r: dtype %d with shape %r (known: 0 float32, "
                            "1 int8 rows of a matrix)" % (name, dtype, shape))
-        nbytes = 4 * _size(shape) if dtype == _F32 else _size(shape) + 4 * shape[0]
+        nbytes = 4 * shape_size(shape) if dtype == _F32 else shape_size(shape) + 4 * shape[0]
         if r == 0 or pos + nbytes > size - 4:
             raise _err(path, "malformed tensor record %r (shape %r, %d bytes of data; %d bytes left in "
                        "the file)" % (name, shape, nbytes, max(0, size - 4 - pos)))
@@ -708,7 +703,6 @@ def read_header(path):
         size = _verify(f, path)
         tag, meta, recs = _parse(f, path, size)
     tensors = [(r[0], r[1]) for r in recs]
-    from .spec import find_spec, check_tensors
     spec = find_spec(meta, "checkpoint %r" % path)
     if spec is not None:            # nothing is built: the spec's sizes are read off its arguments
         check_tensors(spec, tensors, "checkpoint %r" % path)
@@ -734,7 +728,7 @@ def read(path):
                 _read_tensor(f, w, rec[1:], path)
                 a = w.dequantize().data
             else:
-                a = array("f", bytes(4 * _size(shape)))
+                a = array("f", bytes(4 * shape_size(shape)))
                 _read_floats(f, a, rec[2], path)
             out.append((name, shape, a))
     return meta, out
@@ -747,7 +741,7 @@ def info(path, show=True):
              "tag:  %s" % h["tag"], "meta: %s" % json.dumps(h["meta"])]
     total = 0
     for name, shape in h["tensors"]:
-        total += _size(shape)
+        total += shape_size(shape)
         lines.append("  %-12s %s%s" % (name, "x".join(str(d) for d in shape),
                                        "  int8" if name in h["int8"] else ""))
     lines.append("%d tensors, %d floats" % (len(h["tensors"]), total))
@@ -888,3 +882,88 @@ def _load_some(path, named, want, model=None):
         named = _dtypes(named, have, path, model)
         for name, p in named:
             _read_tensor(f, p, have[name], path)
+
+
+# ---- the model spec a checkpoint carries ---------------------------------------------------
+
+def find_spec(meta, where="checkpoint"):
+    """The model spec a checkpoint's metadata describes, or None when it holds none: meta['spec'];
+    for checkpoints written before specs, meta['layers'] (a layer list) or meta['arch']
+    'iris-attention-v1' (the seed's Iris model). CheckpointError naming `where` when meta is
+    not a dict or its layer list is malformed."""
+    from .specformat import _short
+    from .specplan import layer_list_spec
+    if not isinstance(meta, dict):
+        raise CheckpointError("%s: metadata must be a JSON object, got %s" % (where, _short(meta)))
+    if "spec" in meta:
+        return meta["spec"]
+    if "layers" in meta:
+        try:
+            return layer_list_spec(meta["layers"], where)
+        except ValueError as e:
+            raise CheckpointError(str(e))
+    from .models import IRIS_ARCH, IRIS_SPEC
+    if meta.get("arch") == IRIS_ARCH:
+        return IRIS_SPEC
+    return None
+
+
+def spec_of(meta, where="checkpoint"):
+    """find_spec(meta, where), and CheckpointError when the metadata holds no spec."""
+    spec = find_spec(meta, where)
+    if spec is None:
+        raise CheckpointError("%s: its metadata holds no model spec (meta['spec']; it was saved from a "
+                              "model with a layer a spec cannot describe, or with spec=False): build the "
+                              "model in code and use load_checkpoint" % where)
+    return spec
+
+
+def load_model(path, with_meta=False):
+    """The model a checkpoint describes (its spec), with the checkpoint's weights. Before any
+    layer is built, read_header has verified the file and compared its spec with its tensor
+    table (names, shapes, sizes, MAX_PARAMS); every refusal is a CheckpointError naming the
+    file. with_meta=True returns (model, meta). Checkpoints written before specs load too (see
+    find_spec)."""
+    from .spec import from_spec
+    path = _fspath(path, "load_model")
+    where = "checkpoint %r" % (path,)
+    head = read_header(path)
+    spec = spec_of(head["meta"], where)
+    try:
+        model = from_spec(spec)
+    except ValueError as e:             # an argument the layer refuses (type, value, unknown name)
+        raise CheckpointError("%s: %s" % (where, e))
+    load(path, model)
+    return (model, head["meta"]) if with_meta else model
+
+
+def check_tensors(spec, tensors, where):
+    """CheckpointError, naming `where` and what differs, unless `spec` is well formed, within
+    MAX_PARAMS, and declares exactly the tensors [(name, shape)] of a file's table."""
+    from .specplan import named_shapes, plan
+    try:
+        params = plan(spec)[0]
+    except ValueError as e:
+        raise CheckpointError("%s: bad model spec: %s" % (where, e))
+    have = 0
+    table = {}
+    for name, shape in tensors:
+        have += shape_size(shape)
+        table[name] = tuple(shape)
+    if params != have:
+        raise CheckpointError("%s: the spec declares %d parameters (%d bytes), the file's tensors hold %d "
+                              "(%d bytes)" % (where, params, 4 * params, have, 4 * have))
+    mine = named_shapes(spec)
+    for name, shape in mine:
+        if table.get(name) != shape:
+            raise CheckpointError("%s: the spec declares tensor %r %r, the file %s" % (
+                where, name, shape, "has no tensor of that name" if name not in table else "holds %r" % (table[name],)))
+    if len(mine) != len(tensors):
+        names = {}
+        for name, _ in mine:
+            names[name] = 1
+        for name, shape in tensors:
+            if name not in names:
+                raise CheckpointError("%s: the file holds tensor %r %r, which the spec does not declare"
+                                      % (where, name, tuple(shape)))
+        raise CheckpointError("%s: the spec declares %d tensors, the file holds %d" % (where, len(mine), len(tensors)))

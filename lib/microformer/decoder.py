@@ -13,7 +13,7 @@ from .feedforward import FeedForward
 from .layer import Layer, _epoch, check_tensor, prefixed, shape_error, trains
 from .norm import LayerNorm
 from .posenc import PositionalEncoding
-from .tensor import Tensor
+from .tensor import Tensor, shape_size
 
 
 class DecoderBlock(Layer):
@@ -55,7 +55,7 @@ class DecoderBlock(Layer):
                 g.name = prefix + g.name
         self._x = None
 
-    def _sublayers(self):
+    def sublayers(self):
         return (self.ln1, self.self_attn, self.drop1, self.ln2, self.cross_attn, self.drop2, self.ln3,
                 self.ffn, self.drop3)
 
@@ -63,10 +63,10 @@ class DecoderBlock(Layer):
         return [("self_attn.", self.self_attn), ("multihead_attn.", self.cross_attn), ("", self.ffn),
                 ("norm1.", self.ln1), ("norm2.", self.ln2), ("norm3.", self.ln3)]
 
-    def _state(self):
+    def state_parts(self):
         # nn.TransformerDecoderLayer(E, H, hidden, dropout=p, batch_first=True, norm_first=True)
         return (prefixed("self_attn.", self.self_attn) + prefixed("multihead_attn.", self.cross_attn)
-                + self.ffn._state() + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2)
+                + self.ffn.state_parts() + prefixed("norm1.", self.ln1) + prefixed("norm2.", self.ln2)
                 + prefixed("norm3.", self.ln3))
 
     def check_input_shape(self, in_shape):
@@ -75,11 +75,9 @@ class DecoderBlock(Layer):
             raise shape_error("DecoderBlock", "input", "[B,S,%d]" % self.embed_dim, in_shape)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         s = 6 * n      # x1 x2 y dx2 dx1 dx
-        for l in self._sublayers():
+        for l in self.sublayers():
             s += l.cache_floats(in_shape)
         return s
 
@@ -134,22 +132,21 @@ class DecoderBlock(Layer):
         self._x = x
         return y
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
-            self._dx2 = Tensor.zeros(shape)
-            self._dx1 = Tensor.zeros(shape)
-            self._dx = Tensor.zeros(shape)
+            self._dx2 = bufs.zeros("_dx2", shape)
+            self._dx1 = bufs.zeros("_dx1", shape)
+            self._dx = bufs.zeros("_dx", shape)
         else:                         # one set per mode: training forward, prefill, decode_step
             mode = _RUN.index(stage)
-            setattr(self, _X1[mode], Tensor.zeros(shape))
-            setattr(self, _X2[mode], Tensor.zeros(shape))
-            setattr(self, _Y[mode], Tensor.zeros(shape))
+            for name in (_X1[mode], _X2[mode], _Y[mode]):
+                setattr(self, name, bufs.zeros(name, shape))
 
     backward_stops = True
 
     def backward(self, dy, grads=True, need_dx=True):
-        """dy [B,S,E] -> (dx [B,S,E], dmemory [B,Sk,E]). need_dx=False: dx is None, and the
-        self-attention branch gets no backward unless it trains."""
+        """dy [B,S,E] -> dx [B,S,E]; the memory's gradient [B,Sk,E] is then self.dmemory.
+        need_dx=False: dx is None, and the self-attention branch gets no backward unless it trains."""
         self._need_forward(self._x)
         check_tensor("DecoderBlock", "dy", dy)
         x = self._x
@@ -164,7 +161,8 @@ class DecoderBlock(Layer):
         dx2 = self._dx2
         K.add_forward(dx2.data, dy.data, d.data, n)
         # x2 = x1 + cross(ln2(x1), memory): dx1 = dx2 + ln2'(dh), dmemory from the cross-attention
-        dh, dmem = self.cross_attn.backward(self.drop2.backward(dx2), train)
+        dh = self.cross_attn.backward(self.drop2.backward(dx2), train)
+        self.dmemory = self.cross_attn.dcontext
         d = self.ln2.backward(dh, train)
         dx1 = self._dx1
         K.add_forward(dx1.data, dx2.data, d.data, n)
@@ -174,11 +172,11 @@ class DecoderBlock(Layer):
                 self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
             elif train and trains(self.self_attn):
                 self.self_attn.backward(self.drop1.backward(dx1), train, False)
-            return None, dmem
+            return None
         d = self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
         dx = self._dx
         K.add_forward(dx.data, dx1.data, d.data, n)
-        return dx, dmem
+        return dx
 
     def cache_memory(self, memory, memory_key_padding_mask=None, memory_lengths=None):
         """Generation: the cross-attention's K and V of memory [B,Sk,E], computed once."""
@@ -209,7 +207,7 @@ _Y = ("_y", "_y_p", "_y_d")
 
 def _modes(layer, out):
     out.append((layer, layer.training))
-    for l in layer._sublayers():
+    for l in layer.sublayers():
         _modes(l, out)
     return out
 
@@ -279,11 +277,11 @@ class Transformer(Layer):
     def _named_sublayers(self):
         return self._parts()
 
-    def _sublayers(self):
+    def sublayers(self):
         # the positional encodings have no parameters but a dropout: train()/eval() reach them
         return [l for _, l in self._parts()] + [self.src_pos, self.tgt_pos]
 
-    def _state(self):
+    def state_parts(self):
         out = []
         for prefix, l in self._parts():
             out.extend(prefixed(prefix, l))
@@ -341,11 +339,11 @@ class Transformer(Layer):
         self._memory = memory
         return y
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":                               # memory's gradient, summed over layers
-            self._dmem = Tensor.zeros(shape)
+            self._dmem = bufs.zeros("_dmem", shape)
         else:                                             # "_gen": next ids (B, 1)
-            self._next = Tensor.zeros(shape)
+            self._next = bufs.zeros("_next", shape)
 
     def backward(self, dy, grads=True):
         """dlogits [B,St,V] of the last forward (not after a generate()); fills the grads (token ids
@@ -369,9 +367,9 @@ class Transformer(Layer):
         d = self.generator.backward(dy, train, True)
         d = self.dec_norm.backward(d, train)
         for i in range(len(self.decoder) - 1, dec_low - 1, -1):
-            d, dm = self.decoder[i].backward(d, train, i > dec_low or tgt)
+            d = self.decoder[i].backward(d, train, i > dec_low or tgt)
             if need_mem:
-                K.add_forward(dmem.data, dmem.data, dm.data, mem.size)
+                K.add_forward(dmem.data, dmem.data, self.decoder[i].dmemory.data, mem.size)
         if tgt:
             self.tgt_embed.backward(self.tgt_pos.backward(d), train)
         if not need_mem:
@@ -423,13 +421,7 @@ class Transformer(Layer):
         d = logits.data
         nxt = self._next.data
         for b in range(B):
-            base = ((b + 1) * S - 1) * V
-            best = 0
-            bv = d[base]
-            for v in range(1, V):
-                if d[base + v] > bv:
-                    bv = d[base + v]
-                    best = v
+            best = backend.K.argmax(d, ((b + 1) * S - 1) * V, V)
             nxt[b] = best
             if not done[b]:
                 out[b].append(best)

@@ -1,7 +1,7 @@
 # microformer.dense: fully connected layer, y = x W^T + b (torch.nn.Linear layout).
 from . import backend
 from .layer import WeightBias, check_tensor, shape_error
-from .tensor import Tensor, default_rng, xavier_uniform
+from .tensor import Tensor, default_rng, shape_size, xavier_uniform
 
 
 class Dense(WeightBias):
@@ -36,9 +36,7 @@ class Dense(WeightBias):
         return tuple(in_shape[:-1]) + (self.out_features,)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape[:-1]:
-            n *= d
+        n = shape_size(in_shape[:-1])
         return n * (self.out_features + self.in_features)   # y and dx
 
     def forward(self, x):
@@ -66,11 +64,11 @@ class Dense(WeightBias):
         base = WeightBias.params(self)
         return base if self.lora is None else base + self.lora.params()
 
-    def _state(self):
-        base = WeightBias._state(self)
+    def state_parts(self):
+        base = WeightBias.state_parts(self)
         if self.lora is None:
             return base
-        return base + self.lora._state()
+        return base + self.lora.state_parts()
 
     def backward(self, dy, grads=True, need_dx=True):
         # a frozen weight or bias has no grad buffer (None): the kernel skips it;

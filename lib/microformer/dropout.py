@@ -2,7 +2,7 @@
 #   training: y = x * keep / (1 - p), keep ~ Bernoulli(1 - p) per element; eval: y = x
 from . import backend
 from .layer import Layer, check_tensor, shape_error
-from .tensor import Rng, Tensor, dropout_seed
+from .tensor import Rng, dropout_seed, shape_size
 
 
 def check_p(who, p):
@@ -40,9 +40,7 @@ class Dropout(Layer):
         return in_shape
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         return 2 * n + (n + 3) // 4          # y, dx and the byte mask
 
     def active(self):
@@ -69,15 +67,12 @@ class Dropout(Layer):
         self._applied = False
         return x
 
-    def _allocate(self, stage, shape, other):
-        n = 1
-        for d in shape:
-            n *= d
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_fwd":
-            self._y = Tensor.zeros(shape)
-            self._keep = bytearray(n)                 # 1 = kept
+            self._y = bufs.zeros("_y", shape)
+            self._keep = bufs.bytes("_keep", shape_size(shape))      # 1 = kept
         else:
-            self._dx = Tensor.zeros(shape)
+            self._dx = bufs.zeros("_dx", shape)
 
     def mask(self):
         """The last training forward's keep mask (bytes, 1 = kept), or None if it dropped nothing."""

@@ -1,7 +1,7 @@
 # microformer.embedding: token ids -> learned vectors (a lookup table, trained by row).
 from . import backend
 from .layer import Layer, shape_error
-from .tensor import Tensor, default_rng, xavier_uniform
+from .tensor import Tensor, default_rng, shape_size, xavier_uniform
 
 
 class Embedding(Layer):
@@ -26,7 +26,7 @@ class Embedding(Layer):
     def params(self):
         return ((self.W, self.dW),)
 
-    def _state(self):
+    def state_parts(self):
         # nn.Embedding: weight [vocab, E]
         return [("weight", [self.W])]
 
@@ -34,9 +34,7 @@ class Embedding(Layer):
         return tuple(in_shape) + (self.embed_dim,)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         return n * self.embed_dim
 
     def forward(self, ids):
@@ -56,8 +54,8 @@ class Embedding(Layer):
         self._ids = ids
         return y
 
-    def _allocate(self, stage, shape, other):
-        self._y = Tensor.zeros(self.output_shape(shape))
+    def _allocate(self, stage, shape, other, bufs):
+        self._y = bufs.zeros("_y", self.output_shape(shape))
 
     def backward(self, dy, grads=True):
         self._need_forward(self._ids)

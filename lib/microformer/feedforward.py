@@ -30,10 +30,10 @@ class FeedForward(Layer):
                 p.name += k
                 g.name += k
 
-    def _sublayers(self):
+    def sublayers(self):
         return (self.fc1, self.act, self.drop, self.fc2)
 
-    def _state(self):
+    def state_parts(self):
         # the linear1 / linear2 of nn.TransformerEncoderLayer
         return prefixed("linear1.", self.fc1) + prefixed("linear2.", self.fc2)
 

@@ -15,20 +15,108 @@ except ImportError:          # a MicroPython without OrderedDict: a plain dict
 _KEYS = 4                    # keys (batch shapes) whose buffers a stage keeps
 
 
+class Buffers:
+    """The buffers one stage of one layer holds for one key (shape, other), asked for by name.
+
+    A layer's `_allocate(stage, shape, other, bufs)` makes them and stores each on itself under
+    the name it gives: `self._y = bufs.zeros('_y', (B, F))`, `self._keep = bufs.bytes('_keep', n)`.
+    The set records the names and values; when the layer switches back to this key it stores them
+    on the layer again and zeroes them. Float32 buffers are drawn on the stage's arrays (shared by
+    the stage's keys): the i-th one asked for is a view on the first values of the stage's i-th
+    array when that one is large enough, else a new array that replaces it (the stage's other keys
+    are dropped first: they may hold views on the array replaced)."""
+
+    def __init__(self, stage, shape, other):
+        self._stage = stage          # the layer's stage: [arrays, names, keys]
+        self.shape = shape           # the key
+        self.other = other
+        self.names = []              # the names asked for, in order, and their values
+        self.values = []
+        self.floats = []             # float32 data (arrays or views), zeroed on each switch
+        self.own = []                # this key's own bytearrays and int arrays, zeroed likewise
+
+    def _add(self, name, value):
+        if name in self.names:
+            raise ValueError("Buffers: %r asked for twice for one key (%r, %r)" % (name, self.shape, self.other))
+        self.names.append(name)
+        self.values.append(value)
+        return value
+
+    def zeros(self, name, shape):
+        """A float32 Tensor of `shape`, zeros, named `name`: self.<name> holds it."""
+        shape = _tensor._check_shape(shape, "Buffers.zeros(%r)" % name)
+        n = _tensor.shape_size(shape)
+        arrays = self._stage[0]
+        i = len(self.floats)
+        if i < len(arrays) and len(arrays[i]) >= n:
+            a = arrays[i]
+            data = a if len(a) == n else memoryview(a)[:n]
+        else:
+            data = array("f", bytes(4 * n))
+            del self._stage[2][:]
+            if i < len(arrays):
+                arrays[i] = data
+            else:
+                arrays.append(data)
+        self.floats.append(data)
+        return self._add(name, Tensor(shape, data))
+
+    def bytes(self, name, n):
+        """A bytearray of n zeros (masks, flags) of this key's own."""
+        b = bytearray(n)
+        self.own.append(b)
+        return self._add(name, b)
+
+    def ints(self, name, n):
+        """An array('i') of n zeros (indices) of this key's own."""
+        a = array("i", bytes(4 * n))
+        self.own.append(a)
+        return self._add(name, a)
+
+    def view(self, name, t):
+        """A Tensor the layer made itself (a view on another's data): kept, never zeroed."""
+        return self._add(name, t)
+
+    def none(self, name):
+        """No buffer under `name` for this key (self.<name> is None)."""
+        return self._add(name, None)
+
+    def _restore(self, layer):
+        names = self.names
+        values = self.values
+        for j in range(len(names)):
+            setattr(layer, names[j], values[j])
+        self._zero()
+
+    def _zero(self):
+        # float32 buffers by the backend's kernel; bytearrays and int arrays element by element
+        K = backend.K
+        for f in self.floats:
+            K.zero(f, len(f))
+        for b in self.own:
+            for i in range(len(b)):
+                b[i] = 0
+
+
+_UNSET = object()
+
+
 class Buffered:
     """The one way layers and losses reuse their output, cache and gradient buffers (and views).
 
     A method runs `self._buffers(stage, shape, other)` before it writes its buffers: `stage` names
-    the buffers of one pass ('_fwd', '_bwd', ...; the attribute that remembers their key), `shape`
+    the buffers of one pass ('_fwd', '_bwd', ...; the attribute that holds their Buffers), `shape`
     and `other` are what their sizes follow (an input shape; a second input's shape, a capacity or
     None). While the key is the one in use, nothing happens: a steady-state step compares tuples
     and allocates nothing. On another key the buffers are zeros again, as if new:
 
     - a key seen before (each stage keeps its last _KEYS) gets its buffers back, zeroed;
-    - a new key runs `self._allocate(stage, shape, other)`, whose `Tensor.zeros` draw on the
-      stage's arrays: a buffer is a view on the first values of the stage's array when that one is
-      large enough (so the smaller last batch of an epoch runs on views of the full batch's
-      arrays), else a new array that replaces it (and the other keys are dropped, to be made again).
+    - a new key runs `self._allocate(stage, shape, other, bufs)`, which asks the new key's
+      Buffers `bufs` for every buffer by name and stores it on the layer under that name
+      (`self._y = bufs.zeros('_y', shape)`); float32 buffers are views on the first values of
+      the stage's arrays when those are large enough (so the smaller last batch of an epoch runs
+      on views of the full batch's arrays), else new arrays that replace them (and the other keys
+      are dropped, to be made again).
 
     So a fit loop whose last batch is smaller allocates nothing at steady state, epoch boundaries
     included. The key is cleared before the buffers change and set only once they are complete:
@@ -37,84 +125,57 @@ class Buffered:
 
     def _buffers(self, stage, shape, other=None):
         have = getattr(self, stage, None)
-        if have is None or have[0] != shape or have[1] != other:
+        if have is None or have.shape != shape or have.other != other:
             setattr(self, stage, None)
             setattr(self, stage, self._switch(stage, shape, other))
 
     def _switch(self, stage, shape, other):
-        # per stage: [arrays, names, keys]; a key is (shape, other, values, floats, own): the
-        # values of `names` (every attribute the stage's _allocate has set), the float32 buffers
-        # drawn on the stage's arrays and the key's own bytearrays / arrays, zeroed on each switch
-        pools = getattr(self, "_pools", None)
-        if pools is None:
-            pools = self._pools = {}
-        st = pools.get(stage)
+        # per stage: [arrays, names, keys]: the float32 arrays its keys draw on, the names every
+        # kept key holds, the kept keys' Buffers (the most recently used last)
+        stages = getattr(self, "_stages", None)
+        if stages is None:
+            stages = self._stages = {}
+        st = stages.get(stage)
         if st is None:
-            st = pools[stage] = [[], [], []]
-        names = st[1]
+            st = stages[stage] = [[], [], []]
         keys = st[2]
         for i in range(len(keys)):
             k = keys[i]
-            if k[0] == shape and k[1] == other:
+            if k.shape == shape and k.other == other:
                 if i < len(keys) - 1:
-                    keys.append(keys.pop(i))      # the most recently used last
-                values = k[2]
-                for j in range(len(names)):
-                    setattr(self, names[j], values[j])
-                _zero(k[3], k[4])
+                    keys.append(keys.pop(i))
+                k._restore(self)
                 return k
-        before = dict(self.__dict__)
-        pool = [st[0], 0, keys, []]
-        saved = _tensor._pool
-        try:
-            _tensor._pool = pool
-            self._allocate(stage, shape, other)
-        finally:
-            _tensor._pool = saved
-        floats = []
-        for t in pool[3]:
-            floats.append(t.data)
-        own = []
-        after = self.__dict__
-        for a in after:
-            v = after[a]
-            if a in before and before[a] is v:
-                continue
-            if a not in names:
-                del keys[:]                       # they lack a value for it
-                names.append(a)
-            if isinstance(v, (bytearray, array)):
-                own.append(v)
-        _zero(floats, own)
-        values = []
-        for a in names:
-            values.append(getattr(self, a))
+        k = Buffers(st, shape, other)
+        self._allocate(stage, shape, other, k)
+        names = k.names
+        for j in range(len(names)):
+            if getattr(self, names[j], _UNSET) is not k.values[j]:
+                raise RuntimeError("%s._allocate: buffer %r is not stored as self.%s"
+                                   % (type(self).__name__, names[j], names[j]))
+        if names != st[1]:
+            del keys[:]                           # they hold other names
+            st[1] = names
+        k._zero()
         if len(keys) >= _KEYS:
             del keys[0]
-        k = (shape, other, values, floats, own)
         keys.append(k)
         return k
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         raise NotImplementedError("%s: no buffers for stage %r" % (type(self).__name__, stage))
-
-
-def _zero(floats, own):
-    # float32 buffers by the backend's kernel; bytearrays and int arrays element by element
-    K = backend.K
-    for f in floats:
-        K.zero(f, len(f))
-    for b in own:
-        for i in range(len(b)):
-            b[i] = 0
 
 
 class Layer(Buffered):
     """y = forward(x); dx = backward(dy, grads=True); collect_params(groups).
 
+    backward returns the gradient of the input (a Tensor shaped as x) or None when it has none
+    (token ids; need_dx=False): never a tuple; a second input's gradient is an attribute set by
+    backward (Attention.dcontext, DecoderBlock.dmemory).
+
     backward adds into the parameter grads when `grads` is true and the layer is trainable; a
     frozen enclosing layer (a Sequential, a composite such as EncoderBlock) passes grads=False so
-    that a frozen part's grads stay as they are. A composite lists its parts in _sublayers():
+    that a frozen part's grads stay as they are. A composite lists its parts in sublayers():
     then collect_params, params and train go through them, and freezing any part (or the whole)
     works as in Sequential; no flag is ever changed by backward.
     """
@@ -145,7 +206,7 @@ class Layer(Buffered):
         """True when a backward with grads would add into some grad buffer of this layer."""
         if not self._trainable:
             return False
-        subs = self._sublayers()
+        subs = self.sublayers()
         if subs:
             for l in subs:
                 if trains(l):
@@ -156,15 +217,15 @@ class Layer(Buffered):
                 return True
         return False
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         # the common case: the output `_y` for the forward pass ('_fwd', at output_shape), the input
         # gradient `_dx` for any other stage; layers with more buffers define their own
         if stage == "_fwd":
-            self._y = Tensor.zeros(self.output_shape(shape))
+            self._y = bufs.zeros("_y", self.output_shape(shape))
         else:
-            self._dx = Tensor.zeros(shape)
+            self._dx = bufs.zeros("_dx", shape)
 
-    def _sublayers(self):
+    def sublayers(self):
         """The parts of a composite layer, in order (empty for a plain layer)."""
         return ()
 
@@ -172,7 +233,7 @@ class Layer(Buffered):
         """Append the (param, grad) Tensor pairs this layer trains to `groups`; return it. A frozen
         layer adds none; a composite adds those of its trainable parts."""
         if self.trainable:
-            subs = self._sublayers()
+            subs = self.sublayers()
             if subs:
                 for l in subs:
                     l.collect_params(groups)
@@ -185,7 +246,7 @@ class Layer(Buffered):
     def params(self):
         """Every (param, grad) pair, frozen or not (what a checkpoint saves)."""
         out = []
-        for l in self._sublayers():
+        for l in self.sublayers():
             out.extend(l.params())
         return out
 
@@ -198,7 +259,7 @@ class Layer(Buffered):
 
     # ---- state_dict: PyTorch's names and layouts ---------------------------------------
 
-    def _state(self):
+    def state_parts(self):
         """[(name, [param Tensors])] in the order and with the names of the PyTorch module this
         layer mirrors; an entry of several Tensors is their concatenation along dimension 0
         (e.g. Attention's in_proj_weight = [Wq; Wk; Wv])."""
@@ -208,7 +269,7 @@ class Layer(Buffered):
         """Ordered {name: Tensor}, named as in PyTorch (nn.Linear: 'weight' [out,in], 'bias').
         A value is the parameter itself where the layouts agree, a concatenated copy otherwise."""
         sd = _Ordered()
-        for name, parts in self._state():
+        for name, parts in self.state_parts():
             sd[name] = parts[0] if len(parts) == 1 else _concat(parts)
         return sd
 
@@ -220,7 +281,7 @@ class Layer(Buffered):
         who = "%s.load_state_dict" % type(self).__name__
         if not hasattr(state_dict, "items"):
             raise ValueError("%s: expected a dict of name -> tensor, got %s" % (who, type(state_dict).__name__))
-        entries = self._state()
+        entries = self.state_parts()
         names = [n for n, _ in entries]
         missing = [n for n in names if n not in state_dict]
         unexpected = [k for k in state_dict if k not in names]
@@ -251,7 +312,7 @@ class Layer(Buffered):
 
     def train(self, mode=True):
         self.training = mode
-        for l in self._sublayers():
+        for l in self.sublayers():
             l.train(mode)
         return self
 
@@ -292,7 +353,7 @@ class WeightBias(Layer):
             return ((self.W, self.dW), (self.b, self.db))
         return ((self.W, self.dW),)
 
-    def _state(self):
+    def state_parts(self):
         return [("weight", [self.W])] + ([("bias", [self.b])] if self.use_bias else [])
 
 # ---- frozen parameters hold no grad buffer ---------------------------------------------
@@ -324,7 +385,7 @@ def ensure_grad(p, g):
 def _grads_on(layer):
     if not getattr(layer, "trainable", True):
         return
-    subs = layer._sublayers() if hasattr(layer, "_sublayers") else ()
+    subs = layer.sublayers() if hasattr(layer, "sublayers") else ()
     if subs:
         for l in subs:
             _grads_on(l)
@@ -375,8 +436,8 @@ def _as_tensor(v, who, name):
 
 
 def prefixed(prefix, layer):
-    """layer._state() with every name prefixed (composites and Sequential)."""
-    return [(prefix + n, parts) for n, parts in layer._state()]
+    """layer.state_parts() with every name prefixed (composites and Sequential)."""
+    return [(prefix + n, parts) for n, parts in layer.state_parts()]
 
 
 def shape_error(layer, what, expected, got):

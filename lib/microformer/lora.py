@@ -61,16 +61,16 @@ class LoRA(Buffered):
     def params(self):
         return ((self.A, self.dA), (self.B, self.dB))
 
-    def _state(self):
+    def state_parts(self):
         return [("lora_A.weight", [self.A]), ("lora_B.weight", [self.B])]
 
-    def _allocate(self, stage, N, other):
+    def _allocate(self, stage, N, other, bufs):
         # keyed by the row count N (an int: no tuple made per call)
         if stage == "_fwd":
-            self._h = Tensor.zeros((N, self.rank))              # (alpha/r) x A^T
-            self._u = Tensor.zeros((N, self.out_features))      # its product with B^T
+            self._h = bufs.zeros("_h", (N, self.rank))              # (alpha/r) x A^T
+            self._u = bufs.zeros("_u", (N, self.out_features))      # its product with B^T
         else:
-            self._dh = Tensor.zeros((N, self.rank))
+            self._dh = bufs.zeros("_dh", (N, self.rank))
 
     def forward_add(self, y, x, N):
         """y (N, out) += (alpha/r) (x A^T) B^T; keeps (alpha/r) x A^T for backward."""
@@ -335,7 +335,7 @@ def freeze_except(model, *patterns):
     matches nothing is an error. Returns the names of the trainable tensors, in the model's order."""
     if not patterns:
         raise ValueError("freeze_except: give at least one name pattern, e.g. 'bias', 'norm'")
-    entries = model._state()
+    entries = model.state_parts()
     live = []
     keep = set()
     for pat in patterns:
@@ -364,8 +364,8 @@ def freeze_except(model, *patterns):
 
 def _unflag(layer):
     # every layer inside trainable again (a frozen part keeps its buffers dropped otherwise)
-    if hasattr(layer, "_sublayers"):
-        for l in layer._sublayers():
+    if hasattr(layer, "sublayers"):
+        for l in layer.sublayers():
             if not getattr(l, "trainable", True):
                 l.trainable = True
             _unflag(l)
@@ -374,7 +374,7 @@ def _unflag(layer):
 def _settle(layer):
     # a plain layer none of whose parameters trains is marked frozen (trainable False): layers
     # whose backward uses its single grad whenever trainable (Embedding) then skip it
-    subs = layer._sublayers() if hasattr(layer, "_sublayers") else ()
+    subs = layer.sublayers() if hasattr(layer, "sublayers") else ()
     if subs:
         for l in subs:
             _settle(l)

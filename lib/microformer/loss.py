@@ -2,7 +2,6 @@
 from . import backend
 from .finite import NonFiniteError
 from .layer import Buffered, check_tensor, shape_error
-from .tensor import Tensor
 
 _INF = float("inf")
 _NEG_INF = -_INF
@@ -25,8 +24,8 @@ class CrossEntropyLoss(Buffered):
     def __init__(self):
         self._grad = None
 
-    def _allocate(self, stage, shape, other):
-        self._grad = Tensor.zeros(shape)
+    def _allocate(self, stage, shape, other, bufs):
+        self._grad = bufs.zeros("_grad", shape)
 
     def forward(self, logits, labels):
         check_tensor("CrossEntropyLoss", "logits", logits)
@@ -63,8 +62,8 @@ class MSELoss(Buffered):
     def __init__(self):
         self._grad = None
 
-    def _allocate(self, stage, shape, other):
-        self._grad = Tensor.zeros(shape)
+    def _allocate(self, stage, shape, other, bufs):
+        self._grad = bufs.zeros("_grad", shape)
 
     def forward(self, pred, target):
         check_tensor("MSELoss", "pred", pred)

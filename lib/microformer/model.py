@@ -83,13 +83,13 @@ class Sequential(Layer):
             self._low_at = e
         return self._low
 
-    def _sublayers(self):
+    def sublayers(self):
         return self.layers
 
     def _named_sublayers(self):
         return [("%d." % i, self.layers[i]) for i in range(len(self.layers))]
 
-    def _state(self):
+    def state_parts(self):
         # nn.Sequential: '<index>.<name>'; parameter-free layers keep their index
         out = []
         for i in range(len(self.layers)):

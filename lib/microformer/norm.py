@@ -3,7 +3,7 @@
 from . import backend
 from .finite import hyper
 from .layer import Layer, check_tensor, shape_error
-from .tensor import Tensor
+from .tensor import Tensor, shape_size
 
 
 class LayerNorm(Layer):
@@ -23,7 +23,7 @@ class LayerNorm(Layer):
     def params(self):
         return ((self.gamma, self.dgamma), (self.beta, self.dbeta))
 
-    def _state(self):
+    def state_parts(self):
         # nn.LayerNorm: weight (gamma), bias (beta)
         return [("weight", [self.gamma]), ("bias", [self.beta])]
 
@@ -33,9 +33,7 @@ class LayerNorm(Layer):
             raise shape_error("LayerNorm", "input", "[..., %d]" % self.dim, in_shape)
 
     def cache_floats(self, in_shape):
-        n = 1
-        for d in in_shape:
-            n *= d
+        n = shape_size(in_shape)
         return 2 * n + 2 * (n // self.dim)     # y, dx, mean, rstd
 
     def forward(self, x):
@@ -50,16 +48,14 @@ class LayerNorm(Layer):
         self._x = x
         return self._y
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_fwd":
-            n = 1
-            for d in shape[:-1]:
-                n *= d
-            self._y = Tensor.zeros(shape)
-            self._mean = Tensor.zeros((n,))
-            self._rstd = Tensor.zeros((n,))
+            n = shape_size(shape[:-1])
+            self._y = bufs.zeros("_y", shape)
+            self._mean = bufs.zeros("_mean", (n,))
+            self._rstd = bufs.zeros("_rstd", (n,))
         else:
-            self._dx = Tensor.zeros(shape)
+            self._dx = bufs.zeros("_dx", shape)
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)

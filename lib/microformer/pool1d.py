@@ -1,7 +1,6 @@
 # microformer.pool1d: max and average pooling along the sequence of channels-last input.
 #   x [B, L, C] -> y [B, L_out, C], L_out = (L + 2 padding - kernel_size) // stride + 1
 # As torch's MaxPool1d / AvgPool1d (ceil_mode=False; the average counts padding, count_include_pad).
-from array import array
 
 from . import backend
 from .layer import Layer, check_tensor, shape_error
@@ -67,10 +66,10 @@ class MaxPool1D(_Pool1D):
         self._x = x
         return y
 
-    def _allocate(self, stage, shape, other):
-        Layer._allocate(self, stage, shape, other)
+    def _allocate(self, stage, shape, other, bufs):
+        Layer._allocate(self, stage, shape, other, bufs)
         if stage == "_fwd":
-            self._idx = array("i", bytes(4 * self._y.size))      # each output's argmax
+            self._idx = bufs.ints("_idx", self._y.size)          # each output's argmax
 
     def backward(self, dy, grads=True):
         self._check_dy(dy)

@@ -34,13 +34,13 @@ class LearnedPositionalEmbedding(PositionalEncoding):
         self._start = 0
         self.pos = 0
 
-    def _sublayers(self):
+    def sublayers(self):
         return ()                         # a plain layer: its own W, not a composite
 
     def params(self):
         return ((self.W, self.dW),)
 
-    def _state(self):
+    def state_parts(self):
         return [("weight", [self.W])]
 
     def _table(self):

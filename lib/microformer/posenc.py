@@ -28,7 +28,7 @@ class PositionalEncoding(Layer):
         self.drop = Dropout(dropout)
         self.dropout = self.drop.p
 
-    def _sublayers(self):
+    def sublayers(self):
         return (self.drop,)
 
     def _table(self):
@@ -71,8 +71,8 @@ class PositionalEncoding(Layer):
         self._start = start
         return y
 
-    def _allocate(self, stage, shape, other):
-        self._y = Tensor.zeros(shape)
+    def _allocate(self, stage, shape, other, bufs):
+        self._y = bufs.zeros("_y", shape)
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)

@@ -1,5 +1,6 @@
 # microformer.reshape: a view with another shape; the batch axis stays first.
 from .layer import Layer, check_tensor, shape_error
+from .tensor import shape_size
 
 
 class Reshape(Layer):
@@ -10,20 +11,16 @@ class Reshape(Layer):
             raise ValueError("Reshape: shape must be a tuple of positive ints (the per-sample shape, "
                              "e.g. (4, 8)), got %r" % (shape,))
         shape = tuple(shape)
-        n = 1
         for d in shape:
             if not isinstance(d, int) or d < 1:
                 raise ValueError("Reshape: shape must hold positive ints, got %r" % (shape,))
-            n *= d
         self.shape = shape
-        self._n = n
+        self._n = shape_size(shape)
         self._x = None
 
     def check_input_shape(self, in_shape):
         Layer.check_input_shape(self, in_shape)
-        n = 1
-        for d in in_shape[1:]:
-            n *= d
+        n = shape_size(in_shape[1:])
         if n != self._n:
             raise shape_error("Reshape", "input", "[B, %d values per sample] for %r" % (self._n, self.shape),
                               in_shape)
@@ -44,11 +41,11 @@ class Reshape(Layer):
         v.data = x.data
         return v
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         if stage == "_fwd":
-            self._view = self._x.reshape((shape[0],) + self.shape)
+            self._view = bufs.view("_view", self._x.reshape((shape[0],) + self.shape))
         else:
-            self._dview = self._dy.reshape(shape)
+            self._dview = bufs.view("_dview", self._dy.reshape(shape))
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)

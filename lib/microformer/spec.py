@@ -1,10 +1,13 @@
 # microformer.spec: a model as plain data, and back.
 #   to_spec(model) -> {"type": "Sequential", "layers": [{"type": "Dense", "in_features": 4, ...}, ...]}
 #   from_spec(spec) -> the model (freshly initialised; a checkpoint fills in the weights)
-# A spec is JSON-able: checkpoints carry it, so load_model(path) rebuilds a model with no code.
+# A spec is JSON-able: checkpoints carry it, so load_model(path) (microformer.checkpoint) rebuilds a
+# model with no code. What a spec costs is read off it, before anything is built, by specplan;
+# its format name and limits are specformat's.
 import sys
 
 from .model import Sequential
+from .specformat import FORMAT, MAX_DEPTH, _short
 
 # the module each layer class lives in: imported when a spec needs it (a board without PSRAM
 # has a small heap; `import microformer` leaves the rarer layers out until they are used)
@@ -89,8 +92,6 @@ _LAYERS = {
                                    lambda l: {"max_len": l.max_len, "embed_dim": l.embed_dim}),
 }
 
-FORMAT = "microformer-spec/1"
-
 
 def _layer_spec(layer, where):
     name = type(layer).__name__
@@ -115,23 +116,6 @@ def to_spec(model):
             spec["lora"] = groups
     spec["format"] = FORMAT
     return spec
-
-
-# ---- what a spec costs, known before anything is built ---------------------------------------
-# A checkpoint's spec is data from a file: a forged 200-byte file may say Dense(8192, 8192) or
-# Transformer(num_encoder_layers=10**6). microformer.specplan (imported at the end of this file)
-# reads the parameters and fixed tables a spec would allocate off its arguments (plan,
-# named_shapes), and compares them with a file's tensor table (check_tensors), before anything
-# is built.
-
-MAX_PARAMS = 1 << 24    # floats a spec may make the constructors allocate (parameters + fixed
-#                         tables): 64 MB of float32, 8x the PSRAM of an ESP32-S3 board
-MAX_DEPTH = 8           # Sequentials nested in Sequentials
-
-
-def _short(v):
-    r = repr(v)
-    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def _build(spec, where, depth):
@@ -163,7 +147,7 @@ def _build(spec, where, depth):
 def from_spec(spec):
     """A freshly initialised model from to_spec()'s dict (seed with mf.seed first to repeat it).
     It builds what the spec says: a spec from a file is checked first (checkpoint.read_header,
-    load_model; plan(spec) gives the sizes of any spec without building it)."""
+    checkpoint.load_model; specplan.plan(spec) gives the sizes of any spec without building it)."""
     if isinstance(spec, dict) and "format" in spec and spec["format"] != FORMAT:
         raise ValueError("from_spec: format %r, expected %r" % (spec["format"], FORMAT))
     if isinstance(spec, dict) and "lora" in spec:
@@ -215,75 +199,3 @@ def _diff(a, b, where, names):
 def same_architecture(a, b):
     """True when two specs describe the same layers with the same arguments (see difference)."""
     return _diff(a, b, "spec", ("a", "b")) is None
-
-
-def find_spec(meta, where="checkpoint"):
-    """The model spec a checkpoint's metadata describes, or None when it holds none: meta['spec'];
-    for checkpoints written before specs, meta['layers'] (a layer list) or meta['arch']
-    'iris-attention-v1' (the seed's Iris model). CheckpointError naming `where` when meta is
-    not a dict or its layer list is malformed."""
-    from .checkpoint import CheckpointError
-    if not isinstance(meta, dict):
-        raise CheckpointError("%s: metadata must be a JSON object, got %s" % (where, _short(meta)))
-    if "spec" in meta:
-        return meta["spec"]
-    if "layers" in meta:
-        try:
-            return layer_list_spec(meta["layers"], where)
-        except ValueError as e:
-            raise CheckpointError(str(e))
-    from .models import IRIS_ARCH, IRIS_SPEC
-    if meta.get("arch") == IRIS_ARCH:
-        return IRIS_SPEC
-    return None
-
-
-def spec_of(meta, where="checkpoint"):
-    """find_spec(meta, where), and CheckpointError when the metadata holds no spec."""
-    from .checkpoint import CheckpointError
-    spec = find_spec(meta, where)
-    if spec is None:
-        raise CheckpointError("%s: its metadata holds no model spec (meta['spec']; it was saved from a "
-                              "model with a layer a spec cannot describe, or with spec=False): build the "
-                              "model in code and use load_checkpoint" % where)
-    return spec
-
-
-def load_model(path, with_meta=False):
-    """The model a checkpoint describes (its spec), with the checkpoint's weights. Before any
-    layer is built, read_header has verified the file and compared its spec with its tensor
-    table (names, shapes, sizes, MAX_PARAMS); every refusal is a CheckpointError naming the
-    file. with_meta=True returns (model, meta). Checkpoints written before specs load too (see
-    find_spec)."""
-    from . import checkpoint
-    path = checkpoint._fspath(path, "load_model")
-    where = "checkpoint %r" % (path,)
-    head = checkpoint.read_header(path)
-    spec = spec_of(head["meta"], where)
-    try:
-        model = from_spec(spec)
-    except ValueError as e:             # an argument the layer refuses (type, value, unknown name)
-        raise checkpoint.CheckpointError("%s: %s" % (where, e))
-    checkpoint.load(path, model)
-    return (model, head["meta"]) if with_meta else model
-
-
-
-def plan(spec):
-    from .specplan import plan
-    return plan(spec)
-
-
-def named_shapes(spec):
-    from .specplan import named_shapes
-    return named_shapes(spec)
-
-
-def check_tensors(spec, tensors, where):
-    from .specplan import check_tensors
-    return check_tensors(spec, tensors, where)
-
-
-def layer_list_spec(layers, where):
-    from .specplan import layer_list_spec
-    return layer_list_spec(layers, where)

@@ -1,5 +1,6 @@
 # microformer.specplan: what a model spec would allocate, read off its arguments, and the check
-# of a checkpoint's spec against its tensor table; nothing is built (spec.py imports it).
+# of a checkpoint's spec against its tensor table; nothing is built (checkpoint.py imports it,
+# and spec.py for a spec with adapters; it imports neither).
 #
 # Per layer type: (its shape arguments, "name" or "name=default", all ints >= 1, read by
 # position below; its parameters; its constructor's arguments in order, for old layer lists).
@@ -9,7 +10,9 @@
 # whose prefix only the whole model's names carry (Transformer.named_params), "#" in a prefix
 # the part's index and "*k" repeats it argument k times. test_checkpoint_forged.py builds every
 # layer type and compares, so a change in a layer fails a test until this table follows it.
-from .spec import FORMAT, MAX_DEPTH, MAX_PARAMS, _short
+from .specformat import FORMAT, MAX_DEPTH, MAX_PARAMS, _short
+from .tensor import shape_size
+
 
 _ATT = "Wq:0,0 bq?:0 Wk:0,0 bk?:0 Wv:0,0 bv?:0 Wo:0,0 bo?:0"
 _P = {
@@ -97,9 +100,7 @@ def _expand(kind, a, b, prefix, top, out, tot):
                 for r in range(rep):
                     _expand(sub, vals, b, prefix + pre.replace("#", str(r)), False, out, tot)
             continue
-        n = 1
-        for v in vals:
-            n *= v
+        n = shape_size(vals)
         if head == "~":
             tot[1] += n
         elif b or not head.endswith("?"):
@@ -244,41 +245,6 @@ def named_shapes(spec):
     _walk(spec, "spec", 0, tot, out, "")
     lora_tensors(spec, out, tot)
     return out
-
-
-def check_tensors(spec, tensors, where):
-    """CheckpointError, naming `where` and what differs, unless `spec` is well formed, within
-    MAX_PARAMS, and declares exactly the tensors [(name, shape)] of a file's table."""
-    from .checkpoint import CheckpointError
-    try:
-        params = plan(spec)[0]
-    except ValueError as e:
-        raise CheckpointError("%s: bad model spec: %s" % (where, e))
-    have = 0
-    table = {}
-    for name, shape in tensors:
-        k = 1
-        for d in shape:
-            k *= d
-        have += k
-        table[name] = tuple(shape)
-    if params != have:
-        raise CheckpointError("%s: the spec declares %d parameters (%d bytes), the file's tensors hold %d "
-                              "(%d bytes)" % (where, params, 4 * params, have, 4 * have))
-    mine = named_shapes(spec)
-    for name, shape in mine:
-        if table.get(name) != shape:
-            raise CheckpointError("%s: the spec declares tensor %r %r, the file %s" % (
-                where, name, shape, "has no tensor of that name" if name not in table else "holds %r" % (table[name],)))
-    if len(mine) != len(tensors):
-        names = {}
-        for name, _ in mine:
-            names[name] = 1
-        for name, shape in tensors:
-            if name not in names:
-                raise CheckpointError("%s: the file holds tensor %r %r, which the spec does not declare"
-                                      % (where, name, tuple(shape)))
-        raise CheckpointError("%s: the spec declares %d tensors, the file holds %d" % (where, len(mine), len(tensors)))
 
 
 def layer_list_spec(layers, where):

@@ -15,7 +15,6 @@ from .layer import Buffered, check_tensor, shape_error
 from .norm import LayerNorm
 from .posembed import LearnedPositionalEmbedding
 from .posenc import PositionalEncoding
-from .tensor import Tensor
 
 _POSITIONWISE = (Dense, LayerNorm, ActivationLayer, FeedForward, Embedding, Dropout)
 
@@ -33,21 +32,21 @@ class _Window(Buffered):
         self.chunk = chunk
         self.h = 0
 
-    def _allocate(self, stage, shape, other):
+    def _allocate(self, stage, shape, other, bufs):
         L = self.window + self.chunk
         if stage == "_kv":                       # (B, L, E) keys and values, the key mask
             B, E = shape
-            self._kb = Tensor.zeros((B, L, E))
-            self._vb = Tensor.zeros((B, L, E))
-            self._mask = bytearray(B * L)
+            self._kb = bufs.zeros("_kb", (B, L, E))
+            self._vb = bufs.zeros("_vb", (B, L, E))
+            self._mask = bufs.bytes("_mask", B * L)
         else:                                    # per chunk size c
             B, c, E = shape
-            self._q = Tensor.zeros((B, c, E))
-            self._k = Tensor.zeros((B, c, E))
-            self._v = Tensor.zeros((B, c, E))
-            self._ctx = Tensor.zeros((B, c, E))
-            self._att = Tensor.zeros((B, self.attn.num_heads, c, L))
-            self._y = Tensor.zeros((B, c, E))
+            self._q = bufs.zeros("_q", (B, c, E))
+            self._k = bufs.zeros("_k", (B, c, E))
+            self._v = bufs.zeros("_v", (B, c, E))
+            self._ctx = bufs.zeros("_ctx", (B, c, E))
+            self._att = bufs.zeros("_att", (B, self.attn.num_heads, c, L))
+            self._y = bufs.zeros("_y", (B, c, E))
 
     def step(self, x):
         a = self.attn
@@ -87,9 +86,9 @@ class _Block(Buffered):
         self.block = block
         self.win = _Window(block.attn, window, chunk)
 
-    def _allocate(self, stage, shape, other):
-        self._x1 = Tensor.zeros(shape)
-        self._y = Tensor.zeros(shape)
+    def _allocate(self, stage, shape, other, bufs):
+        self._x1 = bufs.zeros("_x1", shape)
+        self._y = bufs.zeros("_y", shape)
 
     def step(self, x):
         bl = self.block
@@ -110,7 +109,7 @@ def _dropping(layer):
         return layer.active()
     if isinstance(layer, Attention) and layer.training and layer.dropout > 0.0:
         return True
-    for l in layer._sublayers():
+    for l in layer.sublayers():
         if _dropping(l):
             return True
     return False

@@ -5,7 +5,8 @@ from array import array
 from . import kernels as _kernels
 
 
-def _size(shape):
+def shape_size(shape):
+    """The number of values a tensor of `shape` holds (the product of its dimensions)."""
     n = 1
     for d in shape:
         n *= d
@@ -21,42 +22,12 @@ def _check_shape(shape, who):
     return shape
 
 
-# While a layer makes the buffers of one of its stages (layer.Buffered), Tensor.zeros draws on
-# the arrays that stage already has: _pool = [arrays, next index, keys, made]. The i-th buffer
-# asked for is a view on the first values of the stage's i-th array when that one is large enough
-# (the stage zeroes it, as zeros() promises), else a new array that takes its place: the stage's
-# keys are dropped first (they may hold views on the array replaced). made lists the Tensors
-# drawn. None: no layer is making buffers.
-_pool = None
-
-
-def _from_pool(p, shape, name):
-    shape = _check_shape(shape, "Tensor")
-    n = _size(shape)
-    arrays = p[0]
-    i = p[1]
-    p[1] = i + 1
-    if i < len(arrays) and len(arrays[i]) >= n:
-        a = arrays[i]
-        data = a if len(a) == n else memoryview(a)[:n]
-    else:
-        data = array("f", bytes(4 * n))
-        del p[2][:]
-        if i < len(arrays):
-            arrays[i] = data
-        else:
-            arrays.append(data)
-    t = Tensor(shape, data, name)
-    p[3].append(t)
-    return t
-
-
 class Tensor:
     """A float32 `array('f')` in `.data` (row-major) viewed with `.shape` (a tuple)."""
 
     def __init__(self, shape, data=None, name=""):
         shape = _check_shape(shape, "Tensor")
-        n = _size(shape)
+        n = shape_size(shape)
         if data is None:
             data = array("f", bytes(4 * n))
         elif len(data) != n:
@@ -67,9 +38,6 @@ class Tensor:
 
     @staticmethod
     def zeros(shape, name=""):
-        p = _pool
-        if p is not None:               # a layer making its buffers (layer.Buffered)
-            return _from_pool(p, shape, name)
         return Tensor(shape, None, name)
 
     @staticmethod
@@ -103,7 +71,7 @@ class Tensor:
                 raise ValueError("reshape: cannot view %r as %r" % (self.shape, shape))
             shape = tuple(n // known if d == -1 else d for d in shape)
         shape = _check_shape(shape, "reshape")
-        if _size(shape) != n:
+        if shape_size(shape) != n:
             raise ValueError("reshape: cannot view %r (%d values) as %r" % (self.shape, n, shape))
         return Tensor(shape, self.data, self.name)
 

@@ -218,12 +218,12 @@ def evaluate(model, data, batch_size=32):
     correct = 0
     for X, y in Batches(data, batch_size):
         logits = predict_logits(model, X)
-        K = logits.shape[1]
-        if K != C:
+        n = logits.shape[1]               # scores per example
+        if n != C:
             raise ValueError("evaluate: the model gives %d scores per example, the data has %d classes (%s)"
-                             % (K, C, ", ".join(str(c) for c in data.classes)))
+                             % (n, C, ", ".join(str(c) for c in data.classes)))
         for b in range(len(y)):
-            p = argmax(logits.data, b * K, K)
+            p = argmax(logits.data, b * n, n)
             confusion[y[b]][p] += 1
             if p == y[b]:
                 correct += 1

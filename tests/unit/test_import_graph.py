@@ -1,0 +1,81 @@
+"""No import circles among the package's modules (lib/microformer) and the board's files (board/):
+every import counts, the ones inside functions too (a lazy import only hides a circle until the
+function runs). A circle fails the test naming its modules in order.
+
+One is known and kept: mf_adapter holds the Session's LoRA commands as functions of the session
+(imported on first use, so a session that never adapts keeps them off a small heap) and takes
+mf_session's helpers; breaking it means moving those helpers out of mf_session."""
+import ast
+import os
+
+import helpers
+
+
+def _graph(folder, package):
+    # {module: {module it imports}} for the .py files of `folder`; `package` is the dotted name a
+    # file's relative imports resolve against (None: board files, imported by their bare names)
+    names = {f[:-3] for f in os.listdir(folder) if f.endswith(".py")}
+    graph = {}
+    for name in sorted(names):
+        with open(os.path.join(folder, name + ".py")) as f:
+            tree = ast.parse(f.read())
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1 and package:
+                    if node.module:
+                        deps.add(node.module.split(".")[0])
+                    else:
+                        deps.update(a.name for a in node.names)
+                elif node.module and package and node.module.startswith(package + "."):
+                    deps.add(node.module[len(package) + 1:].split(".")[0])
+                elif node.module and not package:
+                    deps.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    mod = a.name
+                    if package and mod.startswith(package + "."):
+                        deps.add(mod[len(package) + 1:].split(".")[0])
+                    elif not package:
+                        deps.add(mod.split(".")[0])
+        graph[name] = {d for d in deps if d in names and d != name and d != "__init__"}
+    return graph
+
+
+def _cycles(graph):
+    # every circle once, as a list of modules from its first (sorted) one
+    found = set()
+    out = []
+
+    def walk(start, node, path):
+        for d in sorted(graph[node]):
+            if d == start:
+                if frozenset(path) not in found:
+                    found.add(frozenset(path))
+                    out.append(path + [start])
+            elif d not in path and d > start:
+                walk(start, d, path + [d])
+    for m in sorted(graph):
+        walk(m, m, [m])
+    return out
+
+
+def test_package_has_no_import_circles():
+    g = _graph(os.path.join(helpers.ROOT, "lib", "microformer"), "microformer")
+    assert "checkpoint" in g and "spec" in g["checkpoint"], "the graph misses checkpoint's imports"
+    assert _cycles(g) == [], "import circles: %s" % [" -> ".join(c) for c in _cycles(g)]
+
+
+KNOWN_BOARD = [["mf_adapter", "mf_session", "mf_adapter"]]
+
+
+def test_board_files_have_no_import_circles():
+    g = _graph(os.path.join(helpers.ROOT, "board"), None)
+    assert "mf_session" in g and "mf_examples" in g["mf_session"], "the graph misses mf_session's imports"
+    got = _cycles(g)
+    assert got == KNOWN_BOARD, "import circles: %s" % [" -> ".join(c) for c in got if c not in KNOWN_BOARD]
+
+
+def test_a_circle_is_found():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
