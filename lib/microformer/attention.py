@@ -7,22 +7,11 @@ from .dropout import check_p
 from .tensor import Rng, Tensor, default_rng, dropout_seed, xavier_uniform
 
 
-_Q = []
-
-
-def _quant():
-    # microformer.quant, imported on the first int8 weight (a float32 model never loads it)
-    if not _Q:
-        from . import quant
-        _Q.append(quant)
-    return _Q[0]
-
-
 def _linear(out, inp, W, bias, N, C, OC, keep=None):
     # out (N, OC) = inp (N, C) . W^T + bias; W a float32 Tensor (keep: matmul_forward_kept's) or
     # an int8 weight (quant.py)
     if W.__class__ is not Tensor:
-        _quant().forward(out, inp, W, bias, N, C, OC)
+        W.forward(out, inp, bias, N, C, OC)
     elif keep is None:
         backend.K.matmul_forward(out, inp, W.data, bias, N, C, OC)
     else:
@@ -34,7 +23,7 @@ def _linear_back(dinp, dW, db, dout, inp, W, N, C, OC):
     if W.__class__ is Tensor:
         backend.K.matmul_backward(dinp, dW, db, dout, inp, W.data, N, C, OC)
     else:
-        _quant().backward(dinp, dW, db, dout, inp, W, N, C, OC)
+        W.backward(dinp, dW, db, dout, inp, N, C, OC)
 
 
 class Attention(Layer):
@@ -381,7 +370,7 @@ class Attention(Layer):
             if W.__class__ is Tensor:
                 K.matmul_backward_input_acc(dc.data, dP.data, W.data, N, E, E)
             else:                                 # an int8 weight (quant.py)
-                _quant().backward_input_acc(dc.data, dP.data, W, N, E, E)
+                W.backward_input_acc(dc.data, dP.data, N, E, E)
         if lora is not None:
             lora.backward_add(dP.data, c.data, None if dc is None else dc.data, N, train)
 

@@ -52,9 +52,8 @@ class Dense(WeightBias):
                                           self.b.data if self.use_bias else None, N, C, self.out_features,
                                           self._wkeep)
         else:                    # an int8 weight (quant.py)
-            from . import quant
-            quant.forward(y.data, x.data, self.W, self.b.data if self.use_bias else None, N, C,
-                          self.out_features)
+            self.W.forward(y.data, x.data, self.b.data if self.use_bias else None, N, C,
+                           self.out_features)
         if self.lora is not None:
             self.lora.forward_add(y.data, x.data, N)
         self._x = x
@@ -90,9 +89,8 @@ class Dense(WeightBias):
             backend.K.matmul_backward(dx.data if need_dx else None, self.dW.data if train else None,
                                       db, dy.data, x.data, self.W.data, N, C, self.out_features)
         else:                    # an int8 weight (quant.py): frozen, so no dW
-            from . import quant
-            quant.backward(dx.data if need_dx else None, None, db, dy.data, x.data, self.W, N, C,
-                           self.out_features)
+            self.W.backward(dx.data if need_dx else None, None, db, dy.data, x.data, N, C,
+                            self.out_features)
         if self.lora is not None:
             self.lora.backward_add(dy.data, x.data, dx.data if need_dx else None, N, train)
         return dx

@@ -70,6 +70,26 @@ class Int8Weight:
     def __repr__(self):
         return "Int8Weight(%r, shape=%r)" % (self.name, self.shape)
 
+    # the products, for the layers holding this weight (dense.py, attention.py call them on an
+    # int8 weight; they never import this module, so a float32 model never loads it)
+
+    def forward(self, out, inp, bias, N, C, OC):
+        """out (N, OC) = inp (N, C) . W^T + bias, W = q * scale."""
+        backend.K.q8_matmul_forward(out, inp, self.q, self.scale, bias, N, C, OC)
+
+    def backward(self, dinp, dW, db, dout, inp, N, C, OC):
+        """matmul_backward through this weight: dW must be None (an int8 weight never trains)."""
+        if dW is not None:
+            raise ValueError("quant: int8 weight %r has a grad buffer; an int8 weight never trains" % self.name)
+        if dinp is not None:
+            backend.K.q8_matmul_backward_input(dinp, dout, self.q, self.scale, N, C, OC, 0)
+        if db is not None:
+            backend.K.matmul_backward(None, None, db, dout, inp, None, N, C, OC)
+
+    def backward_input_acc(self, dinp, dout, N, C, OC):
+        """dinp (N, C) += dout (N, OC) . W."""
+        backend.K.q8_matmul_backward_input(dinp, dout, self.q, self.scale, N, C, OC, 1)
+
 
 def quantize(t, name=None):
     """Int8Weight of a float32 Tensor [out, in] (symmetric, per output row). A NaN or inf is refused."""
@@ -299,35 +319,3 @@ def make_int8(model, ids):
             out[id(w)] = qw
     changed()
     return out
-
-
-# ---- the products, for the layers: float32 or int8 weight -----------------------------------
-
-def forward(out, inp, W, bias, N, C, OC):
-    """out (N, OC) = inp (N, C) . W^T + bias, W a float32 Tensor or an Int8Weight."""
-    if isinstance(W, Int8Weight):
-        backend.K.q8_matmul_forward(out, inp, W.q, W.scale, bias, N, C, OC)
-    else:
-        backend.K.matmul_forward(out, inp, W.data, bias, N, C, OC)
-
-
-def backward(dinp, dW, db, dout, inp, W, N, C, OC):
-    """matmul_backward with W a float32 Tensor or an Int8Weight (then dW must be None: frozen)."""
-    K = backend.K
-    if isinstance(W, Int8Weight):
-        if dW is not None:
-            raise ValueError("quant: int8 weight %r has a grad buffer; an int8 weight never trains" % W.name)
-        if dinp is not None:
-            K.q8_matmul_backward_input(dinp, dout, W.q, W.scale, N, C, OC, 0)
-        if db is not None:
-            K.matmul_backward(None, None, db, dout, inp, None, N, C, OC)
-    else:
-        K.matmul_backward(dinp, dW, db, dout, inp, W.data, N, C, OC)
-
-
-def backward_input_acc(dinp, dout, W, N, C, OC):
-    """dinp (N, C) += dout (N, OC) . W, W a float32 Tensor or an Int8Weight."""
-    if isinstance(W, Int8Weight):
-        backend.K.q8_matmul_backward_input(dinp, dout, W.q, W.scale, N, C, OC, 1)
-    else:
-        backend.K.matmul_backward_input_acc(dinp, dout, W.data, N, C, OC)

@@ -1,6 +1,6 @@
 """int8 frozen weights (microformer.quant).
 
-Against NumPy written from the math (w = q * scale, never calling lib): tests/int8_mp.py's cases
+Against NumPy written from the math (w = q * scale, never calling lib): tests/mp/int8_mp.py's cases
 (an int8 Dense, an int8 Attention through host/reference.py, a LoRA adapter on an int8 base
 with one SGD step, the worst-case operands of the viper kernels) on CPython (portable and NumPy
 backends) and inside both MicroPython ports (portable and viper): portable and NumPy within 1e-5;

@@ -1,4 +1,4 @@
-# tests/test_attention_frames.py: the viper backend's attention entry points allocate nothing per
+# tests/mp/test_attention_frames.py: the viper backend's attention entry points allocate nothing per
 # call, on both MicroPython ports. A bytecode function whose arguments, locals and stack exceed 11
 # words gets its frame from the GC heap on every call (a cost that grows with the garbage left
 # since the last collection); the entry points are viper functions that call the viper kernels
