@@ -3,7 +3,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _iscratch, _mant15, _ones, _S
+from .viper_common import _filled, _iscratch, _mant15, _ones, _S
 
 # what _gemm computes (`kind`); x y z w u are its sizes, in this order:
 MM_FORWARD = const(1)       # (N, C, OC, hasbias, keep):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias); keep: see _gemm
@@ -154,7 +154,8 @@ def _keep_scratch(keep, n):
     # keep[0]: an int scratch of exactly n items (made on first use, or for another shape)
     s = keep[0]
     if s is None or len(s) != n:
-        s = keep[0] = array("i", bytes(4 * n))
+        keep[0] = None                  # the old one can go before the new one is made
+        s = keep[0] = _filled("i", n, 0)
     return s
 
 

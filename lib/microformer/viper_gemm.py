@@ -6,7 +6,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _iscratch, _mant15, _ones, _S
+from .viper_common import _filled, _iscratch, _mant15, _ones, _S
 
 # what _gemm computes (`kind`); x y z w u are its sizes, in this order:
 MM_FORWARD = const(1)       # (N, C, OC, hasbias, keep):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias); keep: see _gemm
@@ -469,11 +469,12 @@ def _keep_scratch(keep, n):
     # keep[0]: an int scratch of exactly n items (made on first use, or for another shape)
     s = keep[0]
     if s is None or len(s) != n:
-        s = keep[0] = array("i", bytes(4 * n))
+        keep[0] = None                  # the old one can go before the new one is made
+        s = keep[0] = _filled("i", n, 0)
     return s
 
 
-# from host/viper/gemm.py:161
+# from host/viper/gemm.py:162
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
@@ -489,7 +490,7 @@ def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     _gemm(0, 0, 0, out, inp, weight, bias, s, MM_FORWARD, N, C, OC, hb, 1)
 
 
-# from host/viper/gemm.py:176
+# from host/viper/gemm.py:177
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -499,7 +500,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:185
+# from host/viper/gemm.py:186
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -515,7 +516,7 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:200
+# from host/viper/gemm.py:201
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -527,7 +528,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:211
+# from host/viper/gemm.py:212
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -535,7 +536,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:218
+# from host/viper/gemm.py:219
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -543,7 +544,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:225
+# from host/viper/gemm.py:226
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -621,14 +622,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:248
+            # from host/viper/gemm.py:249
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:254
+# from host/viper/gemm.py:255
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -637,7 +638,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:262
+# from host/viper/gemm.py:263
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
