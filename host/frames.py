@@ -151,8 +151,8 @@ def _names(entries, d, where):
 
 
 def frames(path):
-    """[(qualified name, n_state, n_exc_stack, words)] for every bytecode function of the file
-    (the module body and viper/native functions left out)."""
+    """[(qualified name, n_state, n_exc_stack, words)] for every function of the file (the
+    module body left out); a viper/native function has no bytecode frame: 0 words."""
     with open(path) as f:
         lines = f.read().split("\n")
     native = set()
@@ -177,6 +177,7 @@ def frames(path):
             p = p[0]
         name = ".".join(reversed(chain))
         if e[0][0] is None and chain[0] in native:
+            out.append((name, 0, 0, 0))     # viper/native: no bytecode frame
             continue
         out.append((name, e[2], e[3], e[2] + 2 * e[3]))
     return out
@@ -186,7 +187,8 @@ def main(argv):
     rows = []
     for p in argv:
         for name, ns, ne, w in frames(p):
-            rows.append((w, os.path.relpath(p, ROOT), name, ns, ne))
+            if w:
+                    rows.append((w, os.path.relpath(p, ROOT), name, ns, ne))
     rows.sort(key=lambda r: (-r[0], r[1], r[2]))
     print("%5s %-8s  %s" % ("words", "heap?", "function"))
     for w, p, name, ns, ne in rows:

@@ -199,6 +199,25 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
 
 
 @micropython.viper
+def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
+    # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
+    _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
+
+
+@micropython.viper
+def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
+    # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
+    # sum_n dout (each skipped when None; the same calls as matmul_backward's)
+    if dweight is _NONE:
+        if dbias is not _NONE:
+            _mm(dbias, dout, _ones(N), dbias, MM_DBIAS, N, C, OC, 0, 0)
+    elif dbias is _NONE:
+        _mm(dweight, dout, inp, dweight, MM_DWEIGHT, N, C, OC, 0, 0)
+    else:
+        _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
+
+
+@micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 1, 0)

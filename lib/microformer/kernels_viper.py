@@ -96,7 +96,8 @@ from . import kernels as _pk
 from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
-                         matmul_backward_input_acc, matmul_forward, matmul_forward_kept)
+                         matmul_backward_input, matmul_backward_input_acc, matmul_backward_weight,
+                         matmul_forward, matmul_forward_kept)
 from .viper_softmax import (attention_backward, attention_backward_dropout, attention_context,  # noqa: F401
                             attention_decode, attention_forward, crossentropy_softmax)
 from .viper_optim import adam_step, adam_update, params_commit, sgd_step, sgd_update  # noqa: F401

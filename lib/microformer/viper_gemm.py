@@ -518,6 +518,27 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
 
 # from host/viper/gemm.py:201
 @micropython.viper
+def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
+    # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
+    _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
+
+
+# from host/viper/gemm.py:207
+@micropython.viper
+def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
+    # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
+    # sum_n dout (each skipped when None; the same calls as matmul_backward's)
+    if dweight is _NONE:
+        if dbias is not _NONE:
+            _mm(dbias, dout, _ones(N), dbias, MM_DBIAS, N, C, OC, 0, 0)
+    elif dbias is _NONE:
+        _mm(dweight, dout, inp, dweight, MM_DWEIGHT, N, C, OC, 0, 0)
+    else:
+        _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
+
+
+# from host/viper/gemm.py:220
+@micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 1, 0)
@@ -528,7 +549,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:212
+# from host/viper/gemm.py:231
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -536,7 +557,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:219
+# from host/viper/gemm.py:238
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -544,7 +565,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:226
+# from host/viper/gemm.py:245
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -622,14 +643,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:249
+            # from host/viper/gemm.py:268
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:255
+# from host/viper/gemm.py:274
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -638,7 +659,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:263
+# from host/viper/gemm.py:282
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
