@@ -36,7 +36,7 @@ def _timed(fn, rounds, collect):
     return total
 
 
-def decode(backend, rounds=200):
+def decode(backend, rounds=200, only=None):
     """Tokens per second of the bench's decode stack (bench.decode), collected and sustained, and
     the heap bytes a round allocates per token (prefill's share included)."""
     mf.set_backend(backend)
@@ -59,6 +59,9 @@ def decode(backend, rounds=200):
             nxt = argmax(logits.data, 0, V)
         return bench._dt(t0)
     one_round()                                  # buffers and caches get allocated here
+    if only is not None:                         # one kind of round alone (instruction counts)
+        _timed(one_round, rounds, only == "collected")
+        return None
     col = _timed(one_round, rounds, True)
     gc.collect()
     sus = _timed(one_round, rounds, False)
@@ -103,8 +106,8 @@ if __name__ == "__main__":
     what = argv[1] if len(argv) > 1 else "all"
     b = argv[2] if len(argv) > 2 else "viper"
     n = int(argv[3]) if len(argv) > 3 else None
-    if what == "decode":
-        decode(b, n or 200)
+    if what == "decode":                         # decode BACKEND [ROUNDS [collected|sustained]]
+        decode(b, n or 200, argv[4] if len(argv) > 4 else None)
     elif what == "fit":
         fit(b, n or 300)
     else:
