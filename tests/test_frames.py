@@ -162,3 +162,57 @@ def test_split_backward_kernels_match_matmul_backward_numpy(tmp_path):
     p.write_text(_SPLIT)
     out = helpers.run_cpython(p, "numpy")
     assert "SPLIT numpy 0" in out, out
+
+
+# the viper entry points of the Dense/LayerNorm/activation/pooling path allocate nothing per call
+# once their scratch has grown (micropython.mem_total counts freed heap frames too)
+_ZERO = """
+import micropython
+from array import array
+import microformer as mf
+from microformer import backend
+mf.set_backend("viper")
+K = backend.K
+N, C, OC = 16, 8, 5
+def f(n):
+    return array("f", [0.5 - (i % 7) * 0.1 for i in range(n)])
+x, w, b, y, dy, dx, dw, db = f(N * C), f(OC * C), f(OC), f(N * OC), f(N * OC), f(N * C), f(OC * C), f(OC)
+g, be, mean, rstd, ln = f(C), f(C), f(N), f(N), f(N * C)
+keep = [None]
+# each kernel bound to a global first: a lambda calling K.name(10 arguments) would need 12 words
+# of stack, and its own frame would come from the heap
+mf_, mfk, mb, mbi, mbw = K.matmul_forward, K.matmul_forward_kept, K.matmul_backward, K.matmul_backward_input, K.matmul_backward_weight
+lnf, lnb, af, ab, pf, pb = K.layernorm_forward, K.layernorm_backward, K.act_forward, K.act_backward, K.avgpool_forward, K.avgpool_backward
+calls = (
+    ("matmul_forward", lambda: mf_(y, x, w, b, N, C, OC)),
+    ("matmul_forward_kept", lambda: mfk(y, x, w, b, 1, C, OC, keep)),
+    ("matmul_backward", lambda: mb(dx, dw, db, dy, x, w, N, C, OC)),
+    ("matmul_backward_input", lambda: mbi(dx, dy, w, N, C, OC)),
+    ("matmul_backward_weight", lambda: mbw(dw, db, dy, x, N, C, OC)),
+    ("layernorm_forward", lambda: lnf(ln, mean, rstd, x, g, be, N, C, 1e-5)),
+    ("layernorm_backward", lambda: lnb(dx, g, be, ln, x, g, mean, rstd, N, C)),
+    ("act_forward", lambda: af(ln, x, N * C, K.GELU)),
+    ("act_backward", lambda: ab(dx, ln, x, ln, N * C, K.GELU)),
+    ("act_backward_relu", lambda: ab(dx, ln, x, ln, N * C, K.RELU)),
+    ("avgpool_forward", lambda: pf(y, x, 2, 8, C)),
+    ("avgpool_backward", lambda: pb(dx, y, 2, 8, C)),
+)
+def run(fn):
+    fn()
+    t = micropython.mem_total()
+    for _ in range(10):
+        fn()
+    return micropython.mem_total() - t
+base = run(lambda: None)             # the lambda's own call
+for name, fn in calls:
+    print("BYTES", name, run(fn) - base)
+"""
+
+
+def test_viper_entry_points_allocate_nothing(tmp_path, micropython):
+    p = tmp_path / "zero.py"
+    p.write_text(_ZERO)
+    out = helpers.run_micropython(p, exe=micropython)
+    rows = [line.split() for line in out.splitlines() if line.startswith("BYTES ")]
+    assert len(rows) == 12, out
+    assert all(r[2] == "0" for r in rows), out
