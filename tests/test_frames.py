@@ -32,6 +32,8 @@ HOT = {
                 "_labels_ok", "_len", "MSELoss.forward", "MSELoss.backward"],
     "train.py": ["train_step", "_correct", "argmax"],
     "pool.py": ["GlobalAvgPool.forward", "GlobalAvgPool.backward"],
+    "decoder.py": ["DecoderBlock.decode_step", "DecoderBlock._sum", "DecoderBlock._cross_step",
+                   "DecoderBlock._ffn_step"],
     "activation.py": ["ActivationLayer.forward", "ActivationLayer.backward"],
 }
 
