@@ -22,7 +22,8 @@ def _line(exe, heap, what, n):
     m = re.search(r"^SUSTAINED \S+ \S+ \d+ (\S+) (\S+) (-?\d+)$", out.stdout, re.M)
     if m:
         return float(m.group(1)), float(m.group(2)), int(m.group(3)), None
-    why = "out of memory" if "MemoryError" in out.stderr else (out.stderr.strip().splitlines() or ["failed"])[-1]
+    text = out.stdout + out.stderr
+    why = "out of memory" if "MemoryError" in text else (text.strip().splitlines() or ["failed"])[-1]
     return None, None, None, "%s (%s)" % (why, " ".join(cmd))
 
 
