@@ -2,6 +2,7 @@
 #   >>> import bench; bench.main()          # every model, every backend this interpreter has
 #   >>> bench.memory()                      # heap after import, after the first Iris step, per step
 #   >>> bench.session()                     # an Iris fine-tune session (needs /model.mfck, /data)
+#   >>> import bench_sustained; bench_sustained.main()   # the same rates without a collection per round
 # Prints one table; host/bench.py runs this file under the unix port and parses the RESULT/MEM lines.
 import gc
 import sys

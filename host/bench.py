@@ -295,6 +295,9 @@ def main(argv):
     decode_table(None, ("python", "numpy"))
     if "--callgrind" in argv and shutil.which("valgrind"):
         callgrind_table(heap)
+    if os.path.exists(MP32):                   # what a user's loop sustains (host/bench_sustained.py)
+        import bench_sustained
+        bench_sustained.main(["--callgrind"] if shutil.which("valgrind") else [])
 
 
 def callgrind_table(heap="64M"):

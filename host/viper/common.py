@@ -16,8 +16,26 @@ def _grow(box, n, typecode, fill):
     # box[0], replaced by a larger array of `fill` when it holds fewer than n items
     a = box[0]
     if len(a) < n:
-        a = box[0] = array(typecode, [fill] * (n + n // 4 + 16))
+        box[0] = None                   # the old one can go before the new one is made
+        a = box[0] = _filled(typecode, n + n // 4 + 16, fill)
     return a
+
+
+def _filled(typecode, n, fill):
+    # array(typecode) of n copies of fill, made without a transient of n items: from a list
+    # or bytes the heap would hold the items twice; range fills it lazily, then _fill32
+    a = array(typecode, range(n))
+    _fill32(a, array(typecode, [fill]), n)
+    return a
+
+
+@micropython.viper
+def _fill32(buf, one, n: int):
+    # buf[0:n] = the 32-bit item one[0], bit for bit
+    p = ptr32(buf)
+    v = ptr32(one)[0]
+    for i in range(n):
+        p[i] = v
 
 
 def _iscratch(n):

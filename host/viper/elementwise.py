@@ -141,22 +141,39 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
 _NAN = array("f", [float("nan")])
 
 
-def act_forward(out, inp, N, kind):
+# act_forward / act_backward are viper functions: as bytecode their frames (12 and 14 words)
+# came from the GC heap on every call (see viper_gemm._mm); so is _tables' (18 words), which
+# they call only to build a table the first time.
+_NONE = None                # viper compares objects with a global, not the literal
+
+
+@micropython.viper
+def _table(kind: int, back: int):
+    # the GELU table of kind (forward: Phi, back: D), built on first use
+    t = _TABLES.get(kind)
+    if t is _NONE:
+        t = _tables(kind)
+    return t[back]
+
+
+@micropython.viper
+def act_forward(out, inp, N: int, kind: int):
     # out (N,) = f(inp (N,)); RELU, LEAKY_RELU, GELU, GELU_TANH in viper, TANH and SIGMOID portable
-    if kind == RELU or kind == LEAKY_RELU:
+    if kind == int(RELU) or kind == int(LEAKY_RELU):
         _relu(out, inp, N, kind)
-    elif kind == GELU or kind == GELU_TANH:
-        _gelu(out, inp, N, _tables(kind)[0], _NAN, inp, 0)
+    elif kind == int(GELU) or kind == int(GELU_TANH):
+        _gelu(out, inp, N, _table(kind, 0), _NAN, inp, 0)
     else:
         _pk.act_forward(out, inp, N, kind)
 
 
-def act_backward(dinp, dout, inp, out, N, kind):
+@micropython.viper
+def act_backward(dinp, dout, inp, out, N: int, kind: int):
     # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
-    if kind == RELU or kind == LEAKY_RELU:
+    if kind == int(RELU) or kind == int(LEAKY_RELU):
         _relu_back(dinp, dout, inp, N, kind)
-    elif kind == GELU or kind == GELU_TANH:
-        _gelu(dinp, inp, N, _tables(kind)[1], _NAN, dout, 1)
+    elif kind == int(GELU) or kind == int(GELU_TANH):
+        _gelu(dinp, inp, N, _table(kind, 1), _NAN, dout, 1)
     else:
         _pk.act_backward(dinp, dout, inp, out, N, kind)
 

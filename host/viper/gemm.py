@@ -3,7 +3,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _iscratch, _mant15, _ones, _S
+from .viper_common import _filled, _iscratch, _mant15, _ones, _S
 
 # what _gemm computes (`kind`); x y z w u are its sizes, in this order:
 MM_FORWARD = const(1)       # (N, C, OC, hasbias, keep):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias); keep: see _gemm
@@ -127,9 +127,17 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     return 0
 
 
-def _mm(out, a, b, bias, kind, x, y, z, w, u):
+# The wrappers below are viper functions too: a bytecode function whose arguments, locals and
+# value stack exceed 11 words takes its frame from the GC heap on every call (MicroPython's
+# VM_MAX_STATE_ON_STACK), which slows down as garbage builds up; a viper function has no such
+# frame (host/frames.py lists the frames, tests/test_frames.py guards the hot paths).
+_NONE = None                            # viper compares objects with a global, not the literal
+
+
+@micropython.viper
+def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
-    n = _gemm(0, 0, 0, out, a, b, bias, _S[0], kind, x, y, z, w, u)
+    n = int(_gemm(0, 0, 0, out, a, b, bias, _S[0], kind, x, y, z, w, u))
     if n:
         _gemm(0, 0, 0, out, a, b, bias, _iscratch(n), kind, x, y, z, w, u)
 
@@ -139,45 +147,78 @@ def _mm(out, a, b, bias, kind, x, y, z, w, u):
 # of one item: the scratch, made here on first use), with a copy of the weight's bits that each
 # call compares first: a changed weight (a training step, load_state_dict, a write by hand) is
 # quantized again, so the result is always that of the weight as it is now.
-_KEEP_N = 4
+_KEEP_N = const(4)
 
 
-def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
-    # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
-    if N > _KEEP_N:
-        matmul_forward(out, inp, weight, bias, N, C, OC)
-        return
+def _keep_scratch(keep, n):
+    # keep[0]: an int scratch of exactly n items (made on first use, or for another shape)
     s = keep[0]
-    K4 = (C + 3) & ~3
-    if s is None or len(s) != OC * K4 + OC + K4 + 2 * OC + OC * C:
-        s = keep[0] = array("i", bytes(4 * (OC * K4 + OC + K4 + 2 * OC + OC * C)))
-    _gemm(0, 0, 0, out, inp, weight, out if bias is None else bias, s, MM_FORWARD, N, C, OC,
-          0 if bias is None else 1, 1)
+    if s is None or len(s) != n:
+        keep[0] = None                  # the old one can go before the new one is made
+        s = keep[0] = _filled("i", n, 0)
+    return s
 
 
-def matmul_forward(out, inp, weight, bias, N, C, OC):
+@micropython.viper
+def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
+    # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
+    hb = 1
+    if bias is _NONE:
+        bias = out
+        hb = 0
+    if N > _KEEP_N:
+        _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, hb, 0)
+        return
+    K4 = (C + 3) & (0 - 4)
+    s = _keep_scratch(keep, OC * K4 + OC + K4 + 2 * OC + OC * C)
+    _gemm(0, 0, 0, out, inp, weight, bias, s, MM_FORWARD, N, C, OC, hb, 1)
+
+
+@micropython.viper
+def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
-    if bias is None:
+    if bias is _NONE:
         _mm(out, inp, weight, out, MM_FORWARD, N, C, OC, 0, 0)
     else:
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
+@micropython.viper
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
     # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias (OC,) += sum_n dout
-    if dinp is not None:
+    if dinp is not _NONE:
         _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
-    if dweight is None:
-        if dbias is not None:
+    if dweight is _NONE:
+        if dbias is not _NONE:
             _mm(dbias, dout, _ones(N), dbias, MM_DBIAS, N, C, OC, 0, 0)
-    elif dbias is None:
+    elif dbias is _NONE:
         _mm(dweight, dout, inp, dweight, MM_DWEIGHT, N, C, OC, 0, 0)
     else:                               # dbias as an extra row of ones in the dweight product
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
+@micropython.viper
+def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
+    # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
+    _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
+
+
+@micropython.viper
+def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
+    # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
+    # sum_n dout (each skipped when None; the same calls as matmul_backward's)
+    if dweight is _NONE:
+        if dbias is not _NONE:
+            _mm(dbias, dout, _ones(N), dbias, MM_DBIAS, N, C, OC, 0, 0)
+    elif dbias is _NONE:
+        _mm(dweight, dout, inp, dweight, MM_DWEIGHT, N, C, OC, 0, 0)
+    else:
+        _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
+
+
+@micropython.viper
+def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 1, 0)
 
@@ -230,14 +271,16 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                 pi[i] = r
 
 
-def avgpool_forward(out, inp, B, T, C):
+@micropython.viper
+def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
     # ERROR BOUND: a _gemm with K = T and 1/T: within 2^-11 max_t |inp[b, t, c]|; the backward
     #   (_bcast, dout / T with a 15-bit 1/T) within 2^-13 of each element
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-def avgpool_backward(dinp, dout, B, T, C):
+@micropython.viper
+def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
     sc = _invT(T)
     _bcast(dinp, dout, B, T, C, sc[0], sc[1])

@@ -145,20 +145,40 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
         store(po, ib + c, v, e)
 
 
-def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C):
+# The two entry points are viper functions: as bytecode their frames (24 and 25 words) came from
+# the GC heap on every call (see viper_gemm._mm).
+_NONE = None                    # viper compares objects with a global, not the literal
+
+
+@micropython.viper
+def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N: int, C: int):
     # dinp (N, C) = rstd (dnorm - mean_c(dnorm) - xhat mean_c(dnorm xhat)), dnorm = dout weight;
     # dweight (C,) += sum_n dout xhat; dbias (C,) += sum_n dout (each skipped when None)
-    flags = (0 if dweight is None else 1) | (0 if dbias is None else 2)
-    _lnb(dinp, dinp if dweight is None else dweight, dinp if dbias is None else dbias, dout, inp,
-         weight, mean, rstd, _iscratch(4 * C), _NAN, N, C, flags)
+    flags = 3
+    if dweight is _NONE:
+        dweight = dinp
+        flags = 2
+    if dbias is _NONE:
+        dbias = dinp
+        flags = flags & 1
+    _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, _iscratch(4 * C), _NAN, N, C, flags)
 
 
-def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
-    # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
-    # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved for the backward
+def _eps(eps):
+    # eps as (15-bit mantissa, exponent), computed once per value
     ep = _EPS.get(eps)
     if ep is None:
         ep = _EPS[eps] = _mant15(eps)
+    return ep
+
+
+@micropython.viper
+def layernorm_forward(out, mean, rstd, inp, weight, bias, N: int, C: int, eps):
+    # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
+    # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved for the backward
+    ep = _EPS.get(eps)
+    if ep is _NONE:
+        ep = _eps(eps)
     _ln(out, mean, rstd, inp, weight, bias, _iscratch(C), _NAN, N, C, ep[0], ep[1])
 
 

@@ -13,23 +13,23 @@ from .model import Sequential
 from .finite import NonFiniteError
 from .loss import CrossEntropyLoss, MSELoss, NonFiniteLossError, softmax_cross_entropy, mse
 from .optim import SGD, Adam, clip_grad_norm
-from . import checkpoint
-from .checkpoint import save as save_checkpoint, load as load_checkpoint, CheckpointError
-from .norm import LayerNorm
-from .feedforward import FeedForward
-from .embedding import Embedding
-from .posenc import PositionalEncoding
-from .block import EncoderBlock, prefill, decode_step, kv_bytes_per_token
 from .dropout import Dropout
 
 
 # Imported on first use (a board without PSRAM has a small heap): the names in _LAZY (modules
-# mf.data, mf.train, mf.spec; functions and the rarer layers), and any other submodule.
+# mf.data, mf.train, mf.spec, mf.checkpoint; functions, the checkpoint's save/load and error,
+# the sequence layers and decoding, and the rarer layers), and any other submodule.
 _LAZY = {"data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
          "load_model": "checkpoint", "StreamingEncoder": "stream", "show": "heatmap",
          "DecoderBlock": "decoder", "Transformer": "decoder", "Conv1D": "conv",
          "MaxPool1D": "pool1d", "AvgPool1D": "pool1d", "LearnedPositionalEmbedding": "posembed",
-         "add_lora": "lora", "merge_lora": "lora", "freeze_except": "lora"}
+         "add_lora": "lora", "merge_lora": "lora", "freeze_except": "lora",
+         "checkpoint": "checkpoint", "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint",
+         "CheckpointError": "checkpoint", "LayerNorm": "norm", "FeedForward": "feedforward",
+         "Embedding": "embedding", "PositionalEncoding": "posenc", "EncoderBlock": "block",
+         "prefill": "block", "decode_step": "block", "kv_bytes_per_token": "block"}
+_ALIAS = {"save_checkpoint": "save", "load_checkpoint": "load"}     # lazy names bound to another name
+_MODULES = ("data", "train", "spec", "checkpoint")                  # lazy names that are modules
 
 
 def __getattr__(name):
@@ -47,6 +47,6 @@ def __getattr__(name):
             raise AttributeError("module 'microformer' has no attribute '%s'" % name)
         raise ImportError("microformer.%s (for microformer.%s) failed to import: %s" % (mod, name, e))
     m = sys.modules[full]
-    v = m if name not in _LAZY or name in ("data", "train", "spec") else getattr(m, name)
+    v = m if name not in _LAZY or name in _MODULES else getattr(m, _ALIAS.get(name, name))
     globals()[name] = v        # bound here once: later uses skip this function
     return v

@@ -45,6 +45,5 @@ class ActivationLayer(Layer):
         if dy.shape != self._y.shape:
             raise shape_error("ActivationLayer", "dy", repr(self._y.shape), dy.shape)
         self._buffers("_bwd", dy.shape)
-        dx = self._dx
-        backend.K.act_backward(dx.data, dy.data, self._x.data, self._y.data, dy.size, self._code)
-        return dx
+        backend.K.act_backward(self._dx.data, dy.data, self._x.data, self._y.data, dy.size, self._code)
+        return self._dx

@@ -76,26 +76,30 @@ class EncoderBlock(Layer):
         if len(x.shape) != 3 or x.shape[2] != E:
             raise shape_error("EncoderBlock", what, "[B,S,%d]" % E, x.shape)
 
-    def _run(self, x, mode, mask=None, lengths=None, max_len=None):
-        # mode 0: training/eval forward, 1: prefill, 2: decode_step (each keeps its own buffers)
+    # The forward paths are split so that each method's frame (arguments + locals + value stack)
+    # stays within 11 words: a larger one comes from the GC heap on every call on MicroPython.
+    def _run(self, x, mask, lengths):
+        # the training/eval forward (mode 0)
         if not self.norm_first:
-            return self._run_post(x, mode, mask, lengths, max_len)
-        K = backend.K
-        h = self.ln1.forward(x)
-        if mode == 0:
-            a = self.drop1.forward(self.attn.forward(h, mask, None, lengths))
-        elif mode == 1:
-            a = self.attn.prefill(h, max_len)
-        else:
-            a = self.attn.decode_step(h)
+            return self._run_post(x, 0, mask, lengths, None)
+        mask = self.attn.forward(self.ln1.forward(x), mask, None, lengths)   # (a local less: the attention's output)
+        return self._rest(x, self.drop1.forward(mask), 0)
+
+    def _rest(self, x, a, mode):
+        # pre-norm after the attention a: x1 = x + a, y = x1 + ffn(ln2(x1)) in the mode's buffers
+        # (mode 0: training/eval forward, 1: prefill, 2: decode_step; each keeps its own)
         self._buffers(_RUN[mode], x.shape)
         x1 = getattr(self, _X1[mode])
-        K.add_forward(x1.data, x.data, a.data, x.size)
-        f = self.ffn.forward(self.ln2.forward(x1), mode == 0)
+        backend.K.add_forward(x1.data, x.data, a.data, x.size)
+        a = self.ffn.forward(self.ln2.forward(x1), mode == 0)
         if mode == 0:
-            f = self.drop2.forward(f)
-        y = getattr(self, _Y[mode])
-        K.add_forward(y.data, x1.data, f.data, x.size)
+            a = self.drop2.forward(a)
+        return self._add(_Y[mode], x1, a)
+
+    def _add(self, name, p, q):
+        # the buffer self.<name> = p + q
+        y = getattr(self, name)
+        backend.K.add_forward(y.data, p.data, q.data, y.size)
         return y
 
     def _run_post(self, x, mode, mask, lengths, max_len):
@@ -121,7 +125,7 @@ class EncoderBlock(Layer):
 
     def forward(self, x, key_padding_mask=None, lengths=None):
         self._check(x, "x")
-        y = self._run(x, 0, key_padding_mask, lengths)
+        y = self._run(x, key_padding_mask, lengths)
         self._x = x
         return y
 
@@ -195,13 +199,17 @@ class EncoderBlock(Layer):
         """Causal forward over the prompt x [B,S,E], filling the attention's KV cache."""
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.prefill")
-        return self._run(x, 1, max_len=max_len)
+        if not self.norm_first:
+            return self._run_post(x, 1, None, None, max_len)
+        return self._rest(x, self.attn.prefill(self.ln1.forward(x), max_len), 1)
 
     def decode_step(self, x):
         """One new token x [B,1,E] -> [B,1,E] through the KV cache."""
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.decode_step")
-        return self._run(x, 2)
+        if not self.norm_first:
+            return self._run_post(x, 2, None, None, None)
+        return self._rest(x, self.attn.decode_step(self.ln1.forward(x)), 2)
 
     def kv_bytes_per_token(self):
         return self.attn.kv_bytes_per_token()

@@ -88,21 +88,17 @@ class DecoderBlock(Layer):
             raise shape_error("DecoderBlock", what, "[B,S,%d]" % E, x.shape)
 
     def _run(self, x, mode, memory=None, tmask=None, mmask=None, tlen=None, mlen=None, max_len=None):
-        # mode 0: training/eval forward, 1: prefill, 2: decode_step (each keeps its own buffers)
+        # mode 0: training/eval forward, 1: prefill (each keeps its own buffers; decode_step has its own path)
         K = backend.K
         h = self.ln1.forward(x)
         if mode == 0:
             a = self.drop1.forward(self.self_attn.forward(h, tmask, None, tlen))
-        elif mode == 1:
+        else:                                     # prefill
             if tlen is None and tmask is None:
                 a = self.self_attn.prefill(h, max_len)
             else:
                 a = self.self_attn.prefill_padded(h, tlen, tmask, max_len)
             self._padded = not (tlen is None and tmask is None)
-        elif self._padded:
-            a = self.self_attn.decode_step_padded(h)
-        else:
-            a = self.self_attn.decode_step(h)
         self._buffers(_RUN[mode], x.shape)
         x1 = getattr(self, _X1[mode])
         K.add_forward(x1.data, x.data, a.data, x.size)
@@ -193,7 +189,26 @@ class DecoderBlock(Layer):
         self._check(x, "x")
         if not hasattr(self, "_padded"):
             raise RuntimeError("DecoderBlock: decode_step() called before prefill()")
-        return self._run(x, 2)
+        # _run(x, 2) in parts whose frames stay within the 11 words MicroPython keeps off the GC
+        # heap (host/frames.py): x1 = x + self(ln1(x)), x2 = x1 + cross(ln2(x1)), y = x2 + ffn(ln3(x2))
+        a = self.ln1.forward(x)
+        a = self.self_attn.decode_step_padded(a) if self._padded else self.self_attn.decode_step(a)
+        self._buffers(_RUN[2], x.shape)
+        a = self._sum(_X1[2], x, a)
+        a = self._sum(_X2[2], a, self._cross_step(a))
+        return self._sum(_Y[2], a, self._ffn_step(a))
+
+    def _cross_step(self, x1):
+        return self.cross_attn.cross_step(self.ln2.forward(x1))
+
+    def _ffn_step(self, x2):
+        return self.ffn.forward(self.ln3.forward(x2), False)
+
+    def _sum(self, name, p, q):
+        # the buffer self.<name> = p + q
+        y = getattr(self, name)
+        backend.K.add_forward(y.data, p.data, q.data, y.size)
+        return y
 
     def kv_bytes_per_token(self):
         return self.self_attn.kv_bytes_per_token()

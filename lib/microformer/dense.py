@@ -44,20 +44,22 @@ class Dense(WeightBias):
         C = self.in_features
         if len(x.shape) < 2 or x.shape[-1] != C:
             raise shape_error("Dense", "x", "[N,%d] (or [..., %d])" % (C, C), x.shape)
-        N = x.size // C
         self._buffers("_fwd", x.shape)
-        y = self._y
-        if self.W.__class__ is Tensor:
-            backend.K.matmul_forward_kept(y.data, x.data, self.W.data,
-                                          self.b.data if self.use_bias else None, N, C, self.out_features,
-                                          self._wkeep)
-        else:                    # an int8 weight (quant.py)
-            self.W.forward(y.data, x.data, self.b.data if self.use_bias else None, N, C,
-                           self.out_features)
-        if self.lora is not None:
-            self.lora.forward_add(y.data, x.data, N)
         self._x = x
-        return y
+        self._product()
+        if self.lora is not None:
+            self.lora.forward_add(self._y.data, x.data, x.size // C)
+        return self._y
+
+    def _product(self):
+        # y = x W^T + b for the x of forward(): alone in a method whose only local is self, so
+        # its frame (arguments + locals + value stack) stays within the 11 words MicroPython keeps
+        # off the GC heap (host/frames.py)
+        if self.W.__class__ is not Tensor:
+            return self._q8_product()
+        backend.K.matmul_forward_kept(self._y.data, self._x.data, self.W.data,
+                                      self.b.data if self.use_bias else None, self._x.size // self.in_features,
+                                      self.in_features, self.out_features, self._wkeep)
 
     def params(self):
         base = WeightBias.params(self)
@@ -73,24 +75,45 @@ class Dense(WeightBias):
         # a frozen weight or bias has no grad buffer (None): the kernel skips it;
         # need_dx=False: the input gradient is not computed (returns None)
         self._need_forward(self._x)
-        x = self._x
         check_tensor("Dense", "dy", dy)
         if dy.shape != self._y.shape:
             raise shape_error("Dense", "dy", repr(self._y.shape), dy.shape)
-        C = self.in_features
-        N = x.size // C
         dx = None
         if need_dx:
-            self._buffers("_bwd", x.shape)
+            self._buffers("_bwd", self._x.shape)
             dx = self._dx
-        train = grads and self.trainable
-        db = self.db.data if (train and self.use_bias) else None
-        if self.W.__class__ is Tensor:
-            backend.K.matmul_backward(dx.data if need_dx else None, self.dW.data if train else None,
-                                      db, dy.data, x.data, self.W.data, N, C, self.out_features)
-        else:                    # an int8 weight (quant.py): frozen, so no dW
-            self.W.backward(dx.data if need_dx else None, None, db, dy.data, x.data, N, C,
-                            self.out_features)
+            self._grad_input(dy)
+        grads = grads and self.trainable
+        if grads:
+            self._grad_weight(dy)
         if self.lora is not None:
-            self.lora.backward_add(dy.data, x.data, dx.data if need_dx else None, N, train)
+            self._lora_backward(dy, dx, grads)
         return dx
+
+    def _lora_backward(self, dy, dx, train):
+        self.lora.backward_add(dy.data, self._x.data, None if dx is None else dx.data,
+                               self._x.size // self.in_features, train)
+
+    # the kernel calls of backward, each alone in a method of few locals: their frames stay
+    # within the 11 words MicroPython keeps off the GC heap (host/frames.py)
+    def _grad_input(self, dy):
+        if self.W.__class__ is not Tensor:
+            return self._q8_backward(dy, self._dx.data, None)
+        backend.K.matmul_backward_input(self._dx.data, dy.data, self.W.data, dy.size // self.out_features,
+                                        self.in_features, self.out_features)
+
+    def _grad_weight(self, dy):
+        if self.W.__class__ is not Tensor:         # frozen: the bias's gradient only
+            return self._q8_backward(dy, None, self.db.data if self.use_bias else None)
+        backend.K.matmul_backward_weight(self.dW.data, self.db.data if self.use_bias else None, dy.data,
+                                         self._x.data, dy.size // self.out_features, self.in_features,
+                                         self.out_features)
+
+    # an int8 weight (quant.py) computes its own products; it never trains (no dW)
+    def _q8_product(self):
+        self.W.forward(self._y.data, self._x.data, self.b.data if self.use_bias else None,
+                       self._x.size // self.in_features, self.in_features, self.out_features)
+
+    def _q8_backward(self, dy, dx, db):
+        self.W.backward(dx, None, db, dy.data, self._x.data, dy.size // self.out_features,
+                        self.in_features, self.out_features)

@@ -67,9 +67,9 @@ class FeedForward(Layer):
         check_tensor("FeedForward", "dy", dy)
         if dy.shape != self.fc2._y.shape:
             raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
-        train = grads and self.trainable      # a part's own flag is its own: nothing is changed here
-        if not need_dx and not (train and trains(self.fc1)):
-            self.fc2.backward(dy, train, False)
+        grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        if not need_dx and not (grads and trains(self.fc1)):
+            self.fc2.backward(dy, grads, False)
             return None
-        d = self.drop.backward(self.fc2.backward(dy, train))
-        return self.fc1.backward(self.act.backward(d, train), train, need_dx)
+        dy = self.drop.backward(self.fc2.backward(dy, grads))     # (no new locals: a frame within 11 words)
+        return self.fc1.backward(self.act.backward(dy, grads), grads, need_dx)

@@ -75,6 +75,18 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
             dbias[o] += s
 
 
+def matmul_backward_input(dinp, dout, weight, N, C, OC):
+    # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
+    matmul_backward(dinp, None, None, dout, None, weight, N, C, OC)
+
+
+def matmul_backward_weight(dweight, dbias, dout, inp, N, C, OC):
+    # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
+    # sum_n dout (None: skipped). With matmul_backward_input: the same values as matmul_backward,
+    # in calls of few arguments (a caller's frame stays small: see kernels_viper)
+    matmul_backward(None, dweight, dbias, dout, inp, None, N, C, OC)
+
+
 def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
     # dinp (N, C) += dout (N, OC) . weight (OC, C): a second projection's input gradient,
     # accumulated (self-attention's x feeds Q, K and V)

@@ -97,14 +97,13 @@ from . import kernels as _pk
 from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
-                         matmul_backward_input_acc, matmul_forward, matmul_forward_kept,
-                         q8_matmul_backward_input, q8_matmul_forward)
+                         matmul_backward_input, matmul_backward_input_acc, matmul_backward_weight,
+                         matmul_forward, matmul_forward_kept, q8_matmul_backward_input,
+                         q8_matmul_forward)
 from .viper_softmax import (attention_backward, attention_backward_dropout, attention_context,  # noqa: F401
                             attention_decode, attention_forward, crossentropy_softmax)
-from .viper_optim import adam_step, adam_update, params_commit, sgd_step, sgd_update  # noqa: F401
 from .viper_elementwise import (act_backward, act_forward, copy, dropout_apply, dropout_mask,  # noqa: F401
                                 first_nonfinite)
-from .viper_conv import conv1d_backward, conv1d_forward  # noqa: F401
 from .viper_norm import layernorm_backward, layernorm_forward  # noqa: F401
 from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_forward,  # noqa: F401
                              gather_rows, kv_store, posenc_forward)
@@ -126,3 +125,24 @@ PORTABLE = (
 )
 for _n in PORTABLE:
     globals()[_n] = getattr(_pk, _n)
+
+
+# Loaded on first use, so that a program that never trains (decoding) or has no Conv1D keeps
+# their code and its compilation off the heap: the optimizer's kernels and the convolution's.
+# (By full name: `from . import` would come back here through __getattr__; this module can
+# also be a package's __init__, as in the tests' instrumented copy.)
+_LAZY = {"adam_step": "viper_optim", "adam_update": "viper_optim", "params_commit": "viper_optim",
+         "sgd_step": "viper_optim", "sgd_update": "viper_optim",
+         "conv1d_forward": "viper_conv", "conv1d_backward": "viper_conv"}
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError("module '%s' has no attribute '%s'" % (__name__, name))
+    import sys
+    pkg = __name__[:-14] if __name__.endswith(".kernels_viper") else __name__    # else: a package's __init__
+    full = pkg + "." + mod
+    __import__(full)
+    f = globals()[name] = getattr(sys.modules[full], name)    # bound here once: later uses skip this function
+    return f

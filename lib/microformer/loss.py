@@ -18,6 +18,41 @@ def _check_finite(who, value):
     return value
 
 
+def _len(x):
+    # len(x), or -1 for an object without one
+    try:
+        return len(x)
+    except TypeError:
+        return -1
+
+
+def _labels_ok(labels, B, C):
+    # labels is B ints in [0, C) (bools refused); _bad_labels says what is wrong otherwise
+    if _len(labels) != B:
+        return False
+    for i in range(B):
+        y = labels[i]
+        if not isinstance(y, int) or isinstance(y, bool) or y < 0 or y >= C:
+            return False
+    return True
+
+
+def _bad_labels(labels, B, C):
+    # raise the ValueError that names what is wrong with labels (_labels_ok said something is)
+    try:
+        n = len(labels)
+    except TypeError:
+        raise ValueError("CrossEntropyLoss: labels must be a list of B=%d ints in [0, %d), got %s"
+                         % (B, C, type(labels).__name__))
+    if n != B:
+        raise ValueError("CrossEntropyLoss: labels must have B=%d entries, got %d" % (B, n))
+    for i in range(B):
+        y = labels[i]
+        if not isinstance(y, int) or isinstance(y, bool) or y < 0 or y >= C:
+            raise ValueError("CrossEntropyLoss: labels must be ints in [0, %d), got %r at index %d"
+                             % (C, y, i))
+
+
 class CrossEntropyLoss(Buffered):
     """Softmax cross-entropy from logits [B,C] and integer labels (B ints in [0, C))."""
 
@@ -32,22 +67,15 @@ class CrossEntropyLoss(Buffered):
         if len(logits.shape) != 2:
             raise shape_error("CrossEntropyLoss", "logits", "[B,C]", logits.shape)
         B, C = logits.shape
-        try:
-            n = len(labels)
-        except TypeError:
-            raise ValueError("CrossEntropyLoss: labels must be a list of B=%d ints in [0, %d), got %s"
-                             % (B, C, type(labels).__name__))
-        if n != B:
-            raise ValueError("CrossEntropyLoss: labels must have B=%d entries, got %d" % (B, n))
-        for i in range(B):
-            y = labels[i]
-            if not isinstance(y, int) or isinstance(y, bool) or y < 0 or y >= C:
-                raise ValueError("CrossEntropyLoss: labels must be ints in [0, %d), got %r at index %d"
-                                 % (C, y, i))
+        if not _labels_ok(labels, B, C):
+            _bad_labels(labels, B, C)
         self._buffers("_fwd", logits.shape)
-        g = self._grad
-        loss = backend.K.crossentropy_softmax(g.data, logits.data, labels, B, C)
-        return _check_finite("CrossEntropyLoss", loss)
+        return _check_finite("CrossEntropyLoss", self._loss(logits, labels))
+
+    def _loss(self, logits, labels):
+        # the kernel call alone: forward's frame and this one stay within the 11 words
+        # MicroPython keeps off the GC heap (host/frames.py)
+        return backend.K.crossentropy_softmax(self._grad.data, logits.data, labels, logits.shape[0], logits.shape[1])
 
     def backward(self):
         if self._grad is None:

@@ -4,6 +4,16 @@ from .layer import Layer, _epoch, partial, prefixed, trains
 from .tensor import Tensor
 
 
+def _down(l, dy, last):
+    # one layer's backward in a trainable Sequential: above the lowest trainable layer (last
+    # None) with its input gradient; the lowest one with it only when `last` says so
+    if last is None:
+        return l.backward(dy, True, True) if partial(l) else l.backward(dy)
+    if last or not partial(l):
+        return l.backward(dy)
+    return l.backward(dy, True, False)
+
+
 class Sequential(Layer):
     """Sequential([layer, ...]): forward in order, backward in reverse."""
 
@@ -44,30 +54,31 @@ class Sequential(Layer):
         A frozen Sequential (or one inside a frozen layer) keeps every part's grads as they are:
         it calls backward(dy, False); a trainable one calls backward(dy), so a layer of your own
         needs the `grads` argument only to be frozen from outside."""
-        L = self.layers
+        # (split in parts so that each frame stays within the 11 words MicroPython keeps off
+        # the GC heap: host/frames.py)
         if not (grads and self.trainable):       # frozen: only the input gradient, if wanted
-            if need_dx is False:
-                return None
-            for i in range(len(L) - 1, -1, -1):
-                l = L[i]
-                dy = l.backward(dy, False, True) if partial(l) else l.backward(dy, False)
-            return dy
+            return None if need_dx is False else self._frozen_backward(dy)
+        return self._train_backward(dy, need_dx)
+
+    def _frozen_backward(self, dy):
+        L = self.layers
+        for i in range(len(L) - 1, -1, -1):
+            l = L[i]
+            dy = l.backward(dy, False, True) if partial(l) else l.backward(dy, False)
+        return dy
+
+    def _train_backward(self, dy, need_dx):
         if need_dx:
             stop = 0
         else:
             stop = self._lowest()
-            if stop == len(L):
+            if stop == len(self.layers):
                 return None                       # nothing trains: no backward at all
-        last = need_dx or (need_dx is None and stop == 0)    # the input gradient of L[stop]
-        for i in range(len(L) - 1, stop, -1):
-            l = L[i]
-            dy = l.backward(dy, True, True) if partial(l) else l.backward(dy)
-        l = L[stop]
-        if last or not partial(l):
-            dy = l.backward(dy)
-        else:
-            dy = l.backward(dy, True, False)
-        return dy if last else None
+        need_dx = need_dx or (need_dx is None and stop == 0)    # the input gradient of layers[stop]
+        for i in range(len(self.layers) - 1, stop, -1):
+            dy = _down(self.layers[i], dy, None)
+        dy = _down(self.layers[stop], dy, need_dx)
+        return dy if need_dx else None
 
     def _lowest(self):
         # index of the lowest layer that trains (len(layers): none), kept until a flag changes

@@ -24,20 +24,17 @@ class GlobalAvgPool(Layer):
         check_tensor("GlobalAvgPool", "x", x)
         if len(x.shape) != 3:
             raise shape_error("GlobalAvgPool", "x", "[B,S,E]", x.shape)
-        B, S, E = x.shape
         self._buffers("_fwd", x.shape)
-        y = self._y
-        backend.K.avgpool_forward(y.data, x.data, B, S, E)
+        backend.K.avgpool_forward(self._y.data, x.data, x.shape[0], x.shape[1], x.shape[2])
         self._x = x
-        return y
+        return self._y
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
-        B, S, E = self._x.shape
         check_tensor("GlobalAvgPool", "dy", dy)
         if dy.shape != self._y.shape:
-            raise shape_error("GlobalAvgPool", "dy", "[%d,%d]" % (B, E), dy.shape)
+            raise shape_error("GlobalAvgPool", "dy", "[%d,%d]" % self._y.shape, dy.shape)
         self._buffers("_bwd", self._x.shape)
-        dx = self._dx
-        backend.K.avgpool_backward(dx.data, dy.data, B, S, E)
-        return dx
+        # (no locals: a frame within 11 words stays off the GC heap, host/frames.py)
+        backend.K.avgpool_backward(self._dx.data, dy.data, self._x.shape[0], self._x.shape[1], self._x.shape[2])
+        return self._dx

@@ -59,14 +59,19 @@ def train_step(model, loss_fn, optimizer, X, y):
     # all or nothing: a non-finite gradient or update raises NonFiniteError with the weights as
     # they were; a Ctrl-C during the write is held until the step is complete (optim.py)
     optimizer.step()
-    B, C = logits.shape
-    correct = 0
     if not getattr(loss_fn, "classifies", True):
-        return loss, correct            # regression: no classes to count
-    for b in range(B):
+        return loss, 0                  # regression: no classes to count
+    return loss, _correct(logits, y)
+
+
+def _correct(logits, y):
+    # how many rows of logits [B,C] have their largest value at the label y[b]
+    C = logits.shape[1]
+    n = 0
+    for b in range(logits.shape[0]):
         if argmax(logits.data, b * C, C) == y[b]:
-            correct += 1
-    return loss, correct
+            n += 1
+    return n
 
 
 _CHUNK = 16        # epochs per block of an unbounded history's store

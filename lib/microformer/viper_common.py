@@ -20,31 +20,51 @@ def _grow(box, n, typecode, fill):
     # box[0], replaced by a larger array of `fill` when it holds fewer than n items
     a = box[0]
     if len(a) < n:
-        a = box[0] = array(typecode, [fill] * (n + n // 4 + 16))
+        box[0] = None                   # the old one can go before the new one is made
+        a = box[0] = _filled(typecode, n + n // 4 + 16, fill)
     return a
 
 
-# from host/viper/common.py:23
+# from host/viper/common.py:24
+def _filled(typecode, n, fill):
+    # array(typecode) of n copies of fill, made without a transient of n items: from a list
+    # or bytes the heap would hold the items twice; range fills it lazily, then _fill32
+    a = array(typecode, range(n))
+    _fill32(a, array(typecode, [fill]), n)
+    return a
+
+
+# from host/viper/common.py:32
+@micropython.viper
+def _fill32(buf, one, n: int):
+    # buf[0:n] = the 32-bit item one[0], bit for bit
+    p = ptr32(buf)
+    v = ptr32(one)[0]
+    for i in range(n):
+        p[i] = v
+
+
+# from host/viper/common.py:41
 def _iscratch(n):
     return _grow(_S, n, "i", 0)
 
 
-# from host/viper/common.py:27
+# from host/viper/common.py:45
 def _fscratch(n):
     return _grow(_F, n, "f", 0.0)
 
 
-# from host/viper/common.py:31
+# from host/viper/common.py:49
 def _gscratch(n):
     return _grow(_G, n, "f", 0.0)
 
 
-# from host/viper/common.py:35
+# from host/viper/common.py:53
 def _ones(n):
     return _grow(_ONES, n, "f", 1.0)
 
 
-# from host/viper/common.py:39
+# from host/viper/common.py:57
 def _mant15(x):
     # float x >= 0 -> (m, e) with x ~= m * 2^e and 2^14 <= m < 2^15 (m = 0 for x == 0)
     if x <= 0.0:
@@ -58,7 +78,7 @@ def _mant15(x):
 
 
 # ---- element helpers (cold paths; hot loops inline the same snippets) -----------------------
-# from host/viper/common.py:52
+# from host/viper/common.py:70
 @micropython.viper
 def _chk(x: int):
     # debug guard used by the instrumented copy in tests: |x| must fit a 32-bit signed int
@@ -68,7 +88,7 @@ def _chk(x: int):
         raise OverflowError("viper int32 bound exceeded")
 
 
-# from host/viper/common.py:61
+# from host/viper/common.py:79
 @micropython.viper
 def _store(buf, i: int, v: int, e: int):
     # buf[i] = v * 2^e as float32 bits; |v| < 2^31. Round to nearest, flush underflow, inf on overflow.
@@ -133,10 +153,10 @@ def _store(buf, i: int, v: int, e: int):
             p[i] = 0
         else:
             p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-# from host/viper/common.py:66
+# from host/viper/common.py:84
 
 
-# from host/viper/common.py:68
+# from host/viper/common.py:86
 @micropython.viper
 def _zero(buf, n: int):
     p = ptr32(buf)
@@ -144,6 +164,6 @@ def _zero(buf, n: int):
         p[i] = 0
 
 
-# from host/viper/common.py:75
+# from host/viper/common.py:93
 def zero(buf, n):
     _zero(buf, n)

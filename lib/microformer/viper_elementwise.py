@@ -239,24 +239,42 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
 _NAN = array("f", [float("nan")])
 
 
-# from host/viper/elementwise.py:144
-def act_forward(out, inp, N, kind):
+# act_forward / act_backward are viper functions: as bytecode their frames (12 and 14 words)
+# came from the GC heap on every call (see viper_gemm._mm); so is _tables' (18 words), which
+# they call only to build a table the first time.
+_NONE = None                # viper compares objects with a global, not the literal
+
+
+# from host/viper/elementwise.py:150
+@micropython.viper
+def _table(kind: int, back: int):
+    # the GELU table of kind (forward: Phi, back: D), built on first use
+    t = _TABLES.get(kind)
+    if t is _NONE:
+        t = _tables(kind)
+    return t[back]
+
+
+# from host/viper/elementwise.py:159
+@micropython.viper
+def act_forward(out, inp, N: int, kind: int):
     # out (N,) = f(inp (N,)); RELU, LEAKY_RELU, GELU, GELU_TANH in viper, TANH and SIGMOID portable
-    if kind == RELU or kind == LEAKY_RELU:
+    if kind == int(RELU) or kind == int(LEAKY_RELU):
         _relu(out, inp, N, kind)
-    elif kind == GELU or kind == GELU_TANH:
-        _gelu(out, inp, N, _tables(kind)[0], _NAN, inp, 0)
+    elif kind == int(GELU) or kind == int(GELU_TANH):
+        _gelu(out, inp, N, _table(kind, 0), _NAN, inp, 0)
     else:
         _pk.act_forward(out, inp, N, kind)
 
 
-# from host/viper/elementwise.py:154
-def act_backward(dinp, dout, inp, out, N, kind):
+# from host/viper/elementwise.py:170
+@micropython.viper
+def act_backward(dinp, dout, inp, out, N: int, kind: int):
     # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
-    if kind == RELU or kind == LEAKY_RELU:
+    if kind == int(RELU) or kind == int(LEAKY_RELU):
         _relu_back(dinp, dout, inp, N, kind)
-    elif kind == GELU or kind == GELU_TANH:
-        _gelu(dinp, inp, N, _tables(kind)[1], _NAN, dout, 1)
+    elif kind == int(GELU) or kind == int(GELU_TANH):
+        _gelu(dinp, inp, N, _table(kind, 1), _NAN, dout, 1)
     else:
         _pk.act_backward(dinp, dout, inp, out, N, kind)
 
@@ -269,7 +287,7 @@ def act_backward(dinp, dout, inp, out, N, kind):
 # How: the 24-bit mantissas as 12-bit halves, P = hh 2^24 + mid 2^12 + ll with hh, ll < 2^24 and
 #   mid < 2^25 [B8]; low = ll + (mid mod 2^12) 2^12 < 2^25, high = hh + mid / 2^12 + low / 2^24
 #   < 2^24 + 2^13 + 2: the 48-bit product as high 2^24 + low (mod 2^24), then rounded once.
-# from host/viper/elementwise.py:172
+# from host/viper/elementwise.py:189
 @micropython.viper
 def _drop(out, inp, keep, sc, n: int):
     # out (n,) = inp * sc[0] where keep[i] (bytes, 1 = kept), else 0
@@ -333,7 +351,7 @@ def _drop(out, inp, keep, sc, n: int):
 
 
 # ---- dropout's keep mask: xorshift32 in 16-bit halves (exactly kernels.dropout_mask's draws) ----
-# from host/viper/elementwise.py:235
+# from host/viper/elementwise.py:252
 @micropython.viper
 def _dmask(keep, state, n: int, threshold: int):
     # keep (n,) bytes: 1 where the top 24 bits of the next draw are >= threshold; state: the
@@ -357,7 +375,7 @@ dropout_mask = _dmask
 _SCALE = array("f", [0.0])
 
 
-# from host/viper/elementwise.py:258
+# from host/viper/elementwise.py:275
 def dropout_apply(out, inp, keep, n, scale):
     # out (n,) = inp * scale where keep[i], else 0: dropout's forward (inp = x) and its backward
     # (inp = dy: the same mask and scale)
@@ -366,7 +384,7 @@ def dropout_apply(out, inp, keep, n, scale):
 
 
 # ---- guards of the training step: a scan for NaN / inf and a bit copy (finite.py, optim.py) ----
-# from host/viper/elementwise.py:266
+# from host/viper/elementwise.py:283
 @micropython.viper
 def _first_nonfinite(buf, n: int) -> int:
     # index of the first element whose exponent bits are all ones (NaN or +-inf), or -1
@@ -377,7 +395,7 @@ def _first_nonfinite(buf, n: int) -> int:
     return -1
 
 
-# from host/viper/elementwise.py:276
+# from host/viper/elementwise.py:293
 @micropython.viper
 def _copy(dst, src, n: int):
     # dst (n,) = src (n,) as raw 32-bit words: four words per turn through a moving address
@@ -396,7 +414,7 @@ def _copy(dst, src, n: int):
     while a < end:
         ptr32(a + off)[0] = ptr32(a)[0]
         a += 4
-# from host/viper/elementwise.py:283
+# from host/viper/elementwise.py:300
 
 
 first_nonfinite = _first_nonfinite

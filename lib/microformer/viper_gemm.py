@@ -6,7 +6,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _iscratch, _mant15, _ones, _S
+from .viper_common import _filled, _iscratch, _mant15, _ones, _S
 
 # what _gemm computes (`kind`); x y z w u are its sizes, in this order:
 MM_FORWARD = const(1)       # (N, C, OC, hasbias, keep):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias); keep: see _gemm
@@ -440,10 +440,18 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     return 0
 
 
-# from host/viper/gemm.py:130
-def _mm(out, a, b, bias, kind, x, y, z, w, u):
+# The wrappers below are viper functions too: a bytecode function whose arguments, locals and
+# value stack exceed 11 words takes its frame from the GC heap on every call (MicroPython's
+# VM_MAX_STATE_ON_STACK), which slows down as garbage builds up; a viper function has no such
+# frame (host/frames.py lists the frames, tests/test_frames.py guards the hot paths).
+_NONE = None                            # viper compares objects with a global, not the literal
+
+
+# from host/viper/gemm.py:137
+@micropython.viper
+def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
-    n = _gemm(0, 0, 0, out, a, b, bias, _S[0], kind, x, y, z, w, u)
+    n = int(_gemm(0, 0, 0, out, a, b, bias, _S[0], kind, x, y, z, w, u))
     if n:
         _gemm(0, 0, 0, out, a, b, bias, _iscratch(n), kind, x, y, z, w, u)
 
@@ -453,49 +461,85 @@ def _mm(out, a, b, bias, kind, x, y, z, w, u):
 # of one item: the scratch, made here on first use), with a copy of the weight's bits that each
 # call compares first: a changed weight (a training step, load_state_dict, a write by hand) is
 # quantized again, so the result is always that of the weight as it is now.
-_KEEP_N = 4
+_KEEP_N = const(4)
 
 
-# from host/viper/gemm.py:145
-def matmul_forward_kept(out, inp, weight, bias, N, C, OC, keep):
-    # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
-    if N > _KEEP_N:
-        matmul_forward(out, inp, weight, bias, N, C, OC)
-        return
+# from host/viper/gemm.py:153
+def _keep_scratch(keep, n):
+    # keep[0]: an int scratch of exactly n items (made on first use, or for another shape)
     s = keep[0]
-    K4 = (C + 3) & ~3
-    if s is None or len(s) != OC * K4 + OC + K4 + 2 * OC + OC * C:
-        s = keep[0] = array("i", bytes(4 * (OC * K4 + OC + K4 + 2 * OC + OC * C)))
-    _gemm(0, 0, 0, out, inp, weight, out if bias is None else bias, s, MM_FORWARD, N, C, OC,
-          0 if bias is None else 1, 1)
+    if s is None or len(s) != n:
+        keep[0] = None                  # the old one can go before the new one is made
+        s = keep[0] = _filled("i", n, 0)
+    return s
 
 
-# from host/viper/gemm.py:158
-def matmul_forward(out, inp, weight, bias, N, C, OC):
+# from host/viper/gemm.py:162
+@micropython.viper
+def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
+    # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
+    hb = 1
+    if bias is _NONE:
+        bias = out
+        hb = 0
+    if N > _KEEP_N:
+        _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, hb, 0)
+        return
+    K4 = (C + 3) & (0 - 4)
+    s = _keep_scratch(keep, OC * K4 + OC + K4 + 2 * OC + OC * C)
+    _gemm(0, 0, 0, out, inp, weight, bias, s, MM_FORWARD, N, C, OC, hb, 1)
+
+
+# from host/viper/gemm.py:177
+@micropython.viper
+def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
-    if bias is None:
+    if bias is _NONE:
         _mm(out, inp, weight, out, MM_FORWARD, N, C, OC, 0, 0)
     else:
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:166
-def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC):
+# from host/viper/gemm.py:186
+@micropython.viper
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
     # dinp (N, C) = dout . weight (written); dweight (OC, C) += dout^T . inp; dbias (OC,) += sum_n dout
-    if dinp is not None:
+    if dinp is not _NONE:
         _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
-    if dweight is None:
-        if dbias is not None:
+    if dweight is _NONE:
+        if dbias is not _NONE:
             _mm(dbias, dout, _ones(N), dbias, MM_DBIAS, N, C, OC, 0, 0)
-    elif dbias is None:
+    elif dbias is _NONE:
         _mm(dweight, dout, inp, dweight, MM_DWEIGHT, N, C, OC, 0, 0)
     else:                               # dbias as an extra row of ones in the dweight product
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:180
-def matmul_backward_input_acc(dinp, dout, weight, N, C, OC):
+# from host/viper/gemm.py:201
+@micropython.viper
+def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
+    # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
+    _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
+
+
+# from host/viper/gemm.py:207
+@micropython.viper
+def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
+    # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
+    # sum_n dout (each skipped when None; the same calls as matmul_backward's)
+    if dweight is _NONE:
+        if dbias is not _NONE:
+            _mm(dbias, dout, _ones(N), dbias, MM_DBIAS, N, C, OC, 0, 0)
+    elif dbias is _NONE:
+        _mm(dweight, dout, inp, dweight, MM_DWEIGHT, N, C, OC, 0, 0)
+    else:
+        _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
+
+
+# from host/viper/gemm.py:220
+@micropython.viper
+def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 1, 0)
 
@@ -505,7 +549,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:190
+# from host/viper/gemm.py:231
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -513,7 +557,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:197
+# from host/viper/gemm.py:238
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -521,7 +565,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:204
+# from host/viper/gemm.py:245
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -599,23 +643,25 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:227
+            # from host/viper/gemm.py:268
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:233
-def avgpool_forward(out, inp, B, T, C):
+# from host/viper/gemm.py:274
+@micropython.viper
+def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
     # ERROR BOUND: a _gemm with K = T and 1/T: within 2^-11 max_t |inp[b, t, c]|; the backward
     #   (_bcast, dout / T with a 15-bit 1/T) within 2^-13 of each element
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:240
-def avgpool_backward(dinp, dout, B, T, C):
+# from host/viper/gemm.py:282
+@micropython.viper
+def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
     sc = _invT(T)
     _bcast(dinp, dout, B, T, C, sc[0], sc[1])
@@ -645,7 +691,7 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 #   within 2^-11 K max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
 #   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
 #   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
-# from host/viper/gemm.py:270
+# from host/viper/gemm.py:313
 @micropython.viper
 def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: int, C: int, OC: int, flag: int) -> int:
     S = ptr32(s)
@@ -717,7 +763,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                             q = 0 - q
                 qb[0] = q
                 qb = ptr32(uint(qb) + 4)
-            # from host/viper/gemm.py:307
+            # from host/viper/gemm.py:350
             eb = base - 150
         else:
             # from host/viper/snippets.py:1182 (snippet q8_drow)
@@ -800,7 +846,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if sg:
                         g = 0 - g
                     S[n] = g
-            # from host/viper/gemm.py:310
+            # from host/viper/gemm.py:353
             eb = pm + 16
         for r in range(R):
             # from host/viper/snippets.py:1228 (snippet q8_dot)
@@ -818,7 +864,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     wi += wk
                     k += 1
                 acc += (t + rh) >> sh8                                  #!chk acc
-            # from host/viper/gemm.py:313
+            # from host/viper/gemm.py:356
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
                 # from host/viper/snippets.py:1249 (snippet q8_scale)
@@ -844,7 +890,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     e = e + d + ye - 141
                     if sg:
                         acc = 0 - acc
-            # from host/viper/gemm.py:316
+            # from host/viper/gemm.py:359
             oi = m * R + r
             if flag:
                 x = pbias[r]
@@ -862,7 +908,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:119 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:322
+                # from host/viper/gemm.py:365
                 if xe != 0:
                     xe = xe - 150
                     # from host/viper/snippets.py:235 (snippet addto0)
@@ -950,11 +996,11 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     po[oi] = 0
                 else:
                     po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-    # from host/viper/gemm.py:326
+    # from host/viper/gemm.py:369
     return 0
 
 
-# from host/viper/gemm.py:329
+# from host/viper/gemm.py:372
 def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
     s = _S[0]
@@ -965,7 +1011,7 @@ def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
         _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
 
 
-# from host/viper/gemm.py:339
+# from host/viper/gemm.py:382
 def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
     # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
     if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):

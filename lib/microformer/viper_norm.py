@@ -528,22 +528,43 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
 # from host/viper/norm.py:146
 
 
-# from host/viper/norm.py:148
-def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C):
+# The two entry points are viper functions: as bytecode their frames (24 and 25 words) came from
+# the GC heap on every call (see viper_gemm._mm).
+_NONE = None                    # viper compares objects with a global, not the literal
+
+
+# from host/viper/norm.py:153
+@micropython.viper
+def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N: int, C: int):
     # dinp (N, C) = rstd (dnorm - mean_c(dnorm) - xhat mean_c(dnorm xhat)), dnorm = dout weight;
     # dweight (C,) += sum_n dout xhat; dbias (C,) += sum_n dout (each skipped when None)
-    flags = (0 if dweight is None else 1) | (0 if dbias is None else 2)
-    _lnb(dinp, dinp if dweight is None else dweight, dinp if dbias is None else dbias, dout, inp,
-         weight, mean, rstd, _iscratch(4 * C), _NAN, N, C, flags)
+    flags = 3
+    if dweight is _NONE:
+        dweight = dinp
+        flags = 2
+    if dbias is _NONE:
+        dbias = dinp
+        flags = flags & 1
+    _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, _iscratch(4 * C), _NAN, N, C, flags)
 
 
-# from host/viper/norm.py:156
-def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
-    # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
-    # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved for the backward
+# from host/viper/norm.py:167
+def _eps(eps):
+    # eps as (15-bit mantissa, exponent), computed once per value
     ep = _EPS.get(eps)
     if ep is None:
         ep = _EPS[eps] = _mant15(eps)
+    return ep
+
+
+# from host/viper/norm.py:175
+@micropython.viper
+def layernorm_forward(out, mean, rstd, inp, weight, bias, N: int, C: int, eps):
+    # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
+    # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved for the backward
+    ep = _EPS.get(eps)
+    if ep is _NONE:
+        ep = _eps(eps)
     _ln(out, mean, rstd, inp, weight, bias, _iscratch(C), _NAN, N, C, ep[0], ep[1])
 
 
@@ -558,7 +579,7 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
 #   the int scratch S (4 C); the two means as block sums with log2(C) + 1 bits of headroom
 #   (< 2^30) divided by C (long division); dn - a - xhat b aligned to the largest exponent after
 #   each term is cut below 2^29 (< 2^31), then times rstd (15 bits) [B7].
-# from host/viper/norm.py:176
+# from host/viper/norm.py:196
 @micropython.viper
 def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C: int, flags: int):
     pd = ptr32(dinp)
@@ -606,7 +627,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 mmn = mmn << 6
             if (y >> 31) & 1:
                 mmn = 0 - mmn
-            # from host/viper/norm.py:217
+            # from host/viper/norm.py:237
             mme = emn - 156
         rm = ((z & 0x7FFFFF) | 0x800000) >> 9
         rex = er - 141                          # rstd = rm 2^rex
@@ -679,7 +700,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                     v = 0 - v
             S[c] = v
             S[C + c] = xe
-            # from host/viper/norm.py:225
+            # from host/viper/norm.py:245
             g = pg[ib + c]
             w = pw[c]
             eg = (g >> 23) & 0xFF
@@ -713,7 +734,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 t = 0
             else:
                 t = (t + ((1 << sh) >> 1)) >> sh
-            # from host/viper/norm.py:254
+            # from host/viper/norm.py:274
             acca += t                                           #!chk acca
             xm = (S[c] ^ sx) - sx
             if xm != 0:
@@ -725,7 +746,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                     t = 0
                 else:
                     t = (t + ((1 << sh) >> 1)) >> sh
-                # from host/viper/norm.py:261
+                # from host/viper/norm.py:281
                 accb += t                                       #!chk accb
         # a = A / C = am 2^ae, b = B / C = bm 2^be (30 bits, signed)
         am = acca
@@ -749,7 +770,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         # from host/viper/snippets.py:735 (snippet sdiv)
         if asg:
             am = 0 - am
-        # from host/viper/norm.py:266
+        # from host/viper/norm.py:286
         bm = accb
         be = emp + 32 + ha
         # from host/viper/snippets.py:67 (snippet unsign)
@@ -771,11 +792,11 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         # from host/viper/snippets.py:735 (snippet sdiv)
         if bsg:
             bm = 0 - bm
-        # from host/viper/norm.py:269
+        # from host/viper/norm.py:289
         _lnb_apply(dinp, dweight, dbias, dout, s, ib, C, flags, am >> 1, ae + 1, bm, be, rm, rex)
 
 
-# from host/viper/norm.py:272
+# from host/viper/norm.py:292
 @micropython.viper
 def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: int, ae: int, bm: int,
                bex: int, rm: int, rex: int):
@@ -811,7 +832,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 dm = 0
             else:
                 dm = (dm + ((1 << sh) >> 1)) >> sh
-        # from host/viper/norm.py:303
+        # from host/viper/norm.py:323
         a = am
         if a != 0:
             sh = M - ae
@@ -820,7 +841,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 a = 0
             else:
                 a = (a + ((1 << sh) >> 1)) >> sh
-        # from host/viper/norm.py:307
+        # from host/viper/norm.py:327
         if t != 0:
             sh = M - te
             # from host/viper/snippets.py:213 (snippet rsh)
@@ -828,7 +849,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 t = 0
             else:
                 t = (t + ((1 << sh) >> 1)) >> sh
-        # from host/viper/norm.py:310
+        # from host/viper/norm.py:330
         v = dm - a - t                                          #!chk v
         e = M
         # from host/viper/snippets.py:67 (snippet unsign)
@@ -836,7 +857,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
         if v < 0:
             sg = 1
             v = 0 - v
-        # from host/viper/norm.py:313
+        # from host/viper/norm.py:333
         if v != 0:
             # from host/viper/snippets.py:75 (snippet normto)
             while v >= 0x10000:
@@ -845,7 +866,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
             while v < 0x8000:
                 v = v << 1
                 e -= 1
-            # from host/viper/norm.py:315
+            # from host/viper/norm.py:335
             v = v * rm                                          #!chk v
             e = e + rex
         # from host/viper/snippets.py:24 (snippet pack_by)
@@ -903,7 +924,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 pd[ib + c] = 0
             else:
                 pd[ib + c] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/norm.py:318
+        # from host/viper/norm.py:338
         g = pg[ib + c]
         eg = (g >> 23) & 0xFF
         if (flags & 1) and eg != 0 and xm != 0:
@@ -1017,7 +1038,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                     pdw[c] = 0
                 else:
                     pdw[c] = (sg << 31) | (be << 23) | (p & 0x7FFFFF)
-        # from host/viper/norm.py:334
+        # from host/viper/norm.py:354
         if flags & 2:
             xa = pdb[c]
             # from host/viper/snippets.py:679 (snippet fadd)

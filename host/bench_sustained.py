@@ -1,0 +1,78 @@
+# host/bench_sustained.py: the rates a user's own loop sustains (`make bench` prints this table).
+#   python host/bench_sustained.py [--callgrind]
+# board/bench_sustained.py under the 32-bit port at the board's 512K heap: decode tokens/s and
+# Iris training steps/s with a collection before each timed round (as bench.py measures) and
+# without (as a user's loop runs), and the heap bytes each allocates; with --callgrind, the
+# instructions per training sample at a 512K and a 64M heap next to the seed's C++.
+import os
+import re
+import subprocess
+import sys
+
+import bench
+
+SEED = {"iris": 54.3e3, "block": 16.0e6}     # the seed's C++ per training sample (shared/FACTS.md)
+_BIG = "2M"                                  # the heap a run that does not fit the board's is repeated in
+
+
+def _line(exe, heap, what, n):
+    env = dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(bench.ROOT, "lib"),
+                                                        os.path.join(bench.ROOT, "board")]))
+    cmd = [exe, "-X", "heapsize=" + heap, os.path.join(bench.ROOT, "board", "bench_sustained.py"), what, "viper", str(n)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    m = re.search(r"^SUSTAINED \S+ \S+ \d+ (\S+) (\S+) (-?\d+)$", out.stdout, re.M)
+    if m:
+        return float(m.group(1)), float(m.group(2)), int(m.group(3)), None
+    text = out.stdout + out.stderr
+    why = "out of memory" if "MemoryError" in text else (text.strip().splitlines() or ["failed"])[-1]
+    return None, None, None, "%s (%s)" % (why, " ".join(cmd))
+
+
+def table(exe=bench.MP32, heap="512K", rounds=200, steps=300):
+    """Collected vs sustained rates at `heap` on `exe` (default the 32-bit port)."""
+    print("sustained rates, viper, %s at -X heapsize=%s (%d decode rounds of %d tokens, %d Iris steps):"
+          % (os.path.basename(exe), heap, rounds, 48, steps), flush=True)
+    print("  %-20s %12s %12s %8s %12s" % ("", "collected", "sustained", "ratio", "heap B/call"), flush=True)
+    out = {}
+    for what, n, unit in (("decode", rounds, "tokens/s"), ("fit", steps, "steps/s")):
+        col, sus, per, err = _line(exe, heap, what, n)
+        out[what] = (col, sus, per)
+        name = "%s %s" % (what, unit)
+        if err:
+            print("  %-20s %s" % (name, err), flush=True)
+            if heap != _BIG:                   # the same rounds where they fit, said as such
+                col, sus, per, err = _line(exe, _BIG, what, n)
+                name = "  (at %s)" % _BIG
+        if not err:
+            print("  %-20s %12.1f %12.1f %7.0f%% %12d" % (name, col, sus, 100.0 * sus / col, per), flush=True)
+        else:
+            print("  %-20s %s" % (name, err), flush=True)
+    return out
+
+
+def instructions(exe=bench.MP32, heaps=("512K", "64M")):
+    """Instructions per training sample (callgrind, runs of two lengths, no collection between
+    steps) at each heap size, next to the seed's C++."""
+    print("instructions per training sample, viper, %s:" % os.path.basename(exe), flush=True)
+    for heap in heaps:
+        for model, batch, (s0, s1) in (("iris", 16, (5, 25)), ("block", 8, (1, 3))):
+            a = bench._callgrind_ir(model, "viper", s0, heap, exe)
+            b = bench._callgrind_ir(model, "viper", s1, heap, exe)
+            if a and b:
+                per = (b - a) / float((s1 - s0) * batch)
+                print("  %-5s -X heapsize=%-4s %10.1fk  (x%.1f the seed's C++ %.1fk)"
+                      % (model, heap, per / 1e3, per / SEED[model], SEED[model] / 1e3), flush=True)
+            else:
+                print("  %-5s -X heapsize=%-4s callgrind gave no count" % (model, heap), flush=True)
+
+
+def main(argv=()):
+    if not os.path.exists(bench.MP32):
+        raise SystemExit("bench_sustained: needs the 32-bit port at %s (make mp32)" % bench.MP32)
+    table()
+    if "--callgrind" in argv:
+        instructions()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,220 @@
+# Frames on the hot paths: every bytecode function a training step or a decode step runs
+# through (in the modules listed here) keeps its frame (arguments + locals + value stack) within
+# the 11 words MicroPython keeps off the GC heap; a larger frame is allocated on every call and
+# slows a loop down as garbage builds up. host/frames.py computes the frames from mpy-cross output.
+import os
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+
+sys.path.insert(0, os.path.join(helpers.ROOT, "host"))
+import frames  # noqa: E402
+
+LIB = os.path.join(helpers.ROOT, "lib", "microformer")
+
+# module -> the functions of a training step (Sequential forward/backward, Dense, LayerNorm,
+# FeedForward, EncoderBlock, the losses, train_step) and of prefill/decode_step, in that module
+HOT = {
+    "viper_gemm.py": ["_mm", "matmul_forward", "matmul_forward_kept", "matmul_backward",
+                      "matmul_backward_input_acc", "avgpool_forward", "avgpool_backward"],
+    "viper_norm.py": ["layernorm_forward", "layernorm_backward"],
+    "viper_elementwise.py": ["act_forward", "act_backward"],
+    "dense.py": ["Dense.forward", "Dense._product", "Dense.backward", "Dense._grad_input", "Dense._grad_weight"],
+    "feedforward.py": ["FeedForward.forward", "FeedForward.backward"],
+    "block.py": ["EncoderBlock.forward", "EncoderBlock._run", "EncoderBlock._rest", "EncoderBlock._add",
+                 "EncoderBlock.prefill", "EncoderBlock.decode_step", "decode_step"],
+    "model.py": ["Sequential.forward", "Sequential.backward", "Sequential._train_backward",
+                 "Sequential._frozen_backward", "_down"],
+    "loss.py": ["CrossEntropyLoss.forward", "CrossEntropyLoss._loss", "CrossEntropyLoss.backward",
+                "_labels_ok", "_len", "MSELoss.forward", "MSELoss.backward"],
+    "train.py": ["train_step", "_correct", "argmax"],
+    "pool.py": ["GlobalAvgPool.forward", "GlobalAvgPool.backward"],
+    "decoder.py": ["DecoderBlock.decode_step", "DecoderBlock._sum", "DecoderBlock._cross_step",
+                   "DecoderBlock._ffn_step"],
+    "activation.py": ["ActivationLayer.forward", "ActivationLayer.backward"],
+}
+
+# on the paths and still above the limit: their kernels take 9 arguments (a call then needs 11
+# words of value stack before any local), or they are the post-norm block's variants
+OVER = {
+    "norm.py": ["LayerNorm.forward", "LayerNorm.backward"],
+    "block.py": ["EncoderBlock.backward", "EncoderBlock._run_post", "EncoderBlock._backward_post"],
+}
+
+
+def _all(mod):
+    return dict((name, words) for name, _, _, words in frames.frames(os.path.join(LIB, mod)))
+
+
+def test_hot_paths_keep_their_frames_off_the_heap():
+    over = []
+    for mod, names in HOT.items():
+        got = _all(mod)
+        for n in names:
+            assert n in got, "%s: no function %s (renamed? update HOT)" % (mod, n)
+            if got[n] > frames.LIMIT:
+                over.append("%s:%s (%d words)" % (mod, n, got[n]))
+    assert not over, "frames above %d words on a hot path:\n  %s" % (frames.LIMIT, "\n  ".join(over))
+
+
+def test_the_known_large_frames_are_listed():
+    # the hot functions still above the limit are exactly OVER: a fix, or a new offender, shows here
+    for mod, names in OVER.items():
+        got = _all(mod)
+        for n in names:
+            assert n in got, "%s: no function %s (renamed? update OVER)" % (mod, n)
+            assert got[n] > frames.LIMIT, "%s:%s is within %d words now: move it from OVER to HOT" % (
+                mod, n, frames.LIMIT)
+
+
+_PROBE = """
+import micropython
+def at_limit(a, b, c, d, e, f, g, h, i, j):
+    return a
+def over_limit(a, b, c, d, e, f, g, h, i, j, k):
+    return a
+def run():
+    t0 = micropython.mem_total()
+    for _ in range(10):
+        at_limit(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+    t1 = micropython.mem_total()
+    for _ in range(10):
+        over_limit(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+    t2 = micropython.mem_total()
+    print("ALLOC", t1 - t0, t2 - t1)
+run()
+"""
+
+
+def test_the_limit_is_the_interpreters(tmp_path, micropython):
+    # the tool's frame sizes and LIMIT agree with what the port allocates: a function at the
+    # limit allocates nothing per call, one word more allocates a frame on every call
+    p = tmp_path / "probe.py"
+    p.write_text(_PROBE)
+    got = dict((n, w) for n, _, _, w in frames.frames(str(p)))
+    assert got["at_limit"] == frames.LIMIT and got["over_limit"] == frames.LIMIT + 1, got
+    out = subprocess.run([micropython, str(p)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    at, over = [int(v) for v in out.stdout.split("ALLOC")[1].split()]
+    assert at == 0, out.stdout
+    assert over >= 10 * 4 * (frames.LIMIT + 1), out.stdout
+
+
+def test_viper_functions_have_no_frame(tmp_path):
+    p = tmp_path / "v.py"
+    p.write_text("import micropython\n\n@micropython.viper\ndef k(a, b: int, c: int, d, e, f, g, h, i, j, k2, l):\n"
+                 "    return b\n\ndef plain(a, b, c, d, e, f, g, h, i, j, k2, l):\n    return a\n")
+    got = dict((n, w) for n, _, _, w in frames.frames(str(p)))
+    assert got == {"k": 0, "plain": 13}, got
+
+
+@pytest.mark.parametrize("bad", ["def f(:\n    pass\n"])
+def test_a_file_that_does_not_compile_is_named(tmp_path, bad):
+    p = tmp_path / "bad.py"
+    p.write_text(bad)
+    with pytest.raises(ValueError, match="bad.py: mpy-cross failed"):
+        frames.frames(str(p))
+
+
+# matmul_backward_input + matmul_backward_weight (the Dense backward's calls of few arguments)
+# give matmul_backward's values bit for bit, on every backend
+_SPLIT = """
+import sys
+from array import array
+import microformer as mf
+from microformer import backend
+mf.set_backend(sys.argv[1])
+K = backend.K
+rng = mf.Rng(5)
+bad = 0
+for N, C, OC in ((1, 1, 1), (3, 4, 5), (16, 8, 3), (2, 33, 7)):
+    def r(n):
+        return array("f", [rng.uniform(-2.0, 2.0) for _ in range(n)])
+    dout, inp, w = r(N * OC), r(N * C), r(OC * C)
+    for bias in (0, 1):
+        d1, dw1, db1 = array("f", [0.0] * (N * C)), r(OC * C), r(OC)
+        d2, dw2, db2 = array("f", [0.0] * (N * C)), array("f", dw1), array("f", db1)
+        K.matmul_backward(d1, dw1, db1 if bias else None, dout, inp, w, N, C, OC)
+        K.matmul_backward_input(d2, dout, w, N, C, OC)
+        K.matmul_backward_weight(dw2, db2 if bias else None, dout, inp, N, C, OC)
+        for a, b in ((d1, d2), (dw1, dw2), (db1, db2)):
+            bad += sum(1 for i in range(len(a)) if a[i] != b[i])
+    db1, db2 = r(OC), None
+    db2 = array("f", db1)
+    K.matmul_backward(None, None, db1, dout, inp, w, N, C, OC)
+    K.matmul_backward_weight(None, db2, dout, inp, N, C, OC)
+    bad += sum(1 for i in range(OC) if db1[i] != db2[i])
+print("SPLIT", sys.argv[1], bad)
+"""
+
+
+@pytest.mark.parametrize("backend", ["viper", "python"])
+def test_split_backward_kernels_match_matmul_backward_mp(tmp_path, micropython, backend):
+    p = tmp_path / "split.py"
+    p.write_text(_SPLIT)
+    out = helpers.run_micropython(p, backend, exe=micropython)
+    assert "SPLIT %s 0" % backend in out, out
+
+
+def test_split_backward_kernels_match_matmul_backward_numpy(tmp_path):
+    p = tmp_path / "split.py"
+    p.write_text(_SPLIT)
+    out = helpers.run_cpython(p, "numpy")
+    assert "SPLIT numpy 0" in out, out
+
+
+# the viper entry points of the Dense/LayerNorm/activation/pooling path allocate nothing per call
+# once their scratch has grown (micropython.mem_total counts freed heap frames too)
+_ZERO = """
+import micropython
+from array import array
+import microformer as mf
+from microformer import backend
+mf.set_backend("viper")
+K = backend.K
+N, C, OC = 16, 8, 5
+def f(n):
+    return array("f", [0.5 - (i % 7) * 0.1 for i in range(n)])
+x, w, b, y, dy, dx, dw, db = f(N * C), f(OC * C), f(OC), f(N * OC), f(N * OC), f(N * C), f(OC * C), f(OC)
+g, be, mean, rstd, ln = f(C), f(C), f(N), f(N), f(N * C)
+keep = [None]
+# each kernel bound to a global first: a lambda calling K.name(10 arguments) would need 12 words
+# of stack, and its own frame would come from the heap
+mf_, mfk, mb, mbi, mbw = K.matmul_forward, K.matmul_forward_kept, K.matmul_backward, K.matmul_backward_input, K.matmul_backward_weight
+lnf, lnb, af, ab, pf, pb = K.layernorm_forward, K.layernorm_backward, K.act_forward, K.act_backward, K.avgpool_forward, K.avgpool_backward
+calls = (
+    ("matmul_forward", lambda: mf_(y, x, w, b, N, C, OC)),
+    ("matmul_forward_kept", lambda: mfk(y, x, w, b, 1, C, OC, keep)),
+    ("matmul_backward", lambda: mb(dx, dw, db, dy, x, w, N, C, OC)),
+    ("matmul_backward_input", lambda: mbi(dx, dy, w, N, C, OC)),
+    ("matmul_backward_weight", lambda: mbw(dw, db, dy, x, N, C, OC)),
+    ("layernorm_forward", lambda: lnf(ln, mean, rstd, x, g, be, N, C, 1e-5)),
+    ("layernorm_backward", lambda: lnb(dx, g, be, ln, x, g, mean, rstd, N, C)),
+    ("act_forward", lambda: af(ln, x, N * C, K.GELU)),
+    ("act_backward", lambda: ab(dx, ln, x, ln, N * C, K.GELU)),
+    ("act_backward_relu", lambda: ab(dx, ln, x, ln, N * C, K.RELU)),
+    ("avgpool_forward", lambda: pf(y, x, 2, 8, C)),
+    ("avgpool_backward", lambda: pb(dx, y, 2, 8, C)),
+)
+def run(fn):
+    fn()
+    t = micropython.mem_total()
+    for _ in range(10):
+        fn()
+    return micropython.mem_total() - t
+base = run(lambda: None)             # the lambda's own call
+for name, fn in calls:
+    print("BYTES", name, run(fn) - base)
+"""
+
+
+def test_viper_entry_points_allocate_nothing(tmp_path, micropython):
+    p = tmp_path / "zero.py"
+    p.write_text(_ZERO)
+    out = helpers.run_micropython(p, exe=micropython)
+    rows = [line.split() for line in out.splitlines() if line.startswith("BYTES ")]
+    assert len(rows) == 12, out
+    assert all(r[2] == "0" for r in rows), out
