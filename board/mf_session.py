@@ -340,6 +340,21 @@ class _MSE:
         return self._mse.backward()
 
 
+
+def _fit_args(epochs, lr, verbose, on_error):
+    # Session.fit's arguments, checked before anything changes; returns lr (checked) or None
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+        raise ValueError("fit: epochs must be an int >= 1, got %r" % (epochs,))
+    if lr is not None:
+        lr = hyper("fit", "lr", lr, 0.0, None, True)
+    if verbose is not None and not isinstance(verbose, bool):
+        raise ValueError("fit: verbose must be True, False or None (the session's setting), got %r"
+                         % (verbose,))
+    if on_error not in FIT_ON_ERROR:
+        raise ValueError("fit: on_error must be one of %s, got %r"
+                         % (", ".join(repr(v) for v in FIT_ON_ERROR), on_error))
+    return lr
+
 class Session:
     """A model loaded from flash with its data, ready to evaluate, predict and fine-tune.
 
@@ -946,52 +961,12 @@ class Session:
         the model keeps the weights of the last full step (either way).
         """
         # ---- every argument first: a refused call changes nothing
-        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-            raise ValueError("fit: epochs must be an int >= 1, got %r" % (epochs,))
-        if lr is not None:
-            lr = hyper("fit", "lr", lr, 0.0, None, True)
-        if verbose is not None and not isinstance(verbose, bool):
-            raise ValueError("fit: verbose must be True, False or None (the session's setting), got %r"
-                             % (verbose,))
-        if on_error not in FIT_ON_ERROR:
-            raise ValueError("fit: on_error must be one of %s, got %r"
-                             % (", ".join(repr(v) for v in FIT_ON_ERROR), on_error))
-        if data is None:
-            n_user = len(self._examples.y)
-            data = "user" if n_user else "train"
-            why = ("your %d example%s in %s (data=None picks them when there are any; data='train' "
-                   "for the pretraining split)" % (n_user, "" if n_user == 1 else "s", self.user_path)
-                   if n_user else "the checkpoint's training split (data=None: no user examples yet)")
-        else:
-            why = None
-        try:
-            name, ds = self._select(data, "fit")
-        except MemoryError:
-            raise self._oom("in fit, reading the examples")
-        if why is None:
-            why = "%s, as asked" % name
+        lr = _fit_args(epochs, lr, verbose, on_error)
+        name, ds, why = self._fit_data(data)
         # garbage out first: what fit keeps (optimizer, rollback copy, history) then goes into the
         # lowest free blocks, and the large ones stay whole for a new batch shape's buffers
         gc.collect()
-        if self._opt is None:
-            if not self._net.collect_params([]):
-                raise ValueError("fit: every layer is frozen; unfreeze something first (s.unfreeze())")
-            try:                        # its state and the step's shadow: a few blocks of 4 bytes per param
-                self._opt = mf.Adam(self._net, lr=self.lr if lr is None else lr)
-            except MemoryError:
-                self._opt = None
-                raise self._oom("creating the optimizer")
-        snap = None
-        if on_error == "rollback":
-            snap = getattr(self, "_snap", None)
-            if snap is None or snap.opt is not self._opt:
-                self._snap = None
-                try:
-                    snap = self._snap = _Snapshot(self._opt)
-                except MemoryError:
-                    raise self._oom("making fit's rollback copy (%d bytes; fit(on_error='keep') "
-                                    "trains without it)" % (12 * self._opt._n))
-            snap.take(self)
+        snap = self._fit_state(lr, on_error)
         try:                    # the history's records: allocated before any state changes
             log = _fit_log()
         except MemoryError:
@@ -1059,6 +1034,45 @@ class Session:
             name, _n(steps, "step"), _n(rec["epochs"], "epoch"), "" if rec["loss"] is None else ", loss %.4f" % rec["loss"],
             duration(1000 * seconds / max(1, steps)), ", interrupted" if interrupted else "")
         return FitResult(line, rec, hist)
+
+    def _fit_data(self, data):
+        # fit's examples: (selection name, pairs, why fit trains on them)
+        why = None
+        if data is None:
+            n_user = len(self._examples.y)
+            data = "user" if n_user else "train"
+            why = ("your %d example%s in %s (data=None picks them when there are any; data='train' "
+                   "for the pretraining split)" % (n_user, "" if n_user == 1 else "s", self.user_path)
+                   if n_user else "the checkpoint's training split (data=None: no user examples yet)")
+        try:
+            name, ds = self._select(data, "fit")
+        except MemoryError:
+            raise self._oom("in fit, reading the examples")
+        return name, ds, "%s, as asked" % name if why is None else why
+
+    def _fit_state(self, lr, on_error):
+        # the optimizer (made on the first fit) and, for on_error='rollback', the rollback copy
+        # taken now; returns that copy or None. Nothing the model holds changes here.
+        if self._opt is None:
+            if not self._net.collect_params([]):
+                raise ValueError("fit: every layer is frozen; unfreeze something first (s.unfreeze())")
+            try:                        # its state and the step's shadow: a few blocks of 4 bytes per param
+                self._opt = mf.Adam(self._net, lr=self.lr if lr is None else lr)
+            except MemoryError:
+                self._opt = None
+                raise self._oom("creating the optimizer")
+        if on_error != "rollback":
+            return None
+        snap = getattr(self, "_snap", None)
+        if snap is None or snap.opt is not self._opt:
+            self._snap = None
+            try:
+                snap = self._snap = _Snapshot(self._opt)
+            except MemoryError:
+                raise self._oom("making fit's rollback copy (%d bytes; fit(on_error='keep') "
+                                "trains without it)" % (12 * self._opt._n))
+        snap.take(self)
+        return snap
 
     def evaluate(self, data="test", verbose=None):
         """Accuracy and per-class counts on a selection (default 'test') or a list of pairs;
