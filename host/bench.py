@@ -284,6 +284,8 @@ def main(argv):
     decode_table(None, ("python", "numpy"))
     if "--callgrind" in argv and shutil.which("valgrind"):
         callgrind_table(heap)
+    import bench_budget                   # fine-tuning within a budget: its own table (make bench-budget)
+    bench_budget.main([] if "--callgrind" in argv else ["--no-callgrind"])
 
 
 def callgrind_table(heap="64M"):
