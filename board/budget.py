@@ -286,8 +286,13 @@ def action_accuracy(model_name, mode, checkpoint, epochs, data_dir=None, adapter
     acc0, _ = evaluate(model, test, BATCH)
     trains = set_mode(model, mode)
     q_saved = 0
+    frozen_w = 0
     if mode == "lora_int8":
-        # the heap the conversion frees: the model with adapters in float32, then with int8
+        # the heap the conversion frees: the model with adapters in float32, then with int8;
+        # frozen_w: the float32 bytes of the frozen weight matrices it is to convert
+        for p, g in model.params():
+            if g.data is None and len(p.shape) == 2:
+                frozen_w += 4 * p.size
         held = _weight_bytes()
         int8(model)
         q_saved = held - _weight_bytes()
@@ -302,7 +307,7 @@ def action_accuracy(model_name, mode, checkpoint, epochs, data_dir=None, adapter
         a_size = ck.save_adapter(adapter_path, model, checkpoint)
     _report("accuracy", before=acc0, after=acc1, train=train_acc, epochs=epochs, steps=opt.steps,
             trainable=L.trainable_count(model), params=_param_count(model),
-            checkpoint=ck_size, adapter=a_size, model_heap=held_float, q_saved=q_saved,
+            checkpoint=ck_size, adapter=a_size, model_heap=held_float, q_saved=q_saved, frozen_w=frozen_w,
             trains=",".join(trains) if len(trains) < 4 else "%d_names" % len(trains))
 
 

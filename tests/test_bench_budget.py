@@ -75,7 +75,7 @@ def test_int8_row_says_why_it_is_missing_or_saves_weight_memory(small_sensor, tm
         line = host_bb.format_row({"model": "sensor", "mode": "lora_int8", "missing": host_bb.missing(out)}, None)
         assert line.endswith("not available: microformer.quant missing") and "sensor" in line
     else:
-        assert got and int(got["q_saved"]) > 0, out
+        assert got and 0 < int(got["q_saved"]) < int(got["frozen_w"]), out
 
 
 def test_rows_and_notes_put_each_figure_against_the_full_fine_tune():
@@ -86,6 +86,30 @@ def test_rows_and_notes_put_each_figure_against_the_full_fine_tune():
               heap_kb=1000, ir=100e6, adapter="400")
     line = host_bb.format_row(lo, full)
     assert "100.00M" in line and "50 %" in line and "-1.5" in line and "10/110" in line
-    notes = host_bb.notes([full, lo])
+    q = dict(lo, mode="lora_int8", after="0.88", frozen_w="3500", q_saved="2500")
+    notes = host_bb.notes([full, lo, q])
+    assert ("encoder: frozen weight matrices 3.4 KB in float32, 1.0 KB after int8 (3.50x less: the heap"
+            " the conversion freed); accuracy -0.5 points against LoRA in float32") in notes
     assert "encoder lora: adapter file 400 bytes, 10 % of the 4000-byte checkpoint" in notes
     assert "encoder: peak heap full / LoRA = 3.00x, smallest heap full / LoRA = 3.00x" in notes
+
+
+def test_int8_row_converts_the_adapted_model_once(small_sensor, tmp_path):
+    # a stand-in microformer.quant (tests/budget_fakequant_mp.py): int8 is called once, after the
+    # adapters are in, and the row reports the frozen matrices' float32 bytes it was given
+    path, model = small_sensor
+    out = helpers.run_micropython(helpers.script("budget_fakequant_mp.py"), "accuracy", "sensor", "lora_int8",
+                                  path, 1, DATA, str(tmp_path / "q.mfck"), heap="16M")
+    calls = [line.split() for line in out.splitlines() if line.startswith("FAKEQUANT")]
+    assert len(calls) == 1, out
+    got = host_bb._parse(out, "accuracy")
+    assert host_bb.missing(out) is None and got, out
+    adapters = 6                      # one EncoderBlock: q, k, v, out projections and two FFN linears
+    F = FILTERS
+    # the frozen 2-D tensors: Conv1D's weight is [F, C, K] (3-D), the positions [25, F], the
+    # block's in_proj [3F, F] and out_proj, linear1 [2F, F], linear2 [F, 2F]; the head trains
+    frozen = 25 * F + 3 * F * F + F * F + 2 * F * F + 2 * F * F
+    assert calls[0][4] == str(adapters) and int(calls[0][6]) == frozen
+    assert int(got["frozen_w"]) == 4 * frozen
+    # r=4 adapters: A [4, in] and B [out, 4] on four F->F projections, F->2F and 2F->F; the head
+    assert int(got["trainable"]) == 4 * (4 * 2 * F + 2 * 3 * F) + (F * 4 + 4)
