@@ -35,7 +35,7 @@ CHECKPOINT_RULE := $(if $(filter $(DEFAULT_CHECKPOINT),$(CHECKPOINT)),$(DEFAULT_
 MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
-.PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench golden plots \
+.PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench bench-budget golden plots \
         board-up board-down package viper compile-check clean xtensa-tools xtensa-report board-report
 
 setup: $(STAMP) ## create .venv from the pinned requirements (torch too unless TORCH=0)
@@ -114,6 +114,14 @@ seq2seq: setup ## reverse digit strings with the encoder-decoder Transformer: ho
 	$(PY) host/train_seq2seq.py --steps 1500 --out $(SEQ2SEQ_CK)
 	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import seq2seq; seq2seq.main('../$(SEQ2SEQ_CK)')"
 
+# The checkpoints the budget bench fine-tunes: the sensor model (BasicMotions, as make sensor trains
+# it) and the two-EncoderBlock encoder on its synthetic task (board/budget.py), both built once.
+ENCODER_CK := build/encoder.mfck
+$(SENSOR_CK): $(STAMP) host/train_sensor.py board/sensor.py datasets/basicmotions_train.csv
+	$(PY) host/train_sensor.py --epochs 60 --out $(SENSOR_CK)
+$(ENCODER_CK): $(STAMP) host/bench_budget.py board/budget.py
+	$(PY) host/bench_budget.py pretrain --out $(ENCODER_CK)
+
 # A host-pretrained Iris checkpoint (what the board fine-tunes).
 pretrain: $(DEFAULT_CHECKPOINT) ## build/iris.mfck: the host-pretrained Iris checkpoint the board fine-tunes
 $(DEFAULT_CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py lib/microformer/models.py
@@ -153,7 +161,7 @@ golden: setup ## regenerate the golden vectors (tests/golden)
 
 # Speed and heap on the stock port and the 32-bit single-precision port (built when MICROPYTHON_SRC is
 # known; without it the 32-bit rows are missing and the bench says so).
-bench: setup $(CHECKPOINT_RULE) $(if $(MICROPYTHON_SRC),$(MP32)) ## speed and heap per model and backend on both ports, a line per item as it goes
+bench: setup $(CHECKPOINT_RULE) $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) ## speed and heap per model and backend on both ports, a line per item as it goes
 	$(PY) host/bench.py --checkpoint $(CHECKPOINT)
 
 # The board's machine code of the viper kernels (host/xtensa_cost.py): the GEMM's inner loops in
@@ -175,6 +183,12 @@ xtensa-tools: ## install xtensa-lx106-elf-objdump (Debian: binutils-xtensa-lx106
 # build/board-report-DATE.md (firmware, board id, heap, package version and commit).
 board-report: setup $(CHECKPOINT_RULE) ## selftest + bench + short fine-tune on the board, into build/board-report-DATE.md (PORT=...)
 	$(PY) host/board_report.py --checkpoint "$(CHECKPOINT)"
+
+# Fine-tuning within a budget on the 32-bit port: heap, instructions per sample and drift accuracy of
+# full / head-only / bias+LayerNorm / LoRA / LoRA+int8 fine-tunes of the sensor model and a
+# two-EncoderBlock encoder (valgrind for the instruction counts; host/bench_budget.py).
+bench-budget: setup $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tuning modes (full, head, bias+LN, LoRA, LoRA+int8): heap, instructions, drift accuracy
+	$(PY) host/bench_budget.py
 
 plots: setup ## the PNGs in build/plots (training curves, attention maps), a line per plot
 	$(PY) host/plots.py --out build/plots

@@ -298,6 +298,8 @@ def main(argv):
     if os.path.exists(MP32):                   # what a user's loop sustains (host/bench_sustained.py)
         import bench_sustained
         bench_sustained.main(["--callgrind"] if shutil.which("valgrind") else [])
+    import bench_budget                   # fine-tuning within a budget: its own table (make bench-budget)
+    bench_budget.main([] if "--callgrind" in argv else ["--no-callgrind"])
 
 
 def callgrind_table(heap="64M"):

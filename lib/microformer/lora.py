@@ -38,6 +38,18 @@ def _ones(n):
     return _ONES[0]
 
 
+_SCRATCH = [None]
+
+
+def _scratch(n):
+    # the (N, out) product h B^T of the adapter running now: added into y at once and never read
+    # again, so one buffer (the largest any adapter needs) serves every adapter of every model
+    s = _SCRATCH[0]
+    if s is None or len(s) < n:
+        s = _SCRATCH[0] = Tensor.zeros((n,), "lora_scratch").data
+    return s
+
+
 class LoRA(Buffered):
     """One adapter on one linear map of in_features -> out_features: rank r, scaling alpha / r."""
 
@@ -68,7 +80,6 @@ class LoRA(Buffered):
         # keyed by the row count N (an int: no tuple made per call)
         if stage == "_fwd":
             self._h = bufs.zeros("_h", (N, self.rank))              # (alpha/r) x A^T
-            self._u = bufs.zeros("_u", (N, self.out_features))      # its product with B^T
         else:
             self._dh = bufs.zeros("_dh", (N, self.rank))
 
@@ -78,7 +89,7 @@ class LoRA(Buffered):
         r = self.rank
         self._buffers("_fwd", N)
         h = self._h.data
-        u = self._u.data
+        u = _scratch(N * self.out_features)                     # its product with B^T
         K.matmul_forward(h, x, self.A.data, None, N, self.in_features, r)
         K.dropout_apply(h, h, _ones(N * r), N * r, self.scaling)       # h *= alpha/r
         K.matmul_forward(u, h, self.B.data, None, N, r, self.out_features)
