@@ -535,12 +535,12 @@ class Session:
             except (ValueError, IndexError, TypeError) as e:
                 why.append("[B, %s]: %s" % (", ".join(str(d) for d in s), e))
                 continue
-            K = len(self.outputs)
-            if len(out) != 2 or out[1] != K:
+            n_out = len(self.outputs)
+            if len(out) != 2 or out[1] != n_out:
                 raise ValueError("Session: %s: the model gives %s per example, but its metadata "
                                  "names %d %s (%s): expected [1, %d]"
-                                 % (where, list(out), K, "classes" if self.task == "classify" else "targets",
-                                    ", ".join(self.outputs), K))
+                                 % (where, list(out), n_out, "classes" if self.task == "classify" else "targets",
+                                    ", ".join(self.outputs), n_out))
             return s, need
         raise ValueError("Session: %s: the model does not take the metadata's input_shape %s (%s)"
                          % (where, self.input_shape, "; ".join(why)))

@@ -79,9 +79,9 @@ def predictions(model, data, batch_size=20):
     out = []
     for X, y in Batches(data, batch_size):
         logits = predict_logits(model, X)
-        K = logits.shape[1]
+        n = logits.shape[1]
         for b in range(len(y)):
-            out.append(argmax(logits.data, b * K, K))
+            out.append(argmax(logits.data, b * n, n))
     return out
 
 

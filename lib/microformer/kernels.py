@@ -808,12 +808,12 @@ def copy(dst, src, n):
 # ---------------------------------------------------------------- convolution and 1-D pooling
 # Conv1D, MaxPool1D, AvgPool1D over channels-last buffers (B, L, C), and the learned positional
 # embedding's table gradient. Same conventions: outputs first, sizes last, no allocation.
-# Output length (torch's): Lout = (L + 2 pad - dil (K - 1) - 1) // stride + 1 (pooling: dil = 1).
+# Output length (torch's): Lout = (L + 2 pad - dil (KS - 1) - 1) // stride + 1 (pooling: dil = 1).
 # Positions outside 0..L-1 are padding: 0 for convolution and average pooling (counted in the
-# average's divisor K, as torch's count_include_pad=True), -inf for max pooling.
+# average's divisor KS, as torch's count_include_pad=True), -inf for max pooling.
 
 
-def _conv_walk(out, dinp, dweight, dbias, dout, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+def _conv_walk(out, dinp, dweight, dbias, dout, inp, weight, bias, B, L, C, Lout, OC, KS, stride, pad, dil, groups):
     # the walk both directions of the convolution share: every output (b, t, o), every tap j whose
     # input position p = t stride + j dil - pad lies in 0..L-1, the Cg channels of o's group g.
     # out not None: the forward (out written); otherwise the backward (dout read; dinp, dweight,
@@ -826,14 +826,14 @@ def _conv_walk(out, dinp, dweight, dbias, dout, inp, weight, bias, B, L, C, Lout
             p0 = t * stride - pad
             for o in range(OC):
                 ib = b * L * C + (o // OCg) * Cg
-                wb = o * Cg * K
+                wb = o * Cg * KS
                 if out is not None:
                     s = 0.0 if bias is None else bias[o]
                 else:
                     g = dout[ob + o]
                     if dbias is not None:
                         dbias[o] += g
-                for j in range(K):
+                for j in range(KS):
                     p = p0 + j * dil
                     if p < 0 or p >= L:
                         continue
@@ -842,47 +842,47 @@ def _conv_walk(out, dinp, dweight, dbias, dout, inp, weight, bias, B, L, C, Lout
                     if out is not None:
                         for c in range(Cg):
                             s += weight[wi] * inp[xi + c]
-                            wi += K
+                            wi += KS
                         continue
                     for c in range(Cg):
                         if dinp is not None:
                             dinp[xi + c] += g * weight[wi]
                         if dweight is not None:
                             dweight[wi] += g * inp[xi + c]
-                        wi += K
+                        wi += KS
                 if out is not None:
                     out[ob + o] = s
 
 
-def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
-    # inp (B, L, C); weight (OC, C/groups, K) as torch's Conv1d; bias (OC,) or None
+def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, KS, stride, pad, dil, groups):
+    # inp (B, L, C); weight (OC, C/groups, KS) as torch's Conv1d; bias (OC,) or None
     # out (B, Lout, OC): out[b,t,o] = bias[o] + sum_{c, j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
     #   Cg = C / groups input channels per group, g = o // (OC / groups) the group of output channel o
-    _conv_walk(out, None, None, None, None, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups)
+    _conv_walk(out, None, None, None, None, inp, weight, bias, B, L, C, Lout, OC, KS, stride, pad, dil, groups)
 
 
-def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, KS, stride, pad, dil, groups):
     # in the forward pass this was out[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
     # dinp (B, L, C) = the transposed convolution of dout (written; skipped when None)
-    # dweight (OC, Cg, K) += sum_{b,t} dout[b,t,o] inp[b, p(t,j), g Cg + c]  (accumulated; skipped when None)
+    # dweight (OC, Cg, KS) += sum_{b,t} dout[b,t,o] inp[b, p(t,j), g Cg + c]  (accumulated; skipped when None)
     # dbias (OC,) += sum_{b,t} dout[b,t,o]                                  (accumulated; skipped when None)
     if dinp is not None:
         zero(dinp, B * L * C)
-    _conv_walk(None, dinp, dweight, dbias, dout, inp, weight, None, B, L, C, Lout, OC, K, stride, pad, dil, groups)
+    _conv_walk(None, dinp, dweight, dbias, dout, inp, weight, None, B, L, C, Lout, OC, KS, stride, pad, dil, groups)
 
 
-def _pool_walk(dst, idx, src, B, L, C, Lout, K, stride, pad, back):
+def _pool_walk(dst, idx, src, B, L, C, Lout, KS, stride, pad, back):
     # the window walk every 1-D pooling kernel shares: for each (b, t, c), the positions lo..hi-1 of
-    # window t (t stride - pad .. + K - 1) that lie inside 0..L-1.
+    # window t (t stride - pad .. + KS - 1) that lie inside 0..L-1.
     # idx not None: max pooling, dst (B, Lout, C) = the window's max of src, idx its position (the
-    #   first on ties, as torch); back: dst (B, L, C) += src[b,t,c] / K over window t; otherwise
-    #   average pooling, dst (B, Lout, C) = the window's sum of src / K (padding counts as 0)
-    inv = 1.0 / K
+    #   first on ties, as torch); back: dst (B, L, C) += src[b,t,c] / KS over window t; otherwise
+    #   average pooling, dst (B, Lout, C) = the window's sum of src / KS (padding counts as 0)
+    inv = 1.0 / KS
     for b in range(B):
         for t in range(Lout):
             p0 = t * stride - pad
             lo = p0 if p0 > 0 else 0
-            hi = p0 + K if p0 + K < L else L
+            hi = p0 + KS if p0 + KS < L else L
             ob = (b * Lout + t) * C
             for c in range(C):
                 ii = (b * L + lo) * C + c
@@ -909,11 +909,11 @@ def _pool_walk(dst, idx, src, B, L, C, Lout, K, stride, pad, back):
                     dst[ob + c] = s * inv
 
 
-def maxpool1d_forward(out, idx, inp, B, L, C, Lout, K, stride, pad):
-    # out (B, Lout, C) = max over the window t stride - pad .. + K - 1 (inside 0..L-1) of inp (B, L, C)
+def maxpool1d_forward(out, idx, inp, B, L, C, Lout, KS, stride, pad):
+    # out (B, Lout, C) = max over the window t stride - pad .. + KS - 1 (inside 0..L-1) of inp (B, L, C)
     # idx (B, Lout, C) ints: the position (0..L-1) of the maximum, the first one on ties (as torch)
-    # a window must hold a real position (pad <= K // 2 guarantees it)
-    _pool_walk(out, idx, inp, B, L, C, Lout, K, stride, pad, False)
+    # a window must hold a real position (pad <= KS // 2 guarantees it)
+    _pool_walk(out, idx, inp, B, L, C, Lout, KS, stride, pad, False)
 
 
 def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
@@ -927,16 +927,16 @@ def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
                 dinp[(b * L + idx[ob + c]) * C + c] += dout[ob + c]
 
 
-def avgpool1d_forward(out, inp, B, L, C, Lout, K, stride, pad):
-    # out (B, Lout, C) = (1/K) sum over the window t stride - pad .. + K - 1 of inp (padding counts as 0)
-    _pool_walk(out, None, inp, B, L, C, Lout, K, stride, pad, False)
+def avgpool1d_forward(out, inp, B, L, C, Lout, KS, stride, pad):
+    # out (B, Lout, C) = (1/KS) sum over the window t stride - pad .. + KS - 1 of inp (padding counts as 0)
+    _pool_walk(out, None, inp, B, L, C, Lout, KS, stride, pad, False)
 
 
-def avgpool1d_backward(dinp, dout, B, L, C, Lout, K, stride, pad):
-    # in the forward pass this was out[b,t,c] = (1/K) sum_{p in window t} inp[b,p,c]
-    # dinp (B, L, C) = sum over the windows holding p of dout / K (written)
+def avgpool1d_backward(dinp, dout, B, L, C, Lout, KS, stride, pad):
+    # in the forward pass this was out[b,t,c] = (1/KS) sum_{p in window t} inp[b,p,c]
+    # dinp (B, L, C) = sum over the windows holding p of dout / KS (written)
     zero(dinp, B * L * C)
-    _pool_walk(dinp, None, dout, B, L, C, Lout, K, stride, pad, True)
+    _pool_walk(dinp, None, dout, B, L, C, Lout, KS, stride, pad, True)
 
 
 def posembed_backward(dtable, dout, B, S, C, start):

@@ -53,7 +53,7 @@ def zero(buf, n):
 # The dense products run in float32 (single-precision BLAS, straight into the output buffers): as
 # PyTorch does on the CPU, and twice the speed of float64 products and their copies. Their error
 # stays far inside the backend's tolerance (tests/test_numpy_backend.py: 1e-5 of the largest
-# value against the portable loops): a K-term float32 dot product is off by about sqrt(K) float32
+# value against the portable loops): a KS-term float32 dot product is off by about sqrt(KS) float32
 # roundings of its terms' magnitudes.
 
 def matmul_forward(out, inp, weight, bias, N, C, OC):
@@ -542,18 +542,18 @@ def copy(dst, src, n):
 # ---------------------------------------------------------------- convolution and 1-D pooling
 # (B, L, C) channels-last; windows gathered with one fancy index over the zero-padded input.
 
-def _taps(Lout, K, stride, dil):
-    # (Lout, K) positions in the padded input: t stride + j dil
-    return np.arange(Lout)[:, None] * stride + np.arange(K)[None, :] * dil
+def _taps(Lout, KS, stride, dil):
+    # (Lout, KS) positions in the padded input: t stride + j dil
+    return np.arange(Lout)[:, None] * stride + np.arange(KS)[None, :] * dil
 
 
-def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, KS, stride, pad, dil, groups):
     # out (B, Lout, OC)[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
     Cg, OCg = C // groups, OC // groups
     xp = np.zeros((B, L + 2 * pad, C))
     xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
-    cols = xp[:, _taps(Lout, K, stride, dil)]                         # (B, Lout, K, C)
-    w = _d(weight, OC * Cg * K, OC, Cg, K)
+    cols = xp[:, _taps(Lout, KS, stride, dil)]                         # (B, Lout, KS, C)
+    w = _d(weight, OC * Cg * KS, OC, Cg, KS)
     y = np.empty((B, Lout, OC))
     for g in range(groups):
         y[:, :, g * OCg:(g + 1) * OCg] = np.einsum("btjc,ocj->bto", cols[..., g * Cg:(g + 1) * Cg],
@@ -563,28 +563,28 @@ def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, K, stride, pad, di
     _v(out, B * Lout * OC)[:] = y.ravel()
 
 
-def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, K, stride, pad, dil, groups):
+def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, KS, stride, pad, dil, groups):
     # in the forward pass this was out[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
-    # dinp (B, L, C) written; dweight (OC, Cg, K) and dbias (OC,) accumulated; None = skipped
+    # dinp (B, L, C) written; dweight (OC, Cg, KS) and dbias (OC,) accumulated; None = skipped
     Cg, OCg = C // groups, OC // groups
-    taps = _taps(Lout, K, stride, dil)
+    taps = _taps(Lout, KS, stride, dil)
     dy = _d(dout, B * Lout * OC, B, Lout, OC)
-    w = _d(weight, OC * Cg * K, OC, Cg, K)
+    w = _d(weight, OC * Cg * KS, OC, Cg, KS)
     if dweight is not None:
         xp = np.zeros((B, L + 2 * pad, C))
         xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
         cols = xp[:, taps]
-        dw = np.empty((OC, Cg, K))
+        dw = np.empty((OC, Cg, KS))
         for g in range(groups):
             dw[g * OCg:(g + 1) * OCg] = np.einsum("bto,btjc->ocj", dy[:, :, g * OCg:(g + 1) * OCg],
                                                  cols[..., g * Cg:(g + 1) * Cg])
-        v = _v(dweight, OC * Cg * K)
+        v = _v(dweight, OC * Cg * KS)
         v[:] = v.astype(_F64) + dw.ravel()
     if dbias is not None:
         v = _v(dbias, OC)
         v[:] = v.astype(_F64) + dy.sum(axis=(0, 1))
     if dinp is not None:
-        dcols = np.empty((B, Lout, K, C))
+        dcols = np.empty((B, Lout, KS, C))
         for g in range(groups):
             dcols[..., g * Cg:(g + 1) * Cg] = np.einsum("bto,ocj->btjc", dy[:, :, g * OCg:(g + 1) * OCg],
                                                        w[g * OCg:(g + 1) * OCg])
@@ -593,12 +593,12 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
         _v(dinp, B * L * C)[:] = dxp[:, pad:pad + L].ravel()
 
 
-def maxpool1d_forward(out, idx, inp, B, L, C, Lout, K, stride, pad):
+def maxpool1d_forward(out, idx, inp, B, L, C, Lout, KS, stride, pad):
     # out (B, Lout, C) = window maxima; idx (B, Lout, C) ints: their positions (first on ties)
     xp = np.full((B, L + 2 * pad, C), -np.inf)
     xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
-    taps = _taps(Lout, K, stride, 1)
-    win = xp[:, taps]                                                 # (B, Lout, K, C)
+    taps = _taps(Lout, KS, stride, 1)
+    win = xp[:, taps]                                                 # (B, Lout, KS, C)
     j = win.argmax(axis=2)                                            # first maximum
     np.frombuffer(idx, dtype=np.int32, count=B * Lout * C)[:] = (taps[None, :, :1] + j - pad).ravel()
     _v(out, B * Lout * C)[:] = np.take_along_axis(win, j[:, :, None, :], axis=2).ravel()
@@ -614,18 +614,18 @@ def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
     _v(dinp, B * L * C)[:] = dx.ravel()
 
 
-def avgpool1d_forward(out, inp, B, L, C, Lout, K, stride, pad):
-    # out (B, Lout, C) = (1/K) sum over each window (padding counts as 0)
+def avgpool1d_forward(out, inp, B, L, C, Lout, KS, stride, pad):
+    # out (B, Lout, C) = (1/KS) sum over each window (padding counts as 0)
     xp = np.zeros((B, L + 2 * pad, C))
     xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
-    _v(out, B * Lout * C)[:] = (xp[:, _taps(Lout, K, stride, 1)].sum(axis=2) * (1.0 / K)).ravel()
+    _v(out, B * Lout * C)[:] = (xp[:, _taps(Lout, KS, stride, 1)].sum(axis=2) * (1.0 / KS)).ravel()
 
 
-def avgpool1d_backward(dinp, dout, B, L, C, Lout, K, stride, pad):
-    # in the forward pass this was out[b,t,c] = (1/K) sum_{p in window t} inp[b,p,c]; dinp written
-    g = _d(dout, B * Lout * C, B, Lout, C) * (1.0 / K)
+def avgpool1d_backward(dinp, dout, B, L, C, Lout, KS, stride, pad):
+    # in the forward pass this was out[b,t,c] = (1/KS) sum_{p in window t} inp[b,p,c]; dinp written
+    g = _d(dout, B * Lout * C, B, Lout, C) * (1.0 / KS)
     dxp = np.zeros((B, L + 2 * pad, C))
-    np.add.at(dxp, (slice(None), _taps(Lout, K, stride, 1)), np.broadcast_to(g[:, :, None, :], (B, Lout, K, C)))
+    np.add.at(dxp, (slice(None), _taps(Lout, KS, stride, 1)), np.broadcast_to(g[:, :, None, :], (B, Lout, KS, C)))
     _v(dinp, B * L * C)[:] = dxp[:, pad:pad + L].ravel()
 
 
