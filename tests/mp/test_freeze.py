@@ -36,8 +36,9 @@ def test_buffers_micropython(micropython):
 
 
 def _layer_classes():
+    # every public name, the lazily imported ones too (dir() lists only what is loaded so far)
     seen = []
-    for name in dir(mf):
+    for name in sorted(set(dir(mf)) | set(mf._LAZY)):
         obj = getattr(mf, name)
         if isinstance(obj, type) and issubclass(obj, Layer) and obj is not Layer:
             seen.append(obj)
