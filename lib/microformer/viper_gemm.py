@@ -465,11 +465,11 @@ def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
 # A call with more rows uses the kept rows when they exist (a prompt before decoding), else
 # matmul_forward (training never makes them).
 # The kept rows are split in parts of at most _KEEP_PART ints of scratch (a few rows of the
-# weight each, 9 KB): one large array per weight cannot be placed in a fragmented heap of a few
+# weight each, 12 KB): one large array per weight cannot be placed in a fragmented heap of a few
 # hundred KB (a board without PSRAM) where many small ones can. A part writes its rows of the
 # output to the keep's own buffer; they are copied to theirs in the output.
 _KEEP_N = const(4)
-_KEEP_PART = const(2304)
+_KEEP_PART = const(3072)
 
 
 # from host/viper/gemm.py:161
