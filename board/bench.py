@@ -58,35 +58,47 @@ DECODE_NEW = 48
 
 
 def _decoder(activation="gelu"):
+    # a model that only decodes: eval mode, and frozen (trainable = False releases its grad
+    # buffers, as much heap as the weights; `model.trainable = True` gives them back zeroed)
     mf.seed(4)
     E = DECODE_E
     L = DECODE_PROMPT + DECODE_NEW
-    return mf.Sequential([mf.Embedding(DECODE_V, E), mf.PositionalEncoding(L, E),
-                          mf.EncoderBlock(E, 2, 4 * E, causal=True, activation=activation, max_len=L),
-                          mf.LayerNorm(E), mf.Dense(E, DECODE_V)])
+    model = mf.Sequential([mf.Embedding(DECODE_V, E), mf.PositionalEncoding(L, E),
+                           mf.EncoderBlock(E, 2, 4 * E, causal=True, activation=activation, max_len=L),
+                           mf.LayerNorm(E), mf.Dense(E, DECODE_V)])
+    model.eval()
+    model.trainable = False
+    return model
+
+
+def decode_setup(backend, activation="gelu"):
+    """The decode stack on `backend`, its prompt [1, DECODE_PROMPT], a one-token input [1, 1] and
+    the greedy pick argmax(data, offset, n) (its module loaded before the model is made: the
+    model's arrays then come after the module's code in the heap)."""
+    mf.set_backend(backend)
+    argmax = mf.train.argmax
+    model = _decoder(activation)
+    prompt = mf.Tensor((1, DECODE_PROMPT))
+    for i in range(DECODE_PROMPT):
+        prompt.data[i] = (3 * i + 1) % DECODE_V
+    return model, prompt, mf.Tensor((1, 1)), argmax
 
 
 def decode(backend, activation="gelu", rounds=3):
     """Greedy decoding on the decode stack: tokens per second of the 48 cached decode steps (the
     fastest of `rounds` rounds, prompt excluded) and heap bytes per decoded token (gc.mem_alloc
     delta over a whole round of decode steps, GC off). Prints a DECODE line."""
-    mf.set_backend(backend)
-    model = _decoder(activation)
-    model.eval()
-    prompt = mf.Tensor((1, DECODE_PROMPT))
-    for i in range(DECODE_PROMPT):
-        prompt.data[i] = (3 * i + 1) % DECODE_V
-    x = mf.Tensor((1, 1))
+    model, prompt, x, argmax = decode_setup(backend, activation)
     V = DECODE_V
 
     def one_round():
         logits = mf.prefill(model, prompt)
-        nxt = mf.train.argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
+        nxt = argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
         t0 = _us()
         for _ in range(DECODE_NEW):
             x.data[0] = nxt
             logits = mf.decode_step(model, x)
-            nxt = mf.train.argmax(logits.data, 0, V)
+            nxt = argmax(logits.data, 0, V)
         return _dt(t0), nxt
     one_round()                                  # buffers and caches get allocated here
     best = None
@@ -95,7 +107,7 @@ def decode(backend, activation="gelu", rounds=3):
         dt, last = one_round()
         best = dt if best is None or dt < best else best
     logits = mf.prefill(model, prompt)
-    nxt = mf.train.argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
+    nxt = argmax(logits.data, (DECODE_PROMPT - 1) * V, V)
     gc.collect()
     gc.disable()
     try:
@@ -103,7 +115,7 @@ def decode(backend, activation="gelu", rounds=3):
         for _ in range(DECODE_NEW):
             x.data[0] = nxt
             logits = mf.decode_step(model, x)
-            nxt = mf.train.argmax(logits.data, 0, V)
+            nxt = argmax(logits.data, 0, V)
         heap = (_mem_alloc() - a0) / DECODE_NEW if a0 >= 0 else -2.0
     except MemoryError:                  # the portable path can allocate more than the heap
         heap = -1.0

@@ -39,15 +39,8 @@ def _timed(fn, rounds, collect):
 def decode(backend, rounds=200, only=None):
     """Tokens per second of the bench's decode stack (bench.decode), collected and sustained, and
     the heap bytes a round allocates per token (prefill's share included)."""
-    mf.set_backend(backend)
-    model = bench._decoder()
-    model.eval()
+    model, prompt, x, argmax = bench.decode_setup(backend)
     P, V, NEW = bench.DECODE_PROMPT, bench.DECODE_V, bench.DECODE_NEW
-    prompt = mf.Tensor((1, P))
-    for i in range(P):
-        prompt.data[i] = (3 * i + 1) % V
-    x = mf.Tensor((1, 1))
-    argmax = mf.train.argmax
 
     def one_round():
         logits = mf.prefill(model, prompt)

@@ -142,36 +142,75 @@ def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
         _gemm(0, 0, 0, out, a, b, bias, _iscratch(n), kind, x, y, z, w, u)
 
 
-# A few rows (decoding: one token) cost little next to quantizing the weight each call, so for
-# N <= _KEEP_N the weight's quantized rows are kept in a scratch the caller owns (keep, a list
-# of one item: the scratch, made here on first use), with a copy of the weight's bits that each
-# call compares first: a changed weight (a training step, load_state_dict, a write by hand) is
-# quantized again, so the result is always that of the weight as it is now.
+# A few rows (decoding: one token) cost little next to quantizing the weight each call, so a
+# call with N <= _KEEP_N keeps the weight's quantized rows in scratch the caller owns (keep, a
+# list of one item, made here on first use, or by keep_weight), with a copy of the weight's bits
+# that each call compares first: a changed weight (a training step, load_state_dict, a write by
+# hand) is quantized again, so the result is always that of the weight as it is now, bit for bit
+# matmul_forward's (each output is one A row times one B row, computed alike in either path).
+# A call with more rows uses the kept rows when they exist (a prompt before decoding), else
+# matmul_forward (training never makes them).
+# The kept rows are split in parts of at most _KEEP_PART ints of scratch (a few rows of the
+# weight each, 12 KB): one large array per weight cannot be placed in a fragmented heap of a few
+# hundred KB (a board without PSRAM) where many small ones can. A part writes its rows of the
+# output to the keep's own buffer; they are copied to theirs in the output.
 _KEEP_N = const(4)
+_KEEP_PART = const(3072)
 
 
-def _keep_scratch(keep, n):
-    # keep[0]: an int scratch of exactly n items (made on first use, or for another shape)
-    s = keep[0]
-    if s is None or len(s) != n:
-        keep[0] = None                  # the old one can go before the new one is made
-        s = keep[0] = _filled("i", n, 0)
-    return s
+def keep_weight(keep, weight, bias, C, OC):
+    # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
+    # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
+    # the bias is replaced by another array (a changed value is caught by the copy, not here)
+    keep[0] = None                      # the old parts can go before the new ones are made
+    K4 = (C + 3) & (0 - 4)
+    rows = max(1, (_KEEP_PART - K4) // (K4 + 3 + C))
+    wv = memoryview(weight)
+    k = [weight, bias, 0 if bias is None else 1, array("f", bytes(4 * min(rows, OC)))]
+    for o in range(0, OC, rows):
+        r = min(rows, OC - o)
+        k += [o, r, wv[o * C:(o + r) * C], wv if bias is None else memoryview(bias)[o:o + r],
+              _filled("i", r * K4 + r + K4 + 2 * r + r * C, 0)]
+    keep[0] = k
+
+
+def _keep_out(k, n):
+    # the keep's output buffer, grown to n floats (more rows than before)
+    k[3] = None
+    k[3] = array("f", bytes(4 * n))
+
+
+@micropython.viper
+def _put_rows(out, o: int, OC: int, part, r: int, N: int):
+    # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
+    po = ptr32(out)
+    pp = ptr32(part)
+    for m in range(N):
+        for j in range(r):
+            po[m * OC + o + j] = pp[m * r + j]
 
 
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
-    hb = 1
-    if bias is _NONE:
-        bias = out
-        hb = 0
-    if N > _KEEP_N:
-        _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, hb, 0)
-        return
-    K4 = (C + 3) & (0 - 4)
-    s = _keep_scratch(keep, OC * K4 + OC + K4 + 2 * OC + OC * C)
-    _gemm(0, 0, 0, out, inp, weight, bias, s, MM_FORWARD, N, C, OC, hb, 1)
+    k = keep[0]                         # (the parts are made again only for another weight or
+    if k is _NONE or k[0] is not weight or k[1] is not bias:    # bias: a bytecode call, whose
+        if N > _KEEP_N:                                         # frame would come from the heap)
+            matmul_forward(out, inp, weight, bias, N, C, OC)
+            return
+        keep_weight(keep, weight, bias, C, OC)
+        k = keep[0]
+    hb = int(k[2])
+    n = int(len(k))
+    if int(len(k[3])) < N * int(k[5]):
+        _keep_out(k, N * int(k[5]))
+    y = k[3]
+    i = 4
+    while i < n:
+        r = int(k[i + 1])
+        _gemm(0, 0, 0, y, inp, k[i + 2], k[i + 3], k[i + 4], MM_FORWARD, N, C, r, hb, 1)
+        _put_rows(out, int(k[i]), OC, y, r, N)
+        i += 5
 
 
 @micropython.viper

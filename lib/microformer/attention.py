@@ -398,6 +398,17 @@ class Attention(Layer):
         """Bytes the allocated cache holds (0 before prefill)."""
         return 0 if self._kc is None else 2 * 4 * self._kc.size
 
+    def keep_weights(self):
+        """The backend's kept copies of Wq Wk Wv Wo for decode_step, made now (as Dense.keep_weights;
+        none while LoRA adapters are attached: decoding refuses them)."""
+        make = getattr(backend.K, "keep_weight", None)
+        if make is None or self._adapted():
+            return
+        E = self.embed_dim
+        for i, W, b in ((0, self.Wq, self.bq), (1, self.Wk, self.bk), (2, self.Wv, self.bv), (3, self.Wo, self.bo)):
+            if W.__class__ is Tensor and self._wkeep[i][0] is None:
+                make(self._wkeep[i], W.data, b.data if self.use_bias else None, E, E)
+
     def _check_decoding(self, what):
         if not self.causal:
             raise ValueError("Attention: %s needs causal=True self-attention (this layer has causal=False)"

@@ -224,9 +224,20 @@ def _layers(model):
     return model.layers if hasattr(model, "layers") else [model]
 
 
+def _keep_weights(layer):
+    # the kept weight copies decoding uses (Dense.keep_weights), made for every layer inside
+    for l in layer.sublayers() if hasattr(layer, "sublayers") else ():
+        _keep_weights(l)
+    if hasattr(layer, "keep_weights"):
+        layer.keep_weights()
+
+
 def prefill(model, x, max_len=None):
     """Run a prompt through a Sequential (or one layer): layers with a KV cache or a position
-    (Attention, EncoderBlock, PositionalEncoding) remember it; the others just run forward."""
+    (Attention, EncoderBlock, PositionalEncoding) remember it; the others just run forward.
+    The backend's kept weight copies for decode_step are made first (Dense.keep_weights)."""
+    for l in _layers(model):
+        _keep_weights(l)
     for l in _layers(model):
         if hasattr(l, "prefill"):
             x = l.prefill(x, max_len) if isinstance(l, (Attention, EncoderBlock)) else l.prefill(x)

@@ -61,6 +61,16 @@ class Dense(WeightBias):
                                       self.b.data if self.use_bias else None, self._x.size // self.in_features,
                                       self.in_features, self.out_features, self._wkeep)
 
+    def keep_weights(self):
+        """Let the backend make its kept copy of W for one-token calls now (mf.prefill does, before
+        the prompt's buffers, so that a small heap is not left in pieces too small for it): the
+        viper backend keeps W's quantized rows and checks them against W on every call. Nothing
+        for a backend that keeps none, an int8 weight or a copy already made."""
+        make = getattr(backend.K, "keep_weight", None)
+        if make is not None and self.W.__class__ is Tensor and self._wkeep[0] is None:
+            make(self._wkeep, self.W.data, self.b.data if self.use_bias else None,
+                 self.in_features, self.out_features)
+
     def params(self):
         base = WeightBias.params(self)
         return base if self.lora is None else base + self.lora.params()

@@ -98,7 +98,7 @@ from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TA
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
                          matmul_backward_input, matmul_backward_input_acc, matmul_backward_weight,
-                         matmul_forward, matmul_forward_kept, q8_matmul_backward_input,
+                         matmul_forward, matmul_forward_kept, keep_weight, q8_matmul_backward_input,
                          q8_matmul_forward)
 from .viper_softmax import (attention_backward, attention_backward_dropout, attention_context,  # noqa: F401
                             attention_decode, attention_forward, crossentropy_softmax)

@@ -456,41 +456,82 @@ def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
         _gemm(0, 0, 0, out, a, b, bias, _iscratch(n), kind, x, y, z, w, u)
 
 
-# A few rows (decoding: one token) cost little next to quantizing the weight each call, so for
-# N <= _KEEP_N the weight's quantized rows are kept in a scratch the caller owns (keep, a list
-# of one item: the scratch, made here on first use), with a copy of the weight's bits that each
-# call compares first: a changed weight (a training step, load_state_dict, a write by hand) is
-# quantized again, so the result is always that of the weight as it is now.
+# A few rows (decoding: one token) cost little next to quantizing the weight each call, so a
+# call with N <= _KEEP_N keeps the weight's quantized rows in scratch the caller owns (keep, a
+# list of one item, made here on first use, or by keep_weight), with a copy of the weight's bits
+# that each call compares first: a changed weight (a training step, load_state_dict, a write by
+# hand) is quantized again, so the result is always that of the weight as it is now, bit for bit
+# matmul_forward's (each output is one A row times one B row, computed alike in either path).
+# A call with more rows uses the kept rows when they exist (a prompt before decoding), else
+# matmul_forward (training never makes them).
+# The kept rows are split in parts of at most _KEEP_PART ints of scratch (a few rows of the
+# weight each, 12 KB): one large array per weight cannot be placed in a fragmented heap of a few
+# hundred KB (a board without PSRAM) where many small ones can. A part writes its rows of the
+# output to the keep's own buffer; they are copied to theirs in the output.
 _KEEP_N = const(4)
+_KEEP_PART = const(3072)
 
 
-# from host/viper/gemm.py:153
-def _keep_scratch(keep, n):
-    # keep[0]: an int scratch of exactly n items (made on first use, or for another shape)
-    s = keep[0]
-    if s is None or len(s) != n:
-        keep[0] = None                  # the old one can go before the new one is made
-        s = keep[0] = _filled("i", n, 0)
-    return s
-
-
-# from host/viper/gemm.py:162
-@micropython.viper
-def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
-    # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
-    hb = 1
-    if bias is _NONE:
-        bias = out
-        hb = 0
-    if N > _KEEP_N:
-        _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, hb, 0)
-        return
+# from host/viper/gemm.py:161
+def keep_weight(keep, weight, bias, C, OC):
+    # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
+    # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
+    # the bias is replaced by another array (a changed value is caught by the copy, not here)
+    keep[0] = None                      # the old parts can go before the new ones are made
     K4 = (C + 3) & (0 - 4)
-    s = _keep_scratch(keep, OC * K4 + OC + K4 + 2 * OC + OC * C)
-    _gemm(0, 0, 0, out, inp, weight, bias, s, MM_FORWARD, N, C, OC, hb, 1)
+    rows = max(1, (_KEEP_PART - K4) // (K4 + 3 + C))
+    wv = memoryview(weight)
+    k = [weight, bias, 0 if bias is None else 1, array("f", bytes(4 * min(rows, OC)))]
+    for o in range(0, OC, rows):
+        r = min(rows, OC - o)
+        k += [o, r, wv[o * C:(o + r) * C], wv if bias is None else memoryview(bias)[o:o + r],
+              _filled("i", r * K4 + r + K4 + 2 * r + r * C, 0)]
+    keep[0] = k
 
 
 # from host/viper/gemm.py:177
+def _keep_out(k, n):
+    # the keep's output buffer, grown to n floats (more rows than before)
+    k[3] = None
+    k[3] = array("f", bytes(4 * n))
+
+
+# from host/viper/gemm.py:183
+@micropython.viper
+def _put_rows(out, o: int, OC: int, part, r: int, N: int):
+    # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
+    po = ptr32(out)
+    pp = ptr32(part)
+    for m in range(N):
+        for j in range(r):
+            po[m * OC + o + j] = pp[m * r + j]
+
+
+# from host/viper/gemm.py:193
+@micropython.viper
+def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
+    # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
+    k = keep[0]                         # (the parts are made again only for another weight or
+    if k is _NONE or k[0] is not weight or k[1] is not bias:    # bias: a bytecode call, whose
+        if N > _KEEP_N:                                         # frame would come from the heap)
+            matmul_forward(out, inp, weight, bias, N, C, OC)
+            return
+        keep_weight(keep, weight, bias, C, OC)
+        k = keep[0]
+    hb = int(k[2])
+    n = int(len(k))
+    if int(len(k[3])) < N * int(k[5]):
+        _keep_out(k, N * int(k[5]))
+    y = k[3]
+    i = 4
+    while i < n:
+        r = int(k[i + 1])
+        _gemm(0, 0, 0, y, inp, k[i + 2], k[i + 3], k[i + 4], MM_FORWARD, N, C, r, hb, 1)
+        _put_rows(out, int(k[i]), OC, y, r, N)
+        i += 5
+
+
+# from host/viper/gemm.py:216
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -500,7 +541,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:186
+# from host/viper/gemm.py:225
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -516,14 +557,14 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:201
+# from host/viper/gemm.py:240
 @micropython.viper
 def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
     # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
 
 
-# from host/viper/gemm.py:207
+# from host/viper/gemm.py:246
 @micropython.viper
 def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
     # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
@@ -537,7 +578,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:220
+# from host/viper/gemm.py:259
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -549,7 +590,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:231
+# from host/viper/gemm.py:270
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -557,7 +598,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:238
+# from host/viper/gemm.py:277
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -565,7 +606,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:245
+# from host/viper/gemm.py:284
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -643,14 +684,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:268
+            # from host/viper/gemm.py:307
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:274
+# from host/viper/gemm.py:313
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -659,7 +700,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:282
+# from host/viper/gemm.py:321
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
@@ -691,7 +732,7 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 #   within 2^-11 K max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
 #   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
 #   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
-# from host/viper/gemm.py:313
+# from host/viper/gemm.py:352
 @micropython.viper
 def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: int, C: int, OC: int, flag: int) -> int:
     S = ptr32(s)
@@ -763,7 +804,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                             q = 0 - q
                 qb[0] = q
                 qb = ptr32(uint(qb) + 4)
-            # from host/viper/gemm.py:350
+            # from host/viper/gemm.py:389
             eb = base - 150
         else:
             # from host/viper/snippets.py:1182 (snippet q8_drow)
@@ -846,7 +887,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if sg:
                         g = 0 - g
                     S[n] = g
-            # from host/viper/gemm.py:353
+            # from host/viper/gemm.py:392
             eb = pm + 16
         for r in range(R):
             # from host/viper/snippets.py:1228 (snippet q8_dot)
@@ -864,7 +905,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     wi += wk
                     k += 1
                 acc += (t + rh) >> sh8                                  #!chk acc
-            # from host/viper/gemm.py:356
+            # from host/viper/gemm.py:395
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
                 # from host/viper/snippets.py:1249 (snippet q8_scale)
@@ -890,7 +931,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     e = e + d + ye - 141
                     if sg:
                         acc = 0 - acc
-            # from host/viper/gemm.py:359
+            # from host/viper/gemm.py:398
             oi = m * R + r
             if flag:
                 x = pbias[r]
@@ -908,7 +949,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:119 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:365
+                # from host/viper/gemm.py:404
                 if xe != 0:
                     xe = xe - 150
                     # from host/viper/snippets.py:235 (snippet addto0)
@@ -996,11 +1037,11 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     po[oi] = 0
                 else:
                     po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-    # from host/viper/gemm.py:369
+    # from host/viper/gemm.py:408
     return 0
 
 
-# from host/viper/gemm.py:372
+# from host/viper/gemm.py:411
 def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
     s = _S[0]
@@ -1011,7 +1052,7 @@ def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
         _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
 
 
-# from host/viper/gemm.py:382
+# from host/viper/gemm.py:421
 def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
     # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
     if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):

@@ -76,8 +76,10 @@ def run(c):
         r["y"] = hx(y); r["d"] = hx(d)
     elif k == "kept":
         N, C, OC = c["N"], c["C"], c["OC"]
-        x = f32(c["x"]); w = f32(c["w"]); b = f32(c["b"])
+        x = f32(c["x"]); w = f32(c["w"]); b = f32(c["b"]) if c["b"] is not None else None
         keep = [None]
+        if c.get("made"):                   # kept rows made beforehand (as mf.prefill does)
+            V.keep_weight(keep, w, b, C, OC)
         outs = []
         for j in range(len(c["edits"]) + 1):
             if j:

@@ -411,12 +411,18 @@ def test_argmax_as_float_comparisons(micropython, tmp_path):
 def test_kept_weight_follows_every_change(micropython, tmp_path):
     rng = np.random.default_rng(12)
     cases = []
-    for N, C, OC in ((1, 32, 128), (2, 7, 5), (4, 128, 32), (5, 16, 16)):
+    # (the kept rows come in parts of a few weight rows: (1, 32, 128) and (4, 128, 32) have several,
+    # and the edits reach the first and the last; made: kept before the first call, so a call of
+    # more rows (a prompt) uses them too)
+    for N, C, OC, made, bias in ((1, 32, 128, False, True), (2, 7, 5, False, True), (4, 128, 32, False, True),
+                                 (5, 16, 16, False, True), (16, 128, 32, True, True), (16, 32, 128, True, False),
+                                 (1, 130, 3, True, False), (3, 5, 200, True, True)):
         w = wide(rng, OC * C, -20, 20)
         one_bit = np.float32(w[3]).view(np.uint32) ^ np.uint32(1)
         edits = [[0, 1e12], [OC * C - 1, -1e13], [3, float(one_bit.view(np.float32))], [3, float(w[3])]]
         cases.append({"kind": "kept", "N": N, "C": C, "OC": OC, "x": hx(wide(rng, N * C, -20, 20)),
-                      "w": hx(w), "b": hx(wide(rng, OC, -20, 20)), "edits": edits})
+                      "w": hx(w), "b": hx(wide(rng, OC, -20, 20)) if bias else None, "edits": edits,
+                      "made": made})
     res = run_cases(cases, micropython, tmp_path)
     for c, r in zip(cases, res):
         outs = r["outs"]
