@@ -46,13 +46,12 @@ class Embedding(Layer):
         if len(ids.shape) < 1:
             raise shape_error("Embedding", "ids", "[B,S]", ids.shape)
         self._buffers("_fwd", ids.shape)
-        y = self._y
-        bad = backend.K.embedding_forward(y.data, ids.data, self.W.data, ids.size, self.embed_dim, self.vocab)
+        bad = backend.K.embedding_forward(self._y.data, ids.data, self.W.data, ids.size, self.embed_dim, self.vocab)
         if bad >= 0:
             raise ValueError("Embedding: token ids must be ints in [0, %d), got %r at flat index %d"
                              % (self.vocab, ids.data[bad], bad))
         self._ids = ids
-        return y
+        return self._y
 
     def _allocate(self, stage, shape, other, bufs):
         self._y = bufs.zeros("_y", self.output_shape(shape))
