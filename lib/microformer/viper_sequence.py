@@ -144,15 +144,20 @@ def add_forward(out, a, b, n):
 
 
 # from host/viper/sequence.py:32
-def posenc_forward(out, inp, pe, B, S, C, start):
+@micropython.viper
+def posenc_forward(out, inp, pe, B: int, S: int, C: int, start: int):
     # out (B, S, C) = inp (B, S, C) + pe[start + s] (pe (L, C), L >= start + S)
+    # (this entry point and the others of 5 or more arguments below are viper functions: as
+    # bytecode their frames (13-15 words) came from the GC heap on every call)
     _add(out, inp, pe, B * S * C, start * C, S * C)
 
 
-# from host/viper/sequence.py:37
+# from host/viper/sequence.py:40
 @micropython.viper
-def _token(x: int, V: int) -> int:
-    # the token id held as float32 bits x, or -1 unless it is an int in [0, V)
+def _token(ids, n: int, V: int) -> int:
+    # the token id ids[n] (float32), or -1 unless it is an int in [0, V) (the array and index are
+    # passed, not the bits: an int of 2^30 or more would be boxed on the heap for the call)
+    x = ptr32(ids)[n]
     e = (x >> 23) & 0xFF
     if e == 0 and (x & 0x7FFFFF) == 0:
         return 0                            # 0.0 and -0.0
@@ -171,17 +176,15 @@ def _token(x: int, V: int) -> int:
     return t
 
 
-# from host/viper/sequence.py:58
+# from host/viper/sequence.py:63
 @micropython.viper
 def _embed(out, ids, table, N: int, C: int, V: int) -> int:
     # out (N, C) = table[ids]; the index of the first bad id (its row not written), or -1
     po = ptr32(out)
-    pi = ptr32(ids)
     pt = ptr32(table)
     ob = 0
     for n in range(N):
-        x = pi[n]
-        t = int(_token(x, V))
+        t = int(_token(ids, n, V))
         if t < 0:
             return n
         tb = t * C
@@ -191,16 +194,15 @@ def _embed(out, ids, table, N: int, C: int, V: int) -> int:
     return 0 - 1
 
 
-# from host/viper/sequence.py:77
+# from host/viper/sequence.py:80
 @micropython.viper
 def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
     # dtable (V, C) += dout (N, C) rows at ids (ids checked by the forward)
     pt = ptr32(dtable)
     po = ptr32(dout)
-    pi = ptr32(ids)
     ob = 0
     for n in range(N):
-        t = int(_token(pi[n], V))
+        t = int(_token(ids, n, V))
         if t >= 0:
             tb = t * C
             for c in range(C):
@@ -315,24 +317,26 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
                             pt[tb + c] = 0
                         else:
                             pt[tb + c] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/sequence.py:92
+        # from host/viper/sequence.py:94
         ob += C
 
 
-# from host/viper/sequence.py:95
-def embedding_forward(out, ids, table, N, C, V):
+# from host/viper/sequence.py:97
+@micropython.viper
+def embedding_forward(out, ids, table, N: int, C: int, V: int):
     # ids (N,): token ids stored as floats; table (V, C); out (N, C) = table[ids]
     # returns -1, or the index of the first id that is not an int in [0, V) (that row is not written)
     return _embed(out, ids, table, N, C, V)
 
 
-# from host/viper/sequence.py:101
-def embedding_backward(dtable, dout, ids, N, C):
+# from host/viper/sequence.py:104
+@micropython.viper
+def embedding_backward(dtable, dout, ids, N: int, C: int):
     # dtable (V, C) += dout rows at ids (accumulated)
-    _embed_back(dtable, dout, ids, N, C, len(dtable) // C)
+    _embed_back(dtable, dout, ids, N, C, int(len(dtable)) // C)
 
 
-# from host/viper/sequence.py:106
+# from host/viper/sequence.py:110
 @micropython.viper
 def _kv(cache, src, B: int, S: int, L: int, C: int, pos: int):
     pc = ptr32(cache)
@@ -345,13 +349,14 @@ def _kv(cache, src, B: int, S: int, L: int, C: int, pos: int):
             si += 1
 
 
-# from host/viper/sequence.py:118
-def kv_store(cache, src, B, S, L, C, pos):
+# from host/viper/sequence.py:122
+@micropython.viper
+def kv_store(cache, src, B: int, S: int, L: int, C: int, pos: int):
     # cache (B, L, C)[:, pos:pos+S, :] = src (B, S, C), bit for bit
     _kv(cache, src, B, S, L, C, pos)
 
 
-# from host/viper/sequence.py:123
+# from host/viper/sequence.py:128
 @micropython.viper
 def _argmax(buf, off: int, n: int) -> int:
     # values compared as sign-magnitude ints (inf above every finite value, -0 == +0); NaN is
@@ -378,13 +383,13 @@ def _argmax(buf, off: int, n: int) -> int:
     return best
 
 
-# from host/viper/sequence.py:149
+# from host/viper/sequence.py:154
 def argmax(buf, off, n):
     # index i < n of the largest buf[off + i], the first one on ties (exact: no float is boxed)
     return _argmax(buf, off, n)
 
 
-# from host/viper/sequence.py:154
+# from host/viper/sequence.py:159
 @micropython.viper
 def _gather(dst, src, idx, start: int, B: int, F: int):
     pd = ptr32(dst)
@@ -397,7 +402,8 @@ def _gather(dst, src, idx, start: int, B: int, F: int):
         o += F
 
 
-# from host/viper/sequence.py:166
-def gather_rows(dst, src, idx, start, B, F):
+# from host/viper/sequence.py:171
+@micropython.viper
+def gather_rows(dst, src, idx, start: int, B: int, F: int):
     # dst (B, F): row k = src row idx[start + k] (idx a list of row numbers), as raw bits
     _gather(dst, src, idx, start, B, F)
