@@ -4,7 +4,8 @@
 import micropython
 
 
-# ERROR BOUND (add_forward, posenc_forward, embedding_backward; tests/test_viper_range.py): each
+# ERROR BOUND (add_forward, posenc_forward, embedding_backward, posembed_backward;
+#   tests/test_viper_range.py, tests/mp/test_viper_decode_range.py): each
 #   sum is the float32 sum, bit for bit (round to nearest, ties to even), except that subnormal
 #   operands count as 0 and a sum below 2^-126 is flushed to 0 (an absolute error below 2^-126);
 #   inf and NaN as IEEE. The embedding lookup and the KV store copy bits.
@@ -35,6 +36,22 @@ def posenc_forward(out, inp, pe, B: int, S: int, C: int, start: int):
     # (this entry point and the others of 5 or more arguments below are viper functions: as
     # bytecode their frames (13-15 words) came from the GC heap on every call)
     _add(out, inp, pe, B * S * C, start * C, S * C)
+
+
+@micropython.viper
+def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
+    # dtable (L, C): rows start .. start + S - 1 += dout (B, S, C) summed over B in order (the
+    # learned positions' gradient; accumulated)
+    pt = ptr32(dtable)
+    po = ptr32(dout)
+    ob = 0
+    for b in range(B):
+        tb = start * C
+        for k in range(S * C):
+            xa = pt[tb + k]
+            xb = po[ob + k]
+            fadd(pt, tb + k, xa, xb)
+        ob += S * C
 
 
 @micropython.viper

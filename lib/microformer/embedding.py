@@ -38,11 +38,11 @@ class Embedding(Layer):
         return n * self.embed_dim
 
     def forward(self, ids):
-        if isinstance(ids, (list, tuple)):
+        if not isinstance(ids, Tensor):          # (a Tensor first: the tuple below is built per call)
+            if not isinstance(ids, (list, tuple)):
+                raise ValueError("Embedding: ids must be a Tensor of token ids [B,S] (or nested lists of ints), "
+                                 "got %s" % type(ids).__name__)
             ids = Tensor.from_list(ids)
-        if not isinstance(ids, Tensor):
-            raise ValueError("Embedding: ids must be a Tensor of token ids [B,S] (or nested lists of ints), got %s"
-                             % type(ids).__name__)
         if len(ids.shape) < 1:
             raise shape_error("Embedding", "ids", "[B,S]", ids.shape)
         self._buffers("_fwd", ids.shape)

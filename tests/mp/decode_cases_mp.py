@@ -15,6 +15,10 @@ def run(c):
         B, S, C = c["B"], c["S"], c["C"]
         o = z(B * S * C); V.posenc_forward(o, a, b, B, S, C, c["start"]); r["pos"] = hx(o)
         t = f32(c["a"]); V.embedding_backward(t, b, f32(c["ids"]), c["N"], c["EC"]); r["emb"] = hx(t)
+        d = z(B * S * C)                       # dout: values of a past its specials
+        for i in range(B * S * C):
+            d[i] = a[400 + i]
+        t = f32(c["b"]); V.posembed_backward(t, d, B, S, C, c["start"]); r["posb"] = hx(t)
     elif k == "drop":
         x = f32(c["x"]); n = len(x); keep = bytearray(c["keep"])
         r["v"] = []
