@@ -146,14 +146,18 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
 
 
 # The two entry points are viper functions: as bytecode their frames (24 and 25 words) came from
-# the GC heap on every call (see viper_gemm._mm).
+# the GC heap on every call (see viper_gemm._mm). They take the layer's arrays as one list `ln`
+# (norm.LayerNorm keeps it), so that the layer's own call stays within 11 words of frame.
 _NONE = None                    # viper compares objects with a global, not the literal
 
 
 @micropython.viper
-def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N: int, C: int):
+def layernorm_backward(dinp, dout, inp, ln, N: int, C: int):
+    # ln = [weight, bias, mean, rstd, dweight, dbias] (the layer's arrays; bias unused here)
     # dinp (N, C) = rstd (dnorm - mean_c(dnorm) - xhat mean_c(dnorm xhat)), dnorm = dout weight;
     # dweight (C,) += sum_n dout xhat; dbias (C,) += sum_n dout (each skipped when None)
+    dweight = ln[4]
+    dbias = ln[5]
     flags = 3
     if dweight is _NONE:
         dweight = dinp
@@ -161,7 +165,7 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N: i
     if dbias is _NONE:
         dbias = dinp
         flags = flags & 1
-    _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, _iscratch(4 * C), _NAN, N, C, flags)
+    _lnb(dinp, dweight, dbias, dout, inp, ln[0], ln[2], ln[3], _iscratch(4 * C), _NAN, N, C, flags)
 
 
 def _eps(eps):
@@ -173,13 +177,14 @@ def _eps(eps):
 
 
 @micropython.viper
-def layernorm_forward(out, mean, rstd, inp, weight, bias, N: int, C: int, eps):
-    # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
-    # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved for the backward
+def layernorm_forward(out, inp, ln, N: int, C: int, eps):
+    # ln = [weight, bias, mean, rstd, ...] (the layer's arrays); inp (N, C): rows normalised over
+    # C; weight bias (C,): gamma, beta; out (N, C) = (inp - mean) * rstd * weight + bias;
+    # mean rstd (N,) saved for the backward
     ep = _EPS.get(eps)
     if ep is _NONE:
         ep = _eps(eps)
-    _ln(out, mean, rstd, inp, weight, bias, _iscratch(C), _NAN, N, C, ep[0], ep[1])
+    _ln(out, ln[2], ln[3], inp, ln[0], ln[1], _iscratch(C), _NAN, N, C, ep[0], ep[1])
 
 
 # ---- LayerNorm backward ---------------------------------------------------------------------

@@ -4,7 +4,8 @@
 import micropython
 
 
-# ERROR BOUND (add_forward, posenc_forward, embedding_backward; tests/test_viper_range.py): each
+# ERROR BOUND (add_forward, posenc_forward, embedding_backward, posembed_backward;
+#   tests/test_viper_range.py, tests/mp/test_viper_decode_range.py): each
 #   sum is the float32 sum, bit for bit (round to nearest, ties to even), except that subnormal
 #   operands count as 0 and a sum below 2^-126 is flushed to 0 (an absolute error below 2^-126);
 #   inf and NaN as IEEE. The embedding lookup and the KV store copy bits.
@@ -29,14 +30,35 @@ def add_forward(out, a, b, n):
     _add(out, a, b, n, 0, n)
 
 
-def posenc_forward(out, inp, pe, B, S, C, start):
+@micropython.viper
+def posenc_forward(out, inp, pe, B: int, S: int, C: int, start: int):
     # out (B, S, C) = inp (B, S, C) + pe[start + s] (pe (L, C), L >= start + S)
+    # (this entry point and the others of 5 or more arguments below are viper functions: as
+    # bytecode their frames (13-15 words) came from the GC heap on every call)
     _add(out, inp, pe, B * S * C, start * C, S * C)
 
 
 @micropython.viper
-def _token(x: int, V: int) -> int:
-    # the token id held as float32 bits x, or -1 unless it is an int in [0, V)
+def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
+    # dtable (L, C): rows start .. start + S - 1 += dout (B, S, C) summed over B in order (the
+    # learned positions' gradient; accumulated)
+    pt = ptr32(dtable)
+    po = ptr32(dout)
+    ob = 0
+    for b in range(B):
+        tb = start * C
+        for k in range(S * C):
+            xa = pt[tb + k]
+            xb = po[ob + k]
+            fadd(pt, tb + k, xa, xb)
+        ob += S * C
+
+
+@micropython.viper
+def _token(ids, n: int, V: int) -> int:
+    # the token id ids[n] (float32), or -1 unless it is an int in [0, V) (the array and index are
+    # passed, not the bits: an int of 2^30 or more would be boxed on the heap for the call)
+    x = ptr32(ids)[n]
     e = (x >> 23) & 0xFF
     if e == 0 and (x & 0x7FFFFF) == 0:
         return 0                            # 0.0 and -0.0
@@ -59,12 +81,10 @@ def _token(x: int, V: int) -> int:
 def _embed(out, ids, table, N: int, C: int, V: int) -> int:
     # out (N, C) = table[ids]; the index of the first bad id (its row not written), or -1
     po = ptr32(out)
-    pi = ptr32(ids)
     pt = ptr32(table)
     ob = 0
     for n in range(N):
-        x = pi[n]
-        t = int(_token(x, V))
+        t = int(_token(ids, n, V))
         if t < 0:
             return n
         tb = t * C
@@ -79,10 +99,9 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
     # dtable (V, C) += dout (N, C) rows at ids (ids checked by the forward)
     pt = ptr32(dtable)
     po = ptr32(dout)
-    pi = ptr32(ids)
     ob = 0
     for n in range(N):
-        t = int(_token(pi[n], V))
+        t = int(_token(ids, n, V))
         if t >= 0:
             tb = t * C
             for c in range(C):
@@ -92,15 +111,17 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
         ob += C
 
 
-def embedding_forward(out, ids, table, N, C, V):
+@micropython.viper
+def embedding_forward(out, ids, table, N: int, C: int, V: int):
     # ids (N,): token ids stored as floats; table (V, C); out (N, C) = table[ids]
     # returns -1, or the index of the first id that is not an int in [0, V) (that row is not written)
     return _embed(out, ids, table, N, C, V)
 
 
-def embedding_backward(dtable, dout, ids, N, C):
+@micropython.viper
+def embedding_backward(dtable, dout, ids, N: int, C: int):
     # dtable (V, C) += dout rows at ids (accumulated)
-    _embed_back(dtable, dout, ids, N, C, len(dtable) // C)
+    _embed_back(dtable, dout, ids, N, C, int(len(dtable)) // C)
 
 
 @micropython.viper
@@ -115,7 +136,8 @@ def _kv(cache, src, B: int, S: int, L: int, C: int, pos: int):
             si += 1
 
 
-def kv_store(cache, src, B, S, L, C, pos):
+@micropython.viper
+def kv_store(cache, src, B: int, S: int, L: int, C: int, pos: int):
     # cache (B, L, C)[:, pos:pos+S, :] = src (B, S, C), bit for bit
     _kv(cache, src, B, S, L, C, pos)
 
@@ -163,6 +185,7 @@ def _gather(dst, src, idx, start: int, B: int, F: int):
         o += F
 
 
-def gather_rows(dst, src, idx, start, B, F):
+@micropython.viper
+def gather_rows(dst, src, idx, start: int, B: int, F: int):
     # dst (B, F): row k = src row idx[start + k] (idx a list of row numbers), as raw bits
     _gather(dst, src, idx, start, B, F)

@@ -502,9 +502,22 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
-    # (the loss is computed in viper; the returned float is the only object allocated)
-    # int32 limits of _xent [B3]: the sum z needs V <= 2^14, the log of the product of the B sums
-    # (N ln2 in Q16) B log2(V) < 45000
+    # (the loss is computed in viper; the returned float is the only object allocated; the work
+    # is in _xent_run, so that this frame stays within 11 words and comes from the C stack)
+    if _xent_run(dlogits, logits, labels, B, V):
+        return _NAN
+    return _LF[0]
+
+
+@micropython.viper
+def _xent_run(dlogits, logits, labels, B: int, V: int) -> int:
+    ib = _xent_ib(B, V)
+    return int(_xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF))
+
+
+def _xent_ib(B, V):
+    # 1 / B as (15-bit mantissa, exponent), after the int32 limits of _xent [B3]: the sum z needs
+    # V <= 2^14, the log of the product of the B sums (N ln2 in Q16) B log2(V) < 45000
     if V > 16384:
         raise ValueError("crossentropy_softmax (viper): at most 16384 classes, got V=%d" % V)
     if B > 3000:
@@ -517,9 +530,7 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     ib = _INVB.get(B)
     if ib is None:
         ib = _INVB[B] = _mant15(1.0 / B)
-    if _xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF):
-        return _NAN
-    return _LF[0]
+    return ib
 
 
 _INVB = {}

@@ -81,7 +81,8 @@ class EncoderBlock(Layer):
     def _run(self, x, mask, lengths):
         # the training/eval forward (mode 0)
         if not self.norm_first:
-            return self._run_post(x, 0, mask, lengths, None)
+            mask = self.attn.forward(x, mask, None, lengths)
+            return self._post(x, self.drop1.forward(mask), 0)
         mask = self.attn.forward(self.ln1.forward(x), mask, None, lengths)   # (a local less: the attention's output)
         return self._rest(x, self.drop1.forward(mask), 0)
 
@@ -102,26 +103,17 @@ class EncoderBlock(Layer):
         backend.K.add_forward(y.data, p.data, q.data, y.size)
         return y
 
-    def _run_post(self, x, mode, mask, lengths, max_len):
-        # post-norm: s1 = x + a, x1 = ln1(s1), s2 = x1 + f, y = ln2(s2); s1 and s2 live in the
-        # mode's x1 / y buffers (the LayerNorms keep their inputs for backward)
-        K = backend.K
-        if mode == 0:
-            a = self.drop1.forward(self.attn.forward(x, mask, None, lengths))
-        elif mode == 1:
-            a = self.attn.prefill(x, max_len)
-        else:
-            a = self.attn.decode_step(x)
+    def _post(self, x, a, mode):
+        # post-norm after the attention a: s1 = x + a, x1 = ln1(s1), s2 = x1 + f, y = ln2(s2); s1
+        # and s2 live in the mode's x1 / y buffers (the LayerNorms keep their inputs for backward)
         self._buffers(_RUN[mode], x.shape)
-        s1 = getattr(self, _X1[mode])
-        K.add_forward(s1.data, x.data, a.data, x.size)
-        x1 = self.ln1.forward(s1)
-        f = self.ffn.forward(x1, mode == 0)
+        x1 = self._add(_X1[mode], x, a)
+        x1 = self.ln1.forward(x1)
+        a = self.ffn.forward(x1, mode == 0)
         if mode == 0:
-            f = self.drop2.forward(f)
-        s2 = getattr(self, _Y[mode])
-        K.add_forward(s2.data, x1.data, f.data, x.size)
-        return self.ln2.forward(s2)
+            a = self.drop2.forward(a)
+        x1 = self._add(_Y[mode], x1, a)
+        return self.ln2.forward(x1)
 
     def forward(self, x, key_padding_mask=None, lengths=None):
         self._check(x, "x")
@@ -148,59 +140,62 @@ class EncoderBlock(Layer):
         # lowest trainable one of the block get no backward at all
         self._need_forward(self._x)
         check_tensor("EncoderBlock", "dy", dy)
-        x = self._x
-        if dy.shape != x.shape:
-            raise shape_error("EncoderBlock", "dy", repr(x.shape), dy.shape)
-        K = backend.K
-        n = x.size
-        train = grads and self.trainable      # a part's own flag is its own: nothing is changed here
-        self._buffers("_bwd", x.shape)
+        if dy.shape != self._x.shape:
+            raise shape_error("EncoderBlock", "dy", repr(self._x.shape), dy.shape)
+        grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        self._buffers("_bwd", dy.shape)
         if not self.norm_first:
-            dx = self._backward_post(dy, train, n)
-            return dx if need_dx else None
+            dy = self._backward_post(dy, grads)
+            return dy if need_dx else None
+        return self._backward_pre(dy, grads, need_dx)
+
+    # The backward is split as the forward is: each method's frame within 11 words.
+    def _backward_pre(self, dy, train, need_dx):
         # y = x1 + ffn(ln2(x1)): dx1 = dy + ln2'(ffn'(dy))
-        need_dx1 = need_dx or (train and (trains(self.attn) or trains(self.ln1)))
-        if not need_dx1:
-            if train and trains(self.ln2):
-                self.ln2.backward(self.ffn.backward(self.drop2.backward(dy), train), train)
-            else:
-                self.ffn.backward(self.drop2.backward(dy), train, False)
+        if not (need_dx or (train and (trains(self.attn) or trains(self.ln1)))):
+            self._ffn_back(dy, train, False)
             return None
-        d = self.ln2.backward(self.ffn.backward(self.drop2.backward(dy), train), train)
-        dx1 = self._dx1
-        K.add_forward(dx1.data, dy.data, d.data, n)
+        d = self._ffn_back(dy, train, True)
+        dy = self._add("_dx1", dy, d)
         # x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1))
         if not need_dx:
-            if train and trains(self.ln1):
-                self.ln1.backward(self.attn.backward(self.drop1.backward(dx1), train), train)
-            else:
-                self.attn.backward(self.drop1.backward(dx1), train, False)
+            self._attn_back(dy, train, False)
             return None
-        d = self.ln1.backward(self.attn.backward(self.drop1.backward(dx1), train), train)
-        dx = self._dx
-        K.add_forward(dx.data, dx1.data, d.data, n)
-        return dx
+        d = self._attn_back(dy, train, True)
+        return self._add("_dx", dy, d)
 
-    def _backward_post(self, dy, train, n):
-        K = backend.K
+    def _ffn_back(self, dy, train, need):
+        # ln2'(ffn'(drop2'(dy))); need=False: the input gradient is not wanted (only the grads)
+        dy = self.drop2.backward(dy)
+        if need or (train and trains(self.ln2)):
+            return self.ln2.backward(self.ffn.backward(dy, train), train)
+        self.ffn.backward(dy, train, False)
+        return None
+
+    def _attn_back(self, dy, train, need):
+        # ln1'(attn'(drop1'(dy))); need=False: the input gradient is not wanted (only the grads)
+        dy = self.drop1.backward(dy)
+        if need or (train and trains(self.ln1)):
+            return self.ln1.backward(self.attn.backward(dy, train), train)
+        self.attn.backward(dy, train, False)
+        return None
+
+    def _backward_post(self, dy, train):
         # y = ln2(s2), s2 = x1 + ffn(x1): ds2 = ln2'(dy), dx1 = ds2 + ffn'(ds2)
-        ds2 = self.ln2.backward(dy, train)
-        d = self.ffn.backward(self.drop2.backward(ds2), train)
-        dx1 = self._dx1
-        K.add_forward(dx1.data, ds2.data, d.data, n)
+        dy = self.ln2.backward(dy, train)
+        d = self.ffn.backward(self.drop2.backward(dy), train)
+        d = self._add("_dx1", dy, d)
         # x1 = ln1(s1), s1 = x + attn(x): ds1 = ln1'(dx1), dx = ds1 + attn'(ds1)
-        ds1 = self.ln1.backward(dx1, train)
-        d = self.attn.backward(self.drop1.backward(ds1), train)
-        dx = self._dx
-        K.add_forward(dx.data, ds1.data, d.data, n)
-        return dx
+        dy = self.ln1.backward(d, train)
+        d = self.attn.backward(self.drop1.backward(dy), train)
+        return self._add("_dx", dy, d)
 
     def prefill(self, x, max_len=None):
         """Causal forward over the prompt x [B,S,E], filling the attention's KV cache."""
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.prefill")
         if not self.norm_first:
-            return self._run_post(x, 1, None, None, max_len)
+            return self._post(x, self.attn.prefill(x, max_len), 1)
         return self._rest(x, self.attn.prefill(self.ln1.forward(x), max_len), 1)
 
     def decode_step(self, x):
@@ -208,7 +203,7 @@ class EncoderBlock(Layer):
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.decode_step")
         if not self.norm_first:
-            return self._run_post(x, 2, None, None, None)
+            return self._post(x, self.attn.decode_step(x), 2)
         return self._rest(x, self.attn.decode_step(self.ln1.forward(x)), 2)
 
     def kv_bytes_per_token(self):

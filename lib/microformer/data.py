@@ -235,8 +235,8 @@ class Batches:
             buf = self._bufs.get(B)
             if buf is None:
                 buf = self._bufs[B] = (Tensor((B, F)), [0] * B)
-            X, y = buf
-            backend.K.gather_rows(X.data, src, order, start, B, F)     # (row copies box no float)
+            backend.K.gather_rows(buf[0].data, src, order, start, B, F)     # (row copies box no float)
+            y = buf[1]
             for k in range(B):
                 y[k] = labels[order[start + k]]
-            yield X, y
+            yield buf                     # the kept (X, y): no new tuple per batch

@@ -38,21 +38,20 @@ class Embedding(Layer):
         return n * self.embed_dim
 
     def forward(self, ids):
-        if isinstance(ids, (list, tuple)):
+        if not isinstance(ids, Tensor):          # (a Tensor first: the tuple below is built per call)
+            if not isinstance(ids, (list, tuple)):
+                raise ValueError("Embedding: ids must be a Tensor of token ids [B,S] (or nested lists of ints), "
+                                 "got %s" % type(ids).__name__)
             ids = Tensor.from_list(ids)
-        if not isinstance(ids, Tensor):
-            raise ValueError("Embedding: ids must be a Tensor of token ids [B,S] (or nested lists of ints), got %s"
-                             % type(ids).__name__)
         if len(ids.shape) < 1:
             raise shape_error("Embedding", "ids", "[B,S]", ids.shape)
         self._buffers("_fwd", ids.shape)
-        y = self._y
-        bad = backend.K.embedding_forward(y.data, ids.data, self.W.data, ids.size, self.embed_dim, self.vocab)
+        bad = backend.K.embedding_forward(self._y.data, ids.data, self.W.data, ids.size, self.embed_dim, self.vocab)
         if bad >= 0:
             raise ValueError("Embedding: token ids must be ints in [0, %d), got %r at flat index %d"
                              % (self.vocab, ids.data[bad], bad))
         self._ids = ids
-        return y
+        return self._y
 
     def _allocate(self, stage, shape, other, bufs):
         self._y = bufs.zeros("_y", self.output_shape(shape))

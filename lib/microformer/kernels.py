@@ -581,10 +581,16 @@ def add_forward(out, a, b, n):
         out[i] = a[i] + b[i]
 
 
-def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
+def layernorm_forward(out, inp, ln, N, C, eps):
+    # ln = [weight, bias, mean, rstd, ...]: the layer's arrays, one argument (a call of few
+    # arguments keeps the calling layer's frame off the heap)
     # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
     # out (N, C) = (inp - mean) * rstd * weight + bias
     # mean rstd (N,): saved for the backward pass, rstd = 1 / sqrt(var + eps) (biased var)
+    weight = ln[0]
+    bias = ln[1]
+    mean = ln[2]
+    rstd = ln[3]
     invc = 1.0 / C
     for n in range(N):
         ib = n * C
@@ -627,10 +633,16 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
             out[ib + c] = (inp[ib + c] - m) * s * weight[c] + bias[c]
 
 
-def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C):
+def layernorm_backward(dinp, dout, inp, ln, N, C):
+    # ln = [weight, bias, mean, rstd, dweight, dbias] (as layernorm_forward's, plus the grads)
     # in the forward pass this was out = xhat * weight + bias, xhat = (inp - mean) * rstd
     # dinp (N, C) = rstd * (dnorm - mean_c(dnorm) - xhat * mean_c(dnorm * xhat)), dnorm = dout * weight
     # dweight (C,) += sum_n dout * xhat;  dbias (C,) += sum_n dout   (skipped when None)
+    weight = ln[0]
+    mean = ln[2]
+    rstd = ln[3]
+    dweight = ln[4]
+    dbias = ln[5]
     invc = 1.0 / C
     for n in range(N):
         ib = n * C

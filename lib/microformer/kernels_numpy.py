@@ -431,8 +431,10 @@ def add_forward(out, a, b, n):
     _v(out, n)[:] = _d(a, n, n) + _d(b, n, n)
 
 
-def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
+def layernorm_forward(out, inp, ln, N, C, eps):
+    # ln = [weight, bias, mean, rstd, ...] (kernels.layernorm_forward)
     # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved, biased variance
+    weight, bias, mean, rstd = ln[0], ln[1], ln[2], ln[3]
     x = _d(inp, N * C, N, C)
     mu = x.sum(axis=1) * (1.0 / C)
     xc = x - mu[:, None]
@@ -444,8 +446,10 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps):
     _v(out, N * C)[:] = ((x - m32[:, None]) * s32[:, None] * _d(weight, C, C) + _d(bias, C, C)).ravel()
 
 
-def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C):
+def layernorm_backward(dinp, dout, inp, ln, N, C):
+    # ln = [weight, bias, mean, rstd, dweight, dbias] (kernels.layernorm_backward)
     # in the forward pass this was out = xhat * weight + bias, xhat = (inp - mean) * rstd
+    weight, mean, rstd, dweight, dbias = ln[0], ln[2], ln[3], ln[4], ln[5]
     g = _d(dout, N * C, N, C)
     s = _d(rstd, N, N)[:, None]
     xh = (_d(inp, N * C, N, C) - _d(mean, N, N)[:, None]) * s

@@ -11,7 +11,8 @@
 #   viper_elementwise  ReLU, leaky ReLU, GELU (both forms); first_nonfinite and copy (the training step's guards)
 #   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
 #   viper_norm         LayerNorm forward and backward
-#   viper_sequence     residual add, positional encoding add, embedding lookup / gradient, KV store,
+#   viper_sequence     residual add, positional encoding add (and the learned positions' gradient),
+#                      embedding lookup / gradient, KV store,
 #                      argmax (the next token of greedy decoding), gather_rows (batches)
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
 # imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
@@ -81,7 +82,8 @@
 #   attention output (and decode step):  value column  1e-3 max|v| of the column (from the same scores)
 #   avgpool:                             block/element 2^-11 max_t |x| / 2^-13 of the element
 #   relu / leaky relu:                   element       exact / 1e-4 (0.01 x with a 15-bit mantissa)
-#   add, posenc add, embedding gradient: element       2^-24 |a + b| + 2^-30 max(|a|, |b|)
+#   add, posenc add, embedding gradient,
+#   learned-position gradient:           element       2^-24 |a + b| + 2^-30 max(|a|, |b|)
 #   embedding lookup, KV store:          element       exact (bit copies)
 #   dropout (masked scale):              element       exact (the float32 product; subnormals flush)
 #   gelu, gelu_tanh:                     element       1e-5 |x| + 1e-4 |y|; gradient 5e-5 |dout| + 1e-4 |dinp|
@@ -106,7 +108,7 @@ from .viper_elementwise import (act_backward, act_forward, copy, dropout_apply, 
                                 first_nonfinite)
 from .viper_norm import layernorm_backward, layernorm_forward  # noqa: F401
 from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_forward,  # noqa: F401
-                             gather_rows, kv_store, posenc_forward)
+                             gather_rows, kv_store, posembed_backward, posenc_forward)
 
 # The kernels of kernels.py that are portable by design on this backend: the same functions as
 # the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have
@@ -116,7 +118,6 @@ PORTABLE = (
     "posenc_table",                                                  # built once per layer (sin, cos)
     "attention_scores",                                              # the golden vectors' stages
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
-    "posembed_backward",                                             # the learned positions
     # the key-tiled attention exists for memory, not speed: its online softmax rescales the
     # running sums by exp(m - m') once per tile and row, float work the block-float kernels have
     # no form for; the standard path (viper) is the fast one when the weights fit

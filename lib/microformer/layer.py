@@ -124,10 +124,14 @@ class Buffered:
     """
 
     def _buffers(self, stage, shape, other=None):
+        # the steady state compares and returns (a frame of 10 words: no heap frame per call)
         have = getattr(self, stage, None)
         if have is None or have.shape != shape or have.other != other:
-            setattr(self, stage, None)
-            setattr(self, stage, self._switch(stage, shape, other))
+            self._rebuffer(stage, shape, other)
+
+    def _rebuffer(self, stage, shape, other):
+        setattr(self, stage, None)
+        setattr(self, stage, self._switch(stage, shape, other))
 
     def _switch(self, stage, shape, other):
         # per stage: [arrays, names, keys]: the float32 arrays its keys draw on, the names every

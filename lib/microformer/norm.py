@@ -19,6 +19,10 @@ class LayerNorm(Layer):
         self.dgamma = Tensor.zeros((dim,), "dgamma")
         self.dbeta = Tensor.zeros((dim,), "dbeta")
         self._x = None
+        # the arrays the kernels take as one argument (few arguments keep forward's and
+        # backward's frames off the heap): [gamma, beta, mean, rstd, dgamma, dbeta], set for a
+        # call and cleared after it (so that no array is kept alive by this list)
+        self._ln = [None] * 6
 
     def params(self):
         return ((self.gamma, self.dgamma), (self.beta, self.dbeta))
@@ -41,12 +45,28 @@ class LayerNorm(Layer):
         E = self.dim
         if len(x.shape) < 2 or x.shape[-1] != E:
             raise shape_error("LayerNorm", "x", "[..., %d]" % E, x.shape)
-        N = x.size // E
         self._buffers("_fwd", x.shape)
-        backend.K.layernorm_forward(self._y.data, self._mean.data, self._rstd.data, x.data, self.gamma.data,
-                                    self.beta.data, N, E, self.eps)
+        backend.K.layernorm_forward(self._y.data, x.data, self._arrays(False), x.size // E, E, self.eps)
+        self._clear()
         self._x = x
         return self._y
+
+    def _arrays(self, train):
+        # self._ln for one kernel call; the gradients only when `train` (else None: not written)
+        a = self._ln
+        a[0] = self.gamma.data
+        a[1] = self.beta.data
+        a[2] = self._mean.data
+        a[3] = self._rstd.data
+        if train:
+            a[4] = self.dgamma.data
+            a[5] = self.dbeta.data
+        return a
+
+    def _clear(self):
+        a = self._ln
+        for i in range(6):
+            a[i] = None
 
     def _allocate(self, stage, shape, other, bufs):
         if stage == "_fwd":
@@ -60,14 +80,10 @@ class LayerNorm(Layer):
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
         check_tensor("LayerNorm", "dy", dy)
-        x = self._x
-        if dy.shape != x.shape:
-            raise shape_error("LayerNorm", "dy", repr(x.shape), dy.shape)
-        E = self.dim
-        self._buffers("_bwd", x.shape)
-        dx = self._dx
-        train = grads and self.trainable
-        backend.K.layernorm_backward(dx.data, self.dgamma.data if train else None,
-                                     self.dbeta.data if train else None, dy.data, x.data,
-                                     self.gamma.data, self._mean.data, self._rstd.data, x.size // E, E)
-        return dx
+        if dy.shape != self._x.shape:
+            raise shape_error("LayerNorm", "dy", repr(self._x.shape), dy.shape)
+        self._buffers("_bwd", dy.shape)
+        backend.K.layernorm_backward(self._dx.data, dy.data, self._x.data, self._arrays(grads and self.trainable),
+                                     dy.size // self.dim, self.dim)
+        self._clear()
+        return self._dx

@@ -47,8 +47,12 @@ class LearnedPositionalEmbedding(PositionalEncoding):
         return self.W
 
     def backward(self, dy, grads=True):
-        dx = PositionalEncoding.backward(self, dy, grads)
+        dy = PositionalEncoding.backward(self, dy, grads)     # dx
         if grads and self.trainable:
-            B, S, E = self._x.shape
-            backend.K.posembed_backward(self.dW.data, dx.data, B, S, E, self._start)
-        return dx
+            self._grad(dy)
+        return dy
+
+    def _grad(self, dx):
+        # dW rows start.. += dx summed over the batch (a method of its own: frames within 11 words)
+        backend.K.posembed_backward(self.dW.data, dx.data, self._x.shape[0], self._x.shape[1], self.embed_dim,
+                                    self._start)

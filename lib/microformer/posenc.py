@@ -49,27 +49,25 @@ class PositionalEncoding(Layer):
         return self.drop.forward(y)
 
     def _add(self, x, start):
+        # y = x + table[start:start + S] (split so that each frame stays within 11 words)
+        self._check_x(x, start)
+        self._buffers("_fwd", x.shape)
+        self._start = start
+        self._run(x)
+        self._x = x
+        return self._y
+
+    def _run(self, x):
+        backend.K.posenc_forward(self._y.data, x.data, self._table().data, x.shape[0], x.shape[1], self.embed_dim,
+                                 self._start)
+
+    def _check_x(self, x, start):
         who = type(self).__name__
         check_tensor(who, "x", x)
-        E = self.embed_dim
-        if len(x.shape) != 3 or x.shape[2] != E:
-            raise shape_error(who, "x", "[B,S,%d]" % E, x.shape)
-        B, S, _ = x.shape
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise ValueError("%s: start must be an int (the position of the first token), got %r (%s)"
-                             % (who, start, type(start).__name__))
-        if start < 0:
-            raise ValueError("%s: start must be >= 0, got %d" % (who, start))
-        if start + S > self.max_len:
-            raise ValueError("%s: positions %d..%d exceed max_len=%d: start + S must be <= %d, got start=%d, "
-                             "S=%d (%d)" % (who, start, start + S - 1, self.max_len, self.max_len, start, S,
-                                            start + S))
-        self._buffers("_fwd", x.shape)
-        y = self._y
-        backend.K.posenc_forward(y.data, x.data, self._table().data, B, S, E, start)
-        self._x = x
-        self._start = start
-        return y
+        if len(x.shape) != 3 or x.shape[2] != self.embed_dim:
+            raise shape_error(who, "x", "[B,S,%d]" % self.embed_dim, x.shape)
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start + x.shape[1] > self.max_len:
+            raise _start_error(who, start, x.shape[1], self.max_len)
 
     def _allocate(self, stage, shape, other, bufs):
         self._y = bufs.zeros("_y", shape)
@@ -91,3 +89,15 @@ class PositionalEncoding(Layer):
         y = self._add(x, self.pos)
         self.pos += x.shape[1]
         return y
+
+
+def _start_error(who, start, S, max_len):
+    # the error for a start that is not an int in [0, max_len - S] (its own function: the
+    # message's arguments would take the check's frame above 11 words)
+    if isinstance(start, bool) or not isinstance(start, int):
+        return ValueError("%s: start must be an int (the position of the first token), got %r (%s)"
+                          % (who, start, type(start).__name__))
+    if start < 0:
+        return ValueError("%s: start must be >= 0, got %d" % (who, start))
+    return ValueError("%s: positions %d..%d exceed max_len=%d: start + S must be <= %d, got start=%d, "
+                      "S=%d (%d)" % (who, start, start + S - 1, max_len, max_len, start, S, start + S))

@@ -529,15 +529,19 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
 
 
 # The two entry points are viper functions: as bytecode their frames (24 and 25 words) came from
-# the GC heap on every call (see viper_gemm._mm).
+# the GC heap on every call (see viper_gemm._mm). They take the layer's arrays as one list `ln`
+# (norm.LayerNorm keeps it), so that the layer's own call stays within 11 words of frame.
 _NONE = None                    # viper compares objects with a global, not the literal
 
 
-# from host/viper/norm.py:153
+# from host/viper/norm.py:154
 @micropython.viper
-def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N: int, C: int):
+def layernorm_backward(dinp, dout, inp, ln, N: int, C: int):
+    # ln = [weight, bias, mean, rstd, dweight, dbias] (the layer's arrays; bias unused here)
     # dinp (N, C) = rstd (dnorm - mean_c(dnorm) - xhat mean_c(dnorm xhat)), dnorm = dout weight;
     # dweight (C,) += sum_n dout xhat; dbias (C,) += sum_n dout (each skipped when None)
+    dweight = ln[4]
+    dbias = ln[5]
     flags = 3
     if dweight is _NONE:
         dweight = dinp
@@ -545,10 +549,10 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N: i
     if dbias is _NONE:
         dbias = dinp
         flags = flags & 1
-    _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, _iscratch(4 * C), _NAN, N, C, flags)
+    _lnb(dinp, dweight, dbias, dout, inp, ln[0], ln[2], ln[3], _iscratch(4 * C), _NAN, N, C, flags)
 
 
-# from host/viper/norm.py:167
+# from host/viper/norm.py:171
 def _eps(eps):
     # eps as (15-bit mantissa, exponent), computed once per value
     ep = _EPS.get(eps)
@@ -557,15 +561,16 @@ def _eps(eps):
     return ep
 
 
-# from host/viper/norm.py:175
+# from host/viper/norm.py:179
 @micropython.viper
-def layernorm_forward(out, mean, rstd, inp, weight, bias, N: int, C: int, eps):
-    # inp (N, C): rows normalised over C; weight bias (C,): gamma, beta
-    # out (N, C) = (inp - mean) * rstd * weight + bias; mean rstd (N,) saved for the backward
+def layernorm_forward(out, inp, ln, N: int, C: int, eps):
+    # ln = [weight, bias, mean, rstd, ...] (the layer's arrays); inp (N, C): rows normalised over
+    # C; weight bias (C,): gamma, beta; out (N, C) = (inp - mean) * rstd * weight + bias;
+    # mean rstd (N,) saved for the backward
     ep = _EPS.get(eps)
     if ep is _NONE:
         ep = _eps(eps)
-    _ln(out, mean, rstd, inp, weight, bias, _iscratch(C), _NAN, N, C, ep[0], ep[1])
+    _ln(out, ln[2], ln[3], inp, ln[0], ln[1], _iscratch(C), _NAN, N, C, ep[0], ep[1])
 
 
 # ---- LayerNorm backward ---------------------------------------------------------------------
@@ -579,7 +584,7 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, N: int, C: int, eps):
 #   the int scratch S (4 C); the two means as block sums with log2(C) + 1 bits of headroom
 #   (< 2^30) divided by C (long division); dn - a - xhat b aligned to the largest exponent after
 #   each term is cut below 2^29 (< 2^31), then times rstd (15 bits) [B7].
-# from host/viper/norm.py:196
+# from host/viper/norm.py:201
 @micropython.viper
 def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C: int, flags: int):
     pd = ptr32(dinp)
@@ -627,7 +632,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 mmn = mmn << 6
             if (y >> 31) & 1:
                 mmn = 0 - mmn
-            # from host/viper/norm.py:237
+            # from host/viper/norm.py:242
             mme = emn - 156
         rm = ((z & 0x7FFFFF) | 0x800000) >> 9
         rex = er - 141                          # rstd = rm 2^rex
@@ -700,7 +705,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                     v = 0 - v
             S[c] = v
             S[C + c] = xe
-            # from host/viper/norm.py:245
+            # from host/viper/norm.py:250
             g = pg[ib + c]
             w = pw[c]
             eg = (g >> 23) & 0xFF
@@ -734,7 +739,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 t = 0
             else:
                 t = (t + ((1 << sh) >> 1)) >> sh
-            # from host/viper/norm.py:274
+            # from host/viper/norm.py:279
             acca += t                                           #!chk acca
             xm = (S[c] ^ sx) - sx
             if xm != 0:
@@ -746,7 +751,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                     t = 0
                 else:
                     t = (t + ((1 << sh) >> 1)) >> sh
-                # from host/viper/norm.py:281
+                # from host/viper/norm.py:286
                 accb += t                                       #!chk accb
         # a = A / C = am 2^ae, b = B / C = bm 2^be (30 bits, signed)
         am = acca
@@ -770,7 +775,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         # from host/viper/snippets.py:735 (snippet sdiv)
         if asg:
             am = 0 - am
-        # from host/viper/norm.py:286
+        # from host/viper/norm.py:291
         bm = accb
         be = emp + 32 + ha
         # from host/viper/snippets.py:67 (snippet unsign)
@@ -792,11 +797,11 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         # from host/viper/snippets.py:735 (snippet sdiv)
         if bsg:
             bm = 0 - bm
-        # from host/viper/norm.py:289
+        # from host/viper/norm.py:294
         _lnb_apply(dinp, dweight, dbias, dout, s, ib, C, flags, am >> 1, ae + 1, bm, be, rm, rex)
 
 
-# from host/viper/norm.py:292
+# from host/viper/norm.py:297
 @micropython.viper
 def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: int, ae: int, bm: int,
                bex: int, rm: int, rex: int):
@@ -832,7 +837,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 dm = 0
             else:
                 dm = (dm + ((1 << sh) >> 1)) >> sh
-        # from host/viper/norm.py:323
+        # from host/viper/norm.py:328
         a = am
         if a != 0:
             sh = M - ae
@@ -841,7 +846,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 a = 0
             else:
                 a = (a + ((1 << sh) >> 1)) >> sh
-        # from host/viper/norm.py:327
+        # from host/viper/norm.py:332
         if t != 0:
             sh = M - te
             # from host/viper/snippets.py:213 (snippet rsh)
@@ -849,7 +854,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 t = 0
             else:
                 t = (t + ((1 << sh) >> 1)) >> sh
-        # from host/viper/norm.py:330
+        # from host/viper/norm.py:335
         v = dm - a - t                                          #!chk v
         e = M
         # from host/viper/snippets.py:67 (snippet unsign)
@@ -857,7 +862,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
         if v < 0:
             sg = 1
             v = 0 - v
-        # from host/viper/norm.py:333
+        # from host/viper/norm.py:338
         if v != 0:
             # from host/viper/snippets.py:75 (snippet normto)
             while v >= 0x10000:
@@ -866,7 +871,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
             while v < 0x8000:
                 v = v << 1
                 e -= 1
-            # from host/viper/norm.py:335
+            # from host/viper/norm.py:340
             v = v * rm                                          #!chk v
             e = e + rex
         # from host/viper/snippets.py:24 (snippet pack_by)
@@ -924,7 +929,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 pd[ib + c] = 0
             else:
                 pd[ib + c] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/norm.py:338
+        # from host/viper/norm.py:343
         g = pg[ib + c]
         eg = (g >> 23) & 0xFF
         if (flags & 1) and eg != 0 and xm != 0:
@@ -1038,7 +1043,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                     pdw[c] = 0
                 else:
                     pdw[c] = (sg << 31) | (be << 23) | (p & 0x7FFFFF)
-        # from host/viper/norm.py:354
+        # from host/viper/norm.py:359
         if flags & 2:
             xa = pdb[c]
             # from host/viper/snippets.py:679 (snippet fadd)

@@ -7,11 +7,12 @@
 import micropython
 
 
-# ERROR BOUND (add_forward, posenc_forward, embedding_backward; tests/test_viper_range.py): each
+# ERROR BOUND (add_forward, posenc_forward, embedding_backward, posembed_backward;
+#   tests/test_viper_range.py, tests/mp/test_viper_decode_range.py): each
 #   sum is the float32 sum, bit for bit (round to nearest, ties to even), except that subnormal
 #   operands count as 0 and a sum below 2^-126 is flushed to 0 (an absolute error below 2^-126);
 #   inf and NaN as IEEE. The embedding lookup and the KV store copy bits.
-# from host/viper/sequence.py:11
+# from host/viper/sequence.py:12
 @micropython.viper
 def _add(out, a, b, n: int, boff: int, bwrap: int):
     # out[i] = a[i] + b[boff + i % bwrap] for i < n (out may be a or b); bwrap = n: a plain add
@@ -134,25 +135,156 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
                     po[i] = 0
                 else:
                     po[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-# from host/viper/sequence.py:25
+# from host/viper/sequence.py:26
 
 
-# from host/viper/sequence.py:27
+# from host/viper/sequence.py:28
 def add_forward(out, a, b, n):
     # out (n,) = a (n,) + b (n,)   (a residual connection; out may be a or b)
     _add(out, a, b, n, 0, n)
 
 
-# from host/viper/sequence.py:32
-def posenc_forward(out, inp, pe, B, S, C, start):
+# from host/viper/sequence.py:33
+@micropython.viper
+def posenc_forward(out, inp, pe, B: int, S: int, C: int, start: int):
     # out (B, S, C) = inp (B, S, C) + pe[start + s] (pe (L, C), L >= start + S)
+    # (this entry point and the others of 5 or more arguments below are viper functions: as
+    # bytecode their frames (13-15 words) came from the GC heap on every call)
     _add(out, inp, pe, B * S * C, start * C, S * C)
 
 
-# from host/viper/sequence.py:37
+# from host/viper/sequence.py:41
 @micropython.viper
-def _token(x: int, V: int) -> int:
-    # the token id held as float32 bits x, or -1 unless it is an int in [0, V)
+def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
+    # dtable (L, C): rows start .. start + S - 1 += dout (B, S, C) summed over B in order (the
+    # learned positions' gradient; accumulated)
+    pt = ptr32(dtable)
+    po = ptr32(dout)
+    ob = 0
+    for b in range(B):
+        tb = start * C
+        for k in range(S * C):
+            xa = pt[tb + k]
+            xb = po[ob + k]
+            # from host/viper/snippets.py:679 (snippet fadd)
+            ea = (xa >> 23) & 0xFF
+            eb = (xb >> 23) & 0xFF
+            if ea == 255 or eb == 255:
+                if ea == 255 and (xa & 0x7FFFFF) != 0:
+                    pt[tb + k] = xa | 0x400000
+                elif eb == 255 and (xb & 0x7FFFFF) != 0:
+                    pt[tb + k] = xb | 0x400000
+                elif ea == 255 and eb == 255 and xa != xb:
+                    d = 0x3FE00000                  # NaN for inf - inf: 0x7FC00000 (a literal >= 2^30,
+                    pt[tb + k] = d << 1                 # or one folded from constants, is an object)
+                elif ea == 255:
+                    pt[tb + k] = xa
+                else:
+                    pt[tb + k] = xb
+            elif ea == 0:
+                if eb == 0:
+                    pt[tb + k] = ((xa & xb) >> 31) << 31   # -0 + -0 = -0, else +0
+                else:
+                    pt[tb + k] = xb
+            elif eb == 0:
+                pt[tb + k] = xa
+            elif ea - eb > 26:
+                pt[tb + k] = xa                         # |b| below half the ulp below a: a is the sum
+            elif eb - ea > 26:
+                pt[tb + k] = xb
+            else:
+                ma = ((xa & 0x7FFFFF) | 0x800000) << 6
+                mb = ((xb & 0x7FFFFF) | 0x800000) << 6
+                if ea >= eb:
+                    d = ea - eb
+                    if d > 0:
+                        if mb & ((1 << d) - 1):
+                            mb = (mb >> d) | 1
+                        else:
+                            mb = mb >> d
+                    e = ea - 156
+                else:
+                    d = eb - ea
+                    if ma & ((1 << d) - 1):
+                        ma = (ma >> d) | 1
+                    else:
+                        ma = ma >> d
+                    e = eb - 156
+                if (xa >> 31) & 1:
+                    ma = 0 - ma
+                if (xb >> 31) & 1:
+                    mb = 0 - mb
+                v = ma + mb                                     #!chk v
+                # from host/viper/snippets.py:67 (snippet unsign)
+                sg = 0
+                if v < 0:
+                    sg = 1
+                    v = 0 - v
+                # from host/viper/snippets.py:24 (snippet pack_by)
+                if v == 0:
+                    pt[tb + k] = 0
+                else:
+                    if v >= 0x1000000:
+                        t = v >> 24                     # 1 .. 127: sh = its bit length
+                        sh = 1
+                        # from host/viper/snippets.py:258 (snippet down)
+                        if t >= 16:
+                            t = t >> 4
+                            sh += 4
+                        # from host/viper/snippets.py:258 (snippet down)
+                        if t >= 4:
+                            t = t >> 2
+                            sh += 2
+                        # from host/viper/snippets.py:32 (snippet pack_by)
+                        if t >= 2:
+                            sh += 1
+                        # from host/viper/snippets.py:62 (snippet round_even)
+                        v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
+                        # from host/viper/snippets.py:35 (snippet pack_by)
+                        e += sh
+                        if v >= 0x1000000:
+                            v = v >> 1
+                            e += 1
+                    else:
+                        # from host/viper/snippets.py:265 (snippet up)
+                        if v < 0x100:
+                            v = v << 16
+                            e -= 16
+                        # from host/viper/snippets.py:265 (snippet up)
+                        if v < 0x10000:
+                            v = v << 8
+                            e -= 8
+                        # from host/viper/snippets.py:265 (snippet up)
+                        if v < 0x100000:
+                            v = v << 4
+                            e -= 4
+                        # from host/viper/snippets.py:265 (snippet up)
+                        if v < 0x400000:
+                            v = v << 2
+                            e -= 2
+                        # from host/viper/snippets.py:265 (snippet up)
+                        if v < 0x800000:
+                            v = v << 1
+                            e -= 1
+                    # from host/viper/snippets.py:45 (snippet pack_by)
+                    be = e + 150
+                    if be >= 255:
+                        be = 255
+                        pt[tb + k] = (sg << 31) | (be << 23)
+                    elif be <= 0:
+                        pt[tb + k] = 0
+                    else:
+                        pt[tb + k] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+        # from host/viper/sequence.py:54
+        ob += S * C
+
+
+# from host/viper/sequence.py:57
+@micropython.viper
+def _token(ids, n: int, V: int) -> int:
+    # the token id ids[n] (float32), or -1 unless it is an int in [0, V) (the array and index are
+    # passed, not the bits: an int of 2^30 or more would be boxed on the heap for the call)
+    x = ptr32(ids)[n]
     e = (x >> 23) & 0xFF
     if e == 0 and (x & 0x7FFFFF) == 0:
         return 0                            # 0.0 and -0.0
@@ -171,17 +303,15 @@ def _token(x: int, V: int) -> int:
     return t
 
 
-# from host/viper/sequence.py:58
+# from host/viper/sequence.py:80
 @micropython.viper
 def _embed(out, ids, table, N: int, C: int, V: int) -> int:
     # out (N, C) = table[ids]; the index of the first bad id (its row not written), or -1
     po = ptr32(out)
-    pi = ptr32(ids)
     pt = ptr32(table)
     ob = 0
     for n in range(N):
-        x = pi[n]
-        t = int(_token(x, V))
+        t = int(_token(ids, n, V))
         if t < 0:
             return n
         tb = t * C
@@ -191,16 +321,15 @@ def _embed(out, ids, table, N: int, C: int, V: int) -> int:
     return 0 - 1
 
 
-# from host/viper/sequence.py:77
+# from host/viper/sequence.py:97
 @micropython.viper
 def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
     # dtable (V, C) += dout (N, C) rows at ids (ids checked by the forward)
     pt = ptr32(dtable)
     po = ptr32(dout)
-    pi = ptr32(ids)
     ob = 0
     for n in range(N):
-        t = int(_token(pi[n], V))
+        t = int(_token(ids, n, V))
         if t >= 0:
             tb = t * C
             for c in range(C):
@@ -315,24 +444,26 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
                             pt[tb + c] = 0
                         else:
                             pt[tb + c] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/sequence.py:92
+        # from host/viper/sequence.py:111
         ob += C
 
 
-# from host/viper/sequence.py:95
-def embedding_forward(out, ids, table, N, C, V):
+# from host/viper/sequence.py:114
+@micropython.viper
+def embedding_forward(out, ids, table, N: int, C: int, V: int):
     # ids (N,): token ids stored as floats; table (V, C); out (N, C) = table[ids]
     # returns -1, or the index of the first id that is not an int in [0, V) (that row is not written)
     return _embed(out, ids, table, N, C, V)
 
 
-# from host/viper/sequence.py:101
-def embedding_backward(dtable, dout, ids, N, C):
+# from host/viper/sequence.py:121
+@micropython.viper
+def embedding_backward(dtable, dout, ids, N: int, C: int):
     # dtable (V, C) += dout rows at ids (accumulated)
-    _embed_back(dtable, dout, ids, N, C, len(dtable) // C)
+    _embed_back(dtable, dout, ids, N, C, int(len(dtable)) // C)
 
 
-# from host/viper/sequence.py:106
+# from host/viper/sequence.py:127
 @micropython.viper
 def _kv(cache, src, B: int, S: int, L: int, C: int, pos: int):
     pc = ptr32(cache)
@@ -345,13 +476,14 @@ def _kv(cache, src, B: int, S: int, L: int, C: int, pos: int):
             si += 1
 
 
-# from host/viper/sequence.py:118
-def kv_store(cache, src, B, S, L, C, pos):
+# from host/viper/sequence.py:139
+@micropython.viper
+def kv_store(cache, src, B: int, S: int, L: int, C: int, pos: int):
     # cache (B, L, C)[:, pos:pos+S, :] = src (B, S, C), bit for bit
     _kv(cache, src, B, S, L, C, pos)
 
 
-# from host/viper/sequence.py:123
+# from host/viper/sequence.py:145
 @micropython.viper
 def _argmax(buf, off: int, n: int) -> int:
     # values compared as sign-magnitude ints (inf above every finite value, -0 == +0); NaN is
@@ -378,13 +510,13 @@ def _argmax(buf, off: int, n: int) -> int:
     return best
 
 
-# from host/viper/sequence.py:149
+# from host/viper/sequence.py:171
 def argmax(buf, off, n):
     # index i < n of the largest buf[off + i], the first one on ties (exact: no float is boxed)
     return _argmax(buf, off, n)
 
 
-# from host/viper/sequence.py:154
+# from host/viper/sequence.py:176
 @micropython.viper
 def _gather(dst, src, idx, start: int, B: int, F: int):
     pd = ptr32(dst)
@@ -397,7 +529,8 @@ def _gather(dst, src, idx, start: int, B: int, F: int):
         o += F
 
 
-# from host/viper/sequence.py:166
-def gather_rows(dst, src, idx, start, B, F):
+# from host/viper/sequence.py:188
+@micropython.viper
+def gather_rows(dst, src, idx, start: int, B: int, F: int):
     # dst (B, F): row k = src row idx[start + k] (idx a list of row numbers), as raw bits
     _gather(dst, src, idx, start, B, F)

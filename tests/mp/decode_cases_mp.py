@@ -15,6 +15,10 @@ def run(c):
         B, S, C = c["B"], c["S"], c["C"]
         o = z(B * S * C); V.posenc_forward(o, a, b, B, S, C, c["start"]); r["pos"] = hx(o)
         t = f32(c["a"]); V.embedding_backward(t, b, f32(c["ids"]), c["N"], c["EC"]); r["emb"] = hx(t)
+        d = z(B * S * C)                       # dout: values of a past its specials
+        for i in range(B * S * C):
+            d[i] = a[400 + i]
+        t = f32(c["b"]); V.posembed_backward(t, d, B, S, C, c["start"]); r["posb"] = hx(t)
     elif k == "drop":
         x = f32(c["x"]); n = len(x); keep = bytearray(c["keep"])
         r["v"] = []
@@ -50,17 +54,17 @@ def run(c):
     elif k == "ln":
         N, C = c["N"], c["C"]
         o = z(N * C); m = z(N); s = z(N)
-        V.layernorm_forward(o, m, s, f32(c["x"]), f32(c["w"]), f32(c["b"]), N, C, c["eps"])
+        V.layernorm_forward(o, f32(c["x"]), [f32(c["w"]), f32(c["b"]), m, s], N, C, c["eps"])
         r["y"] = hx(o); r["mean"] = hx(m); r["rstd"] = hx(s)
     elif k == "lnb":
         N, C = c["N"], c["C"]
         dx = z(N * C); dw = f32(c["dw0"]); db = f32(c["db0"])
-        V.layernorm_backward(dx, dw, db, f32(c["g"]), f32(c["x"]), f32(c["w"]), f32(c["mean"]),
-                             f32(c["rstd"]), N, C)
+        V.layernorm_backward(dx, f32(c["g"]), f32(c["x"]), [f32(c["w"]), None, f32(c["mean"]), f32(c["rstd"]),
+                                                        dw, db], N, C)
         r["dx"] = hx(dx); r["dw"] = hx(dw); r["db"] = hx(db)
         dx2 = z(N * C)
-        V.layernorm_backward(dx2, None, None, f32(c["g"]), f32(c["x"]), f32(c["w"]), f32(c["mean"]),
-                             f32(c["rstd"]), N, C)
+        V.layernorm_backward(dx2, f32(c["g"]), f32(c["x"]), [f32(c["w"]), None, f32(c["mean"]), f32(c["rstd"]),
+                                                         None, None], N, C)
         r["dx2"] = hx(dx2)
     elif k == "sgd":
         n = c["n"]

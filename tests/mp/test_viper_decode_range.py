@@ -110,6 +110,13 @@ def test_adds_are_float32_sums_bit_for_bit(micropython, tmp_path, seed):
     for n, i in enumerate(ids):
         t[i] = f32_sum(t[i], b[n * C:(n + 1) * C])
     same_bits(unhx(r["emb"]), t.ravel(), "embedding_backward")
+    # posembed_backward: the table b, rows start.. += the rows of dout (a[400:]) per batch item
+    t = b.copy()
+    st = c["start"] * C
+    d = a[400:400 + B * S * C]
+    for i in range(B):
+        t[st:st + S * C] = f32_sum(t[st:st + S * C], d[i * S * C:(i + 1) * S * C])
+    same_bits(unhx(r["posb"]), t, "posembed_backward")
 
 
 # ---- 2. bit copies: embedding lookup (bad ids) and the KV store --------------------------------
