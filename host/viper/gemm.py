@@ -28,8 +28,8 @@ _ADD_BIAS = const(2)        # bias[n]
 # s: int scratch; if it needs more, nothing is computed and the size is returned (the caller
 # grows the scratch and calls again); 0 when done.
 # ERROR BOUND (relative to the block maxima): every operand is rounded to 14 bits of its block's
-#   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing K products is within
-#   2^-11 K max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated
+#   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing KT products is within
+#   2^-11 KT max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated
 #   gradient) and the final float32 rounding. A small element next to a large one in the same
 #   block keeps only the bits above 2^-14 of the large one (tests/test_viper_range.py).
 @micropython.viper
@@ -42,23 +42,23 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     pb = ptr32(b)
     pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
-    gemm_geometry()                     # M N K, the strides and the addend of `kind`
+    gemm_geometry()                     # M N KT, the strides and the addend of `kind`
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
-    K4 = (K + 3) & (0 - 4)              # K rounded up to a multiple of 4 (zero padded)
-    nc = K4 >> 2
+    KT4 = (KT + 3) & (0 - 4)              # KT rounded up to a multiple of 4 (zero padded)
+    nc = KT4 >> 2
     NB = N                              # B rows quantized: N, plus a row of ones when the
     fuse = 0                            # bias gradient rides along (MM_DWEIGHT with a bias)
     if kind == MM_DWEIGHT and w:
         NB = N + 1
         fuse = 1
-    xq = NB * K4                        # S[0 : NB*K4] B rows, S[xq : xq+NB] B exponents
-    ex = xq + NB                        # S[ex : ex+K4] the current A row
-    bd = ex + K4                        # S[bd : bd+2N] bias[n] decoded (_ADD_BIAS): mantissa, exponent
-    cp = bd + N + N                     # S[cp : cp + N*K] the weight's bits (MM_FORWARD, u = 1)
+    xq = NB * KT4                        # S[0 : NB*KT4] B rows, S[xq : xq+NB] B exponents
+    ex = xq + NB                        # S[ex : ex+KT4] the current A row
+    bd = ex + KT4                        # S[bd : bd+2N] bias[n] decoded (_ADD_BIAS): mantissa, exponent
+    cp = bd + N + N                     # S[cp : cp + N*KT] the weight's bits (MM_FORWARD, u = 1)
     need = cp
     if kind == MM_FORWARD and u:
-        need = cp + N * K
+        need = cp + N * KT
     if need > int(len(s)):
         return need
     sh4 = 0                             # each 4-term chunk sum is shifted right by sh4 [B1]
@@ -70,7 +70,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     b16 = 16
     sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints):
     m32 = (1 << b16) * (1 << b16) - 1   # ptr32 loads of S zero-extend on 64-bit hosts; sums are
-    for k in range(K, K4):              # exact mod 2^32 and bounded below 2^31, so this restores them
+    for k in range(KT, KT4):              # exact mod 2^32 and bounded below 2^31, so this restores them
         S[ex + k] = 0
     if mode == _ADD_BIAS:
         for n in range(N):
@@ -79,32 +79,32 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
     if fuse:
-        for k in range(K4):
-            S[N * K4 + k] = 0
-        for k in range(K):
-            S[N * K4 + k] = 8192        # 1.0 quantized: 2^23 >> 10 with exponent 127
+        for k in range(KT4):
+            S[N * KT4 + k] = 0
+        for k in range(KT):
+            S[N * KT4 + k] = 8192        # 1.0 quantized: 2^23 >> 10 with exponent 127
         S[xq + N] = 127
     for b1 in range(nb1):
         for b2 in range(nb2):
             ab = b1 * asb1 + b2 * asb2
             bb = b1 * bsb1 + b2 * bsb2
             ob = b1 * osb1 + b2 * osb2
-            # quantize the N rows of B (block = row n, K values; see kernels_viper.py), unless
+            # quantize the N rows of B (block = row n, KT values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
             kept(same)
-            qb = ptr32(sa)                      # B row n goes to S[n * K4 ...]
+            qb = ptr32(sa)                      # B row n goes to S[n * KT4 ...]
             for n in range(N):
                 if same:
                     break
                 i0 = bb + n * bsn
                 quantize(pb, bsk)
-                for k in range(K, K4):
+                for k in range(KT, KT4):
                     qb[0] = 0
                     qb = ptr32(uint(qb) + 4)
                 S[xq + n] = emax
             for m in range(M):
-                # quantize row m of A into S[ex : ex + K]
+                # quantize row m of A into S[ex : ex + KT]
                 i0 = ab + m * asm
                 qb = ptr32(sa + (ex << 2))
                 quantize(pa, ask)
@@ -163,14 +163,14 @@ def keep_weight(keep, weight, bias, C, OC):
     # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
     # the bias is replaced by another array (a changed value is caught by the copy, not here)
     keep[0] = None                      # the old parts can go before the new ones are made
-    K4 = (C + 3) & (0 - 4)
-    rows = max(1, (_KEEP_PART - K4) // (K4 + 3 + C))
+    KT4 = (C + 3) & (0 - 4)
+    rows = max(1, (_KEEP_PART - KT4) // (KT4 + 3 + C))
     wv = memoryview(weight)
     k = [weight, bias, 0 if bias is None else 1, array("f", bytes(4 * min(rows, OC)))]
     for o in range(0, OC, rows):
         r = min(rows, OC - o)
         k += [o, r, wv[o * C:(o + r) * C], wv if bias is None else memoryview(bias)[o:o + r],
-              _filled("i", r * K4 + r + K4 + 2 * r + r * C, 0)]
+              _filled("i", r * KT4 + r + KT4 + 2 * r + r * C, 0)]
     keep[0] = k
 
 
@@ -313,7 +313,7 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
-    # ERROR BOUND: a _gemm with K = T and 1/T: within 2^-11 max_t |inp[b, t, c]|; the backward
+    # ERROR BOUND: a _gemm with KT = T and 1/T: within 2^-11 max_t |inp[b, t, c]|; the backward
     #   (_bcast, dout / T with a 15-bit 1/T) within 2^-13 of each element
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
@@ -335,18 +335,18 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 # the products dout[m, n] scale[n] for Q8_DINP, each formed from 15-bit mantissas and normalized,
 # then cut to 14 bits of the row's largest), and the int8 values multiply those ints.
 # OVERFLOW BOUND [B6]: |a| <= 2^14 (the block-quantized row; rounding can reach 2^14 exactly),
-#   |q| <= 2^7, so a product is below 2^21 in magnitude and a chunk of 8 below 2^24. The K terms make
-#   n8 = ceil(K/8) chunks; each chunk is shifted right (rounded) by sh8 = max(0, clog2(n8) - 5), so
-#   |acc| <= n8 (2^24 / 2^sh8 + 1) <= 2^29 + n8 < 2^30 for K < 2^25 (K <= 256 needs no shift:
+#   |q| <= 2^7, so a product is below 2^21 in magnitude and a chunk of 8 below 2^24. The KT terms make
+#   n8 = ceil(KT/8) chunks; each chunk is shifted right (rounded) by sh8 = max(0, clog2(n8) - 5), so
+#   |acc| <= n8 (2^24 / 2^sh8 + 1) <= 2^29 + n8 < 2^30 for KT < 2^25 (KT <= 256 needs no shift:
 #   the sum is exact). Q8_FORWARD then scales: acc rounded to at most 15 bits (2^15 after
 #   rounding) times the scale's 24-bit mantissa rounded to 15 bits (<= 2^15): <= 2^30. The addend
 #   (bias, or the old dinp: a 24-bit mantissa) is aligned by addto0: |sum| <= 2^30 + 2^24 < 2^31.
 #   Q8_DINP's products: two 15-bit mantissas (<= 2^15 each): <= 2^30, normalized by norm30.
 #   tests/test_int8.py::test_viper_int8_worst_case drives every bound with worst-case operands
-#   (K = 1 .. 4096, q = -128 and 127, inputs at FLT_MAX) on both MicroPython ports.
+#   (KT = 1 .. 4096, q = -128 and 127, inputs at FLT_MAX) on both MicroPython ports.
 # ERROR BOUND (relative to the block maxima, as _gemm's): the quantized row is within 2^-13 of
-#   its largest |value| per element and the weight is exact, so an output summing K products is
-#   within 2^-11 K max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
+#   its largest |value| per element and the weight is exact, so an output summing KT products is
+#   within 2^-11 KT max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
 #   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
 #   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
 @micropython.viper
@@ -364,25 +364,25 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
     b31 = 31
     top = 1 << b30
     sgn = 1 << b31
-    K = C                               # terms per output, outputs per row, the weight's strides
+    KT = C                               # terms per output, outputs per row, the weight's strides
     R = OC
     wr = C                              # from one output to the next
     wk = 1                              # from one term to the next
     if kind == Q8_DINP:
-        K = OC
+        KT = OC
         R = C
         wr = 1
         wk = C
-    if K + K > int(len(s)):
-        return K + K
-    n8 = (K + 7) >> 3
+    if KT + KT > int(len(s)):
+        return KT + KT
+    n8 = (KT + 7) >> 3
     sh8 = 0
     while (32 << sh8) < n8:
         sh8 += 1
     rh = (1 << sh8) >> 1
     for m in range(N):
         if kind == Q8_FORWARD:
-            # row m of inp, quantized into S[0 : K]: inp ~= S[k] 2^(base - 150)
+            # row m of inp, quantized into S[0 : KT]: inp ~= S[k] 2^(base - 150)
             i0 = m * C
             qb = ptr32(sa)
             quantize(pa, 1)

@@ -288,16 +288,16 @@ def norm30(m, e):
 
 
 def quantize(src, stride):
-    """One block of K values src[i0], src[i0 + stride], ... to qb[0 ...] (qb advances by K): P-bit
+    """One block of KT values src[i0], src[i0 + stride], ... to qb[0 ...] (qb advances by KT): P-bit
     signed ints of the block's largest exponent emax (block float, see kernels_viper.py);
     base = emax + 24 - P, so q = round(mantissa 2^(e - base)), |q| <= lim = 2^P - 1."""
-    # in: i0, K, lim, P
+    # in: i0, KT, lim, P
     # out: base, e, emax, k, mm, q, qa, qb, sh, st4, v
     # qa walks the block (a register local of _gemm: each load has a constant offset)
     st4 = stride << 2
     emax = 0
     qa = ptr32(uint(src) + (i0 << 2))
-    for k in range(K):
+    for k in range(KT):
         e = (qa[0] >> 23) & 0xFF
         if e > emax:
             emax = e
@@ -306,7 +306,7 @@ def quantize(src, stride):
         emax = 254
     base = emax + 24 - P
     qa = ptr32(uint(src) + (i0 << 2))
-    for k in range(K):
+    for k in range(KT):
         v = qa[0]
         qa = ptr32(uint(qa) + st4)
         e = (v >> 23) & 0xFF
@@ -440,12 +440,12 @@ def ln_xhat():
 # ---- _gemm's parts (used once; kept here so _gemm reads as its outline) -------------------
 def gemm_geometry():
     """The geometry of _gemm's product `kind` from its sizes x y z w u (see MM_FORWARD ... in
-    gemm.py): M rows of A, N rows of B, K terms; the strides of A (asm per row, ask per term),
+    gemm.py): M rows of A, N rows of B, KT terms; the strides of A (asm per row, ask per term),
     B (bsn, bsk) and the output (osm, osn); the batch loops nb1 x nb2 with their strides (asb1 ...
     osb2); hs the head size; mode the addend (_ADD_NONE, _ADD_OLD or _ADD_BIAS)."""
     # in: kind, x, y, z, w, u, MM_FORWARD, MM_DINP, MM_DWEIGHT, MM_DBIAS, HEAD_SCORES, HEAD_CONTEXT
     # in: HEAD_TRANSPOSED, DECODE_SCORES, DECODE_CONTEXT, _ADD_NONE, _ADD_OLD, _ADD_BIAS
-    # out: M, N, K, asm, ask, bsn, bsk, osm, osn, nb1, nb2, asb1, asb2, bsb1, bsb2, osb1, osb2
+    # out: M, N, KT, asm, ask, bsn, bsk, osm, osn, nb1, nb2, asb1, asb2, bsb1, bsb2, osb1, osb2
     # out: hs, mode
     nb1 = 1
     nb2 = 1
@@ -463,34 +463,34 @@ def gemm_geometry():
         nb1 = x
         nb2 = u
     if kind == MM_FORWARD:
-        M = x; N = z; K = y; asm = y; ask = 1; bsn = y; bsk = 1; osm = z; osn = 1
+        M = x; N = z; KT = y; asm = y; ask = 1; bsn = y; bsk = 1; osm = z; osn = 1
         if w:
             mode = _ADD_BIAS
     elif kind == MM_DINP:
-        M = x; N = y; K = z; asm = z; ask = 1; bsn = 1; bsk = y; osm = y; osn = 1
+        M = x; N = y; KT = z; asm = z; ask = 1; bsn = 1; bsk = y; osm = y; osn = 1
         if w:
             mode = _ADD_OLD
     elif kind == MM_DWEIGHT:
-        M = z; N = y; K = x; asm = 1; ask = z; bsn = 1; bsk = y; osm = y; osn = 1; mode = _ADD_OLD
+        M = z; N = y; KT = x; asm = 1; ask = z; bsn = 1; bsk = y; osm = y; osn = 1; mode = _ADD_OLD
     elif kind == MM_DBIAS:
-        M = z; N = 1; K = x; asm = 1; ask = z; bsn = 0; bsk = 1; osm = 1; osn = 1; mode = _ADD_OLD
+        M = z; N = 1; KT = x; asm = 1; ask = z; bsn = 0; bsk = 1; osm = 1; osn = 1; mode = _ADD_OLD
     elif kind == HEAD_SCORES:
-        M = y; N = z; K = hs; asm = w; ask = 1; asb1 = y * w; asb2 = hs
+        M = y; N = z; KT = hs; asm = w; ask = 1; asb1 = y * w; asb2 = hs
         bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = z; osn = 1; osb1 = u * y * z; osb2 = y * z
     elif kind == HEAD_CONTEXT:
-        M = y; N = hs; K = z; asm = z; ask = 1; asb1 = u * y * z; asb2 = y * z
+        M = y; N = hs; KT = z; asm = z; ask = 1; asb1 = u * y * z; asb2 = y * z
         bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = w; osn = 1; osb1 = y * w; osb2 = hs
     elif kind == HEAD_TRANSPOSED:
-        M = z; N = hs; K = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
+        M = z; N = hs; KT = y; asm = 1; ask = z; asb1 = u * y * z; asb2 = y * z
         bsn = 1; bsk = w; bsb1 = y * w; bsb2 = hs; osm = w; osn = 1; osb1 = z * w; osb2 = hs
     elif kind == DECODE_SCORES:
-        M = 1; N = y; K = hs; asm = 0; ask = 1; asb1 = w; asb2 = hs
+        M = 1; N = y; KT = hs; asm = 0; ask = 1; asb1 = w; asb2 = hs
         bsn = w; bsk = 1; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = u * z; osb2 = z
     elif kind == DECODE_CONTEXT:
-        M = 1; N = hs; K = y; asm = 0; ask = 1; asb1 = u * z; asb2 = z
+        M = 1; N = hs; KT = y; asm = 0; ask = 1; asb1 = u * z; asb2 = z
         bsn = 1; bsk = w; bsb1 = z * w; bsb2 = hs; osm = 0; osn = 1; osb1 = w; osb2 = hs
     else:   # MEAN_POOL
-        nb1 = x; M = z; N = 1; K = y; asm = 1; ask = z; asb1 = y * z
+        nb1 = x; M = z; N = 1; KT = y; asm = 1; ask = z; asb1 = y * z
         bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
 
 
@@ -520,9 +520,9 @@ def mac4(acc):
     instruction instead of an index computed, scaled and added."""
     # in: a0, a1, a2, a3, a4, a5, a6, a7, ex, m32, nc, rh, sa, sgn, sh4
     # out: c, qa, qb, t
-    # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so K <= 4
-    # needs no shift and K <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
-    # rows shift each chunk (rounded) by sh4 = clog2(K4/4): |acc| < 2^30
+    # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+    # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+    # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
     if nc == 1:
         acc = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
         acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
@@ -566,19 +566,19 @@ def pair8(o):
 
 
 def kept(same):
-    """same = 1 when the weight pb (N rows of K) is bit for bit its copy at S[cp ...], so the
+    """same = 1 when the weight pb (N rows of KT) is bit for bit its copy at S[cp ...], so the
     quantized rows in S are its own (MM_FORWARD with u = 1); else the copy is renewed, same = 0."""
-    # in: cp, K, kind, MM_FORWARD, N, pb, S, u
+    # in: cp, KT, kind, MM_FORWARD, N, pb, S, u
     # out: k
     same = 0
     if kind == MM_FORWARD and u:
         same = 1
-        for k in range(N * K):
+        for k in range(N * KT):
             if pb[k] != S[cp + k]:
                 same = 0
                 break
         if same == 0:
-            for k in range(N * K):
+            for k in range(N * KT):
                 S[cp + k] = pb[k]
 
 
@@ -1176,11 +1176,11 @@ def bl_round(s, X, bm, out, sg):
 def q8_drow():
     """_q8's Q8_DINP row m: g_n = dout[m, n] scale[n] from 15-bit mantissas (<= 2^30, [B6]),
     normalized to [2^29, 2^30], then cut to 14 bits of the row's largest: S[n] (signed), so that
-    g_n ~= S[n] 2^(pm + 16); S[K + n] holds the exponents meanwhile."""
-    # in: K, m, OC, pa, psc, S, sgn, top
+    g_n ~= S[n] 2^(pm + 16); S[KT + n] holds the exponents meanwhile."""
+    # in: KT, m, OC, pa, psc, S, sgn, top
     # out: g, ge, n, pm, sg, sh, x, xe, xm, y, ye, ym
     pm = 0 - 100000
-    for n in range(K):
+    for n in range(KT):
         x = pa[m * OC + n]
         decode(x, xm, xe)
         y = psc[n]
@@ -1204,11 +1204,11 @@ def q8_drow():
             if sg:
                 g = 0 - g
         S[n] = g
-        S[K + n] = ge
-    for n in range(K):
+        S[KT + n] = ge
+    for n in range(KT):
         g = (S[n] ^ sgn) - sgn
         if g != 0:
-            sh = pm - ((S[K + n] ^ sgn) - sgn) + 16
+            sh = pm - ((S[KT + n] ^ sgn) - sgn) + 16
             sg = 0
             if g < 0:
                 sg = 1
@@ -1220,18 +1220,18 @@ def q8_drow():
 
 
 def q8_dot(acc):
-    """acc = S[0 : K] . the int8 weight terms of output r (pw from r * wr, step wk; ptr8 loads
+    """acc = S[0 : KT] . the int8 weight terms of output r (pw from r * wr, step wk; ptr8 loads
     zero-extend: sign-extended here), in chunks of 8 products (|t| < 2^24) shifted right by sh8
     (rounded, rh) [B6]."""
-    # in: K, pw, r, rh, S, sgn, sh8, wk, wr
+    # in: KT, pw, r, rh, S, sgn, sh8, wk, wr
     # out: k, kend, t, wi, x
     acc = 0
     wi = r * wr
     k = 0
-    while k < K:
+    while k < KT:
         kend = k + 8
-        if kend > K:
-            kend = K
+        if kend > KT:
+            kend = KT
         t = 0
         while k < kend:
             x = pw[wi]

@@ -20,7 +20,8 @@
 # NUMBER FORMAT. Viper has no native float, so the kernels read array('f') buffers as raw
 # IEEE-754 bits through ptr32 and compute in integers:
 #   * a float32 x = (-1)^s * m * 2^(e-150), m = 24-bit mantissa with the hidden bit, e = 1..254;
-#   * a BLOCK (a row or column of an operand, K values) is quantized with one shared exponent:
+#   * a BLOCK (a row or column of an operand: KT values, KT the terms a GEMM output sums; K names
+#     only the backend's kernel module) is quantized with one shared exponent:
 #       Emax = largest biased exponent in the block, L = Emax - 126 - P,
 #       q = round(m * 2^(e - Emax + P - 24)), clamped to |q| <= 2^P - 1, and x ~= q * 2^L.
 #     So every block keeps P significant bits relative to its largest element (rel. err 2^-P-1).
@@ -30,18 +31,18 @@
 #     a Python call); cross-entropy and leaky ReLU call _store per element.
 #
 # OVERFLOW ANALYSIS (the ESP32's viper int is 32 bits and wraps; the unix port's is 64 bits).
-#   MAC loops (_gemm): P = 14, |q_a|, |q_b| <= 2^14 - 1; K is zero-padded to a multiple of 4 and
+#   MAC loops (_gemm): P = 14, |q_a|, |q_b| <= 2^14 - 1; KT is zero-padded to a multiple of 4 and
 #     each 4-term chunk t = sum of 4 products has |t| <= 4 (2^14 - 1)^2 = 2^30 - 2^17 + 4. Chunks
-#     are rounded and shifted right by s = clog2(K/4) before they are summed, so
-#       |acc| <= (K/4) * (2^30 - 2^17 + 4 + 2^(s-1)) / 2^s < 2^30   (for K < 2^19).       [B1]
+#     are rounded and shifted right by s = clog2(KT/4) before they are summed, so
+#       |acc| <= (KT/4) * (2^30 - 2^17 + 4 + 2^(s-1)) / 2^s < 2^30   (for KT < 2^19).       [B1]
 #     Short rows skip the shifts: K4 = 4 is one chunk (< 2^30); K4 = 8 sums two chunks,
 #     |acc| <= 8 (2^14 - 1)^2 = 2^31 - 2^18 + 8 < 2^31, halved (rounded) before an addend.
 #     Longer rows shift pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) by the same s:
-#     (K/8) (2^31 - 2^18 + 8 + 2^(s-1)) / 2^s <= (2^31 - 2^18 + 8 + 2^(s-1)) / 2 < 2^30 for s <= 18.
+#     (KT/8) (2^31 - 2^18 + 8 + 2^(s-1)) / 2^s <= (2^31 - 2^18 + 8 + 2^(s-1)) / 2 < 2^30 for s <= 18.
 #     On a 64-bit host ptr32 loads zero-extend, so t (or the short-row acc) is computed modulo
 #     2^32 and sign-extended from bit 31: the unix port reproduces the ESP32's wrap-around
 #     exactly, and an overflow would show up as a wrong result in tests/test_viper.py, which
-#     drives the bound with worst-case inputs (K = 1..9, 64, 1000, 4096).
+#     drives the bound with worst-case inputs (KT = 1..9, 64, 1000, 4096).
 #   Adding a bias / the old value (accumulate mode): |acc| < 2^30, addend aligned to < 2^30
 #     before the add, so |sum| < 2^31. The dbias row of ones (q = 2^13) obeys [B1] too.     [B2]
 #   Softmax / cross-entropy: no score or logit is converted to fixed point, only s - max: two
@@ -72,7 +73,7 @@
 #
 # ERROR BOUNDS (for finite inputs; pinned by tests/test_viper.py and tests/test_viper_range.py,
 # and listed in the README's "Tolerances" table). Each is stated next to its kernel:
-#   _gemm (Dense, scores, A.V, pooling): block max     2^-11 K max|a| max|b| (+ 2^-11 |addend|)
+#   _gemm (Dense, scores, A.V, pooling): block max     2^-11 KT max|a| max|b| (+ 2^-11 |addend|)
 #   _q8 (int8 weights, quant.py):        block max     the same, with b the weight row W_deq (its [B6] next to it)
 #   softmax weights:                     element       (2e-4 + 2e-5 (y + 1)) w, y = distance from max
 #   attention backward:                  block max     dv 1e-3, dq dk 2e-3 of operand maxima (_softmax_back)
