@@ -21,7 +21,7 @@ from .viper_gemm import _mm
 #            chunk (the running sum is _gemm's addend)
 #   dbias    2^-11 (n Lout) max|dy[:, :, o]| per chunk, + 2^-11 |db| per chunk
 #   dinput   2^-11 (KS OCg) max|dcol row| max|Wt_g[c]|
-# (tests/test_conv.py pins them at 2e-3 of the block maxima, on worst-case inputs on the 32-bit port.)
+# (tests/mp/test_conv.py pins them at 2e-3 of the block maxima, on worst-case inputs on the 32-bit port.)
 CONV_SCRATCH = 16384
 _CV = [array("f", [0.0] * 16) for _ in range(6)]   # 0 windows, 1 weights, 2 bias, 3 out/dy, 4 dW, 5 db
 

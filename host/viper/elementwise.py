@@ -61,7 +61,7 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
 # (GELU_TANH). Phi and the derivative D(x) = Phi(x) + x Phi'(x) are tables in Q29 on a grid of
 # step 1/64 over [0, 6], linearly interpolated (snippet `lookup`); Phi(-x) = 1 - Phi(x) and
 # D(-x) = 1 - D(x); beyond 6 both are 1 (1 - Phi(6) < 1e-9, |1 - D(6)| < 4e-8).
-# ERROR BOUND (tests/test_viper_range.py): gelu(x) within 1e-5 |x| + 1e-4 |gelu(x)| of the
+# ERROR BOUND (tests/mp/test_viper_range.py): gelu(x) within 1e-5 |x| + 1e-4 |gelu(x)| of the
 #   exact value; the gradient within 5e-5 |dout| + 1e-4 |dinp| (the interpolation error of
 #   the tables: h^2 / 8 max|f''| with h = 1/64; the products keep 15 and 16 bits). Subnormal
 #   inputs count as 0; +inf gives +inf, -inf and NaN give NaN (as 0.5 x (1 + erf(x / sqrt 2)));
@@ -179,7 +179,7 @@ def act_backward(dinp, dout, inp, out, N: int, kind: int):
 
 
 # ---- dropout: out = inp * scale where kept, else 0 ---------------------------------------------
-# ERROR BOUND (tests/test_viper_decode_range.py): each kept output is the float32 product inp *
+# ERROR BOUND (tests/mp/test_viper_decode_range.py): each kept output is the float32 product inp *
 #   scale rounded to nearest, ties to even, bit for bit, except that a subnormal inp (or scale)
 #   counts as 0 and a product below 2^-126 is flushed to 0 (an absolute error below 2^-126);
 #   +-inf and NaN as IEEE (inf * 0 = NaN); past float32's largest: +-inf. A dropped output is +0.

@@ -31,7 +31,7 @@ _ADD_BIAS = const(2)        # bias[n]
 #   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing KT products is within
 #   2^-11 KT max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated
 #   gradient) and the final float32 rounding. A small element next to a large one in the same
-#   block keeps only the bits above 2^-14 of the large one (tests/test_viper_range.py).
+#   block keeps only the bits above 2^-14 of the large one (tests/mp/test_viper_range.py).
 @micropython.viper
 def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
@@ -130,7 +130,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
 # The wrappers below are viper functions too: a bytecode function whose arguments, locals and
 # value stack exceed 11 words takes its frame from the GC heap on every call (MicroPython's
 # VM_MAX_STATE_ON_STACK), which slows down as garbage builds up; a viper function has no such
-# frame (host/frames.py lists the frames, tests/test_frames.py guards the hot paths).
+# frame (host/frames.py lists the frames, tests/mp/test_frames.py guards the hot paths).
 _NONE = None                            # viper compares objects with a global, not the literal
 
 
@@ -342,7 +342,7 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 #   rounding) times the scale's 24-bit mantissa rounded to 15 bits (<= 2^15): <= 2^30. The addend
 #   (bias, or the old dinp: a 24-bit mantissa) is aligned by addto0: |sum| <= 2^30 + 2^24 < 2^31.
 #   Q8_DINP's products: two 15-bit mantissas (<= 2^15 each): <= 2^30, normalized by norm30.
-#   tests/test_int8.py::test_viper_int8_worst_case drives every bound with worst-case operands
+#   tests/mp/test_int8.py::test_viper_int8_worst_case drives every bound with worst-case operands
 #   (KT = 1 .. 4096, q = -128 and 127, inputs at FLT_MAX) on both MicroPython ports.
 # ERROR BOUND (relative to the block maxima, as _gemm's): the quantized row is within 2^-13 of
 #   its largest |value| per element and the weight is exact, so an output summing KT products is

@@ -7,7 +7,7 @@ _EPS = {}                       # eps -> (15-bit mantissa, exponent)
 _NAN = array("f", [float("nan")])
 
 
-# ERROR BOUND (tests/test_viper_range.py), per row of C values x (finite):
+# ERROR BOUND (tests/mp/test_viper_range.py), per row of C values x (finite):
 #   mean within 2^-23 max|x| of the exact mean; rstd within 2e-4 rstd*; each output within
 #   4e-4 |xhat* w| + 2^(1-P) max|x| rstd* |w| + 2^-23 |y*| (+ 2^-126) of y* = xhat* w + b,
 #   xhat* = (x - mean*) rstd*, P = min(24, 29 - clog2 C) (the second term: each x keeps P bits
@@ -188,7 +188,7 @@ def layernorm_forward(out, inp, ln, N: int, C: int, eps):
 
 
 # ---- LayerNorm backward ---------------------------------------------------------------------
-# ERROR BOUND (tests/test_viper_decode_range.py), per row (finite values): with dn = dout w and
+# ERROR BOUND (tests/mp/test_viper_decode_range.py), per row (finite values): with dn = dout w and
 #   xhat = (x - mean) rstd from the saved mean and rstd, dinp within 1e-3 rstd max_c |dn_c| (the
 #   terms dn - mean(dn) - xhat mean(dn xhat) cancel: the bound is relative to the row's largest);
 #   dweight += dout xhat within 2e-4 |dout xhat| + 2^-23 |dweight| (its rounding); dbias += dout

@@ -26,7 +26,7 @@ from .viper_common import _fscratch, _mant15
 #        then the same rounding; a step larger than p, a zero p and overflow take a general path.
 # c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) (so that step = c m' / (sqrt(v') + eps')), with
 # bc = 1 - beta^t, are computed per step by _adam_consts from float32 bits and t: no float is boxed.
-# ERROR BOUND (tests/test_optim_fast.py): m' and v' within 2^-13 of |m'| + |old| + |d| (resp.
+# ERROR BOUND (tests/mp/test_optim_fast.py): m' and v' within 2^-13 of |m'| + |old| + |d| (resp.
 #   |v'| + |old| + d^2), p' within 2^-11 of the step plus 2^-22 |p'| (plus the 2^-14 relative
 #   error of c); the step ignores eps' only below 2^-16 of sqrt(v').
 # [B5'] every product is a 15- or 16-bit by 15-bit product (< 2^31), every sum of two aligned
@@ -228,7 +228,7 @@ def _adam_all() -> int:
 # SGD ELEMENT: d = g (+ wd p) + momentum buf is adam_m with 1 for (1 - beta1) and the momentum
 # for beta1 (15 x 15-bit products, aligned, rounded through _BL: the new buffer), then
 # p' = p - lr d as Adam's p' with the step q = ((d24 >> 8) lrm) >> 15 (< 2^16); non-finite inputs
-# and results flag the tensor. ERROR BOUND as _sgd above (tests/test_optim_fast.py).
+# and results flag the tensor. ERROR BOUND as _sgd above (tests/mp/test_optim_fast.py).
 _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 in _AM_DEC for momentum
 
 

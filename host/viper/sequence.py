@@ -5,7 +5,7 @@ import micropython
 
 
 # ERROR BOUND (add_forward, posenc_forward, embedding_backward, posembed_backward;
-#   tests/test_viper_range.py, tests/mp/test_viper_decode_range.py): each
+#   tests/mp/test_viper_range.py, tests/mp/test_viper_decode_range.py): each
 #   sum is the float32 sum, bit for bit (round to nearest, ties to even), except that subnormal
 #   operands count as 0 and a sum below 2^-126 is flushed to 0 (an absolute error below 2^-126);
 #   inf and NaN as IEEE. The embedding lookup and the KV store copy bits.

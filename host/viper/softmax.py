@@ -27,7 +27,7 @@ def _scale_of(hs):
 
 
 # ---- attention -------------------------------------------------------------------------------
-# ERROR BOUND (tests/test_viper_range.py): for any finite float32 scores, every weight w_j is
+# ERROR BOUND (tests/mp/test_viper_range.py): for any finite float32 scores, every weight w_j is
 #   within 2e-4 w_j + 2e-5 (y_j + 1) w_j of the softmax of the same scores (relative to the
 #   element), y_j = (max - s_j) * scale, and 0 where w_j < 2^-126; rows sum to 1 within 4e-4.
 #   Scores are never clamped: only the difference y_j >= 128 (weight < 3e-56, 0 in float32) is.
@@ -391,7 +391,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     _store(lf, 0, v, e)
 
 
-# ERROR BOUND (tests/test_viper_range.py): for any finite float32 logits, the loss is within
+# ERROR BOUND (tests/mp/test_viper_range.py): for any finite float32 logits, the loss is within
 #   2^-20 |loss| + 1e-4 of the true mean of max - s_y + ln sum_j exp(s_j - max) (absolute part:
 #   the 15-bit exponentials), and dlogits within 1e-4 / B of (softmax - onehot) / B (element,
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.

@@ -52,7 +52,7 @@ def zero(buf, n):
 
 # The dense products run in float32 (single-precision BLAS, straight into the output buffers): as
 # PyTorch does on the CPU, and twice the speed of float64 products and their copies. Their error
-# stays far inside the backend's tolerance (tests/test_numpy_backend.py: 1e-5 of the largest
+# stays far inside the backend's tolerance (tests/unit/test_numpy_backend.py: 1e-5 of the largest
 # value against the portable loops): a KS-term float32 dot product is off by about sqrt(KS) float32
 # roundings of its terms' magnitudes.
 

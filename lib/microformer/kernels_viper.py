@@ -41,7 +41,7 @@
 #     (KT/8) (2^31 - 2^18 + 8 + 2^(s-1)) / 2^s <= (2^31 - 2^18 + 8 + 2^(s-1)) / 2 < 2^30 for s <= 18.
 #     On a 64-bit host ptr32 loads zero-extend, so t (or the short-row acc) is computed modulo
 #     2^32 and sign-extended from bit 31: the unix port reproduces the ESP32's wrap-around
-#     exactly, and an overflow would show up as a wrong result in tests/test_viper.py, which
+#     exactly, and an overflow would show up as a wrong result in tests/mp/test_viper.py, which
 #     drives the bound with worst-case inputs (KT = 1..9, 64, 1000, 4096).
 #   Adding a bias / the old value (accumulate mode): |acc| < 2^30, addend aligned to < 2^30
 #     before the add, so |sum| < 2^31. The dbias row of ones (q = 2^13) obeys [B1] too.     [B2]
@@ -60,7 +60,7 @@
 #   Adam/SGD: soft-float on 24-bit mantissas split into 15-bit halves; every product is
 #     (< 2^16) * (< 2^15) < 2^31; sums of two aligned 30-bit values < 2^31.                  [B5]
 #   Lines marked `#!chk v` (in host/viper/ and so in the generated modules) are checked by
-#   tests/test_viper.py in an instrumented copy of these modules that asserts |v| < 2^31 after the line.
+#   tests/mp/test_viper.py in an instrumented copy of these modules that asserts |v| < 2^31 after the line.
 #
 # SPECIAL VALUES. Zeros, -0.0 and subnormals quantize to 0 (subnormals are flushed).
 #   +-inf and NaN are read as +-(2 - 2^-23) * 2^127 (NaN keeps its sign bit): results stay
@@ -71,7 +71,7 @@
 #   FLT_MAX (only with logits beyond +-1.7e38) is returned as inf, as float32 arithmetic gives.
 #   Results whose exponent underflows float32 are flushed to 0.
 #
-# ERROR BOUNDS (for finite inputs; pinned by tests/test_viper.py and tests/test_viper_range.py,
+# ERROR BOUNDS (for finite inputs; pinned by tests/mp/test_viper.py and tests/mp/test_viper_range.py,
 # and listed in the README's "Tolerances" table). Each is stated next to its kernel:
 #   _gemm (Dense, scores, A.V, pooling): block max     2^-11 KT max|a| max|b| (+ 2^-11 |addend|)
 #   _q8 (int8 weights, quant.py):        block max     the same, with b the weight row W_deq (its [B6] next to it)
@@ -113,7 +113,7 @@ from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_
 
 # The kernels of kernels.py that are portable by design on this backend: the same functions as
 # the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have
-# a viper version above (tests/test_viper_split.py checks both ways).
+# a viper version above (tests/mp/test_viper_split.py checks both ways).
 PORTABLE = (
     "mse", "sum_squares", "scale_inplace",                           # loss and optimizer odds and ends
     "posenc_table",                                                  # built once per layer (sin, cos)

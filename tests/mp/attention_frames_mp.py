@@ -1,9 +1,9 @@
-"""The MicroPython side of tests/test_attention_frames.py: heap bytes allocated (micropython.
+"""The MicroPython side of tests/mp/test_attention_frames.py: heap bytes allocated (micropython.
 mem_total, which counts every allocation, freed or not) by a batch of calls of each attention
 kernel of the viper backend, after a warm-up call. A bytecode function whose frame exceeds 11
 words takes it from the heap on every call; the attention entry points must not.
 
-    MICROPYPATH=lib:tests micropython tests/attention_frames_mp.py
+    MICROPYPATH=lib:tests micropython tests/mp/attention_frames_mp.py
 """
 import micropython
 from array import array

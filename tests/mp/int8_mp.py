@@ -1,7 +1,7 @@
 # int8 frozen weights inside MicroPython (and CPython, for comparison):
-#   MICROPYPATH=lib:tests micropython tests/int8_mp.py python|viper [CHECKPOINT_PATH]
+#   MICROPYPATH=lib:tests micropython tests/mp/int8_mp.py python|viper [CHECKPOINT_PATH]
 # prints one JSON line per case ("CASE {...}": int8 layers, their inputs, their int8 rows and row
-# scales, outputs and gradients); tests/test_int8.py recomputes each from the math with NumPy.
+# scales, outputs and gradients); tests/mp/test_int8.py recomputes each from the math with NumPy.
 # It asserts itself, raising AssertionError on the first failure:
 #  - add_lora then quant.int8 and quant.int8 then add_lora give the same layer (bit for bit);
 #  - a checkpoint of an int8 model reloads bit for bit (int8 rows, scales, every output), and the
