@@ -5,7 +5,7 @@ import gc
 
 from microformer import checkpoint
 
-from mf_session import _Net, _is_number, _mem_free, _n, model_parts
+from mf_examples import _is_number, _mem_free, _n
 
 
 def adapted(self, before, what):
@@ -16,7 +16,7 @@ def adapted(self, before, what):
     for _, a in adapters(self.model):
         self._adapter_ids[id(a.A)] = 1
         self._adapter_ids[id(a.B)] = 1
-    self._parts = model_parts(self.model)
+    self._find_parts()
     if "spec" in self.meta:                 # save() writes the model as it is now
         from microformer.spec import to_spec
         self.meta["spec"] = to_spec(self.model)
@@ -30,7 +30,7 @@ def adapted(self, before, what):
         for p in self._parts:
             if p.name in before:
                 self._frozen[p.name] = 1
-    self._net = _Net(self.model, self._shape, {}, self._named())
+    self._make_net()
     self._apply_frozen()
     self._snap = None
     full = self.need

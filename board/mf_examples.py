@@ -4,6 +4,7 @@
 # new rows to PATH.tmp and renames it over PATH: all or nothing, even on a full flash or a power
 # cut; a file whose last line has no newline gets one, so two rows are never merged. Clearing
 # keeps the file as a backup (PATH.bak, then .bak2, ...), it never deletes it.
+import gc
 import os
 from array import array
 
@@ -11,6 +12,23 @@ from microformer.checkpoint import _replace
 from microformer.finite import float32_row
 
 _CHUNK = 512       # bytes per read when copying the old file
+
+
+def _mem_free():
+    gc.collect()
+    try:
+        return gc.mem_free()
+    except AttributeError:
+        return None
+
+
+def _n(k, word):
+    """'1 step', '2 steps'."""
+    return "%d %s%s" % (k, word, "" if k == 1 else "s")
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
 
 
 def fmt(v):

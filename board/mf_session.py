@@ -17,7 +17,7 @@ from microformer.spec import from_spec
 from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import duration, evaluate as _evaluate, fit as _fit, predict_logits
 
-from mf_examples import Examples, exists, fmt
+from mf_examples import Examples, _is_number, _mem_free, _n, exists, fmt
 
 CHECKPOINT = "model.mfck"          # what `make deploy CHECKPOINT=path` writes on the board
 DATA_DIR = "data"                  # base data: DATA_DIR/<meta['data']>
@@ -128,23 +128,6 @@ class Pairs(list):
 
     def __repr__(self):
         return "<%d (features, label) pairs; the first: %r>" % (len(self), self[0]) if self else "<no pairs>"
-
-
-def _mem_free():
-    gc.collect()
-    try:
-        return gc.mem_free()
-    except AttributeError:
-        return None
-
-
-def _n(k, word):
-    """'1 step', '2 steps'."""
-    return "%d %s%s" % (k, word, "" if k == 1 else "s")
-
-
-def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
 
 
 def _glob(pat, s):
@@ -469,9 +452,9 @@ class Session:
         self.model = from_spec(spec)
         self._shape, self.need = self._model_input(where)
         checkpoint.load(path, self.model)     # verified before any weight changes
-        self._parts = model_parts(self.model)
+        self._find_parts()
         self._labels = []                     # regression: the last target's texts in the files
-        self._net = _Net(self.model, self._shape, {}, self._named())
+        self._make_net()
         self._loss = mf.CrossEntropyLoss() if self.task == "classify" else _MSE(len(self.targets))
         self._base = None
         data = self._data_arg
@@ -1170,6 +1153,14 @@ class Session:
             self._dirty = False
         self._say("saved %s (%d bytes)" % (path, n))
         return n
+
+    def _find_parts(self):
+        # the model's parts by state_dict name (again after adapters came or went: mf_adapter)
+        self._parts = model_parts(self.model)
+
+    def _make_net(self):
+        # the network fit trains, over the model as it is now
+        self._net = _Net(self.model, self._shape, {}, self._named())
 
     # ---- LoRA adapters: mf_adapter.py (and microformer.lora), imported on first use ----------
 

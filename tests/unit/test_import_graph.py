@@ -1,10 +1,6 @@
 """No import circles among the package's modules (lib/microformer) and the board's files (board/):
 every import counts, the ones inside functions too (a lazy import only hides a circle until the
-function runs). A circle fails the test naming its modules in order.
-
-One is known and kept: mf_adapter holds the Session's LoRA commands as functions of the session
-(imported on first use, so a session that never adapts keeps them off a small heap) and takes
-mf_session's helpers; breaking it means moving those helpers out of mf_session."""
+function runs). A circle fails the test naming its modules in order."""
 import ast
 import os
 
@@ -66,14 +62,10 @@ def test_package_has_no_import_circles():
     assert _cycles(g) == [], "import circles: %s" % [" -> ".join(c) for c in _cycles(g)]
 
 
-KNOWN_BOARD = [["mf_adapter", "mf_session", "mf_adapter"]]
-
-
 def test_board_files_have_no_import_circles():
     g = _graph(os.path.join(helpers.ROOT, "board"), None)
     assert "mf_session" in g and "mf_examples" in g["mf_session"], "the graph misses mf_session's imports"
-    got = _cycles(g)
-    assert got == KNOWN_BOARD, "import circles: %s" % [" -> ".join(c) for c in got if c not in KNOWN_BOARD]
+    assert _cycles(g) == [], "import circles: %s" % [" -> ".join(c) for c in _cycles(g)]
 
 
 def test_a_circle_is_found():
