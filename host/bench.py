@@ -34,18 +34,21 @@ def _run(exe, model, backend, heap, steps=None, prefix=()):
             "us_sample": float(f[9])}
 
 
+def callgrind(cmd, env, timeout, cwd=None):
+    """(instructions callgrind counted for the whole run of `cmd`, or None when it printed no
+    count; the CompletedProcess): the one place a bench runs a command under callgrind."""
+    with tempfile.TemporaryDirectory() as d:
+        full = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + os.path.join(d, "cg.out")] + list(cmd)
+        r = subprocess.run(full, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    m = re.search(r"Collected\s*:\s*(\d+)", r.stderr) or re.search(r"refs:\s*([\d,]+)", r.stderr)
+    return (int(m.group(1).replace(",", "")) if m else None), r
+
+
 def _callgrind_ir(model, backend, steps, heap, exe=STOCK):
     # total instructions of a whole run (startup + warmup + steps) under callgrind
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "cg.out")
-        env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"), PYTHONHASHSEED="0")
-        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, exe, "-X", "heapsize=" + heap,
-               os.path.join(ROOT, "board", "bench.py"), model, backend, str(steps), "1"]
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
-        m = re.search(r"Collected\s*:\s*(\d+)", r.stderr) or re.search(r"refs:\s*([\d,]+)", r.stderr)
-        if not m:
-            return None
-        return int(m.group(1).replace(",", ""))
+    env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"), PYTHONHASHSEED="0")
+    cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench.py"), model, backend, str(steps), "1"]
+    return callgrind(cmd, env, 3600)[0]
 
 
 DECODE_WHAT = ("decode: Embedding -> PositionalEncoding -> EncoderBlock(E=32, H=2, causal, gelu) -> LayerNorm"

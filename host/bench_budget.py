@@ -29,10 +29,12 @@ import subprocess
 import sys
 import tempfile
 
+import bench
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DRIVER = os.path.join(ROOT, "board", "budget.py")
-MP32 = os.environ.get("MICROPYTHON32") or os.path.join(ROOT, "build", "mp32", "micropython32-sp")
+MP32 = bench.MP32
 CHECKPOINTS = {"sensor": os.path.join(ROOT, "build", "sensor.mfck"),
                "encoder": os.path.join(ROOT, "build", "encoder.mfck")}
 MODELS = ("sensor", "encoder")
@@ -156,18 +158,15 @@ def smallest_heap(exe, model, mode, guess_kb):
 
 def callgrind_ir(exe, model, mode, steps):
     """Total instructions of a driver run of `steps` training steps under callgrind (heap 16M)."""
-    with tempfile.TemporaryDirectory() as d:
-        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + os.path.join(d, "cg.out")] + \
-            _cmd(exe, "16M", "steps", model, mode, (steps, os.path.join(ROOT, "datasets")))
-        r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=7200, cwd=ROOT)
-        why = missing(r.stdout)
-        if why:
-            return None, why
-        m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
-        got = _parse(r.stdout, "steps")
-        if r.returncode or not m or not got:
-            raise SystemExit("bench-budget callgrind failed: %s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
-        return int(m.group(1)), int(got["batch"])
+    cmd = _cmd(exe, "16M", "steps", model, mode, (steps, os.path.join(ROOT, "datasets")))
+    n, r = bench.callgrind(cmd, _env(), 7200, cwd=ROOT)
+    why = missing(r.stdout)
+    if why:
+        return None, why
+    got = _parse(r.stdout, "steps")
+    if r.returncode or n is None or not got:
+        raise SystemExit("bench-budget callgrind failed: valgrind %s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+    return n, int(got["batch"])
 
 
 def ir_per_sample(exe, model, mode, n):
