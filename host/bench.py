@@ -257,12 +257,15 @@ def cpython_table():
 
 def numpy_vs_torch():
     """The NumPy backend's E=64 block step against PyTorch's, one thread each (host/bench_numpy.py,
-    in a process of its own: it pins the BLAS libraries to one thread before they load)."""
+    in a process of its own: it pins the BLAS libraries to one thread before they load). Returns
+    NumPy's time / PyTorch's, or what the script said instead of a figure (no torch)."""
     out = subprocess.run([sys.executable, os.path.join(ROOT, "host", "bench_numpy.py")], capture_output=True,
                          text=True, timeout=1800)
     if out.returncode:
         raise SystemExit("bench numpy vs torch failed:\n%s%s" % (out.stdout, out.stderr))
     print(out.stdout.strip(), flush=True)
+    m = re.search(r"NumPy backend (\S+) ms, PyTorch (\S+) ms", out.stdout)
+    return float(m.group(1)) / float(m.group(2)) if m else out.stdout.strip()
 
 
 def main(argv):
@@ -274,6 +277,7 @@ def main(argv):
         checkpoint = argv[argv.index("--checkpoint") + 1]
     if not os.path.exists(checkpoint):
         raise SystemExit("bench: no pretrained checkpoint at %s (make pretrain)" % checkpoint)
+    goals = {}                          # the figures host/bench_goals.py holds against the goals
     for name, exe, bits in interpreters():
         print("== %s: %s" % (name, exe), flush=True)
         table(exe, heap, bits)
@@ -293,16 +297,31 @@ def main(argv):
         print("  smallest -X heapsize from which every larger size runs an Iris fine-tune session: %d KB"
               " (bisection, then %d larger sizes verified: every KB up to %d, and up to %d KB; %d runs)" % (
                   kb, len(above), kb + 32, max(above), len(tried)), flush=True)
+        key = "adam_mp32" if bits == 32 else "adam_stock"
+        if bits == 32:
+            goals["session_kb"] = kb
+        if shutil.which("valgrind"):
+            ir = opt_instructions("adam", "viper", exe=exe)
+            goals[key] = ir if ir else "callgrind gave no count"
+            print("  Adam (viper): %s instructions per parameter per opt.step() (callgrind, Iris model)"
+                  % ("%.0f" % ir if ir else "no count"), flush=True)
+        else:
+            goals[key] = "valgrind is not installed"
     cpython_table()
-    numpy_vs_torch()
+    goals["numpy_x"] = numpy_vs_torch()
     decode_table(None, ("python", "numpy"))
     if "--callgrind" in argv and shutil.which("valgrind"):
         callgrind_table(heap)
     if os.path.exists(MP32):                   # what a user's loop sustains (host/bench_sustained.py)
         import bench_sustained
-        bench_sustained.main(["--callgrind"] if shutil.which("valgrind") else [])
+        goals.update(bench_sustained.goals(bench_sustained.main(["--callgrind"] if shutil.which("valgrind") else [])))
+    else:
+        goals.update(dict.fromkeys(("decode_sustained", "decode_512k", "iris_x", "block_x", "session_kb", "adam_mp32"),
+                                   "the 32-bit port is not built (make mp32)"))
     import bench_budget                   # fine-tuning within a budget: its own table (make bench-budget)
     bench_budget.main([] if "--callgrind" in argv else ["--no-callgrind"])
+    import bench_goals                    # the speed goals against this run's figures, last
+    bench_goals.table(goals)
 
 
 def callgrind_table(heap="64M"):

@@ -36,7 +36,7 @@ def table(exe=bench.MP32, heap="512K", rounds=200, steps=300):
     out = {}
     for what, n, unit in (("decode", rounds, "tokens/s"), ("fit", steps, "steps/s")):
         col, sus, per, err = _line(exe, heap, what, n)
-        out[what] = (col, sus, per)
+        out[what] = (col, sus, per, err)           # at `heap`, not the retry's
         name = "%s %s" % (what, unit)
         if err:
             print("  %-20s %s" % (name, err), flush=True)
@@ -54,24 +54,45 @@ def instructions(exe=bench.MP32, heaps=("512K", "64M")):
     """Instructions per training sample (callgrind, runs of two lengths, no collection between
     steps) at each heap size, next to the seed's C++."""
     print("instructions per training sample, viper, %s:" % os.path.basename(exe), flush=True)
+    got = {}
     for heap in heaps:
         for model, batch, (s0, s1) in (("iris", 16, (5, 25)), ("block", 8, (1, 3))):
             a = bench._callgrind_ir(model, "viper", s0, heap, exe)
             b = bench._callgrind_ir(model, "viper", s1, heap, exe)
             if a and b:
-                per = (b - a) / float((s1 - s0) * batch)
+                per = got[model, heap] = (b - a) / float((s1 - s0) * batch)
                 print("  %-5s -X heapsize=%-4s %10.1fk  (x%.1f the seed's C++ %.1fk)"
                       % (model, heap, per / 1e3, per / SEED[model], SEED[model] / 1e3), flush=True)
             else:
                 print("  %-5s -X heapsize=%-4s callgrind gave no count" % (model, heap), flush=True)
+    return got
+
+
+def goals(result):
+    """host/bench_goals.py's figures from what main() returned: the sustained decode ratio and
+    whether decoding ran at all at the 512K heap, Iris (512K) and the E=64 block (64M) against the
+    seed's C++; a string where there is no figure."""
+    col, sus, _, err = result["rates"]["decode"]
+    out = {"decode_sustained": sus / col if not err else err, "decode_512k": 0 if err else 1}
+    ir = result.get("instructions")
+    for key, model, heap in (("iris_x", "iris", "512K"), ("block_x", "block", "64M")):
+        if ir is None:
+            out[key] = "not counted (this run had no --callgrind: it is given when valgrind is installed)"
+        else:
+            per = ir.get((model, heap))
+            out[key] = per / SEED[model] if per else "callgrind gave no count"
+    return out
 
 
 def main(argv=()):
+    """The rates table and, with --callgrind, the instruction counts: {"rates": table(),
+    "instructions": instructions() or None}."""
     if not os.path.exists(bench.MP32):
         raise SystemExit("bench_sustained: needs the 32-bit port at %s (make mp32)" % bench.MP32)
-    table()
+    out = {"rates": table(), "instructions": None}
     if "--callgrind" in argv:
-        instructions()
+        out["instructions"] = instructions()
+    return out
 
 
 if __name__ == "__main__":
