@@ -3,8 +3,8 @@
 #   >>> finetune.help()                  # the commands, with their arguments
 #   >>> s = finetune.Session()           # model + checkpoint + data from flash
 # The session lives in mf_session.py, the user-example store in mf_examples.py, the drift demo
-# in mf_demo.py and mf_drift.py (imported on first use). `make deploy` sends them precompiled (.mpy, which drops docstrings): the help
-# text below is a string, so help() works on the board too.
+# in mf_demo.py and mf_drift.py (imported on first use). `make deploy` sends them precompiled
+# (.mpy, which drops docstrings): the help text below is a string, so help() works on the board too.
 from mf_session import (CHECKPOINT, DATA_DIR, USER_DATA, FIT_EPOCHS, FIT_LR, KINDS, PARTS,  # noqa: F401
                         SELECTIONS, Session)
 
@@ -19,8 +19,11 @@ def __getattr__(name):
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError("module 'finetune' has no attribute '%s'" % name)
-    try:
-        m = __import__(mod)
+    try:                           # import statements: host/package.py follows them
+        if mod == "mf_demo":
+            import mf_demo as m
+        else:
+            import mf_drift as m
     except ImportError as e:       # the text says what failed: MicroPython keeps no chained cause
         raise ImportError("%s (for finetune.%s) failed to import: %s" % (mod, name, e))
     v = globals()[name] = getattr(m, name)      # bound here once: later uses skip this function
