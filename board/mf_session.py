@@ -164,6 +164,22 @@ def model_parts(model):
     return parts
 
 
+# The first training step makes the model's buffers (activations, grads, the kernels' scratch),
+# each float32 array copied from a zeroed bytes object of its size that is garbage right after.
+# Without a collection in between, the arrays end up spaced by holes of their own size, and a
+# larger block later finds no room: a 318K heap on the 32-bit port had 66 KB free, none of it
+# 3.4 KB in one piece. So fit (its optimizer and rollback copy included) has the GC collect after
+# every SETTLE_GC_BYTES of allocation (gc.threshold) until its first step is done, then puts the
+# threshold back: for a whole fit it would cost time (a 4 KB threshold: 50 % more per Iris step on
+# the 32-bit port). Thresholds of 2 to 16 KB gave the same smallest heap.
+SETTLE_GC_BYTES = 8192
+# Reading the checkpoint and the data files leaves garbage among what the session keeps: Session()
+# collects every LOAD_GC_BYTES meanwhile (the 32-bit session then ran from a 10 KB smaller heap;
+# 4 KB gained nothing more and made loading several times slower).
+LOAD_GC_BYTES = 32768
+_threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
+
+
 class _Net:
     """The model as fit / evaluate see it: inputs [B, n] (a batch of flat examples) viewed as the
     model's input shape [B, *shape] (no copy), and the optimizer's parameters without the frozen
@@ -175,8 +191,11 @@ class _Net:
         self.frozen = frozen
         self.names = names
         self._views = {}
+        self.settle = None          # [threshold to put back, steps begun] while fit settles the heap
 
     def forward(self, x):
+        if self.settle is not None:
+            self._settle()
         if x.shape[1:] != self.shape:
             B = x.shape[0]
             v = self._views.get(B)
@@ -185,6 +204,26 @@ class _Net:
             v.data = x.data          # the batch buffer of this step: nothing is copied
             x = v
         return self.model.forward(x)
+
+    def _settle(self):
+        # the second forward of a fit: the first step is done, its buffers are made
+        s = self.settle
+        s[1] += 1
+        if s[1] > 1:
+            self.unsettle()
+
+    def settle_heap(self):
+        """Collect every SETTLE_GC_BYTES until the first step is done (fit; see above)."""
+        if _threshold is not None and self.settle is None:
+            self.settle = [_threshold(), 0]
+            _threshold(SETTLE_GC_BYTES)
+
+    def unsettle(self):
+        """The GC threshold from before settle_heap."""
+        s = self.settle
+        if s is not None:
+            self.settle = None
+            _threshold(s[0])
 
     def backward(self, dy, grads=True):
         return self.model.backward(dy, grads)
@@ -303,13 +342,19 @@ class Session:
         self._frozen = {}
         self._adapter_ids = {}                # ids of the LoRA tensors (s.lora, s.load_adapter)
         self._dirty = False                   # base weights fitted since the checkpoint was read
+        old = _threshold() if _threshold else None
         try:
+            if _threshold:
+                _threshold(LOAD_GC_BYTES)        # reading leaves garbage among what stays
             self._load()
             if adapter is not None:
                 self.load_adapter(adapter)
         except MemoryError:
             self._cache = {}
             raise self._oom("loading %s" % self.checkpoint_path)
+        finally:
+            if _threshold:
+                _threshold(old)
 
     def help(self):
         """Print the session's commands (mf_extra.SESSION_HELP)."""
@@ -679,6 +724,13 @@ class Session:
         """
         # ---- every argument first: a refused call changes nothing
         lr = _fit_args(epochs, lr, verbose, on_error)
+        self._net.settle_heap()
+        try:
+            return self._fit(epochs, data, lr, verbose, on_error)
+        finally:
+            self._net.unsettle()
+
+    def _fit(self, epochs, data, lr, verbose, on_error):
         name, ds, why = self._fit_data(data)
         # garbage out first: what fit keeps (optimizer, rollback copy, history) then goes into the
         # lowest free blocks, and the large ones stay whole for a new batch shape's buffers
@@ -775,6 +827,9 @@ class Session:
                 raise ValueError("fit: every layer is frozen; unfreeze something first (s.unfreeze())")
             try:                        # its state and the step's shadow: a few blocks of 4 bytes per param
                 self._opt = mf.Adam(self._net, lr=self.lr if lr is None else lr)
+                # its kernel now (imported on first use), not in the first step: compiling a .py
+                # source there would leave its garbage among the step's new buffers
+                mf.backend.K.adam_step
             except MemoryError:
                 self._opt = None
                 raise self._oom("creating the optimizer")
