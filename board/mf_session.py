@@ -171,7 +171,7 @@ def model_parts(model):
 # 3.4 KB in one piece. So fit (its optimizer and rollback copy included) has the GC collect after
 # every SETTLE_GC_BYTES of allocation (gc.threshold) until its first step is done, then puts the
 # threshold back: for a whole fit it would cost time (a 4 KB threshold: 50 % more per Iris step on
-# the 32-bit port). Thresholds of 2 to 16 KB gave the same smallest heap.
+# the 32-bit port). Thresholds of 2, 4, 8 and 16 KB all ran from the same heap (275 KB).
 SETTLE_GC_BYTES = 8192
 # Reading the checkpoint and the data files leaves garbage among what the session keeps: Session()
 # collects every LOAD_GC_BYTES meanwhile (the 32-bit session then ran from a 10 KB smaller heap;
