@@ -276,12 +276,15 @@ def opt_steps(kind, n):
 
 def session(root=None, epochs=1):
     """An Iris fine-tune session as on the board: finetune.Session on the pretrained checkpoint,
-    a short fit (`epochs` over the training split), evaluate. Prints SESSION and the accuracy."""
+    a short fit (`epochs` over the training split), evaluate. Prints SESSION, the accuracy and
+    what the session's module was loaded from ('.py': compiled at import, '.mpy': precompiled,
+    as `make deploy` sends it)."""
     import finetune
     s = finetune.Session(root=root, verbose=False)
     s.fit(epochs=epochs, data="train", verbose=False)
     r = s.evaluate(verbose=False)
-    print("SESSION ok %.4f" % r["accuracy"])
+    src = getattr(sys.modules["mf_session"], "__file__", "")
+    print("SESSION ok %.4f %s" % (r["accuracy"], src[src.rfind("."):] or "frozen"))
     return r
 
 

@@ -3,12 +3,31 @@
 #   >>> finetune.help()                  # the commands, with their arguments
 #   >>> s = finetune.Session()           # model + checkpoint + data from flash
 # The session lives in mf_session.py, the user-example store in mf_examples.py, the drift demo
-# in mf_demo.py and mf_drift.py. `make deploy` sends them precompiled (.mpy, which drops docstrings): the help
-# text below is a string, so help() works on the board too.
+# in mf_demo.py and mf_drift.py (imported on first use). `make deploy` sends them precompiled
+# (.mpy, which drops docstrings): the help text below is a string, so help() works on the board too.
 from mf_session import (CHECKPOINT, DATA_DIR, USER_DATA, FIT_EPOCHS, FIT_LR, KINDS, PARTS,  # noqa: F401
                         SELECTIONS, Session)
-from mf_demo import DEMO_DIR, DEMO_PRETRAINED, FREEZE, demo, demo_session  # noqa: F401
-from mf_drift import DRIFT_SCALE, DRIFT_OFFSET, drift  # noqa: F401
+
+# The drift demo's names, imported on first use: a session that never runs the demo keeps its
+# modules off the heap (a board without PSRAM has a small one).
+_LAZY = {"DEMO_DIR": "mf_demo", "DEMO_PRETRAINED": "mf_demo", "FREEZE": "mf_demo", "demo": "mf_demo",
+         "demo_session": "mf_demo", "DRIFT_SCALE": "mf_drift", "DRIFT_OFFSET": "mf_drift",
+         "drift": "mf_drift"}
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError("module 'finetune' has no attribute '%s'" % name)
+    try:                           # import statements: host/package.py follows them
+        if mod == "mf_demo":
+            import mf_demo as m
+        else:
+            import mf_drift as m
+    except ImportError as e:       # the text says what failed: MicroPython keeps no chained cause
+        raise ImportError("%s (for finetune.%s) failed to import: %s" % (mod, name, e))
+    v = globals()[name] = getattr(m, name)      # bound here once: later uses skip this function
+    return v
 
 HELP = """finetune: fine-tune the checkpoint on flash, from the REPL
   s = finetune.Session(checkpoint='model.mfck', data=None, user_data='data/user.csv',

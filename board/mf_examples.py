@@ -13,6 +13,35 @@ from microformer.finite import float32_row
 
 _CHUNK = 512       # bytes per read when copying the old file
 
+# ---- shared by the session's modules: mf_session and mf_extra (which mf_session imports on
+# first use, and which never imports mf_session)
+# kinds of parameters freeze/unfreeze take besides names, globs and layer indices
+KINDS = ("embedding", "attention", "norm", "ffn", "head", "input", "bias", "all")
+ALIASES = {"embed": "input"}       # the name 'input' had before kinds came from the model
+SELECTIONS = ("train", "test", "base", "user", "all")
+
+
+class Result:
+    """A small result: its fields as attributes and as r['field']; repr is one line."""
+
+    def __init__(self, line, fields):
+        self._line = line
+        self._fields = fields
+        for k in fields:
+            setattr(self, k, fields[k])
+
+    def __getitem__(self, key):
+        return self._fields[key]
+
+    def get(self, key, default=None):
+        return self._fields.get(key, default)
+
+    def keys(self):
+        return self._fields.keys()
+
+    def __repr__(self):
+        return self._line
+
 
 def _mem_free():
     gc.collect()

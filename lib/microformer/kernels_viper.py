@@ -107,9 +107,6 @@ from .viper_softmax import (attention_backward, attention_backward_dropout, atte
                             attention_decode, attention_forward, crossentropy_softmax)
 from .viper_elementwise import (act_backward, act_forward, copy, dropout_apply, dropout_mask,  # noqa: F401
                                 first_nonfinite)
-from .viper_norm import layernorm_backward, layernorm_forward  # noqa: F401
-from .viper_sequence import (add_forward, argmax, embedding_backward, embedding_forward,  # noqa: F401
-                             gather_rows, kv_store, posembed_backward, posenc_forward)
 
 # The kernels of kernels.py that are portable by design on this backend: the same functions as
 # the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have
@@ -129,13 +126,18 @@ for _n in PORTABLE:
     globals()[_n] = getattr(_pk, _n)
 
 
-# Loaded on first use, so that a program that never trains (decoding) or has no Conv1D keeps
-# their code and its compilation off the heap: the optimizer's kernels and the convolution's.
+# Loaded on first use, so that a program that never trains (decoding), has no Conv1D, no
+# LayerNorm or no sequence layers keeps their code and its compilation off the heap: the
+# optimizer's kernels, the convolution's, LayerNorm's and the sequence kernels.
 # (By full name: `from . import` would come back here through __getattr__; this module can
 # also be a package's __init__, as in the tests' instrumented copy.)
 _LAZY = {"adam_step": "viper_optim", "adam_update": "viper_optim", "params_commit": "viper_optim",
          "sgd_step": "viper_optim", "sgd_update": "viper_optim",
-         "conv1d_forward": "viper_conv", "conv1d_backward": "viper_conv"}
+         "conv1d_forward": "viper_conv", "conv1d_backward": "viper_conv",
+         "layernorm_forward": "viper_norm", "layernorm_backward": "viper_norm",
+         "add_forward": "viper_sequence", "argmax": "viper_sequence", "embedding_backward": "viper_sequence",
+         "embedding_forward": "viper_sequence", "gather_rows": "viper_sequence", "kv_store": "viper_sequence",
+         "posembed_backward": "viper_sequence", "posenc_forward": "viper_sequence"}
 
 
 def __getattr__(name):

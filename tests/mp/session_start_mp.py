@@ -1,0 +1,36 @@
+# What a plain fine-tune session loads: `import finetune`, then Session on the Iris checkpoint,
+# a one-epoch fit and evaluate leave the rarer modules unloaded; each still resolves on first
+# use, to the object its module defines. Runs under CPython and inside MicroPython:
+#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/session_start_mp.py FLASH
+# FLASH holds model.mfck and data/iris.csv. Prints LOADED / SAME lines (tests/mp/test_session_start.py).
+import sys
+
+# modules a session on a Dense/attention classifier that only fits and evaluates never needs
+RARE = ("mf_demo", "mf_drift", "mf_extra", "mf_adapter", "mf_capture",
+        "microformer.viper_norm", "microformer.viper_conv", "microformer.decoder", "microformer.block",
+        "microformer.conv", "microformer.pool1d", "microformer.lora", "microformer.quant",
+        "microformer.heatmap", "microformer.norm", "microformer.feedforward", "microformer.embedding",
+        "microformer.posenc", "microformer.posembed", "microformer.stream", "microformer.golden")
+
+
+def loaded():
+    return sorted(m for m in RARE if m in sys.modules)
+
+
+import finetune  # noqa: E402
+print("LOADED import", loaded())
+s = finetune.Session(root=sys.argv[1], verbose=False)
+s.fit(epochs=1, data="train", verbose=False)
+r = s.evaluate(verbose=False)
+print("LOADED session", loaded())
+print("ACCURACY", r["accuracy"])
+p = s.predict([5.1, 3.5, 1.4, 0.2], verbose=False)
+import mf_extra  # noqa: E402
+import mf_demo  # noqa: E402
+import mf_drift  # noqa: E402
+print("SAME", finetune.demo is mf_demo.demo, finetune.DEMO_DIR is mf_demo.DEMO_DIR,
+      finetune.drift is mf_drift.drift, type(p) is mf_extra.Prediction, p.label in s.classes)
+try:
+    finetune.no_such_name
+except AttributeError as e:
+    print("ATTR", "no_such_name" in str(e))

@@ -1,0 +1,122 @@
+"""A smaller start for a fine-tune session (tests/mp/session_start_mp.py): `import finetune` and a
+session that loads, fits and evaluates leave the rarer modules unloaded (the drift demo, the
+session's other commands, the viper kernels and layers Iris does not use), and each resolves on
+first use; a lazy board module that fails to import says which one and why; and the session runs
+in the heap `make bench` reports for the 32-bit port (host/bench.py smallest_session_heap), so a
+change that makes it need more fails here."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+from test_finetune import board_mpy
+
+# The smallest -X heapsize (KB) from which every larger one ran the bench's session on the 32-bit
+# port, measured with host/bench.py smallest_session_heap (mpy=True: the modules compiled as
+# `make deploy` sends them; mpy=False: the .py sources), plus a few KB: where arrays land moves
+# with any change to the code, so a margin keeps this about the need, not the layout.
+HEAP_MPY_KB = 274
+HEAP_PY_KB = 288
+MARGIN_KB = 6
+
+
+def _lines(out, tag):
+    return [l.split(" ", 1)[1] for l in out.splitlines() if l.startswith(tag + " ")]
+
+
+def _check_loaded(out):
+    assert _lines(out, "LOADED") == ["import []", "session []"], out
+    assert _lines(out, "SAME") == ["True True True True True"], out
+    assert _lines(out, "ATTR") == ["True"], out
+
+
+def test_plain_session_leaves_the_rarer_modules_for_later(tmp_path, iris_flash, micropython):
+    out = helpers.run_micropython(helpers.script("session_start_mp.py"), iris_flash(tmp_path / "f"),
+                                  exe=micropython, heap="2M")
+    _check_loaded(out)
+
+
+def test_plain_session_leaves_the_rarer_modules_for_later_cpython(tmp_path, iris_flash):
+    _check_loaded(helpers.run_cpython(helpers.script("session_start_mp.py"), iris_flash(tmp_path / "f")))
+
+
+_BROKEN = """
+import sys
+import finetune
+try:
+    finetune.demo
+except ImportError as e:
+    print("DEMO", e)
+s = finetune.Session(root=sys.argv[1], verbose=False)
+try:
+    s.predict([5.1, 3.5, 1.4, 0.2])
+except ImportError as e:
+    print("EXTRA", e)
+"""
+
+
+def _broken_run(tmp_path, iris_flash, exe):
+    # board files where mf_demo.py and mf_extra.py fail to import (a name they import is missing);
+    # exe None: CPython
+    board = tmp_path / "board"
+    shutil.copytree(helpers.BOARD, str(board))
+    for name in ("mf_demo.py", "mf_extra.py"):
+        p = board / name
+        p.write_text("from mf_examples import no_such_function\n" + p.read_text())
+    script = tmp_path / "broken.py"
+    script.write_text(_BROKEN)
+    path = os.pathsep.join([str(board), helpers.LIB])
+    if exe:
+        cmd = [exe, "-X", "heapsize=2M"]
+        env = dict(os.environ, MICROPYPATH=path)
+    else:
+        cmd = [sys.executable]
+        env = dict(os.environ, PYTHONPATH=path)
+    proc = subprocess.run(cmd + [str(script), iris_flash(tmp_path / "f")], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    demo = _lines(proc.stdout, "DEMO")
+    extra = _lines(proc.stdout, "EXTRA")
+    assert len(demo) == 1 and demo[0].startswith("mf_demo (for finetune.demo) failed to import: "), proc.stdout
+    assert "no_such_function" in demo[0], proc.stdout
+    assert len(extra) == 1 and extra[0].startswith("mf_extra (the session's commands beyond fit and "
+                                                   "evaluate) failed to import: "), proc.stdout
+    assert "no_such_function" in extra[0], proc.stdout
+
+
+def test_a_lazy_board_module_that_fails_to_import_says_which(tmp_path, iris_flash, micropython):
+    _broken_run(tmp_path, iris_flash, micropython)
+
+
+def test_a_lazy_board_module_that_fails_to_import_says_which_cpython(tmp_path, iris_flash):
+    _broken_run(tmp_path, iris_flash, None)
+
+
+def _session_runs(exe, path, flash, kb):
+    proc = subprocess.run([exe, "-X", "heapsize=%dK" % kb, "-c", "import bench; bench.session(%r)" % flash],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, MICROPYPATH=path), cwd=flash)
+    return proc.returncode == 0 and "SESSION ok " in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.mp32
+@pytest.mark.parametrize("mpy", [True, False], ids=["mpy", "py"])
+def test_session_runs_in_the_heap_the_bench_reports(tmp_path, iris_flash, mpy):
+    exe = helpers.need_interpreter("mp32")
+    flash = iris_flash(tmp_path / "f")
+    if mpy:
+        path = board_mpy(tmp_path / "mpy", exe)
+        kb = HEAP_MPY_KB
+    else:
+        path = os.pathsep.join([helpers.BOARD, helpers.LIB])
+        kb = HEAP_PY_KB
+    for size in range(kb + MARGIN_KB, kb + MARGIN_KB + 25, 3):
+        ok, out = _session_runs(exe, path, flash, size)
+        assert ok, "the session no longer runs in a %d KB heap (%s; the bench measured it from %d KB):\n%s" % (
+            size, "modules compiled to .mpy" if mpy else ".py sources", kb, out)
+    # and the bound is near the need: far below it the session runs out of memory
+    ok, out = _session_runs(exe, path, flash, kb * 3 // 4)
+    assert not ok and "MemoryError" in out, out
