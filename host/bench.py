@@ -315,14 +315,15 @@ def main(argv):
         steps, per = fit_heap(exe)
         print("  garbage per step of train.fit (Iris, batch 16, each epoch ending with a batch of 8):"
               " %.0f B (mean over %d steps = 3 whole epochs, GC off)" % (per, steps), flush=True)
-        kb, tried = smallest_session_heap(exe, checkpoint)
-        above = sorted(k for k in tried if k > kb)
-        print("  smallest -X heapsize from which every larger size runs an Iris fine-tune session: %d KB"
-              " (bisection, then %d larger sizes verified: every KB up to %d, and up to %d KB; %d runs)" % (
-                  kb, len(above), kb + 32, max(above), len(tried)), flush=True)
+        for mpy, kind in ((True, ".mpy modules, as make deploy installs them"), (False, ".py sources")):
+            kb, tried = smallest_session_heap(exe, checkpoint, mpy=mpy)
+            above = sorted(k for k in tried if k > kb)
+            print("  smallest -X heapsize from which every larger size runs an Iris fine-tune session (%s): %d KB"
+                  " (bisection, then %d larger sizes verified: every KB up to %d, and up to %d KB; %d runs)" % (
+                      kind, kb, len(above), kb + 32, max(above), len(tried)), flush=True)
+            if bits == 32:
+                goals["session_kb" if mpy else "session_kb_py"] = kb
         key = "adam_mp32" if bits == 32 else "adam_stock"
-        if bits == 32:
-            goals["session_kb"] = kb
         if shutil.which("valgrind"):
             ir = opt_instructions("adam", "viper", exe=exe)
             goals[key] = ir if ir else "callgrind gave no count"
@@ -339,7 +340,8 @@ def main(argv):
         import bench_sustained
         goals.update(bench_sustained.goals(bench_sustained.main(["--callgrind"] if shutil.which("valgrind") else [])))
     else:
-        goals.update(dict.fromkeys(("decode_sustained", "decode_512k", "iris_x", "block_x", "session_kb", "adam_mp32"),
+        goals.update(dict.fromkeys(("decode_sustained", "decode_512k", "iris_x", "block_x", "session_kb",
+                                    "session_kb_py", "adam_mp32"),
                                    "the 32-bit port is not built (make mp32)"))
     import bench_budget                   # fine-tuning within a budget: its own table (make bench-budget)
     bench_budget.main([] if "--callgrind" in argv else ["--no-callgrind"])

@@ -18,7 +18,9 @@ GOALS = (
      "(callgrind)", 3.5, "<=", "x{:.2f}"),
     ("adam_stock", "Adam instructions per parameter per step, stock port (callgrind)", 300, "<=", "{:.0f}"),
     ("adam_mp32", "Adam instructions per parameter per step, 32-bit port (callgrind)", 300, "<=", "{:.0f}"),
-    ("session_kb", "smallest heap (KB) for an Iris fine-tune session, 32-bit port", 256, "<=", "{:.0f}"),
+    ("session_kb", "smallest heap (KB) for an Iris fine-tune session, 32-bit port, the modules as .mpy "
+     "(as make deploy installs them)", 256, "<=", "{:.0f}"),
+    ("session_kb_py", "the same with the .py sources (compiling them takes heap too)", 256, "<=", "{:.0f}"),
     ("numpy_x", "NumPy backend E=64 step time / PyTorch's, one thread", 1.2, "<=", "x{:.2f}"),
 )
 
