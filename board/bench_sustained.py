@@ -39,6 +39,7 @@ def _timed(fn, rounds, collect):
 def decode(backend, rounds=200, only=None):
     """Tokens per second of the bench's decode stack (bench.decode), collected and sustained, and
     the heap bytes a round allocates per token (prefill's share included)."""
+    gc.collect()                                 # the imports' garbage gone before the model is made
     model, prompt, x, argmax = bench.decode_setup(backend)
     P, V, NEW = bench.DECODE_PROMPT, bench.DECODE_V, bench.DECODE_NEW
 
@@ -51,6 +52,7 @@ def decode(backend, rounds=200, only=None):
             logits = mf.decode_step(model, x)
             nxt = argmax(logits.data, 0, V)
         return bench._dt(t0)
+    gc.collect()                                 # the model's construction garbage gone first
     one_round()                                  # buffers and caches get allocated here
     if only is not None:                         # one kind of round alone (instruction counts)
         _timed(one_round, rounds, only == "collected")

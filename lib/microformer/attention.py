@@ -7,23 +7,115 @@ from .dropout import check_p
 from .tensor import Rng, Tensor, default_rng, dropout_seed, xavier_uniform
 
 
-def _linear(out, inp, W, bias, N, C, OC, keep=None):
-    # out (N, OC) = inp (N, C) . W^T + bias; W a float32 Tensor (keep: matmul_forward_kept's) or
-    # an int8 weight (quant.py)
-    if W.__class__ is not Tensor:
-        W.forward(out, inp, bias, N, C, OC)
-    elif keep is None:
-        backend.K.matmul_forward(out, inp, W.data, bias, N, C, OC)
-    else:
-        backend.K.matmul_forward_kept(out, inp, W.data, bias, N, C, OC, keep)
+class _Proj:
+    """One projection of an Attention layer (q, k, v or o): out = inp . W^T + b, plus its LoRA
+    adapter's share. W, b, their grads and the adapter are read from the layer by name on every
+    call (quant.py and lora.py replace them there). The operands are kept as attributes, so that
+    each kernel call is made from a method whose frame is self alone: a method passing a kernel's
+    6 to 8 arguments next to arguments of its own would need more than the 11 words MicroPython
+    keeps off the GC heap, and would take its frame from the heap on every call."""
+
+    def __init__(self, layer, names, keep):
+        self.layer = layer
+        self.w, self.b, self.dw, self.db, self.ad = names   # literal names: getattr allocates nothing
+        self.keep = keep                # the backend's kept copy of W for decoding: a list [None]
+        self.E = layer.embed_dim
+        self.out = self.inp = self.dout = self.dinp = None
+        self.acc = False
+
+    def forward(self, out, inp):
+        # out (N, E) = inp (N, E) . W^T + b (+ the adapter's), N = the rows of out
+        self.out = out
+        self.inp = inp
+        self._product()
+        if getattr(self.layer, self.ad) is not None:
+            getattr(self.layer, self.ad).forward_add(out.data, inp.data, out.size // self.E)
+
+    def forward_kept(self, out, inp):
+        # forward() of one token per sequence (decoding) through the backend's kept copy of W
+        # (decoding refuses adapters: Attention._no_lora)
+        self.out = out
+        self.inp = inp
+        if getattr(self.layer, self.w).__class__ is not Tensor:
+            self._product()
+        else:
+            self._kept()
+
+    def _product(self):
+        if getattr(self.layer, self.w).__class__ is not Tensor:        # an int8 weight (quant.py)
+            getattr(self.layer, self.w).forward(self.out.data, self.inp.data, self._bias(),
+                                                self.out.size // self.E, self.E, self.E)
+        else:
+            backend.K.matmul_forward(self.out.data, self.inp.data, getattr(self.layer, self.w).data,
+                                     self._bias(), self.out.size // self.E, self.E, self.E)
+
+    def _kept(self):
+        backend.K.matmul_forward_kept(self.out.data, self.inp.data, getattr(self.layer, self.w).data,
+                                      self._bias(), self.out.size // self.E, self.E, self.E, self.keep)
+
+    def _bias(self):
+        b = getattr(self.layer, self.b)
+        return None if b is None else b.data
+
+    def backward(self, dout, inp, dinp, acc):
+        # in the forward pass this was out = inp . W^T + b: dW += dout^T inp, db += sum dout (when
+        # the layer trains: layer._train), dinp = dout . W (acc: +=; dinp None: not computed),
+        # and the adapter's share of each
+        self.dout = dout
+        self.inp = inp
+        self.dinp = dinp
+        self.acc = acc
+        if getattr(self.layer, self.w).__class__ is not Tensor:
+            self._back_q8()
+        else:
+            self._back()
+        if getattr(self.layer, self.ad) is not None:
+            self._adapter_back()
+
+    def _back(self):
+        if self.layer._train:
+            backend.K.matmul_backward_weight(getattr(self.layer, self.dw).data, self._dbias(), self.dout.data,
+                                             self.inp.data, self.dout.size // self.E, self.E, self.E)
+        if self.dinp is None:
+            return
+        if self.acc:
+            backend.K.matmul_backward_input_acc(self.dinp.data, self.dout.data, getattr(self.layer, self.w).data,
+                                                self.dout.size // self.E, self.E, self.E)
+        else:
+            backend.K.matmul_backward_input(self.dinp.data, self.dout.data, getattr(self.layer, self.w).data,
+                                            self.dout.size // self.E, self.E, self.E)
+
+    def _back_q8(self):
+        # an int8 weight (quant.py): it refuses weight grads (it never trains); its bias may train
+        if not self.acc:
+            getattr(self.layer, self.w).backward(self._data(self.dinp), self._dweight(), self._dbias(),
+                                                 self.dout.data, self.inp.data, self.dout.size // self.E,
+                                                 self.E, self.E)
+            return
+        if self.layer._train:
+            getattr(self.layer, self.w).backward(None, self._dweight(), self._dbias(), self.dout.data,
+                                                 self.inp.data, self.dout.size // self.E, self.E, self.E)
+        if self.dinp is not None:
+            getattr(self.layer, self.w).backward_input_acc(self.dinp.data, self.dout.data,
+                                                           self.dout.size // self.E, self.E, self.E)
+
+    def _adapter_back(self):
+        getattr(self.layer, self.ad).backward_add(self.dout.data, self.inp.data, self._data(self.dinp),
+                                                  self.dout.size // self.E, self.layer._train)
+
+    def _dweight(self):
+        return getattr(self.layer, self.dw).data if self.layer._train else None
+
+    def _dbias(self):
+        db = getattr(self.layer, self.db)
+        return None if db is None or not self.layer._train else db.data
+
+    def _data(self, t):
+        return None if t is None else t.data
 
 
-def _linear_back(dinp, dW, db, dout, inp, W, N, C, OC):
-    # matmul_backward, W a float32 Tensor or an int8 weight (frozen: dW is None)
-    if W.__class__ is Tensor:
-        backend.K.matmul_backward(dinp, dW, db, dout, inp, W.data, N, C, OC)
-    else:
-        W.backward(dinp, dW, db, dout, inp, N, C, OC)
+_NAMES = (("Wq", "bq", "dWq", "dbq", "lora_q"), ("Wk", "bk", "dWk", "dbk", "lora_k"),
+          ("Wv", "bv", "dWv", "dbv", "lora_v"), ("Wo", "bo", "dWo", "dbo", "lora_o"))
 
 
 class Attention(Layer):
@@ -93,6 +185,8 @@ class Attention(Layer):
         # not from the weights' generator, so the weights do not depend on p
         self._drop_rng = Rng(dropout_seed()) if self.dropout > 0.0 else None
         self._dropped = False
+        self._train = False
+        self._pq, self._pk, self._pv, self._po = [_Proj(self, _NAMES[i], self._wkeep[i]) for i in range(4)]
 
     def params(self):
         out = []
@@ -151,91 +245,123 @@ class Attention(Layer):
         if len(x.shape) != 3 or x.shape[2] != E:
             raise shape_error("Attention", what, "[B,S,%d]" % E, x.shape)
 
-    def _mask_bytes(self, mask, B, Sk, buf=None):
-        if mask is None:
-            return None
+    def _mask_bytes(self, mask, c, buf):
+        # a key_padding_mask [B,Sk] of the keys c [B,Sk,E] as B*Sk bytes: the caller's, or buf filled
         if isinstance(mask, (bytes, bytearray)):
-            if len(mask) != B * Sk:
-                raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d], got %d bytes"
-                                 % (B, Sk, len(mask)))
+            if len(mask) != c.shape[0] * c.shape[1]:
+                raise _mask_error(c, mask)
             return mask
-        if not isinstance(mask, (list, tuple)):
-            raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] (nested lists or %d bytes), got %s"
-                             % (B, Sk, B * Sk, type(mask).__name__))
-        if len(mask) != B:
-            raise ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] nested lists, got %d rows"
-                             % (B, Sk, len(mask)))
-        buf = self._mbuf if buf is None else buf
-        for b in range(B):
-            row = mask[b]
-            if not isinstance(row, (list, tuple)) or len(row) != Sk:
-                raise ValueError("Attention: key_padding_mask row %d must have %d entries, got %r"
-                                 % (b, Sk, row))
-            for j in range(Sk):
-                buf[b * Sk + j] = 1 if row[j] else 0
+        if not isinstance(mask, (list, tuple)) or len(mask) != c.shape[0]:
+            raise _mask_error(c, mask)
+        b = 0
+        while b < c.shape[0]:                     # (a `for` would hold its end on the stack: a word more)
+            self._mask_row(buf, b, mask[b], c)
+            b += 1
         return buf
 
-    def _lengths_mask(self, lengths, B, Sk, buf=None):
-        if not isinstance(lengths, (list, tuple)) or len(lengths) != B:
-            raise ValueError("Attention: lengths must be a list of B=%d ints in [0, %d], got %r"
-                             % (B, Sk, lengths))
-        buf = self._mbuf if buf is None else buf
-        for b in range(B):
-            n = lengths[b]
-            if not isinstance(n, int) or n < 0 or n > Sk:
-                raise ValueError("Attention: lengths[%d] must be an int in [0, %d], got %r" % (b, Sk, n))
-            for j in range(Sk):
-                buf[b * Sk + j] = 1 if j >= n else 0
+    def _mask_row(self, buf, b, row, c):
+        if not isinstance(row, (list, tuple)) or len(row) != c.shape[1]:
+            raise _row_error(b, c.shape[1], row)
+        j = 0
+        b *= c.shape[1]
+        while j < c.shape[1]:
+            buf[b + j] = 1 if row[j] else 0
+            j += 1
+
+    def _lengths_mask(self, lengths, c, buf):
+        # lengths (B ints) of the keys c [B,Sk,E] as B*Sk bytes in buf (1: key j >= lengths[b])
+        if not isinstance(lengths, (list, tuple)) or len(lengths) != c.shape[0]:
+            raise _lengths_error(c, lengths, None)
+        b = 0
+        while b < c.shape[0]:
+            self._length_row(buf, b, lengths[b], c)
+            b += 1
         return buf
 
+    def _length_row(self, buf, b, n, c):
+        if not isinstance(n, int) or n < 0 or n > c.shape[1]:
+            raise _lengths_error(c, n, b)
+        j = 0
+        b *= c.shape[1]
+        while j < c.shape[1]:
+            buf[b + j] = 1 if j >= n else 0
+            j += 1
+
+    # forward, backward and the decoding steps are split so that each method's frame (arguments +
+    # locals + value stack) stays within 11 words: a larger one comes from the GC heap on every
+    # call on MicroPython. The attention kernels' own calls (10 to 17 arguments) cannot: each is
+    # alone in its method (_attend, _attend_back, _decode_attend, ...), one heap frame per call.
     def forward(self, x, key_padding_mask=None, context=None, lengths=None):
-        self._check_x(x, "x")
-        B, S, E = x.shape
-        c = x
-        if context is not None:
-            self._check_x(context, "context")
-            if context.shape[0] != B:
-                raise shape_error("Attention", "context", "[%d,Sk,%d]" % (B, E), context.shape)
-            c = context
-        Sk = c.shape[1]
-        if self.causal and context is not None and Sk < S:
-            raise ValueError("Attention: causal cross-attention needs Sk >= S, got Sk=%d S=%d" % (Sk, S))
-        if lengths is not None and key_padding_mask is not None:
-            raise ValueError("Attention: give key_padding_mask or lengths, not both")
-        # the buffers follow x's shape and, for cross-attention, the context's
-        self._buffers("_fwd", x.shape, None if context is None else c.shape)
-        if lengths is not None:
-            mask = self._lengths_mask(lengths, B, Sk)
-        else:
-            mask = self._mask_bytes(key_padding_mask, B, Sk)
-        self._mask = mask
-        K = backend.K
-        bias = self.use_bias
-        Q = self._Q              # (separate assignments: a 6-way unpack builds a tuple each step)
-        Kc = self._Kt
-        V = self._V
-        ctx = self._ctx
-        A = self._A
-        y = self._y
-        self._project_qkv(Q, Kc, V, x, c, B * S, B * Sk)
-        H = self.num_heads
-        causal = 1 if self.causal else 0
-        if self.kv_tile is not None:
-            K.attention_forward_tiled(ctx.data, self._stats.data, self._tile.data, Q.data, Kc.data, V.data,
-                                      mask, B, S, Sk, E, H, causal, self.kv_tile)
-        else:
-            K.attention_forward(ctx.data, A.data, Q.data, Kc.data, V.data, mask, B, S, Sk, E, H, causal)
-        self._dropped = self.training and self.dropout > 0.0
-        if self._dropped:
-            # dropout on the weights: ctx = (A * keep / (1-p)) V
-            self._drop_rng.keep_mask(self._keep, B * H * S * Sk, self._drop_threshold(), K)
-            K.attention_context(ctx.data, A.data, self._keep, V.data, B, S, Sk, E, H, self._drop_scale())
-        _linear(y.data, ctx.data, self.Wo, self.bo.data if bias else None, B * S, E, E)
-        if self.lora_o is not None:
-            self.lora_o.forward_add(y.data, ctx.data, B * S)
+        c = self._inputs(x, context)                  # the context, or x itself; the buffers
+        self._mask = self._key_mask(key_padding_mask, lengths, c)
+        self._qkv(x, c)
+        self._attend()
+        self._po.forward(self._y, self._ctx)
         self._x = x
         self._c = context
-        return y
+        return self._y
+
+    def _inputs(self, x, context):
+        # x [B,S,E] and the context [B,Sk,E] checked; the buffers follow x's shape and, for
+        # cross-attention, the context's
+        self._check_x(x, "x")
+        if context is None:
+            self._buffers("_fwd", x.shape, None)
+            return x
+        self._check_context(x, context)
+        self._buffers("_fwd", x.shape, context.shape)
+        return context
+
+    def _check_context(self, x, context):
+        self._check_x(context, "context")
+        if context.shape[0] != x.shape[0]:
+            raise shape_error("Attention", "context", "[%d,Sk,%d]" % (x.shape[0], self.embed_dim), context.shape)
+        if self.causal and context.shape[1] < x.shape[1]:
+            raise ValueError("Attention: causal cross-attention needs Sk >= S, got Sk=%d S=%d"
+                             % (context.shape[1], x.shape[1]))
+
+    def _key_mask(self, key_padding_mask, lengths, c):
+        return self._masks(key_padding_mask, lengths, c, self._mbuf)
+
+    def _masks(self, key_padding_mask, lengths, c, buf):
+        # the padding of the keys c [B,Sk,E] as B*Sk bytes (nonzero = padded; buf filled, or the
+        # caller's bytes), or None
+        if lengths is not None:
+            if key_padding_mask is not None:
+                raise ValueError("Attention: give key_padding_mask or lengths, not both")
+            return self._lengths_mask(lengths, c, buf)
+        if key_padding_mask is None:
+            return None
+        return self._mask_bytes(key_padding_mask, c, buf)
+
+    def _qkv(self, x, c):
+        self._project_qkv(self._Q, self._Kt, self._V, x, c)
+
+    def _attend(self):
+        # per head: A = softmax(Q K^T / sqrt(D) + mask), ctx = A V (a kernel of 12 arguments: this
+        # frame comes from the heap, one per forward); then the weights' dropout
+        if self.kv_tile is not None:
+            self._attend_tiled()
+        else:
+            backend.K.attention_forward(self._ctx.data, self._A.data, self._Q.data, self._Kt.data, self._V.data,
+                                        self._mask, self._Q.shape[0], self._Q.shape[1], self._V.shape[1],
+                                        self.embed_dim, self.num_heads, 1 if self.causal else 0)
+        self._dropped = self.training and self.dropout > 0.0
+        if self._dropped:
+            self._drop_weights()
+
+    def _attend_tiled(self):
+        backend.K.attention_forward_tiled(self._ctx.data, self._stats.data, self._tile.data, self._Q.data,
+                                          self._Kt.data, self._V.data, self._mask, self._Q.shape[0], self._Q.shape[1],
+                                          self._V.shape[1], self.embed_dim, self.num_heads, 1 if self.causal else 0,
+                                          self.kv_tile)
+
+    def _drop_weights(self):
+        # dropout on the weights: ctx = (A * keep / (1-p)) V
+        B, H, S, Sk = self._A.shape
+        self._drop_rng.keep_mask(self._keep, self._A.size, self._drop_threshold(), backend.K)
+        backend.K.attention_context(self._ctx.data, self._A.data, self._keep, self._V.data, B, S, Sk,
+                                    self.embed_dim, H, self._drop_scale())
 
     def _allocate(self, stage, shape, other, bufs):
         B, S, E = shape
@@ -288,63 +414,68 @@ class Attention(Layer):
         # a frozen projection has no grad buffers (None): the kernels skip them; need_dx=False
         # (self-attention only): the input gradient is not computed (returns None). Returns dx;
         # cross-attention keeps the context's gradient in self.dcontext (else None)
-        self._need_forward(self._x)
-        self.dcontext = None
-        x = self._x
-        c = self._c if self._c is not None else x
-        B, S, E = x.shape
-        Sk = c.shape[1]
-        check_tensor("Attention", "dy", dy)
-        if dy.shape != x.shape:
-            raise shape_error("Attention", "dy", "[%d,%d,%d]" % (B, S, E), dy.shape)
-        K = backend.K
-        train = grads and self.trainable
-        bias = train and self.use_bias
-        self._buffers("_bwd", x.shape, None if self._c is None else c.shape)
-        dctx = self._dctx
-        dQ = self._dQ
-        dK = self._dK
-        dV = self._dV
-        dx = self._dx
-        scratch = self._scratch
+        self._check_dy(dy)
+        self._train = grads and self.trainable
+        self._buffers("_bwd", self._x.shape, None if self._c is None else self._c.shape)
         # output projection: dWo += dy^T ctx, dctx = dy Wo
-        _linear_back(dctx.data, self.dWo.data if train else None, self.dbo.data if bias else None,
-                     dy.data, self._ctx.data, self.Wo, B * S, E, E)
-        if self.lora_o is not None:
-            self.lora_o.backward_add(dy.data, self._ctx.data, dctx.data, B * S, train)
+        self._po.backward(dy, self._ctx, self._dctx, False)
         # per head: dV = A^T dctx, dA = dctx V^T, dS = A (dA - rowsum(dA A)) / sqrt(D), dQ = dS K, dK = dS^T Q
-        H = self.num_heads
-        if self.kv_tile is not None:              # the weights recomputed from the row max and sum
-            K.attention_backward_tiled(dQ.data, dK.data, dV.data, self._tile.data, dctx.data, self._ctx.data,
-                                       self._stats.data, self._Q.data, self._Kt.data, self._V.data, self._mask,
-                                       B, S, Sk, E, H, 1 if self.causal else 0)
-        elif self._dropped:                       # A' = A * keep / (1-p) weighted V
-            K.attention_backward_dropout(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
-                                         self._keep, self._Q.data, self._Kt.data, self._V.data,
-                                         B, S, Sk, E, H, self._drop_scale())
-        else:
-            K.attention_backward(dQ.data, dK.data, dV.data, scratch.data, dctx.data, self._A.data,
-                                 self._Q.data, self._Kt.data, self._V.data, B, S, Sk, E, H)
+        self._attend_back()
         # input projections: dW += dProj^T x, dx (+)= dProj W
         if not need_dx and self._c is None:       # nothing below needs dx: weight grads only
-            self._project_back(None, dQ, x, self.Wq, self.dWq, self.dbq, train, bias, B * S, self.lora_q)
-            self._project_back(None, dK, x, self.Wk, self.dWk, self.dbk, train, bias, B * S, self.lora_k)
-            self._project_back(None, dV, x, self.Wv, self.dWv, self.dbv, train, bias, B * S, self.lora_v)
+            self._pq.backward(self._dQ, self._x, None, False)
+            self._pk.backward(self._dK, self._x, None, False)
+            self._pv.backward(self._dV, self._x, None, False)
             return None
-        _linear_back(dx.data, self.dWq.data if train else None, self.dbq.data if bias else None,
-                     dQ.data, x.data, self.Wq, B * S, E, E)
-        if self.lora_q is not None:
-            self.lora_q.backward_add(dQ.data, x.data, dx.data, B * S, train)
-        # K and V: their weight grads, then their input grads added into dx (or dcontext)
-        dc = dx
+        self._pq.backward(self._dQ, self._x, self._dx, False)
+        self._kv_back()
+        return self._dx
+
+    def _check_dy(self, dy):
+        self._need_forward(self._x)
+        self.dcontext = None
+        check_tensor("Attention", "dy", dy)
+        if dy.shape != self._x.shape:
+            raise shape_error("Attention", "dy", "[%d,%d,%d]" % self._x.shape, dy.shape)
+
+    def _attend_back(self):
+        # the heads' backward (a kernel of 15 arguments or more: this frame comes from the heap, one
+        # per backward); the weights recomputed from the row max and sum when tiled; A' = A *
+        # keep / (1-p) weighting V when dropped
+        if self.kv_tile is not None:
+            self._attend_back_tiled()
+        elif self._dropped:
+            self._attend_back_dropped()
+        else:
+            backend.K.attention_backward(self._dQ.data, self._dK.data, self._dV.data, self._scratch.data,
+                                         self._dctx.data, self._A.data, self._Q.data, self._Kt.data, self._V.data,
+                                         self._Q.shape[0], self._Q.shape[1], self._V.shape[1], self.embed_dim,
+                                         self.num_heads)
+
+    def _attend_back_tiled(self):
+        backend.K.attention_backward_tiled(self._dQ.data, self._dK.data, self._dV.data, self._tile.data,
+                                           self._dctx.data, self._ctx.data, self._stats.data, self._Q.data,
+                                           self._Kt.data, self._V.data, self._mask, self._Q.shape[0], self._Q.shape[1],
+                                           self._V.shape[1], self.embed_dim, self.num_heads, 1 if self.causal else 0)
+
+    def _attend_back_dropped(self):
+        backend.K.attention_backward_dropout(self._dQ.data, self._dK.data, self._dV.data, self._scratch.data,
+                                             self._dctx.data, self._A.data, self._keep, self._Q.data,
+                                             self._Kt.data, self._V.data, self._Q.shape[0], self._Q.shape[1],
+                                             self._V.shape[1], self.embed_dim, self.num_heads, self._drop_scale())
+
+    def _kv_back(self):
+        # K and V: their weight grads, then their input grads added into dx (or the context's)
+        c = self._x
+        dc = self._dx
         if self._c is not None:
+            c = self._c
             dc = self._dcontext
-            K.zero(dc.data, B * Sk * E)
-        self._project_back(dc, dK, c, self.Wk, self.dWk, self.dbk, train, bias, B * Sk, self.lora_k)
-        self._project_back(dc, dV, c, self.Wv, self.dWv, self.dbv, train, bias, B * Sk, self.lora_v)
+            backend.K.zero(dc.data, dc.size)
+        self._pk.backward(self._dK, c, dc, True)
+        self._pv.backward(self._dV, c, dc, True)
         if self._c is not None:
             self.dcontext = dc
-        return dx
 
     def _drop_threshold(self):
         return int(self.dropout * 16777216 + 0.5)     # as Dropout: drop when the top 24 bits are below
@@ -356,23 +487,6 @@ class Attention(Layer):
         if self.kv_tile is not None:
             raise ValueError("Attention: %s needs the stored attention weights, which kv_tile=%d never "
                              "keeps (build it with kv_tile=None to look at them)" % (what, self.kv_tile))
-
-    def _project_back(self, dc, dP, c, W, dW, db, train, bias, N, lora):
-        # in the forward pass this was P = c W^T + b (+ the adapter's): dW += dP^T c,
-        # db += sum dP, dc += dP W (dc None: skipped)
-        K = backend.K
-        E = self.embed_dim
-        dw = dW.data if train else None
-        dbb = db.data if bias else None
-        if dw is not None or dbb is not None:
-            _linear_back(None, dw, dbb, dP.data, c.data, W, N, E, E)
-        if dc is not None:
-            if W.__class__ is Tensor:
-                K.matmul_backward_input_acc(dc.data, dP.data, W.data, N, E, E)
-            else:                                 # an int8 weight (quant.py)
-                W.backward_input_acc(dc.data, dP.data, N, E, E)
-        if lora is not None:
-            lora.backward_add(dP.data, c.data, None if dc is None else dc.data, N, train)
 
     def weights(self, b=0, h=0):
         """The last forward's attention weights of batch item b, head h: [S][Sk] lists."""
@@ -418,6 +532,15 @@ class Attention(Layer):
         """Causal forward over the prompt x [B,S,E]; keeps its K and V in a cache of max_len tokens."""
         self._check_decoding("prefill")
         self._check_x(x, "x")
+        shape = self._cache_shape(x, max_len)
+        y = self._eval_forward(x, None, None)
+        self._buffers("_kv", shape)                         # the cache: (B, L, E)
+        self._store_prompt(x)
+        self._pos = x.shape[1]
+        self._padded = False
+        return y
+
+    def _cache_shape(self, x, max_len):
         B, S, E = x.shape
         cap = max_len if max_len is not None else self.max_len
         if cap is None:
@@ -425,76 +548,78 @@ class Attention(Layer):
                              "or prefill(x, max_len=N)")
         if not isinstance(cap, int) or cap < S:
             raise ValueError("Attention: max_len must be an int >= prompt length %d, got %r" % (S, cap))
-        drop = self.training               # generation never drops: the prompt runs as in eval()
+        return (B, cap, E)
+
+    def _eval_forward(self, x, key_padding_mask, lengths):
+        # forward() as in eval(): generation never drops
+        if self.training and self.dropout > 0.0:
+            return self._undropped(x, key_padding_mask, lengths)
+        return self.forward(x, key_padding_mask, None, lengths)
+
+    def _undropped(self, x, key_padding_mask, lengths):
+        drop = self.training
         self.training = False
         try:
-            y = self.forward(x)
+            return self.forward(x, key_padding_mask, None, lengths)
         finally:
             self.training = drop
-        self._buffers("_kv", (B, cap, E))                   # the cache: (B, L, E)
-        K = backend.K
-        K.kv_store(self._kc.data, self._Kt.data, B, S, cap, E, 0)
-        K.kv_store(self._vc.data, self._V.data, B, S, cap, E, 0)
-        self._pos = S
-        self._padded = False
-        return y
+
+    def _store_prompt(self, x):
+        # the prompt's K and V into the cache's first S slots
+        backend.K.kv_store(self._kc.data, self._Kt.data, x.shape[0], x.shape[1], self._kc.shape[1], self.embed_dim, 0)
+        backend.K.kv_store(self._vc.data, self._V.data, x.shape[0], x.shape[1], self._kc.shape[1], self.embed_dim, 0)
 
     def _check_token(self, x, who):
-        # one new token per cached sequence, and room for it in the cache: (B, L, E)
-        B, L, E = self._kc.shape
+        # one new token per cached sequence, and room for it in the cache (B, L, E); no tuple is
+        # built (this runs per token)
         check_tensor("Attention", "x", x)
+        s = x.shape
+        c = self._kc.shape
+        if len(s) != 3 or s[0] != c[0] or s[1] != 1 or s[2] != c[2] or self._pos >= c[1]:
+            raise self._token_error(x, who)
+
+    def _token_error(self, x, who):
+        B, L, E = self._kc.shape
         if x.shape != (B, 1, E):
-            raise shape_error("Attention", "x", "[%d,1,%d] (one token per cached sequence)" % (B, E), x.shape)
-        if self._pos >= L:
-            raise ValueError("Attention: KV cache is full: max_len=%d tokens, %s would write position %d"
-                             % (L, who, self._pos))
-        return B, L, E
+            return shape_error("Attention", "x", "[%d,1,%d] (one token per cached sequence)" % (B, E), x.shape)
+        return ValueError("Attention: KV cache is full: max_len=%d tokens, %s would write position %d"
+                          % (L, who, self._pos))
 
-    def _project_qkv(self, q, k, v, x, c, Nq, Nk):
+    def _project_qkv(self, q, k, v, x, c):
         # q (Nq, E) = x . Wq^T + bq; k, v (Nk, E) = c . Wk^T + bk, c . Wv^T + bv (c = x: self-attention)
-        bias = self.use_bias
-        E = self.embed_dim
-        _linear(q.data, x.data, self.Wq, self.bq.data if bias else None, Nq, E, E)
-        _linear(k.data, c.data, self.Wk, self.bk.data if bias else None, Nk, E, E)
-        _linear(v.data, c.data, self.Wv, self.bv.data if bias else None, Nk, E, E)
-        if self.lora_q is not None:
-            self.lora_q.forward_add(q.data, x.data, Nq)
-        if self.lora_k is not None:
-            self.lora_k.forward_add(k.data, c.data, Nk)
-        if self.lora_v is not None:
-            self.lora_v.forward_add(v.data, c.data, Nk)
+        self._pq.forward(q, x)
+        self._pk.forward(k, c)
+        self._pv.forward(v, c)
 
-    def _decode_qkv(self, x, B, L, E):
+    def _decode_qkv(self, x):
         # a decoding step's first half: q, k, v of the new token; k and v into the cache at _pos
         self._no_lora("decoding")
-        K = backend.K
-        bias = self.use_bias
-        self._buffers("_dec", x.shape, L)
-        keep = self._wkeep
-        _linear(self._dq1.data, x.data, self.Wq, self.bq.data if bias else None, B, E, E, keep[0])
-        _linear(self._dk1.data, x.data, self.Wk, self.bk.data if bias else None, B, E, E, keep[1])
-        _linear(self._dv1.data, x.data, self.Wv, self.bv.data if bias else None, B, E, E, keep[2])
-        K.kv_store(self._kc.data, self._dk1.data, B, 1, L, E, self._pos)
-        K.kv_store(self._vc.data, self._dv1.data, B, 1, L, E, self._pos)
-
-    def _decode_out(self, B, E):
-        # a decoding step's last part: y = ctx . Wo^T + bo
-        y = self._dy1
-        _linear(y.data, self._dctx1.data, self.Wo, self.bo.data if self.use_bias else None,
-                B, E, E, self._wkeep[3])
-        return y
+        self._buffers("_dec", x.shape, self._kc.shape[1])
+        self._pq.forward_kept(self._dq1, x)
+        self._pk.forward_kept(self._dk1, x)
+        self._pv.forward_kept(self._dv1, x)
+        backend.K.kv_store(self._kc.data, self._dk1.data, self._kc.shape[0], 1, self._kc.shape[1], self.embed_dim,
+                           self._pos)
+        backend.K.kv_store(self._vc.data, self._dv1.data, self._kc.shape[0], 1, self._kc.shape[1], self.embed_dim,
+                           self._pos)
 
     def decode_step(self, x):
         """One new token per sequence, x [B,1,E] -> y [B,1,E], attending to every cached token."""
         self._check_decoding("decode_step")
         if self._kc is None:
             raise RuntimeError("Attention: decode_step() called before prefill()")
-        B, L, E = self._check_token(x, "decode_step")
-        self._decode_qkv(x, B, L, E)
+        self._check_token(x, "decode_step")
+        self._decode_qkv(x)
         self._pos += 1
+        self._decode_attend()
+        self._po.forward_kept(self._dy1, self._dctx1)       # y = ctx . Wo^T + bo
+        return self._dy1
+
+    def _decode_attend(self):
+        # the new token's query against the first _pos cached keys (a kernel of 10 arguments: this
+        # frame comes from the heap, one per step)
         backend.K.attention_decode(self._dctx1.data, self._datt.data, self._dq1.data, self._kc.data, self._vc.data,
-                                   B, self._pos, L, E, self.num_heads)
-        return self._decode_out(B, E)
+                                   self._kc.shape[0], self._pos, self._kc.shape[1], self.embed_dim, self.num_heads)
 
     # ------------------------------------------------------------ the stages, for golden vectors
 
@@ -530,43 +655,37 @@ class Attention(Layer):
     def cache_context(self, context, key_padding_mask=None, lengths=None):
         """K and V of context [B,Sk,E] computed once for cross_step(); its padding (mask or lengths)."""
         self._check_x(context, "context")
-        if lengths is not None and key_padding_mask is not None:
-            raise ValueError("Attention: give key_padding_mask or lengths, not both")
-        B, Sk, E = context.shape
         self._buffers("_xkv", context.shape)
-        if lengths is not None:
-            mask = self._lengths_mask(lengths, B, Sk, self._xmask)
-        else:
-            mask = self._mask_bytes(key_padding_mask, B, Sk, self._xmask)
-        self._xm = mask                                  # None, self._xmask or the caller's bytes
+        self._xm = self._masks(key_padding_mask, lengths, context, self._xmask)   # None, _xmask or the caller's
         self._no_lora("cache_context")
-        bias = self.use_bias
-        _linear(self._xk.data, context.data, self.Wk, self.bk.data if bias else None, B * Sk, E, E)
-        _linear(self._xv.data, context.data, self.Wv, self.bv.data if bias else None, B * Sk, E, E)
+        self._pk.forward(self._xk, context)
+        self._pv.forward(self._xv, context)
         return self._xk
 
     def cross_step(self, x):
         """Queries x [B,T,E] -> y [B,T,E] attending to the context cached by cache_context()."""
+        self._check_cross(x)
+        self._no_lora("cross_step")
+        self._buffers("_xdec", x.shape, self._xkv.shape[1])
+        self._pq.forward(self._xq, x)
+        self._cross_attend()
+        self._po.forward(self._xy, self._xctx)
+        return self._xy
+
+    def _check_cross(self, x):
         have = getattr(self, "_xkv", None)
         if have is None:
             raise RuntimeError("Attention: cross_step() called before cache_context()")
-        B, Sk, E = have.shape
         check_tensor("Attention", "x", x)
-        if len(x.shape) != 3 or x.shape[0] != B or x.shape[2] != E:
-            raise shape_error("Attention", "x", "[%d,T,%d] (the cached context's batch)" % (B, E), x.shape)
-        T = x.shape[1]
-        self._no_lora("cross_step")
-        K = backend.K
-        bias = self.use_bias
-        self._buffers("_xdec", x.shape, Sk)
-        q = self._xq
-        ctx = self._xctx
-        y = self._xy
-        _linear(q.data, x.data, self.Wq, self.bq.data if bias else None, B * T, E, E)
-        K.attention_forward(ctx.data, self._xatt.data, q.data, self._xk.data, self._xv.data,
-                            self._xm, B, T, Sk, E, self.num_heads, 0)
-        _linear(y.data, ctx.data, self.Wo, self.bo.data if bias else None, B * T, E, E)
-        return y
+        if len(x.shape) != 3 or x.shape[0] != have.shape[0] or x.shape[2] != have.shape[2]:
+            raise shape_error("Attention", "x", "[%d,T,%d] (the cached context's batch)" % (have.shape[0],
+                              have.shape[2]), x.shape)
+
+    def _cross_attend(self):
+        # the queries against the cached context (a kernel of 12 arguments: a heap frame per step)
+        backend.K.attention_forward(self._xctx.data, self._xatt.data, self._xq.data, self._xk.data, self._xv.data,
+                                    self._xm, self._xq.shape[0], self._xq.shape[1], self._xk.shape[1],
+                                    self.embed_dim, self.num_heads, 0)
 
     def prefill_padded(self, x, lengths=None, key_padding_mask=None, max_len=None):
         """prefill() for prompts of different lengths: x [B,S,E] padded, lengths B ints (or a
@@ -575,37 +694,47 @@ class Attention(Layer):
         if lengths is None and key_padding_mask is None:
             raise ValueError("Attention: prefill_padded needs lengths or key_padding_mask (else use prefill)")
         self.prefill(x, max_len)                        # K and V in the cache (no padding yet) ...
-        B, S, E = x.shape
-        drop = self.training                            # ... and the output with the padding,
-        self.training = False                           # never dropped (generation)
-        try:
-            self.forward(x, key_padding_mask, None, lengths)
-        finally:
-            self.training = drop
-        L = self._kc.shape[1]
+        self._eval_forward(x, key_padding_mask, lengths)    # ... and the output with the padding
         self._buffers("_kvm", self._kc.shape)
-        m = self._kvmask
-        src = self._mask
-        for b in range(B):
-            for j in range(L):
-                m[b * L + j] = src[b * S + j] if j < S else 1
+        self._hide_padding(x.shape[1])
         self._padded = True
         return self._y
+
+    def _hide_padding(self, S):
+        # the cache's hidden slots: the prompt's padded ones and every one not written yet
+        for b in range(self._kc.shape[0]):
+            self._hide_row(b, S)
+
+    def _hide_row(self, b, S):
+        L = self._kc.shape[1]
+        for j in range(L):
+            self._kvmask[b * L + j] = self._mask[b * S + j] if j < S else 1
 
     def decode_step_padded(self, x):
         """decode_step() after prefill_padded(): the new token sees its own prompt's keys only."""
         self._check_decoding("decode_step_padded")
         if self._kc is None or not getattr(self, "_padded", False):
             raise RuntimeError("Attention: decode_step_padded() called before prefill_padded()")
-        B, L, E = self._check_token(x, "decode_step_padded")
-        self._decode_qkv(x, B, L, E)
-        m = self._kvmask
-        for b in range(B):
-            m[b * L + self._pos] = 0
+        self._check_token(x, "decode_step_padded")
+        self._decode_qkv(x)
+        self._show_new()
         self._pos += 1
+        self._decode_attend_padded()
+        self._po.forward_kept(self._dy1, self._dctx1)       # y = ctx . Wo^T + bo
+        return self._dy1
+
+    def _show_new(self):
+        # the slot the new token is written to becomes visible in every sequence
+        L = self._kc.shape[1]
+        for b in range(self._kc.shape[0]):
+            self._kvmask[b * L + self._pos] = 0
+
+    def _decode_attend_padded(self):
+        # the new token's query against the visible cached keys (a kernel of 12 arguments: this
+        # frame comes from the heap, one per step)
         backend.K.attention_forward(self._dctx1.data, self._datt.data, self._dq1.data, self._kc.data, self._vc.data,
-                                    m, B, 1, L, E, self.num_heads, 0)
-        return self._decode_out(B, E)
+                                    self._kvmask, self._kc.shape[0], 1, self._kc.shape[1], self.embed_dim,
+                                    self.num_heads, 0)
 
     def _allocate_cached(self, stage, shape, other, bufs):
         if stage == "_xkv":                               # context (B, Sk, E)
@@ -625,5 +754,30 @@ class Attention(Layer):
 
 
 _CACHED_STAGES = ("_xkv", "_xdec", "_kvm")
+
+
+# The errors of the mask checks, built here: their messages' arguments would take the checks'
+# frames (which run on every masked forward) above 11 words.
+def _mask_error(c, mask):
+    B, Sk = c.shape[0], c.shape[1]
+    if isinstance(mask, (bytes, bytearray)):
+        return ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d], got %d bytes" % (B, Sk, len(mask)))
+    if not isinstance(mask, (list, tuple)):
+        return ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] (nested lists or %d bytes), got %s"
+                          % (B, Sk, B * Sk, type(mask).__name__))
+    return ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] nested lists, got %d rows"
+                      % (B, Sk, len(mask)))
+
+
+def _row_error(b, Sk, row):
+    return ValueError("Attention: key_padding_mask row %d must have %d entries, got %r" % (b, Sk, row))
+
+
+def _lengths_error(c, got, b):
+    # b None: the list itself is wrong; else its item b
+    if b is None:
+        return ValueError("Attention: lengths must be a list of B=%d ints in [0, %d], got %r"
+                          % (c.shape[0], c.shape[1], got))
+    return ValueError("Attention: lengths[%d] must be an int in [0, %d], got %r" % (b, c.shape[1], got))
 
 _INF = float("inf")

@@ -87,46 +87,46 @@ class DecoderBlock(Layer):
         if len(x.shape) != 3 or x.shape[2] != E:
             raise shape_error("DecoderBlock", what, "[B,S,%d]" % E, x.shape)
 
-    def _run(self, x, mode, memory=None, tmask=None, mmask=None, tlen=None, mlen=None, max_len=None):
-        # mode 0: training/eval forward, 1: prefill (each keeps its own buffers; decode_step has its own path)
-        K = backend.K
-        h = self.ln1.forward(x)
-        if mode == 0:
-            a = self.drop1.forward(self.self_attn.forward(h, tmask, None, tlen))
-        else:                                     # prefill
-            if tlen is None and tmask is None:
-                a = self.self_attn.prefill(h, max_len)
-            else:
-                a = self.self_attn.prefill_padded(h, tlen, tmask, max_len)
-            self._padded = not (tlen is None and tmask is None)
-        self._buffers(_RUN[mode], x.shape)
-        x1 = getattr(self, _X1[mode])
-        K.add_forward(x1.data, x.data, a.data, x.size)
-        h = self.ln2.forward(x1)
-        if mode == 0:
-            c = self.drop2.forward(self.cross_attn.forward(h, mmask, memory, mlen))
-        else:
-            c = self.cross_attn.cross_step(h)
-        x2 = getattr(self, _X2[mode])
-        K.add_forward(x2.data, x1.data, c.data, x.size)
-        f = self.ffn.forward(self.ln3.forward(x2), mode == 0)
-        if mode == 0:
-            f = self.drop3.forward(f)
-        y = getattr(self, _Y[mode])
-        K.add_forward(y.data, x2.data, f.data, x.size)
-        return y
-
+    # The forward, backward and generation paths are split so that each method's frame (arguments
+    # + locals + value stack) stays within 11 words: a larger one comes from the GC heap on every
+    # call on MicroPython. The training forward keeps its memory and masks on the block (_mem,
+    # _tmask, _mmask, _tlen, _mlen) for its parts.
     def forward(self, x, memory, tgt_key_padding_mask=None, memory_key_padding_mask=None,
                 tgt_lengths=None, memory_lengths=None):
+        self._check_pair(x, memory)
+        self._tmask = tgt_key_padding_mask
+        self._mmask = memory_key_padding_mask
+        self._tlen = tgt_lengths
+        self._mlen = memory_lengths
+        self._mem = memory
+        return self._run(x)
+
+    def _check_pair(self, x, memory):
         self._check(x, "x")
         self._check(memory, "memory")
         if memory.shape[0] != x.shape[0]:
             raise shape_error("DecoderBlock", "memory", "[%d,Sk,%d]" % (x.shape[0], self.embed_dim),
                               memory.shape)
-        y = self._run(x, 0, memory, tgt_key_padding_mask, memory_key_padding_mask, tgt_lengths,
-                      memory_lengths)
+
+    def _run(self, x):
+        # the training/eval forward (mode 0): x1 = x + drop1(self(ln1(x))), x2 = x1 +
+        # drop2(cross(ln2(x1), memory)), y = x2 + drop3(ffn(ln3(x2)))
+        a = self._self_fwd(x)
+        self._buffers(_RUN[0], x.shape)
+        a = self._sum(_X1[0], x, a)
+        a = self._sum(_X2[0], a, self._cross_fwd(a))
+        a = self._sum(_Y[0], a, self._ffn_fwd(a))
         self._x = x
-        return y
+        return a
+
+    def _self_fwd(self, x):
+        return self.drop1.forward(self.self_attn.forward(self.ln1.forward(x), self._tmask, None, self._tlen))
+
+    def _cross_fwd(self, x1):
+        return self.drop2.forward(self.cross_attn.forward(self.ln2.forward(x1), self._mmask, self._mem, self._mlen))
+
+    def _ffn_fwd(self, x2):
+        return self.drop3.forward(self.ffn.forward(self.ln3.forward(x2), True))
 
     def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
@@ -145,34 +145,41 @@ class DecoderBlock(Layer):
         need_dx=False: dx is None, and the self-attention branch gets no backward unless it trains."""
         self._need_forward(self._x)
         check_tensor("DecoderBlock", "dy", dy)
-        x = self._x
-        if dy.shape != x.shape:
-            raise shape_error("DecoderBlock", "dy", repr(x.shape), dy.shape)
-        K = backend.K
-        n = x.size
-        train = grads and self.trainable
-        self._buffers("_bwd", x.shape)
-        # y = x2 + ffn(ln3(x2)): dx2 = dy + ln3'(ffn'(dy))
-        d = self.ln3.backward(self.ffn.backward(self.drop3.backward(dy), train), train)
-        dx2 = self._dx2
-        K.add_forward(dx2.data, dy.data, d.data, n)
-        # x2 = x1 + cross(ln2(x1), memory): dx1 = dx2 + ln2'(dh), dmemory from the cross-attention
-        dh = self.cross_attn.backward(self.drop2.backward(dx2), train)
-        self.dmemory = self.cross_attn.dcontext
-        d = self.ln2.backward(dh, train)
-        dx1 = self._dx1
-        K.add_forward(dx1.data, dx2.data, d.data, n)
-        # x1 = x + self(ln1(x)): dx = dx1 + ln1'(self'(dx1))
-        if not need_dx:
-            if train and trains(self.ln1):
-                self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
-            elif train and trains(self.self_attn):
-                self.self_attn.backward(self.drop1.backward(dx1), train, False)
+        if dy.shape != self._x.shape:
+            raise shape_error("DecoderBlock", "dy", repr(self._x.shape), dy.shape)
+        grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        self._buffers("_bwd", dy.shape)
+        return self._back(dy, grads, need_dx)
+
+    def _back(self, dy, train, need_dx):
+        d = self._ffn_back(dy, train)                 # y = x2 + ffn(ln3(x2)): dx2 = dy + ln3'(ffn'(dy))
+        dy = self._sum("_dx2", dy, d)
+        d = self._cross_back(dy, train)               # x2 = x1 + cross(ln2(x1), memory): dx1 = dx2 + ln2'(dh)
+        dy = self._sum("_dx1", dy, d)
+        d = self._self_back(dy, train, need_dx)       # x1 = x + self(ln1(x)): dx = dx1 + ln1'(self'(dx1))
+        if d is None:
             return None
-        d = self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
-        dx = self._dx
-        K.add_forward(dx.data, dx1.data, d.data, n)
-        return dx
+        return self._sum("_dx", dy, d)
+
+    def _ffn_back(self, dy, train):
+        return self.ln3.backward(self.ffn.backward(self.drop3.backward(dy), train), train)
+
+    def _cross_back(self, dx2, train):
+        # ln2'(cross'(dx2)); the memory's gradient from the cross-attention
+        dx2 = self.cross_attn.backward(self.drop2.backward(dx2), train)
+        self.dmemory = self.cross_attn.dcontext
+        return self.ln2.backward(dx2, train)
+
+    def _self_back(self, dx1, train, need_dx):
+        # ln1'(self'(drop1'(dx1))); need_dx=False: the grads only (None), and no backward at all
+        # unless the self-attention branch trains
+        if need_dx:
+            return self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
+        if train and trains(self.ln1):
+            self.ln1.backward(self.self_attn.backward(self.drop1.backward(dx1), train), train)
+        elif train and trains(self.self_attn):
+            self.self_attn.backward(self.drop1.backward(dx1), train, False)
+        return None
 
     def cache_memory(self, memory, memory_key_padding_mask=None, memory_lengths=None):
         """Generation: the cross-attention's K and V of memory [B,Sk,E], computed once."""
@@ -182,21 +189,33 @@ class DecoderBlock(Layer):
     def prefill(self, x, max_len=None, tgt_lengths=None, tgt_key_padding_mask=None):
         """The decoder prompt x [B,S,E] (padded at the tail: tgt_lengths) after cache_memory()."""
         self._check(x, "x")
-        return self._run(x, 1, tmask=tgt_key_padding_mask, tlen=tgt_lengths, max_len=max_len)
+        self._tlen = tgt_lengths                     # (for _self_prefill)
+        self._tmask = tgt_key_padding_mask
+        a = self._self_prefill(x, max_len)
+        self._padded = not (tgt_lengths is None and tgt_key_padding_mask is None)
+        return self._rest(x, a, 1)
+
+    def _self_prefill(self, x, max_len):
+        if self._tlen is None and self._tmask is None:
+            return self.self_attn.prefill(self.ln1.forward(x), max_len)
+        return self.self_attn.prefill_padded(self.ln1.forward(x), self._tlen, self._tmask, max_len)
 
     def decode_step(self, x):
         """One new token x [B,1,E] -> [B,1,E] through the self-attention and cross-attention caches."""
         self._check(x, "x")
         if not hasattr(self, "_padded"):
             raise RuntimeError("DecoderBlock: decode_step() called before prefill()")
-        # _run(x, 2) in parts whose frames stay within the 11 words MicroPython keeps off the GC
-        # heap (host/frames.py): x1 = x + self(ln1(x)), x2 = x1 + cross(ln2(x1)), y = x2 + ffn(ln3(x2))
         a = self.ln1.forward(x)
         a = self.self_attn.decode_step_padded(a) if self._padded else self.self_attn.decode_step(a)
-        self._buffers(_RUN[2], x.shape)
-        a = self._sum(_X1[2], x, a)
-        a = self._sum(_X2[2], a, self._cross_step(a))
-        return self._sum(_Y[2], a, self._ffn_step(a))
+        return self._rest(x, a, 2)
+
+    def _rest(self, x, a, mode):
+        # after the self-attention a, in the mode's buffers (1: prefill, 2: decode_step):
+        # x1 = x + a, x2 = x1 + cross(ln2(x1)) (the cached memory), y = x2 + ffn(ln3(x2))
+        self._buffers(_RUN[mode], x.shape)
+        a = self._sum(_X1[mode], x, a)
+        a = self._sum(_X2[mode], a, self._cross_step(a))
+        return self._sum(_Y[mode], a, self._ffn_step(a))
 
     def _cross_step(self, x1):
         return self.cross_attn.cross_step(self.ln2.forward(x1))
@@ -227,13 +246,25 @@ def _modes(layer, out):
     return out
 
 
+def _lengths_list_error(what, B, S, lengths):
+    return ValueError("Transformer: %s must be a list of B=%d ints in [1, %d], got %r" % (what, B, S, lengths))
+
+
+def _lengths_item_error(what, lengths, b, S):
+    return ValueError("Transformer: %s[%d] must be an int in [1, %d], got %r" % (what, b, S, lengths[b]))
+
+
 def _ids(ids, who, what):
     if isinstance(ids, (list, tuple)):
         ids = Tensor.from_list(ids)
     if not isinstance(ids, Tensor) or len(ids.shape) != 2:
-        raise ValueError("Transformer: %s %s must be token ids [B,S] (a Tensor or nested lists of ints), got %r"
-                         % (who, what, getattr(ids, "shape", type(ids).__name__)))
+        raise _ids_error(ids, who, what)
     return ids
+
+
+def _ids_error(ids, who, what):
+    return ValueError("Transformer: %s %s must be token ids [B,S] (a Tensor or nested lists of ints), got %r"
+                      % (who, what, getattr(ids, "shape", type(ids).__name__)))
 
 
 class Transformer(Layer):
@@ -322,37 +353,56 @@ class Transformer(Layer):
         if lengths is None:
             return
         if not isinstance(lengths, (list, tuple)) or len(lengths) != B:
-            raise ValueError("Transformer: %s must be a list of B=%d ints in [1, %d], got %r" % (what, B, S, lengths))
-        for b in range(B):
-            n = lengths[b]
-            if not isinstance(n, int) or n < 1 or n > S:
-                raise ValueError("Transformer: %s[%d] must be an int in [1, %d], got %r" % (what, b, S, n))
+            raise _lengths_list_error(what, B, S, lengths)
+        b = 0
+        while b < B:
+            if not isinstance(lengths[b], int) or lengths[b] < 1 or lengths[b] > S:
+                raise _lengths_item_error(what, lengths, b, S)
+            b += 1
 
+    # forward, backward and generation are split so that each method's frame (arguments + locals
+    # + value stack) stays within 11 words: a larger one comes from the GC heap on every call on
+    # MicroPython. The forward keeps its lengths (_tlen, _slen) and memory (_fmem) on the model
+    # for its parts.
     def encode(self, src, src_lengths=None):
         """memory [B,Ss,E] of the source ids (the encoder stack and its final LayerNorm)."""
         src = _ids(src, "src", "ids")
-        B, S = src.shape
-        self._check_lengths(src_lengths, B, S, "src_lengths")
-        h = self.src_pos.forward(self.src_embed.forward(src))
-        for blk in self.encoder:
-            h = blk.forward(h, None, src_lengths)
-        return self.enc_norm.forward(h)
+        self._check_lengths(src_lengths, src.shape[0], src.shape[1], "src_lengths")
+        src = self.src_pos.forward(self.src_embed.forward(src))
+        i = 0
+        while i < len(self.encoder):
+            src = self.encoder[i].forward(src, None, src_lengths)
+            i += 1
+        return self.enc_norm.forward(src)
 
     def forward(self, src, tgt, src_lengths=None, tgt_lengths=None):
         src = _ids(src, "src", "ids")
         tgt = _ids(tgt, "tgt", "ids")
+        self._check_tgt(src, tgt, tgt_lengths)
+        self._slen = src_lengths
+        self._tlen = tgt_lengths
+        return self._forward(src, tgt)
+
+    def _check_tgt(self, src, tgt, tgt_lengths):
         if tgt.shape[0] != src.shape[0]:
             raise ValueError("Transformer: tgt must have the batch size of src (%d), got %r"
                              % (src.shape[0], tgt.shape))
         self._check_lengths(tgt_lengths, tgt.shape[0], tgt.shape[1], "tgt_lengths")
-        memory = self.encode(src, src_lengths)
-        h = self.tgt_pos.forward(self.tgt_embed.forward(tgt))
-        for blk in self.decoder:
-            h = blk.forward(h, memory, None, None, tgt_lengths, src_lengths)
-        y = self.generator.forward(self.dec_norm.forward(h))
+
+    def _forward(self, src, tgt):
+        self._fmem = self.encode(src, self._slen)
+        tgt = self.tgt_pos.forward(self.tgt_embed.forward(tgt))
+        i = 0
+        while i < len(self.decoder):
+            tgt = self._decoder_forward(self.decoder[i], tgt)
+            i += 1
+        tgt = self.generator.forward(self.dec_norm.forward(tgt))
         self._src = src
-        self._memory = memory
-        return y
+        self._memory = self._fmem
+        return tgt
+
+    def _decoder_forward(self, blk, h):
+        return blk.forward(h, self._fmem, None, None, self._tlen, self._slen)
 
     def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":                               # memory's gradient, summed over layers
@@ -367,43 +417,55 @@ class Transformer(Layer):
         check_tensor("Transformer", "dy", dy)
         if dy.shape != self.generator._y.shape:
             raise shape_error("Transformer", "dy", repr(self.generator._y.shape), dy.shape)
-        K = backend.K
-        train = grads and self.trainable
-        if not train:
+        if not (grads and self.trainable):
             return None                     # nothing trains: no backward at all
-        dec_low, enc_low, need_mem, tgt, src = self._plan()
-        if dec_low < 0:                     # only the generator (or nothing) trains
-            self.generator.backward(dy, train, False)
+        plan = self._plan()                 # (dec_low, enc_low, need_mem, tgt, src): see _make_plan
+        if plan[0] < 0:                     # only the generator (or nothing) trains
+            self.generator.backward(dy, True, False)
             return None
-        mem = self._memory
-        self._buffers("_bwd", mem.shape)
-        dmem = self._dmem
-        K.zero(dmem.data, mem.size)
-        d = self.generator.backward(dy, train, True)
-        d = self.dec_norm.backward(d, train)
-        for i in range(len(self.decoder) - 1, dec_low - 1, -1):
-            d = self.decoder[i].backward(d, train, i > dec_low or tgt)
-            if need_mem:
-                K.add_forward(dmem.data, dmem.data, self.decoder[i].dmemory.data, mem.size)
-        if tgt:
-            self.tgt_embed.backward(self.tgt_pos.backward(d), train)
-        if not need_mem:
-            return None
-        d = self.enc_norm.backward(dmem, train)
-        for i in range(len(self.encoder) - 1, enc_low - 1, -1):
-            d = self.encoder[i].backward(d, train, i > enc_low or src)
-        if src:
-            self.src_embed.backward(self.src_pos.backward(d), train)
+        self._decoder_back(dy, plan)
+        if plan[2]:
+            self._encoder_back(plan)
         return None
 
+    def _decoder_back(self, dy, plan):
+        # the generator, the final LayerNorm and the decoder blocks down to plan[0]; the memory's
+        # gradient summed over them (when it matters: plan[2]); the target embedding (plan[3])
+        self._buffers("_bwd", self._memory.shape)
+        backend.K.zero(self._dmem.data, self._memory.size)
+        dy = self.dec_norm.backward(self.generator.backward(dy, True, True), True)
+        i = len(self.decoder) - 1
+        while i >= plan[0]:
+            dy = self.decoder[i].backward(dy, True, i > plan[0] or plan[3])
+            if plan[2]:
+                backend.K.add_forward(self._dmem.data, self._dmem.data, self.decoder[i].dmemory.data,
+                                      self._memory.size)
+            i -= 1
+        if plan[3]:
+            self.tgt_embed.backward(self.tgt_pos.backward(dy), True)
+
+    def _encoder_back(self, plan):
+        # the memory's gradient through the final LayerNorm and the encoder blocks down to plan[1];
+        # the source embedding (plan[4])
+        dy = self.enc_norm.backward(self._dmem, True)
+        i = len(self.encoder) - 1
+        while i >= plan[1]:
+            dy = self.encoder[i].backward(dy, True, i > plan[1] or plan[4])
+            i -= 1
+        if plan[4]:
+            self.src_embed.backward(self.src_pos.backward(dy), True)
+
     def _plan(self):
-        # where backward stops, kept until a flag or a grad buffer changes:
+        # where backward stops, kept until a flag or a grad buffer changes
+        p = getattr(self, "_plan_at", None)
+        if p is not None and p[0] == _epoch[0]:
+            return p[1]
+        return self._make_plan()
+
+    def _make_plan(self):
         # (lowest decoder to run, -1: none below the generator; lowest encoder to run;
         #  does the memory gradient matter; do the target / source embeddings train)
         e = _epoch[0]
-        p = getattr(self, "_plan_at", None)
-        if p is not None and p[0] == e:
-            return p[1]
         src = trains(self.src_embed)
         enc_low = len(self.encoder)
         for i in range(len(self.encoder)):
@@ -428,20 +490,22 @@ class Transformer(Layer):
         self._plan_at = (e, plan)
         return plan
 
-    def _logits_argmax(self, h, out, done, eos):
-        logits = self.generator.forward(self.dec_norm.forward(h))
-        B = logits.shape[0]
-        S = logits.shape[1]
-        V = self.tgt_vocab
-        d = logits.data
-        nxt = self._next.data
-        for b in range(B):
-            best = backend.K.argmax(d, ((b + 1) * S - 1) * V, V)
-            nxt[b] = best
-            if not done[b]:
-                out[b].append(best)
-                if eos is not None and best == eos:
-                    done[b] = 1
+    def _logits_argmax(self, h):
+        # every sequence's next token: the largest logit of its last position (generate's state:
+        # _next, _out, _done, _eos)
+        h = self.generator.forward(self.dec_norm.forward(h))
+        b = 0
+        while b < h.shape[0]:
+            self._pick(h, b)
+            b += 1
+
+    def _pick(self, logits, b):
+        best = backend.K.argmax(logits.data, ((b + 1) * logits.shape[1] - 1) * self.tgt_vocab, self.tgt_vocab)
+        self._next.data[b] = best
+        if not self._done[b]:
+            self._out[b].append(best)
+            if self._eos is not None and best == self._eos:
+                self._done[b] = 1
 
     def generate(self, src, src_lengths=None, bos=0, max_new=16, eos=None):
         """Greedy decoding: encode once, cache every cross-attention's K/V once, then one token at
@@ -469,19 +533,20 @@ class Transformer(Layer):
         nxt = self._next
         for b in range(B):
             nxt.data[b] = bos
-        out = [[] for _ in range(B)]
-        done = bytearray(B)
+        out = self._out = [[] for _ in range(B)]
+        done = self._done = bytearray(B)
+        self._eos = eos
         h = self.tgt_pos.prefill(self.tgt_embed.forward(nxt))
         for blk in self.decoder:
             h = blk.prefill(h, max_new)
-        self._logits_argmax(h, out, done, eos)
+        self._logits_argmax(h)
         for _ in range(max_new - 1):
             if eos is not None and all(done):
                 break
             h = self.tgt_pos.decode_step(self.tgt_embed.forward(nxt))
             for blk in self.decoder:
                 h = blk.decode_step(h)
-            self._logits_argmax(h, out, done, eos)
+            self._logits_argmax(h)
         return out
 
     def kv_bytes_per_token(self):

@@ -61,7 +61,7 @@ class _Window(Buffered):
         v = self._v
         kb = self._kb
         vb = self._vb
-        a._project_qkv(q, k, v, x, x, B * c, B * c)
+        a._project_qkv(q, k, v, x, x)
         K.kv_shift(kb.data, B, L, E, c)
         K.kv_shift(vb.data, B, L, E, c)
         K.kv_store(kb.data, k.data, B, c, L, E, L - c)

@@ -37,8 +37,15 @@ HOT = {
                 "_labels_ok", "_len", "MSELoss.forward", "MSELoss.backward"],
     "train.py": ["train_step", "_correct", "argmax"],
     "pool.py": ["GlobalAvgPool.forward", "GlobalAvgPool.backward"],
-    "decoder.py": ["DecoderBlock.decode_step", "DecoderBlock._sum", "DecoderBlock._cross_step",
-                   "DecoderBlock._ffn_step"],
+    "decoder.py": ["DecoderBlock.forward", "DecoderBlock._check_pair", "DecoderBlock._run", "DecoderBlock._self_fwd",
+                   "DecoderBlock._cross_fwd", "DecoderBlock._ffn_fwd", "DecoderBlock.backward", "DecoderBlock._back",
+                   "DecoderBlock._ffn_back", "DecoderBlock._cross_back", "DecoderBlock._self_back",
+                   "DecoderBlock.prefill", "DecoderBlock._self_prefill", "DecoderBlock.decode_step",
+                   "DecoderBlock._rest", "DecoderBlock._sum", "DecoderBlock._cross_step", "DecoderBlock._ffn_step",
+                   "Transformer.forward", "Transformer._check_tgt", "Transformer._forward",
+                   "Transformer._decoder_forward", "Transformer.encode", "Transformer._check_lengths",
+                   "Transformer.backward", "Transformer._decoder_back", "Transformer._encoder_back",
+                   "Transformer._plan", "Transformer._logits_argmax", "Transformer._pick", "_ids"],
     "activation.py": ["ActivationLayer.forward", "ActivationLayer.backward"],
     "layer.py": ["Buffered._buffers"],
     "norm.py": ["LayerNorm.forward", "LayerNorm.backward", "LayerNorm._arrays", "LayerNorm._clear"],
@@ -47,13 +54,33 @@ HOT = {
                   "PositionalEncoding._run", "PositionalEncoding.backward", "PositionalEncoding.prefill",
                   "PositionalEncoding.decode_step"],
     "posembed.py": ["LearnedPositionalEmbedding.backward", "LearnedPositionalEmbedding._grad"],
+    # the attention's forward/backward (masks and cross-attention included), prefill, decode_step,
+    # the padded and cross-attention steps, and its projections (_Proj)
+    "attention.py": ["Attention.forward", "Attention._inputs", "Attention._check_context", "Attention._check_x",
+                     "Attention._key_mask", "Attention._masks", "Attention._mask_bytes", "Attention._mask_row",
+                     "Attention._lengths_mask", "Attention._length_row", "Attention._qkv",
+                     "Attention._project_qkv", "Attention.backward", "Attention._check_dy", "Attention._kv_back",
+                     "Attention.prefill", "Attention._cache_shape", "Attention._eval_forward",
+                     "Attention._store_prompt", "Attention._check_decoding", "Attention.decode_step",
+                     "Attention._check_token", "Attention._decode_qkv", "Attention._no_lora", "Attention._adapted",
+                     "Attention.cache_context", "Attention.cross_step", "Attention._check_cross",
+                     "Attention.prefill_padded", "Attention._hide_padding", "Attention._hide_row",
+                     "Attention.decode_step_padded", "Attention._show_new", "Attention._drop_threshold",
+                     "Attention._drop_scale",
+                     "_Proj.forward", "_Proj.forward_kept", "_Proj._product", "_Proj._kept", "_Proj._bias",
+                     "_Proj.backward", "_Proj._back", "_Proj._back_q8", "_Proj._adapter_back", "_Proj._dweight",
+                     "_Proj._dbias", "_Proj._data"],
 }
 
-# on the paths and still above the limit: the encoder-decoder Transformer's training step
-# (its forward/backward and the decoder block's) and its greedy generation's per-token argmax
+# on the paths and still above the limit: the attention kernels' calls (10 to 17 arguments: the
+# call alone needs 12 words or more of stack; each sits alone in its method, one heap frame per
+# forward, backward or decoding step) and the eval-mode forward of a prefill with dropout (its try
+# block)
 OVER = {
-    "decoder.py": ["Transformer.forward", "Transformer.backward", "DecoderBlock.forward", "DecoderBlock._run",
-                   "DecoderBlock.backward", "Transformer._logits_argmax"],
+    "attention.py": ["Attention._attend", "Attention._attend_tiled", "Attention._drop_weights",
+                     "Attention._attend_back", "Attention._attend_back_tiled", "Attention._attend_back_dropped",
+                     "Attention._decode_attend", "Attention._decode_attend_padded", "Attention._cross_attend",
+                     "Attention._undropped"],
 }
 
 
