@@ -353,7 +353,10 @@ def generate(name, snippets=None):
 
 
 def _stored(node):
-    return {x.id for x in ast.walk(node) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store)}
+    """The names node binds: assignments and imports (a function may import on first use)."""
+    return ({x.id for x in ast.walk(node) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store)}
+            | {(a.asname or a.name).split(".")[0] for x in ast.walk(node)
+               if isinstance(x, (ast.Import, ast.ImportFrom)) for a in x.names})
 
 
 def undefined(text):
@@ -364,8 +367,6 @@ def undefined(text):
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             known.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            known |= {(a.asname or a.name).split(".")[0] for a in node.names}
         else:
             known |= _stored(node)
     out = []

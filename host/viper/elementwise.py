@@ -4,8 +4,16 @@
 import micropython
 from array import array
 from math import exp, sqrt, tanh
-from . import kernels as _pk
-from .kernels import GELU, GELU_TANH, LEAKY_RELU, RELU
+from .actkind import GELU, GELU_TANH, LEAKY_RELU, RELU, erf
+
+
+def _pk():
+    # the portable kernels (tanh and sigmoid run there), loaded on their first use; by full name,
+    # as kernels_viper's lazy kernels are (`from . import` would go through a package __getattr__)
+    import sys
+    full = __name__.rpartition(".")[0] + ".kernels"
+    __import__(full)
+    return sys.modules[full]
 from .viper_common import _store
 
 
@@ -78,7 +86,7 @@ def _tables(kind):
         for k in range(385):
             x = k / 64.0
             if kind == GELU:
-                phi = 0.5 * (1.0 + _pk.erf(x / sqrt(2.0)))
+                phi = 0.5 * (1.0 + erf(x / sqrt(2.0)))
                 d = phi + x * exp(-0.5 * x * x) / sqrt(2.0 * 3.141592653589793)
             else:
                 th = tanh(c * (x + 0.044715 * x * x * x))
@@ -164,7 +172,7 @@ def act_forward(out, inp, N: int, kind: int):
     elif kind == int(GELU) or kind == int(GELU_TANH):
         _gelu(out, inp, N, _table(kind, 0), _NAN, inp, 0)
     else:
-        _pk.act_forward(out, inp, N, kind)
+        _pk().act_forward(out, inp, N, kind)
 
 
 @micropython.viper
@@ -175,7 +183,7 @@ def act_backward(dinp, dout, inp, out, N: int, kind: int):
     elif kind == int(GELU) or kind == int(GELU_TANH):
         _gelu(dinp, inp, N, _table(kind, 1), _NAN, dout, 1)
     else:
-        _pk.act_backward(dinp, dout, inp, out, N, kind)
+        _pk().act_backward(dinp, dout, inp, out, N, kind)
 
 
 # ---- dropout: out = inp * scale where kept, else 0 ---------------------------------------------

@@ -1,15 +1,15 @@
 # microformer.activation: elementwise nonlinearities.
-from . import backend, kernels
+from . import actkind, backend
 from .layer import Layer, check_tensor, shape_error
 from .tensor import shape_size
 
 KINDS = {
-    "relu": kernels.RELU,
-    "leaky_relu": kernels.LEAKY_RELU,
-    "gelu": kernels.GELU,             # exact: 0.5 x (1 + erf(x / sqrt 2)), like torch.nn.GELU()
-    "gelu_tanh": kernels.GELU_TANH,   # the tanh approximation, like torch.nn.GELU('tanh')
-    "tanh": kernels.TANH,
-    "sigmoid": kernels.SIGMOID,
+    "relu": actkind.RELU,
+    "leaky_relu": actkind.LEAKY_RELU,
+    "gelu": actkind.GELU,             # exact: 0.5 x (1 + erf(x / sqrt 2)), like torch.nn.GELU()
+    "gelu_tanh": actkind.GELU_TANH,   # the tanh approximation, like torch.nn.GELU('tanh')
+    "tanh": actkind.TANH,
+    "sigmoid": actkind.SIGMOID,
 }
 
 
@@ -20,7 +20,7 @@ class ActivationLayer(Layer):
         if kind not in KINDS:
             raise ValueError("ActivationLayer: kind must be one of %s, got %r"
                              % (", ".join(sorted(KINDS)), kind))
-        if kind == "gelu" and kernels.erf is None:
+        if kind == "gelu" and actkind.erf is None:
             raise ValueError("ActivationLayer: 'gelu' needs math.erf, which this MicroPython build lacks; "
                              "use 'gelu_tanh' (the tanh approximation)")
         self.kind = kind

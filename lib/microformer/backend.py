@@ -3,7 +3,6 @@
 # 'numpy' (kernels_numpy.py) needs CPython with NumPy (the host).
 # kernels_viper holds every kernel of kernels.py: its own, and the ones it lists in PORTABLE
 # (portable by design); nothing is filled in behind its back.
-from . import kernels as _python_kernels
 
 
 K = None                # the kernel module the layers call (set below, at import)
@@ -33,7 +32,7 @@ def set_backend(which, reason=None):
     default that the caller chose it)."""
     global K, name, why
     if which == "python":
-        k = _python_kernels
+        from . import kernels as k          # loaded on first use: a board on viper never needs it
     elif which == "viper":
         k = _viper_kernels()
     elif which == "numpy":

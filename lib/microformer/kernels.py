@@ -3,19 +3,7 @@
 # Buffers are flat float32 arrays (array('f')); shape comments name their layout.
 # kernels_viper.py holds the same functions with the same signatures.
 from math import exp, log as _log, sqrt, tanh
-
-try:
-    from math import erf
-except ImportError:          # a MicroPython built without the math special functions
-    erf = None
-
-RELU = 0
-LEAKY_RELU = 1
-GELU = 2                      # exact: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), torch's default
-TANH = 3
-SIGMOID = 4
-GELU_TANH = 5                 # the tanh approximation, torch's approximate='tanh'
-LEAKY_SLOPE = 0.01
+from .actkind import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH, erf  # noqa: F401
 _GELU_C = 0.7978845608028654  # sqrt(2/pi)
 _RSQRT2 = 0.7071067811865476  # 1/sqrt(2)
 _RSQRT2PI = 0.3989422804014327  # 1/sqrt(2 pi)

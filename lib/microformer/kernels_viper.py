@@ -96,8 +96,7 @@
 # act_forward / act_backward run RELU, LEAKY_RELU, GELU and GELU_TANH in viper and hand TANH and
 # SIGMOID to the portable kernel.
 
-from . import kernels as _pk
-from .kernels import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
+from .actkind import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
                          matmul_backward_input, matmul_backward_input_acc, matmul_backward_weight,
@@ -109,8 +108,9 @@ from .viper_elementwise import (act_backward, act_forward, copy, dropout_apply, 
                                 first_nonfinite)
 
 # The kernels of kernels.py that are portable by design on this backend: the same functions as
-# the 'python' backend (boxed floats; they allocate). Every other kernel of kernels.py must have
-# a viper version above (tests/mp/test_viper_split.py checks both ways).
+# the 'python' backend (boxed floats; they allocate), bound from kernels.py on first use (below),
+# so a model that needs none of them does not load the portable kernels. Every other kernel of
+# kernels.py must have a viper version above (tests/mp/test_viper_split.py checks both ways).
 PORTABLE = (
     "mse", "sum_squares", "scale_inplace",                           # loss and optimizer odds and ends
     "posenc_table",                                                  # built once per layer (sin, cos)
@@ -122,8 +122,6 @@ PORTABLE = (
     "attention_forward_tiled", "attention_backward_tiled",
     "kv_shift",                                                      # the streaming window (a copy per chunk)
 )
-for _n in PORTABLE:
-    globals()[_n] = getattr(_pk, _n)
 
 
 # Loaded on first use, so that a program that never trains (decoding), has no Conv1D, no
@@ -141,8 +139,8 @@ _LAZY = {"adam_step": "viper_optim", "adam_update": "viper_optim", "params_commi
 
 
 def __getattr__(name):
-    mod = _LAZY.get(name)
-    if mod is None:
+    mod = _LAZY.get(name) or (name in PORTABLE and "kernels")
+    if not mod:
         raise AttributeError("module '%s' has no attribute '%s'" % (__name__, name))
     import sys
     pkg = __name__[:-14] if __name__.endswith(".kernels_viper") else __name__    # else: a package's __init__

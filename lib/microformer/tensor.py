@@ -2,7 +2,6 @@
 # Runs unchanged under CPython and MicroPython.
 from array import array
 
-from . import kernels as _kernels
 
 
 def shape_size(shape):
@@ -162,7 +161,9 @@ class Rng:
         x = self.state
         h[0] = x >> 16
         h[1] = x & 0xFFFF
-        (kernels or _kernels).dropout_mask(keep, h, n, threshold)
+        if kernels is None:
+            from . import kernels           # the portable kernels: loaded here, on first use
+        kernels.dropout_mask(keep, h, n, threshold)
         self.state = (h[0] << 16) | h[1]
         return keep
 
