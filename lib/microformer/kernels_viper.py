@@ -12,8 +12,8 @@
 #   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
 #   viper_norm         LayerNorm forward and backward
 #   viper_sequence     residual add, positional encoding add (and the learned positions' gradient),
-#                      embedding lookup / gradient, KV store,
-#                      argmax (the next token of greedy decoding), gather_rows (batches)
+#                      embedding lookup / gradient, KV store
+#   viper_rows         argmax (a predicted class, the next token of greedy decoding), gather_rows (batches)
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
 # imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
 #
@@ -126,15 +126,15 @@ PORTABLE = (
 
 # Loaded on first use, so that a program that never trains (decoding), has no Conv1D, no
 # LayerNorm or no sequence layers keeps their code and its compilation off the heap: the
-# optimizer's kernels, the convolution's, LayerNorm's and the sequence kernels.
+# optimizer's kernels, the convolution's, LayerNorm's, the sequence kernels and the row kernels.
 # (By full name: `from . import` would come back here through __getattr__; this module can
 # also be a package's __init__, as in the tests' instrumented copy.)
 _LAZY = {"adam_step": "viper_optim", "adam_update": "viper_optim", "params_commit": "viper_optim",
          "sgd_step": "viper_optim", "sgd_update": "viper_optim",
          "conv1d_forward": "viper_conv", "conv1d_backward": "viper_conv",
          "layernorm_forward": "viper_norm", "layernorm_backward": "viper_norm",
-         "add_forward": "viper_sequence", "argmax": "viper_sequence", "embedding_backward": "viper_sequence",
-         "embedding_forward": "viper_sequence", "gather_rows": "viper_sequence", "kv_store": "viper_sequence",
+         "add_forward": "viper_sequence", "argmax": "viper_rows", "embedding_backward": "viper_sequence",
+         "embedding_forward": "viper_sequence", "gather_rows": "viper_rows", "kv_store": "viper_sequence",
          "posembed_backward": "viper_sequence", "posenc_forward": "viper_sequence"}
 
 
