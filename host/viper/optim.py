@@ -48,7 +48,8 @@ _AM_WDE = const(13)     #   exponent (coupled) / shift (decoupled: -15 - e)
 _AM_DEC = const(14)     # 1: AdamW
 _AM = array("i", [0] * 15)
 _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
-_JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, status
+_JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, seen (or _NOSEEN)
+_NOSEEN = ()                            # no record of checked sizes: every size is checked
 
 
 def _bitlen(t):
@@ -171,7 +172,9 @@ def _adam_all() -> int:
     BL = ptr8(T[0])
     SQ = ptr32(T[1])
     params = J[3]
+    SEEN = J[7]
     count = int(J[6])
+    useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
     m0 = int(ptr32(J[4]))
     total = int(len(J[4]))
     dpn = int(ptr32(J[0])) - m0
@@ -247,7 +250,9 @@ def _sgd_all() -> int:
     T = _tables()
     BL = ptr8(T[0])
     params = J[3]
+    SEEN = J[7]
     count = int(J[6])
+    useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
     total = int(len(J[0]))
     hasbuf = int(ptr32(_SGDC)[_AM_DEC])    # 1: momentum buffers
     m0 = int(ptr32(J[0]))               # the base: newp (or the buffers, with momentum)
@@ -304,14 +309,21 @@ def _sgd_all() -> int:
 
 
 @micropython.viper
-def _commit(params, newp, count: int) -> int:
-    # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch
+def _commit(params, newp, count: int, SEEN) -> int:
+    # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch.
+    # SEEN: the step's record (opt_sizes), or _NOSEEN: a weight whose data is the recorded object
+    # takes the recorded size instead of a len() call
     S = ptr32(newp)
     total = int(len(newp))
+    useseen = int(len(SEEN)) >= 3 * count
     o = 0
     for k in range(count):
         pd = params[k][0].data
-        n = int(len(pd))
+        kk = k + k + k
+        if useseen and pd is SEEN[kk]:
+            n = int(SEEN[kk + 2])
+        else:
+            n = int(len(pd))
         if o + n > total:
             return -2
         a = int(S) + 4 * o
@@ -400,13 +412,14 @@ def _job(newp, news, params, olds):
         J[5] = olds[1]
     J[3] = params
     J[6] = len(params)
+    J[7] = _NOSEEN
 
 
 @micropython.viper
 def _done(r: int, who) -> int:
     # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
     J = _JOB
-    for i in range(7):
+    for i in range(8):
         J[i] = None
     if r == -2:
         raise ValueError(who)
@@ -421,14 +434,18 @@ def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
     # (N = the parameter count); newp, news = [newm, newv] (N,): the new weights and moments,
-    # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t]. Returns -1, or the
-    # index of the first pair whose gradient, weight or result is not finite. The frame stays
-    # within 11 words (no heap frame per call): five arguments, no locals, calls of few arguments.
+    # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] and optionally the
+    # optimizer's record of checked buffer sizes (a list of 3 entries per pair, see opt_tensor).
+    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite.
+    # The frame stays within 11 words (no heap frame per call): five arguments, no locals, calls
+    # of few arguments.
     if len(news) != 2 or len(olds) != 2:
         raise ValueError("adam_step: news and olds must be [newm, newv] and [m, v]")
     _adam_setup(hyper)
     _adam_consts(_AM, _AMF, hyper[6])
     _job(newp, news, params, olds)
+    if len(hyper) > 7:
+        _JOB[7] = hyper[7]
     return _done(_adam_all(), _ADAM_BAD)
 
 
@@ -458,19 +475,23 @@ def _sgd_setup(h):
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
-    # momentum); hyper = [lr, momentum, weight_decay]. Returns -1, or the index of the first pair
-    # with a non-finite gradient, weight, buffer or result. Frame within 11 words, as adam_step.
+    # momentum); hyper = [lr, momentum, weight_decay] and optionally the record of checked sizes
+    # (as adam_step's). Returns -1, or the index of the first pair with a non-finite gradient,
+    # weight, buffer or result. Frame within 11 words, as adam_step.
     if len(news) != len(olds) or len(olds) > 1:
         raise ValueError("sgd_step: news and olds must be [newbuf] and [buf], or both []")
     _sgd_setup(hyper)
     _SGDC[_AM_DEC] = len(olds)
     _job(newp, news, params, olds)
+    if len(hyper) > 3:
+        _JOB[7] = hyper[3]
     return _done(_sgd_all(), _SGD_BAD)
 
 
-def params_commit(params, newp, count):
-    # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end
-    if _commit(params, newp, count) == -2:
+def params_commit(params, newp, count, seen=_NOSEEN):
+    # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
+    # the record of checked sizes the step filled (adam_step's hyper[7]), or none
+    if _commit(params, newp, count, seen) == -2:
         raise ValueError("params_commit: the parameters hold more values than newp")
 
 
@@ -533,4 +554,4 @@ def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     pair = _one(p, g, n)
     b = [] if buf is None else [buf]
     sgd_step(new, b, pair, b, [lr, momentum, weight_decay])
-    _commit(pair, new, 1)
+    _commit(pair, new, 1, _NOSEEN)

@@ -1070,16 +1070,16 @@ def opt_tensor():
     """The whole-step kernels' walk to tensor k of params: its weight and gradient (sizes checked
     against each other and the shadow's room: -2 on a mismatch), their offsets dp, dg from the
     base m0, the element address a .. end in the base's stretch o .. o + n; bad = 0. fits = 0 when
-    the sizes do not match (the kernel returns -2), else 1."""
-    # in: k, m0, params, total
-    # out: a, bad, dg, dp, end, fits, gd, n, o, pair, pd
+    the sizes do not match (the kernel returns -2), else 1; the sizes as opt_sizes (SEEN)."""
+    # in: k, m0, params, SEEN, total, useseen
+    # out: a, bad, dg, dp, end, fits, gd, kk, n, o, pair, pd
     pair = params[k]
     pd = pair[0].data
     gd = pair[1].data
-    n = int(len(pd))
-    fits = 1
-    if int(len(gd)) != n or o + n > total:
+    opt_sizes()
+    if o + n > total:
         fits = 0
+    # the tensor's stretch of the buffers, as addresses (a moves on by 4 per element)
     dp = int(ptr32(pd)) - m0 - 4 * o
     dg = int(ptr32(gd)) - m0 - 4 * o
     a = m0 + 4 * o
@@ -1268,3 +1268,24 @@ def q8_scale(acc, e):
         e = e + d + ye - 141
         if sg:
             acc = 0 - acc
+
+
+def opt_sizes():
+    """n = the size of tensor k's weight pd and gradient gd (fits = 0 when they differ, else 1).
+    SEEN is the optimizer's record [weight data, grad data, n] per tensor of the buffers an
+    earlier step checked (used when useseen != 0, else every size is checked): the same objects
+    skip the two len() calls (an array cannot shrink), others are checked and recorded."""
+    # in: gd, k, pd, SEEN, useseen
+    # out: fits, kk, n
+    fits = 1
+    kk = k + k + k
+    if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
+        n = int(SEEN[kk + 2])
+    else:
+        n = int(len(pd))
+        if int(len(gd)) != n:
+            fits = 0
+        elif useseen:
+            SEEN[kk] = pd
+            SEEN[kk + 1] = gd
+            SEEN[kk + 2] = n

@@ -539,7 +539,7 @@ def adam_step(newp, news, params, olds, hyper):
     # hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] (a list the optimizer keeps: the
     # call passes five references). Returns -1, or the index of the first pair whose gradient or
     # new weight or moment is not finite
-    lr, beta1, beta2, eps, weight_decay, decoupled, t = hyper
+    lr, beta1, beta2, eps, weight_decay, decoupled, t = hyper[:7]     # (an 8th: viper's size record)
     return _adam_step(adam_update, _stretch, _all_finite, newp, news[0], news[1], params, olds[0], olds[1],
                       len(params), lr, beta1, beta2, eps, weight_decay, t, decoupled)
 
@@ -548,7 +548,7 @@ def sgd_step(newp, news, params, olds, hyper):
     # newp (N,), news = [newbuf] (N,) = sgd_update's p and buf of every pair (olds = [buf] (N,)
     # read; both [] for no momentum); hyper = [lr, momentum, weight_decay]. Returns -1 or the
     # first pair with a non-finite value
-    lr, momentum, weight_decay = hyper
+    lr, momentum, weight_decay = hyper[:3]                 # (a 4th: viper's size record)
     return _sgd_step(sgd_update, _stretch, _all_finite, newp, news[0] if news else None, params,
                      olds[0] if olds else None, len(params), lr, momentum, weight_decay)
 
@@ -564,8 +564,9 @@ def _commit(stretch, params, newp, count):
         o += n
 
 
-def params_commit(params, newp, count):
+def params_commit(params, newp, count, seen=None):
     # the weights of the `count` (param, grad) pairs = their stretches of newp (N,), bit for bit
+    # (seen: the viper backend's record of checked sizes, unused here)
     _commit(_stretch, params, newp, count)
 
 

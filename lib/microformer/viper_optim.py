@@ -51,10 +51,11 @@ _AM_WDE = const(13)     #   exponent (coupled) / shift (decoupled: -15 - e)
 _AM_DEC = const(14)     # 1: AdamW
 _AM = array("i", [0] * 15)
 _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
-_JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, status
+_JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, seen (or _NOSEEN)
+_NOSEEN = ()                            # no record of checked sizes: every size is checked
 
 
-# from host/viper/optim.py:54
+# from host/viper/optim.py:55
 def _bitlen(t):
     n = 0
     while t:
@@ -66,7 +67,7 @@ def _bitlen(t):
 _TAB = [None, None]
 
 
-# from host/viper/optim.py:65
+# from host/viper/optim.py:66
 def _tables():
     # _BL (512 bytes): for s < 2^31, _BL[(s >> 23) & 0x1FF] is (bit length of s) - 25, the shift
     # less one that rounds s to 24 bits; 255 below 2^24 (and for negative s: the upper half)
@@ -83,7 +84,7 @@ def _tables():
     return _TAB
 
 
-# from host/viper/optim.py:81
+# from host/viper/optim.py:82
 @micropython.viper
 def _isqrt(x: int) -> int:
     # floor(sqrt(x)) for 0 <= x <= 2^30, bit by bit (a candidate below 2^15 + 2^14: its square < 2^31)
@@ -97,7 +98,7 @@ def _isqrt(x: int) -> int:
     return r
 
 
-# from host/viper/optim.py:94
+# from host/viper/optim.py:95
 @micropython.viper
 def _adam_consts(c, cf, t: int):
     # c[_AM_CM ...]: c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) as 15-bit mantissas for step t,
@@ -162,7 +163,7 @@ def _adam_consts(c, cf, t: int):
     C[_AM_E0] = ne + 95
 
 
-# from host/viper/optim.py:158
+# from host/viper/optim.py:159
 @micropython.viper
 def _adam_all() -> int:
     # the Adam step of every tensor (see the top of this section); returns -1, the index of the
@@ -179,7 +180,9 @@ def _adam_all() -> int:
     BL = ptr8(T[0])
     SQ = ptr32(T[1])
     params = J[3]
+    SEEN = J[7]
     count = int(J[6])
+    useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
     m0 = int(ptr32(J[4]))
     total = int(len(J[4]))
     dpn = int(ptr32(J[0])) - m0
@@ -208,7 +211,7 @@ def _adam_all() -> int:
     epse = (C[_AM_EPE] ^ sx) - sx
     E0 = (C[_AM_E0] ^ sx) - sx
     dec = C[_AM_DEC]
-    # from host/viper/optim.py:185
+    # from host/viper/optim.py:188
     D1 = K1 - KB1
     o = 0
     for k in range(count):
@@ -216,17 +219,30 @@ def _adam_all() -> int:
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
-        n = int(len(pd))
+        # from host/viper/snippets.py:1280 (snippet opt_sizes)
         fits = 1
-        if int(len(gd)) != n or o + n > total:
+        kk = k + k + k
+        if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
+            n = int(SEEN[kk + 2])
+        else:
+            n = int(len(pd))
+            if int(len(gd)) != n:
+                fits = 0
+            elif useseen:
+                SEEN[kk] = pd
+                SEEN[kk + 1] = gd
+                SEEN[kk + 2] = n
+        # from host/viper/snippets.py:1080 (snippet opt_tensor)
+        if o + n > total:
             fits = 0
+        # the tensor's stretch of the buffers, as addresses (a moves on by 4 per element)
         dp = int(ptr32(pd)) - m0 - 4 * o
         dg = int(ptr32(gd)) - m0 - 4 * o
         a = m0 + 4 * o
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:189
+        # from host/viper/optim.py:192
         if fits == 0:
             return -2
         while a < end:
@@ -287,7 +303,7 @@ def _adam_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:195
+            # from host/viper/optim.py:198
             eg = (x >> 23) & 0xFF
             t = ptr32(a)[0]
             em = (t >> 23) & 0xFF
@@ -350,7 +366,7 @@ def _adam_all() -> int:
                     s = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:200
+            # from host/viper/optim.py:203
             # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
             # from host/viper/snippets.py:888 (snippet adam_v)
             t = ptr32(a + dv)[0]
@@ -401,7 +417,7 @@ def _adam_all() -> int:
                     t = 0
             # from host/viper/snippets.py:899 (snippet adam_v)
             ptr32(a + dvn)[0] = xv2
-            # from host/viper/optim.py:202
+            # from host/viper/optim.py:205
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
             if wdm != 0 and dec != 0:
@@ -430,13 +446,13 @@ def _adam_all() -> int:
                         x = (x & sx) | (((ey - 1) << 23) + uu)
                     else:
                         x = 0
-            # from host/viper/optim.py:206
+            # from host/viper/optim.py:209
             if s == 0:                          # p' = p; on to the next element
                 # from host/viper/snippets.py:1095 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:208
+                # from host/viper/optim.py:211
                 a += 4
                 continue
             h = xv2 >> 24
@@ -463,7 +479,7 @@ def _adam_all() -> int:
                     den = den >> 1
                     De += 1
                 h = De + 78
-            # from host/viper/optim.py:216
+            # from host/viper/optim.py:219
             q = (s >> 8) * cm                                           #!chk q
             q = (q + (den >> 1)) // den         # rounded: (2^31 + 2^15) // 2^14.5
             X = bm - h + CE                     # step = q 2^(X - 156)
@@ -493,7 +509,7 @@ def _adam_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:220
+            # from host/viper/optim.py:223
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -543,7 +559,7 @@ def _adam_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:222
+            # from host/viper/optim.py:225
             a += 4
         if bad:
             return k
@@ -557,7 +573,7 @@ def _adam_all() -> int:
 _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 in _AM_DEC for momentum
 
 
-# from host/viper/optim.py:235
+# from host/viper/optim.py:238
 @micropython.viper
 def _sgd_all() -> int:
     # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
@@ -573,7 +589,9 @@ def _sgd_all() -> int:
     T = _tables()
     BL = ptr8(T[0])
     params = J[3]
+    SEEN = J[7]
     count = int(J[6])
+    useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
     total = int(len(J[0]))
     hasbuf = int(ptr32(_SGDC)[_AM_DEC])    # 1: momentum buffers
     m0 = int(ptr32(J[0]))               # the base: newp (or the buffers, with momentum)
@@ -594,7 +612,7 @@ def _sgd_all() -> int:
     KB1 = (C[_AM_KB1] ^ sx) - sx
     wdm = C[_AM_WDM]
     wde = (C[_AM_WDE] ^ sx) - sx
-    # from host/viper/optim.py:266
+    # from host/viper/optim.py:271
     lrm = C[_AM_CM]
     LRE = (C[_AM_CE] ^ sx) - sx
     K1 = 0
@@ -605,17 +623,30 @@ def _sgd_all() -> int:
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
-        n = int(len(pd))
+        # from host/viper/snippets.py:1280 (snippet opt_sizes)
         fits = 1
-        if int(len(gd)) != n or o + n > total:
+        kk = k + k + k
+        if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
+            n = int(SEEN[kk + 2])
+        else:
+            n = int(len(pd))
+            if int(len(gd)) != n:
+                fits = 0
+            elif useseen:
+                SEEN[kk] = pd
+                SEEN[kk + 1] = gd
+                SEEN[kk + 2] = n
+        # from host/viper/snippets.py:1080 (snippet opt_tensor)
+        if o + n > total:
             fits = 0
+        # the tensor's stretch of the buffers, as addresses (a moves on by 4 per element)
         dp = int(ptr32(pd)) - m0 - 4 * o
         dg = int(ptr32(gd)) - m0 - 4 * o
         a = m0 + 4 * o
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:273
+        # from host/viper/optim.py:278
         if fits == 0:
             return -2
         while a < end:
@@ -676,7 +707,7 @@ def _sgd_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:279
+            # from host/viper/optim.py:284
             eg = (x >> 23) & 0xFF
             t = 0
             if hasbuf:
@@ -743,7 +774,7 @@ def _sgd_all() -> int:
                     s = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:288
+            # from host/viper/optim.py:293
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
             if s == 0:                          # p' = p; on to the next element
@@ -751,7 +782,7 @@ def _sgd_all() -> int:
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:292
+                # from host/viper/optim.py:297
                 a += 4
                 continue
             q = (s >> 8) * lrm                                          #!chk q
@@ -783,7 +814,7 @@ def _sgd_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:298
+            # from host/viper/optim.py:303
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -833,23 +864,30 @@ def _sgd_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:300
+            # from host/viper/optim.py:305
             a += 4
         if bad:
             return k
     return -1
 
 
-# from host/viper/optim.py:306
+# from host/viper/optim.py:311
 @micropython.viper
-def _commit(params, newp, count: int) -> int:
-    # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch
+def _commit(params, newp, count: int, SEEN) -> int:
+    # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch.
+    # SEEN: the step's record (opt_sizes), or _NOSEEN: a weight whose data is the recorded object
+    # takes the recorded size instead of a len() call
     S = ptr32(newp)
     total = int(len(newp))
+    useseen = int(len(SEEN)) >= 3 * count
     o = 0
     for k in range(count):
         pd = params[k][0].data
-        n = int(len(pd))
+        kk = k + k + k
+        if useseen and pd is SEEN[kk]:
+            n = int(SEEN[kk + 2])
+        else:
+            n = int(len(pd))
         if o + n > total:
             return -2
         a = int(S) + 4 * o
@@ -866,12 +904,12 @@ def _commit(params, newp, count: int) -> int:
         while a < end:
             ptr32(a + off)[0] = ptr32(a)[0]
             a += 4
-        # from host/viper/optim.py:320
+        # from host/viper/optim.py:332
         o += n
     return 0
 
 
-# from host/viper/optim.py:324
+# from host/viper/optim.py:336
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)
@@ -884,7 +922,7 @@ def _pair15(x):
 _AMLAST = [None] * 6
 
 
-# from host/viper/optim.py:336
+# from host/viper/optim.py:348
 def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
     C = _AM
     m, e = _pair15(1.0 - beta1)
@@ -913,7 +951,7 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-# from host/viper/optim.py:364
+# from host/viper/optim.py:376
 def _adam_setup(h):
     # the hyperparameters h = [lr, beta1, beta2, eps, weight_decay, decoupled, ...] in fixed point,
     # made again (_adam_remake) only when one of them is another object than last time (a
@@ -925,7 +963,7 @@ def _adam_setup(h):
             break
 
 
-# from host/viper/optim.py:375
+# from host/viper/optim.py:387
 def _adam_remake(h):
     _adam_hyper(h[0], h[1], h[2], h[4], h[5])
     F = _AMF
@@ -935,7 +973,7 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-# from host/viper/optim.py:384
+# from host/viper/optim.py:396
 @micropython.viper
 def _job(newp, news, params, olds):
     # the whole-step kernels' buffers into _JOB (their arguments: a viper function takes at most
@@ -955,14 +993,15 @@ def _job(newp, news, params, olds):
         J[5] = olds[1]
     J[3] = params
     J[6] = len(params)
+    J[7] = _NOSEEN
 
 
-# from host/viper/optim.py:405
+# from host/viper/optim.py:418
 @micropython.viper
 def _done(r: int, who) -> int:
     # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
     J = _JOB
-    for i in range(7):
+    for i in range(8):
         J[i] = None
     if r == -2:
         raise ValueError(who)
@@ -973,26 +1012,30 @@ _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's b
 _SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 
 
-# from host/viper/optim.py:420
+# from host/viper/optim.py:433
 def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
     # (N = the parameter count); newp, news = [newm, newv] (N,): the new weights and moments,
-    # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t]. Returns -1, or the
-    # index of the first pair whose gradient, weight or result is not finite. The frame stays
-    # within 11 words (no heap frame per call): five arguments, no locals, calls of few arguments.
+    # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] and optionally the
+    # optimizer's record of checked buffer sizes (a list of 3 entries per pair, see opt_tensor).
+    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite.
+    # The frame stays within 11 words (no heap frame per call): five arguments, no locals, calls
+    # of few arguments.
     if len(news) != 2 or len(olds) != 2:
         raise ValueError("adam_step: news and olds must be [newm, newv] and [m, v]")
     _adam_setup(hyper)
     _adam_consts(_AM, _AMF, hyper[6])
     _job(newp, news, params, olds)
+    if len(hyper) > 7:
+        _JOB[7] = hyper[7]
     return _done(_adam_all(), _ADAM_BAD)
 
 
 _SGDLAST = [None, None, None]
 
 
-# from host/viper/optim.py:438
+# from host/viper/optim.py:455
 def _sgd_setup(h):
     # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
@@ -1013,24 +1056,28 @@ def _sgd_setup(h):
         L[2] = h[2]
 
 
-# from host/viper/optim.py:458
+# from host/viper/optim.py:475
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
-    # momentum); hyper = [lr, momentum, weight_decay]. Returns -1, or the index of the first pair
-    # with a non-finite gradient, weight, buffer or result. Frame within 11 words, as adam_step.
+    # momentum); hyper = [lr, momentum, weight_decay] and optionally the record of checked sizes
+    # (as adam_step's). Returns -1, or the index of the first pair with a non-finite gradient,
+    # weight, buffer or result. Frame within 11 words, as adam_step.
     if len(news) != len(olds) or len(olds) > 1:
         raise ValueError("sgd_step: news and olds must be [newbuf] and [buf], or both []")
     _sgd_setup(hyper)
     _SGDC[_AM_DEC] = len(olds)
     _job(newp, news, params, olds)
+    if len(hyper) > 3:
+        _JOB[7] = hyper[3]
     return _done(_sgd_all(), _SGD_BAD)
 
 
-# from host/viper/optim.py:471
-def params_commit(params, newp, count):
-    # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end
-    if _commit(params, newp, count) == -2:
+# from host/viper/optim.py:491
+def params_commit(params, newp, count, seen=_NOSEEN):
+    # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
+    # the record of checked sizes the step filled (adam_step's hyper[7]), or none
+    if _commit(params, newp, count, seen) == -2:
         raise ValueError("params_commit: the parameters hold more values than newp")
 
 
@@ -1043,7 +1090,7 @@ _PAIR = [(_Holder(), _Holder())]
 _AUF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps of adam_update
 
 
-# from host/viper/optim.py:486
+# from host/viper/optim.py:507
 def _one(p, g, n):
     # the one-pair list for p, g (n,): their first n values (views when n is less than a length)
     if len(p) != n:
@@ -1060,7 +1107,7 @@ _UH = [None] * 7                        # adam_update's hyperparameters as adam_
 _UMV = [None, None]
 
 
-# from host/viper/optim.py:502
+# from host/viper/optim.py:523
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
@@ -1086,7 +1133,7 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
     _done(_adam_all(), "adam_update: p, g, m and v must hold n values")
 
 
-# from host/viper/optim.py:527
+# from host/viper/optim.py:548
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     # p (n,) -= lr d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum.
     # sgd_step's element code on one tensor: the new weights go through scratch, buf in place
@@ -1096,4 +1143,4 @@ def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     pair = _one(p, g, n)
     b = [] if buf is None else [buf]
     sgd_step(new, b, pair, b, [lr, momentum, weight_decay])
-    _commit(pair, new, 1)
+    _commit(pair, new, 1, _NOSEEN)
