@@ -227,6 +227,51 @@ def test_size_mismatch_is_refused(micropython, tmp_path):
     assert "sgd_step: a parameter or gradient does not match" in lines[1]
 
 
+RECORD = r'''
+from array import array
+import microformer as mf
+mf.set_backend("viper")
+for kind in ("adam", "sgd"):
+    for which in (0, 1):                 # the weight's buffer, then the gradient's
+        a = mf.Tensor((4,)); b = mf.Tensor((4,))
+        for i in range(4):
+            a.data[i] = 0.5 + i
+            b.data[i] = 0.25 - 0.125 * i
+        opt = mf.Adam([(a, b)], lr=1e-2) if kind == "adam" else mf.SGD([(a, b)], lr=1e-2, momentum=0.9)
+        opt.step()                       # the step records the buffers whose sizes it checked
+        opt.step()
+        t = (a, b)[which]
+        old = bytes(t.data)
+        t.data = array("f", [0.5] * 4)   # a new buffer of the same size: read, and recorded
+        before = bytes(a.data)
+        opt.step()
+        print("SAME", kind, which, opt.steps, bytes(a.data) != before)
+        t.data = array("f", [0.5] * 3)   # a shorter one: refused, nothing written
+        before = bytes(a.data)
+        try:
+            opt.step()
+            print("NO ERROR", kind, which)
+        except ValueError as e:
+            print("SHORT", kind, which, opt.steps, bytes(a.data) == before, str(e).split(":")[0])
+'''
+
+
+def test_replaced_buffers_are_checked_again(micropython, tmp_path):
+    """The step keeps a record of the buffers whose sizes it checked and skips their len() calls
+    the next time: a weight or gradient whose buffer was replaced is checked again (a shorter one
+    is refused with nothing written, not read or written past its end)."""
+    s = tmp_path / "record.py"
+    s.write_text(RECORD)
+    out = helpers.run_micropython(s, exe=micropython)
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    assert len(rows) == 8, out
+    for i, kind in enumerate(["adam", "adam", "sgd", "sgd"]):
+        same, short = rows[2 * i], rows[2 * i + 1]
+        which = str(i % 2)
+        assert same == ["SAME", kind, which, "3", "True"], out
+        assert short == ["SHORT", kind, which, "3", "True", kind + "_step"], out
+
+
 # ---- the portable and NumPy twins are the per-tensor kernels, bit for bit (CPython) ----------
 
 def _twin_case(seed, kind):
