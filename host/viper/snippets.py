@@ -1079,7 +1079,6 @@ def opt_tensor():
     opt_sizes()
     if o + n > total:
         fits = 0
-    # the tensor's stretch of the buffers, as addresses (a moves on by 4 per element)
     dp = int(ptr32(pd)) - m0 - 4 * o
     dg = int(ptr32(gd)) - m0 - 4 * o
     a = m0 + 4 * o
@@ -1148,9 +1147,7 @@ def bl_round(s, X, bm, out, sg):
     # in: BL, infb
     # out: bad, kk
     kk = BL[s >> 23]
-    out = 0
-    bm = 0
-    if kk <= 6:
+    if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
         s = ((s >> kk) + 1) >> 1
         bm = X + kk - 5
         if uint(bm - 1) < uint(253):
@@ -1160,16 +1157,19 @@ def bl_round(s, X, bm, out, sg):
             bad = 1
         else:
             s = 0
+            out = 0
     elif s != 0:
         bm = X - 6
         while s < 0x800000:
             s = s << 1
             bm -= 1
-        if bm >= 1:
-            out = sg | (((bm - 1) << 23) + s)
-        else:
+        out = sg | (((bm - 1) << 23) + s)
+        if bm < 1:
             s = 0
-
+            out = 0
+    else:
+        out = 0
+        bm = 0
 
 
 # ---- _q8's parts (the int8-weight GEMM, gemm.py) ----------------------------------------------

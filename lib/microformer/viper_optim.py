@@ -169,8 +169,8 @@ def _adam_all() -> int:
     # the Adam step of every tensor (see the top of this section); returns -1, the index of the
     # first tensor with a non-finite gradient, weight or result, or -2 for a size mismatch
     a = 0                               # the first three locals live in registers: the hot ones
-    x = 0
-    s = 0
+    x = 0                               # (t is the most used; s next: 1030 against 1046 x86
+    t = 0                               # instructions per parameter on the 32-bit port)
     b31 = 31
     sx = 1 << b31                       # (a variable: a literal 1 << 31 would be a bigint)
     infb = 255
@@ -194,7 +194,7 @@ def _adam_all() -> int:
             total = int(len(J[k]))
     # from host/viper/snippets.py:988 (snippet adam_load)
     C = ptr32(_AM)
-    # from host/viper/snippets.py:1120 (snippet am_common)
+    # from host/viper/snippets.py:1119 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
@@ -213,6 +213,11 @@ def _adam_all() -> int:
     dec = C[_AM_DEC]
     # from host/viper/optim.py:188
     D1 = K1 - KB1
+    cpl = 0                             # 1: Adam's coupled decay, d = g + wd p
+    dcp = 0                             # 1: AdamW's decoupled decay of p
+    if wdm != 0:
+        cpl = 1 - dec
+        dcp = dec
     o = 0
     for k in range(count):
         # from host/viper/snippets.py:1076 (snippet opt_tensor)
@@ -235,19 +240,18 @@ def _adam_all() -> int:
         # from host/viper/snippets.py:1080 (snippet opt_tensor)
         if o + n > total:
             fits = 0
-        # the tensor's stretch of the buffers, as addresses (a moves on by 4 per element)
         dp = int(ptr32(pd)) - m0 - 4 * o
         dg = int(ptr32(gd)) - m0 - 4 * o
         a = m0 + 4 * o
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:192
+        # from host/viper/optim.py:197
         if fits == 0:
             return -2
         while a < end:
             x = ptr32(a + dg)[0]
-            if wdm != 0 and dec == 0:
+            if cpl:
                 # from host/viper/snippets.py:819 (snippet adam_coupled)
                 # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
                 y = ptr32(a + dp)[0]
@@ -266,7 +270,7 @@ def _adam_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:1103 (snippet align2)
+                        # from host/viper/snippets.py:1102 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -303,7 +307,7 @@ def _adam_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:198
+            # from host/viper/optim.py:203
             eg = (x >> 23) & 0xFF
             t = ptr32(a)[0]
             em = (t >> 23) & 0xFF
@@ -319,7 +323,7 @@ def _adam_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:1130 (snippet align_by)
+            # from host/viper/snippets.py:1129 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -341,11 +345,9 @@ def _adam_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:1150 (snippet bl_round)
+            # from host/viper/snippets.py:1149 (snippet bl_round)
             kk = BL[s >> 23]
-            xm2 = 0
-            bm = 0
-            if kk <= 6:
+            if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
                 s = ((s >> kk) + 1) >> 1
                 bm = X + kk - 5
                 if uint(bm - 1) < uint(253):
@@ -355,18 +357,22 @@ def _adam_all() -> int:
                     bad = 1
                 else:
                     s = 0
+                    xm2 = 0
             elif s != 0:
                 bm = X - 6
                 while s < 0x800000:
                     s = s << 1
                     bm -= 1
-                if bm >= 1:
-                    xm2 = sb | (((bm - 1) << 23) + s)
-                else:
+                xm2 = sb | (((bm - 1) << 23) + s)
+                if bm < 1:
                     s = 0
+                    xm2 = 0
+            else:
+                xm2 = 0
+                bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:203
+            # from host/viper/optim.py:208
             # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
             # from host/viper/snippets.py:888 (snippet adam_v)
             t = ptr32(a + dv)[0]
@@ -377,7 +383,7 @@ def _adam_all() -> int:
                 tv = 0
             tq = ((gm * gm) >> 15) * o2m                                            #!chk tq
             d = eg + eg + Q2 - ev
-            # from host/viper/snippets.py:1130 (snippet align_by)
+            # from host/viper/snippets.py:1129 (snippet align_by)
             if d >= 0:
                 X = ev + d
                 if d > 30:
@@ -392,11 +398,9 @@ def _adam_all() -> int:
                     tq = tq >> (0 - d)
             # from host/viper/snippets.py:897 (snippet adam_v)
             t = tv + tq                                                             #!chk t
-            # from host/viper/snippets.py:1150 (snippet bl_round)
+            # from host/viper/snippets.py:1149 (snippet bl_round)
             kk = BL[t >> 23]
-            xv2 = 0
-            bv = 0
-            if kk <= 6:
+            if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
                 t = ((t >> kk) + 1) >> 1
                 bv = X + kk - 5
                 if uint(bv - 1) < uint(253):
@@ -406,21 +410,25 @@ def _adam_all() -> int:
                     bad = 1
                 else:
                     t = 0
+                    xv2 = 0
             elif t != 0:
                 bv = X - 6
                 while t < 0x800000:
                     t = t << 1
                     bv -= 1
-                if bv >= 1:
-                    xv2 = 0 | (((bv - 1) << 23) + t)
-                else:
+                xv2 = 0 | (((bv - 1) << 23) + t)
+                if bv < 1:
                     t = 0
+                    xv2 = 0
+            else:
+                xv2 = 0
+                bv = 0
             # from host/viper/snippets.py:899 (snippet adam_v)
             ptr32(a + dvn)[0] = xv2
-            # from host/viper/optim.py:205
+            # from host/viper/optim.py:210
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
-            if wdm != 0 and dec != 0:
+            if dcp:
                 # from host/viper/snippets.py:907 (snippet adam_decoupled)
                 # AdamW: p -= (lr wd) p first, rounded to float32 as the portable update does
                 ey = (x >> 23) & 0xFF
@@ -446,13 +454,13 @@ def _adam_all() -> int:
                         x = (x & sx) | (((ey - 1) << 23) + uu)
                     else:
                         x = 0
-            # from host/viper/optim.py:209
+            # from host/viper/optim.py:214
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:1095 (snippet opt_unchanged)
+                # from host/viper/snippets.py:1094 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:211
+                # from host/viper/optim.py:216
                 a += 4
                 continue
             h = xv2 >> 24
@@ -479,7 +487,7 @@ def _adam_all() -> int:
                     den = den >> 1
                     De += 1
                 h = De + 78
-            # from host/viper/optim.py:219
+            # from host/viper/optim.py:224
             q = (s >> 8) * cm                                           #!chk q
             q = (q + (den >> 1)) // den         # rounded: (2^31 + 2^15) // 2^14.5
             X = bm - h + CE                     # step = q 2^(X - 156)
@@ -509,7 +517,7 @@ def _adam_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:223
+            # from host/viper/optim.py:228
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -521,7 +529,7 @@ def _adam_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:1103 (snippet align2)
+                # from host/viper/snippets.py:1102 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -559,7 +567,7 @@ def _adam_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:225
+            # from host/viper/optim.py:230
             a += 4
         if bad:
             return k
@@ -573,7 +581,7 @@ def _adam_all() -> int:
 _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 in _AM_DEC for momentum
 
 
-# from host/viper/optim.py:238
+# from host/viper/optim.py:243
 @micropython.viper
 def _sgd_all() -> int:
     # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
@@ -606,13 +614,13 @@ def _sgd_all() -> int:
         if int(len(J[1])) < total:
             total = int(len(J[1]))
     C = ptr32(_SGDC)
-    # from host/viper/snippets.py:1120 (snippet am_common)
+    # from host/viper/snippets.py:1119 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
     wdm = C[_AM_WDM]
     wde = (C[_AM_WDE] ^ sx) - sx
-    # from host/viper/optim.py:271
+    # from host/viper/optim.py:276
     lrm = C[_AM_CM]
     LRE = (C[_AM_CE] ^ sx) - sx
     K1 = 0
@@ -639,14 +647,13 @@ def _sgd_all() -> int:
         # from host/viper/snippets.py:1080 (snippet opt_tensor)
         if o + n > total:
             fits = 0
-        # the tensor's stretch of the buffers, as addresses (a moves on by 4 per element)
         dp = int(ptr32(pd)) - m0 - 4 * o
         dg = int(ptr32(gd)) - m0 - 4 * o
         a = m0 + 4 * o
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:278
+        # from host/viper/optim.py:283
         if fits == 0:
             return -2
         while a < end:
@@ -670,7 +677,7 @@ def _sgd_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:1103 (snippet align2)
+                        # from host/viper/snippets.py:1102 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -707,7 +714,7 @@ def _sgd_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:284
+            # from host/viper/optim.py:289
             eg = (x >> 23) & 0xFF
             t = 0
             if hasbuf:
@@ -727,7 +734,7 @@ def _sgd_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:1130 (snippet align_by)
+            # from host/viper/snippets.py:1129 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -749,11 +756,9 @@ def _sgd_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:1150 (snippet bl_round)
+            # from host/viper/snippets.py:1149 (snippet bl_round)
             kk = BL[s >> 23]
-            xm2 = 0
-            bm = 0
-            if kk <= 6:
+            if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
                 s = ((s >> kk) + 1) >> 1
                 bm = X + kk - 5
                 if uint(bm - 1) < uint(253):
@@ -763,26 +768,30 @@ def _sgd_all() -> int:
                     bad = 1
                 else:
                     s = 0
+                    xm2 = 0
             elif s != 0:
                 bm = X - 6
                 while s < 0x800000:
                     s = s << 1
                     bm -= 1
-                if bm >= 1:
-                    xm2 = sb | (((bm - 1) << 23) + s)
-                else:
+                xm2 = sb | (((bm - 1) << 23) + s)
+                if bm < 1:
                     s = 0
+                    xm2 = 0
+            else:
+                xm2 = 0
+                bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:293
+            # from host/viper/optim.py:298
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:1095 (snippet opt_unchanged)
+                # from host/viper/snippets.py:1094 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:297
+                # from host/viper/optim.py:302
                 a += 4
                 continue
             q = (s >> 8) * lrm                                          #!chk q
@@ -814,7 +823,7 @@ def _sgd_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:303
+            # from host/viper/optim.py:308
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -826,7 +835,7 @@ def _sgd_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:1103 (snippet align2)
+                # from host/viper/snippets.py:1102 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -864,14 +873,14 @@ def _sgd_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:305
+            # from host/viper/optim.py:310
             a += 4
         if bad:
             return k
     return -1
 
 
-# from host/viper/optim.py:311
+# from host/viper/optim.py:316
 @micropython.viper
 def _commit(params, newp, count: int, SEEN) -> int:
     # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch.
@@ -904,12 +913,12 @@ def _commit(params, newp, count: int, SEEN) -> int:
         while a < end:
             ptr32(a + off)[0] = ptr32(a)[0]
             a += 4
-        # from host/viper/optim.py:332
+        # from host/viper/optim.py:337
         o += n
     return 0
 
 
-# from host/viper/optim.py:336
+# from host/viper/optim.py:341
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)
@@ -922,7 +931,7 @@ def _pair15(x):
 _AMLAST = [None] * 6
 
 
-# from host/viper/optim.py:348
+# from host/viper/optim.py:353
 def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
     C = _AM
     m, e = _pair15(1.0 - beta1)
@@ -951,7 +960,7 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-# from host/viper/optim.py:376
+# from host/viper/optim.py:381
 def _adam_setup(h):
     # the hyperparameters h = [lr, beta1, beta2, eps, weight_decay, decoupled, ...] in fixed point,
     # made again (_adam_remake) only when one of them is another object than last time (a
@@ -963,7 +972,7 @@ def _adam_setup(h):
             break
 
 
-# from host/viper/optim.py:387
+# from host/viper/optim.py:392
 def _adam_remake(h):
     _adam_hyper(h[0], h[1], h[2], h[4], h[5])
     F = _AMF
@@ -973,7 +982,7 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-# from host/viper/optim.py:396
+# from host/viper/optim.py:401
 @micropython.viper
 def _job(newp, news, params, olds):
     # the whole-step kernels' buffers into _JOB (their arguments: a viper function takes at most
@@ -996,7 +1005,7 @@ def _job(newp, news, params, olds):
     J[7] = _NOSEEN
 
 
-# from host/viper/optim.py:418
+# from host/viper/optim.py:423
 @micropython.viper
 def _done(r: int, who) -> int:
     # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
@@ -1012,7 +1021,7 @@ _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's b
 _SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 
 
-# from host/viper/optim.py:433
+# from host/viper/optim.py:438
 def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
@@ -1035,7 +1044,7 @@ def adam_step(newp, news, params, olds, hyper):
 _SGDLAST = [None, None, None]
 
 
-# from host/viper/optim.py:455
+# from host/viper/optim.py:460
 def _sgd_setup(h):
     # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
@@ -1056,7 +1065,7 @@ def _sgd_setup(h):
         L[2] = h[2]
 
 
-# from host/viper/optim.py:475
+# from host/viper/optim.py:480
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
@@ -1073,7 +1082,7 @@ def sgd_step(newp, news, params, olds, hyper):
     return _done(_sgd_all(), _SGD_BAD)
 
 
-# from host/viper/optim.py:491
+# from host/viper/optim.py:496
 def params_commit(params, newp, count, seen=_NOSEEN):
     # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
     # the record of checked sizes the step filled (adam_step's hyper[7]), or none
@@ -1090,7 +1099,7 @@ _PAIR = [(_Holder(), _Holder())]
 _AUF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps of adam_update
 
 
-# from host/viper/optim.py:507
+# from host/viper/optim.py:512
 def _one(p, g, n):
     # the one-pair list for p, g (n,): their first n values (views when n is less than a length)
     if len(p) != n:
@@ -1107,7 +1116,7 @@ _UH = [None] * 7                        # adam_update's hyperparameters as adam_
 _UMV = [None, None]
 
 
-# from host/viper/optim.py:523
+# from host/viper/optim.py:528
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
@@ -1133,7 +1142,7 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
     _done(_adam_all(), "adam_update: p, g, m and v must hold n values")
 
 
-# from host/viper/optim.py:548
+# from host/viper/optim.py:553
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     # p (n,) -= lr d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum.
     # sgd_step's element code on one tensor: the new weights go through scratch, buf in place
