@@ -50,6 +50,7 @@ _AM = array("i", [0] * 15)
 _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
 _JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, seen (or _NOSEEN)
 _NOSEEN = ()                            # no record of checked sizes: every size is checked
+_NONE = None                            # (viper compares objects, not the constant None)
 
 
 def _bitlen(t):
@@ -159,7 +160,8 @@ def _adam_consts(c, cf, t: int):
 @micropython.viper
 def _adam_all() -> int:
     # the Adam step of every tensor (see the top of this section); returns -1, the index of the
-    # first tensor with a non-finite gradient, weight or result, or -2 for a size mismatch
+    # first tensor with a non-finite gradient, weight or result, -2 for a size mismatch or -3
+    # for a pair without a grad buffer
     a = 0                               # the first three locals live in registers: the hot ones
     x = 0                               # (t is the most used; s next: 1030 against 1046 x86
     t = 0                               # instructions per parameter on the 32-bit port)
@@ -173,6 +175,7 @@ def _adam_all() -> int:
     SQ = ptr32(T[1])
     params = J[3]
     SEEN = J[7]
+    NONE = _NONE
     count = int(J[6])
     useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
     m0 = int(ptr32(J[4]))
@@ -194,8 +197,10 @@ def _adam_all() -> int:
     o = 0
     for k in range(count):
         opt_tensor()
-        if fits == 0:
-            return -2
+        if fits != 1:
+            if fits == 0:
+                return -2
+            return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
             if cpl:
@@ -243,7 +248,7 @@ _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 i
 @micropython.viper
 def _sgd_all() -> int:
     # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
-    # result, or -2 for a size mismatch
+    # result, -2 for a size mismatch or -3 for a pair without a grad buffer
     a = 0
     x = 0
     s = 0
@@ -256,6 +261,7 @@ def _sgd_all() -> int:
     BL = ptr8(T[0])
     params = J[3]
     SEEN = J[7]
+    NONE = _NONE
     count = int(J[6])
     useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
     total = int(len(J[0]))
@@ -280,8 +286,10 @@ def _sgd_all() -> int:
     o = 0
     for k in range(count):
         opt_tensor()
-        if fits == 0:
-            return -2
+        if fits != 1:
+            if fits == 0:
+                return -2
+            return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
             if wdm != 0:
@@ -441,9 +449,9 @@ def adam_step(newp, news, params, olds, hyper):
     # (N = the parameter count); newp, news = [newm, newv] (N,): the new weights and moments,
     # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] and optionally the
     # optimizer's record of checked buffer sizes (a list of 3 entries per pair, see opt_tensor).
-    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite.
-    # The frame stays within 11 words (no heap frame per call): five arguments, no locals, calls
-    # of few arguments.
+    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite,
+    # or -3 (kernels.STEP_FROZEN) when a pair has no grad buffer. The frame stays within 11
+    # words (no heap frame per call): five arguments, no locals, calls of few arguments.
     if len(news) != 2 or len(olds) != 2:
         raise ValueError("adam_step: news and olds must be [newm, newv] and [m, v]")
     _adam_setup(hyper)
@@ -482,7 +490,7 @@ def sgd_step(newp, news, params, olds, hyper):
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
     # momentum); hyper = [lr, momentum, weight_decay] and optionally the record of checked sizes
     # (as adam_step's). Returns -1, or the index of the first pair with a non-finite gradient,
-    # weight, buffer or result. Frame within 11 words, as adam_step.
+    # weight, buffer or result, or -3 as adam_step. Frame within 11 words, as adam_step.
     if len(news) != len(olds) or len(olds) > 1:
         raise ValueError("sgd_step: news and olds must be [newbuf] and [buf], or both []")
     _sgd_setup(hyper)

@@ -1067,11 +1067,9 @@ def copy4(a, off, end, n):
 
 
 def opt_tensor():
-    """The whole-step kernels' walk to tensor k of params: its weight and gradient (sizes checked
-    against each other and the shadow's room: -2 on a mismatch), their offsets dp, dg from the
-    base m0, the element address a .. end in the base's stretch o .. o + n; bad = 0. fits = 0 when
-    the sizes do not match (the kernel returns -2), else 1; the sizes as opt_sizes (SEEN)."""
-    # in: k, m0, params, SEEN, total, useseen
+    """The whole-step kernels' walk to tensor k of params: weight pd and gradient gd sized (fits as
+    opt_sizes, 0 past the shadow's room), offsets dp, dg from m0, addresses a .. end; bad = 0."""
+    # in: k, m0, NONE, params, SEEN, total, useseen
     # out: a, bad, dg, dp, end, fits, gd, kk, n, o, pair, pd
     pair = params[k]
     pd = pair[0].data
@@ -1080,7 +1078,9 @@ def opt_tensor():
     if o + n > total:
         fits = 0
     dp = int(ptr32(pd)) - m0 - 4 * o
-    dg = int(ptr32(gd)) - m0 - 4 * o
+    dg = dp
+    if fits == 1:                       # (gd None: the kernel stops, STEP_FROZEN)
+        dg = int(ptr32(gd)) - m0 - 4 * o
     a = m0 + 4 * o
     end = a + 4 * n
     o += n
@@ -1271,16 +1271,20 @@ def q8_scale(acc, e):
 
 
 def opt_sizes():
-    """n = the size of tensor k's weight pd and gradient gd (fits = 0 when they differ, else 1).
+    """n = the size of tensor k's weight pd and gradient gd (fits = 0 when they differ, -1 when gd is
+    None, else 1).
     SEEN is the optimizer's record [weight data, grad data, n] per tensor of the buffers an
     earlier step checked (used when useseen != 0, else every size is checked): the same objects
     skip the two len() calls (an array cannot shrink), others are checked and recorded."""
-    # in: gd, k, pd, SEEN, useseen
+    # in: gd, k, NONE, pd, SEEN, useseen
     # out: fits, kk, n
     fits = 1
     kk = k + k + k
     if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
         n = int(SEEN[kk + 2])
+    elif gd is NONE:                    # a frozen parameter (fits -1: STEP_FROZEN)
+        n = 0
+        fits = -1
     else:
         n = int(len(pd))
         if int(len(gd)) != n:

@@ -176,9 +176,9 @@ class _Optimizer:
 
     def step(self):
         """One update of every parameter, all or nothing (see the top of this file)."""
-        self._check_live()
         K = backend.K
         if self.max_grad_norm is not None:
+            self._check_live()
             self._check_grads(K)               # before clipping scales them
             self._clip()
         t = self.steps
@@ -223,8 +223,14 @@ class _Optimizer:
 
     def _refuse(self, K, k):
         # the step kernel flagged tensor k (the first with a non-finite gradient, weight or
-        # result); nothing was written. Name the first non-finite gradient of any tensor, else
-        # the first of tensor k's new weight and state buffers that holds a non-finite value.
+        # result), or a parameter without a grad buffer (k < 0: kernels.STEP_FROZEN); nothing
+        # was written. Name the frozen parameter, else the first non-finite gradient of any
+        # tensor, else the first of tensor k's new weight and state buffers that holds a
+        # non-finite value.
+        self._check_live()
+        if k < 0:
+            raise ValueError("%s: the step kernel answered %d for a frozen parameter, but every "
+                             "parameter has a grad buffer" % (self.who, k))
         self._check_grads(K)
         o = self._offsets[k]
         n = self.params[k][0].size

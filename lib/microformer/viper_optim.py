@@ -53,9 +53,10 @@ _AM = array("i", [0] * 15)
 _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
 _JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, seen (or _NOSEEN)
 _NOSEEN = ()                            # no record of checked sizes: every size is checked
+_NONE = None                            # (viper compares objects, not the constant None)
 
 
-# from host/viper/optim.py:55
+# from host/viper/optim.py:56
 def _bitlen(t):
     n = 0
     while t:
@@ -67,7 +68,7 @@ def _bitlen(t):
 _TAB = [None, None]
 
 
-# from host/viper/optim.py:66
+# from host/viper/optim.py:67
 def _tables():
     # _BL (512 bytes): for s < 2^31, _BL[(s >> 23) & 0x1FF] is (bit length of s) - 25, the shift
     # less one that rounds s to 24 bits; 255 below 2^24 (and for negative s: the upper half)
@@ -84,7 +85,7 @@ def _tables():
     return _TAB
 
 
-# from host/viper/optim.py:82
+# from host/viper/optim.py:83
 @micropython.viper
 def _isqrt(x: int) -> int:
     # floor(sqrt(x)) for 0 <= x <= 2^30, bit by bit (a candidate below 2^15 + 2^14: its square < 2^31)
@@ -98,7 +99,7 @@ def _isqrt(x: int) -> int:
     return r
 
 
-# from host/viper/optim.py:95
+# from host/viper/optim.py:96
 @micropython.viper
 def _adam_consts(c, cf, t: int):
     # c[_AM_CM ...]: c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) as 15-bit mantissas for step t,
@@ -163,11 +164,12 @@ def _adam_consts(c, cf, t: int):
     C[_AM_E0] = ne + 95
 
 
-# from host/viper/optim.py:159
+# from host/viper/optim.py:160
 @micropython.viper
 def _adam_all() -> int:
     # the Adam step of every tensor (see the top of this section); returns -1, the index of the
-    # first tensor with a non-finite gradient, weight or result, or -2 for a size mismatch
+    # first tensor with a non-finite gradient, weight or result, -2 for a size mismatch or -3
+    # for a pair without a grad buffer
     a = 0                               # the first three locals live in registers: the hot ones
     x = 0                               # (t is the most used; s next: 1030 against 1046 x86
     t = 0                               # instructions per parameter on the 32-bit port)
@@ -181,6 +183,7 @@ def _adam_all() -> int:
     SQ = ptr32(T[1])
     params = J[3]
     SEEN = J[7]
+    NONE = _NONE
     count = int(J[6])
     useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
     m0 = int(ptr32(J[4]))
@@ -211,7 +214,7 @@ def _adam_all() -> int:
     epse = (C[_AM_EPE] ^ sx) - sx
     E0 = (C[_AM_E0] ^ sx) - sx
     dec = C[_AM_DEC]
-    # from host/viper/optim.py:188
+    # from host/viper/optim.py:191
     D1 = K1 - KB1
     cpl = 0                             # 1: Adam's coupled decay, d = g + wd p
     dcp = 0                             # 1: AdamW's decoupled decay of p
@@ -220,15 +223,18 @@ def _adam_all() -> int:
         dcp = dec
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:1076 (snippet opt_tensor)
+        # from host/viper/snippets.py:1074 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
-        # from host/viper/snippets.py:1280 (snippet opt_sizes)
+        # from host/viper/snippets.py:1281 (snippet opt_sizes)
         fits = 1
         kk = k + k + k
         if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
             n = int(SEEN[kk + 2])
+        elif gd is NONE:                    # a frozen parameter (fits -1: STEP_FROZEN)
+            n = 0
+            fits = -1
         else:
             n = int(len(pd))
             if int(len(gd)) != n:
@@ -237,18 +243,22 @@ def _adam_all() -> int:
                 SEEN[kk] = pd
                 SEEN[kk + 1] = gd
                 SEEN[kk + 2] = n
-        # from host/viper/snippets.py:1080 (snippet opt_tensor)
+        # from host/viper/snippets.py:1078 (snippet opt_tensor)
         if o + n > total:
             fits = 0
         dp = int(ptr32(pd)) - m0 - 4 * o
-        dg = int(ptr32(gd)) - m0 - 4 * o
+        dg = dp
+        if fits == 1:                       # (gd None: the kernel stops, STEP_FROZEN)
+            dg = int(ptr32(gd)) - m0 - 4 * o
         a = m0 + 4 * o
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:197
-        if fits == 0:
-            return -2
+        # from host/viper/optim.py:200
+        if fits != 1:
+            if fits == 0:
+                return -2
+            return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
             if cpl:
@@ -307,7 +317,7 @@ def _adam_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:203
+            # from host/viper/optim.py:208
             eg = (x >> 23) & 0xFF
             t = ptr32(a)[0]
             em = (t >> 23) & 0xFF
@@ -372,7 +382,7 @@ def _adam_all() -> int:
                 bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:208
+            # from host/viper/optim.py:213
             # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
             # from host/viper/snippets.py:888 (snippet adam_v)
             t = ptr32(a + dv)[0]
@@ -425,7 +435,7 @@ def _adam_all() -> int:
                 bv = 0
             # from host/viper/snippets.py:899 (snippet adam_v)
             ptr32(a + dvn)[0] = xv2
-            # from host/viper/optim.py:210
+            # from host/viper/optim.py:215
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
             if dcp:
@@ -454,13 +464,13 @@ def _adam_all() -> int:
                         x = (x & sx) | (((ey - 1) << 23) + uu)
                     else:
                         x = 0
-            # from host/viper/optim.py:214
+            # from host/viper/optim.py:219
             if s == 0:                          # p' = p; on to the next element
                 # from host/viper/snippets.py:1094 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:216
+                # from host/viper/optim.py:221
                 a += 4
                 continue
             h = xv2 >> 24
@@ -487,7 +497,7 @@ def _adam_all() -> int:
                     den = den >> 1
                     De += 1
                 h = De + 78
-            # from host/viper/optim.py:224
+            # from host/viper/optim.py:229
             q = (s >> 8) * cm                                           #!chk q
             q = (q + (den >> 1)) // den         # rounded: (2^31 + 2^15) // 2^14.5
             X = bm - h + CE                     # step = q 2^(X - 156)
@@ -517,7 +527,7 @@ def _adam_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:228
+            # from host/viper/optim.py:233
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -567,7 +577,7 @@ def _adam_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:230
+            # from host/viper/optim.py:235
             a += 4
         if bad:
             return k
@@ -581,11 +591,11 @@ def _adam_all() -> int:
 _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 in _AM_DEC for momentum
 
 
-# from host/viper/optim.py:243
+# from host/viper/optim.py:248
 @micropython.viper
 def _sgd_all() -> int:
     # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
-    # result, or -2 for a size mismatch
+    # result, -2 for a size mismatch or -3 for a pair without a grad buffer
     a = 0
     x = 0
     s = 0
@@ -598,6 +608,7 @@ def _sgd_all() -> int:
     BL = ptr8(T[0])
     params = J[3]
     SEEN = J[7]
+    NONE = _NONE
     count = int(J[6])
     useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
     total = int(len(J[0]))
@@ -620,22 +631,25 @@ def _sgd_all() -> int:
     KB1 = (C[_AM_KB1] ^ sx) - sx
     wdm = C[_AM_WDM]
     wde = (C[_AM_WDE] ^ sx) - sx
-    # from host/viper/optim.py:276
+    # from host/viper/optim.py:282
     lrm = C[_AM_CM]
     LRE = (C[_AM_CE] ^ sx) - sx
     K1 = 0
     D1 = 0 - KB1
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:1076 (snippet opt_tensor)
+        # from host/viper/snippets.py:1074 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
-        # from host/viper/snippets.py:1280 (snippet opt_sizes)
+        # from host/viper/snippets.py:1281 (snippet opt_sizes)
         fits = 1
         kk = k + k + k
         if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
             n = int(SEEN[kk + 2])
+        elif gd is NONE:                    # a frozen parameter (fits -1: STEP_FROZEN)
+            n = 0
+            fits = -1
         else:
             n = int(len(pd))
             if int(len(gd)) != n:
@@ -644,18 +658,22 @@ def _sgd_all() -> int:
                 SEEN[kk] = pd
                 SEEN[kk + 1] = gd
                 SEEN[kk + 2] = n
-        # from host/viper/snippets.py:1080 (snippet opt_tensor)
+        # from host/viper/snippets.py:1078 (snippet opt_tensor)
         if o + n > total:
             fits = 0
         dp = int(ptr32(pd)) - m0 - 4 * o
-        dg = int(ptr32(gd)) - m0 - 4 * o
+        dg = dp
+        if fits == 1:                       # (gd None: the kernel stops, STEP_FROZEN)
+            dg = int(ptr32(gd)) - m0 - 4 * o
         a = m0 + 4 * o
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:283
-        if fits == 0:
-            return -2
+        # from host/viper/optim.py:289
+        if fits != 1:
+            if fits == 0:
+                return -2
+            return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
             if wdm != 0:
@@ -714,7 +732,7 @@ def _sgd_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:289
+            # from host/viper/optim.py:297
             eg = (x >> 23) & 0xFF
             t = 0
             if hasbuf:
@@ -783,7 +801,7 @@ def _sgd_all() -> int:
                 bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:298
+            # from host/viper/optim.py:306
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
             if s == 0:                          # p' = p; on to the next element
@@ -791,7 +809,7 @@ def _sgd_all() -> int:
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:302
+                # from host/viper/optim.py:310
                 a += 4
                 continue
             q = (s >> 8) * lrm                                          #!chk q
@@ -823,7 +841,7 @@ def _sgd_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:308
+            # from host/viper/optim.py:316
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -873,14 +891,14 @@ def _sgd_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:310
+            # from host/viper/optim.py:318
             a += 4
         if bad:
             return k
     return -1
 
 
-# from host/viper/optim.py:316
+# from host/viper/optim.py:324
 @micropython.viper
 def _commit(params, newp, count: int, SEEN) -> int:
     # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch.
@@ -913,12 +931,12 @@ def _commit(params, newp, count: int, SEEN) -> int:
         while a < end:
             ptr32(a + off)[0] = ptr32(a)[0]
             a += 4
-        # from host/viper/optim.py:337
+        # from host/viper/optim.py:345
         o += n
     return 0
 
 
-# from host/viper/optim.py:341
+# from host/viper/optim.py:349
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)
@@ -931,7 +949,7 @@ def _pair15(x):
 _AMLAST = [None] * 6
 
 
-# from host/viper/optim.py:353
+# from host/viper/optim.py:361
 def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
     C = _AM
     m, e = _pair15(1.0 - beta1)
@@ -960,7 +978,7 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-# from host/viper/optim.py:381
+# from host/viper/optim.py:389
 def _adam_setup(h):
     # the hyperparameters h = [lr, beta1, beta2, eps, weight_decay, decoupled, ...] in fixed point,
     # made again (_adam_remake) only when one of them is another object than last time (a
@@ -972,7 +990,7 @@ def _adam_setup(h):
             break
 
 
-# from host/viper/optim.py:392
+# from host/viper/optim.py:400
 def _adam_remake(h):
     _adam_hyper(h[0], h[1], h[2], h[4], h[5])
     F = _AMF
@@ -982,7 +1000,7 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-# from host/viper/optim.py:401
+# from host/viper/optim.py:409
 @micropython.viper
 def _job(newp, news, params, olds):
     # the whole-step kernels' buffers into _JOB (their arguments: a viper function takes at most
@@ -1005,7 +1023,7 @@ def _job(newp, news, params, olds):
     J[7] = _NOSEEN
 
 
-# from host/viper/optim.py:423
+# from host/viper/optim.py:431
 @micropython.viper
 def _done(r: int, who) -> int:
     # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
@@ -1021,16 +1039,16 @@ _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's b
 _SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 
 
-# from host/viper/optim.py:438
+# from host/viper/optim.py:446
 def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
     # (N = the parameter count); newp, news = [newm, newv] (N,): the new weights and moments,
     # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] and optionally the
     # optimizer's record of checked buffer sizes (a list of 3 entries per pair, see opt_tensor).
-    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite.
-    # The frame stays within 11 words (no heap frame per call): five arguments, no locals, calls
-    # of few arguments.
+    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite,
+    # or -3 (kernels.STEP_FROZEN) when a pair has no grad buffer. The frame stays within 11
+    # words (no heap frame per call): five arguments, no locals, calls of few arguments.
     if len(news) != 2 or len(olds) != 2:
         raise ValueError("adam_step: news and olds must be [newm, newv] and [m, v]")
     _adam_setup(hyper)
@@ -1044,7 +1062,7 @@ def adam_step(newp, news, params, olds, hyper):
 _SGDLAST = [None, None, None]
 
 
-# from host/viper/optim.py:460
+# from host/viper/optim.py:468
 def _sgd_setup(h):
     # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
@@ -1065,13 +1083,13 @@ def _sgd_setup(h):
         L[2] = h[2]
 
 
-# from host/viper/optim.py:480
+# from host/viper/optim.py:488
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
     # momentum); hyper = [lr, momentum, weight_decay] and optionally the record of checked sizes
     # (as adam_step's). Returns -1, or the index of the first pair with a non-finite gradient,
-    # weight, buffer or result. Frame within 11 words, as adam_step.
+    # weight, buffer or result, or -3 as adam_step. Frame within 11 words, as adam_step.
     if len(news) != len(olds) or len(olds) > 1:
         raise ValueError("sgd_step: news and olds must be [newbuf] and [buf], or both []")
     _sgd_setup(hyper)
@@ -1082,7 +1100,7 @@ def sgd_step(newp, news, params, olds, hyper):
     return _done(_sgd_all(), _SGD_BAD)
 
 
-# from host/viper/optim.py:496
+# from host/viper/optim.py:504
 def params_commit(params, newp, count, seen=_NOSEEN):
     # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
     # the record of checked sizes the step filled (adam_step's hyper[7]), or none
@@ -1099,7 +1117,7 @@ _PAIR = [(_Holder(), _Holder())]
 _AUF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps of adam_update
 
 
-# from host/viper/optim.py:512
+# from host/viper/optim.py:520
 def _one(p, g, n):
     # the one-pair list for p, g (n,): their first n values (views when n is less than a length)
     if len(p) != n:
@@ -1116,7 +1134,7 @@ _UH = [None] * 7                        # adam_update's hyperparameters as adam_
 _UMV = [None, None]
 
 
-# from host/viper/optim.py:528
+# from host/viper/optim.py:536
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
@@ -1142,7 +1160,7 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
     _done(_adam_all(), "adam_update: p, g, m and v must hold n values")
 
 
-# from host/viper/optim.py:553
+# from host/viper/optim.py:561
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     # p (n,) -= lr d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum.
     # sgd_step's element code on one tensor: the new weights go through scratch, buf in place

@@ -272,6 +272,51 @@ def test_replaced_buffers_are_checked_again(micropython, tmp_path):
         assert short == ["SHORT", kind, which, "3", "True", kind + "_step"], out
 
 
+FROZEN = r'''
+import microformer as mf
+from microformer.models import iris_model
+mf.set_backend(BACKEND)
+for kind in ("adam", "sgd", "adam clipped"):
+    model = iris_model(1)
+    x = mf.Tensor((16, 4))
+    for i in range(64):
+        x.data[i] = (i % 7) / 7.0 - 0.5
+    if kind == "sgd":
+        opt = mf.SGD(model, lr=1e-2, momentum=0.9)
+    else:
+        opt = mf.Adam(model, lr=1e-2, max_grad_norm=1.0 if kind == "adam clipped" else None)
+    lf = mf.CrossEntropyLoss()
+    for _ in range(2):                   # steps that record the buffers they checked
+        opt.zero_grad()
+        lf.forward(model.forward(x), [i % 3 for i in range(16)])
+        model.backward(lf.backward())
+        opt.step()
+    model.layers[-1].trainable = False   # frozen after the optimizer was made
+    st = opt.buffers if kind == "sgd" else opt.m + opt.v
+    before = [bytes(p.data) for _, p in model.named_params()] + [bytes(t.data) for t in st]
+    try:
+        opt.step()
+        print("NO ERROR", kind)
+    except ValueError as e:
+        st = opt.buffers if kind == "sgd" else opt.m + opt.v
+        after = [bytes(p.data) for _, p in model.named_params()] + [bytes(t.data) for t in st]
+        print("REFUSED", kind.replace(" ", "_"), opt.steps, after == before, str(e))
+'''
+
+
+@pytest.mark.parametrize("backend", ["viper", "python"])
+def test_frozen_after_the_optimizer_is_refused(micropython, tmp_path, backend):
+    """The whole-step kernels answer STEP_FROZEN for a pair without a grad buffer (the step no
+    longer walks the pairs in Python first): the step names the parameter, nothing changes."""
+    s = tmp_path / "frozen.py"
+    s.write_text("BACKEND = %r\n" % backend + FROZEN)
+    out = helpers.run_micropython(s, exe=micropython)
+    rows = [line.split(" ", 4) for line in out.splitlines() if line.strip()]
+    assert [r[:4] for r in rows] == [["REFUSED", k, "2", "True"] for k in ("adam", "sgd", "adam_clipped")], out
+    for r in rows:
+        assert "was frozen after the optimizer was made" in r[4] and r[4].split(":")[0] in ("Adam", "SGD"), out
+
+
 # ---- the portable and NumPy twins are the per-tensor kernels, bit for bit (CPython) ----------
 
 def _twin_case(seed, kind):
