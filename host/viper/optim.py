@@ -391,10 +391,9 @@ def _adam_setup(h):
     # made again (_adam_remake) only when one of them is another object than last time (a
     # schedule that sets lr makes them again; a step that changes nothing does not)
     L = _AMLAST
-    for i in range(6):
-        if L[i] is not h[i]:
-            _adam_remake(h)
-            break
+    if not (L[0] is h[0] and L[1] is h[1] and L[2] is h[2] and L[3] is h[3] and L[4] is h[4]
+            and L[5] is h[5]):                  # (unrolled: cheaper than a loop)
+        _adam_remake(h)
 
 
 def _adam_remake(h):

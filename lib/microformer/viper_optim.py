@@ -984,13 +984,12 @@ def _adam_setup(h):
     # made again (_adam_remake) only when one of them is another object than last time (a
     # schedule that sets lr makes them again; a step that changes nothing does not)
     L = _AMLAST
-    for i in range(6):
-        if L[i] is not h[i]:
-            _adam_remake(h)
-            break
+    if not (L[0] is h[0] and L[1] is h[1] and L[2] is h[2] and L[3] is h[3] and L[4] is h[4]
+            and L[5] is h[5]):                  # (unrolled: cheaper than a loop)
+        _adam_remake(h)
 
 
-# from host/viper/optim.py:400
+# from host/viper/optim.py:399
 def _adam_remake(h):
     _adam_hyper(h[0], h[1], h[2], h[4], h[5])
     F = _AMF
@@ -1000,7 +999,7 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-# from host/viper/optim.py:409
+# from host/viper/optim.py:408
 @micropython.viper
 def _job(newp, news, params, olds):
     # the whole-step kernels' buffers into _JOB (their arguments: a viper function takes at most
@@ -1023,7 +1022,7 @@ def _job(newp, news, params, olds):
     J[7] = _NOSEEN
 
 
-# from host/viper/optim.py:431
+# from host/viper/optim.py:430
 @micropython.viper
 def _done(r: int, who) -> int:
     # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
@@ -1039,7 +1038,7 @@ _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's b
 _SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 
 
-# from host/viper/optim.py:446
+# from host/viper/optim.py:445
 def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
@@ -1062,7 +1061,7 @@ def adam_step(newp, news, params, olds, hyper):
 _SGDLAST = [None, None, None]
 
 
-# from host/viper/optim.py:468
+# from host/viper/optim.py:467
 def _sgd_setup(h):
     # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
@@ -1083,7 +1082,7 @@ def _sgd_setup(h):
         L[2] = h[2]
 
 
-# from host/viper/optim.py:488
+# from host/viper/optim.py:487
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
@@ -1100,7 +1099,7 @@ def sgd_step(newp, news, params, olds, hyper):
     return _done(_sgd_all(), _SGD_BAD)
 
 
-# from host/viper/optim.py:504
+# from host/viper/optim.py:503
 def params_commit(params, newp, count, seen=_NOSEEN):
     # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
     # the record of checked sizes the step filled (adam_step's hyper[7]), or none
@@ -1117,7 +1116,7 @@ _PAIR = [(_Holder(), _Holder())]
 _AUF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps of adam_update
 
 
-# from host/viper/optim.py:520
+# from host/viper/optim.py:519
 def _one(p, g, n):
     # the one-pair list for p, g (n,): their first n values (views when n is less than a length)
     if len(p) != n:
@@ -1134,7 +1133,7 @@ _UH = [None] * 7                        # adam_update's hyperparameters as adam_
 _UMV = [None, None]
 
 
-# from host/viper/optim.py:536
+# from host/viper/optim.py:535
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
@@ -1160,7 +1159,7 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
     _done(_adam_all(), "adam_update: p, g, m and v must hold n values")
 
 
-# from host/viper/optim.py:561
+# from host/viper/optim.py:560
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     # p (n,) -= lr d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum.
     # sgd_step's element code on one tensor: the new weights go through scratch, buf in place

@@ -317,6 +317,57 @@ def test_frozen_after_the_optimizer_is_refused(micropython, tmp_path, backend):
         assert "was frozen after the optimizer was made" in r[4] and r[4].split(":")[0] in ("Adam", "SGD"), out
 
 
+HYPER = r'''
+import microformer as mf
+from microformer.models import iris_model
+mf.set_backend("viper")
+# entries 1, 2, 4, 5, 6, 7 each differ from the one before in one hyperparameter: weight_decay,
+# decoupled, beta1, beta2, eps, lr; an entry is (lr, beta1, beta2, eps, weight_decay, decoupled)
+# (the step compares objects: every entry takes its numbers from these names)
+L1, L2, A1, A2, C1, C2, E1, E2, W0, W1 = 1e-2, 3e-3, 0.9, 0.8, 0.999, 0.99, 1e-8, 1e-3, 0.0, 0.1
+KW = [(L1, A1, C1, E1, W0, False), (L1, A1, C1, E1, W1, False), (L1, A1, C1, E1, W1, True),
+      (L2, A1, C1, E1, W0, False), (L2, A2, C1, E1, W0, False), (L2, A2, C2, E1, W0, False),
+      (L2, A2, C2, E2, W0, False), (L1, A2, C2, E2, W0, False)]
+
+
+def run(order):
+    # one model and Adam per KW entry, stepped in the given order of entries; their weights
+    models, opts = [], []
+    for kw in KW:
+        m = iris_model(1)
+        x = mf.Tensor((16, 4))
+        for i in range(64):
+            x.data[i] = (i % 7) / 7.0 - 0.5
+        lf = mf.CrossEntropyLoss()
+        lf.forward(m.forward(x), [i % 3 for i in range(16)])
+        m.backward(lf.backward())
+        models.append(m)
+        opts.append(mf.Adam(m, lr=kw[0], betas=(kw[1], kw[2]), eps=kw[3], weight_decay=kw[4], decoupled=kw[5]))
+    for k in order:
+        opts[k].step()
+        if k == 0 and opts[0].steps == 2:
+            opts[0].lr = 2e-2            # a schedule: the same optimizer, another lr
+    return [b"".join(bytes(p.data) for _, p in m.named_params()) for m in models]
+
+
+n = len(KW)
+apart = run([k for k in range(n) for _ in range(3)])
+mixed = run([k for _ in range(3) for k in range(n)])
+print("SAME", [a == b for a, b in zip(apart, mixed)])
+print("DIFFER", len(set(apart)) == n)
+'''
+
+
+def test_hyperparameters_are_taken_at_every_step(micropython, tmp_path):
+    """The step keeps its hyperparameters in fixed point and makes them again only when one of
+    them changed: optimizers that differ in one hyperparameter each (and a schedule that sets
+    lr), stepped in turn, give the same weights as each stepped on its own."""
+    s = tmp_path / "hyper.py"
+    s.write_text(HYPER)
+    out = helpers.run_micropython(s, exe=micropython)
+    assert "SAME [True, True, True, True, True, True, True, True]" in out and "DIFFER True" in out, out
+
+
 # ---- the portable and NumPy twins are the per-tensor kernels, bit for bit (CPython) ----------
 
 def _twin_case(seed, kind):
