@@ -48,8 +48,11 @@ _AM_WDE = const(13)     #   exponent (coupled) / shift (decoupled: -15 - e)
 _AM_DEC = const(14)     # 1: AdamW
 _AM = array("i", [0] * 15)
 _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
-_JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, seen (or _NOSEEN)
 _NOSEEN = ()                            # no record of checked sizes: every size is checked
+# the whole-step kernels' job (a viper function takes at most four arguments, and its arguments
+# would take the three registers the element loop needs): the record of checked sizes, newp,
+# news, params, olds; the kernel takes them out (_NOSEEN in every slot between calls)
+_REC = [_NOSEEN] * 5
 _NONE = None                            # (viper compares objects, not the constant None)
 
 
@@ -159,9 +162,9 @@ def _adam_consts(c, cf, t: int):
 
 @micropython.viper
 def _adam_all() -> int:
-    # the Adam step of every tensor (see the top of this section); returns -1, the index of the
-    # first tensor with a non-finite gradient, weight or result, -2 for a size mismatch or -3
-    # for a pair without a grad buffer
+    # the Adam step of every tensor (see the top of this section), its job in _REC (see adam_step);
+    # returns -1, the index of the first tensor with a non-finite gradient, weight or result, or
+    # -3 for a pair without a grad buffer; a size mismatch raises ValueError
     a = 0                               # the first three locals live in registers: the hot ones
     x = 0                               # (t is the most used; s next: 1030 against 1046 x86
     t = 0                               # instructions per parameter on the 32-bit port)
@@ -169,24 +172,39 @@ def _adam_all() -> int:
     sx = 1 << b31                       # (a variable: a literal 1 << 31 would be a bigint)
     infb = 255
     infb = infb << 23                   # +inf's bits
-    J = _JOB
     T = _tables()
     BL = ptr8(T[0])
     SQ = ptr32(T[1])
-    params = J[3]
-    SEEN = J[7]
+    BADSIZE = _ADAM_BAD
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    news = R[2]
+    params = R[3]
+    olds = R[4]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
     NONE = _NONE
-    count = int(J[6])
+    count = int(len(params))
     useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
-    m0 = int(ptr32(J[4]))
-    total = int(len(J[4]))
-    dpn = int(ptr32(J[0])) - m0
-    dmn = int(ptr32(J[1])) - m0
-    dvn = int(ptr32(J[2])) - m0
-    dv = int(ptr32(J[5])) - m0
-    for k in range(6):                 # the parameters must fit the shortest buffer
-        if k != 3 and int(len(J[k])) < total:
-            total = int(len(J[k]))
+    M = olds[0]                         # the base: every other buffer by its offset from m
+    m0 = int(ptr32(M))
+    total = int(len(M))
+    M = olds[1]
+    dv = int(ptr32(M)) - m0
+    if int(len(M)) < total:             # the parameters must fit the shortest buffer
+        total = int(len(M))
+    dpn = int(ptr32(newp)) - m0
+    if int(len(newp)) < total:
+        total = int(len(newp))
+    M = news[0]
+    dmn = int(ptr32(M)) - m0
+    if int(len(M)) < total:
+        total = int(len(M))
+    M = news[1]
+    dvn = int(ptr32(M)) - m0
+    if int(len(M)) < total:
+        total = int(len(M))
     adam_load()
     D1 = K1 - KB1
     cpl = 0                             # 1: Adam's coupled decay, d = g + wd p
@@ -199,7 +217,7 @@ def _adam_all() -> int:
         opt_tensor()
         if fits != 1:
             if fits == 0:
-                return -2
+                raise ValueError(BADSIZE)
             return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
@@ -247,8 +265,9 @@ _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 i
 
 @micropython.viper
 def _sgd_all() -> int:
-    # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
-    # result, -2 for a size mismatch or -3 for a pair without a grad buffer
+    # the SGD step of every tensor, its job in _REC (see sgd_step); returns -1, the index of the
+    # first tensor with a non-finite gradient, weight, buffer or result, or -3 for a pair without
+    # a grad buffer; a size mismatch raises ValueError
     a = 0
     x = 0
     s = 0
@@ -256,27 +275,35 @@ def _sgd_all() -> int:
     sx = 1 << b31
     infb = 255
     infb = infb << 23
-    J = _JOB
     T = _tables()
     BL = ptr8(T[0])
-    params = J[3]
-    SEEN = J[7]
+    BADSIZE = _SGD_BAD
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    news = R[2]
+    params = R[3]
+    olds = R[4]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
     NONE = _NONE
-    count = int(J[6])
+    count = int(len(params))
     useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
-    total = int(len(J[0]))
+    total = int(len(newp))
     hasbuf = int(ptr32(_SGDC)[_AM_DEC])    # 1: momentum buffers
-    m0 = int(ptr32(J[0]))               # the base: newp (or the buffers, with momentum)
+    m0 = int(ptr32(newp))               # the base: newp (or the buffers, with momentum)
     dpn = 0
     dmn = 0
     if hasbuf:
-        m0 = int(ptr32(J[4]))
-        dpn = int(ptr32(J[0])) - m0
-        dmn = int(ptr32(J[1])) - m0
-        if int(len(J[4])) < total:
-            total = int(len(J[4]))
-        if int(len(J[1])) < total:
-            total = int(len(J[1]))
+        M = olds[0]
+        m0 = int(ptr32(M))
+        dpn = int(ptr32(newp)) - m0
+        if int(len(M)) < total:
+            total = int(len(M))
+        M = news[0]
+        dmn = int(ptr32(M)) - m0
+        if int(len(M)) < total:
+            total = int(len(M))
     C = ptr32(_SGDC)
     am_common(C)
     lrm = C[_AM_CM]
@@ -288,7 +315,7 @@ def _sgd_all() -> int:
         opt_tensor()
         if fits != 1:
             if fits == 0:
-                return -2
+                raise ValueError(BADSIZE)
             return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
@@ -405,37 +432,14 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-@micropython.viper
 def _job(newp, news, params, olds):
-    # the whole-step kernels' buffers into _JOB (their arguments: a viper function takes at most
-    # four): newp, the new states (news: 0 to 2 buffers), params, the live states (olds), the count
-    J = _JOB
-    J[0] = newp
-    J[1] = None
-    J[2] = None
-    J[4] = None
-    J[5] = None
-    n = int(len(news))
-    if n > 0:
-        J[1] = news[0]
-        J[4] = olds[0]
-    if n > 1:
-        J[2] = news[1]
-        J[5] = olds[1]
-    J[3] = params
-    J[6] = len(params)
-    J[7] = _NOSEEN
-
-
-@micropython.viper
-def _done(r: int, who) -> int:
-    # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
-    J = _JOB
-    for i in range(8):
-        J[i] = None
-    if r == -2:
-        raise ValueError(who)
-    return r
+    # the whole-step kernels' job into _REC (a plain function: list stores cost less than a call
+    # into viper)
+    R = _REC
+    R[1] = newp
+    R[2] = news
+    R[3] = params
+    R[4] = olds
 
 
 _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
@@ -457,8 +461,8 @@ def adam_step(newp, news, params, olds, hyper):
     _adam_consts(_AM, _AMF, hyper[6])
     _job(newp, news, params, olds)
     if len(hyper) > 7:
-        _JOB[7] = hyper[7]
-    return _done(_adam_all(), _ADAM_BAD)
+        _REC[0] = hyper[7]
+    return _adam_all()
 
 
 _SGDLAST = [None, None, None]
@@ -496,8 +500,8 @@ def sgd_step(newp, news, params, olds, hyper):
     _SGDC[_AM_DEC] = len(olds)
     _job(newp, news, params, olds)
     if len(hyper) > 3:
-        _JOB[7] = hyper[3]
-    return _done(_sgd_all(), _SGD_BAD)
+        _REC[0] = hyper[3]
+    return _sgd_all()
 
 
 def params_commit(params, newp, count, seen=_NOSEEN):
@@ -548,13 +552,17 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         m = memoryview(m)[:n]
     if len(v) != n:
         v = memoryview(v)[:n]
+    if len(p) < n or len(g) < n or len(m) < n or len(v) < n:
+        raise ValueError("adam_update: p, g, m and v must hold n values")
     pair = _one(p, g, n)
     mv = _UMV
     mv[0] = m
     mv[1] = v
     _job(pair[0][0].data, mv, pair, mv)
-    mv[0] = mv[1] = None
-    _done(_adam_all(), "adam_update: p, g, m and v must hold n values")
+    try:
+        _adam_all()
+    finally:
+        mv[0] = mv[1] = None            # the module keeps no buffer between calls
 
 
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):

@@ -51,12 +51,15 @@ _AM_WDE = const(13)     #   exponent (coupled) / shift (decoupled: -15 - e)
 _AM_DEC = const(14)     # 1: AdamW
 _AM = array("i", [0] * 15)
 _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
-_JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, seen (or _NOSEEN)
 _NOSEEN = ()                            # no record of checked sizes: every size is checked
+# the whole-step kernels' job (a viper function takes at most four arguments, and its arguments
+# would take the three registers the element loop needs): the record of checked sizes, newp,
+# news, params, olds; the kernel takes them out (_NOSEEN in every slot between calls)
+_REC = [_NOSEEN] * 5
 _NONE = None                            # (viper compares objects, not the constant None)
 
 
-# from host/viper/optim.py:56
+# from host/viper/optim.py:59
 def _bitlen(t):
     n = 0
     while t:
@@ -68,7 +71,7 @@ def _bitlen(t):
 _TAB = [None, None]
 
 
-# from host/viper/optim.py:67
+# from host/viper/optim.py:70
 def _tables():
     # _BL (512 bytes): for s < 2^31, _BL[(s >> 23) & 0x1FF] is (bit length of s) - 25, the shift
     # less one that rounds s to 24 bits; 255 below 2^24 (and for negative s: the upper half)
@@ -85,7 +88,7 @@ def _tables():
     return _TAB
 
 
-# from host/viper/optim.py:83
+# from host/viper/optim.py:86
 @micropython.viper
 def _isqrt(x: int) -> int:
     # floor(sqrt(x)) for 0 <= x <= 2^30, bit by bit (a candidate below 2^15 + 2^14: its square < 2^31)
@@ -99,7 +102,7 @@ def _isqrt(x: int) -> int:
     return r
 
 
-# from host/viper/optim.py:96
+# from host/viper/optim.py:99
 @micropython.viper
 def _adam_consts(c, cf, t: int):
     # c[_AM_CM ...]: c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) as 15-bit mantissas for step t,
@@ -164,12 +167,12 @@ def _adam_consts(c, cf, t: int):
     C[_AM_E0] = ne + 95
 
 
-# from host/viper/optim.py:160
+# from host/viper/optim.py:163
 @micropython.viper
 def _adam_all() -> int:
-    # the Adam step of every tensor (see the top of this section); returns -1, the index of the
-    # first tensor with a non-finite gradient, weight or result, -2 for a size mismatch or -3
-    # for a pair without a grad buffer
+    # the Adam step of every tensor (see the top of this section), its job in _REC (see adam_step);
+    # returns -1, the index of the first tensor with a non-finite gradient, weight or result, or
+    # -3 for a pair without a grad buffer; a size mismatch raises ValueError
     a = 0                               # the first three locals live in registers: the hot ones
     x = 0                               # (t is the most used; s next: 1030 against 1046 x86
     t = 0                               # instructions per parameter on the 32-bit port)
@@ -177,24 +180,39 @@ def _adam_all() -> int:
     sx = 1 << b31                       # (a variable: a literal 1 << 31 would be a bigint)
     infb = 255
     infb = infb << 23                   # +inf's bits
-    J = _JOB
     T = _tables()
     BL = ptr8(T[0])
     SQ = ptr32(T[1])
-    params = J[3]
-    SEEN = J[7]
+    BADSIZE = _ADAM_BAD
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    news = R[2]
+    params = R[3]
+    olds = R[4]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
     NONE = _NONE
-    count = int(J[6])
+    count = int(len(params))
     useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
-    m0 = int(ptr32(J[4]))
-    total = int(len(J[4]))
-    dpn = int(ptr32(J[0])) - m0
-    dmn = int(ptr32(J[1])) - m0
-    dvn = int(ptr32(J[2])) - m0
-    dv = int(ptr32(J[5])) - m0
-    for k in range(6):                 # the parameters must fit the shortest buffer
-        if k != 3 and int(len(J[k])) < total:
-            total = int(len(J[k]))
+    M = olds[0]                         # the base: every other buffer by its offset from m
+    m0 = int(ptr32(M))
+    total = int(len(M))
+    M = olds[1]
+    dv = int(ptr32(M)) - m0
+    if int(len(M)) < total:             # the parameters must fit the shortest buffer
+        total = int(len(M))
+    dpn = int(ptr32(newp)) - m0
+    if int(len(newp)) < total:
+        total = int(len(newp))
+    M = news[0]
+    dmn = int(ptr32(M)) - m0
+    if int(len(M)) < total:
+        total = int(len(M))
+    M = news[1]
+    dvn = int(ptr32(M)) - m0
+    if int(len(M)) < total:
+        total = int(len(M))
     # from host/viper/snippets.py:988 (snippet adam_load)
     C = ptr32(_AM)
     # from host/viper/snippets.py:1119 (snippet am_common)
@@ -214,7 +232,7 @@ def _adam_all() -> int:
     epse = (C[_AM_EPE] ^ sx) - sx
     E0 = (C[_AM_E0] ^ sx) - sx
     dec = C[_AM_DEC]
-    # from host/viper/optim.py:191
+    # from host/viper/optim.py:209
     D1 = K1 - KB1
     cpl = 0                             # 1: Adam's coupled decay, d = g + wd p
     dcp = 0                             # 1: AdamW's decoupled decay of p
@@ -254,10 +272,10 @@ def _adam_all() -> int:
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:200
+        # from host/viper/optim.py:218
         if fits != 1:
             if fits == 0:
-                return -2
+                raise ValueError(BADSIZE)
             return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
@@ -317,7 +335,7 @@ def _adam_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:208
+            # from host/viper/optim.py:226
             eg = (x >> 23) & 0xFF
             t = ptr32(a)[0]
             em = (t >> 23) & 0xFF
@@ -382,7 +400,7 @@ def _adam_all() -> int:
                 bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:213
+            # from host/viper/optim.py:231
             # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
             # from host/viper/snippets.py:888 (snippet adam_v)
             t = ptr32(a + dv)[0]
@@ -435,7 +453,7 @@ def _adam_all() -> int:
                 bv = 0
             # from host/viper/snippets.py:899 (snippet adam_v)
             ptr32(a + dvn)[0] = xv2
-            # from host/viper/optim.py:215
+            # from host/viper/optim.py:233
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
             if dcp:
@@ -464,13 +482,13 @@ def _adam_all() -> int:
                         x = (x & sx) | (((ey - 1) << 23) + uu)
                     else:
                         x = 0
-            # from host/viper/optim.py:219
+            # from host/viper/optim.py:237
             if s == 0:                          # p' = p; on to the next element
                 # from host/viper/snippets.py:1094 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:221
+                # from host/viper/optim.py:239
                 a += 4
                 continue
             h = xv2 >> 24
@@ -497,7 +515,7 @@ def _adam_all() -> int:
                     den = den >> 1
                     De += 1
                 h = De + 78
-            # from host/viper/optim.py:229
+            # from host/viper/optim.py:247
             q = (s >> 8) * cm                                           #!chk q
             q = (q + (den >> 1)) // den         # rounded: (2^31 + 2^15) // 2^14.5
             X = bm - h + CE                     # step = q 2^(X - 156)
@@ -527,7 +545,7 @@ def _adam_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:233
+            # from host/viper/optim.py:251
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -577,7 +595,7 @@ def _adam_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:235
+            # from host/viper/optim.py:253
             a += 4
         if bad:
             return k
@@ -591,11 +609,12 @@ def _adam_all() -> int:
 _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 in _AM_DEC for momentum
 
 
-# from host/viper/optim.py:248
+# from host/viper/optim.py:266
 @micropython.viper
 def _sgd_all() -> int:
-    # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
-    # result, -2 for a size mismatch or -3 for a pair without a grad buffer
+    # the SGD step of every tensor, its job in _REC (see sgd_step); returns -1, the index of the
+    # first tensor with a non-finite gradient, weight, buffer or result, or -3 for a pair without
+    # a grad buffer; a size mismatch raises ValueError
     a = 0
     x = 0
     s = 0
@@ -603,27 +622,35 @@ def _sgd_all() -> int:
     sx = 1 << b31
     infb = 255
     infb = infb << 23
-    J = _JOB
     T = _tables()
     BL = ptr8(T[0])
-    params = J[3]
-    SEEN = J[7]
+    BADSIZE = _SGD_BAD
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    news = R[2]
+    params = R[3]
+    olds = R[4]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
     NONE = _NONE
-    count = int(J[6])
+    count = int(len(params))
     useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
-    total = int(len(J[0]))
+    total = int(len(newp))
     hasbuf = int(ptr32(_SGDC)[_AM_DEC])    # 1: momentum buffers
-    m0 = int(ptr32(J[0]))               # the base: newp (or the buffers, with momentum)
+    m0 = int(ptr32(newp))               # the base: newp (or the buffers, with momentum)
     dpn = 0
     dmn = 0
     if hasbuf:
-        m0 = int(ptr32(J[4]))
-        dpn = int(ptr32(J[0])) - m0
-        dmn = int(ptr32(J[1])) - m0
-        if int(len(J[4])) < total:
-            total = int(len(J[4]))
-        if int(len(J[1])) < total:
-            total = int(len(J[1]))
+        M = olds[0]
+        m0 = int(ptr32(M))
+        dpn = int(ptr32(newp)) - m0
+        if int(len(M)) < total:
+            total = int(len(M))
+        M = news[0]
+        dmn = int(ptr32(M)) - m0
+        if int(len(M)) < total:
+            total = int(len(M))
     C = ptr32(_SGDC)
     # from host/viper/snippets.py:1119 (snippet am_common)
     o1m = C[_AM_O1]
@@ -631,7 +658,7 @@ def _sgd_all() -> int:
     KB1 = (C[_AM_KB1] ^ sx) - sx
     wdm = C[_AM_WDM]
     wde = (C[_AM_WDE] ^ sx) - sx
-    # from host/viper/optim.py:282
+    # from host/viper/optim.py:309
     lrm = C[_AM_CM]
     LRE = (C[_AM_CE] ^ sx) - sx
     K1 = 0
@@ -669,10 +696,10 @@ def _sgd_all() -> int:
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:289
+        # from host/viper/optim.py:316
         if fits != 1:
             if fits == 0:
-                return -2
+                raise ValueError(BADSIZE)
             return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
@@ -732,7 +759,7 @@ def _sgd_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:297
+            # from host/viper/optim.py:324
             eg = (x >> 23) & 0xFF
             t = 0
             if hasbuf:
@@ -801,7 +828,7 @@ def _sgd_all() -> int:
                 bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:306
+            # from host/viper/optim.py:333
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
             if s == 0:                          # p' = p; on to the next element
@@ -809,7 +836,7 @@ def _sgd_all() -> int:
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:310
+                # from host/viper/optim.py:337
                 a += 4
                 continue
             q = (s >> 8) * lrm                                          #!chk q
@@ -841,7 +868,7 @@ def _sgd_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:316
+            # from host/viper/optim.py:343
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -891,14 +918,14 @@ def _sgd_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:318
+            # from host/viper/optim.py:345
             a += 4
         if bad:
             return k
     return -1
 
 
-# from host/viper/optim.py:324
+# from host/viper/optim.py:351
 @micropython.viper
 def _commit(params, newp, count: int, SEEN) -> int:
     # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch.
@@ -931,12 +958,12 @@ def _commit(params, newp, count: int, SEEN) -> int:
         while a < end:
             ptr32(a + off)[0] = ptr32(a)[0]
             a += 4
-        # from host/viper/optim.py:345
+        # from host/viper/optim.py:372
         o += n
     return 0
 
 
-# from host/viper/optim.py:349
+# from host/viper/optim.py:376
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)
@@ -949,7 +976,7 @@ def _pair15(x):
 _AMLAST = [None] * 6
 
 
-# from host/viper/optim.py:361
+# from host/viper/optim.py:388
 def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
     C = _AM
     m, e = _pair15(1.0 - beta1)
@@ -978,7 +1005,7 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-# from host/viper/optim.py:389
+# from host/viper/optim.py:416
 def _adam_setup(h):
     # the hyperparameters h = [lr, beta1, beta2, eps, weight_decay, decoupled, ...] in fixed point,
     # made again (_adam_remake) only when one of them is another object than last time (a
@@ -989,7 +1016,7 @@ def _adam_setup(h):
         _adam_remake(h)
 
 
-# from host/viper/optim.py:399
+# from host/viper/optim.py:426
 def _adam_remake(h):
     _adam_hyper(h[0], h[1], h[2], h[4], h[5])
     F = _AMF
@@ -999,46 +1026,22 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-# from host/viper/optim.py:408
-@micropython.viper
+# from host/viper/optim.py:435
 def _job(newp, news, params, olds):
-    # the whole-step kernels' buffers into _JOB (their arguments: a viper function takes at most
-    # four): newp, the new states (news: 0 to 2 buffers), params, the live states (olds), the count
-    J = _JOB
-    J[0] = newp
-    J[1] = None
-    J[2] = None
-    J[4] = None
-    J[5] = None
-    n = int(len(news))
-    if n > 0:
-        J[1] = news[0]
-        J[4] = olds[0]
-    if n > 1:
-        J[2] = news[1]
-        J[5] = olds[1]
-    J[3] = params
-    J[6] = len(params)
-    J[7] = _NOSEEN
-
-
-# from host/viper/optim.py:430
-@micropython.viper
-def _done(r: int, who) -> int:
-    # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
-    J = _JOB
-    for i in range(8):
-        J[i] = None
-    if r == -2:
-        raise ValueError(who)
-    return r
+    # the whole-step kernels' job into _REC (a plain function: list stores cost less than a call
+    # into viper)
+    R = _REC
+    R[1] = newp
+    R[2] = news
+    R[3] = params
+    R[4] = olds
 
 
 _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 _SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 
 
-# from host/viper/optim.py:445
+# from host/viper/optim.py:449
 def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
@@ -1054,14 +1057,14 @@ def adam_step(newp, news, params, olds, hyper):
     _adam_consts(_AM, _AMF, hyper[6])
     _job(newp, news, params, olds)
     if len(hyper) > 7:
-        _JOB[7] = hyper[7]
-    return _done(_adam_all(), _ADAM_BAD)
+        _REC[0] = hyper[7]
+    return _adam_all()
 
 
 _SGDLAST = [None, None, None]
 
 
-# from host/viper/optim.py:467
+# from host/viper/optim.py:471
 def _sgd_setup(h):
     # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
@@ -1082,7 +1085,7 @@ def _sgd_setup(h):
         L[2] = h[2]
 
 
-# from host/viper/optim.py:487
+# from host/viper/optim.py:491
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
@@ -1095,11 +1098,11 @@ def sgd_step(newp, news, params, olds, hyper):
     _SGDC[_AM_DEC] = len(olds)
     _job(newp, news, params, olds)
     if len(hyper) > 3:
-        _JOB[7] = hyper[3]
-    return _done(_sgd_all(), _SGD_BAD)
+        _REC[0] = hyper[3]
+    return _sgd_all()
 
 
-# from host/viper/optim.py:503
+# from host/viper/optim.py:507
 def params_commit(params, newp, count, seen=_NOSEEN):
     # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
     # the record of checked sizes the step filled (adam_step's hyper[7]), or none
@@ -1116,7 +1119,7 @@ _PAIR = [(_Holder(), _Holder())]
 _AUF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps of adam_update
 
 
-# from host/viper/optim.py:519
+# from host/viper/optim.py:523
 def _one(p, g, n):
     # the one-pair list for p, g (n,): their first n values (views when n is less than a length)
     if len(p) != n:
@@ -1133,7 +1136,7 @@ _UH = [None] * 7                        # adam_update's hyperparameters as adam_
 _UMV = [None, None]
 
 
-# from host/viper/optim.py:535
+# from host/viper/optim.py:539
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
@@ -1150,16 +1153,20 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         m = memoryview(m)[:n]
     if len(v) != n:
         v = memoryview(v)[:n]
+    if len(p) < n or len(g) < n or len(m) < n or len(v) < n:
+        raise ValueError("adam_update: p, g, m and v must hold n values")
     pair = _one(p, g, n)
     mv = _UMV
     mv[0] = m
     mv[1] = v
     _job(pair[0][0].data, mv, pair, mv)
-    mv[0] = mv[1] = None
-    _done(_adam_all(), "adam_update: p, g, m and v must hold n values")
+    try:
+        _adam_all()
+    finally:
+        mv[0] = mv[1] = None            # the module keeps no buffer between calls
 
 
-# from host/viper/optim.py:560
+# from host/viper/optim.py:568
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     # p (n,) -= lr d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum.
     # sgd_step's element code on one tensor: the new weights go through scratch, buf in place
