@@ -51,7 +51,8 @@ _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
 _NOSEEN = ()                            # no record of checked sizes: every size is checked
 # the whole-step kernels' job (a viper function takes at most four arguments, and its arguments
 # would take the three registers the element loop needs): the record of checked sizes, newp,
-# news, params, olds; the kernel takes them out (_NOSEEN in every slot between calls)
+# news, params, olds (_commit: the record, newp, count, params); the kernel takes them out
+# (_NOSEEN in every slot between calls)
 _REC = [_NOSEEN] * 5
 _NONE = None                            # (viper compares objects, not the constant None)
 
@@ -349,24 +350,36 @@ def _sgd_all() -> int:
 
 
 @micropython.viper
-def _commit(params, newp, count: int, SEEN) -> int:
-    # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch.
-    # SEEN: the step's record (opt_sizes), or _NOSEEN: a weight whose data is the recorded object
-    # takes the recorded size instead of a len() call
-    S = ptr32(newp)
+def _commit() -> int:
+    # p.data of each of the first `count` (param, grad) pairs = its stretch of newp, bit for bit;
+    # -2 on a size mismatch. Its job in _REC (params_commit, emptied here): the record of checked
+    # sizes (or _NOSEEN), newp, count, params. With a record, the buffers written are the ones it
+    # holds: those of the pairs when the step that filled it ran (no lookups per pair).
+    a = 0                               # the copy's words in registers (not arguments: they
+    off = 0                             # would take them)
+    end = 0
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    count = int(R[2])
+    params = R[3]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
+    S = int(ptr32(newp))
     total = int(len(newp))
     useseen = int(len(SEEN)) >= 3 * count
     o = 0
     for k in range(count):
-        pd = params[k][0].data
-        kk = k + k + k
-        if useseen and pd is SEEN[kk]:
+        if useseen:
+            kk = k + k + k
+            pd = SEEN[kk]
             n = int(SEEN[kk + 2])
         else:
+            pd = params[k][0].data
             n = int(len(pd))
         if o + n > total:
             return -2
-        a = int(S) + 4 * o
+        a = S + 4 * o
         off = int(ptr32(pd)) - a
         copy4(a, off, end, n)
         o += n
@@ -506,8 +519,13 @@ def sgd_step(newp, news, params, olds, hyper):
 
 def params_commit(params, newp, count, seen=_NOSEEN):
     # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
-    # the record of checked sizes the step filled (adam_step's hyper[7]), or none
-    if _commit(params, newp, count, seen) == -2:
+    # the record of checked sizes (adam_step's hyper[7]) that the step just before filled, or none
+    R = _REC
+    R[0] = seen
+    R[1] = newp
+    R[2] = count
+    R[3] = params
+    if _commit() == -2:
         raise ValueError("params_commit: the parameters hold more values than newp")
 
 
@@ -574,4 +592,4 @@ def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     pair = _one(p, g, n)
     b = [] if buf is None else [buf]
     sgd_step(new, b, pair, b, [lr, momentum, weight_decay])
-    _commit(pair, new, 1, _NOSEEN)
+    params_commit(pair, new, 1)

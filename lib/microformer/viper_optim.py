@@ -54,12 +54,13 @@ _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
 _NOSEEN = ()                            # no record of checked sizes: every size is checked
 # the whole-step kernels' job (a viper function takes at most four arguments, and its arguments
 # would take the three registers the element loop needs): the record of checked sizes, newp,
-# news, params, olds; the kernel takes them out (_NOSEEN in every slot between calls)
+# news, params, olds (_commit: the record, newp, count, params); the kernel takes them out
+# (_NOSEEN in every slot between calls)
 _REC = [_NOSEEN] * 5
 _NONE = None                            # (viper compares objects, not the constant None)
 
 
-# from host/viper/optim.py:59
+# from host/viper/optim.py:60
 def _bitlen(t):
     n = 0
     while t:
@@ -71,7 +72,7 @@ def _bitlen(t):
 _TAB = [None, None]
 
 
-# from host/viper/optim.py:70
+# from host/viper/optim.py:71
 def _tables():
     # _BL (512 bytes): for s < 2^31, _BL[(s >> 23) & 0x1FF] is (bit length of s) - 25, the shift
     # less one that rounds s to 24 bits; 255 below 2^24 (and for negative s: the upper half)
@@ -88,7 +89,7 @@ def _tables():
     return _TAB
 
 
-# from host/viper/optim.py:86
+# from host/viper/optim.py:87
 @micropython.viper
 def _isqrt(x: int) -> int:
     # floor(sqrt(x)) for 0 <= x <= 2^30, bit by bit (a candidate below 2^15 + 2^14: its square < 2^31)
@@ -102,7 +103,7 @@ def _isqrt(x: int) -> int:
     return r
 
 
-# from host/viper/optim.py:99
+# from host/viper/optim.py:100
 @micropython.viper
 def _adam_consts(c, cf, t: int):
     # c[_AM_CM ...]: c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) as 15-bit mantissas for step t,
@@ -167,7 +168,7 @@ def _adam_consts(c, cf, t: int):
     C[_AM_E0] = ne + 95
 
 
-# from host/viper/optim.py:163
+# from host/viper/optim.py:164
 @micropython.viper
 def _adam_all() -> int:
     # the Adam step of every tensor (see the top of this section), its job in _REC (see adam_step);
@@ -232,7 +233,7 @@ def _adam_all() -> int:
     epse = (C[_AM_EPE] ^ sx) - sx
     E0 = (C[_AM_E0] ^ sx) - sx
     dec = C[_AM_DEC]
-    # from host/viper/optim.py:209
+    # from host/viper/optim.py:210
     D1 = K1 - KB1
     cpl = 0                             # 1: Adam's coupled decay, d = g + wd p
     dcp = 0                             # 1: AdamW's decoupled decay of p
@@ -272,7 +273,7 @@ def _adam_all() -> int:
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:218
+        # from host/viper/optim.py:219
         if fits != 1:
             if fits == 0:
                 raise ValueError(BADSIZE)
@@ -335,7 +336,7 @@ def _adam_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:226
+            # from host/viper/optim.py:227
             eg = (x >> 23) & 0xFF
             t = ptr32(a)[0]
             em = (t >> 23) & 0xFF
@@ -400,7 +401,7 @@ def _adam_all() -> int:
                 bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:231
+            # from host/viper/optim.py:232
             # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
             # from host/viper/snippets.py:888 (snippet adam_v)
             t = ptr32(a + dv)[0]
@@ -453,7 +454,7 @@ def _adam_all() -> int:
                 bv = 0
             # from host/viper/snippets.py:899 (snippet adam_v)
             ptr32(a + dvn)[0] = xv2
-            # from host/viper/optim.py:233
+            # from host/viper/optim.py:234
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
             if dcp:
@@ -482,13 +483,13 @@ def _adam_all() -> int:
                         x = (x & sx) | (((ey - 1) << 23) + uu)
                     else:
                         x = 0
-            # from host/viper/optim.py:237
+            # from host/viper/optim.py:238
             if s == 0:                          # p' = p; on to the next element
                 # from host/viper/snippets.py:1094 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:239
+                # from host/viper/optim.py:240
                 a += 4
                 continue
             h = xv2 >> 24
@@ -515,7 +516,7 @@ def _adam_all() -> int:
                     den = den >> 1
                     De += 1
                 h = De + 78
-            # from host/viper/optim.py:247
+            # from host/viper/optim.py:248
             q = (s >> 8) * cm                                           #!chk q
             q = (q + (den >> 1)) // den         # rounded: (2^31 + 2^15) // 2^14.5
             X = bm - h + CE                     # step = q 2^(X - 156)
@@ -545,7 +546,7 @@ def _adam_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:251
+            # from host/viper/optim.py:252
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -595,7 +596,7 @@ def _adam_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:253
+            # from host/viper/optim.py:254
             a += 4
         if bad:
             return k
@@ -609,7 +610,7 @@ def _adam_all() -> int:
 _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 in _AM_DEC for momentum
 
 
-# from host/viper/optim.py:266
+# from host/viper/optim.py:267
 @micropython.viper
 def _sgd_all() -> int:
     # the SGD step of every tensor, its job in _REC (see sgd_step); returns -1, the index of the
@@ -658,7 +659,7 @@ def _sgd_all() -> int:
     KB1 = (C[_AM_KB1] ^ sx) - sx
     wdm = C[_AM_WDM]
     wde = (C[_AM_WDE] ^ sx) - sx
-    # from host/viper/optim.py:309
+    # from host/viper/optim.py:310
     lrm = C[_AM_CM]
     LRE = (C[_AM_CE] ^ sx) - sx
     K1 = 0
@@ -696,7 +697,7 @@ def _sgd_all() -> int:
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:316
+        # from host/viper/optim.py:317
         if fits != 1:
             if fits == 0:
                 raise ValueError(BADSIZE)
@@ -759,7 +760,7 @@ def _sgd_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:324
+            # from host/viper/optim.py:325
             eg = (x >> 23) & 0xFF
             t = 0
             if hasbuf:
@@ -828,7 +829,7 @@ def _sgd_all() -> int:
                 bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:333
+            # from host/viper/optim.py:334
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
             if s == 0:                          # p' = p; on to the next element
@@ -836,7 +837,7 @@ def _sgd_all() -> int:
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:337
+                # from host/viper/optim.py:338
                 a += 4
                 continue
             q = (s >> 8) * lrm                                          #!chk q
@@ -868,7 +869,7 @@ def _sgd_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:343
+            # from host/viper/optim.py:344
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -918,33 +919,45 @@ def _sgd_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:345
+            # from host/viper/optim.py:346
             a += 4
         if bad:
             return k
     return -1
 
 
-# from host/viper/optim.py:351
+# from host/viper/optim.py:352
 @micropython.viper
-def _commit(params, newp, count: int, SEEN) -> int:
-    # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch.
-    # SEEN: the step's record (opt_sizes), or _NOSEEN: a weight whose data is the recorded object
-    # takes the recorded size instead of a len() call
-    S = ptr32(newp)
+def _commit() -> int:
+    # p.data of each of the first `count` (param, grad) pairs = its stretch of newp, bit for bit;
+    # -2 on a size mismatch. Its job in _REC (params_commit, emptied here): the record of checked
+    # sizes (or _NOSEEN), newp, count, params. With a record, the buffers written are the ones it
+    # holds: those of the pairs when the step that filled it ran (no lookups per pair).
+    a = 0                               # the copy's words in registers (not arguments: they
+    off = 0                             # would take them)
+    end = 0
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    count = int(R[2])
+    params = R[3]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
+    S = int(ptr32(newp))
     total = int(len(newp))
     useseen = int(len(SEEN)) >= 3 * count
     o = 0
     for k in range(count):
-        pd = params[k][0].data
-        kk = k + k + k
-        if useseen and pd is SEEN[kk]:
+        if useseen:
+            kk = k + k + k
+            pd = SEEN[kk]
             n = int(SEEN[kk + 2])
         else:
+            pd = params[k][0].data
             n = int(len(pd))
         if o + n > total:
             return -2
-        a = int(S) + 4 * o
+        a = S + 4 * o
         off = int(ptr32(pd)) - a
         # from host/viper/snippets.py:1056 (snippet copy4)
         end = a + 4 * (n - (n & 3))
@@ -958,12 +971,12 @@ def _commit(params, newp, count: int, SEEN) -> int:
         while a < end:
             ptr32(a + off)[0] = ptr32(a)[0]
             a += 4
-        # from host/viper/optim.py:372
+        # from host/viper/optim.py:385
         o += n
     return 0
 
 
-# from host/viper/optim.py:376
+# from host/viper/optim.py:389
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)
@@ -976,7 +989,7 @@ def _pair15(x):
 _AMLAST = [None] * 6
 
 
-# from host/viper/optim.py:388
+# from host/viper/optim.py:401
 def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
     C = _AM
     m, e = _pair15(1.0 - beta1)
@@ -1005,7 +1018,7 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-# from host/viper/optim.py:416
+# from host/viper/optim.py:429
 def _adam_setup(h):
     # the hyperparameters h = [lr, beta1, beta2, eps, weight_decay, decoupled, ...] in fixed point,
     # made again (_adam_remake) only when one of them is another object than last time (a
@@ -1016,7 +1029,7 @@ def _adam_setup(h):
         _adam_remake(h)
 
 
-# from host/viper/optim.py:426
+# from host/viper/optim.py:439
 def _adam_remake(h):
     _adam_hyper(h[0], h[1], h[2], h[4], h[5])
     F = _AMF
@@ -1026,7 +1039,7 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-# from host/viper/optim.py:435
+# from host/viper/optim.py:448
 def _job(newp, news, params, olds):
     # the whole-step kernels' job into _REC (a plain function: list stores cost less than a call
     # into viper)
@@ -1041,7 +1054,7 @@ _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's b
 _SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 
 
-# from host/viper/optim.py:449
+# from host/viper/optim.py:462
 def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
@@ -1064,7 +1077,7 @@ def adam_step(newp, news, params, olds, hyper):
 _SGDLAST = [None, None, None]
 
 
-# from host/viper/optim.py:471
+# from host/viper/optim.py:484
 def _sgd_setup(h):
     # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
@@ -1085,7 +1098,7 @@ def _sgd_setup(h):
         L[2] = h[2]
 
 
-# from host/viper/optim.py:491
+# from host/viper/optim.py:504
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
@@ -1102,11 +1115,16 @@ def sgd_step(newp, news, params, olds, hyper):
     return _sgd_all()
 
 
-# from host/viper/optim.py:507
+# from host/viper/optim.py:520
 def params_commit(params, newp, count, seen=_NOSEEN):
     # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
-    # the record of checked sizes the step filled (adam_step's hyper[7]), or none
-    if _commit(params, newp, count, seen) == -2:
+    # the record of checked sizes (adam_step's hyper[7]) that the step just before filled, or none
+    R = _REC
+    R[0] = seen
+    R[1] = newp
+    R[2] = count
+    R[3] = params
+    if _commit() == -2:
         raise ValueError("params_commit: the parameters hold more values than newp")
 
 
@@ -1119,7 +1137,7 @@ _PAIR = [(_Holder(), _Holder())]
 _AUF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps of adam_update
 
 
-# from host/viper/optim.py:523
+# from host/viper/optim.py:541
 def _one(p, g, n):
     # the one-pair list for p, g (n,): their first n values (views when n is less than a length)
     if len(p) != n:
@@ -1136,7 +1154,7 @@ _UH = [None] * 7                        # adam_update's hyperparameters as adam_
 _UMV = [None, None]
 
 
-# from host/viper/optim.py:539
+# from host/viper/optim.py:557
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
@@ -1166,7 +1184,7 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         mv[0] = mv[1] = None            # the module keeps no buffer between calls
 
 
-# from host/viper/optim.py:568
+# from host/viper/optim.py:586
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     # p (n,) -= lr d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum.
     # sgd_step's element code on one tensor: the new weights go through scratch, buf in place
@@ -1176,4 +1194,4 @@ def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     pair = _one(p, g, n)
     b = [] if buf is None else [buf]
     sgd_step(new, b, pair, b, [lr, momentum, weight_decay])
-    _commit(pair, new, 1, _NOSEEN)
+    params_commit(pair, new, 1)
