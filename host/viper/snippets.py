@@ -868,7 +868,7 @@ def adam_m():
         tm = 0
     d = eg - em + D1
     align_by(d, X, eg + K1, em + KB1, tg, tm)
-    if ((x ^ t) >> 31) & 1:
+    if (x ^ t) & sx:
         s = tm - tg                                                         #!chk s
     else:
         s = tm + tg                                                         #!chk s
@@ -1017,7 +1017,7 @@ def adam_pfast():
             t = 0
         else:
             t = q >> (0 - sh)
-        if ((x ^ xm2) >> 31) & 1:
+        if (x ^ xm2) & sx:
             t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
         else:
             t = (((x & 0x7FFFFF) | 0x800000) << 6) - t

@@ -366,7 +366,7 @@ def _adam_all() -> int:
                 else:
                     tg = tg >> (0 - d)
             # from host/viper/snippets.py:871 (snippet adam_m)
-            if ((x ^ t) >> 31) & 1:
+            if (x ^ t) & sx:
                 s = tm - tg                                                         #!chk s
             else:
                 s = tm + tg                                                         #!chk s
@@ -531,7 +531,7 @@ def _adam_all() -> int:
                     t = 0
                 else:
                     t = q >> (0 - sh)
-                if ((x ^ xm2) >> 31) & 1:
+                if (x ^ xm2) & sx:
                     t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
                 else:
                     t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
@@ -794,7 +794,7 @@ def _sgd_all() -> int:
                 else:
                     tg = tg >> (0 - d)
             # from host/viper/snippets.py:871 (snippet adam_m)
-            if ((x ^ t) >> 31) & 1:
+            if (x ^ t) & sx:
                 s = tm - tg                                                         #!chk s
             else:
                 s = tm + tg                                                         #!chk s
@@ -854,7 +854,7 @@ def _sgd_all() -> int:
                     t = 0
                 else:
                     t = q >> (0 - sh)
-                if ((x ^ xm2) >> 31) & 1:
+                if (x ^ xm2) & sx:
                     t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
                 else:
                     t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
