@@ -48,7 +48,13 @@ _AM_WDE = const(13)     #   exponent (coupled) / shift (decoupled: -15 - e)
 _AM_DEC = const(14)     # 1: AdamW
 _AM = array("i", [0] * 15)
 _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
-_JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, status
+_NOSEEN = ()                            # no record of checked sizes: every size is checked
+# the whole-step kernels' job (a viper function takes at most four arguments, and its arguments
+# would take the three registers the element loop needs): the record of checked sizes, newp,
+# news, params, olds (_commit: the record, newp, count, params); the kernel takes them out
+# (_NOSEEN in every slot between calls)
+_REC = [_NOSEEN] * 5
+_NONE = None                            # (viper compares objects, not the constant None)
 
 
 def _bitlen(t):
@@ -157,40 +163,66 @@ def _adam_consts(c, cf, t: int):
 
 @micropython.viper
 def _adam_all() -> int:
-    # the Adam step of every tensor (see the top of this section); returns -1, the index of the
-    # first tensor with a non-finite gradient, weight or result, or -2 for a size mismatch
+    # the Adam step of every tensor (see the top of this section), its job in _REC (see adam_step);
+    # returns -1, the index of the first tensor with a non-finite gradient, weight or result, or
+    # -3 for a pair without a grad buffer; a size mismatch raises ValueError
     a = 0                               # the first three locals live in registers: the hot ones
-    x = 0
-    s = 0
+    x = 0                               # (t is the most used; s next: 1030 against 1046 x86
+    t = 0                               # instructions per parameter on the 32-bit port)
     b31 = 31
     sx = 1 << b31                       # (a variable: a literal 1 << 31 would be a bigint)
     infb = 255
     infb = infb << 23                   # +inf's bits
-    J = _JOB
     T = _tables()
     BL = ptr8(T[0])
     SQ = ptr32(T[1])
-    params = J[3]
-    count = int(J[6])
-    m0 = int(ptr32(J[4]))
-    total = int(len(J[4]))
-    dpn = int(ptr32(J[0])) - m0
-    dmn = int(ptr32(J[1])) - m0
-    dvn = int(ptr32(J[2])) - m0
-    dv = int(ptr32(J[5])) - m0
-    for k in range(6):                 # the parameters must fit the shortest buffer
-        if k != 3 and int(len(J[k])) < total:
-            total = int(len(J[k]))
+    BADSIZE = _ADAM_BAD
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    news = R[2]
+    params = R[3]
+    olds = R[4]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
+    NONE = _NONE
+    count = int(len(params))
+    useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
+    M = olds[0]                         # the base: every other buffer by its offset from m
+    m0 = int(ptr32(M))
+    total = int(len(M))
+    M = olds[1]
+    dv = int(ptr32(M)) - m0
+    if int(len(M)) < total:             # the parameters must fit the shortest buffer
+        total = int(len(M))
+    dpn = int(ptr32(newp)) - m0
+    if int(len(newp)) < total:
+        total = int(len(newp))
+    M = news[0]
+    dmn = int(ptr32(M)) - m0
+    if int(len(M)) < total:
+        total = int(len(M))
+    M = news[1]
+    dvn = int(ptr32(M)) - m0
+    if int(len(M)) < total:
+        total = int(len(M))
     adam_load()
     D1 = K1 - KB1
+    cpl = 0                             # 1: Adam's coupled decay, d = g + wd p
+    dcp = 0                             # 1: AdamW's decoupled decay of p
+    if wdm != 0:
+        cpl = 1 - dec
+        dcp = dec
     o = 0
     for k in range(count):
         opt_tensor()
-        if fits == 0:
-            return -2
+        if fits != 1:
+            if fits == 0:
+                raise ValueError(BADSIZE)
+            return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
-            if wdm != 0 and dec == 0:
+            if cpl:
                 adam_coupled()
             eg = (x >> 23) & 0xFF
             t = ptr32(a)[0]
@@ -201,7 +233,7 @@ def _adam_all() -> int:
             adam_v()
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
-            if wdm != 0 and dec != 0:
+            if dcp:
                 adam_decoupled()
             if s == 0:                          # p' = p; on to the next element
                 opt_unchanged()
@@ -234,8 +266,9 @@ _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 i
 
 @micropython.viper
 def _sgd_all() -> int:
-    # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
-    # result, or -2 for a size mismatch
+    # the SGD step of every tensor, its job in _REC (see sgd_step); returns -1, the index of the
+    # first tensor with a non-finite gradient, weight, buffer or result, or -3 for a pair without
+    # a grad buffer; a size mismatch raises ValueError
     a = 0
     x = 0
     s = 0
@@ -243,24 +276,35 @@ def _sgd_all() -> int:
     sx = 1 << b31
     infb = 255
     infb = infb << 23
-    J = _JOB
     T = _tables()
     BL = ptr8(T[0])
-    params = J[3]
-    count = int(J[6])
-    total = int(len(J[0]))
+    BADSIZE = _SGD_BAD
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    news = R[2]
+    params = R[3]
+    olds = R[4]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
+    NONE = _NONE
+    count = int(len(params))
+    useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
+    total = int(len(newp))
     hasbuf = int(ptr32(_SGDC)[_AM_DEC])    # 1: momentum buffers
-    m0 = int(ptr32(J[0]))               # the base: newp (or the buffers, with momentum)
+    m0 = int(ptr32(newp))               # the base: newp (or the buffers, with momentum)
     dpn = 0
     dmn = 0
     if hasbuf:
-        m0 = int(ptr32(J[4]))
-        dpn = int(ptr32(J[0])) - m0
-        dmn = int(ptr32(J[1])) - m0
-        if int(len(J[4])) < total:
-            total = int(len(J[4]))
-        if int(len(J[1])) < total:
-            total = int(len(J[1]))
+        M = olds[0]
+        m0 = int(ptr32(M))
+        dpn = int(ptr32(newp)) - m0
+        if int(len(M)) < total:
+            total = int(len(M))
+        M = news[0]
+        dmn = int(ptr32(M)) - m0
+        if int(len(M)) < total:
+            total = int(len(M))
     C = ptr32(_SGDC)
     am_common(C)
     lrm = C[_AM_CM]
@@ -270,8 +314,10 @@ def _sgd_all() -> int:
     o = 0
     for k in range(count):
         opt_tensor()
-        if fits == 0:
-            return -2
+        if fits != 1:
+            if fits == 0:
+                raise ValueError(BADSIZE)
+            return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
             if wdm != 0:
@@ -304,17 +350,36 @@ def _sgd_all() -> int:
 
 
 @micropython.viper
-def _commit(params, newp, count: int) -> int:
-    # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch
-    S = ptr32(newp)
+def _commit() -> int:
+    # p.data of each of the first `count` (param, grad) pairs = its stretch of newp, bit for bit;
+    # -2 on a size mismatch. Its job in _REC (params_commit, emptied here): the record of checked
+    # sizes (or _NOSEEN), newp, count, params. With a record, the buffers written are the ones it
+    # holds: those of the pairs when the step that filled it ran (no lookups per pair).
+    a = 0                               # the copy's words in registers (not arguments: they
+    off = 0                             # would take them)
+    end = 0
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    count = int(R[2])
+    params = R[3]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
+    S = int(ptr32(newp))
     total = int(len(newp))
+    useseen = int(len(SEEN)) >= 3 * count
     o = 0
     for k in range(count):
-        pd = params[k][0].data
-        n = int(len(pd))
+        if useseen:
+            kk = k + k + k
+            pd = SEEN[kk]
+            n = int(SEEN[kk + 2])
+        else:
+            pd = params[k][0].data
+            n = int(len(pd))
         if o + n > total:
             return -2
-        a = int(S) + 4 * o
+        a = S + 4 * o
         off = int(ptr32(pd)) - a
         copy4(a, off, end, n)
         o += n
@@ -366,10 +431,9 @@ def _adam_setup(h):
     # made again (_adam_remake) only when one of them is another object than last time (a
     # schedule that sets lr makes them again; a step that changes nothing does not)
     L = _AMLAST
-    for i in range(6):
-        if L[i] is not h[i]:
-            _adam_remake(h)
-            break
+    if not (L[0] is h[0] and L[1] is h[1] and L[2] is h[2] and L[3] is h[3] and L[4] is h[4]
+            and L[5] is h[5]):                  # (unrolled: cheaper than a loop)
+        _adam_remake(h)
 
 
 def _adam_remake(h):
@@ -381,36 +445,14 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-@micropython.viper
 def _job(newp, news, params, olds):
-    # the whole-step kernels' buffers into _JOB (their arguments: a viper function takes at most
-    # four): newp, the new states (news: 0 to 2 buffers), params, the live states (olds), the count
-    J = _JOB
-    J[0] = newp
-    J[1] = None
-    J[2] = None
-    J[4] = None
-    J[5] = None
-    n = int(len(news))
-    if n > 0:
-        J[1] = news[0]
-        J[4] = olds[0]
-    if n > 1:
-        J[2] = news[1]
-        J[5] = olds[1]
-    J[3] = params
-    J[6] = len(params)
-
-
-@micropython.viper
-def _done(r: int, who) -> int:
-    # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
-    J = _JOB
-    for i in range(7):
-        J[i] = None
-    if r == -2:
-        raise ValueError(who)
-    return r
+    # the whole-step kernels' job into _REC (a plain function: list stores cost less than a call
+    # into viper)
+    R = _REC
+    R[1] = newp
+    R[2] = news
+    R[3] = params
+    R[4] = olds
 
 
 _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
@@ -421,15 +463,19 @@ def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
     # (N = the parameter count); newp, news = [newm, newv] (N,): the new weights and moments,
-    # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t]. Returns -1, or the
-    # index of the first pair whose gradient, weight or result is not finite. The frame stays
-    # within 11 words (no heap frame per call): five arguments, no locals, calls of few arguments.
+    # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] and optionally the
+    # optimizer's record of checked buffer sizes (a list of 3 entries per pair, see opt_tensor).
+    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite,
+    # or -3 (kernels.STEP_FROZEN) when a pair has no grad buffer. The frame stays within 11
+    # words (no heap frame per call): five arguments, no locals, calls of few arguments.
     if len(news) != 2 or len(olds) != 2:
         raise ValueError("adam_step: news and olds must be [newm, newv] and [m, v]")
     _adam_setup(hyper)
     _adam_consts(_AM, _AMF, hyper[6])
     _job(newp, news, params, olds)
-    return _done(_adam_all(), _ADAM_BAD)
+    if len(hyper) > 7:
+        _REC[0] = hyper[7]
+    return _adam_all()
 
 
 _SGDLAST = [None, None, None]
@@ -458,19 +504,28 @@ def _sgd_setup(h):
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
-    # momentum); hyper = [lr, momentum, weight_decay]. Returns -1, or the index of the first pair
-    # with a non-finite gradient, weight, buffer or result. Frame within 11 words, as adam_step.
+    # momentum); hyper = [lr, momentum, weight_decay] and optionally the record of checked sizes
+    # (as adam_step's). Returns -1, or the index of the first pair with a non-finite gradient,
+    # weight, buffer or result, or -3 as adam_step. Frame within 11 words, as adam_step.
     if len(news) != len(olds) or len(olds) > 1:
         raise ValueError("sgd_step: news and olds must be [newbuf] and [buf], or both []")
     _sgd_setup(hyper)
     _SGDC[_AM_DEC] = len(olds)
     _job(newp, news, params, olds)
-    return _done(_sgd_all(), _SGD_BAD)
+    if len(hyper) > 3:
+        _REC[0] = hyper[3]
+    return _sgd_all()
 
 
-def params_commit(params, newp, count):
-    # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end
-    if _commit(params, newp, count) == -2:
+def params_commit(params, newp, count, seen=_NOSEEN):
+    # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
+    # the record of checked sizes (adam_step's hyper[7]) that the step just before filled, or none
+    R = _REC
+    R[0] = seen
+    R[1] = newp
+    R[2] = count
+    R[3] = params
+    if _commit() == -2:
         raise ValueError("params_commit: the parameters hold more values than newp")
 
 
@@ -515,13 +570,17 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         m = memoryview(m)[:n]
     if len(v) != n:
         v = memoryview(v)[:n]
+    if len(p) < n or len(g) < n or len(m) < n or len(v) < n:
+        raise ValueError("adam_update: p, g, m and v must hold n values")
     pair = _one(p, g, n)
     mv = _UMV
     mv[0] = m
     mv[1] = v
     _job(pair[0][0].data, mv, pair, mv)
-    mv[0] = mv[1] = None
-    _done(_adam_all(), "adam_update: p, g, m and v must hold n values")
+    try:
+        _adam_all()
+    finally:
+        mv[0] = mv[1] = None            # the module keeps no buffer between calls
 
 
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
@@ -533,4 +592,4 @@ def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     pair = _one(p, g, n)
     b = [] if buf is None else [buf]
     sgd_step(new, b, pair, b, [lr, momentum, weight_decay])
-    _commit(pair, new, 1)
+    params_commit(pair, new, 1)

@@ -868,7 +868,7 @@ def adam_m():
         tm = 0
     d = eg - em + D1
     align_by(d, X, eg + K1, em + KB1, tg, tm)
-    if ((x ^ t) >> 31) & 1:
+    if (x ^ t) & sx:
         s = tm - tg                                                         #!chk s
     else:
         s = tm + tg                                                         #!chk s
@@ -1017,7 +1017,7 @@ def adam_pfast():
             t = 0
         else:
             t = q >> (0 - sh)
-        if ((x ^ xm2) >> 31) & 1:
+        if (x ^ xm2) & sx:
             t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
         else:
             t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
@@ -1067,21 +1067,20 @@ def copy4(a, off, end, n):
 
 
 def opt_tensor():
-    """The whole-step kernels' walk to tensor k of params: its weight and gradient (sizes checked
-    against each other and the shadow's room: -2 on a mismatch), their offsets dp, dg from the
-    base m0, the element address a .. end in the base's stretch o .. o + n; bad = 0. fits = 0 when
-    the sizes do not match (the kernel returns -2), else 1."""
-    # in: k, m0, params, total
-    # out: a, bad, dg, dp, end, fits, gd, n, o, pair, pd
+    """The whole-step kernels' walk to tensor k of params: weight pd and gradient gd sized (fits as
+    opt_sizes, 0 past the shadow's room), offsets dp, dg from m0, addresses a .. end; bad = 0."""
+    # in: k, m0, NONE, params, SEEN, total, useseen
+    # out: a, bad, dg, dp, end, fits, gd, kk, n, o, pair, pd
     pair = params[k]
     pd = pair[0].data
     gd = pair[1].data
-    n = int(len(pd))
-    fits = 1
-    if int(len(gd)) != n or o + n > total:
+    opt_sizes()
+    if o + n > total:
         fits = 0
     dp = int(ptr32(pd)) - m0 - 4 * o
-    dg = int(ptr32(gd)) - m0 - 4 * o
+    dg = dp
+    if fits == 1:                       # (gd None: the kernel stops, STEP_FROZEN)
+        dg = int(ptr32(gd)) - m0 - 4 * o
     a = m0 + 4 * o
     end = a + 4 * n
     o += n
@@ -1148,9 +1147,7 @@ def bl_round(s, X, bm, out, sg):
     # in: BL, infb
     # out: bad, kk
     kk = BL[s >> 23]
-    out = 0
-    bm = 0
-    if kk <= 6:
+    if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
         s = ((s >> kk) + 1) >> 1
         bm = X + kk - 5
         if uint(bm - 1) < uint(253):
@@ -1160,16 +1157,19 @@ def bl_round(s, X, bm, out, sg):
             bad = 1
         else:
             s = 0
+            out = 0
     elif s != 0:
         bm = X - 6
         while s < 0x800000:
             s = s << 1
             bm -= 1
-        if bm >= 1:
-            out = sg | (((bm - 1) << 23) + s)
-        else:
+        out = sg | (((bm - 1) << 23) + s)
+        if bm < 1:
             s = 0
-
+            out = 0
+    else:
+        out = 0
+        bm = 0
 
 
 # ---- _q8's parts (the int8-weight GEMM, gemm.py) ----------------------------------------------
@@ -1268,3 +1268,28 @@ def q8_scale(acc, e):
         e = e + d + ye - 141
         if sg:
             acc = 0 - acc
+
+
+def opt_sizes():
+    """n = the size of tensor k's weight pd and gradient gd (fits = 0 when they differ, -1 when gd is
+    None, else 1).
+    SEEN is the optimizer's record [weight data, grad data, n] per tensor of the buffers an
+    earlier step checked (used when useseen != 0, else every size is checked): the same objects
+    skip the two len() calls (an array cannot shrink), others are checked and recorded."""
+    # in: gd, k, NONE, pd, SEEN, useseen
+    # out: fits, kk, n
+    fits = 1
+    kk = k + k + k
+    if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
+        n = int(SEEN[kk + 2])
+    elif gd is NONE:                    # a frozen parameter (fits -1: STEP_FROZEN)
+        n = 0
+        fits = -1
+    else:
+        n = int(len(pd))
+        if int(len(gd)) != n:
+            fits = 0
+        elif useseen:
+            SEEN[kk] = pd
+            SEEN[kk + 1] = gd
+            SEEN[kk + 2] = n

@@ -485,6 +485,18 @@ def _all_finite(*bufs):
     return True
 
 
+STEP_FROZEN = -3        # adam_step / sgd_step (every backend): a pair's gradient is None (frozen)
+
+
+def _frozen(params):
+    # True when a (param, grad) pair has no grad buffer (a parameter frozen after the optimizer
+    # was made): the whole-step kernels then answer STEP_FROZEN and write nothing
+    for pair in params:
+        if pair[1].data is None:
+            return True
+    return False
+
+
 def _whole_step(stretch, finite, newp, params, count, news, olds, run):
     # the whole-step walk over the (param, grad) pairs, through a module's stretch and finite (the
     # portable kernels here, kernels_numpy's over NumPy views): each pair's weight and states
@@ -526,8 +538,10 @@ def adam_step(newp, news, params, olds, hyper):
     # the pairs' stretches one after another; olds = [m, v] (N,): the moments (read);
     # hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] (a list the optimizer keeps: the
     # call passes five references). Returns -1, or the index of the first pair whose gradient or
-    # new weight or moment is not finite
-    lr, beta1, beta2, eps, weight_decay, decoupled, t = hyper
+    # new weight or moment is not finite, or STEP_FROZEN
+    if _frozen(params):
+        return STEP_FROZEN
+    lr, beta1, beta2, eps, weight_decay, decoupled, t = hyper[:7]     # (an 8th: viper's size record)
     return _adam_step(adam_update, _stretch, _all_finite, newp, news[0], news[1], params, olds[0], olds[1],
                       len(params), lr, beta1, beta2, eps, weight_decay, t, decoupled)
 
@@ -535,8 +549,10 @@ def adam_step(newp, news, params, olds, hyper):
 def sgd_step(newp, news, params, olds, hyper):
     # newp (N,), news = [newbuf] (N,) = sgd_update's p and buf of every pair (olds = [buf] (N,)
     # read; both [] for no momentum); hyper = [lr, momentum, weight_decay]. Returns -1 or the
-    # first pair with a non-finite value
-    lr, momentum, weight_decay = hyper
+    # first pair with a non-finite value, or STEP_FROZEN
+    if _frozen(params):
+        return STEP_FROZEN
+    lr, momentum, weight_decay = hyper[:3]                 # (a 4th: viper's size record)
     return _sgd_step(sgd_update, _stretch, _all_finite, newp, news[0] if news else None, params,
                      olds[0] if olds else None, len(params), lr, momentum, weight_decay)
 
@@ -552,8 +568,9 @@ def _commit(stretch, params, newp, count):
         o += n
 
 
-def params_commit(params, newp, count):
+def params_commit(params, newp, count, seen=None):
     # the weights of the `count` (param, grad) pairs = their stretches of newp (N,), bit for bit
+    # (seen: the viper backend's record of checked sizes, unused here)
     _commit(_stretch, params, newp, count)
 
 

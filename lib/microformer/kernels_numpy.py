@@ -355,8 +355,10 @@ def adam_step(newp, news, params, olds, hyper):
     # adam_update of every (param, grad) pair for step t into newp, news = [newm, newv] (N,);
     # olds = [m, v] (N,) read; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] (as
     # kernels.adam_step). The same float64 expressions as adam_update, over all tensors at once
-    # (the same bits).
-    lr, beta1, beta2, eps, weight_decay, decoupled, t = hyper
+    # (the same bits). Returns as kernels.adam_step (STEP_FROZEN too).
+    if _pk._frozen(params):
+        return _pk.STEP_FROZEN
+    lr, beta1, beta2, eps, weight_decay, decoupled, t = hyper[:7]     # (an 8th: viper's size record)
     newm, newv = news
     m, v = olds
     count = len(params)
@@ -397,8 +399,10 @@ def adam_step(newp, news, params, olds, hyper):
 def sgd_step(newp, news, params, olds, hyper):
     # sgd_update of every (param, grad) pair into newp (and news = [newbuf]) (N,); olds = [buf]
     # (N,) read, both [] for no momentum; hyper = [lr, momentum, weight_decay]. The same float64
-    # expressions as sgd_update, over all tensors at once
-    lr, momentum, weight_decay = hyper
+    # expressions as sgd_update, over all tensors at once. Returns as kernels.sgd_step.
+    if _pk._frozen(params):
+        return _pk.STEP_FROZEN
+    lr, momentum, weight_decay = hyper[:3]                 # (a 4th: viper's size record)
     buf = olds[0] if olds else None
     newbuf = news[0] if news else None
     count = len(params)
@@ -421,8 +425,9 @@ def sgd_step(newp, news, params, olds, hyper):
     return _flag(params, count, g, pv, b)
 
 
-def params_commit(params, newp, count):
-    # the weights of the (param, grad) pairs = their stretches of newp (N,)
+def params_commit(params, newp, count, seen=None):
+    # the weights of the (param, grad) pairs = their stretches of newp (N,) (seen: unused, as in
+    # kernels.params_commit)
     _pk._commit(_stretch, params, newp, count)
 
 

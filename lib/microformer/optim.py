@@ -4,11 +4,13 @@
 # tensor into shadow buffers (allocated once, with the optimizer) and reports a non-finite
 # gradient, weight or result; the live weights and state are only read. Refused (NaN / inf):
 # NonFiniteError, and nothing was written, so every weight, moment and the step counter are bit
-# for bit what they were. Accepted: the shadow is copied in (params_commit, copy). A
-# KeyboardInterrupt that lands while that copy runs makes it run again from the start (the
-# shadow is complete, so the copy is idempotent) and is raised once the step is complete ("held
-# and honoured right after"); one that lands before drops the step. After a Ctrl-C the weights
-# are those of the last full step.
+# for bit what they were. Accepted: the new weights are copied in (params_commit) and the state
+# buffers trade places: the optimizer keeps two of each state (Adam's m and v, SGD's momentum),
+# the live one and the shadow, and a step's new state becomes the live one without a copy. A
+# KeyboardInterrupt that lands while the commit runs makes it run again from the start (the
+# shadow is complete and the trade names its side, so the commit is idempotent) and is raised
+# once the step is complete ("held and honoured right after"); one that lands before drops the
+# step. After a Ctrl-C the weights are those of the last full step.
 from array import array
 from math import sqrt
 
@@ -95,6 +97,8 @@ class _Optimizer:
             n += p.size
         self._n = n
         self._count = len(self.params)
+        # the buffers whose sizes a step checked, 3 entries per pair (the step kernels fill it)
+        self._seen = [None] * (3 * self._count)
 
     @property
     def lr(self):
@@ -105,22 +109,16 @@ class _Optimizer:
         # also when set later (a schedule, Session.fit(lr=...)): finite and > 0
         self._lr = hyper(self.who, "lr", v, 0.0, None, True)
 
-    def _arena(self):
-        # one float32 buffer for a state slot of every tensor, end to end, and its per-tensor views
-        buf = array("f", bytes(4 * self._n))
-        views = []
-        mv = memoryview(buf)
-        for i in range(len(self.params)):
-            p = self.params[i][0]
-            o = self._offsets[i]
-            views.append(Tensor(p.shape, mv[o:o + p.size]))
-        return buf, views
-
     def _guard(self, slots):
-        # the shadow: a buffer for the new weights and one per state slot (each N floats), and
-        # the names of what a step writes, per tensor: the weight, then its state slots
+        # the state and the shadow: a buffer for the new weights and two sets of one buffer per
+        # state slot (each N floats, every tensor end to end), the live set and the shadow, which
+        # trade places at each step; the names of what a step writes, per tensor: the weight, then
+        # its state slots
         self._newp = array("f", bytes(4 * self._n))
-        self._news = [array("f", bytes(4 * self._n)) for _ in slots]
+        self._sets = [[array("f", bytes(4 * self._n)) for _ in slots] for _ in range(2)]
+        self._views = [None] * (2 * len(slots))
+        self._use(0)
+        self._to = 0
         what = []
         for i in range(len(self.params)):
             what.append(self.names[i])
@@ -128,12 +126,37 @@ class _Optimizer:
                 what.append("%s of %s" % (name, self.names[i]))
         self._what = what
 
+    def _use(self, j):
+        # set j of the state buffers is the live one, the other the shadow (idempotent)
+        self._cur = j
+        self._live = self._sets[j]
+        self._news = self._sets[1 - j]
+
+    def _state(self, slot):
+        # the live state of `slot` as per-tensor views (made on first use, per set)
+        k = 2 * slot + self._cur
+        views = self._views[k]
+        if views is None:
+            views = []
+            mv = memoryview(self._live[slot])
+            for i in range(len(self.params)):
+                p = self.params[i][0]
+                o = self._offsets[i]
+                views.append(Tensor(p.shape, mv[o:o + p.size]))
+            self._views[k] = views
+        return views
+
     def snapshot_floats(self):
         """Floats the step's shadow holds (new weights and state): the price of an atomic step."""
         return self._n * (1 + len(self._news))
 
     def _check_live(self):
         # a parameter frozen after the optimizer was made has no grad buffer any more
+        for pair in self.params:
+            if pair[1].data is None:
+                self._frozen()
+
+    def _frozen(self):
         params = self.params
         for i in range(len(params)):
             if params[i][1].data is None:
@@ -153,15 +176,16 @@ class _Optimizer:
 
     def step(self):
         """One update of every parameter, all or nothing (see the top of this file)."""
-        self._check_live()
         K = backend.K
         if self.max_grad_norm is not None:
+            self._check_live()
             self._check_grads(K)               # before clipping scales them
             self._clip()
         t = self.steps
         bad = self._update(K, t + 1)           # the shadow only: an interrupt drops the step
         if bad != -1:
             self._refuse(K, bad)
+        self._to = 1 - self._cur               # the shadow's set: live once the step commits
         self._commit(t)
 
     # step, _update, _commit and _write keep their frames within the interpreter's 11 words
@@ -199,8 +223,14 @@ class _Optimizer:
 
     def _refuse(self, K, k):
         # the step kernel flagged tensor k (the first with a non-finite gradient, weight or
-        # result); nothing was written. Name the first non-finite gradient of any tensor, else
-        # the first of tensor k's new weight and state buffers that holds a non-finite value.
+        # result), or a parameter without a grad buffer (k < 0: kernels.STEP_FROZEN); nothing
+        # was written. Name the frozen parameter, else the first non-finite gradient of any
+        # tensor, else the first of tensor k's new weight and state buffers that holds a
+        # non-finite value.
+        self._check_live()
+        if k < 0:
+            raise ValueError("%s: the step kernel answered %d for a frozen parameter, but every "
+                             "parameter has a grad buffer" % (self.who, k))
         self._check_grads(K)
         o = self._offsets[k]
         n = self.params[k][0].size
@@ -214,10 +244,8 @@ class _Optimizer:
                              "state are unchanged" % (self.who, self.names[k]))
 
     def _write(self):
-        K = backend.K
-        K.params_commit(self.params, self._newp, self._count)
-        for j in range(len(self._news)):
-            K.copy(self._live[j], self._news[j], self._n)
+        backend.K.params_commit(self.params, self._newp, self._count, self._seen)
+        self._use(self._to)
 
 
 class SGD(_Optimizer):
@@ -226,15 +254,15 @@ class SGD(_Optimizer):
     def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, max_grad_norm=None):
         _Optimizer.__init__(self, "SGD", params, lr, weight_decay, max_grad_norm)
         self.momentum = hyper("SGD", "momentum", momentum, 0.0, 1.0, False, True)
-        if self.momentum:
-            self._buf, self.buffers = self._arena()
-            self._live = [self._buf]
-            self._guard(("momentum",))
-        else:
-            self._buf = self.buffers = None
-            self._live = []
-            self._guard(())
-        self._hyper = [None] * 3
+        self._guard(("momentum",) if self.momentum else ())
+        self._hyper = [None] * 4
+        self._hyper[3] = self._seen
+
+    @property
+    def buffers(self):
+        """The momentum buffers after the last step, per tensor (None without momentum): views
+        on the live set, which a step replaces (read it again after a step)."""
+        return self._state(0) if self.momentum else None
 
     def _update(self, K, t):
         # the new weights (and momentum buffers) of step t into the shadow; -1 or a flagged tensor.
@@ -261,11 +289,20 @@ class Adam(_Optimizer):
         self.beta2 = hyper("Adam", "betas[1]", betas[1], 0.0, 1.0, False, True)
         self.eps = hyper("Adam", "eps", eps, 0.0, None, True)
         self.decoupled = bool(decoupled)
-        self._m, self.m = self._arena()         # the moments of every tensor end to end; views
-        self._v, self.v = self._arena()
-        self._live = [self._m, self._v]
-        self._guard(("Adam m", "Adam v"))
-        self._hyper = [None] * 7
+        self._guard(("Adam m", "Adam v"))       # the moments of every tensor end to end
+        self._hyper = [None] * 8
+        self._hyper[7] = self._seen
+
+    @property
+    def m(self):
+        """The first moments after the last step, per tensor: views on the live set, which a
+        step replaces (read opt.m again after a step)."""
+        return self._state(0)
+
+    @property
+    def v(self):
+        """The second moments after the last step, per tensor (as m)."""
+        return self._state(1)
 
     def _update(self, K, t):
         # the new weights and moments of step t into the shadow; -1 or a flagged tensor. The

@@ -51,10 +51,16 @@ _AM_WDE = const(13)     #   exponent (coupled) / shift (decoupled: -15 - e)
 _AM_DEC = const(14)     # 1: AdamW
 _AM = array("i", [0] * 15)
 _AMF = array("f", [0.0] * 4)            # lr, beta1, beta2, eps as float32
-_JOB = [None] * 8                       # newp, newm, newv, params, m, v, count, status
+_NOSEEN = ()                            # no record of checked sizes: every size is checked
+# the whole-step kernels' job (a viper function takes at most four arguments, and its arguments
+# would take the three registers the element loop needs): the record of checked sizes, newp,
+# news, params, olds (_commit: the record, newp, count, params); the kernel takes them out
+# (_NOSEEN in every slot between calls)
+_REC = [_NOSEEN] * 5
+_NONE = None                            # (viper compares objects, not the constant None)
 
 
-# from host/viper/optim.py:54
+# from host/viper/optim.py:60
 def _bitlen(t):
     n = 0
     while t:
@@ -66,7 +72,7 @@ def _bitlen(t):
 _TAB = [None, None]
 
 
-# from host/viper/optim.py:65
+# from host/viper/optim.py:71
 def _tables():
     # _BL (512 bytes): for s < 2^31, _BL[(s >> 23) & 0x1FF] is (bit length of s) - 25, the shift
     # less one that rounds s to 24 bits; 255 below 2^24 (and for negative s: the upper half)
@@ -83,7 +89,7 @@ def _tables():
     return _TAB
 
 
-# from host/viper/optim.py:81
+# from host/viper/optim.py:87
 @micropython.viper
 def _isqrt(x: int) -> int:
     # floor(sqrt(x)) for 0 <= x <= 2^30, bit by bit (a candidate below 2^15 + 2^14: its square < 2^31)
@@ -97,7 +103,7 @@ def _isqrt(x: int) -> int:
     return r
 
 
-# from host/viper/optim.py:94
+# from host/viper/optim.py:100
 @micropython.viper
 def _adam_consts(c, cf, t: int):
     # c[_AM_CM ...]: c = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) as 15-bit mantissas for step t,
@@ -162,36 +168,55 @@ def _adam_consts(c, cf, t: int):
     C[_AM_E0] = ne + 95
 
 
-# from host/viper/optim.py:158
+# from host/viper/optim.py:164
 @micropython.viper
 def _adam_all() -> int:
-    # the Adam step of every tensor (see the top of this section); returns -1, the index of the
-    # first tensor with a non-finite gradient, weight or result, or -2 for a size mismatch
+    # the Adam step of every tensor (see the top of this section), its job in _REC (see adam_step);
+    # returns -1, the index of the first tensor with a non-finite gradient, weight or result, or
+    # -3 for a pair without a grad buffer; a size mismatch raises ValueError
     a = 0                               # the first three locals live in registers: the hot ones
-    x = 0
-    s = 0
+    x = 0                               # (t is the most used; s next: 1030 against 1046 x86
+    t = 0                               # instructions per parameter on the 32-bit port)
     b31 = 31
     sx = 1 << b31                       # (a variable: a literal 1 << 31 would be a bigint)
     infb = 255
     infb = infb << 23                   # +inf's bits
-    J = _JOB
     T = _tables()
     BL = ptr8(T[0])
     SQ = ptr32(T[1])
-    params = J[3]
-    count = int(J[6])
-    m0 = int(ptr32(J[4]))
-    total = int(len(J[4]))
-    dpn = int(ptr32(J[0])) - m0
-    dmn = int(ptr32(J[1])) - m0
-    dvn = int(ptr32(J[2])) - m0
-    dv = int(ptr32(J[5])) - m0
-    for k in range(6):                 # the parameters must fit the shortest buffer
-        if k != 3 and int(len(J[k])) < total:
-            total = int(len(J[k]))
+    BADSIZE = _ADAM_BAD
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    news = R[2]
+    params = R[3]
+    olds = R[4]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
+    NONE = _NONE
+    count = int(len(params))
+    useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
+    M = olds[0]                         # the base: every other buffer by its offset from m
+    m0 = int(ptr32(M))
+    total = int(len(M))
+    M = olds[1]
+    dv = int(ptr32(M)) - m0
+    if int(len(M)) < total:             # the parameters must fit the shortest buffer
+        total = int(len(M))
+    dpn = int(ptr32(newp)) - m0
+    if int(len(newp)) < total:
+        total = int(len(newp))
+    M = news[0]
+    dmn = int(ptr32(M)) - m0
+    if int(len(M)) < total:
+        total = int(len(M))
+    M = news[1]
+    dvn = int(ptr32(M)) - m0
+    if int(len(M)) < total:
+        total = int(len(M))
     # from host/viper/snippets.py:988 (snippet adam_load)
     C = ptr32(_AM)
-    # from host/viper/snippets.py:1120 (snippet am_common)
+    # from host/viper/snippets.py:1119 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
@@ -208,30 +233,54 @@ def _adam_all() -> int:
     epse = (C[_AM_EPE] ^ sx) - sx
     E0 = (C[_AM_E0] ^ sx) - sx
     dec = C[_AM_DEC]
-    # from host/viper/optim.py:185
+    # from host/viper/optim.py:210
     D1 = K1 - KB1
+    cpl = 0                             # 1: Adam's coupled decay, d = g + wd p
+    dcp = 0                             # 1: AdamW's decoupled decay of p
+    if wdm != 0:
+        cpl = 1 - dec
+        dcp = dec
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:1076 (snippet opt_tensor)
+        # from host/viper/snippets.py:1074 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
-        n = int(len(pd))
+        # from host/viper/snippets.py:1281 (snippet opt_sizes)
         fits = 1
-        if int(len(gd)) != n or o + n > total:
+        kk = k + k + k
+        if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
+            n = int(SEEN[kk + 2])
+        elif gd is NONE:                    # a frozen parameter (fits -1: STEP_FROZEN)
+            n = 0
+            fits = -1
+        else:
+            n = int(len(pd))
+            if int(len(gd)) != n:
+                fits = 0
+            elif useseen:
+                SEEN[kk] = pd
+                SEEN[kk + 1] = gd
+                SEEN[kk + 2] = n
+        # from host/viper/snippets.py:1078 (snippet opt_tensor)
+        if o + n > total:
             fits = 0
         dp = int(ptr32(pd)) - m0 - 4 * o
-        dg = int(ptr32(gd)) - m0 - 4 * o
+        dg = dp
+        if fits == 1:                       # (gd None: the kernel stops, STEP_FROZEN)
+            dg = int(ptr32(gd)) - m0 - 4 * o
         a = m0 + 4 * o
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:189
-        if fits == 0:
-            return -2
+        # from host/viper/optim.py:219
+        if fits != 1:
+            if fits == 0:
+                raise ValueError(BADSIZE)
+            return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
-            if wdm != 0 and dec == 0:
+            if cpl:
                 # from host/viper/snippets.py:819 (snippet adam_coupled)
                 # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
                 y = ptr32(a + dp)[0]
@@ -250,7 +299,7 @@ def _adam_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:1103 (snippet align2)
+                        # from host/viper/snippets.py:1102 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -287,7 +336,7 @@ def _adam_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:195
+            # from host/viper/optim.py:227
             eg = (x >> 23) & 0xFF
             t = ptr32(a)[0]
             em = (t >> 23) & 0xFF
@@ -303,7 +352,7 @@ def _adam_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:1130 (snippet align_by)
+            # from host/viper/snippets.py:1129 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -317,7 +366,7 @@ def _adam_all() -> int:
                 else:
                     tg = tg >> (0 - d)
             # from host/viper/snippets.py:871 (snippet adam_m)
-            if ((x ^ t) >> 31) & 1:
+            if (x ^ t) & sx:
                 s = tm - tg                                                         #!chk s
             else:
                 s = tm + tg                                                         #!chk s
@@ -325,11 +374,9 @@ def _adam_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:1150 (snippet bl_round)
+            # from host/viper/snippets.py:1149 (snippet bl_round)
             kk = BL[s >> 23]
-            xm2 = 0
-            bm = 0
-            if kk <= 6:
+            if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
                 s = ((s >> kk) + 1) >> 1
                 bm = X + kk - 5
                 if uint(bm - 1) < uint(253):
@@ -339,18 +386,22 @@ def _adam_all() -> int:
                     bad = 1
                 else:
                     s = 0
+                    xm2 = 0
             elif s != 0:
                 bm = X - 6
                 while s < 0x800000:
                     s = s << 1
                     bm -= 1
-                if bm >= 1:
-                    xm2 = sb | (((bm - 1) << 23) + s)
-                else:
+                xm2 = sb | (((bm - 1) << 23) + s)
+                if bm < 1:
                     s = 0
+                    xm2 = 0
+            else:
+                xm2 = 0
+                bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:200
+            # from host/viper/optim.py:232
             # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
             # from host/viper/snippets.py:888 (snippet adam_v)
             t = ptr32(a + dv)[0]
@@ -361,7 +412,7 @@ def _adam_all() -> int:
                 tv = 0
             tq = ((gm * gm) >> 15) * o2m                                            #!chk tq
             d = eg + eg + Q2 - ev
-            # from host/viper/snippets.py:1130 (snippet align_by)
+            # from host/viper/snippets.py:1129 (snippet align_by)
             if d >= 0:
                 X = ev + d
                 if d > 30:
@@ -376,11 +427,9 @@ def _adam_all() -> int:
                     tq = tq >> (0 - d)
             # from host/viper/snippets.py:897 (snippet adam_v)
             t = tv + tq                                                             #!chk t
-            # from host/viper/snippets.py:1150 (snippet bl_round)
+            # from host/viper/snippets.py:1149 (snippet bl_round)
             kk = BL[t >> 23]
-            xv2 = 0
-            bv = 0
-            if kk <= 6:
+            if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
                 t = ((t >> kk) + 1) >> 1
                 bv = X + kk - 5
                 if uint(bv - 1) < uint(253):
@@ -390,21 +439,25 @@ def _adam_all() -> int:
                     bad = 1
                 else:
                     t = 0
+                    xv2 = 0
             elif t != 0:
                 bv = X - 6
                 while t < 0x800000:
                     t = t << 1
                     bv -= 1
-                if bv >= 1:
-                    xv2 = 0 | (((bv - 1) << 23) + t)
-                else:
+                xv2 = 0 | (((bv - 1) << 23) + t)
+                if bv < 1:
                     t = 0
+                    xv2 = 0
+            else:
+                xv2 = 0
+                bv = 0
             # from host/viper/snippets.py:899 (snippet adam_v)
             ptr32(a + dvn)[0] = xv2
-            # from host/viper/optim.py:202
+            # from host/viper/optim.py:234
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
-            if wdm != 0 and dec != 0:
+            if dcp:
                 # from host/viper/snippets.py:907 (snippet adam_decoupled)
                 # AdamW: p -= (lr wd) p first, rounded to float32 as the portable update does
                 ey = (x >> 23) & 0xFF
@@ -430,13 +483,13 @@ def _adam_all() -> int:
                         x = (x & sx) | (((ey - 1) << 23) + uu)
                     else:
                         x = 0
-            # from host/viper/optim.py:206
+            # from host/viper/optim.py:238
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:1095 (snippet opt_unchanged)
+                # from host/viper/snippets.py:1094 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:208
+                # from host/viper/optim.py:240
                 a += 4
                 continue
             h = xv2 >> 24
@@ -463,7 +516,7 @@ def _adam_all() -> int:
                     den = den >> 1
                     De += 1
                 h = De + 78
-            # from host/viper/optim.py:216
+            # from host/viper/optim.py:248
             q = (s >> 8) * cm                                           #!chk q
             q = (q + (den >> 1)) // den         # rounded: (2^31 + 2^15) // 2^14.5
             X = bm - h + CE                     # step = q 2^(X - 156)
@@ -478,7 +531,7 @@ def _adam_all() -> int:
                     t = 0
                 else:
                     t = q >> (0 - sh)
-                if ((x ^ xm2) >> 31) & 1:
+                if (x ^ xm2) & sx:
                     t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
                 else:
                     t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
@@ -493,7 +546,7 @@ def _adam_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:220
+            # from host/viper/optim.py:252
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -505,7 +558,7 @@ def _adam_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:1103 (snippet align2)
+                # from host/viper/snippets.py:1102 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -543,7 +596,7 @@ def _adam_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:222
+            # from host/viper/optim.py:254
             a += 4
         if bad:
             return k
@@ -557,11 +610,12 @@ def _adam_all() -> int:
 _SGDC = array("i", [0] * 15)            # slots of _AM: lr in _AM_CM/_AM_CE, 1 in _AM_DEC for momentum
 
 
-# from host/viper/optim.py:235
+# from host/viper/optim.py:267
 @micropython.viper
 def _sgd_all() -> int:
-    # returns -1, the index of the first tensor with a non-finite gradient, weight, buffer or
-    # result, or -2 for a size mismatch
+    # the SGD step of every tensor, its job in _REC (see sgd_step); returns -1, the index of the
+    # first tensor with a non-finite gradient, weight, buffer or result, or -3 for a pair without
+    # a grad buffer; a size mismatch raises ValueError
     a = 0
     x = 0
     s = 0
@@ -569,55 +623,85 @@ def _sgd_all() -> int:
     sx = 1 << b31
     infb = 255
     infb = infb << 23
-    J = _JOB
     T = _tables()
     BL = ptr8(T[0])
-    params = J[3]
-    count = int(J[6])
-    total = int(len(J[0]))
+    BADSIZE = _SGD_BAD
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    news = R[2]
+    params = R[3]
+    olds = R[4]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
+    NONE = _NONE
+    count = int(len(params))
+    useseen = int(len(SEEN)) >= 3 * count     # the record covers every tensor
+    total = int(len(newp))
     hasbuf = int(ptr32(_SGDC)[_AM_DEC])    # 1: momentum buffers
-    m0 = int(ptr32(J[0]))               # the base: newp (or the buffers, with momentum)
+    m0 = int(ptr32(newp))               # the base: newp (or the buffers, with momentum)
     dpn = 0
     dmn = 0
     if hasbuf:
-        m0 = int(ptr32(J[4]))
-        dpn = int(ptr32(J[0])) - m0
-        dmn = int(ptr32(J[1])) - m0
-        if int(len(J[4])) < total:
-            total = int(len(J[4]))
-        if int(len(J[1])) < total:
-            total = int(len(J[1]))
+        M = olds[0]
+        m0 = int(ptr32(M))
+        dpn = int(ptr32(newp)) - m0
+        if int(len(M)) < total:
+            total = int(len(M))
+        M = news[0]
+        dmn = int(ptr32(M)) - m0
+        if int(len(M)) < total:
+            total = int(len(M))
     C = ptr32(_SGDC)
-    # from host/viper/snippets.py:1120 (snippet am_common)
+    # from host/viper/snippets.py:1119 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
     wdm = C[_AM_WDM]
     wde = (C[_AM_WDE] ^ sx) - sx
-    # from host/viper/optim.py:266
+    # from host/viper/optim.py:310
     lrm = C[_AM_CM]
     LRE = (C[_AM_CE] ^ sx) - sx
     K1 = 0
     D1 = 0 - KB1
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:1076 (snippet opt_tensor)
+        # from host/viper/snippets.py:1074 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
-        n = int(len(pd))
+        # from host/viper/snippets.py:1281 (snippet opt_sizes)
         fits = 1
-        if int(len(gd)) != n or o + n > total:
+        kk = k + k + k
+        if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
+            n = int(SEEN[kk + 2])
+        elif gd is NONE:                    # a frozen parameter (fits -1: STEP_FROZEN)
+            n = 0
+            fits = -1
+        else:
+            n = int(len(pd))
+            if int(len(gd)) != n:
+                fits = 0
+            elif useseen:
+                SEEN[kk] = pd
+                SEEN[kk + 1] = gd
+                SEEN[kk + 2] = n
+        # from host/viper/snippets.py:1078 (snippet opt_tensor)
+        if o + n > total:
             fits = 0
         dp = int(ptr32(pd)) - m0 - 4 * o
-        dg = int(ptr32(gd)) - m0 - 4 * o
+        dg = dp
+        if fits == 1:                       # (gd None: the kernel stops, STEP_FROZEN)
+            dg = int(ptr32(gd)) - m0 - 4 * o
         a = m0 + 4 * o
         end = a + 4 * n
         o += n
         bad = 0
-        # from host/viper/optim.py:273
-        if fits == 0:
-            return -2
+        # from host/viper/optim.py:317
+        if fits != 1:
+            if fits == 0:
+                raise ValueError(BADSIZE)
+            return -3                   # kernels.STEP_FROZEN: a pair without a grad buffer
         while a < end:
             x = ptr32(a + dg)[0]
             if wdm != 0:
@@ -639,7 +723,7 @@ def _sgd_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:1103 (snippet align2)
+                        # from host/viper/snippets.py:1102 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -676,7 +760,7 @@ def _sgd_all() -> int:
                                 x = 0
                         else:
                             x = 0
-            # from host/viper/optim.py:279
+            # from host/viper/optim.py:325
             eg = (x >> 23) & 0xFF
             t = 0
             if hasbuf:
@@ -696,7 +780,7 @@ def _sgd_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:1130 (snippet align_by)
+            # from host/viper/snippets.py:1129 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -710,7 +794,7 @@ def _sgd_all() -> int:
                 else:
                     tg = tg >> (0 - d)
             # from host/viper/snippets.py:871 (snippet adam_m)
-            if ((x ^ t) >> 31) & 1:
+            if (x ^ t) & sx:
                 s = tm - tg                                                         #!chk s
             else:
                 s = tm + tg                                                         #!chk s
@@ -718,11 +802,9 @@ def _sgd_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:1150 (snippet bl_round)
+            # from host/viper/snippets.py:1149 (snippet bl_round)
             kk = BL[s >> 23]
-            xm2 = 0
-            bm = 0
-            if kk <= 6:
+            if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
                 s = ((s >> kk) + 1) >> 1
                 bm = X + kk - 5
                 if uint(bm - 1) < uint(253):
@@ -732,26 +814,30 @@ def _sgd_all() -> int:
                     bad = 1
                 else:
                     s = 0
+                    xm2 = 0
             elif s != 0:
                 bm = X - 6
                 while s < 0x800000:
                     s = s << 1
                     bm -= 1
-                if bm >= 1:
-                    xm2 = sb | (((bm - 1) << 23) + s)
-                else:
+                xm2 = sb | (((bm - 1) << 23) + s)
+                if bm < 1:
                     s = 0
+                    xm2 = 0
+            else:
+                xm2 = 0
+                bm = 0
             # from host/viper/snippets.py:880 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
-            # from host/viper/optim.py:288
+            # from host/viper/optim.py:334
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:1095 (snippet opt_unchanged)
+                # from host/viper/snippets.py:1094 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
-                # from host/viper/optim.py:292
+                # from host/viper/optim.py:338
                 a += 4
                 continue
             q = (s >> 8) * lrm                                          #!chk q
@@ -768,7 +854,7 @@ def _sgd_all() -> int:
                     t = 0
                 else:
                     t = q >> (0 - sh)
-                if ((x ^ xm2) >> 31) & 1:
+                if (x ^ xm2) & sx:
                     t = (((x & 0x7FFFFF) | 0x800000) << 6) + t          #!chk t
                 else:
                     t = (((x & 0x7FFFFF) | 0x800000) << 6) - t
@@ -783,7 +869,7 @@ def _sgd_all() -> int:
                 bad = 1
                 ptr32(a + dpn)[0] = x
                 done = 1
-            # from host/viper/optim.py:298
+            # from host/viper/optim.py:344
             if done == 0:
                 # from host/viper/snippets.py:954 (snippet adam_general)
                 uu = 0
@@ -795,7 +881,7 @@ def _sgd_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:1103 (snippet align2)
+                # from host/viper/snippets.py:1102 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -833,26 +919,45 @@ def _sgd_all() -> int:
                         ptr32(a + dpn)[0] = 0
                     else:
                         ptr32(a + dpn)[0] = sb | (((X - 1) << 23) + t)
-            # from host/viper/optim.py:300
+            # from host/viper/optim.py:346
             a += 4
         if bad:
             return k
     return -1
 
 
-# from host/viper/optim.py:306
+# from host/viper/optim.py:352
 @micropython.viper
-def _commit(params, newp, count: int) -> int:
-    # p.data of each (param, grad) pair = its stretch of newp, bit for bit; -2 on a size mismatch
-    S = ptr32(newp)
+def _commit() -> int:
+    # p.data of each of the first `count` (param, grad) pairs = its stretch of newp, bit for bit;
+    # -2 on a size mismatch. Its job in _REC (params_commit, emptied here): the record of checked
+    # sizes (or _NOSEEN), newp, count, params. With a record, the buffers written are the ones it
+    # holds: those of the pairs when the step that filled it ran (no lookups per pair).
+    a = 0                               # the copy's words in registers (not arguments: they
+    off = 0                             # would take them)
+    end = 0
+    R = _REC
+    SEEN = R[0]
+    newp = R[1]
+    count = int(R[2])
+    params = R[3]
+    for k in range(5):
+        R[k] = _NOSEEN                  # the module keeps no buffer between calls
+    S = int(ptr32(newp))
     total = int(len(newp))
+    useseen = int(len(SEEN)) >= 3 * count
     o = 0
     for k in range(count):
-        pd = params[k][0].data
-        n = int(len(pd))
+        if useseen:
+            kk = k + k + k
+            pd = SEEN[kk]
+            n = int(SEEN[kk + 2])
+        else:
+            pd = params[k][0].data
+            n = int(len(pd))
         if o + n > total:
             return -2
-        a = int(S) + 4 * o
+        a = S + 4 * o
         off = int(ptr32(pd)) - a
         # from host/viper/snippets.py:1056 (snippet copy4)
         end = a + 4 * (n - (n & 3))
@@ -866,12 +971,12 @@ def _commit(params, newp, count: int) -> int:
         while a < end:
             ptr32(a + off)[0] = ptr32(a)[0]
             a += 4
-        # from host/viper/optim.py:320
+        # from host/viper/optim.py:385
         o += n
     return 0
 
 
-# from host/viper/optim.py:324
+# from host/viper/optim.py:389
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)
@@ -884,7 +989,7 @@ def _pair15(x):
 _AMLAST = [None] * 6
 
 
-# from host/viper/optim.py:336
+# from host/viper/optim.py:401
 def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
     C = _AM
     m, e = _pair15(1.0 - beta1)
@@ -913,19 +1018,18 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-# from host/viper/optim.py:364
+# from host/viper/optim.py:429
 def _adam_setup(h):
     # the hyperparameters h = [lr, beta1, beta2, eps, weight_decay, decoupled, ...] in fixed point,
     # made again (_adam_remake) only when one of them is another object than last time (a
     # schedule that sets lr makes them again; a step that changes nothing does not)
     L = _AMLAST
-    for i in range(6):
-        if L[i] is not h[i]:
-            _adam_remake(h)
-            break
+    if not (L[0] is h[0] and L[1] is h[1] and L[2] is h[2] and L[3] is h[3] and L[4] is h[4]
+            and L[5] is h[5]):                  # (unrolled: cheaper than a loop)
+        _adam_remake(h)
 
 
-# from host/viper/optim.py:375
+# from host/viper/optim.py:439
 def _adam_remake(h):
     _adam_hyper(h[0], h[1], h[2], h[4], h[5])
     F = _AMF
@@ -935,64 +1039,45 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-# from host/viper/optim.py:384
-@micropython.viper
+# from host/viper/optim.py:448
 def _job(newp, news, params, olds):
-    # the whole-step kernels' buffers into _JOB (their arguments: a viper function takes at most
-    # four): newp, the new states (news: 0 to 2 buffers), params, the live states (olds), the count
-    J = _JOB
-    J[0] = newp
-    J[1] = None
-    J[2] = None
-    J[4] = None
-    J[5] = None
-    n = int(len(news))
-    if n > 0:
-        J[1] = news[0]
-        J[4] = olds[0]
-    if n > 1:
-        J[2] = news[1]
-        J[5] = olds[1]
-    J[3] = params
-    J[6] = len(params)
-
-
-# from host/viper/optim.py:405
-@micropython.viper
-def _done(r: int, who) -> int:
-    # the kernel's answer r, with _JOB emptied (it holds no buffer between steps); -2 is refused
-    J = _JOB
-    for i in range(7):
-        J[i] = None
-    if r == -2:
-        raise ValueError(who)
-    return r
+    # the whole-step kernels' job into _REC (a plain function: list stores cost less than a call
+    # into viper)
+    R = _REC
+    R[1] = newp
+    R[2] = news
+    R[3] = params
+    R[4] = olds
 
 
 _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 _SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 
 
-# from host/viper/optim.py:420
+# from host/viper/optim.py:462
 def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
     # (N = the parameter count); newp, news = [newm, newv] (N,): the new weights and moments,
-    # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t]. Returns -1, or the
-    # index of the first pair whose gradient, weight or result is not finite. The frame stays
-    # within 11 words (no heap frame per call): five arguments, no locals, calls of few arguments.
+    # written; hyper = [lr, beta1, beta2, eps, weight_decay, decoupled, t] and optionally the
+    # optimizer's record of checked buffer sizes (a list of 3 entries per pair, see opt_tensor).
+    # Returns -1, or the index of the first pair whose gradient, weight or result is not finite,
+    # or -3 (kernels.STEP_FROZEN) when a pair has no grad buffer. The frame stays within 11
+    # words (no heap frame per call): five arguments, no locals, calls of few arguments.
     if len(news) != 2 or len(olds) != 2:
         raise ValueError("adam_step: news and olds must be [newm, newv] and [m, v]")
     _adam_setup(hyper)
     _adam_consts(_AM, _AMF, hyper[6])
     _job(newp, news, params, olds)
-    return _done(_adam_all(), _ADAM_BAD)
+    if len(hyper) > 7:
+        _REC[0] = hyper[7]
+    return _adam_all()
 
 
 _SGDLAST = [None, None, None]
 
 
-# from host/viper/optim.py:438
+# from host/viper/optim.py:484
 def _sgd_setup(h):
     # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
@@ -1013,24 +1098,33 @@ def _sgd_setup(h):
         L[2] = h[2]
 
 
-# from host/viper/optim.py:458
+# from host/viper/optim.py:504
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
-    # momentum); hyper = [lr, momentum, weight_decay]. Returns -1, or the index of the first pair
-    # with a non-finite gradient, weight, buffer or result. Frame within 11 words, as adam_step.
+    # momentum); hyper = [lr, momentum, weight_decay] and optionally the record of checked sizes
+    # (as adam_step's). Returns -1, or the index of the first pair with a non-finite gradient,
+    # weight, buffer or result, or -3 as adam_step. Frame within 11 words, as adam_step.
     if len(news) != len(olds) or len(olds) > 1:
         raise ValueError("sgd_step: news and olds must be [newbuf] and [buf], or both []")
     _sgd_setup(hyper)
     _SGDC[_AM_DEC] = len(olds)
     _job(newp, news, params, olds)
-    return _done(_sgd_all(), _SGD_BAD)
+    if len(hyper) > 3:
+        _REC[0] = hyper[3]
+    return _sgd_all()
 
 
-# from host/viper/optim.py:471
-def params_commit(params, newp, count):
-    # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end
-    if _commit(params, newp, count) == -2:
+# from host/viper/optim.py:520
+def params_commit(params, newp, count, seen=_NOSEEN):
+    # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
+    # the record of checked sizes (adam_step's hyper[7]) that the step just before filled, or none
+    R = _REC
+    R[0] = seen
+    R[1] = newp
+    R[2] = count
+    R[3] = params
+    if _commit() == -2:
         raise ValueError("params_commit: the parameters hold more values than newp")
 
 
@@ -1043,7 +1137,7 @@ _PAIR = [(_Holder(), _Holder())]
 _AUF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps of adam_update
 
 
-# from host/viper/optim.py:486
+# from host/viper/optim.py:541
 def _one(p, g, n):
     # the one-pair list for p, g (n,): their first n values (views when n is less than a length)
     if len(p) != n:
@@ -1060,7 +1154,7 @@ _UH = [None] * 7                        # adam_update's hyperparameters as adam_
 _UMV = [None, None]
 
 
-# from host/viper/optim.py:502
+# from host/viper/optim.py:557
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
@@ -1077,16 +1171,20 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         m = memoryview(m)[:n]
     if len(v) != n:
         v = memoryview(v)[:n]
+    if len(p) < n or len(g) < n or len(m) < n or len(v) < n:
+        raise ValueError("adam_update: p, g, m and v must hold n values")
     pair = _one(p, g, n)
     mv = _UMV
     mv[0] = m
     mv[1] = v
     _job(pair[0][0].data, mv, pair, mv)
-    mv[0] = mv[1] = None
-    _done(_adam_all(), "adam_update: p, g, m and v must hold n values")
+    try:
+        _adam_all()
+    finally:
+        mv[0] = mv[1] = None            # the module keeps no buffer between calls
 
 
-# from host/viper/optim.py:527
+# from host/viper/optim.py:586
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     # p (n,) -= lr d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum.
     # sgd_step's element code on one tensor: the new weights go through scratch, buf in place
@@ -1096,4 +1194,4 @@ def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     pair = _one(p, g, n)
     b = [] if buf is None else [buf]
     sgd_step(new, b, pair, b, [lr, momentum, weight_decay])
-    _commit(pair, new, 1)
+    params_commit(pair, new, 1)

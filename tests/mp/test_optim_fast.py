@@ -227,6 +227,150 @@ def test_size_mismatch_is_refused(micropython, tmp_path):
     assert "sgd_step: a parameter or gradient does not match" in lines[1]
 
 
+RECORD = r'''
+from array import array
+import microformer as mf
+mf.set_backend("viper")
+for kind in ("adam", "sgd"):
+    for which in (0, 1):                 # the weight's buffer, then the gradient's
+        a = mf.Tensor((4,)); b = mf.Tensor((4,))
+        for i in range(4):
+            a.data[i] = 0.5 + i
+            b.data[i] = 0.25 - 0.125 * i
+        opt = mf.Adam([(a, b)], lr=1e-2) if kind == "adam" else mf.SGD([(a, b)], lr=1e-2, momentum=0.9)
+        opt.step()                       # the step records the buffers whose sizes it checked
+        opt.step()
+        t = (a, b)[which]
+        old = bytes(t.data)
+        t.data = array("f", [0.5] * 4)   # a new buffer of the same size: read, and recorded
+        before = bytes(a.data)
+        opt.step()
+        print("SAME", kind, which, opt.steps, bytes(a.data) != before)
+        t.data = array("f", [0.5] * 3)   # a shorter one: refused, nothing written
+        before = bytes(a.data)
+        try:
+            opt.step()
+            print("NO ERROR", kind, which)
+        except ValueError as e:
+            print("SHORT", kind, which, opt.steps, bytes(a.data) == before, str(e).split(":")[0])
+from microformer import viper_optim
+print("KEPT", [x for x in viper_optim._REC if x != ()])     # no buffer held between steps
+'''
+
+
+def test_replaced_buffers_are_checked_again(micropython, tmp_path):
+    """The step keeps a record of the buffers whose sizes it checked and skips their len() calls
+    the next time: a weight or gradient whose buffer was replaced is checked again (a shorter one
+    is refused with nothing written, not read or written past its end). The kernel module holds
+    no buffer between steps, refused ones included."""
+    s = tmp_path / "record.py"
+    s.write_text(RECORD)
+    out = helpers.run_micropython(s, exe=micropython)
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    assert len(rows) == 9 and rows.pop() == ["KEPT", "[]"], out
+    for i, kind in enumerate(["adam", "adam", "sgd", "sgd"]):
+        same, short = rows[2 * i], rows[2 * i + 1]
+        which = str(i % 2)
+        assert same == ["SAME", kind, which, "3", "True"], out
+        assert short == ["SHORT", kind, which, "3", "True", kind + "_step"], out
+
+
+FROZEN = r'''
+import microformer as mf
+from microformer.models import iris_model
+mf.set_backend(BACKEND)
+for kind in ("adam", "sgd", "adam clipped"):
+    model = iris_model(1)
+    x = mf.Tensor((16, 4))
+    for i in range(64):
+        x.data[i] = (i % 7) / 7.0 - 0.5
+    if kind == "sgd":
+        opt = mf.SGD(model, lr=1e-2, momentum=0.9)
+    else:
+        opt = mf.Adam(model, lr=1e-2, max_grad_norm=1.0 if kind == "adam clipped" else None)
+    lf = mf.CrossEntropyLoss()
+    for _ in range(2):                   # steps that record the buffers they checked
+        opt.zero_grad()
+        lf.forward(model.forward(x), [i % 3 for i in range(16)])
+        model.backward(lf.backward())
+        opt.step()
+    model.layers[-1].trainable = False   # frozen after the optimizer was made
+    st = opt.buffers if kind == "sgd" else opt.m + opt.v
+    before = [bytes(p.data) for _, p in model.named_params()] + [bytes(t.data) for t in st]
+    try:
+        opt.step()
+        print("NO ERROR", kind)
+    except ValueError as e:
+        st = opt.buffers if kind == "sgd" else opt.m + opt.v
+        after = [bytes(p.data) for _, p in model.named_params()] + [bytes(t.data) for t in st]
+        print("REFUSED", kind.replace(" ", "_"), opt.steps, after == before, str(e))
+'''
+
+
+@pytest.mark.parametrize("backend", ["viper", "python"])
+def test_frozen_after_the_optimizer_is_refused(micropython, tmp_path, backend):
+    """The whole-step kernels answer STEP_FROZEN for a pair without a grad buffer (the step no
+    longer walks the pairs in Python first): the step names the parameter, nothing changes."""
+    s = tmp_path / "frozen.py"
+    s.write_text("BACKEND = %r\n" % backend + FROZEN)
+    out = helpers.run_micropython(s, exe=micropython)
+    rows = [line.split(" ", 4) for line in out.splitlines() if line.strip()]
+    assert [r[:4] for r in rows] == [["REFUSED", k, "2", "True"] for k in ("adam", "sgd", "adam_clipped")], out
+    for r in rows:
+        assert "was frozen after the optimizer was made" in r[4] and r[4].split(":")[0] in ("Adam", "SGD"), out
+
+
+HYPER = r'''
+import microformer as mf
+from microformer.models import iris_model
+mf.set_backend("viper")
+# entries 1, 2, 4, 5, 6, 7 each differ from the one before in one hyperparameter: weight_decay,
+# decoupled, beta1, beta2, eps, lr; an entry is (lr, beta1, beta2, eps, weight_decay, decoupled)
+# (the step compares objects: every entry takes its numbers from these names)
+L1, L2, A1, A2, C1, C2, E1, E2, W0, W1 = 1e-2, 3e-3, 0.9, 0.8, 0.999, 0.99, 1e-8, 1e-3, 0.0, 0.1
+KW = [(L1, A1, C1, E1, W0, False), (L1, A1, C1, E1, W1, False), (L1, A1, C1, E1, W1, True),
+      (L2, A1, C1, E1, W0, False), (L2, A2, C1, E1, W0, False), (L2, A2, C2, E1, W0, False),
+      (L2, A2, C2, E2, W0, False), (L1, A2, C2, E2, W0, False)]
+
+
+def run(order):
+    # one model and Adam per KW entry, stepped in the given order of entries; their weights
+    models, opts = [], []
+    for kw in KW:
+        m = iris_model(1)
+        x = mf.Tensor((16, 4))
+        for i in range(64):
+            x.data[i] = (i % 7) / 7.0 - 0.5
+        lf = mf.CrossEntropyLoss()
+        lf.forward(m.forward(x), [i % 3 for i in range(16)])
+        m.backward(lf.backward())
+        models.append(m)
+        opts.append(mf.Adam(m, lr=kw[0], betas=(kw[1], kw[2]), eps=kw[3], weight_decay=kw[4], decoupled=kw[5]))
+    for k in order:
+        opts[k].step()
+        if k == 0 and opts[0].steps == 2:
+            opts[0].lr = 2e-2            # a schedule: the same optimizer, another lr
+    return [b"".join(bytes(p.data) for _, p in m.named_params()) for m in models]
+
+
+n = len(KW)
+apart = run([k for k in range(n) for _ in range(3)])
+mixed = run([k for _ in range(3) for k in range(n)])
+print("SAME", [a == b for a, b in zip(apart, mixed)])
+print("DIFFER", len(set(apart)) == n)
+'''
+
+
+def test_hyperparameters_are_taken_at_every_step(micropython, tmp_path):
+    """The step keeps its hyperparameters in fixed point and makes them again only when one of
+    them changed: optimizers that differ in one hyperparameter each (and a schedule that sets
+    lr), stepped in turn, give the same weights as each stepped on its own."""
+    s = tmp_path / "hyper.py"
+    s.write_text(HYPER)
+    out = helpers.run_micropython(s, exe=micropython)
+    assert "SAME [True, True, True, True, True, True, True, True]" in out and "DIFFER True" in out, out
+
+
 # ---- the portable and NumPy twins are the per-tensor kernels, bit for bit (CPython) ----------
 
 def _twin_case(seed, kind):
