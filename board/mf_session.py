@@ -13,7 +13,7 @@ from microformer import meta as _meta
 from microformer.data import Dataset, read_rows
 from microformer.finite import hyper
 from microformer.spec import from_spec
-from microformer.tensor import Rng, Tensor, shape_size
+from microformer.tensor import Rng, Tensor, shape_size, zeros
 from microformer.train import duration, evaluate as _evaluate, fit as _fit
 
 from mf_examples import ALIASES, KINDS, SELECTIONS, Examples, Result, _mem_free, _n, exists  # noqa: F401
@@ -995,8 +995,8 @@ class _Snapshot:
 
     def __init__(self, opt):
         self.opt = opt
-        self.w = [array("f", bytes(4 * p.size)) for p, _ in opt.params]
-        self.live = [array("f", bytes(4 * opt._n)) for _ in opt._live]
+        self.w = [zeros(p.size) for p, _ in opt.params]
+        self.live = [zeros(opt._n) for _ in opt._live]
 
     def take(self, s):
         from microformer import backend

@@ -78,7 +78,7 @@ import struct
 import sys
 from array import array
 
-from .tensor import shape_size
+from .tensor import shape_size, zeros
 
 try:
     from binascii import crc32 as _crc32_native
@@ -728,7 +728,7 @@ def read(path):
                 _read_tensor(f, w, rec[1:], path)
                 a = w.dequantize().data
             else:
-                a = array("f", bytes(4 * shape_size(shape)))
+                a = zeros(shape_size(shape))
                 _read_floats(f, a, rec[2], path)
             out.append((name, shape, a))
     return meta, out

@@ -3,7 +3,7 @@ from array import array
 
 from . import backend
 from .finite import NonFiniteError, check_rows
-from .tensor import Rng, Tensor
+from .tensor import Rng, Tensor, zeros
 
 
 class Dataset:
@@ -55,7 +55,7 @@ class Dataset:
 
     def subset(self, idx):
         F = self.X.shape[1]
-        out = array("f", bytes(4 * F * len(idx)))
+        out = zeros(F * len(idx))
         src = self.X.data
         for k, i in enumerate(idx):
             out[k * F:(k + 1) * F] = src[i * F:(i + 1) * F]

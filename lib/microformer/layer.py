@@ -1,6 +1,5 @@
 # microformer.layer: the base class every layer derives from (the layer contract), and
 # state_dict / load_state_dict with PyTorch's parameter names and layouts.
-from array import array
 
 from . import backend
 from . import tensor as _tensor
@@ -52,7 +51,7 @@ class Buffers:
             a = arrays[i]
             data = a if len(a) == n else memoryview(a)[:n]
         else:
-            data = array("f", bytes(4 * n))
+            data = _tensor.zeros(n)
             del self._stage[2][:]
             if i < len(arrays):
                 arrays[i] = data
@@ -69,7 +68,7 @@ class Buffers:
 
     def ints(self, name, n):
         """An array('i') of n zeros (indices) of this key's own."""
-        a = array("i", bytes(4 * n))
+        a = _tensor.zeros(n, "i")
         self.own.append(a)
         return self._add(name, a)
 
@@ -382,7 +381,7 @@ def ensure_grad(p, g):
     """Give a frozen parameter a zeroed grad buffer again (no-op for a trainable one, and for an
     int8 weight, which never trains: quant.py)."""
     if g.data is None and getattr(p, "int8", False) is not True:
-        g.data = array("f", bytes(4 * p.size))
+        g.data = _tensor.zeros(p.size)
         changed()
 
 

@@ -11,12 +11,11 @@
 # shadow is complete and the trade names its side, so the commit is idempotent) and is raised
 # once the step is complete ("held and honoured right after"); one that lands before drops the
 # step. After a Ctrl-C the weights are those of the last full step.
-from array import array
 from math import sqrt
 
 from . import backend
 from .finite import NonFiniteError, hyper, show
-from .tensor import Tensor
+from .tensor import Tensor, zeros
 
 
 def _pairs(params, who):
@@ -114,8 +113,8 @@ class _Optimizer:
         # state slot (each N floats, every tensor end to end), the live set and the shadow, which
         # trade places at each step; the names of what a step writes, per tensor: the weight, then
         # its state slots
-        self._newp = array("f", bytes(4 * self._n))
-        self._sets = [[array("f", bytes(4 * self._n)) for _ in slots] for _ in range(2)]
+        self._newp = zeros(self._n)
+        self._sets = [[zeros(self._n) for _ in slots] for _ in range(2)]
         self._views = [None] * (2 * len(slots))
         self._use(0)
         self._to = 0

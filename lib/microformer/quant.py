@@ -20,7 +20,7 @@ from array import array
 
 from . import backend
 from .layer import changed
-from .tensor import Tensor
+from .tensor import Tensor, zeros
 
 _Q = 127
 
@@ -39,7 +39,7 @@ class Int8Weight:
         self.size = shape[0] * shape[1]
         self.name = name
         self.q = array("b", bytes(self.size)) if q is None else q         # (OC, C)
-        self.scale = array("f", bytes(4 * shape[0])) if scale is None else scale   # (OC,)
+        self.scale = zeros(shape[0]) if scale is None else scale   # (OC,)
 
     def _no_data(self):
         raise TypeError("quant: weight %r is stored as int8 (quant.int8): its float32 values are not "

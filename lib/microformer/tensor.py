@@ -1,6 +1,28 @@
 # microformer.tensor: flat row-major float32 buffers with a shape, a seeded PRNG, Xavier init.
 # Runs unchanged under CPython and MicroPython.
+import sys
 from array import array
+
+_MICROPYTHON = sys.implementation.name == "micropython"
+
+
+def zeros(n, typecode="f"):
+    """array(typecode) of n zeros ('f' float32, 'i' int32). On MicroPython it is made in one
+    allocation of its own size: array('f', bytes(4 n)) would also allocate a same-size temporary
+    beside it, which the heap gets back only at the next collection, so every buffer made that way
+    would leave a hole of its size behind (a heap that has the room but not in one piece). range
+    has a length, so the array is made at its size from it, then cleared. CPython frees the
+    temporary at once: there it is made from bytes."""
+    if not _MICROPYTHON:
+        return array(typecode, bytes(4 * n))
+    a = array(typecode, range(n))
+    if typecode == "f":
+        from . import backend
+        backend.K.zero(a, n)
+    else:
+        for i in range(n):
+            a[i] = 0
+    return a
 
 
 
@@ -28,7 +50,7 @@ class Tensor:
         shape = _check_shape(shape, "Tensor")
         n = shape_size(shape)
         if data is None:
-            data = array("f", bytes(4 * n))
+            data = zeros(n)
         elif len(data) != n:
             raise ValueError("Tensor: data has %d values, shape %r needs %d" % (len(data), shape, n))
         self.data = data

@@ -19,7 +19,7 @@ from microformer.train import evaluate, train_step
 
 _ASKS = ("zeros", "bytes", "ints", "view", "none")
 _asks = dict((n, getattr(Buffers, n)) for n in _ASKS)
-_count = [0, 0, True]  # calls seen; the call that raises (0: none); counting on
+_count = [0, 0, False]  # calls seen; the call that raises (0: none); counting on (inside a step or an evaluate)
 
 
 def _counted():
@@ -66,13 +66,9 @@ def state(model, opt):
 
 def logits(model, X):
     # the model's output for X (not counted): the same before an interrupted step and after it
-    _count[2] = False
-    try:
-        model.eval()
-        out = bytes(model.forward(X).data)
-        model.train()
-    finally:
-        _count[2] = True
+    model.eval()
+    out = bytes(model.forward(X).data)
+    model.train()
     return out
 
 
@@ -94,21 +90,27 @@ def run(train, test, at):
             while True:
                 s0 = opt.steps
                 try:
+                    _count[2] = True        # counted inside the step only (not the batches' own arrays)
                     train_step(model, lf, opt, X, y)
                     break
                 except KeyboardInterrupt:
                     interrupts += 1
+                    _count[2] = False
                     assert opt.steps == s0, "an interrupt inside a buffer switch counted a step"
                     if prev is not None:
                         assert logits(model, prev) == ref, \
                             "after an interrupt, the output for the batch before differs"
+            _count[2] = False
             prev = mf.Tensor(X.shape, array("f", X.data))
         while True:
             try:
+                _count[2] = True
                 evaluate(model, test)
                 break
             except KeyboardInterrupt:
                 interrupts += 1
+            finally:
+                _count[2] = False
     return state(model, opt), opt.steps, interrupts, _count[0]
 
 
