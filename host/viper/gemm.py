@@ -3,7 +3,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _filled, _iscratch, _mant15, _ones, _S
+from .viper_common import _BL, _filled, _iscratch, _mant15, _ones, _S
 
 # what _gemm computes (`kind`); x y z w u are its sizes, in this order:
 MM_FORWARD = const(1)       # (N, C, OC, hasbias, keep):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias); keep: see _gemm
@@ -33,7 +33,7 @@ _ADD_BIAS = const(2)        # bias[n]
 #   gradient) and the final float32 rounding. A small element next to a large one in the same
 #   block keeps only the bits above 2^-14 of the large one (tests/mp/test_viper_range.py).
 @micropython.viper
-def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
+def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
     # products); as the first three they live in registers (callers pass 0s)
     S = ptr32(s)
@@ -42,6 +42,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     pb = ptr32(b)
     pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
+    bl = ptr8(_BL)                      # bit lengths: store_bl's normalizing shift
     gemm_geometry()                     # M N KT, the strides and the addend of `kind`
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
@@ -122,7 +123,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     addend(acc, e)
                     # pack acc * 2^e into float32 bits
                     v = acc
-                    store(pw, oi, v, e)
+                    store_bl(pw, oi, v, e)
                     oi += osn
     return 0
 

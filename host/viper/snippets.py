@@ -9,39 +9,28 @@
 def pack(p, i, v, e, sg, t, sh, be):
     """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits and
     rounded to nearest, exponent biased; an underflow is flushed to 0, an overflow is +-inf."""
-    pack_by(p, i, v, e, sg, t, sh, be, round_near)
+    pack_by(p, i, v, e, sg, t, sh, be, round_near, norm24)
+
+
+def pack_bl(p, i, v, e, sg, t, sh, be):
+    """pack, normalizing through the bit-length table bl (norm24_bl: fewer steps, the same bits)."""
+    # in: bl
+    pack_by(p, i, v, e, sg, t, sh, be, round_near, norm24_bl)
 
 
 def pack_even(p, i, v, e, sg, t, sh, be):
     """pack, rounding ties to even as IEEE (the lowest kept bit decides): p[i] = (-1)^sg * v * 2^e; an underflow is flushed to 0, an overflow is +-inf."""
-    pack_by(p, i, v, e, sg, t, sh, be, round_even)
+    pack_by(p, i, v, e, sg, t, sh, be, round_even, norm24)
 
 
-def pack_by(p, i, v, e, sg, t, sh, be, rnd):
-    """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits, rounded
-    by the snippet named rnd (round_near or round_even), exponent biased; an underflow is flushed
-    to 0, an overflow is +-inf."""
+def pack_by(p, i, v, e, sg, t, sh, be, rnd, nrm):
+    """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits by the
+    snippet named nrm (norm24 or norm24_bl), rounded by the snippet named rnd (round_near or
+    round_even), exponent biased; an underflow is flushed to 0, an overflow is +-inf."""
     if v == 0:
         p[i] = 0
     else:
-        if v >= 0x1000000:
-            t = v >> 24                     # 1 .. 127: sh = its bit length
-            sh = 1
-            down(t, sh, 16, 4)
-            down(t, sh, 4, 2)
-            if t >= 2:
-                sh += 1
-            rnd(v, sh)
-            e += sh
-            if v >= 0x1000000:
-                v = v >> 1
-                e += 1
-        else:
-            up(v, e, 0x100, 16)
-            up(v, e, 0x10000, 8)
-            up(v, e, 0x100000, 4)
-            up(v, e, 0x400000, 2)
-            up(v, e, 0x800000, 1)
+        nrm(v, e, t, sh, rnd)
         be = e + 150
         if be >= 255:
             be = 255
@@ -50,6 +39,52 @@ def pack_by(p, i, v, e, sg, t, sh, be, rnd):
             p[i] = 0
         else:
             p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+
+
+def norm24(v, e, t, sh, rnd):
+    """0 < v < 2^31 brought to 2^23 <= v < 2^24 (a right shift rounded by the snippet named rnd),
+    e counts the shifts: a cascade of compares."""
+    if v >= 0x1000000:
+        t = v >> 24                     # 1 .. 127: sh = its bit length
+        sh = 1
+        down(t, sh, 16, 4)
+        down(t, sh, 4, 2)
+        if t >= 2:
+            sh += 1
+        rnd(v, sh)
+        e += sh
+        if v >= 0x1000000:
+            v = v >> 1
+            e += 1
+    else:
+        up(v, e, 0x100, 16)
+        up(v, e, 0x10000, 8)
+        up(v, e, 0x100000, 4)
+        up(v, e, 0x400000, 2)
+        up(v, e, 0x800000, 1)
+
+
+def norm24_bl(v, e, t, sh, rnd):
+    """norm24 with the shift read from bl (ptr8 over viper_common._BL, bl[j] = the bit length of
+    j < 256): one load in place of norm24's cascade of compares, the same v and e."""
+    # in: bl
+    if v >= 0x1000000:
+        t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+        sh = bl[t]
+        rnd(v, sh)
+        e += sh
+        if v >= 0x1000000:
+            v = v >> 1
+            e += 1
+    else:
+        if v >= 0x10000:
+            t = 8 - bl[v >> 16]
+        elif v >= 0x100:
+            t = 16 - bl[v >> 8]
+        else:
+            t = 24 - bl[v]
+        v = v << t
+        e -= t
 
 
 def round_near(v, sh):
@@ -107,6 +142,13 @@ def store(p, i, v, e, sg, t, sh, be):
     """p[i] = v * 2^e as float32 bits, |v| < 2^31 (the body of _store)."""
     unsign(v, sg)
     pack(p, i, v, e, sg, t, sh, be)
+
+
+def store_bl(p, i, v, e, sg, t, sh, be):
+    """store, normalizing through the bit-length table bl (pack_bl): the same bits."""
+    # in: bl
+    unsign(v, sg)
+    pack_bl(p, i, v, e, sg, t, sh, be)
 
 
 def decode(x, m, e):
@@ -292,7 +334,7 @@ def quantize(src, stride):
     signed ints of the block's largest exponent emax (block float, see kernels_viper.py);
     base = emax + 24 - P, so q = round(mantissa 2^(e - base)), |q| <= lim = 2^P - 1."""
     # in: i0, KT, lim, P
-    # out: base, e, emax, k, mm, q, qa, qb, sh, st4, v
+    # out: base, e, elo, emax, k, q, qa, qb, sh, st4, v
     # qa walks the block (a register local of _gemm: each load has a constant offset)
     st4 = stride << 2
     emax = 0
@@ -305,21 +347,26 @@ def quantize(src, stride):
     if emax == 255:
         emax = 254
     base = emax + 24 - P
+    # the values that quantize to nonzero: e >= elo, i.e. a normal number (e >= 1) whose shift
+    # sh = base - e is at most 30 (one compare per value). +-inf and NaN (e = 255, only when the
+    # block's emax is 255, read as 254) get sh = 23 - P and a q of at least 2^P: clamped to lim,
+    # as FLT_MAX (the mantissa 2^24 - 1 at e = 254) would be.
+    elo = base - 30
+    if elo < 1:
+        elo = 1
     qa = ptr32(uint(src) + (i0 << 2))
     for k in range(KT):
         v = qa[0]
         qa = ptr32(uint(qa) + st4)
         e = (v >> 23) & 0xFF
         q = 0
-        if e != 0:
-            mag(v, mm, e)
-            sh = base - e           # >= 24 - P = 10
-            if sh <= 30:
-                q = (mm + (1 << (sh - 1))) >> sh
-                if q > lim:
-                    q = lim
-                if (v >> 31) & 1:
-                    q = 0 - q
+        if e >= elo:
+            sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
+            q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
+            if q > lim:
+                q = lim
+            if (v >> 31) & 1:
+                q = 0 - q
         qb[0] = q
         qb = ptr32(uint(qb) + 4)
 

@@ -68,7 +68,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     last = t + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                # from host/viper/snippets.py:334 (snippet softmax_max)
+                # from host/viper/snippets.py:381 (snippet softmax_max)
                 # pass 1: the largest visible score, compared as sign-magnitude ints
                 mk = 0
                 mj = 0 - 1
@@ -76,14 +76,14 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
                         continue
                     x = pa[ab + j]
-                    # from host/viper/snippets.py:158 (snippet key)
+                    # from host/viper/snippets.py:200 (snippet key)
                     e = (x >> 23) & 0xFF
                     v = (e << 23) | (x & 0x7FFFFF)
                     if e == 255:                            # inf / NaN: +-FLT_MAX
                         v = ((e - 1) << 23) | 0x7FFFFF
                     if (x >> 31) & 1:
                         v = 0 - v
-                    # from host/viper/snippets.py:342 (snippet softmax_max)
+                    # from host/viper/snippets.py:389 (snippet softmax_max)
                     if mj < 0 or v > mk:
                         mk = v
                         mj = j
@@ -92,19 +92,19 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                 ex = 1
                 if mj >= 0:
                     x = pa[ab + mj]
-                    # from host/viper/snippets.py:115 (snippet decode)
+                    # from host/viper/snippets.py:157 (snippet decode)
                     ex = (x >> 23) & 0xFF
                     mx = 0
                     if ex != 0:
-                        # from host/viper/snippets.py:126 (snippet mag)
+                        # from host/viper/snippets.py:168 (snippet mag)
                         mx = (x & 0x7FFFFF) | 0x800000
                         if ex == 255:
                             mx = 0xFFFFFF
                             ex = 254
-                        # from host/viper/snippets.py:119 (snippet decode)
+                        # from host/viper/snippets.py:161 (snippet decode)
                         if (x >> 31) & 1:
                             mx = 0 - mx
-                    # from host/viper/snippets.py:351 (snippet softmax_max)
+                    # from host/viper/snippets.py:398 (snippet softmax_max)
                     if ex == 0:
                         ex = 1
                 # from host/viper/softmax.py:67
@@ -116,19 +116,19 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
                         continue
                     x = pa[ab + j]
-                    # from host/viper/snippets.py:115 (snippet decode)
+                    # from host/viper/snippets.py:157 (snippet decode)
                     e = (x >> 23) & 0xFF
                     m = 0
                     if e != 0:
-                        # from host/viper/snippets.py:126 (snippet mag)
+                        # from host/viper/snippets.py:168 (snippet mag)
                         m = (x & 0x7FFFFF) | 0x800000
                         if e == 255:
                             m = 0xFFFFFF
                             e = 254
-                        # from host/viper/snippets.py:119 (snippet decode)
+                        # from host/viper/snippets.py:161 (snippet decode)
                         if (x >> 31) & 1:
                             m = 0 - m
-                    # from host/viper/snippets.py:172 (snippet gap)
+                    # from host/viper/snippets.py:214 (snippet gap)
                     if e == 0:
                         e = 1
                     if ex >= e:
@@ -152,19 +152,19 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         n = 0
                         if dv >= 0x10000:
                             tt = dv >> 16               # 1 .. 511
-                            # from host/viper/snippets.py:258 (snippet down)
+                            # from host/viper/snippets.py:300 (snippet down)
                             if tt >= 256:
                                 tt = tt >> 8
                                 n += 8
-                            # from host/viper/snippets.py:258 (snippet down)
+                            # from host/viper/snippets.py:300 (snippet down)
                             if tt >= 16:
                                 tt = tt >> 4
                                 n += 4
-                            # from host/viper/snippets.py:258 (snippet down)
+                            # from host/viper/snippets.py:300 (snippet down)
                             if tt >= 4:
                                 tt = tt >> 2
                                 n += 2
-                            # from host/viper/snippets.py:258 (snippet down)
+                            # from host/viper/snippets.py:300 (snippet down)
                             if tt >= 2:
                                 tt = tt >> 1
                                 n += 1
@@ -173,7 +173,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
                         sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
-                        # from host/viper/snippets.py:146 (snippet scaled)
+                        # from host/viper/snippets.py:188 (snippet scaled)
                         if sh >= 0:
                             if sh > 23 or v > (ycap >> sh):
                                 y = ycap
@@ -184,7 +184,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     # from host/viper/softmax.py:91
                     if y >= ycap:
                         continue                    # weight 0 (below float32 range)
-                    # from host/viper/snippets.py:197 (snippet expq15)
+                    # from host/viper/snippets.py:239 (snippet expq15)
                     k = (y >> 5) * 1477                                 #!chk k
                     k = k >> 21
                     r = y - k * 45426
@@ -301,7 +301,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             ed = (y >> 23) & 0xFF
             md = 0
             if ed != 0:
-                # from host/viper/snippets.py:135 (snippet mant30)
+                # from host/viper/snippets.py:177 (snippet mant30)
                 md = ((y & 0x7FFFFF) | 0x800000) << 6
                 if ed == 255:
                     md = 0xFFFFFF
@@ -321,30 +321,30 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                 v = md
                 e = me
             else:
-                # from host/viper/snippets.py:244 (snippet alignsub)
+                # from host/viper/snippets.py:286 (snippet alignsub)
                 if me >= de:
                     sh = me - de
-                    # from host/viper/snippets.py:213 (snippet rsh)
+                    # from host/viper/snippets.py:255 (snippet rsh)
                     if sh > 30:
                         o = 0
                     else:
                         o = (o + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:247 (snippet alignsub)
+                    # from host/viper/snippets.py:289 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = me
                 else:
                     sh = de - me
-                    # from host/viper/snippets.py:213 (snippet rsh)
+                    # from host/viper/snippets.py:255 (snippet rsh)
                     if sh > 30:
                         md = 0
                     else:
                         md = (md + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:252 (snippet alignsub)
+                    # from host/viper/snippets.py:294 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = de
             # from host/viper/softmax.py:210
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
-            # from host/viper/snippets.py:67 (snippet unsign)
+            # from host/viper/snippets.py:102 (snippet unsign)
             neg = 0
             if v < 0:
                 neg = 1
@@ -353,19 +353,19 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             while v >= 0x800000:
                 v = v >> 8
                 e += 8
-            # from host/viper/snippets.py:258 (snippet down)
+            # from host/viper/snippets.py:300 (snippet down)
             if v >= 0x80000:
                 v = v >> 4
                 e += 4
-            # from host/viper/snippets.py:258 (snippet down)
+            # from host/viper/snippets.py:300 (snippet down)
             if v >= 0x20000:
                 v = v >> 2
                 e += 2
-            # from host/viper/snippets.py:258 (snippet down)
+            # from host/viper/snippets.py:300 (snippet down)
             if v >= 0x10000:
                 v = v >> 1
                 e += 1
-            # from host/viper/snippets.py:258 (snippet down)
+            # from host/viper/snippets.py:300 (snippet down)
             if v >= 0x8000:
                 v = v >> 1
                 e += 1
@@ -377,53 +377,54 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             # pack v * 2^(e + ea - 126 + se) into float32 bits (v < 2^30)
             e = e + ea - 126 + se
             sg = neg
-            # from host/viper/snippets.py:24 (snippet pack_by)
+            # from host/viper/snippets.py:30 (snippet pack_by)
             if v == 0:
                 pd[ab + j] = 0
             else:
+                # from host/viper/snippets.py:47 (snippet norm24)
                 if v >= 0x1000000:
                     t = v >> 24                     # 1 .. 127: sh = its bit length
                     sh = 1
-                    # from host/viper/snippets.py:258 (snippet down)
+                    # from host/viper/snippets.py:300 (snippet down)
                     if t >= 16:
                         t = t >> 4
                         sh += 4
-                    # from host/viper/snippets.py:258 (snippet down)
+                    # from host/viper/snippets.py:300 (snippet down)
                     if t >= 4:
                         t = t >> 2
                         sh += 2
-                    # from host/viper/snippets.py:32 (snippet pack_by)
+                    # from host/viper/snippets.py:52 (snippet norm24)
                     if t >= 2:
                         sh += 1
-                    # from host/viper/snippets.py:57 (snippet round_near)
+                    # from host/viper/snippets.py:92 (snippet round_near)
                     v = (v + (1 << (sh - 1))) >> sh
-                    # from host/viper/snippets.py:35 (snippet pack_by)
+                    # from host/viper/snippets.py:55 (snippet norm24)
                     e += sh
                     if v >= 0x1000000:
                         v = v >> 1
                         e += 1
                 else:
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:307 (snippet up)
                     if v < 0x100:
                         v = v << 16
                         e -= 16
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:307 (snippet up)
                     if v < 0x10000:
                         v = v << 8
                         e -= 8
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:307 (snippet up)
                     if v < 0x100000:
                         v = v << 4
                         e -= 4
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:307 (snippet up)
                     if v < 0x400000:
                         v = v << 2
                         e -= 2
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:307 (snippet up)
                     if v < 0x800000:
                         v = v << 1
                         e -= 1
-                # from host/viper/snippets.py:45 (snippet pack_by)
+                # from host/viper/snippets.py:34 (snippet pack_by)
                 be = e + 150
                 if be >= 255:
                     be = 255
@@ -600,24 +601,24 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
         lm = gm
         le = ge
     elif gm != 0:
-        # from host/viper/snippets.py:222 (snippet addto)
+        # from host/viper/snippets.py:264 (snippet addto)
         if le >= ge:
             sh = le - ge
-            # from host/viper/snippets.py:213 (snippet rsh)
+            # from host/viper/snippets.py:255 (snippet rsh)
             if sh > 30:
                 gm = 0
             else:
                 gm = (gm + ((1 << sh) >> 1)) >> sh
-            # from host/viper/snippets.py:225 (snippet addto)
+            # from host/viper/snippets.py:267 (snippet addto)
             lm = lm + gm                                       #!chk lm
         else:
             sh = ge - le
-            # from host/viper/snippets.py:213 (snippet rsh)
+            # from host/viper/snippets.py:255 (snippet rsh)
             if sh > 30:
                 lm = 0
             else:
                 lm = (lm + ((1 << sh) >> 1)) >> sh
-            # from host/viper/snippets.py:229 (snippet addto)
+            # from host/viper/snippets.py:271 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
     # from host/viper/softmax.py:385
@@ -626,7 +627,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     if v < 0:                                               # rounding below an exact 0
         v = 0
     # v / B by long division (v < 2^31, B <= 2^30)
-    # from host/viper/snippets.py:743 (snippet ldiv)
+    # from host/viper/snippets.py:790 (snippet ldiv)
     q = v // B
     rem = v - q * B
     while q < 0x20000000 and v != 0:
@@ -675,7 +676,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         mj = 0
         for j in range(V):
             x = pl[lb + j]
-            # from host/viper/snippets.py:158 (snippet key)
+            # from host/viper/snippets.py:200 (snippet key)
             e = (x >> 23) & 0xFF
             v = (e << 23) | (x & 0x7FFFFF)
             if e == 255:                            # inf / NaN: +-FLT_MAX
@@ -689,16 +690,16 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 mk = v
                 mj = j
         x = pl[lb + mj]
-        # from host/viper/snippets.py:115 (snippet decode)
+        # from host/viper/snippets.py:157 (snippet decode)
         ex = (x >> 23) & 0xFF
         mx = 0
         if ex != 0:
-            # from host/viper/snippets.py:126 (snippet mag)
+            # from host/viper/snippets.py:168 (snippet mag)
             mx = (x & 0x7FFFFF) | 0x800000
             if ex == 255:
                 mx = 0xFFFFFF
                 ex = 254
-            # from host/viper/snippets.py:119 (snippet decode)
+            # from host/viper/snippets.py:161 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
         # from host/viper/softmax.py:435
@@ -709,19 +710,19 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         z = 0
         for j in range(V):
             x = pl[lb + j]
-            # from host/viper/snippets.py:115 (snippet decode)
+            # from host/viper/snippets.py:157 (snippet decode)
             e = (x >> 23) & 0xFF
             m = 0
             if e != 0:
-                # from host/viper/snippets.py:126 (snippet mag)
+                # from host/viper/snippets.py:168 (snippet mag)
                 m = (x & 0x7FFFFF) | 0x800000
                 if e == 255:
                     m = 0xFFFFFF
                     e = 254
-                # from host/viper/snippets.py:119 (snippet decode)
+                # from host/viper/snippets.py:161 (snippet decode)
                 if (x >> 31) & 1:
                     m = 0 - m
-            # from host/viper/snippets.py:172 (snippet gap)
+            # from host/viper/snippets.py:214 (snippet gap)
             if e == 0:
                 e = 1
             if ex >= e:
@@ -742,7 +743,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
-                # from host/viper/snippets.py:146 (snippet scaled)
+                # from host/viper/snippets.py:188 (snippet scaled)
                 if sh >= 0:
                     if sh > 21 or dv > (ycap >> sh):
                         yv = ycap
@@ -762,31 +763,31 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     lm = dv
                     le = te
                 else:
-                    # from host/viper/snippets.py:222 (snippet addto)
+                    # from host/viper/snippets.py:264 (snippet addto)
                     if le >= te:
                         sh = le - te
-                        # from host/viper/snippets.py:213 (snippet rsh)
+                        # from host/viper/snippets.py:255 (snippet rsh)
                         if sh > 30:
                             dv = 0
                         else:
                             dv = (dv + ((1 << sh) >> 1)) >> sh
-                        # from host/viper/snippets.py:225 (snippet addto)
+                        # from host/viper/snippets.py:267 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                     else:
                         sh = te - le
-                        # from host/viper/snippets.py:213 (snippet rsh)
+                        # from host/viper/snippets.py:255 (snippet rsh)
                         if sh > 30:
                             lm = 0
                         else:
                             lm = (lm + ((1 << sh) >> 1)) >> sh
-                        # from host/viper/snippets.py:229 (snippet addto)
+                        # from host/viper/snippets.py:271 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
                 # from host/viper/softmax.py:459
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
-            # from host/viper/snippets.py:197 (snippet expq15)
+            # from host/viper/snippets.py:239 (snippet expq15)
             k = (yv >> 5) * 1477                                 #!chk k
             k = k >> 21
             rr = yv - k * 45426
