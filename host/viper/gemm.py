@@ -113,18 +113,13 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 gemm_arow()
                 pw = po
                 oi = ob + m * osm
-                qb = ptr32(sa)                  # B row n; mac4 moves it to the next row
+                qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
                 for n in range(NB):
                     if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                         pw = pbias
                         oi = m
-                    mac4(acc)
-                    e = ea + S[xq + n]          # value = acc * 2^e
-                    addend(acc, e)
-                    # pack acc * 2^e into float32 bits
-                    v = acc
-                    store_bl(pw, oi, v, e)
-                    oi += osn
+                    mac4(v)                     # v: the accumulator, a register local
+                    gemm_put(v)
     return 0
 
 

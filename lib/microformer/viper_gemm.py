@@ -155,7 +155,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
             # quantize the N rows of B (block = row n, KT values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
-            # from host/viper/snippets.py:620 (snippet kept)
+            # from host/viper/snippets.py:653 (snippet kept)
             same = 0
             if kind == MM_FORWARD and u:
                 same = 1
@@ -270,87 +270,92 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # from host/viper/gemm.py:114
                 pw = po
                 oi = ob + m * osm
-                qb = ptr32(sa)                  # B row n; mac4 moves it to the next row
+                qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
                 for n in range(NB):
                     if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                         pw = pbias
                         oi = m
-                    # from host/viper/snippets.py:570 (snippet mac4)
-                    # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
-                    # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
-                    # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                    # from host/viper/snippets.py:569 (snippet mac4)
                     if nc == 1:
-                        acc = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
+                        # from host/viper/snippets.py:583 (snippet mac_c1)
+                        # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                        # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                        # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                        v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                        v = ((v & m32) ^ sgn) - sgn                 #!chk v
                         qb = ptr32(uint(qb) + 16)
+                    # from host/viper/snippets.py:571 (snippet mac4)
                     elif nc == 2:
-                        acc = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                        # from host/viper/snippets.py:595 (snippet mac_c2)
+                        v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                                + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-                        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
+                        v = ((v & m32) ^ sgn) - sgn                 #!chk v
                         qb = ptr32(uint(qb) + 32)
+                    # from host/viper/snippets.py:573 (snippet mac4)
                     else:
+                        # from host/viper/snippets.py:605 (snippet mac_long)
                         # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
                         # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
-                        acc = 0
+                        v = 0
                         qa = ptr32(sa + (ex << 2))
                         for c in range(nc >> 2):
-                            # from host/viper/snippets.py:609 (snippet pair8)
+                            # from host/viper/snippets.py:631 (snippet pair8)
                             t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                  + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            acc += (t + rh) >> sh4                          #!chk acc
-                            # from host/viper/snippets.py:609 (snippet pair8)
+                            v += (t + rh) >> sh4                          #!chk v
+                            # from host/viper/snippets.py:631 (snippet pair8)
                             t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
                                  + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            acc += (t + rh) >> sh4                          #!chk acc
-                            # from host/viper/snippets.py:590 (snippet mac4)
+                            v += (t + rh) >> sh4                          #!chk v
+                            # from host/viper/snippets.py:612 (snippet mac_long)
                             qa = ptr32(uint(qa) + 64)
                             qb = ptr32(uint(qb) + 64)
                         if nc & 2:
-                            # from host/viper/snippets.py:609 (snippet pair8)
+                            # from host/viper/snippets.py:631 (snippet pair8)
                             t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                  + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            acc += (t + rh) >> sh4                          #!chk acc
-                            # from host/viper/snippets.py:594 (snippet mac4)
+                            v += (t + rh) >> sh4                          #!chk v
+                            # from host/viper/snippets.py:616 (snippet mac_long)
                             qa = ptr32(uint(qa) + 32)
                             qb = ptr32(uint(qb) + 32)
                         if nc & 1:
                             t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            acc += (t + rh) >> sh4                          #!chk acc
+                            v += (t + rh) >> sh4                          #!chk v
                             qb = ptr32(uint(qb) + 16)
-                    # from host/viper/gemm.py:122
-                    e = ea + S[xq + n]          # value = acc * 2^e
-                    # from host/viper/snippets.py:636 (snippet addend)
+                    # from host/viper/snippets.py:642 (snippet gemm_put)
+                    e = ea + S[xq + n]                  # value = acc * 2^e
+                    # from host/viper/snippets.py:669 (snippet addend)
                     # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
                     if mode != _ADD_NONE:
                         if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
-                            acc = (acc + 1) >> 1
+                            v = (v + 1) >> 1
                             e += 1
                         if mode == _ADD_OLD:
-                            v = pw[oi]
+                            ov = pw[oi]
                             # from host/viper/snippets.py:157 (snippet decode)
-                            xe = (v >> 23) & 0xFF
+                            xe = (ov >> 23) & 0xFF
                             xm = 0
                             if xe != 0:
                                 # from host/viper/snippets.py:168 (snippet mag)
-                                xm = (v & 0x7FFFFF) | 0x800000
+                                xm = (ov & 0x7FFFFF) | 0x800000
                                 if xe == 255:
                                     xm = 0xFFFFFF
                                     xe = 254
                                 # from host/viper/snippets.py:161 (snippet decode)
-                                if (v >> 31) & 1:
+                                if (ov >> 31) & 1:
                                     xm = 0 - xm
-                            # from host/viper/snippets.py:644 (snippet addend)
+                            # from host/viper/snippets.py:677 (snippet addend)
                             xe = xe - 150
                         else:
                             xm = (S[bd + n + n] ^ sgn) - sgn
                             xe = (S[bd + n + n + 1] ^ sgn) - sgn
                         if xm != 0:
-                            if acc == 0:
-                                acc = xm
+                            if v == 0:
+                                v = xm
                                 e = xe
                             elif xe <= e:
                                 sh = e - xe
@@ -359,8 +364,8 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     xm = 0
                                 else:
                                     xm = (xm + ((1 << sh) >> 1)) >> sh
-                                # from host/viper/snippets.py:655 (snippet addend)
-                                acc += xm                               #!chk acc
+                                # from host/viper/snippets.py:688 (snippet addend)
+                                v += xm                               #!chk v
                             else:
                                 uu = xe - e
                                 if uu > 6:
@@ -368,14 +373,11 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 xm = xm << uu
                                 sh = xe - uu - e
                                 if sh > 30:
-                                    acc = 0
+                                    v = 0
                                 elif sh > 0:
-                                    acc = (acc + (1 << (sh - 1))) >> sh
-                                acc += xm                               #!chk acc
+                                    v = (v + (1 << (sh - 1))) >> sh
+                                v += xm                               #!chk v
                                 e = xe - uu
-                    # from host/viper/gemm.py:124
-                    # pack acc * 2^e into float32 bits
-                    v = acc
                     # from host/viper/snippets.py:102 (snippet unsign)
                     sg = 0
                     if v < 0:
@@ -414,8 +416,9 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             pw[oi] = 0
                         else:
                             pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                    # from host/viper/gemm.py:127
+                    # from host/viper/snippets.py:645 (snippet gemm_put)
                     oi += osn
+    # from host/viper/gemm.py:123
     return 0
 
 
@@ -426,7 +429,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
 _NONE = None                            # viper compares objects with a global, not the literal
 
 
-# from host/viper/gemm.py:138
+# from host/viper/gemm.py:133
 @micropython.viper
 def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
@@ -451,7 +454,7 @@ _KEEP_N = const(4)
 _KEEP_PART = const(3072)
 
 
-# from host/viper/gemm.py:162
+# from host/viper/gemm.py:157
 def keep_weight(keep, weight, bias, C, OC):
     # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
     # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
@@ -468,14 +471,14 @@ def keep_weight(keep, weight, bias, C, OC):
     keep[0] = k
 
 
-# from host/viper/gemm.py:178
+# from host/viper/gemm.py:173
 def _keep_out(k, n):
     # the keep's output buffer, grown to n floats (more rows than before)
     k[3] = None
     k[3] = array("f", bytes(4 * n))
 
 
-# from host/viper/gemm.py:184
+# from host/viper/gemm.py:179
 @micropython.viper
 def _put_rows(out, o: int, OC: int, part, r: int, N: int):
     # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
@@ -486,7 +489,7 @@ def _put_rows(out, o: int, OC: int, part, r: int, N: int):
             po[m * OC + o + j] = pp[m * r + j]
 
 
-# from host/viper/gemm.py:194
+# from host/viper/gemm.py:189
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
@@ -510,7 +513,7 @@ def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
         i += 5
 
 
-# from host/viper/gemm.py:217
+# from host/viper/gemm.py:212
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -520,7 +523,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:226
+# from host/viper/gemm.py:221
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -536,14 +539,14 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:241
+# from host/viper/gemm.py:236
 @micropython.viper
 def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
     # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
 
 
-# from host/viper/gemm.py:247
+# from host/viper/gemm.py:242
 @micropython.viper
 def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
     # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
@@ -557,7 +560,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:260
+# from host/viper/gemm.py:255
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -569,7 +572,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:271
+# from host/viper/gemm.py:266
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -577,7 +580,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:278
+# from host/viper/gemm.py:273
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -585,7 +588,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:285
+# from host/viper/gemm.py:280
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -664,14 +667,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:308
+            # from host/viper/gemm.py:303
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:314
+# from host/viper/gemm.py:309
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -680,7 +683,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:322
+# from host/viper/gemm.py:317
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
@@ -712,7 +715,7 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 #   within 2^-11 KT max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
 #   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
 #   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
-# from host/viper/gemm.py:353
+# from host/viper/gemm.py:348
 @micropython.viper
 def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: int, C: int, OC: int, flag: int) -> int:
     S = ptr32(s)
@@ -784,10 +787,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         q = 0 - q
                 qb[0] = q
                 qb = ptr32(uint(qb) + 4)
-            # from host/viper/gemm.py:390
+            # from host/viper/gemm.py:385
             eb = base - 150
         else:
-            # from host/viper/snippets.py:1229 (snippet q8_drow)
+            # from host/viper/snippets.py:1262 (snippet q8_drow)
             pm = 0 - 100000
             for n in range(KT):
                 x = pa[m * OC + n]
@@ -803,7 +806,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:161 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/snippets.py:1233 (snippet q8_drow)
+                # from host/viper/snippets.py:1266 (snippet q8_drow)
                 y = psc[n]
                 ye = (y >> 23) & 0xFF
                 g = 0
@@ -843,7 +846,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if g < 0x20000000:
                         g = g << 1
                         ge -= 1
-                    # from host/viper/snippets.py:1249 (snippet q8_drow)
+                    # from host/viper/snippets.py:1282 (snippet q8_drow)
                     if ge > pm:
                         pm = ge
                     if sg:
@@ -863,14 +866,14 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         g = 0
                     else:
                         g = (g + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:1264 (snippet q8_drow)
+                    # from host/viper/snippets.py:1297 (snippet q8_drow)
                     if sg:
                         g = 0 - g
                     S[n] = g
-            # from host/viper/gemm.py:393
+            # from host/viper/gemm.py:388
             eb = pm + 16
         for r in range(R):
-            # from host/viper/snippets.py:1275 (snippet q8_dot)
+            # from host/viper/snippets.py:1308 (snippet q8_dot)
             acc = 0
             wi = r * wr
             k = 0
@@ -885,10 +888,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     wi += wk
                     k += 1
                 acc += (t + rh) >> sh8                                  #!chk acc
-            # from host/viper/gemm.py:396
+            # from host/viper/gemm.py:391
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
-                # from host/viper/snippets.py:1296 (snippet q8_scale)
+                # from host/viper/snippets.py:1329 (snippet q8_scale)
                 y = psc[r]
                 ye = (y >> 23) & 0xFF
                 if ye == 0:
@@ -911,7 +914,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     e = e + d + ye - 141
                     if sg:
                         acc = 0 - acc
-            # from host/viper/gemm.py:399
+            # from host/viper/gemm.py:394
             oi = m * R + r
             if flag:
                 x = pbias[r]
@@ -929,7 +932,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:161 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:405
+                # from host/viper/gemm.py:400
                 if xe != 0:
                     xe = xe - 150
                     # from host/viper/snippets.py:277 (snippet addto0)
@@ -1018,11 +1021,11 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     po[oi] = 0
                 else:
                     po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-    # from host/viper/gemm.py:409
+    # from host/viper/gemm.py:404
     return 0
 
 
-# from host/viper/gemm.py:412
+# from host/viper/gemm.py:407
 def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
     s = _S[0]
@@ -1033,7 +1036,7 @@ def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
         _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
 
 
-# from host/viper/gemm.py:422
+# from host/viper/gemm.py:417
 def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
     # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
     if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):
