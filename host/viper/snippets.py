@@ -87,6 +87,20 @@ def norm24_bl(v, e, t, sh, rnd):
         e -= t
 
 
+def bitlen(v, n):
+    """n = the bit length of 0 <= v < 2^31, from the bit-length table bl (two compares and a load)."""
+    # in: bl
+    if v >= 0x10000:
+        if v >= 0x1000000:
+            n = 24 + bl[v >> 24]
+        else:
+            n = 16 + bl[v >> 16]
+    elif v >= 0x100:
+        n = 8 + bl[v >> 8]
+    else:
+        n = bl[v]
+
+
 def round_near(v, sh):
     """v shifted right by sh >= 1, rounded to nearest (ties away from zero)."""
     v = (v + (1 << (sh - 1))) >> sh

@@ -3,7 +3,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _S, _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _BL, _S, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
 from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
@@ -40,6 +40,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
     S = ptr32(s)
     pa = ptr32(att)
     pm = ptr8(mask)
+    bl = ptr8(_BL)                      # bit lengths (the cut of dv)
     Tk = D[_TK]
     causal = D[_CAUSAL]
     sm = D[_SCALE_M]
@@ -78,12 +79,11 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
                         n = 0
                         if dv >= 0x10000:
-                            tt = dv >> 16               # 1 .. 511
-                            down(tt, n, 256, 8)
-                            down(tt, n, 16, 4)
-                            down(tt, n, 4, 2)
-                            down(tt, n, 2, 1)
-                            n += 1
+                            tt = dv >> 16               # 1 .. 511: n = its bit length
+                            if tt >= 256:
+                                n = 9
+                            else:
+                                n = bl[tt]
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
                         sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
@@ -140,6 +140,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
     pd = ptr32(ds)
     pa = ptr32(att)
+    bl = ptr8(_BL)                      # bit lengths (the cut to 15 bits, the store)
     h = 1                               # headroom: 2^h >= 2 Tk
     while (1 << h) < Tk + Tk:
         h += 1
@@ -209,13 +210,11 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                 alignsub(md, me, o, de, v, e, sh)
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
             unsign(v, neg)
-            while v >= 0x800000:
-                v = v >> 8
-                e += 8
-            down(v, e, 0x80000, 4)
-            down(v, e, 0x20000, 2)
-            down(v, e, 0x10000, 1)
-            down(v, e, 0x8000, 1)
+            if v >= 0x8000:             # truncated to 15 bits: n = bit length - 15
+                bitlen(v, n)
+                n -= 15
+                v = v >> n
+                e += n
             ma = ((x & 0x7FFFFF) | 0x800000) >> 9
             if ea == 255:
                 ma = 0x7FFF
@@ -223,7 +222,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             # pack v * 2^(e + ea - 126 + se) into float32 bits (v < 2^30)
             e = e + ea - 126 + se
             sg = neg
-            pack(pd, ab + j, v, e, sg)
+            pack_bl(pd, ab + j, v, e, sg)
         ab += Tk
 
 

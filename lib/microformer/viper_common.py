@@ -96,7 +96,7 @@ def _chk(x: int):
 def _store(buf, i: int, v: int, e: int):
     # buf[i] = v * 2^e as float32 bits; |v| < 2^31. Round to nearest, flush underflow, inf on overflow.
     p = ptr32(buf)
-    # from host/viper/snippets.py:102 (snippet unsign)
+    # from host/viper/snippets.py:116 (snippet unsign)
     sg = 0
     if v < 0:
         sg = 1
@@ -109,18 +109,18 @@ def _store(buf, i: int, v: int, e: int):
         if v >= 0x1000000:
             t = v >> 24                     # 1 .. 127: sh = its bit length
             sh = 1
-            # from host/viper/snippets.py:300 (snippet down)
+            # from host/viper/snippets.py:314 (snippet down)
             if t >= 16:
                 t = t >> 4
                 sh += 4
-            # from host/viper/snippets.py:300 (snippet down)
+            # from host/viper/snippets.py:314 (snippet down)
             if t >= 4:
                 t = t >> 2
                 sh += 2
             # from host/viper/snippets.py:52 (snippet norm24)
             if t >= 2:
                 sh += 1
-            # from host/viper/snippets.py:92 (snippet round_near)
+            # from host/viper/snippets.py:106 (snippet round_near)
             v = (v + (1 << (sh - 1))) >> sh
             # from host/viper/snippets.py:55 (snippet norm24)
             e += sh
@@ -128,23 +128,23 @@ def _store(buf, i: int, v: int, e: int):
                 v = v >> 1
                 e += 1
         else:
-            # from host/viper/snippets.py:307 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x100:
                 v = v << 16
                 e -= 16
-            # from host/viper/snippets.py:307 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x10000:
                 v = v << 8
                 e -= 8
-            # from host/viper/snippets.py:307 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x100000:
                 v = v << 4
                 e -= 4
-            # from host/viper/snippets.py:307 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x400000:
                 v = v << 2
                 e -= 2
-            # from host/viper/snippets.py:307 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x800000:
                 v = v << 1
                 e -= 1

@@ -29,7 +29,7 @@ def _relu(out, inp, n: int, leaky: int):
         elif leaky and e == 255:
             po[i] = x                   # 0.01 * -inf = -inf
         elif leaky and e != 0:
-            # from host/viper/snippets.py:168 (snippet mag)
+            # from host/viper/snippets.py:182 (snippet mag)
             m = (x & 0x7FFFFF) | 0x800000
             if e == 255:
                 m = 0xFFFFFF
@@ -58,7 +58,7 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
         elif leaky and e == 255:
             pd[i] = g                   # 0.01 * (NaN or +-inf)
         elif leaky and e != 0:
-            # from host/viper/snippets.py:168 (snippet mag)
+            # from host/viper/snippets.py:182 (snippet mag)
             m = (g & 0x7FFFFF) | 0x800000
             if e == 255:
                 m = 0xFFFFFF
@@ -138,7 +138,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
         if ey == 0:
             po[i] = (y >> 31) << 31             # +-0
             continue
-        # from host/viper/snippets.py:839 (snippet lookup)
+        # from host/viper/snippets.py:853 (snippet lookup)
         tq = 0
         if ex >= 130:
             tq = 384 << 16                  # |x| >= 8: beyond the table
@@ -168,7 +168,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
             po[i] = sg << 31
             continue
         pe = 0 - 29                             # ph 2^pe, ph to [2^14, 2^15)
-        # from host/viper/snippets.py:110 (snippet normto)
+        # from host/viper/snippets.py:124 (snippet normto)
         while ph >= 0x8000:
             ph = ph >> 1
             pe += 1
@@ -186,18 +186,18 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
             if v >= 0x1000000:
                 t = v >> 24                     # 1 .. 127: sh = its bit length
                 sh = 1
-                # from host/viper/snippets.py:300 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 16:
                     t = t >> 4
                     sh += 4
-                # from host/viper/snippets.py:300 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 4:
                     t = t >> 2
                     sh += 2
                 # from host/viper/snippets.py:52 (snippet norm24)
                 if t >= 2:
                     sh += 1
-                # from host/viper/snippets.py:92 (snippet round_near)
+                # from host/viper/snippets.py:106 (snippet round_near)
                 v = (v + (1 << (sh - 1))) >> sh
                 # from host/viper/snippets.py:55 (snippet norm24)
                 e += sh
@@ -205,23 +205,23 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
                     v = v >> 1
                     e += 1
             else:
-                # from host/viper/snippets.py:307 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100:
                     v = v << 16
                     e -= 16
-                # from host/viper/snippets.py:307 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x10000:
                     v = v << 8
                     e -= 8
-                # from host/viper/snippets.py:307 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100000:
                     v = v << 4
                     e -= 4
-                # from host/viper/snippets.py:307 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x400000:
                     v = v << 2
                     e -= 2
-                # from host/viper/snippets.py:307 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x800000:
                     v = v << 1
                     e -= 1
@@ -403,7 +403,7 @@ def _copy(dst, src, n: int):
     # (constant offsets index it: a quarter of the indexed loop's instructions)
     a = int(ptr32(src))
     off = int(ptr32(dst)) - a
-    # from host/viper/snippets.py:1136 (snippet copy4)
+    # from host/viper/snippets.py:1150 (snippet copy4)
     end = a + 4 * (n - (n & 3))
     while a < end:
         ptr32(a + off)[0] = ptr32(a)[0]

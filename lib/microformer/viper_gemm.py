@@ -47,7 +47,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
     bl = ptr8(_BL)                      # bit lengths: store_bl's normalizing shift
-    # from host/viper/snippets.py:497 (snippet gemm_geometry)
+    # from host/viper/snippets.py:511 (snippet gemm_geometry)
     nb1 = 1
     nb2 = 1
     asb1 = 0
@@ -126,16 +126,16 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     if mode == _ADD_BIAS:
         for n in range(N):
             v = pbias[n]
-            # from host/viper/snippets.py:157 (snippet decode)
+            # from host/viper/snippets.py:171 (snippet decode)
             xe = (v >> 23) & 0xFF
             xm = 0
             if xe != 0:
-                # from host/viper/snippets.py:168 (snippet mag)
+                # from host/viper/snippets.py:182 (snippet mag)
                 xm = (v & 0x7FFFFF) | 0x800000
                 if xe == 255:
                     xm = 0xFFFFFF
                     xe = 254
-                # from host/viper/snippets.py:161 (snippet decode)
+                # from host/viper/snippets.py:175 (snippet decode)
                 if (v >> 31) & 1:
                     xm = 0 - xm
             # from host/viper/gemm.py:80
@@ -155,7 +155,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
             # quantize the N rows of B (block = row n, KT values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
-            # from host/viper/snippets.py:653 (snippet kept)
+            # from host/viper/snippets.py:667 (snippet kept)
             same = 0
             if kind == MM_FORWARD and u:
                 same = 1
@@ -172,7 +172,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 if same:
                     break
                 i0 = bb + n * bsn
-                # from host/viper/snippets.py:338 (snippet quantize)
+                # from host/viper/snippets.py:352 (snippet quantize)
                 # qa walks the block (a register local of _gemm: each load has a constant offset)
                 st4 = bsk << 2
                 emax = 0
@@ -216,7 +216,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # quantize row m of A into S[ex : ex + KT]
                 i0 = ab + m * asm
                 qb = ptr32(sa + (ex << 2))
-                # from host/viper/snippets.py:338 (snippet quantize)
+                # from host/viper/snippets.py:352 (snippet quantize)
                 # qa walks the block (a register local of _gemm: each load has a constant offset)
                 st4 = ask << 2
                 emax = 0
@@ -253,7 +253,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     qb = ptr32(uint(qb) + 4)
                 # from host/viper/gemm.py:112
                 ea = emax - 252 - P - P + sh4
-                # from host/viper/snippets.py:549 (snippet gemm_arow)
+                # from host/viper/snippets.py:563 (snippet gemm_arow)
                 a0 = S[ex]
                 a1 = S[ex + 1]
                 a2 = S[ex + 2]
@@ -275,50 +275,50 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                         pw = pbias
                         oi = m
-                    # from host/viper/snippets.py:569 (snippet mac4)
+                    # from host/viper/snippets.py:583 (snippet mac4)
                     if nc == 1:
-                        # from host/viper/snippets.py:583 (snippet mac_c1)
+                        # from host/viper/snippets.py:597 (snippet mac_c1)
                         # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
                         # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                         # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
                         v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                         v = ((v & m32) ^ sgn) - sgn                 #!chk v
                         qb = ptr32(uint(qb) + 16)
-                    # from host/viper/snippets.py:571 (snippet mac4)
+                    # from host/viper/snippets.py:585 (snippet mac4)
                     elif nc == 2:
-                        # from host/viper/snippets.py:595 (snippet mac_c2)
+                        # from host/viper/snippets.py:609 (snippet mac_c2)
                         v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                                + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
                         v = ((v & m32) ^ sgn) - sgn                 #!chk v
                         qb = ptr32(uint(qb) + 32)
-                    # from host/viper/snippets.py:573 (snippet mac4)
+                    # from host/viper/snippets.py:587 (snippet mac4)
                     else:
-                        # from host/viper/snippets.py:605 (snippet mac_long)
+                        # from host/viper/snippets.py:619 (snippet mac_long)
                         # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
                         # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
                         v = 0
                         qa = ptr32(sa + (ex << 2))
                         for c in range(nc >> 2):
-                            # from host/viper/snippets.py:631 (snippet pair8)
+                            # from host/viper/snippets.py:645 (snippet pair8)
                             t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                  + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             v += (t + rh) >> sh4                          #!chk v
-                            # from host/viper/snippets.py:631 (snippet pair8)
+                            # from host/viper/snippets.py:645 (snippet pair8)
                             t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
                                  + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             v += (t + rh) >> sh4                          #!chk v
-                            # from host/viper/snippets.py:612 (snippet mac_long)
+                            # from host/viper/snippets.py:626 (snippet mac_long)
                             qa = ptr32(uint(qa) + 64)
                             qb = ptr32(uint(qb) + 64)
                         if nc & 2:
-                            # from host/viper/snippets.py:631 (snippet pair8)
+                            # from host/viper/snippets.py:645 (snippet pair8)
                             t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                  + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             v += (t + rh) >> sh4                          #!chk v
-                            # from host/viper/snippets.py:616 (snippet mac_long)
+                            # from host/viper/snippets.py:630 (snippet mac_long)
                             qa = ptr32(uint(qa) + 32)
                             qb = ptr32(uint(qb) + 32)
                         if nc & 1:
@@ -326,9 +326,9 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             t = ((t & m32) ^ sgn) - sgn                 #!chk t
                             v += (t + rh) >> sh4                          #!chk v
                             qb = ptr32(uint(qb) + 16)
-                    # from host/viper/snippets.py:642 (snippet gemm_put)
+                    # from host/viper/snippets.py:656 (snippet gemm_put)
                     e = ea + S[xq + n]                  # value = acc * 2^e
-                    # from host/viper/snippets.py:669 (snippet addend)
+                    # from host/viper/snippets.py:683 (snippet addend)
                     # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
                     if mode != _ADD_NONE:
                         if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
@@ -336,19 +336,19 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             e += 1
                         if mode == _ADD_OLD:
                             ov = pw[oi]
-                            # from host/viper/snippets.py:157 (snippet decode)
+                            # from host/viper/snippets.py:171 (snippet decode)
                             xe = (ov >> 23) & 0xFF
                             xm = 0
                             if xe != 0:
-                                # from host/viper/snippets.py:168 (snippet mag)
+                                # from host/viper/snippets.py:182 (snippet mag)
                                 xm = (ov & 0x7FFFFF) | 0x800000
                                 if xe == 255:
                                     xm = 0xFFFFFF
                                     xe = 254
-                                # from host/viper/snippets.py:161 (snippet decode)
+                                # from host/viper/snippets.py:175 (snippet decode)
                                 if (ov >> 31) & 1:
                                     xm = 0 - xm
-                            # from host/viper/snippets.py:677 (snippet addend)
+                            # from host/viper/snippets.py:691 (snippet addend)
                             xe = xe - 150
                         else:
                             xm = (S[bd + n + n] ^ sgn) - sgn
@@ -359,12 +359,12 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 e = xe
                             elif xe <= e:
                                 sh = e - xe
-                                # from host/viper/snippets.py:255 (snippet rsh)
+                                # from host/viper/snippets.py:269 (snippet rsh)
                                 if sh > 30:
                                     xm = 0
                                 else:
                                     xm = (xm + ((1 << sh) >> 1)) >> sh
-                                # from host/viper/snippets.py:688 (snippet addend)
+                                # from host/viper/snippets.py:702 (snippet addend)
                                 v += xm                               #!chk v
                             else:
                                 uu = xe - e
@@ -378,7 +378,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     v = (v + (1 << (sh - 1))) >> sh
                                 v += xm                               #!chk v
                                 e = xe - uu
-                    # from host/viper/snippets.py:102 (snippet unsign)
+                    # from host/viper/snippets.py:116 (snippet unsign)
                     sg = 0
                     if v < 0:
                         sg = 1
@@ -391,7 +391,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                         if v >= 0x1000000:
                             t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
                             sh = bl[t]
-                            # from host/viper/snippets.py:92 (snippet round_near)
+                            # from host/viper/snippets.py:106 (snippet round_near)
                             v = (v + (1 << (sh - 1))) >> sh
                             # from host/viper/snippets.py:75 (snippet norm24_bl)
                             e += sh
@@ -416,7 +416,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             pw[oi] = 0
                         else:
                             pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                    # from host/viper/snippets.py:645 (snippet gemm_put)
+                    # from host/viper/snippets.py:659 (snippet gemm_put)
                     oi += osn
     # from host/viper/gemm.py:123
     return 0
@@ -619,18 +619,18 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                     if v >= 0x1000000:
                         t = v >> 24                     # 1 .. 127: sh = its bit length
                         sh = 1
-                        # from host/viper/snippets.py:300 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 16:
                             t = t >> 4
                             sh += 4
-                        # from host/viper/snippets.py:300 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 4:
                             t = t >> 2
                             sh += 2
                         # from host/viper/snippets.py:52 (snippet norm24)
                         if t >= 2:
                             sh += 1
-                        # from host/viper/snippets.py:92 (snippet round_near)
+                        # from host/viper/snippets.py:106 (snippet round_near)
                         v = (v + (1 << (sh - 1))) >> sh
                         # from host/viper/snippets.py:55 (snippet norm24)
                         e += sh
@@ -638,23 +638,23 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                             v = v >> 1
                             e += 1
                     else:
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100:
                             v = v << 16
                             e -= 16
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x10000:
                             v = v << 8
                             e -= 8
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100000:
                             v = v << 4
                             e -= 4
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x400000:
                             v = v << 2
                             e -= 2
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x800000:
                             v = v << 1
                             e -= 1
@@ -752,7 +752,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
             # row m of inp, quantized into S[0 : KT]: inp ~= S[k] 2^(base - 150)
             i0 = m * C
             qb = ptr32(sa)
-            # from host/viper/snippets.py:338 (snippet quantize)
+            # from host/viper/snippets.py:352 (snippet quantize)
             # qa walks the block (a register local of _gemm: each load has a constant offset)
             st4 = 1 << 2
             emax = 0
@@ -790,23 +790,23 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
             # from host/viper/gemm.py:385
             eb = base - 150
         else:
-            # from host/viper/snippets.py:1262 (snippet q8_drow)
+            # from host/viper/snippets.py:1276 (snippet q8_drow)
             pm = 0 - 100000
             for n in range(KT):
                 x = pa[m * OC + n]
-                # from host/viper/snippets.py:157 (snippet decode)
+                # from host/viper/snippets.py:171 (snippet decode)
                 xe = (x >> 23) & 0xFF
                 xm = 0
                 if xe != 0:
-                    # from host/viper/snippets.py:168 (snippet mag)
+                    # from host/viper/snippets.py:182 (snippet mag)
                     xm = (x & 0x7FFFFF) | 0x800000
                     if xe == 255:
                         xm = 0xFFFFFF
                         xe = 254
-                    # from host/viper/snippets.py:161 (snippet decode)
+                    # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/snippets.py:1266 (snippet q8_drow)
+                # from host/viper/snippets.py:1280 (snippet q8_drow)
                 y = psc[n]
                 ye = (y >> 23) & 0xFF
                 g = 0
@@ -822,31 +822,31 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         ye = 254
                     g = ((xm + 256) >> 9) * ((ym + 256) >> 9)           #!chk g
                     ge = xe - 141 + ye - 141
-                    # from host/viper/snippets.py:322 (snippet norm30)
+                    # from host/viper/snippets.py:336 (snippet norm30)
                     while g >= top:
                         g = g >> 1
                         ge += 1
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x4000:
                         g = g << 16
                         ge -= 16
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x400000:
                         g = g << 8
                         ge -= 8
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x4000000:
                         g = g << 4
                         ge -= 4
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x10000000:
                         g = g << 2
                         ge -= 2
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x20000000:
                         g = g << 1
                         ge -= 1
-                    # from host/viper/snippets.py:1282 (snippet q8_drow)
+                    # from host/viper/snippets.py:1296 (snippet q8_drow)
                     if ge > pm:
                         pm = ge
                     if sg:
@@ -861,19 +861,19 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if g < 0:
                         sg = 1
                         g = 0 - g
-                    # from host/viper/snippets.py:255 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         g = 0
                     else:
                         g = (g + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:1297 (snippet q8_drow)
+                    # from host/viper/snippets.py:1311 (snippet q8_drow)
                     if sg:
                         g = 0 - g
                     S[n] = g
             # from host/viper/gemm.py:388
             eb = pm + 16
         for r in range(R):
-            # from host/viper/snippets.py:1308 (snippet q8_dot)
+            # from host/viper/snippets.py:1322 (snippet q8_dot)
             acc = 0
             wi = r * wr
             k = 0
@@ -891,7 +891,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
             # from host/viper/gemm.py:391
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
-                # from host/viper/snippets.py:1329 (snippet q8_scale)
+                # from host/viper/snippets.py:1343 (snippet q8_scale)
                 y = psc[r]
                 ye = (y >> 23) & 0xFF
                 if ye == 0:
@@ -920,47 +920,47 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                 x = pbias[r]
                 if kind == Q8_DINP:
                     x = po[oi]
-                # from host/viper/snippets.py:157 (snippet decode)
+                # from host/viper/snippets.py:171 (snippet decode)
                 xe = (x >> 23) & 0xFF
                 xm = 0
                 if xe != 0:
-                    # from host/viper/snippets.py:168 (snippet mag)
+                    # from host/viper/snippets.py:182 (snippet mag)
                     xm = (x & 0x7FFFFF) | 0x800000
                     if xe == 255:
                         xm = 0xFFFFFF
                         xe = 254
-                    # from host/viper/snippets.py:161 (snippet decode)
+                    # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
                 # from host/viper/gemm.py:400
                 if xe != 0:
                     xe = xe - 150
-                    # from host/viper/snippets.py:277 (snippet addto0)
+                    # from host/viper/snippets.py:291 (snippet addto0)
                     if acc == 0:
                         acc = xm
                         e = xe
                     elif xm != 0:
-                        # from host/viper/snippets.py:264 (snippet addto)
+                        # from host/viper/snippets.py:278 (snippet addto)
                         if e >= xe:
                             sh = e - xe
-                            # from host/viper/snippets.py:255 (snippet rsh)
+                            # from host/viper/snippets.py:269 (snippet rsh)
                             if sh > 30:
                                 xm = 0
                             else:
                                 xm = (xm + ((1 << sh) >> 1)) >> sh
-                            # from host/viper/snippets.py:267 (snippet addto)
+                            # from host/viper/snippets.py:281 (snippet addto)
                             acc = acc + xm                                       #!chk acc
                         else:
                             sh = xe - e
-                            # from host/viper/snippets.py:255 (snippet rsh)
+                            # from host/viper/snippets.py:269 (snippet rsh)
                             if sh > 30:
                                 acc = 0
                             else:
                                 acc = (acc + ((1 << sh) >> 1)) >> sh
-                            # from host/viper/snippets.py:271 (snippet addto)
+                            # from host/viper/snippets.py:285 (snippet addto)
                             acc = acc + xm                                       #!chk acc
                             e = xe
-            # from host/viper/snippets.py:102 (snippet unsign)
+            # from host/viper/snippets.py:116 (snippet unsign)
             sg = 0
             if acc < 0:
                 sg = 1
@@ -973,18 +973,18 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                 if acc >= 0x1000000:
                     t = acc >> 24                     # 1 .. 127: sh = its bit length
                     sh = 1
-                    # from host/viper/snippets.py:300 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 16:
                         t = t >> 4
                         sh += 4
-                    # from host/viper/snippets.py:300 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 4:
                         t = t >> 2
                         sh += 2
                     # from host/viper/snippets.py:52 (snippet norm24)
                     if t >= 2:
                         sh += 1
-                    # from host/viper/snippets.py:92 (snippet round_near)
+                    # from host/viper/snippets.py:106 (snippet round_near)
                     acc = (acc + (1 << (sh - 1))) >> sh
                     # from host/viper/snippets.py:55 (snippet norm24)
                     e += sh
@@ -992,23 +992,23 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         acc = acc >> 1
                         e += 1
                 else:
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x100:
                         acc = acc << 16
                         e -= 16
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x10000:
                         acc = acc << 8
                         e -= 8
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x100000:
                         acc = acc << 4
                         e -= 4
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x400000:
                         acc = acc << 2
                         e -= 2
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x800000:
                         acc = acc << 1
                         e -= 1

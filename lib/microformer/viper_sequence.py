@@ -26,7 +26,7 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
         j += 1
         if j == bwrap:
             j = 0
-        # from host/viper/snippets.py:759 (snippet fadd)
+        # from host/viper/snippets.py:773 (snippet fadd)
         ea = (xa >> 23) & 0xFF
         eb = (xb >> 23) & 0xFF
         if ea == 255 or eb == 255:
@@ -75,7 +75,7 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
             if (xb >> 31) & 1:
                 mb = 0 - mb
             v = ma + mb                                     #!chk v
-            # from host/viper/snippets.py:102 (snippet unsign)
+            # from host/viper/snippets.py:116 (snippet unsign)
             sg = 0
             if v < 0:
                 sg = 1
@@ -88,18 +88,18 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
                 if v >= 0x1000000:
                     t = v >> 24                     # 1 .. 127: sh = its bit length
                     sh = 1
-                    # from host/viper/snippets.py:300 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 16:
                         t = t >> 4
                         sh += 4
-                    # from host/viper/snippets.py:300 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 4:
                         t = t >> 2
                         sh += 2
                     # from host/viper/snippets.py:52 (snippet norm24)
                     if t >= 2:
                         sh += 1
-                    # from host/viper/snippets.py:97 (snippet round_even)
+                    # from host/viper/snippets.py:111 (snippet round_even)
                     v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
                     # from host/viper/snippets.py:55 (snippet norm24)
                     e += sh
@@ -107,23 +107,23 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
                         v = v >> 1
                         e += 1
                 else:
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x100:
                         v = v << 16
                         e -= 16
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x10000:
                         v = v << 8
                         e -= 8
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x100000:
                         v = v << 4
                         e -= 4
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x400000:
                         v = v << 2
                         e -= 2
-                    # from host/viper/snippets.py:307 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x800000:
                         v = v << 1
                         e -= 1
@@ -167,7 +167,7 @@ def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
         for k in range(S * C):
             xa = pt[tb + k]
             xb = po[ob + k]
-            # from host/viper/snippets.py:759 (snippet fadd)
+            # from host/viper/snippets.py:773 (snippet fadd)
             ea = (xa >> 23) & 0xFF
             eb = (xb >> 23) & 0xFF
             if ea == 255 or eb == 255:
@@ -216,7 +216,7 @@ def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
                 if (xb >> 31) & 1:
                     mb = 0 - mb
                 v = ma + mb                                     #!chk v
-                # from host/viper/snippets.py:102 (snippet unsign)
+                # from host/viper/snippets.py:116 (snippet unsign)
                 sg = 0
                 if v < 0:
                     sg = 1
@@ -229,18 +229,18 @@ def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
                     if v >= 0x1000000:
                         t = v >> 24                     # 1 .. 127: sh = its bit length
                         sh = 1
-                        # from host/viper/snippets.py:300 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 16:
                             t = t >> 4
                             sh += 4
-                        # from host/viper/snippets.py:300 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 4:
                             t = t >> 2
                             sh += 2
                         # from host/viper/snippets.py:52 (snippet norm24)
                         if t >= 2:
                             sh += 1
-                        # from host/viper/snippets.py:97 (snippet round_even)
+                        # from host/viper/snippets.py:111 (snippet round_even)
                         v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
                         # from host/viper/snippets.py:55 (snippet norm24)
                         e += sh
@@ -248,23 +248,23 @@ def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
                             v = v >> 1
                             e += 1
                     else:
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100:
                             v = v << 16
                             e -= 16
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x10000:
                             v = v << 8
                             e -= 8
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100000:
                             v = v << 4
                             e -= 4
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x400000:
                             v = v << 2
                             e -= 2
-                        # from host/viper/snippets.py:307 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x800000:
                             v = v << 1
                             e -= 1
@@ -337,7 +337,7 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
             for c in range(C):
                 xa = pt[tb + c]
                 xb = po[ob + c]
-                # from host/viper/snippets.py:759 (snippet fadd)
+                # from host/viper/snippets.py:773 (snippet fadd)
                 ea = (xa >> 23) & 0xFF
                 eb = (xb >> 23) & 0xFF
                 if ea == 255 or eb == 255:
@@ -386,7 +386,7 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
                     if (xb >> 31) & 1:
                         mb = 0 - mb
                     v = ma + mb                                     #!chk v
-                    # from host/viper/snippets.py:102 (snippet unsign)
+                    # from host/viper/snippets.py:116 (snippet unsign)
                     sg = 0
                     if v < 0:
                         sg = 1
@@ -399,18 +399,18 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
                         if v >= 0x1000000:
                             t = v >> 24                     # 1 .. 127: sh = its bit length
                             sh = 1
-                            # from host/viper/snippets.py:300 (snippet down)
+                            # from host/viper/snippets.py:314 (snippet down)
                             if t >= 16:
                                 t = t >> 4
                                 sh += 4
-                            # from host/viper/snippets.py:300 (snippet down)
+                            # from host/viper/snippets.py:314 (snippet down)
                             if t >= 4:
                                 t = t >> 2
                                 sh += 2
                             # from host/viper/snippets.py:52 (snippet norm24)
                             if t >= 2:
                                 sh += 1
-                            # from host/viper/snippets.py:97 (snippet round_even)
+                            # from host/viper/snippets.py:111 (snippet round_even)
                             v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
                             # from host/viper/snippets.py:55 (snippet norm24)
                             e += sh
@@ -418,23 +418,23 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
                                 v = v >> 1
                                 e += 1
                         else:
-                            # from host/viper/snippets.py:307 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x100:
                                 v = v << 16
                                 e -= 16
-                            # from host/viper/snippets.py:307 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x10000:
                                 v = v << 8
                                 e -= 8
-                            # from host/viper/snippets.py:307 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x100000:
                                 v = v << 4
                                 e -= 4
-                            # from host/viper/snippets.py:307 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x400000:
                                 v = v << 2
                                 e -= 2
-                            # from host/viper/snippets.py:307 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x800000:
                                 v = v << 1
                                 e -= 1

@@ -6,7 +6,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _S, _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _BL, _S, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
 from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
@@ -45,6 +45,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
     S = ptr32(s)
     pa = ptr32(att)
     pm = ptr8(mask)
+    bl = ptr8(_BL)                      # bit lengths (the cut of dv)
     Tk = D[_TK]
     causal = D[_CAUSAL]
     sm = D[_SCALE_M]
@@ -68,7 +69,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     last = t + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                # from host/viper/snippets.py:381 (snippet softmax_max)
+                # from host/viper/snippets.py:395 (snippet softmax_max)
                 # pass 1: the largest visible score, compared as sign-magnitude ints
                 mk = 0
                 mj = 0 - 1
@@ -76,14 +77,14 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
                         continue
                     x = pa[ab + j]
-                    # from host/viper/snippets.py:200 (snippet key)
+                    # from host/viper/snippets.py:214 (snippet key)
                     e = (x >> 23) & 0xFF
                     v = (e << 23) | (x & 0x7FFFFF)
                     if e == 255:                            # inf / NaN: +-FLT_MAX
                         v = ((e - 1) << 23) | 0x7FFFFF
                     if (x >> 31) & 1:
                         v = 0 - v
-                    # from host/viper/snippets.py:389 (snippet softmax_max)
+                    # from host/viper/snippets.py:403 (snippet softmax_max)
                     if mj < 0 or v > mk:
                         mk = v
                         mj = j
@@ -92,22 +93,22 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                 ex = 1
                 if mj >= 0:
                     x = pa[ab + mj]
-                    # from host/viper/snippets.py:157 (snippet decode)
+                    # from host/viper/snippets.py:171 (snippet decode)
                     ex = (x >> 23) & 0xFF
                     mx = 0
                     if ex != 0:
-                        # from host/viper/snippets.py:168 (snippet mag)
+                        # from host/viper/snippets.py:182 (snippet mag)
                         mx = (x & 0x7FFFFF) | 0x800000
                         if ex == 255:
                             mx = 0xFFFFFF
                             ex = 254
-                        # from host/viper/snippets.py:161 (snippet decode)
+                        # from host/viper/snippets.py:175 (snippet decode)
                         if (x >> 31) & 1:
                             mx = 0 - mx
-                    # from host/viper/snippets.py:398 (snippet softmax_max)
+                    # from host/viper/snippets.py:412 (snippet softmax_max)
                     if ex == 0:
                         ex = 1
-                # from host/viper/softmax.py:67
+                # from host/viper/softmax.py:68
                 # pass 2: y_j = (max - s_j) scale in Q16; e_j = exp(-y_j) = p_j 2^(-15 - k_j)
                 # with p_j in [2^14, 2^15) kept apart from k_j; Z = sum_j e_j in Q(15 + zs)
                 z = 0
@@ -116,19 +117,19 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
                         continue
                     x = pa[ab + j]
-                    # from host/viper/snippets.py:157 (snippet decode)
+                    # from host/viper/snippets.py:171 (snippet decode)
                     e = (x >> 23) & 0xFF
                     m = 0
                     if e != 0:
-                        # from host/viper/snippets.py:168 (snippet mag)
+                        # from host/viper/snippets.py:182 (snippet mag)
                         m = (x & 0x7FFFFF) | 0x800000
                         if e == 255:
                             m = 0xFFFFFF
                             e = 254
-                        # from host/viper/snippets.py:161 (snippet decode)
+                        # from host/viper/snippets.py:175 (snippet decode)
                         if (x >> 31) & 1:
                             m = 0 - m
-                    # from host/viper/snippets.py:214 (snippet gap)
+                    # from host/viper/snippets.py:228 (snippet gap)
                     if e == 0:
                         e = 1
                     if ex >= e:
@@ -145,35 +146,21 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         if sh <= 24:
                             dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                         de = e
-                    # from host/viper/softmax.py:76
+                    # from host/viper/softmax.py:77
                     y = 0
                     if dv > 0:
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
                         n = 0
                         if dv >= 0x10000:
-                            tt = dv >> 16               # 1 .. 511
-                            # from host/viper/snippets.py:300 (snippet down)
+                            tt = dv >> 16               # 1 .. 511: n = its bit length
                             if tt >= 256:
-                                tt = tt >> 8
-                                n += 8
-                            # from host/viper/snippets.py:300 (snippet down)
-                            if tt >= 16:
-                                tt = tt >> 4
-                                n += 4
-                            # from host/viper/snippets.py:300 (snippet down)
-                            if tt >= 4:
-                                tt = tt >> 2
-                                n += 2
-                            # from host/viper/snippets.py:300 (snippet down)
-                            if tt >= 2:
-                                tt = tt >> 1
-                                n += 1
-                            # from host/viper/softmax.py:86
-                            n += 1
+                                n = 9
+                            else:
+                                n = bl[tt]
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
                         sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
-                        # from host/viper/snippets.py:188 (snippet scaled)
+                        # from host/viper/snippets.py:202 (snippet scaled)
                         if sh >= 0:
                             if sh > 23 or v > (ycap >> sh):
                                 y = ycap
@@ -184,7 +171,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     # from host/viper/softmax.py:91
                     if y >= ycap:
                         continue                    # weight 0 (below float32 range)
-                    # from host/viper/snippets.py:239 (snippet expq15)
+                    # from host/viper/snippets.py:253 (snippet expq15)
                     k = (y >> 5) * 1477                                 #!chk k
                     k = k >> 21
                     r = y - k * 45426
@@ -248,6 +235,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
     pd = ptr32(ds)
     pa = ptr32(att)
+    bl = ptr8(_BL)                      # bit lengths (the cut to 15 bits, the store)
     h = 1                               # headroom: 2^h >= 2 Tk
     while (1 << h) < Tk + Tk:
         h += 1
@@ -301,14 +289,14 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             ed = (y >> 23) & 0xFF
             md = 0
             if ed != 0:
-                # from host/viper/snippets.py:177 (snippet mant30)
+                # from host/viper/snippets.py:191 (snippet mant30)
                 md = ((y & 0x7FFFFF) | 0x800000) << 6
                 if ed == 255:
                     md = 0xFFFFFF
                     md = md << 6
                 if (y >> 31) & 1:
                     md = 0 - md
-            # from host/viper/softmax.py:197
+            # from host/viper/softmax.py:198
             me = ed - 156
             o = dot
             if pmax == 0:
@@ -321,55 +309,50 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                 v = md
                 e = me
             else:
-                # from host/viper/snippets.py:286 (snippet alignsub)
+                # from host/viper/snippets.py:300 (snippet alignsub)
                 if me >= de:
                     sh = me - de
-                    # from host/viper/snippets.py:255 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         o = 0
                     else:
                         o = (o + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:289 (snippet alignsub)
+                    # from host/viper/snippets.py:303 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = me
                 else:
                     sh = de - me
-                    # from host/viper/snippets.py:255 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         md = 0
                     else:
                         md = (md + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:294 (snippet alignsub)
+                    # from host/viper/snippets.py:308 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = de
-            # from host/viper/softmax.py:210
+            # from host/viper/softmax.py:211
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
-            # from host/viper/snippets.py:102 (snippet unsign)
+            # from host/viper/snippets.py:116 (snippet unsign)
             neg = 0
             if v < 0:
                 neg = 1
                 v = 0 - v
-            # from host/viper/softmax.py:212
-            while v >= 0x800000:
-                v = v >> 8
-                e += 8
-            # from host/viper/snippets.py:300 (snippet down)
-            if v >= 0x80000:
-                v = v >> 4
-                e += 4
-            # from host/viper/snippets.py:300 (snippet down)
-            if v >= 0x20000:
-                v = v >> 2
-                e += 2
-            # from host/viper/snippets.py:300 (snippet down)
-            if v >= 0x10000:
-                v = v >> 1
-                e += 1
-            # from host/viper/snippets.py:300 (snippet down)
-            if v >= 0x8000:
-                v = v >> 1
-                e += 1
-            # from host/viper/softmax.py:219
+            # from host/viper/softmax.py:213
+            if v >= 0x8000:             # truncated to 15 bits: n = bit length - 15
+                # from host/viper/snippets.py:93 (snippet bitlen)
+                if v >= 0x10000:
+                    if v >= 0x1000000:
+                        n = 24 + bl[v >> 24]
+                    else:
+                        n = 16 + bl[v >> 16]
+                elif v >= 0x100:
+                    n = 8 + bl[v >> 8]
+                else:
+                    n = bl[v]
+                # from host/viper/softmax.py:215
+                n -= 15
+                v = v >> n
+                e += n
             ma = ((x & 0x7FFFFF) | 0x800000) >> 9
             if ea == 255:
                 ma = 0x7FFF
@@ -381,49 +364,26 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             if v == 0:
                 pd[ab + j] = 0
             else:
-                # from host/viper/snippets.py:47 (snippet norm24)
+                # from host/viper/snippets.py:71 (snippet norm24_bl)
                 if v >= 0x1000000:
-                    t = v >> 24                     # 1 .. 127: sh = its bit length
-                    sh = 1
-                    # from host/viper/snippets.py:300 (snippet down)
-                    if t >= 16:
-                        t = t >> 4
-                        sh += 4
-                    # from host/viper/snippets.py:300 (snippet down)
-                    if t >= 4:
-                        t = t >> 2
-                        sh += 2
-                    # from host/viper/snippets.py:52 (snippet norm24)
-                    if t >= 2:
-                        sh += 1
-                    # from host/viper/snippets.py:92 (snippet round_near)
+                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                    sh = bl[t]
+                    # from host/viper/snippets.py:106 (snippet round_near)
                     v = (v + (1 << (sh - 1))) >> sh
-                    # from host/viper/snippets.py:55 (snippet norm24)
+                    # from host/viper/snippets.py:75 (snippet norm24_bl)
                     e += sh
                     if v >= 0x1000000:
                         v = v >> 1
                         e += 1
                 else:
-                    # from host/viper/snippets.py:307 (snippet up)
-                    if v < 0x100:
-                        v = v << 16
-                        e -= 16
-                    # from host/viper/snippets.py:307 (snippet up)
-                    if v < 0x10000:
-                        v = v << 8
-                        e -= 8
-                    # from host/viper/snippets.py:307 (snippet up)
-                    if v < 0x100000:
-                        v = v << 4
-                        e -= 4
-                    # from host/viper/snippets.py:307 (snippet up)
-                    if v < 0x400000:
-                        v = v << 2
-                        e -= 2
-                    # from host/viper/snippets.py:307 (snippet up)
-                    if v < 0x800000:
-                        v = v << 1
-                        e -= 1
+                    if v >= 0x10000:
+                        t = 8 - bl[v >> 16]
+                    elif v >= 0x100:
+                        t = 16 - bl[v >> 8]
+                    else:
+                        t = 24 - bl[v]
+                    v = v << t
+                    e -= t
                 # from host/viper/snippets.py:34 (snippet pack_by)
                 be = e + 150
                 if be >= 255:
@@ -433,7 +393,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     pd[ab + j] = 0
                 else:
                     pd[ab + j] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/softmax.py:227
+        # from host/viper/softmax.py:226
         ab += Tk
 
 
@@ -442,7 +402,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
 # slows as garbage builds up between collections); a viper function has no such frame, and it
 # calls _gemm, _softmax and _softmax_back directly. The arithmetic is that of the kernels below
 # (the same calls in the same order as before, so the results are bit-identical).
-# from host/viper/softmax.py:235
+# from host/viper/softmax.py:234
 @micropython.viper
 def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
     # one per-head product of _gemm (`kind`: HEAD_* / DECODE_*) with the module scratch, grown on demand
@@ -451,12 +411,12 @@ def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
         _gemm(0, 0, 0, out, a, b, out, _iscratch(n), kind, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:243
+# from host/viper/softmax.py:242
 def _keys_error(name, n):
     raise ValueError("%s: Tk must be < 65536 keys, got %d" % (name, n))
 
 
-# from host/viper/softmax.py:247
+# from host/viper/softmax.py:246
 @micropython.viper
 def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal: int, hs: int):
     # _softmax over att (B, NH, Tq, rs), the first Tk columns of each row, head size hs;
@@ -477,7 +437,7 @@ def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal:
     _softmax(att, m, _D, _iscratch(Tk + Tk), NH, Tq)
 
 
-# from host/viper/softmax.py:267
+# from host/viper/softmax.py:266
 @micropython.viper
 def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int, NH: int, causal: int):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
@@ -494,7 +454,7 @@ def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int,
     _head_mm(out, att, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
-# from host/viper/softmax.py:283
+# from host/viper/softmax.py:282
 @micropython.viper
 def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: int):
     # one causal query per sequence against the first T cached keys (itself included):
@@ -508,7 +468,7 @@ def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: in
     _head_mm(out, att, vc, DECODE_CONTEXT, B, T, L, C, NH)
 
 
-# from host/viper/softmax.py:296
+# from host/viper/softmax.py:295
 @micropython.viper
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
@@ -520,7 +480,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:307
+# from host/viper/softmax.py:306
 @micropython.viper
 def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
@@ -537,7 +497,7 @@ def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:323
+# from host/viper/softmax.py:322
 @micropython.viper
 def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: int, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
@@ -547,7 +507,7 @@ def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: i
     _head_mm(out, G, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:332
+# from host/viper/softmax.py:331
 @micropython.viper
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B: int, Tq: int, Tk: int, C: int,
                                NH: int, pscale):
@@ -566,7 +526,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B:
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:350
+# from host/viper/softmax.py:349
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -601,33 +561,33 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
         lm = gm
         le = ge
     elif gm != 0:
-        # from host/viper/snippets.py:264 (snippet addto)
+        # from host/viper/snippets.py:278 (snippet addto)
         if le >= ge:
             sh = le - ge
-            # from host/viper/snippets.py:255 (snippet rsh)
+            # from host/viper/snippets.py:269 (snippet rsh)
             if sh > 30:
                 gm = 0
             else:
                 gm = (gm + ((1 << sh) >> 1)) >> sh
-            # from host/viper/snippets.py:267 (snippet addto)
+            # from host/viper/snippets.py:281 (snippet addto)
             lm = lm + gm                                       #!chk lm
         else:
             sh = ge - le
-            # from host/viper/snippets.py:255 (snippet rsh)
+            # from host/viper/snippets.py:269 (snippet rsh)
             if sh > 30:
                 lm = 0
             else:
                 lm = (lm + ((1 << sh) >> 1)) >> sh
-            # from host/viper/snippets.py:271 (snippet addto)
+            # from host/viper/snippets.py:285 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:385
+    # from host/viper/softmax.py:384
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
         v = 0
     # v / B by long division (v < 2^31, B <= 2^30)
-    # from host/viper/snippets.py:823 (snippet ldiv)
+    # from host/viper/snippets.py:837 (snippet ldiv)
     q = v // B
     rem = v - q * B
     while q < 0x20000000 and v != 0:
@@ -638,7 +598,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:391
+    # from host/viper/softmax.py:390
     _store(lf, 0, v, e)
 
 
@@ -648,7 +608,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:400
+# from host/viper/softmax.py:399
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -676,33 +636,33 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         mj = 0
         for j in range(V):
             x = pl[lb + j]
-            # from host/viper/snippets.py:200 (snippet key)
+            # from host/viper/snippets.py:214 (snippet key)
             e = (x >> 23) & 0xFF
             v = (e << 23) | (x & 0x7FFFFF)
             if e == 255:                            # inf / NaN: +-FLT_MAX
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:428
+            # from host/viper/softmax.py:427
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
                 mk = v
                 mj = j
         x = pl[lb + mj]
-        # from host/viper/snippets.py:157 (snippet decode)
+        # from host/viper/snippets.py:171 (snippet decode)
         ex = (x >> 23) & 0xFF
         mx = 0
         if ex != 0:
-            # from host/viper/snippets.py:168 (snippet mag)
+            # from host/viper/snippets.py:182 (snippet mag)
             mx = (x & 0x7FFFFF) | 0x800000
             if ex == 255:
                 mx = 0xFFFFFF
                 ex = 254
-            # from host/viper/snippets.py:161 (snippet decode)
+            # from host/viper/snippets.py:175 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:435
+        # from host/viper/softmax.py:434
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -710,19 +670,19 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         z = 0
         for j in range(V):
             x = pl[lb + j]
-            # from host/viper/snippets.py:157 (snippet decode)
+            # from host/viper/snippets.py:171 (snippet decode)
             e = (x >> 23) & 0xFF
             m = 0
             if e != 0:
-                # from host/viper/snippets.py:168 (snippet mag)
+                # from host/viper/snippets.py:182 (snippet mag)
                 m = (x & 0x7FFFFF) | 0x800000
                 if e == 255:
                     m = 0xFFFFFF
                     e = 254
-                # from host/viper/snippets.py:161 (snippet decode)
+                # from host/viper/snippets.py:175 (snippet decode)
                 if (x >> 31) & 1:
                     m = 0 - m
-            # from host/viper/snippets.py:214 (snippet gap)
+            # from host/viper/snippets.py:228 (snippet gap)
             if e == 0:
                 e = 1
             if ex >= e:
@@ -739,11 +699,11 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:443
+            # from host/viper/softmax.py:442
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
-                # from host/viper/snippets.py:188 (snippet scaled)
+                # from host/viper/snippets.py:202 (snippet scaled)
                 if sh >= 0:
                     if sh > 21 or dv > (ycap >> sh):
                         yv = ycap
@@ -751,7 +711,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:447
+            # from host/viper/softmax.py:446
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -763,31 +723,31 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     lm = dv
                     le = te
                 else:
-                    # from host/viper/snippets.py:264 (snippet addto)
+                    # from host/viper/snippets.py:278 (snippet addto)
                     if le >= te:
                         sh = le - te
-                        # from host/viper/snippets.py:255 (snippet rsh)
+                        # from host/viper/snippets.py:269 (snippet rsh)
                         if sh > 30:
                             dv = 0
                         else:
                             dv = (dv + ((1 << sh) >> 1)) >> sh
-                        # from host/viper/snippets.py:267 (snippet addto)
+                        # from host/viper/snippets.py:281 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                     else:
                         sh = te - le
-                        # from host/viper/snippets.py:255 (snippet rsh)
+                        # from host/viper/snippets.py:269 (snippet rsh)
                         if sh > 30:
                             lm = 0
                         else:
                             lm = (lm + ((1 << sh) >> 1)) >> sh
-                        # from host/viper/snippets.py:271 (snippet addto)
+                        # from host/viper/snippets.py:285 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:459
+                # from host/viper/softmax.py:458
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
-            # from host/viper/snippets.py:239 (snippet expq15)
+            # from host/viper/snippets.py:253 (snippet expq15)
             k = (yv >> 5) * 1477                                 #!chk k
             k = k >> 21
             rr = yv - k * 45426
@@ -800,7 +760,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:463
+            # from host/viper/softmax.py:462
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -840,7 +800,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:502
+# from host/viper/softmax.py:501
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
@@ -851,14 +811,14 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     return _LF[0]
 
 
-# from host/viper/softmax.py:512
+# from host/viper/softmax.py:511
 @micropython.viper
 def _xent_run(dlogits, logits, labels, B: int, V: int) -> int:
     ib = _xent_ib(B, V)
     return int(_xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF))
 
 
-# from host/viper/softmax.py:518
+# from host/viper/softmax.py:517
 def _xent_ib(B, V):
     # 1 / B as (15-bit mantissa, exponent), after the int32 limits of _xent [B3]: the sum z needs
     # V <= 2^14, the log of the product of the B sums (N ln2 in Q16) B log2(V) < 45000
