@@ -114,12 +114,24 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 pw = po
                 oi = ob + m * osm
                 qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
-                for n in range(NB):
-                    if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
-                        pw = pbias
-                        oi = m
-                    mac4(v)                     # v: the accumulator, a register local
-                    gemm_put(v)
+                if mode == _ADD_NONE and nc <= 2:
+                    # short rows without an addend (the attention products, most input
+                    # gradients): a loop each, without the tests per output of the loop below
+                    if nc == 1:
+                        for n in range(N):
+                            mac_c1(v)
+                            gemm_put0(v)
+                    else:
+                        for n in range(N):
+                            mac_c2(v)
+                            gemm_put0(v)
+                else:
+                    for n in range(NB):
+                        if n == N:              # the ones row: dbias[m] += sum_k A[m, k]
+                            pw = pbias
+                            oi = m
+                        mac4(v)                 # v: the accumulator, a register local
+                        gemm_put(v)
     return 0
 
 

@@ -556,23 +556,20 @@ def gemm_geometry():
 
 
 def gemm_arow():
-    """A's quantized row at S[ex ...] into a0..a7 (a4..a7 only for two chunks, nc == 2): the inner
-    products of mac4 read them from locals."""
+    """A's quantized row at S[ex ...] into a0..a3 (one chunk, nc == 1) or a0..a7 (two chunks): the
+    inner products of mac_c1 / mac_c2 read them from locals. Longer rows (mac_long) read S."""
     # in: ex, nc, S
     # out: a0, a1, a2, a3, a4, a5, a6, a7
-    a0 = S[ex]
-    a1 = S[ex + 1]
-    a2 = S[ex + 2]
-    a3 = S[ex + 3]
-    a4 = 0
-    a5 = 0
-    a6 = 0
-    a7 = 0
-    if nc == 2:
-        a4 = S[ex + 4]
-        a5 = S[ex + 5]
-        a6 = S[ex + 6]
-        a7 = S[ex + 7]
+    if nc <= 2:
+        a0 = S[ex]
+        a1 = S[ex + 1]
+        a2 = S[ex + 2]
+        a3 = S[ex + 3]
+        if nc == 2:
+            a4 = S[ex + 4]
+            a5 = S[ex + 5]
+            a6 = S[ex + 6]
+            a7 = S[ex + 7]
 
 
 def mac4(acc):
@@ -646,6 +643,15 @@ def pair8(acc, o):
          + qa[o + 4] * qb[o + 4] + qa[o + 5] * qb[o + 5] + qa[o + 6] * qb[o + 6] + qa[o + 7] * qb[o + 7])
     t = ((t & m32) ^ sgn) - sgn                 #!chk t
     acc += (t + rh) >> sh4                          #!chk acc
+
+
+def gemm_put0(acc):
+    """gemm_put without an addend (_ADD_NONE): acc * 2^e packed into pw[oi]; oi moves on."""
+    # in: bl, ea, n, osn, pw, S, xq
+    # out: be, e, oi, sg, sh, t
+    e = ea + S[xq + n]                  # value = acc * 2^e
+    store_bl(pw, oi, acc, e)
+    oi += osn
 
 
 def gemm_put(acc):

@@ -155,7 +155,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
             # quantize the N rows of B (block = row n, KT values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
-            # from host/viper/snippets.py:667 (snippet kept)
+            # from host/viper/snippets.py:673 (snippet kept)
             same = 0
             if kind == MM_FORWARD and u:
                 same = 1
@@ -254,171 +254,274 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # from host/viper/gemm.py:112
                 ea = emax - 252 - P - P + sh4
                 # from host/viper/snippets.py:563 (snippet gemm_arow)
-                a0 = S[ex]
-                a1 = S[ex + 1]
-                a2 = S[ex + 2]
-                a3 = S[ex + 3]
-                a4 = 0
-                a5 = 0
-                a6 = 0
-                a7 = 0
-                if nc == 2:
-                    a4 = S[ex + 4]
-                    a5 = S[ex + 5]
-                    a6 = S[ex + 6]
-                    a7 = S[ex + 7]
+                if nc <= 2:
+                    a0 = S[ex]
+                    a1 = S[ex + 1]
+                    a2 = S[ex + 2]
+                    a3 = S[ex + 3]
+                    if nc == 2:
+                        a4 = S[ex + 4]
+                        a5 = S[ex + 5]
+                        a6 = S[ex + 6]
+                        a7 = S[ex + 7]
                 # from host/viper/gemm.py:114
                 pw = po
                 oi = ob + m * osm
                 qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
-                for n in range(NB):
-                    if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
-                        pw = pbias
-                        oi = m
-                    # from host/viper/snippets.py:583 (snippet mac4)
+                if mode == _ADD_NONE and nc <= 2:
+                    # short rows without an addend (the attention products, most input
+                    # gradients): a loop each, without the tests per output of the loop below
                     if nc == 1:
-                        # from host/viper/snippets.py:597 (snippet mac_c1)
-                        # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
-                        # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
-                        # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
-                        v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                        v = ((v & m32) ^ sgn) - sgn                 #!chk v
-                        qb = ptr32(uint(qb) + 16)
-                    # from host/viper/snippets.py:585 (snippet mac4)
-                    elif nc == 2:
-                        # from host/viper/snippets.py:609 (snippet mac_c2)
-                        v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                               + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-                        v = ((v & m32) ^ sgn) - sgn                 #!chk v
-                        qb = ptr32(uint(qb) + 32)
-                    # from host/viper/snippets.py:587 (snippet mac4)
-                    else:
-                        # from host/viper/snippets.py:619 (snippet mac_long)
-                        # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
-                        # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
-                        v = 0
-                        qa = ptr32(sa + (ex << 2))
-                        for c in range(nc >> 2):
-                            # from host/viper/snippets.py:645 (snippet pair8)
-                            t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
-                                 + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
-                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            v += (t + rh) >> sh4                          #!chk v
-                            # from host/viper/snippets.py:645 (snippet pair8)
-                            t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
-                                 + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
-                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            v += (t + rh) >> sh4                          #!chk v
-                            # from host/viper/snippets.py:626 (snippet mac_long)
-                            qa = ptr32(uint(qa) + 64)
-                            qb = ptr32(uint(qb) + 64)
-                        if nc & 2:
-                            # from host/viper/snippets.py:645 (snippet pair8)
-                            t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
-                                 + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
-                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            v += (t + rh) >> sh4                          #!chk v
-                            # from host/viper/snippets.py:630 (snippet mac_long)
-                            qa = ptr32(uint(qa) + 32)
-                            qb = ptr32(uint(qb) + 32)
-                        if nc & 1:
-                            t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
-                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            v += (t + rh) >> sh4                          #!chk v
+                        for n in range(N):
+                            # from host/viper/snippets.py:594 (snippet mac_c1)
+                            # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                            # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                            # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                            v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                            v = ((v & m32) ^ sgn) - sgn                 #!chk v
                             qb = ptr32(uint(qb) + 16)
-                    # from host/viper/snippets.py:656 (snippet gemm_put)
-                    e = ea + S[xq + n]                  # value = acc * 2^e
-                    # from host/viper/snippets.py:683 (snippet addend)
-                    # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
-                    if mode != _ADD_NONE:
-                        if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
-                            v = (v + 1) >> 1
-                            e += 1
-                        if mode == _ADD_OLD:
-                            ov = pw[oi]
-                            # from host/viper/snippets.py:171 (snippet decode)
-                            xe = (ov >> 23) & 0xFF
-                            xm = 0
-                            if xe != 0:
-                                # from host/viper/snippets.py:182 (snippet mag)
-                                xm = (ov & 0x7FFFFF) | 0x800000
-                                if xe == 255:
-                                    xm = 0xFFFFFF
-                                    xe = 254
-                                # from host/viper/snippets.py:175 (snippet decode)
-                                if (ov >> 31) & 1:
-                                    xm = 0 - xm
-                            # from host/viper/snippets.py:691 (snippet addend)
-                            xe = xe - 150
-                        else:
-                            xm = (S[bd + n + n] ^ sgn) - sgn
-                            xe = (S[bd + n + n + 1] ^ sgn) - sgn
-                        if xm != 0:
+                            # from host/viper/snippets.py:652 (snippet gemm_put0)
+                            e = ea + S[xq + n]                  # value = acc * 2^e
+                            # from host/viper/snippets.py:116 (snippet unsign)
+                            sg = 0
+                            if v < 0:
+                                sg = 1
+                                v = 0 - v
+                            # from host/viper/snippets.py:30 (snippet pack_by)
                             if v == 0:
-                                v = xm
-                                e = xe
-                            elif xe <= e:
-                                sh = e - xe
-                                # from host/viper/snippets.py:269 (snippet rsh)
-                                if sh > 30:
-                                    xm = 0
-                                else:
-                                    xm = (xm + ((1 << sh) >> 1)) >> sh
-                                # from host/viper/snippets.py:702 (snippet addend)
-                                v += xm                               #!chk v
+                                pw[oi] = 0
                             else:
-                                uu = xe - e
-                                if uu > 6:
-                                    uu = 6
-                                xm = xm << uu
-                                sh = xe - uu - e
-                                if sh > 30:
-                                    v = 0
-                                elif sh > 0:
+                                # from host/viper/snippets.py:71 (snippet norm24_bl)
+                                if v >= 0x1000000:
+                                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                    sh = bl[t]
+                                    # from host/viper/snippets.py:106 (snippet round_near)
                                     v = (v + (1 << (sh - 1))) >> sh
-                                v += xm                               #!chk v
-                                e = xe - uu
-                    # from host/viper/snippets.py:116 (snippet unsign)
-                    sg = 0
-                    if v < 0:
-                        sg = 1
-                        v = 0 - v
-                    # from host/viper/snippets.py:30 (snippet pack_by)
-                    if v == 0:
-                        pw[oi] = 0
+                                    # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                    e += sh
+                                    if v >= 0x1000000:
+                                        v = v >> 1
+                                        e += 1
+                                else:
+                                    if v >= 0x10000:
+                                        t = 8 - bl[v >> 16]
+                                    elif v >= 0x100:
+                                        t = 16 - bl[v >> 8]
+                                    else:
+                                        t = 24 - bl[v]
+                                    v = v << t
+                                    e -= t
+                                # from host/viper/snippets.py:34 (snippet pack_by)
+                                be = e + 150
+                                if be >= 255:
+                                    be = 255
+                                    pw[oi] = (sg << 31) | (be << 23)
+                                elif be <= 0:
+                                    pw[oi] = 0
+                                else:
+                                    pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                            # from host/viper/snippets.py:654 (snippet gemm_put0)
+                            oi += osn
+                    # from host/viper/gemm.py:124
                     else:
-                        # from host/viper/snippets.py:71 (snippet norm24_bl)
-                        if v >= 0x1000000:
-                            t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
-                            sh = bl[t]
-                            # from host/viper/snippets.py:106 (snippet round_near)
-                            v = (v + (1 << (sh - 1))) >> sh
-                            # from host/viper/snippets.py:75 (snippet norm24_bl)
-                            e += sh
-                            if v >= 0x1000000:
-                                v = v >> 1
-                                e += 1
-                        else:
-                            if v >= 0x10000:
-                                t = 8 - bl[v >> 16]
-                            elif v >= 0x100:
-                                t = 16 - bl[v >> 8]
+                        for n in range(N):
+                            # from host/viper/snippets.py:606 (snippet mac_c2)
+                            v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                   + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+                            v = ((v & m32) ^ sgn) - sgn                 #!chk v
+                            qb = ptr32(uint(qb) + 32)
+                            # from host/viper/snippets.py:652 (snippet gemm_put0)
+                            e = ea + S[xq + n]                  # value = acc * 2^e
+                            # from host/viper/snippets.py:116 (snippet unsign)
+                            sg = 0
+                            if v < 0:
+                                sg = 1
+                                v = 0 - v
+                            # from host/viper/snippets.py:30 (snippet pack_by)
+                            if v == 0:
+                                pw[oi] = 0
                             else:
-                                t = 24 - bl[v]
-                            v = v << t
-                            e -= t
-                        # from host/viper/snippets.py:34 (snippet pack_by)
-                        be = e + 150
-                        if be >= 255:
-                            be = 255
-                            pw[oi] = (sg << 31) | (be << 23)
-                        elif be <= 0:
+                                # from host/viper/snippets.py:71 (snippet norm24_bl)
+                                if v >= 0x1000000:
+                                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                    sh = bl[t]
+                                    # from host/viper/snippets.py:106 (snippet round_near)
+                                    v = (v + (1 << (sh - 1))) >> sh
+                                    # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                    e += sh
+                                    if v >= 0x1000000:
+                                        v = v >> 1
+                                        e += 1
+                                else:
+                                    if v >= 0x10000:
+                                        t = 8 - bl[v >> 16]
+                                    elif v >= 0x100:
+                                        t = 16 - bl[v >> 8]
+                                    else:
+                                        t = 24 - bl[v]
+                                    v = v << t
+                                    e -= t
+                                # from host/viper/snippets.py:34 (snippet pack_by)
+                                be = e + 150
+                                if be >= 255:
+                                    be = 255
+                                    pw[oi] = (sg << 31) | (be << 23)
+                                elif be <= 0:
+                                    pw[oi] = 0
+                                else:
+                                    pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                            # from host/viper/snippets.py:654 (snippet gemm_put0)
+                            oi += osn
+                # from host/viper/gemm.py:128
+                else:
+                    for n in range(NB):
+                        if n == N:              # the ones row: dbias[m] += sum_k A[m, k]
+                            pw = pbias
+                            oi = m
+                        # from host/viper/snippets.py:580 (snippet mac4)
+                        if nc == 1:
+                            # from host/viper/snippets.py:594 (snippet mac_c1)
+                            # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                            # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                            # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                            v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                            v = ((v & m32) ^ sgn) - sgn                 #!chk v
+                            qb = ptr32(uint(qb) + 16)
+                        # from host/viper/snippets.py:582 (snippet mac4)
+                        elif nc == 2:
+                            # from host/viper/snippets.py:606 (snippet mac_c2)
+                            v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                   + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+                            v = ((v & m32) ^ sgn) - sgn                 #!chk v
+                            qb = ptr32(uint(qb) + 32)
+                        # from host/viper/snippets.py:584 (snippet mac4)
+                        else:
+                            # from host/viper/snippets.py:616 (snippet mac_long)
+                            # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
+                            # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
+                            v = 0
+                            qa = ptr32(sa + (ex << 2))
+                            for c in range(nc >> 2):
+                                # from host/viper/snippets.py:642 (snippet pair8)
+                                t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
+                                     + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
+                                t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                                v += (t + rh) >> sh4                          #!chk v
+                                # from host/viper/snippets.py:642 (snippet pair8)
+                                t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
+                                     + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
+                                t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                                v += (t + rh) >> sh4                          #!chk v
+                                # from host/viper/snippets.py:623 (snippet mac_long)
+                                qa = ptr32(uint(qa) + 64)
+                                qb = ptr32(uint(qb) + 64)
+                            if nc & 2:
+                                # from host/viper/snippets.py:642 (snippet pair8)
+                                t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
+                                     + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
+                                t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                                v += (t + rh) >> sh4                          #!chk v
+                                # from host/viper/snippets.py:627 (snippet mac_long)
+                                qa = ptr32(uint(qa) + 32)
+                                qb = ptr32(uint(qb) + 32)
+                            if nc & 1:
+                                t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
+                                t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                                v += (t + rh) >> sh4                          #!chk v
+                                qb = ptr32(uint(qb) + 16)
+                        # from host/viper/snippets.py:662 (snippet gemm_put)
+                        e = ea + S[xq + n]                  # value = acc * 2^e
+                        # from host/viper/snippets.py:689 (snippet addend)
+                        # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
+                        if mode != _ADD_NONE:
+                            if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
+                                v = (v + 1) >> 1
+                                e += 1
+                            if mode == _ADD_OLD:
+                                ov = pw[oi]
+                                # from host/viper/snippets.py:171 (snippet decode)
+                                xe = (ov >> 23) & 0xFF
+                                xm = 0
+                                if xe != 0:
+                                    # from host/viper/snippets.py:182 (snippet mag)
+                                    xm = (ov & 0x7FFFFF) | 0x800000
+                                    if xe == 255:
+                                        xm = 0xFFFFFF
+                                        xe = 254
+                                    # from host/viper/snippets.py:175 (snippet decode)
+                                    if (ov >> 31) & 1:
+                                        xm = 0 - xm
+                                # from host/viper/snippets.py:697 (snippet addend)
+                                xe = xe - 150
+                            else:
+                                xm = (S[bd + n + n] ^ sgn) - sgn
+                                xe = (S[bd + n + n + 1] ^ sgn) - sgn
+                            if xm != 0:
+                                if v == 0:
+                                    v = xm
+                                    e = xe
+                                elif xe <= e:
+                                    sh = e - xe
+                                    # from host/viper/snippets.py:269 (snippet rsh)
+                                    if sh > 30:
+                                        xm = 0
+                                    else:
+                                        xm = (xm + ((1 << sh) >> 1)) >> sh
+                                    # from host/viper/snippets.py:708 (snippet addend)
+                                    v += xm                               #!chk v
+                                else:
+                                    uu = xe - e
+                                    if uu > 6:
+                                        uu = 6
+                                    xm = xm << uu
+                                    sh = xe - uu - e
+                                    if sh > 30:
+                                        v = 0
+                                    elif sh > 0:
+                                        v = (v + (1 << (sh - 1))) >> sh
+                                    v += xm                               #!chk v
+                                    e = xe - uu
+                        # from host/viper/snippets.py:116 (snippet unsign)
+                        sg = 0
+                        if v < 0:
+                            sg = 1
+                            v = 0 - v
+                        # from host/viper/snippets.py:30 (snippet pack_by)
+                        if v == 0:
                             pw[oi] = 0
                         else:
-                            pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                    # from host/viper/snippets.py:659 (snippet gemm_put)
-                    oi += osn
-    # from host/viper/gemm.py:123
+                            # from host/viper/snippets.py:71 (snippet norm24_bl)
+                            if v >= 0x1000000:
+                                t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                sh = bl[t]
+                                # from host/viper/snippets.py:106 (snippet round_near)
+                                v = (v + (1 << (sh - 1))) >> sh
+                                # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                e += sh
+                                if v >= 0x1000000:
+                                    v = v >> 1
+                                    e += 1
+                            else:
+                                if v >= 0x10000:
+                                    t = 8 - bl[v >> 16]
+                                elif v >= 0x100:
+                                    t = 16 - bl[v >> 8]
+                                else:
+                                    t = 24 - bl[v]
+                                v = v << t
+                                e -= t
+                            # from host/viper/snippets.py:34 (snippet pack_by)
+                            be = e + 150
+                            if be >= 255:
+                                be = 255
+                                pw[oi] = (sg << 31) | (be << 23)
+                            elif be <= 0:
+                                pw[oi] = 0
+                            else:
+                                pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                        # from host/viper/snippets.py:665 (snippet gemm_put)
+                        oi += osn
+    # from host/viper/gemm.py:135
     return 0
 
 
@@ -429,7 +532,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
 _NONE = None                            # viper compares objects with a global, not the literal
 
 
-# from host/viper/gemm.py:133
+# from host/viper/gemm.py:145
 @micropython.viper
 def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
@@ -454,7 +557,7 @@ _KEEP_N = const(4)
 _KEEP_PART = const(3072)
 
 
-# from host/viper/gemm.py:157
+# from host/viper/gemm.py:169
 def keep_weight(keep, weight, bias, C, OC):
     # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
     # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
@@ -471,14 +574,14 @@ def keep_weight(keep, weight, bias, C, OC):
     keep[0] = k
 
 
-# from host/viper/gemm.py:173
+# from host/viper/gemm.py:185
 def _keep_out(k, n):
     # the keep's output buffer, grown to n floats (more rows than before)
     k[3] = None
     k[3] = array("f", bytes(4 * n))
 
 
-# from host/viper/gemm.py:179
+# from host/viper/gemm.py:191
 @micropython.viper
 def _put_rows(out, o: int, OC: int, part, r: int, N: int):
     # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
@@ -489,7 +592,7 @@ def _put_rows(out, o: int, OC: int, part, r: int, N: int):
             po[m * OC + o + j] = pp[m * r + j]
 
 
-# from host/viper/gemm.py:189
+# from host/viper/gemm.py:201
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
@@ -513,7 +616,7 @@ def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
         i += 5
 
 
-# from host/viper/gemm.py:212
+# from host/viper/gemm.py:224
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -523,7 +626,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:221
+# from host/viper/gemm.py:233
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -539,14 +642,14 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:236
+# from host/viper/gemm.py:248
 @micropython.viper
 def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
     # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
 
 
-# from host/viper/gemm.py:242
+# from host/viper/gemm.py:254
 @micropython.viper
 def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
     # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
@@ -560,7 +663,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:255
+# from host/viper/gemm.py:267
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -572,7 +675,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:266
+# from host/viper/gemm.py:278
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -580,7 +683,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:273
+# from host/viper/gemm.py:285
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -588,7 +691,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:280
+# from host/viper/gemm.py:292
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -667,14 +770,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:303
+            # from host/viper/gemm.py:315
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:309
+# from host/viper/gemm.py:321
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -683,7 +786,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:317
+# from host/viper/gemm.py:329
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
@@ -715,7 +818,7 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 #   within 2^-11 KT max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
 #   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
 #   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
-# from host/viper/gemm.py:348
+# from host/viper/gemm.py:360
 @micropython.viper
 def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: int, C: int, OC: int, flag: int) -> int:
     S = ptr32(s)
@@ -787,10 +890,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         q = 0 - q
                 qb[0] = q
                 qb = ptr32(uint(qb) + 4)
-            # from host/viper/gemm.py:385
+            # from host/viper/gemm.py:397
             eb = base - 150
         else:
-            # from host/viper/snippets.py:1276 (snippet q8_drow)
+            # from host/viper/snippets.py:1282 (snippet q8_drow)
             pm = 0 - 100000
             for n in range(KT):
                 x = pa[m * OC + n]
@@ -806,7 +909,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/snippets.py:1280 (snippet q8_drow)
+                # from host/viper/snippets.py:1286 (snippet q8_drow)
                 y = psc[n]
                 ye = (y >> 23) & 0xFF
                 g = 0
@@ -846,7 +949,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if g < 0x20000000:
                         g = g << 1
                         ge -= 1
-                    # from host/viper/snippets.py:1296 (snippet q8_drow)
+                    # from host/viper/snippets.py:1302 (snippet q8_drow)
                     if ge > pm:
                         pm = ge
                     if sg:
@@ -866,14 +969,14 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         g = 0
                     else:
                         g = (g + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:1311 (snippet q8_drow)
+                    # from host/viper/snippets.py:1317 (snippet q8_drow)
                     if sg:
                         g = 0 - g
                     S[n] = g
-            # from host/viper/gemm.py:388
+            # from host/viper/gemm.py:400
             eb = pm + 16
         for r in range(R):
-            # from host/viper/snippets.py:1322 (snippet q8_dot)
+            # from host/viper/snippets.py:1328 (snippet q8_dot)
             acc = 0
             wi = r * wr
             k = 0
@@ -888,10 +991,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     wi += wk
                     k += 1
                 acc += (t + rh) >> sh8                                  #!chk acc
-            # from host/viper/gemm.py:391
+            # from host/viper/gemm.py:403
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
-                # from host/viper/snippets.py:1343 (snippet q8_scale)
+                # from host/viper/snippets.py:1349 (snippet q8_scale)
                 y = psc[r]
                 ye = (y >> 23) & 0xFF
                 if ye == 0:
@@ -914,7 +1017,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     e = e + d + ye - 141
                     if sg:
                         acc = 0 - acc
-            # from host/viper/gemm.py:394
+            # from host/viper/gemm.py:406
             oi = m * R + r
             if flag:
                 x = pbias[r]
@@ -932,7 +1035,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:400
+                # from host/viper/gemm.py:412
                 if xe != 0:
                     xe = xe - 150
                     # from host/viper/snippets.py:291 (snippet addto0)
@@ -1021,11 +1124,11 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     po[oi] = 0
                 else:
                     po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-    # from host/viper/gemm.py:404
+    # from host/viper/gemm.py:416
     return 0
 
 
-# from host/viper/gemm.py:407
+# from host/viper/gemm.py:419
 def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
     s = _S[0]
@@ -1036,7 +1139,7 @@ def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
         _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
 
 
-# from host/viper/gemm.py:417
+# from host/viper/gemm.py:429
 def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
     # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
     if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):
