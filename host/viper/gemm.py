@@ -71,7 +71,10 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     b16 = 16
     sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints):
     m32 = (1 << b16) * (1 << b16) - 1   # ptr32 loads of S zero-extend on 64-bit hosts; sums are
-    for k in range(KT, KT4):              # exact mod 2^32 and bounded below 2^31, so this restores them
+    s32 = 0                             # exact mod 2^32 and bounded below 2^31, so (x << s32) >> s32
+    if m32 != 0 - 1:                    # restores them: s32 = 32 where ints are 64 bits wide,
+        s32 = 32                        # 0 (two shifts by nothing) on the board's 32-bit ints
+    for k in range(KT, KT4):
         S[ex + k] = 0
     if mode == _ADD_BIAS:
         for n in range(N):

@@ -575,7 +575,7 @@ def gemm_arow():
 def mac4(acc):
     """acc = A row (a0..a7 or S[ex ...]) . B row n (at qb, which moves on to row n + 1), block
     float ints, for any number of chunks nc (mac_c1, mac_c2 or mac_long)."""
-    # in: a0, a1, a2, a3, a4, a5, a6, a7, ex, m32, nc, rh, sa, sgn, sh4
+    # in: a0, a1, a2, a3, a4, a5, a6, a7, ex, nc, rh, s32, sa, sh4
     # out: c, qa, qb, t
     if nc == 1:
         mac_c1(acc)
@@ -589,29 +589,29 @@ def mac_c1(acc):
     """mac4 for one chunk (KT <= 4): A's row from a0..a3. The rows are read through pointers, so
     each load has a constant offset: one load instruction instead of an index computed, scaled
     and added."""
-    # in: a0, a1, a2, a3, m32, sgn
+    # in: a0, a1, a2, a3, s32
     # out: qb
     # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
     # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
     # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
     acc = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-    acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
+    acc = (acc << s32) >> s32                       #!chk acc
     qb = ptr32(uint(qb) + 16)
 
 
 def mac_c2(acc):
     """mac4 for two chunks (4 < KT <= 8): A's row from a0..a7, no shift [B1]."""
-    # in: a0, a1, a2, a3, a4, a5, a6, a7, m32, sgn
+    # in: a0, a1, a2, a3, a4, a5, a6, a7, s32
     # out: qb
     acc = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
            + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-    acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
+    acc = (acc << s32) >> s32                       #!chk acc
     qb = ptr32(uint(qb) + 32)
 
 
 def mac_long(acc):
     """mac4 for more than two chunks (KT > 8): A's row read through qa at S[ex ...]."""
-    # in: ex, m32, nc, rh, sa, sgn, sh4
+    # in: ex, nc, rh, s32, sa, sh4
     # out: c, qa, qb, t
     # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
     # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
@@ -628,7 +628,7 @@ def mac_long(acc):
         qb = ptr32(uint(qb) + 32)
     if nc & 1:
         t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
-        t = ((t & m32) ^ sgn) - sgn                 #!chk t
+        t = (t << s32) >> s32                       #!chk t
         acc += (t + rh) >> sh4                          #!chk acc
         qb = ptr32(uint(qb) + 16)
 
@@ -637,11 +637,11 @@ def pair8(acc, o):
     """One pair of chunks of mac_long: t = the 8 products qa[o ...] . qb[o ...]
     (|t| <= 2^31 - 2^18 + 8), shifted by sh4 into acc. o is a number: the parser folds o + k,
     so every load keeps a constant offset."""
-    # in: m32, qa, qb, rh, sgn, sh4
+    # in: qa, qb, rh, s32, sh4
     # out: t
     t = (qa[o] * qb[o] + qa[o + 1] * qb[o + 1] + qa[o + 2] * qb[o + 2] + qa[o + 3] * qb[o + 3]
          + qa[o + 4] * qb[o + 4] + qa[o + 5] * qb[o + 5] + qa[o + 6] * qb[o + 6] + qa[o + 7] * qb[o + 7])
-    t = ((t & m32) ^ sgn) - sgn                 #!chk t
+    t = (t << s32) >> s32                       #!chk t
     acc += (t + rh) >> sh4                          #!chk acc
 
 

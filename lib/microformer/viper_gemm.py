@@ -121,7 +121,10 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     b16 = 16
     sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints):
     m32 = (1 << b16) * (1 << b16) - 1   # ptr32 loads of S zero-extend on 64-bit hosts; sums are
-    for k in range(KT, KT4):              # exact mod 2^32 and bounded below 2^31, so this restores them
+    s32 = 0                             # exact mod 2^32 and bounded below 2^31, so (x << s32) >> s32
+    if m32 != 0 - 1:                    # restores them: s32 = 32 where ints are 64 bits wide,
+        s32 = 32                        # 0 (two shifts by nothing) on the board's 32-bit ints
+    for k in range(KT, KT4):
         S[ex + k] = 0
     if mode == _ADD_BIAS:
         for n in range(N):
@@ -138,7 +141,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # from host/viper/snippets.py:175 (snippet decode)
                 if (v >> 31) & 1:
                     xm = 0 - xm
-            # from host/viper/gemm.py:80
+            # from host/viper/gemm.py:83
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
     if fuse:
@@ -166,7 +169,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 if same == 0:
                     for k in range(N * KT):
                         S[cp + k] = pb[k]
-            # from host/viper/gemm.py:97
+            # from host/viper/gemm.py:100
             qb = ptr32(sa)                      # B row n goes to S[n * KT4 ...]
             for n in range(N):
                 if same:
@@ -207,7 +210,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             q = 0 - q
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
-                # from host/viper/gemm.py:103
+                # from host/viper/gemm.py:106
                 for k in range(KT, KT4):
                     qb[0] = 0
                     qb = ptr32(uint(qb) + 4)
@@ -251,7 +254,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             q = 0 - q
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
-                # from host/viper/gemm.py:112
+                # from host/viper/gemm.py:115
                 ea = emax - 252 - P - P + sh4
                 # from host/viper/snippets.py:563 (snippet gemm_arow)
                 if nc <= 2:
@@ -264,7 +267,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                         a5 = S[ex + 5]
                         a6 = S[ex + 6]
                         a7 = S[ex + 7]
-                # from host/viper/gemm.py:114
+                # from host/viper/gemm.py:117
                 pw = po
                 oi = ob + m * osm
                 qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
@@ -278,7 +281,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                             # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
                             v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                            v = ((v & m32) ^ sgn) - sgn                 #!chk v
+                            v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 16)
                             # from host/viper/snippets.py:652 (snippet gemm_put0)
                             e = ea + S[xq + n]                  # value = acc * 2^e
@@ -322,13 +325,13 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
                             # from host/viper/snippets.py:654 (snippet gemm_put0)
                             oi += osn
-                    # from host/viper/gemm.py:124
+                    # from host/viper/gemm.py:127
                     else:
                         for n in range(N):
                             # from host/viper/snippets.py:606 (snippet mac_c2)
                             v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                                    + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-                            v = ((v & m32) ^ sgn) - sgn                 #!chk v
+                            v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 32)
                             # from host/viper/snippets.py:652 (snippet gemm_put0)
                             e = ea + S[xq + n]                  # value = acc * 2^e
@@ -372,7 +375,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
                             # from host/viper/snippets.py:654 (snippet gemm_put0)
                             oi += osn
-                # from host/viper/gemm.py:128
+                # from host/viper/gemm.py:131
                 else:
                     for n in range(NB):
                         if n == N:              # the ones row: dbias[m] += sum_k A[m, k]
@@ -385,14 +388,14 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                             # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
                             v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                            v = ((v & m32) ^ sgn) - sgn                 #!chk v
+                            v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 16)
                         # from host/viper/snippets.py:582 (snippet mac4)
                         elif nc == 2:
                             # from host/viper/snippets.py:606 (snippet mac_c2)
                             v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                                    + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-                            v = ((v & m32) ^ sgn) - sgn                 #!chk v
+                            v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 32)
                         # from host/viper/snippets.py:584 (snippet mac4)
                         else:
@@ -405,12 +408,12 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 # from host/viper/snippets.py:642 (snippet pair8)
                                 t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                      + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
-                                t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                                t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
                                 # from host/viper/snippets.py:642 (snippet pair8)
                                 t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
                                      + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
-                                t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                                t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
                                 # from host/viper/snippets.py:623 (snippet mac_long)
                                 qa = ptr32(uint(qa) + 64)
@@ -419,14 +422,14 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 # from host/viper/snippets.py:642 (snippet pair8)
                                 t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                      + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
-                                t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                                t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
                                 # from host/viper/snippets.py:627 (snippet mac_long)
                                 qa = ptr32(uint(qa) + 32)
                                 qb = ptr32(uint(qb) + 32)
                             if nc & 1:
                                 t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
-                                t = ((t & m32) ^ sgn) - sgn                 #!chk t
+                                t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
                                 qb = ptr32(uint(qb) + 16)
                         # from host/viper/snippets.py:662 (snippet gemm_put)
@@ -521,7 +524,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
                         # from host/viper/snippets.py:665 (snippet gemm_put)
                         oi += osn
-    # from host/viper/gemm.py:135
+    # from host/viper/gemm.py:138
     return 0
 
 
@@ -532,7 +535,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
 _NONE = None                            # viper compares objects with a global, not the literal
 
 
-# from host/viper/gemm.py:145
+# from host/viper/gemm.py:148
 @micropython.viper
 def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
@@ -557,7 +560,7 @@ _KEEP_N = const(4)
 _KEEP_PART = const(3072)
 
 
-# from host/viper/gemm.py:169
+# from host/viper/gemm.py:172
 def keep_weight(keep, weight, bias, C, OC):
     # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
     # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
@@ -574,14 +577,14 @@ def keep_weight(keep, weight, bias, C, OC):
     keep[0] = k
 
 
-# from host/viper/gemm.py:185
+# from host/viper/gemm.py:188
 def _keep_out(k, n):
     # the keep's output buffer, grown to n floats (more rows than before)
     k[3] = None
     k[3] = array("f", bytes(4 * n))
 
 
-# from host/viper/gemm.py:191
+# from host/viper/gemm.py:194
 @micropython.viper
 def _put_rows(out, o: int, OC: int, part, r: int, N: int):
     # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
@@ -592,7 +595,7 @@ def _put_rows(out, o: int, OC: int, part, r: int, N: int):
             po[m * OC + o + j] = pp[m * r + j]
 
 
-# from host/viper/gemm.py:201
+# from host/viper/gemm.py:204
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
@@ -616,7 +619,7 @@ def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
         i += 5
 
 
-# from host/viper/gemm.py:224
+# from host/viper/gemm.py:227
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -626,7 +629,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:233
+# from host/viper/gemm.py:236
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -642,14 +645,14 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:248
+# from host/viper/gemm.py:251
 @micropython.viper
 def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
     # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
 
 
-# from host/viper/gemm.py:254
+# from host/viper/gemm.py:257
 @micropython.viper
 def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
     # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
@@ -663,7 +666,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:267
+# from host/viper/gemm.py:270
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -675,7 +678,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:278
+# from host/viper/gemm.py:281
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -683,7 +686,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:285
+# from host/viper/gemm.py:288
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -691,7 +694,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:292
+# from host/viper/gemm.py:295
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -770,14 +773,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:315
+            # from host/viper/gemm.py:318
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:321
+# from host/viper/gemm.py:324
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -786,7 +789,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:329
+# from host/viper/gemm.py:332
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
@@ -818,7 +821,7 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 #   within 2^-11 KT max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
 #   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
 #   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
-# from host/viper/gemm.py:360
+# from host/viper/gemm.py:363
 @micropython.viper
 def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: int, C: int, OC: int, flag: int) -> int:
     S = ptr32(s)
@@ -890,7 +893,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         q = 0 - q
                 qb[0] = q
                 qb = ptr32(uint(qb) + 4)
-            # from host/viper/gemm.py:397
+            # from host/viper/gemm.py:400
             eb = base - 150
         else:
             # from host/viper/snippets.py:1282 (snippet q8_drow)
@@ -973,7 +976,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if sg:
                         g = 0 - g
                     S[n] = g
-            # from host/viper/gemm.py:400
+            # from host/viper/gemm.py:403
             eb = pm + 16
         for r in range(R):
             # from host/viper/snippets.py:1328 (snippet q8_dot)
@@ -991,7 +994,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     wi += wk
                     k += 1
                 acc += (t + rh) >> sh8                                  #!chk acc
-            # from host/viper/gemm.py:403
+            # from host/viper/gemm.py:406
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
                 # from host/viper/snippets.py:1349 (snippet q8_scale)
@@ -1017,7 +1020,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     e = e + d + ye - 141
                     if sg:
                         acc = 0 - acc
-            # from host/viper/gemm.py:406
+            # from host/viper/gemm.py:409
             oi = m * R + r
             if flag:
                 x = pbias[r]
@@ -1035,7 +1038,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:412
+                # from host/viper/gemm.py:415
                 if xe != 0:
                     xe = xe - 150
                     # from host/viper/snippets.py:291 (snippet addto0)
@@ -1124,11 +1127,11 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     po[oi] = 0
                 else:
                     po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-    # from host/viper/gemm.py:416
+    # from host/viper/gemm.py:419
     return 0
 
 
-# from host/viper/gemm.py:419
+# from host/viper/gemm.py:422
 def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
     s = _S[0]
@@ -1139,7 +1142,7 @@ def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
         _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
 
 
-# from host/viper/gemm.py:429
+# from host/viper/gemm.py:432
 def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
     # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
     if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):
