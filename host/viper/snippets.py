@@ -373,7 +373,6 @@ def quantize(src, stride):
         v = qa[0]
         qa = ptr32(uint(qa) + st4)
         e = (v >> 23) & 0xFF
-        q = 0
         if e >= elo:
             sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
             q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
@@ -381,6 +380,8 @@ def quantize(src, stride):
                 q = lim
             if (v >> 31) & 1:
                 q = 0 - q
+        else:
+            q = 0
         qb[0] = q
         qb = ptr32(uint(qb) + 4)
 

@@ -47,7 +47,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
     bl = ptr8(_BL)                      # bit lengths: store_bl's normalizing shift
-    # from host/viper/snippets.py:511 (snippet gemm_geometry)
+    # from host/viper/snippets.py:512 (snippet gemm_geometry)
     nb1 = 1
     nb2 = 1
     asb1 = 0
@@ -158,7 +158,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
             # quantize the N rows of B (block = row n, KT values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
-            # from host/viper/snippets.py:673 (snippet kept)
+            # from host/viper/snippets.py:674 (snippet kept)
             same = 0
             if kind == MM_FORWARD and u:
                 same = 1
@@ -200,7 +200,6 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     v = qa[0]
                     qa = ptr32(uint(qa) + st4)
                     e = (v >> 23) & 0xFF
-                    q = 0
                     if e >= elo:
                         sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
                         q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
@@ -208,6 +207,8 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             q = lim
                         if (v >> 31) & 1:
                             q = 0 - q
+                    else:
+                        q = 0
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
                 # from host/viper/gemm.py:106
@@ -244,7 +245,6 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     v = qa[0]
                     qa = ptr32(uint(qa) + st4)
                     e = (v >> 23) & 0xFF
-                    q = 0
                     if e >= elo:
                         sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
                         q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
@@ -252,11 +252,13 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             q = lim
                         if (v >> 31) & 1:
                             q = 0 - q
+                    else:
+                        q = 0
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
                 # from host/viper/gemm.py:115
                 ea = emax - 252 - P - P + sh4
-                # from host/viper/snippets.py:563 (snippet gemm_arow)
+                # from host/viper/snippets.py:564 (snippet gemm_arow)
                 if nc <= 2:
                     a0 = S[ex]
                     a1 = S[ex + 1]
@@ -276,14 +278,14 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     # gradients): a loop each, without the tests per output of the loop below
                     if nc == 1:
                         for n in range(N):
-                            # from host/viper/snippets.py:594 (snippet mac_c1)
+                            # from host/viper/snippets.py:595 (snippet mac_c1)
                             # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
                             # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                             # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
                             v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 16)
-                            # from host/viper/snippets.py:652 (snippet gemm_put0)
+                            # from host/viper/snippets.py:653 (snippet gemm_put0)
                             e = ea + S[xq + n]                  # value = acc * 2^e
                             # from host/viper/snippets.py:116 (snippet unsign)
                             sg = 0
@@ -323,17 +325,17 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     pw[oi] = 0
                                 else:
                                     pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                            # from host/viper/snippets.py:654 (snippet gemm_put0)
+                            # from host/viper/snippets.py:655 (snippet gemm_put0)
                             oi += osn
                     # from host/viper/gemm.py:127
                     else:
                         for n in range(N):
-                            # from host/viper/snippets.py:606 (snippet mac_c2)
+                            # from host/viper/snippets.py:607 (snippet mac_c2)
                             v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                                    + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 32)
-                            # from host/viper/snippets.py:652 (snippet gemm_put0)
+                            # from host/viper/snippets.py:653 (snippet gemm_put0)
                             e = ea + S[xq + n]                  # value = acc * 2^e
                             # from host/viper/snippets.py:116 (snippet unsign)
                             sg = 0
@@ -373,7 +375,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     pw[oi] = 0
                                 else:
                                     pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                            # from host/viper/snippets.py:654 (snippet gemm_put0)
+                            # from host/viper/snippets.py:655 (snippet gemm_put0)
                             oi += osn
                 # from host/viper/gemm.py:131
                 else:
@@ -381,50 +383,50 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                         if n == N:              # the ones row: dbias[m] += sum_k A[m, k]
                             pw = pbias
                             oi = m
-                        # from host/viper/snippets.py:580 (snippet mac4)
+                        # from host/viper/snippets.py:581 (snippet mac4)
                         if nc == 1:
-                            # from host/viper/snippets.py:594 (snippet mac_c1)
+                            # from host/viper/snippets.py:595 (snippet mac_c1)
                             # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
                             # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                             # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
                             v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 16)
-                        # from host/viper/snippets.py:582 (snippet mac4)
+                        # from host/viper/snippets.py:583 (snippet mac4)
                         elif nc == 2:
-                            # from host/viper/snippets.py:606 (snippet mac_c2)
+                            # from host/viper/snippets.py:607 (snippet mac_c2)
                             v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                                    + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 32)
-                        # from host/viper/snippets.py:584 (snippet mac4)
+                        # from host/viper/snippets.py:585 (snippet mac4)
                         else:
-                            # from host/viper/snippets.py:616 (snippet mac_long)
+                            # from host/viper/snippets.py:617 (snippet mac_long)
                             # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
                             # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
                             v = 0
                             qa = ptr32(sa + (ex << 2))
                             for c in range(nc >> 2):
-                                # from host/viper/snippets.py:642 (snippet pair8)
+                                # from host/viper/snippets.py:643 (snippet pair8)
                                 t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                      + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                                 t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
-                                # from host/viper/snippets.py:642 (snippet pair8)
+                                # from host/viper/snippets.py:643 (snippet pair8)
                                 t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
                                      + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
                                 t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
-                                # from host/viper/snippets.py:623 (snippet mac_long)
+                                # from host/viper/snippets.py:624 (snippet mac_long)
                                 qa = ptr32(uint(qa) + 64)
                                 qb = ptr32(uint(qb) + 64)
                             if nc & 2:
-                                # from host/viper/snippets.py:642 (snippet pair8)
+                                # from host/viper/snippets.py:643 (snippet pair8)
                                 t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                      + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                                 t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
-                                # from host/viper/snippets.py:627 (snippet mac_long)
+                                # from host/viper/snippets.py:628 (snippet mac_long)
                                 qa = ptr32(uint(qa) + 32)
                                 qb = ptr32(uint(qb) + 32)
                             if nc & 1:
@@ -432,9 +434,9 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
                                 qb = ptr32(uint(qb) + 16)
-                        # from host/viper/snippets.py:662 (snippet gemm_put)
+                        # from host/viper/snippets.py:663 (snippet gemm_put)
                         e = ea + S[xq + n]                  # value = acc * 2^e
-                        # from host/viper/snippets.py:689 (snippet addend)
+                        # from host/viper/snippets.py:690 (snippet addend)
                         # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
                         if mode != _ADD_NONE:
                             if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
@@ -454,7 +456,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     # from host/viper/snippets.py:175 (snippet decode)
                                     if (ov >> 31) & 1:
                                         xm = 0 - xm
-                                # from host/viper/snippets.py:697 (snippet addend)
+                                # from host/viper/snippets.py:698 (snippet addend)
                                 xe = xe - 150
                             else:
                                 xm = (S[bd + n + n] ^ sgn) - sgn
@@ -470,7 +472,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                         xm = 0
                                     else:
                                         xm = (xm + ((1 << sh) >> 1)) >> sh
-                                    # from host/viper/snippets.py:708 (snippet addend)
+                                    # from host/viper/snippets.py:709 (snippet addend)
                                     v += xm                               #!chk v
                                 else:
                                     uu = xe - e
@@ -522,7 +524,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 pw[oi] = 0
                             else:
                                 pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                        # from host/viper/snippets.py:665 (snippet gemm_put)
+                        # from host/viper/snippets.py:666 (snippet gemm_put)
                         oi += osn
     # from host/viper/gemm.py:138
     return 0
@@ -883,7 +885,6 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                 v = qa[0]
                 qa = ptr32(uint(qa) + st4)
                 e = (v >> 23) & 0xFF
-                q = 0
                 if e >= elo:
                     sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
                     q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
@@ -891,12 +892,14 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         q = lim
                     if (v >> 31) & 1:
                         q = 0 - q
+                else:
+                    q = 0
                 qb[0] = q
                 qb = ptr32(uint(qb) + 4)
             # from host/viper/gemm.py:400
             eb = base - 150
         else:
-            # from host/viper/snippets.py:1282 (snippet q8_drow)
+            # from host/viper/snippets.py:1283 (snippet q8_drow)
             pm = 0 - 100000
             for n in range(KT):
                 x = pa[m * OC + n]
@@ -912,7 +915,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/snippets.py:1286 (snippet q8_drow)
+                # from host/viper/snippets.py:1287 (snippet q8_drow)
                 y = psc[n]
                 ye = (y >> 23) & 0xFF
                 g = 0
@@ -952,7 +955,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if g < 0x20000000:
                         g = g << 1
                         ge -= 1
-                    # from host/viper/snippets.py:1302 (snippet q8_drow)
+                    # from host/viper/snippets.py:1303 (snippet q8_drow)
                     if ge > pm:
                         pm = ge
                     if sg:
@@ -972,14 +975,14 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         g = 0
                     else:
                         g = (g + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:1317 (snippet q8_drow)
+                    # from host/viper/snippets.py:1318 (snippet q8_drow)
                     if sg:
                         g = 0 - g
                     S[n] = g
             # from host/viper/gemm.py:403
             eb = pm + 16
         for r in range(R):
-            # from host/viper/snippets.py:1328 (snippet q8_dot)
+            # from host/viper/snippets.py:1329 (snippet q8_dot)
             acc = 0
             wi = r * wr
             k = 0
@@ -997,7 +1000,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
             # from host/viper/gemm.py:406
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
-                # from host/viper/snippets.py:1349 (snippet q8_scale)
+                # from host/viper/snippets.py:1350 (snippet q8_scale)
                 y = psc[r]
                 ye = (y >> 23) & 0xFF
                 if ye == 0:

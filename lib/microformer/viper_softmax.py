@@ -69,7 +69,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     last = t + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                # from host/viper/snippets.py:395 (snippet softmax_max)
+                # from host/viper/snippets.py:396 (snippet softmax_max)
                 # pass 1: the largest visible score, compared as sign-magnitude ints
                 mk = 0
                 mj = 0 - 1
@@ -84,7 +84,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         v = ((e - 1) << 23) | 0x7FFFFF
                     if (x >> 31) & 1:
                         v = 0 - v
-                    # from host/viper/snippets.py:403 (snippet softmax_max)
+                    # from host/viper/snippets.py:404 (snippet softmax_max)
                     if mj < 0 or v > mk:
                         mk = v
                         mj = j
@@ -105,7 +105,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         # from host/viper/snippets.py:175 (snippet decode)
                         if (x >> 31) & 1:
                             mx = 0 - mx
-                    # from host/viper/snippets.py:412 (snippet softmax_max)
+                    # from host/viper/snippets.py:413 (snippet softmax_max)
                     if ex == 0:
                         ex = 1
                 # from host/viper/softmax.py:68
@@ -587,7 +587,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     if v < 0:                                               # rounding below an exact 0
         v = 0
     # v / B by long division (v < 2^31, B <= 2^30)
-    # from host/viper/snippets.py:843 (snippet ldiv)
+    # from host/viper/snippets.py:844 (snippet ldiv)
     q = v // B
     rem = v - q * B
     while q < 0x20000000 and v != 0:
