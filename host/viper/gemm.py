@@ -67,13 +67,14 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
         while (1 << sh4) < nc:
             sh4 += 1
     rh = (1 << sh4) >> 1
-    b31 = 31                            # variables: constant folding would make bigint objects
+    # ptr32 loads of S zero-extend where ints are 64 bits wide; the sums are exact mod 2^32 and
+    # bounded below 2^31, so (x << s32) >> s32 sign-extends them from bit 31: s32 = 32 there,
+    # 0 (two shifts by nothing) on the board's 32-bit ints. (A variable: constant folding
+    # would make a bigint object.)
     b16 = 16
-    sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints):
-    m32 = (1 << b16) * (1 << b16) - 1   # ptr32 loads of S zero-extend on 64-bit hosts; sums are
-    s32 = 0                             # exact mod 2^32 and bounded below 2^31, so (x << s32) >> s32
-    if m32 != 0 - 1:                    # restores them: s32 = 32 where ints are 64 bits wide,
-        s32 = 32                        # 0 (two shifts by nothing) on the board's 32-bit ints
+    s32 = 0
+    if (1 << b16) * (1 << b16) != 0:    # 2^32: 0 on 32-bit ints (wraps)
+        s32 = 32
     for k in range(KT, KT4):
         S[ex + k] = 0
     if mode == _ADD_BIAS:
@@ -128,6 +129,14 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                         for n in range(N):
                             mac_c2(v)
                             gemm_put0(v)
+                elif mode == _ADD_BIAS and nc <= 2:
+                    # short rows plus a bias (the forward of Dense and the projections)
+                    for n in range(N):
+                        if nc == 1:
+                            mac_c1(v)
+                        else:
+                            mac_c2(v)
+                        gemm_putb(v)
                 else:
                     for n in range(NB):
                         if n == N:              # the ones row: dbias[m] += sum_k A[m, k]

@@ -658,7 +658,7 @@ def gemm_put0(acc):
 def gemm_put(acc):
     """_gemm's output n of row m: acc * 2^e (e = ea + B row n's exponent) plus the addend, packed
     into pw[oi] as float32 bits; oi moves to the next output. acc is _gemm's register local v."""
-    # in: _ADD_NONE, _ADD_OLD, bd, bl, ea, mode, n, nc, osn, pw, S, sgn, xq
+    # in: _ADD_NONE, _ADD_OLD, bd, bl, ea, mode, n, nc, osn, pw, S, s32, xq
     # out: be, e, oi, ov, sg, sh, t, uu, xe, xm
     e = ea + S[xq + n]                  # value = acc * 2^e
     addend(acc, e)
@@ -685,40 +685,73 @@ def kept(same):
 
 def addend(acc, e):
     """acc * 2^e += the old output pw[oi] (_ADD_OLD) or bias[n] (_ADD_BIAS, decoded in S[bd ...])."""
-    # in: _ADD_NONE, _ADD_OLD, bd, mode, n, nc, oi, pw, S, sgn
+    # in: _ADD_NONE, _ADD_OLD, bd, mode, n, nc, oi, pw, S, s32
     # out: ov, sh, uu, xe, xm
     # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
     if mode != _ADD_NONE:
-        if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
-            acc = (acc + 1) >> 1
-            e += 1
         if mode == _ADD_OLD:
+            halve2(acc, e)
             ov = pw[oi]
             decode(ov, xm, xe)
             xe = xe - 150
+            addto_acc(acc, e, xm, xe)
         else:
-            xm = (S[bd + n + n] ^ sgn) - sgn
-            xe = (S[bd + n + n + 1] ^ sgn) - sgn
-        if xm != 0:
-            if acc == 0:
-                acc = xm
-                e = xe
-            elif xe <= e:
-                sh = e - xe
-                rsh(xm, sh)
-                acc += xm                               #!chk acc
-            else:
-                uu = xe - e
-                if uu > 6:
-                    uu = 6
-                xm = xm << uu
-                sh = xe - uu - e
-                if sh > 30:
-                    acc = 0
-                elif sh > 0:
-                    acc = (acc + (1 << (sh - 1))) >> sh
-                acc += xm                               #!chk acc
-                e = xe - uu
+            add_bias(acc, e)
+
+
+def halve2(acc, e):
+    """Two chunks (nc == 2, |acc| < 2^31) are halved (rounded) to |acc| < 2^30 before an addend [B2]."""
+    # in: nc
+    if nc == 2:
+        acc = (acc + 1) >> 1
+        e += 1
+
+
+def add_bias(acc, e):
+    """acc * 2^e += bias[n], decoded in S[bd + 2n] (mantissa) and S[bd + 2n + 1] (exponent)."""
+    # in: bd, n, nc, S, s32
+    # out: sh, uu, xe, xm
+    halve2(acc, e)
+    xm = (S[bd + n + n] << s32) >> s32
+    xe = (S[bd + n + n + 1] << s32) >> s32
+    addto_acc(acc, e, xm, xe)
+
+
+def addto_acc(acc, e, xm, xe):
+    """acc * 2^e += xm * 2^xe (|acc| < 2^30, |xm| < 2^25): the smaller aligned to the larger
+    exponent, rounded; the larger shifted up by at most 6 bits first [B2]."""
+    # out: sh, uu
+    if xm != 0:
+        if acc == 0:
+            acc = xm
+            e = xe
+        elif xe <= e:
+            sh = e - xe
+            rsh(xm, sh)
+            acc += xm                               #!chk acc
+        else:
+            uu = xe - e
+            if uu > 6:
+                uu = 6
+            xm = xm << uu
+            sh = xe - uu - e
+            if sh > 30:
+                acc = 0
+            elif sh > 0:
+                acc = (acc + (1 << (sh - 1))) >> sh
+            acc += xm                               #!chk acc
+            e = xe - uu
+
+
+def gemm_putb(acc):
+    """gemm_put with the bias as the addend (_ADD_BIAS): acc * 2^e + bias[n] packed into pw[oi];
+    oi moves on."""
+    # in: bd, bl, ea, n, nc, osn, pw, S, s32, xq
+    # out: be, e, oi, sg, sh, t, uu, xe, xm
+    e = ea + S[xq + n]                  # value = acc * 2^e
+    add_bias(acc, e)
+    store_bl(pw, oi, acc, e)
+    oi += osn
 
 
 # ---- _adam's parts (used once; kept here so _adam reads as its outline) ------------------------

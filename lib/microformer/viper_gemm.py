@@ -117,13 +117,14 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
         while (1 << sh4) < nc:
             sh4 += 1
     rh = (1 << sh4) >> 1
-    b31 = 31                            # variables: constant folding would make bigint objects
+    # ptr32 loads of S zero-extend where ints are 64 bits wide; the sums are exact mod 2^32 and
+    # bounded below 2^31, so (x << s32) >> s32 sign-extends them from bit 31: s32 = 32 there,
+    # 0 (two shifts by nothing) on the board's 32-bit ints. (A variable: constant folding
+    # would make a bigint object.)
     b16 = 16
-    sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints):
-    m32 = (1 << b16) * (1 << b16) - 1   # ptr32 loads of S zero-extend on 64-bit hosts; sums are
-    s32 = 0                             # exact mod 2^32 and bounded below 2^31, so (x << s32) >> s32
-    if m32 != 0 - 1:                    # restores them: s32 = 32 where ints are 64 bits wide,
-        s32 = 32                        # 0 (two shifts by nothing) on the board's 32-bit ints
+    s32 = 0
+    if (1 << b16) * (1 << b16) != 0:    # 2^32: 0 on 32-bit ints (wraps)
+        s32 = 32
     for k in range(KT, KT4):
         S[ex + k] = 0
     if mode == _ADD_BIAS:
@@ -141,7 +142,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # from host/viper/snippets.py:175 (snippet decode)
                 if (v >> 31) & 1:
                     xm = 0 - xm
-            # from host/viper/gemm.py:83
+            # from host/viper/gemm.py:84
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
     if fuse:
@@ -169,7 +170,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 if same == 0:
                     for k in range(N * KT):
                         S[cp + k] = pb[k]
-            # from host/viper/gemm.py:100
+            # from host/viper/gemm.py:101
             qb = ptr32(sa)                      # B row n goes to S[n * KT4 ...]
             for n in range(N):
                 if same:
@@ -211,7 +212,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                         q = 0
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
-                # from host/viper/gemm.py:106
+                # from host/viper/gemm.py:107
                 for k in range(KT, KT4):
                     qb[0] = 0
                     qb = ptr32(uint(qb) + 4)
@@ -256,7 +257,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                         q = 0
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
-                # from host/viper/gemm.py:115
+                # from host/viper/gemm.py:116
                 ea = emax - 252 - P - P + sh4
                 # from host/viper/snippets.py:564 (snippet gemm_arow)
                 if nc <= 2:
@@ -269,7 +270,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                         a5 = S[ex + 5]
                         a6 = S[ex + 6]
                         a7 = S[ex + 7]
-                # from host/viper/gemm.py:117
+                # from host/viper/gemm.py:118
                 pw = po
                 oi = ob + m * osm
                 qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
@@ -327,7 +328,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
                             # from host/viper/snippets.py:655 (snippet gemm_put0)
                             oi += osn
-                    # from host/viper/gemm.py:127
+                    # from host/viper/gemm.py:128
                     else:
                         for n in range(N):
                             # from host/viper/snippets.py:607 (snippet mac_c2)
@@ -377,7 +378,101 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
                             # from host/viper/snippets.py:655 (snippet gemm_put0)
                             oi += osn
-                # from host/viper/gemm.py:131
+                # from host/viper/gemm.py:132
+                elif mode == _ADD_BIAS and nc <= 2:
+                    # short rows plus a bias (the forward of Dense and the projections)
+                    for n in range(N):
+                        if nc == 1:
+                            # from host/viper/snippets.py:595 (snippet mac_c1)
+                            # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                            # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                            # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                            v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                            v = (v << s32) >> s32                       #!chk v
+                            qb = ptr32(uint(qb) + 16)
+                        # from host/viper/gemm.py:137
+                        else:
+                            # from host/viper/snippets.py:607 (snippet mac_c2)
+                            v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                   + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+                            v = (v << s32) >> s32                       #!chk v
+                            qb = ptr32(uint(qb) + 32)
+                        # from host/viper/snippets.py:751 (snippet gemm_putb)
+                        e = ea + S[xq + n]                  # value = acc * 2^e
+                        # from host/viper/snippets.py:705 (snippet halve2)
+                        if nc == 2:
+                            v = (v + 1) >> 1
+                            e += 1
+                        # from host/viper/snippets.py:715 (snippet add_bias)
+                        xm = (S[bd + n + n] << s32) >> s32
+                        xe = (S[bd + n + n + 1] << s32) >> s32
+                        # from host/viper/snippets.py:724 (snippet addto_acc)
+                        if xm != 0:
+                            if v == 0:
+                                v = xm
+                                e = xe
+                            elif xe <= e:
+                                sh = e - xe
+                                # from host/viper/snippets.py:269 (snippet rsh)
+                                if sh > 30:
+                                    xm = 0
+                                else:
+                                    xm = (xm + ((1 << sh) >> 1)) >> sh
+                                # from host/viper/snippets.py:731 (snippet addto_acc)
+                                v += xm                               #!chk v
+                            else:
+                                uu = xe - e
+                                if uu > 6:
+                                    uu = 6
+                                xm = xm << uu
+                                sh = xe - uu - e
+                                if sh > 30:
+                                    v = 0
+                                elif sh > 0:
+                                    v = (v + (1 << (sh - 1))) >> sh
+                                v += xm                               #!chk v
+                                e = xe - uu
+                        # from host/viper/snippets.py:116 (snippet unsign)
+                        sg = 0
+                        if v < 0:
+                            sg = 1
+                            v = 0 - v
+                        # from host/viper/snippets.py:30 (snippet pack_by)
+                        if v == 0:
+                            pw[oi] = 0
+                        else:
+                            # from host/viper/snippets.py:71 (snippet norm24_bl)
+                            if v >= 0x1000000:
+                                t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                sh = bl[t]
+                                # from host/viper/snippets.py:106 (snippet round_near)
+                                v = (v + (1 << (sh - 1))) >> sh
+                                # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                e += sh
+                                if v >= 0x1000000:
+                                    v = v >> 1
+                                    e += 1
+                            else:
+                                if v >= 0x10000:
+                                    t = 8 - bl[v >> 16]
+                                elif v >= 0x100:
+                                    t = 16 - bl[v >> 8]
+                                else:
+                                    t = 24 - bl[v]
+                                v = v << t
+                                e -= t
+                            # from host/viper/snippets.py:34 (snippet pack_by)
+                            be = e + 150
+                            if be >= 255:
+                                be = 255
+                                pw[oi] = (sg << 31) | (be << 23)
+                            elif be <= 0:
+                                pw[oi] = 0
+                            else:
+                                pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                        # from host/viper/snippets.py:754 (snippet gemm_putb)
+                        oi += osn
+                # from host/viper/gemm.py:140
                 else:
                     for n in range(NB):
                         if n == N:              # the ones row: dbias[m] += sum_k A[m, k]
@@ -439,10 +534,12 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                         # from host/viper/snippets.py:690 (snippet addend)
                         # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
                         if mode != _ADD_NONE:
-                            if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
-                                v = (v + 1) >> 1
-                                e += 1
                             if mode == _ADD_OLD:
+                                # from host/viper/snippets.py:705 (snippet halve2)
+                                if nc == 2:
+                                    v = (v + 1) >> 1
+                                    e += 1
+                                # from host/viper/snippets.py:694 (snippet addend)
                                 ov = pw[oi]
                                 # from host/viper/snippets.py:171 (snippet decode)
                                 xe = (ov >> 23) & 0xFF
@@ -456,36 +553,69 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     # from host/viper/snippets.py:175 (snippet decode)
                                     if (ov >> 31) & 1:
                                         xm = 0 - xm
-                                # from host/viper/snippets.py:698 (snippet addend)
+                                # from host/viper/snippets.py:696 (snippet addend)
                                 xe = xe - 150
-                            else:
-                                xm = (S[bd + n + n] ^ sgn) - sgn
-                                xe = (S[bd + n + n + 1] ^ sgn) - sgn
-                            if xm != 0:
-                                if v == 0:
-                                    v = xm
-                                    e = xe
-                                elif xe <= e:
-                                    sh = e - xe
-                                    # from host/viper/snippets.py:269 (snippet rsh)
-                                    if sh > 30:
-                                        xm = 0
+                                # from host/viper/snippets.py:724 (snippet addto_acc)
+                                if xm != 0:
+                                    if v == 0:
+                                        v = xm
+                                        e = xe
+                                    elif xe <= e:
+                                        sh = e - xe
+                                        # from host/viper/snippets.py:269 (snippet rsh)
+                                        if sh > 30:
+                                            xm = 0
+                                        else:
+                                            xm = (xm + ((1 << sh) >> 1)) >> sh
+                                        # from host/viper/snippets.py:731 (snippet addto_acc)
+                                        v += xm                               #!chk v
                                     else:
-                                        xm = (xm + ((1 << sh) >> 1)) >> sh
-                                    # from host/viper/snippets.py:709 (snippet addend)
-                                    v += xm                               #!chk v
-                                else:
-                                    uu = xe - e
-                                    if uu > 6:
-                                        uu = 6
-                                    xm = xm << uu
-                                    sh = xe - uu - e
-                                    if sh > 30:
-                                        v = 0
-                                    elif sh > 0:
-                                        v = (v + (1 << (sh - 1))) >> sh
-                                    v += xm                               #!chk v
-                                    e = xe - uu
+                                        uu = xe - e
+                                        if uu > 6:
+                                            uu = 6
+                                        xm = xm << uu
+                                        sh = xe - uu - e
+                                        if sh > 30:
+                                            v = 0
+                                        elif sh > 0:
+                                            v = (v + (1 << (sh - 1))) >> sh
+                                        v += xm                               #!chk v
+                                        e = xe - uu
+                            # from host/viper/snippets.py:698 (snippet addend)
+                            else:
+                                # from host/viper/snippets.py:705 (snippet halve2)
+                                if nc == 2:
+                                    v = (v + 1) >> 1
+                                    e += 1
+                                # from host/viper/snippets.py:715 (snippet add_bias)
+                                xm = (S[bd + n + n] << s32) >> s32
+                                xe = (S[bd + n + n + 1] << s32) >> s32
+                                # from host/viper/snippets.py:724 (snippet addto_acc)
+                                if xm != 0:
+                                    if v == 0:
+                                        v = xm
+                                        e = xe
+                                    elif xe <= e:
+                                        sh = e - xe
+                                        # from host/viper/snippets.py:269 (snippet rsh)
+                                        if sh > 30:
+                                            xm = 0
+                                        else:
+                                            xm = (xm + ((1 << sh) >> 1)) >> sh
+                                        # from host/viper/snippets.py:731 (snippet addto_acc)
+                                        v += xm                               #!chk v
+                                    else:
+                                        uu = xe - e
+                                        if uu > 6:
+                                            uu = 6
+                                        xm = xm << uu
+                                        sh = xe - uu - e
+                                        if sh > 30:
+                                            v = 0
+                                        elif sh > 0:
+                                            v = (v + (1 << (sh - 1))) >> sh
+                                        v += xm                               #!chk v
+                                        e = xe - uu
                         # from host/viper/snippets.py:116 (snippet unsign)
                         sg = 0
                         if v < 0:
@@ -526,7 +656,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
                         # from host/viper/snippets.py:666 (snippet gemm_put)
                         oi += osn
-    # from host/viper/gemm.py:138
+    # from host/viper/gemm.py:147
     return 0
 
 
@@ -537,7 +667,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
 _NONE = None                            # viper compares objects with a global, not the literal
 
 
-# from host/viper/gemm.py:148
+# from host/viper/gemm.py:157
 @micropython.viper
 def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
@@ -562,7 +692,7 @@ _KEEP_N = const(4)
 _KEEP_PART = const(3072)
 
 
-# from host/viper/gemm.py:172
+# from host/viper/gemm.py:181
 def keep_weight(keep, weight, bias, C, OC):
     # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
     # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
@@ -579,14 +709,14 @@ def keep_weight(keep, weight, bias, C, OC):
     keep[0] = k
 
 
-# from host/viper/gemm.py:188
+# from host/viper/gemm.py:197
 def _keep_out(k, n):
     # the keep's output buffer, grown to n floats (more rows than before)
     k[3] = None
     k[3] = array("f", bytes(4 * n))
 
 
-# from host/viper/gemm.py:194
+# from host/viper/gemm.py:203
 @micropython.viper
 def _put_rows(out, o: int, OC: int, part, r: int, N: int):
     # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
@@ -597,7 +727,7 @@ def _put_rows(out, o: int, OC: int, part, r: int, N: int):
             po[m * OC + o + j] = pp[m * r + j]
 
 
-# from host/viper/gemm.py:204
+# from host/viper/gemm.py:213
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
@@ -621,7 +751,7 @@ def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
         i += 5
 
 
-# from host/viper/gemm.py:227
+# from host/viper/gemm.py:236
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -631,7 +761,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:236
+# from host/viper/gemm.py:245
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -647,14 +777,14 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:251
+# from host/viper/gemm.py:260
 @micropython.viper
 def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
     # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
 
 
-# from host/viper/gemm.py:257
+# from host/viper/gemm.py:266
 @micropython.viper
 def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
     # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
@@ -668,7 +798,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:270
+# from host/viper/gemm.py:279
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -680,7 +810,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:281
+# from host/viper/gemm.py:290
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -688,7 +818,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:288
+# from host/viper/gemm.py:297
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -696,7 +826,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:295
+# from host/viper/gemm.py:304
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -775,14 +905,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:318
+            # from host/viper/gemm.py:327
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:324
+# from host/viper/gemm.py:333
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -791,7 +921,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:332
+# from host/viper/gemm.py:341
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
@@ -823,7 +953,7 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 #   within 2^-11 KT max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
 #   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
 #   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
-# from host/viper/gemm.py:363
+# from host/viper/gemm.py:372
 @micropython.viper
 def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: int, C: int, OC: int, flag: int) -> int:
     S = ptr32(s)
@@ -896,10 +1026,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     q = 0
                 qb[0] = q
                 qb = ptr32(uint(qb) + 4)
-            # from host/viper/gemm.py:400
+            # from host/viper/gemm.py:409
             eb = base - 150
         else:
-            # from host/viper/snippets.py:1283 (snippet q8_drow)
+            # from host/viper/snippets.py:1316 (snippet q8_drow)
             pm = 0 - 100000
             for n in range(KT):
                 x = pa[m * OC + n]
@@ -915,7 +1045,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/snippets.py:1287 (snippet q8_drow)
+                # from host/viper/snippets.py:1320 (snippet q8_drow)
                 y = psc[n]
                 ye = (y >> 23) & 0xFF
                 g = 0
@@ -955,7 +1085,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if g < 0x20000000:
                         g = g << 1
                         ge -= 1
-                    # from host/viper/snippets.py:1303 (snippet q8_drow)
+                    # from host/viper/snippets.py:1336 (snippet q8_drow)
                     if ge > pm:
                         pm = ge
                     if sg:
@@ -975,14 +1105,14 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         g = 0
                     else:
                         g = (g + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:1318 (snippet q8_drow)
+                    # from host/viper/snippets.py:1351 (snippet q8_drow)
                     if sg:
                         g = 0 - g
                     S[n] = g
-            # from host/viper/gemm.py:403
+            # from host/viper/gemm.py:412
             eb = pm + 16
         for r in range(R):
-            # from host/viper/snippets.py:1329 (snippet q8_dot)
+            # from host/viper/snippets.py:1362 (snippet q8_dot)
             acc = 0
             wi = r * wr
             k = 0
@@ -997,10 +1127,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     wi += wk
                     k += 1
                 acc += (t + rh) >> sh8                                  #!chk acc
-            # from host/viper/gemm.py:406
+            # from host/viper/gemm.py:415
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
-                # from host/viper/snippets.py:1350 (snippet q8_scale)
+                # from host/viper/snippets.py:1383 (snippet q8_scale)
                 y = psc[r]
                 ye = (y >> 23) & 0xFF
                 if ye == 0:
@@ -1023,7 +1153,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     e = e + d + ye - 141
                     if sg:
                         acc = 0 - acc
-            # from host/viper/gemm.py:409
+            # from host/viper/gemm.py:418
             oi = m * R + r
             if flag:
                 x = pbias[r]
@@ -1041,7 +1171,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:415
+                # from host/viper/gemm.py:424
                 if xe != 0:
                     xe = xe - 150
                     # from host/viper/snippets.py:291 (snippet addto0)
@@ -1130,11 +1260,11 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     po[oi] = 0
                 else:
                     po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-    # from host/viper/gemm.py:419
+    # from host/viper/gemm.py:428
     return 0
 
 
-# from host/viper/gemm.py:422
+# from host/viper/gemm.py:431
 def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
     s = _S[0]
@@ -1145,7 +1275,7 @@ def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
         _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
 
 
-# from host/viper/gemm.py:432
+# from host/viper/gemm.py:441
 def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
     # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
     if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):

@@ -91,7 +91,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             v = 0 - v
         # from host/viper/norm.py:67
         e = L
-        # from host/viper/snippets.py:844 (snippet ldiv)
+        # from host/viper/snippets.py:877 (snippet ldiv)
         qq = v // C
         rem = v - qq * C
         while qq < 0x20000000 and v != 0:
@@ -222,7 +222,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 ve -= 1
             # from host/viper/norm.py:85
             for k in range(3):
-                # from host/viper/snippets.py:844 (snippet ldiv)
+                # from host/viper/snippets.py:877 (snippet ldiv)
                 qq = vm // C
                 rem = vm - qq * C
                 while qq < 0x20000000 and vm != 0:
@@ -289,7 +289,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         if ve & 1:
             vm = vm >> 1
             ve += 1
-        # from host/viper/snippets.py:760 (snippet isqrt)
+        # from host/viper/snippets.py:793 (snippet isqrt)
         if vm >= 0x20000000:
             r = 23170 + ((((vm - 0x20000000) >> 14) * 9598) >> 15)
         elif vm >= 0x10000000:
@@ -370,7 +370,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         # f = rstd 2^L / C as 15 bits fm 2^fe
         fm = rq << 13
         fe = re + L - 13
-        # from host/viper/snippets.py:844 (snippet ldiv)
+        # from host/viper/snippets.py:877 (snippet ldiv)
         qq = fm // C
         rem = fm - qq * C
         while qq < 0x20000000 and fm != 0:
@@ -399,7 +399,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
     sx = 1 << b31
     for c in range(C):
         d = (S[c] ^ sx) - sx
-        # from host/viper/snippets.py:883 (snippet load30)
+        # from host/viper/snippets.py:916 (snippet load30)
         x = pb[c]
         eb = (x >> 23) & 0xFF
         bm = 0
@@ -412,7 +412,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
                 bm = bm << 6
             if (x >> 31) & 1:
                 bm = 0 - bm
-            # from host/viper/snippets.py:889 (snippet load30)
+            # from host/viper/snippets.py:922 (snippet load30)
             be = eb - 156
         # from host/viper/norm.py:124
         y = pw[c]
@@ -764,7 +764,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         if am < 0:
             asg = 1
             am = 0 - am
-        # from host/viper/snippets.py:844 (snippet ldiv)
+        # from host/viper/snippets.py:877 (snippet ldiv)
         qq = am // C
         rem = am - qq * C
         while qq < 0x20000000 and am != 0:
@@ -775,7 +775,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 rem -= C
                 qq += 1
         am = qq
-        # from host/viper/snippets.py:836 (snippet sdiv)
+        # from host/viper/snippets.py:869 (snippet sdiv)
         if asg:
             am = 0 - am
         # from host/viper/norm.py:291
@@ -786,7 +786,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         if bm < 0:
             bsg = 1
             bm = 0 - bm
-        # from host/viper/snippets.py:844 (snippet ldiv)
+        # from host/viper/snippets.py:877 (snippet ldiv)
         qq = bm // C
         rem = bm - qq * C
         while qq < 0x20000000 and bm != 0:
@@ -797,7 +797,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 rem -= C
                 qq += 1
         bm = qq
-        # from host/viper/snippets.py:836 (snippet sdiv)
+        # from host/viper/snippets.py:869 (snippet sdiv)
         if bsg:
             bm = 0 - bm
         # from host/viper/norm.py:294
@@ -947,7 +947,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 sg = sg ^ 1
             if sg:
                 p = 0 - p
-            # from host/viper/snippets.py:883 (snippet load30)
+            # from host/viper/snippets.py:916 (snippet load30)
             y = pdw[c]
             ey = (y >> 23) & 0xFF
             om = 0
@@ -960,7 +960,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                     om = om << 6
                 if (y >> 31) & 1:
                     om = 0 - om
-                # from host/viper/snippets.py:889 (snippet load30)
+                # from host/viper/snippets.py:922 (snippet load30)
                 oe = ey - 156
             # from host/viper/snippets.py:291 (snippet addto0)
             if p == 0:
@@ -1051,7 +1051,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
         # from host/viper/norm.py:359
         if flags & 2:
             xa = pdb[c]
-            # from host/viper/snippets.py:780 (snippet fadd)
+            # from host/viper/snippets.py:813 (snippet fadd)
             ea = (xa >> 23) & 0xFF
             eb = (g >> 23) & 0xFF
             if ea == 255 or eb == 255:
