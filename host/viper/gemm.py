@@ -118,32 +118,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 pw = po
                 oi = ob + m * osm
                 qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
-                if mode == _ADD_NONE and nc <= 2:
-                    # short rows without an addend (the attention products, most input
-                    # gradients): a loop each, without the tests per output of the loop below
-                    if nc == 1:
-                        for n in range(N):
-                            mac_c1(v)
-                            gemm_put0(v)
-                    else:
-                        for n in range(N):
-                            mac_c2(v)
-                            gemm_put0(v)
-                elif mode == _ADD_BIAS and nc <= 2:
-                    # short rows plus a bias (the forward of Dense and the projections)
-                    for n in range(N):
-                        if nc == 1:
-                            mac_c1(v)
-                        else:
-                            mac_c2(v)
-                        gemm_putb(v)
-                else:
-                    for n in range(NB):
-                        if n == N:              # the ones row: dbias[m] += sum_k A[m, k]
-                            pw = pbias
-                            oi = m
-                        mac4(v)                 # v: the accumulator, a register local
-                        gemm_put(v)
+                gemm_outs(v)                    # the N outputs of row m (v: the accumulator)
     return 0
 
 

@@ -414,6 +414,30 @@ def softmax_max():
             ex = 1
 
 
+# ---- _xent's part (used once; kept here so _xent reads as its outline) --------------------------
+def xent_grad():
+    """_xent's dlogits of row b: (p_j - [j == y]) / B from the exponentials S[j] 2^-S[V + j] and
+    their sum z (zr * 2^zre), stored inline (store_bl: a call to _store costs more)."""
+    # in: bl, ibe, ibm, lb, pdl, S, V, y, z, zq, zr, zre
+    # out: e, j, o, q, wbe, we, wsg, wsh, wt, wv
+    for j in range(V):
+        if j == y:
+            # p_y - 1 = -(z - e_y) / z, from the exact integer sum of the others
+            o = z - ((S[j] << (zq - 15)) >> S[V + j])
+            e = 0
+            while o != 0 and o < (1 << 29):
+                o = o << 1
+                e -= 1
+            q = o // zr                                         #!chk q
+            wv = 0 - q * ibm
+            we = e - zre + ibe
+        else:
+            q = (S[j] << 15) // zr                              #!chk q
+            wv = q * ibm
+            we = zq - 30 - S[V + j] - zre + ibe
+        store_bl(pdl, lb + j, wv, we, wsg, wt, wsh, wbe)
+
+
 # ---- LayerNorm's parts (used once; kept here so _ln and _lnb read as their outlines) -----------
 def ln_sum():
     """_ln's row quantized: S[c] = q_c = round(x_c 2^-L) (x_c = pi[ib + c], 2^L = 2^(base - 150)),
@@ -644,6 +668,41 @@ def pair8(acc, o):
          + qa[o + 4] * qb[o + 4] + qa[o + 5] * qb[o + 5] + qa[o + 6] * qb[o + 6] + qa[o + 7] * qb[o + 7])
     t = (t << s32) >> s32                       #!chk t
     acc += (t + rh) >> sh4                          #!chk acc
+
+
+def gemm_outs(acc):
+    """_gemm's outputs of A's row m: row m . B row n for the N rows n of B (and the ones row when
+    the bias gradient rides along), into pw[oi ...]. Short rows without an addend or with a bias
+    have loops of their own, without the per-output tests of the general loop. acc is _gemm's
+    register local v, the accumulator."""
+    # in: _ADD_BIAS, _ADD_NONE, _ADD_OLD, a0, a1, a2, a3, a4, a5, a6, a7, bd, bl, ea, ex, m, mode
+    # in: N, NB, nc, osn, pbias, rh, S, s32, sa, sh4, xq
+    # out: be, c, e, n, oi, ov, pw, qa, qb, sg, sh, t, uu, xe, xm
+    if mode == _ADD_NONE and nc <= 2:
+        # short rows without an addend (the attention products, most input gradients)
+        if nc == 1:
+            for n in range(N):
+                mac_c1(acc)
+                gemm_put0(acc)
+        else:
+            for n in range(N):
+                mac_c2(acc)
+                gemm_put0(acc)
+    elif mode == _ADD_BIAS and nc <= 2:
+        # short rows plus a bias (the forward of Dense and of the projections)
+        for n in range(N):
+            if nc == 1:
+                mac_c1(acc)
+            else:
+                mac_c2(acc)
+            gemm_putb(acc)
+    else:
+        for n in range(NB):
+            if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
+                pw = pbias
+                oi = m
+            mac4(acc)
+            gemm_put(acc)
 
 
 def gemm_put0(acc):

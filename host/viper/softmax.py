@@ -402,6 +402,8 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     # lf[0]; returns 1 if a logit is inf or NaN (the loss is then not defined), else 0  [B3]
     pl = ptr32(logits)
     S = ptr32(s)
+    pdl = ptr32(dlogits)
+    bl = ptr8(_BL)                      # bit lengths (the stores of dlogits)
     b31 = 31
     sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
     ycap = 1 << 21                      # (max - s_j) in Q16 capped at 32: k > 29, probability 0
@@ -471,19 +473,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         while zr >= 65536:
             zr = zr >> 1
             zre += 1
-        for j in range(V):
-            if j == y:
-                # p_y - 1 = -(z - e_y) / z, from the exact integer sum of the others
-                o = z - ((S[j] << (zq - 15)) >> S[V + j])
-                e = 0
-                while o != 0 and o < (1 << 29):
-                    o = o << 1
-                    e -= 1
-                q = o // zr                                         #!chk q
-                _store(dlogits, lb + j, 0 - q * ibm, e - zre + ibe)
-            else:
-                q = (S[j] << 15) // zr                              #!chk q
-                _store(dlogits, lb + j, q * ibm, zq - 30 - S[V + j] - zre + ibe)
+        xent_grad()                     # dlogits of row b
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
         while z >= 32768:

@@ -138,7 +138,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
         if ey == 0:
             po[i] = (y >> 31) << 31             # +-0
             continue
-        # from host/viper/snippets.py:893 (snippet lookup)
+        # from host/viper/snippets.py:952 (snippet lookup)
         tq = 0
         if ex >= 130:
             tq = 384 << 16                  # |x| >= 8: beyond the table
@@ -403,7 +403,7 @@ def _copy(dst, src, n: int):
     # (constant offsets index it: a quarter of the indexed loop's instructions)
     a = int(ptr32(src))
     off = int(ptr32(dst)) - a
-    # from host/viper/snippets.py:1190 (snippet copy4)
+    # from host/viper/snippets.py:1249 (snippet copy4)
     end = a + 4 * (n - (n & 3))
     while a < end:
         ptr32(a + off)[0] = ptr32(a)[0]

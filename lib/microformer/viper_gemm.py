@@ -47,7 +47,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
     bl = ptr8(_BL)                      # bit lengths: store_bl's normalizing shift
-    # from host/viper/snippets.py:512 (snippet gemm_geometry)
+    # from host/viper/snippets.py:536 (snippet gemm_geometry)
     nb1 = 1
     nb2 = 1
     asb1 = 0
@@ -159,7 +159,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
             # quantize the N rows of B (block = row n, KT values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
-            # from host/viper/snippets.py:674 (snippet kept)
+            # from host/viper/snippets.py:733 (snippet kept)
             same = 0
             if kind == MM_FORWARD and u:
                 same = 1
@@ -259,7 +259,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                     qb = ptr32(uint(qb) + 4)
                 # from host/viper/gemm.py:116
                 ea = emax - 252 - P - P + sh4
-                # from host/viper/snippets.py:564 (snippet gemm_arow)
+                # from host/viper/snippets.py:588 (snippet gemm_arow)
                 if nc <= 2:
                     a0 = S[ex]
                     a1 = S[ex + 1]
@@ -274,19 +274,19 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 pw = po
                 oi = ob + m * osm
                 qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
+                # from host/viper/snippets.py:681 (snippet gemm_outs)
                 if mode == _ADD_NONE and nc <= 2:
-                    # short rows without an addend (the attention products, most input
-                    # gradients): a loop each, without the tests per output of the loop below
+                    # short rows without an addend (the attention products, most input gradients)
                     if nc == 1:
                         for n in range(N):
-                            # from host/viper/snippets.py:595 (snippet mac_c1)
+                            # from host/viper/snippets.py:619 (snippet mac_c1)
                             # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
                             # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                             # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
                             v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 16)
-                            # from host/viper/snippets.py:653 (snippet gemm_put0)
+                            # from host/viper/snippets.py:712 (snippet gemm_put0)
                             e = ea + S[xq + n]                  # value = acc * 2^e
                             # from host/viper/snippets.py:116 (snippet unsign)
                             sg = 0
@@ -326,17 +326,17 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     pw[oi] = 0
                                 else:
                                     pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                            # from host/viper/snippets.py:655 (snippet gemm_put0)
+                            # from host/viper/snippets.py:714 (snippet gemm_put0)
                             oi += osn
-                    # from host/viper/gemm.py:128
+                    # from host/viper/snippets.py:687 (snippet gemm_outs)
                     else:
                         for n in range(N):
-                            # from host/viper/snippets.py:607 (snippet mac_c2)
+                            # from host/viper/snippets.py:631 (snippet mac_c2)
                             v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                                    + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 32)
-                            # from host/viper/snippets.py:653 (snippet gemm_put0)
+                            # from host/viper/snippets.py:712 (snippet gemm_put0)
                             e = ea + S[xq + n]                  # value = acc * 2^e
                             # from host/viper/snippets.py:116 (snippet unsign)
                             sg = 0
@@ -376,37 +376,37 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     pw[oi] = 0
                                 else:
                                     pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                            # from host/viper/snippets.py:655 (snippet gemm_put0)
+                            # from host/viper/snippets.py:714 (snippet gemm_put0)
                             oi += osn
-                # from host/viper/gemm.py:132
+                # from host/viper/snippets.py:691 (snippet gemm_outs)
                 elif mode == _ADD_BIAS and nc <= 2:
-                    # short rows plus a bias (the forward of Dense and the projections)
+                    # short rows plus a bias (the forward of Dense and of the projections)
                     for n in range(N):
                         if nc == 1:
-                            # from host/viper/snippets.py:595 (snippet mac_c1)
+                            # from host/viper/snippets.py:619 (snippet mac_c1)
                             # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
                             # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                             # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
                             v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 16)
-                        # from host/viper/gemm.py:137
+                        # from host/viper/snippets.py:696 (snippet gemm_outs)
                         else:
-                            # from host/viper/snippets.py:607 (snippet mac_c2)
+                            # from host/viper/snippets.py:631 (snippet mac_c2)
                             v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                                    + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 32)
-                        # from host/viper/snippets.py:751 (snippet gemm_putb)
+                        # from host/viper/snippets.py:810 (snippet gemm_putb)
                         e = ea + S[xq + n]                  # value = acc * 2^e
-                        # from host/viper/snippets.py:705 (snippet halve2)
+                        # from host/viper/snippets.py:764 (snippet halve2)
                         if nc == 2:
                             v = (v + 1) >> 1
                             e += 1
-                        # from host/viper/snippets.py:715 (snippet add_bias)
+                        # from host/viper/snippets.py:774 (snippet add_bias)
                         xm = (S[bd + n + n] << s32) >> s32
                         xe = (S[bd + n + n + 1] << s32) >> s32
-                        # from host/viper/snippets.py:724 (snippet addto_acc)
+                        # from host/viper/snippets.py:783 (snippet addto_acc)
                         if xm != 0:
                             if v == 0:
                                 v = xm
@@ -418,7 +418,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     xm = 0
                                 else:
                                     xm = (xm + ((1 << sh) >> 1)) >> sh
-                                # from host/viper/snippets.py:731 (snippet addto_acc)
+                                # from host/viper/snippets.py:790 (snippet addto_acc)
                                 v += xm                               #!chk v
                             else:
                                 uu = xe - e
@@ -470,58 +470,58 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 pw[oi] = 0
                             else:
                                 pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                        # from host/viper/snippets.py:754 (snippet gemm_putb)
+                        # from host/viper/snippets.py:813 (snippet gemm_putb)
                         oi += osn
-                # from host/viper/gemm.py:140
+                # from host/viper/snippets.py:699 (snippet gemm_outs)
                 else:
                     for n in range(NB):
-                        if n == N:              # the ones row: dbias[m] += sum_k A[m, k]
+                        if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                             pw = pbias
                             oi = m
-                        # from host/viper/snippets.py:581 (snippet mac4)
+                        # from host/viper/snippets.py:605 (snippet mac4)
                         if nc == 1:
-                            # from host/viper/snippets.py:595 (snippet mac_c1)
+                            # from host/viper/snippets.py:619 (snippet mac_c1)
                             # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
                             # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
                             # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
                             v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 16)
-                        # from host/viper/snippets.py:583 (snippet mac4)
+                        # from host/viper/snippets.py:607 (snippet mac4)
                         elif nc == 2:
-                            # from host/viper/snippets.py:607 (snippet mac_c2)
+                            # from host/viper/snippets.py:631 (snippet mac_c2)
                             v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
                                    + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
                             v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 32)
-                        # from host/viper/snippets.py:585 (snippet mac4)
+                        # from host/viper/snippets.py:609 (snippet mac4)
                         else:
-                            # from host/viper/snippets.py:617 (snippet mac_long)
+                            # from host/viper/snippets.py:641 (snippet mac_long)
                             # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
                             # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
                             v = 0
                             qa = ptr32(sa + (ex << 2))
                             for c in range(nc >> 2):
-                                # from host/viper/snippets.py:643 (snippet pair8)
+                                # from host/viper/snippets.py:667 (snippet pair8)
                                 t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                      + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                                 t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
-                                # from host/viper/snippets.py:643 (snippet pair8)
+                                # from host/viper/snippets.py:667 (snippet pair8)
                                 t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
                                      + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
                                 t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
-                                # from host/viper/snippets.py:624 (snippet mac_long)
+                                # from host/viper/snippets.py:648 (snippet mac_long)
                                 qa = ptr32(uint(qa) + 64)
                                 qb = ptr32(uint(qb) + 64)
                             if nc & 2:
-                                # from host/viper/snippets.py:643 (snippet pair8)
+                                # from host/viper/snippets.py:667 (snippet pair8)
                                 t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
                                      + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
                                 t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
-                                # from host/viper/snippets.py:628 (snippet mac_long)
+                                # from host/viper/snippets.py:652 (snippet mac_long)
                                 qa = ptr32(uint(qa) + 32)
                                 qb = ptr32(uint(qb) + 32)
                             if nc & 1:
@@ -529,17 +529,17 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 t = (t << s32) >> s32                       #!chk t
                                 v += (t + rh) >> sh4                          #!chk v
                                 qb = ptr32(uint(qb) + 16)
-                        # from host/viper/snippets.py:663 (snippet gemm_put)
+                        # from host/viper/snippets.py:722 (snippet gemm_put)
                         e = ea + S[xq + n]                  # value = acc * 2^e
-                        # from host/viper/snippets.py:690 (snippet addend)
+                        # from host/viper/snippets.py:749 (snippet addend)
                         # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
                         if mode != _ADD_NONE:
                             if mode == _ADD_OLD:
-                                # from host/viper/snippets.py:705 (snippet halve2)
+                                # from host/viper/snippets.py:764 (snippet halve2)
                                 if nc == 2:
                                     v = (v + 1) >> 1
                                     e += 1
-                                # from host/viper/snippets.py:694 (snippet addend)
+                                # from host/viper/snippets.py:753 (snippet addend)
                                 ov = pw[oi]
                                 # from host/viper/snippets.py:171 (snippet decode)
                                 xe = (ov >> 23) & 0xFF
@@ -553,9 +553,9 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     # from host/viper/snippets.py:175 (snippet decode)
                                     if (ov >> 31) & 1:
                                         xm = 0 - xm
-                                # from host/viper/snippets.py:696 (snippet addend)
+                                # from host/viper/snippets.py:755 (snippet addend)
                                 xe = xe - 150
-                                # from host/viper/snippets.py:724 (snippet addto_acc)
+                                # from host/viper/snippets.py:783 (snippet addto_acc)
                                 if xm != 0:
                                     if v == 0:
                                         v = xm
@@ -567,7 +567,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                             xm = 0
                                         else:
                                             xm = (xm + ((1 << sh) >> 1)) >> sh
-                                        # from host/viper/snippets.py:731 (snippet addto_acc)
+                                        # from host/viper/snippets.py:790 (snippet addto_acc)
                                         v += xm                               #!chk v
                                     else:
                                         uu = xe - e
@@ -581,16 +581,16 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                             v = (v + (1 << (sh - 1))) >> sh
                                         v += xm                               #!chk v
                                         e = xe - uu
-                            # from host/viper/snippets.py:698 (snippet addend)
+                            # from host/viper/snippets.py:757 (snippet addend)
                             else:
-                                # from host/viper/snippets.py:705 (snippet halve2)
+                                # from host/viper/snippets.py:764 (snippet halve2)
                                 if nc == 2:
                                     v = (v + 1) >> 1
                                     e += 1
-                                # from host/viper/snippets.py:715 (snippet add_bias)
+                                # from host/viper/snippets.py:774 (snippet add_bias)
                                 xm = (S[bd + n + n] << s32) >> s32
                                 xe = (S[bd + n + n + 1] << s32) >> s32
-                                # from host/viper/snippets.py:724 (snippet addto_acc)
+                                # from host/viper/snippets.py:783 (snippet addto_acc)
                                 if xm != 0:
                                     if v == 0:
                                         v = xm
@@ -602,7 +602,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                             xm = 0
                                         else:
                                             xm = (xm + ((1 << sh) >> 1)) >> sh
-                                        # from host/viper/snippets.py:731 (snippet addto_acc)
+                                        # from host/viper/snippets.py:790 (snippet addto_acc)
                                         v += xm                               #!chk v
                                     else:
                                         uu = xe - e
@@ -654,9 +654,9 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 pw[oi] = 0
                             else:
                                 pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                        # from host/viper/snippets.py:666 (snippet gemm_put)
+                        # from host/viper/snippets.py:725 (snippet gemm_put)
                         oi += osn
-    # from host/viper/gemm.py:147
+    # from host/viper/gemm.py:122
     return 0
 
 
@@ -667,7 +667,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
 _NONE = None                            # viper compares objects with a global, not the literal
 
 
-# from host/viper/gemm.py:157
+# from host/viper/gemm.py:132
 @micropython.viper
 def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
@@ -692,7 +692,7 @@ _KEEP_N = const(4)
 _KEEP_PART = const(3072)
 
 
-# from host/viper/gemm.py:181
+# from host/viper/gemm.py:156
 def keep_weight(keep, weight, bias, C, OC):
     # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
     # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
@@ -709,14 +709,14 @@ def keep_weight(keep, weight, bias, C, OC):
     keep[0] = k
 
 
-# from host/viper/gemm.py:197
+# from host/viper/gemm.py:172
 def _keep_out(k, n):
     # the keep's output buffer, grown to n floats (more rows than before)
     k[3] = None
     k[3] = array("f", bytes(4 * n))
 
 
-# from host/viper/gemm.py:203
+# from host/viper/gemm.py:178
 @micropython.viper
 def _put_rows(out, o: int, OC: int, part, r: int, N: int):
     # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
@@ -727,7 +727,7 @@ def _put_rows(out, o: int, OC: int, part, r: int, N: int):
             po[m * OC + o + j] = pp[m * r + j]
 
 
-# from host/viper/gemm.py:213
+# from host/viper/gemm.py:188
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
@@ -751,7 +751,7 @@ def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
         i += 5
 
 
-# from host/viper/gemm.py:236
+# from host/viper/gemm.py:211
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -761,7 +761,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:245
+# from host/viper/gemm.py:220
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -777,14 +777,14 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:260
+# from host/viper/gemm.py:235
 @micropython.viper
 def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
     # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
 
 
-# from host/viper/gemm.py:266
+# from host/viper/gemm.py:241
 @micropython.viper
 def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
     # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
@@ -798,7 +798,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:279
+# from host/viper/gemm.py:254
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -810,7 +810,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:290
+# from host/viper/gemm.py:265
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -818,7 +818,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:297
+# from host/viper/gemm.py:272
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -826,7 +826,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:304
+# from host/viper/gemm.py:279
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -905,14 +905,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:327
+            # from host/viper/gemm.py:302
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:333
+# from host/viper/gemm.py:308
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -921,7 +921,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:341
+# from host/viper/gemm.py:316
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
@@ -953,7 +953,7 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 #   within 2^-11 KT max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
 #   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
 #   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
-# from host/viper/gemm.py:372
+# from host/viper/gemm.py:347
 @micropython.viper
 def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: int, C: int, OC: int, flag: int) -> int:
     S = ptr32(s)
@@ -1026,10 +1026,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     q = 0
                 qb[0] = q
                 qb = ptr32(uint(qb) + 4)
-            # from host/viper/gemm.py:409
+            # from host/viper/gemm.py:384
             eb = base - 150
         else:
-            # from host/viper/snippets.py:1316 (snippet q8_drow)
+            # from host/viper/snippets.py:1375 (snippet q8_drow)
             pm = 0 - 100000
             for n in range(KT):
                 x = pa[m * OC + n]
@@ -1045,7 +1045,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/snippets.py:1320 (snippet q8_drow)
+                # from host/viper/snippets.py:1379 (snippet q8_drow)
                 y = psc[n]
                 ye = (y >> 23) & 0xFF
                 g = 0
@@ -1085,7 +1085,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if g < 0x20000000:
                         g = g << 1
                         ge -= 1
-                    # from host/viper/snippets.py:1336 (snippet q8_drow)
+                    # from host/viper/snippets.py:1395 (snippet q8_drow)
                     if ge > pm:
                         pm = ge
                     if sg:
@@ -1105,14 +1105,14 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         g = 0
                     else:
                         g = (g + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:1351 (snippet q8_drow)
+                    # from host/viper/snippets.py:1410 (snippet q8_drow)
                     if sg:
                         g = 0 - g
                     S[n] = g
-            # from host/viper/gemm.py:412
+            # from host/viper/gemm.py:387
             eb = pm + 16
         for r in range(R):
-            # from host/viper/snippets.py:1362 (snippet q8_dot)
+            # from host/viper/snippets.py:1421 (snippet q8_dot)
             acc = 0
             wi = r * wr
             k = 0
@@ -1127,10 +1127,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     wi += wk
                     k += 1
                 acc += (t + rh) >> sh8                                  #!chk acc
-            # from host/viper/gemm.py:415
+            # from host/viper/gemm.py:390
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
-                # from host/viper/snippets.py:1383 (snippet q8_scale)
+                # from host/viper/snippets.py:1442 (snippet q8_scale)
                 y = psc[r]
                 ye = (y >> 23) & 0xFF
                 if ye == 0:
@@ -1153,7 +1153,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     e = e + d + ye - 141
                     if sg:
                         acc = 0 - acc
-            # from host/viper/gemm.py:418
+            # from host/viper/gemm.py:393
             oi = m * R + r
             if flag:
                 x = pbias[r]
@@ -1171,7 +1171,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:424
+                # from host/viper/gemm.py:399
                 if xe != 0:
                     xe = xe - 150
                     # from host/viper/snippets.py:291 (snippet addto0)
@@ -1260,11 +1260,11 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     po[oi] = 0
                 else:
                     po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-    # from host/viper/gemm.py:428
+    # from host/viper/gemm.py:403
     return 0
 
 
-# from host/viper/gemm.py:431
+# from host/viper/gemm.py:406
 def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
     s = _S[0]
@@ -1275,7 +1275,7 @@ def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
         _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
 
 
-# from host/viper/gemm.py:441
+# from host/viper/gemm.py:416
 def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
     # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
     if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):

@@ -64,7 +64,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             emax = 1
         base = emax + 24 - P
         L = base - 150
-        # from host/viper/snippets.py:423 (snippet ln_sum)
+        # from host/viper/snippets.py:447 (snippet ln_sum)
         sm = 0
         for c in range(C):
             x = pi[ib + c]
@@ -91,7 +91,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             v = 0 - v
         # from host/viper/norm.py:67
         e = L
-        # from host/viper/snippets.py:877 (snippet ldiv)
+        # from host/viper/snippets.py:936 (snippet ldiv)
         qq = v // C
         rem = v - qq * C
         while qq < 0x20000000 and v != 0:
@@ -168,7 +168,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 d = 0 - d
             if d > dmax:
                 dmax = d
-        # from host/viper/snippets.py:446 (snippet ln_ssq)
+        # from host/viper/snippets.py:470 (snippet ln_ssq)
         # d cut to 22 bits: dn = d 2^-ds
         ds = 0
         if dmax != 0:
@@ -222,7 +222,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 ve -= 1
             # from host/viper/norm.py:85
             for k in range(3):
-                # from host/viper/snippets.py:877 (snippet ldiv)
+                # from host/viper/snippets.py:936 (snippet ldiv)
                 qq = vm // C
                 rem = vm - qq * C
                 while qq < 0x20000000 and vm != 0:
@@ -289,7 +289,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         if ve & 1:
             vm = vm >> 1
             ve += 1
-        # from host/viper/snippets.py:793 (snippet isqrt)
+        # from host/viper/snippets.py:852 (snippet isqrt)
         if vm >= 0x20000000:
             r = 23170 + ((((vm - 0x20000000) >> 14) * 9598) >> 15)
         elif vm >= 0x10000000:
@@ -370,7 +370,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         # f = rstd 2^L / C as 15 bits fm 2^fe
         fm = rq << 13
         fe = re + L - 13
-        # from host/viper/snippets.py:877 (snippet ldiv)
+        # from host/viper/snippets.py:936 (snippet ldiv)
         qq = fm // C
         rem = fm - qq * C
         while qq < 0x20000000 and fm != 0:
@@ -399,7 +399,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
     sx = 1 << b31
     for c in range(C):
         d = (S[c] ^ sx) - sx
-        # from host/viper/snippets.py:916 (snippet load30)
+        # from host/viper/snippets.py:975 (snippet load30)
         x = pb[c]
         eb = (x >> 23) & 0xFF
         bm = 0
@@ -412,7 +412,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
                 bm = bm << 6
             if (x >> 31) & 1:
                 bm = 0 - bm
-            # from host/viper/snippets.py:922 (snippet load30)
+            # from host/viper/snippets.py:981 (snippet load30)
             be = eb - 156
         # from host/viper/norm.py:124
         y = pw[c]
@@ -643,7 +643,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         emd = 0 - 100000
         emp = 0 - 100000
         for c in range(C):
-            # from host/viper/snippets.py:475 (snippet ln_xhat)
+            # from host/viper/snippets.py:499 (snippet ln_xhat)
             x = pi[ib + c]
             ex = (x >> 23) & 0xFF
             xm = 0
@@ -655,7 +655,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                     xm = xm << 6
                 if (x >> 31) & 1:
                     xm = 0 - xm
-            # from host/viper/snippets.py:480 (snippet ln_xhat)
+            # from host/viper/snippets.py:504 (snippet ln_xhat)
             if xm == 0:
                 v = 0 - mmn
                 e = mme
@@ -691,7 +691,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
             if v < 0:
                 sg = 1
                 v = 0 - v
-            # from host/viper/snippets.py:491 (snippet ln_xhat)
+            # from host/viper/snippets.py:515 (snippet ln_xhat)
             xe = 0
             if v != 0:
                 # from host/viper/snippets.py:124 (snippet normto)
@@ -701,7 +701,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 while v < 0x8000:
                     v = v << 1
                     e -= 1
-                # from host/viper/snippets.py:494 (snippet ln_xhat)
+                # from host/viper/snippets.py:518 (snippet ln_xhat)
                 v = v * rm                                      #!chk v
                 xe = e + rex
                 if sg:
@@ -764,7 +764,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         if am < 0:
             asg = 1
             am = 0 - am
-        # from host/viper/snippets.py:877 (snippet ldiv)
+        # from host/viper/snippets.py:936 (snippet ldiv)
         qq = am // C
         rem = am - qq * C
         while qq < 0x20000000 and am != 0:
@@ -775,7 +775,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 rem -= C
                 qq += 1
         am = qq
-        # from host/viper/snippets.py:869 (snippet sdiv)
+        # from host/viper/snippets.py:928 (snippet sdiv)
         if asg:
             am = 0 - am
         # from host/viper/norm.py:291
@@ -786,7 +786,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         if bm < 0:
             bsg = 1
             bm = 0 - bm
-        # from host/viper/snippets.py:877 (snippet ldiv)
+        # from host/viper/snippets.py:936 (snippet ldiv)
         qq = bm // C
         rem = bm - qq * C
         while qq < 0x20000000 and bm != 0:
@@ -797,7 +797,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 rem -= C
                 qq += 1
         bm = qq
-        # from host/viper/snippets.py:869 (snippet sdiv)
+        # from host/viper/snippets.py:928 (snippet sdiv)
         if bsg:
             bm = 0 - bm
         # from host/viper/norm.py:294
@@ -947,7 +947,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 sg = sg ^ 1
             if sg:
                 p = 0 - p
-            # from host/viper/snippets.py:916 (snippet load30)
+            # from host/viper/snippets.py:975 (snippet load30)
             y = pdw[c]
             ey = (y >> 23) & 0xFF
             om = 0
@@ -960,7 +960,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                     om = om << 6
                 if (y >> 31) & 1:
                     om = 0 - om
-                # from host/viper/snippets.py:922 (snippet load30)
+                # from host/viper/snippets.py:981 (snippet load30)
                 oe = ey - 156
             # from host/viper/snippets.py:291 (snippet addto0)
             if p == 0:
@@ -1051,7 +1051,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
         # from host/viper/norm.py:359
         if flags & 2:
             xa = pdb[c]
-            # from host/viper/snippets.py:813 (snippet fadd)
+            # from host/viper/snippets.py:872 (snippet fadd)
             ea = (xa >> 23) & 0xFF
             eb = (g >> 23) & 0xFF
             if ea == 255 or eb == 255:

@@ -189,15 +189,15 @@ def _adam_all() -> int:
     for k in range(6):                 # the parameters must fit the shortest buffer
         if k != 3 and int(len(J[k])) < total:
             total = int(len(J[k]))
-    # from host/viper/snippets.py:1122 (snippet adam_load)
+    # from host/viper/snippets.py:1181 (snippet adam_load)
     C = ptr32(_AM)
-    # from host/viper/snippets.py:1254 (snippet am_common)
+    # from host/viper/snippets.py:1313 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
     wdm = C[_AM_WDM]
     wde = (C[_AM_WDE] ^ sx) - sx
-    # from host/viper/snippets.py:1124 (snippet adam_load)
+    # from host/viper/snippets.py:1183 (snippet adam_load)
     K1 = (C[_AM_K1] ^ sx) - sx
     o2m = C[_AM_O2]
     S2 = C[_AM_S2]
@@ -212,7 +212,7 @@ def _adam_all() -> int:
     D1 = K1 - KB1
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:1210 (snippet opt_tensor)
+        # from host/viper/snippets.py:1269 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
@@ -232,7 +232,7 @@ def _adam_all() -> int:
         while a < end:
             x = ptr32(a + dg)[0]
             if wdm != 0 and dec == 0:
-                # from host/viper/snippets.py:953 (snippet adam_coupled)
+                # from host/viper/snippets.py:1012 (snippet adam_coupled)
                 # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
                 y = ptr32(a + dp)[0]
                 ey = (y >> 23) & 0xFF
@@ -250,7 +250,7 @@ def _adam_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:1237 (snippet align2)
+                        # from host/viper/snippets.py:1296 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -261,14 +261,14 @@ def _adam_all() -> int:
                             uu = 0
                         else:
                             uu = uu >> (te - eg)
-                        # from host/viper/snippets.py:971 (snippet adam_coupled)
+                        # from host/viper/snippets.py:1030 (snippet adam_coupled)
                         uu = uu + tt                                                    #!chk uu
                         x = 0
                         if uu < 0:
                             x = sx
                             uu = 0 - uu
                         if uu != 0:
-                            # from host/viper/snippets.py:1176 (snippet round24)
+                            # from host/viper/snippets.py:1235 (snippet round24)
                             kk = BL[uu >> 23]
                             if kk <= 6:
                                 uu = ((uu >> kk) + 1) >> 1
@@ -278,7 +278,7 @@ def _adam_all() -> int:
                                 while uu < 0x800000:
                                     uu = uu << 1
                                     te -= 1
-                            # from host/viper/snippets.py:978 (snippet adam_coupled)
+                            # from host/viper/snippets.py:1037 (snippet adam_coupled)
                             if te >= 255:
                                 x = x | infb
                             elif te >= 1:
@@ -292,7 +292,7 @@ def _adam_all() -> int:
             t = ptr32(a)[0]
             em = (t >> 23) & 0xFF
             # ---- m' = beta1 m + (1 - beta1) d ----
-            # from host/viper/snippets.py:994 (snippet adam_m)
+            # from host/viper/snippets.py:1053 (snippet adam_m)
             gm = ((x >> 9) & 0x3FFF) | 0x4000
             if uint(eg - 1) >= uint(254):
                 gm = 0
@@ -303,7 +303,7 @@ def _adam_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:1264 (snippet align_by)
+            # from host/viper/snippets.py:1323 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -316,7 +316,7 @@ def _adam_all() -> int:
                     tg = 0
                 else:
                     tg = tg >> (0 - d)
-            # from host/viper/snippets.py:1005 (snippet adam_m)
+            # from host/viper/snippets.py:1064 (snippet adam_m)
             if ((x ^ t) >> 31) & 1:
                 s = tm - tg                                                         #!chk s
             else:
@@ -325,7 +325,7 @@ def _adam_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:1284 (snippet bl_round)
+            # from host/viper/snippets.py:1343 (snippet bl_round)
             kk = BL[s >> 23]
             xm2 = 0
             bm = 0
@@ -348,11 +348,11 @@ def _adam_all() -> int:
                     xm2 = sb | (((bm - 1) << 23) + s)
                 else:
                     s = 0
-            # from host/viper/snippets.py:1014 (snippet adam_m)
+            # from host/viper/snippets.py:1073 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
             # from host/viper/optim.py:200
             # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
-            # from host/viper/snippets.py:1022 (snippet adam_v)
+            # from host/viper/snippets.py:1081 (snippet adam_v)
             t = ptr32(a + dv)[0]
             ev = t >> 23
             tv = ((t & 0x7FFFFF) | 0x800000) << 6
@@ -361,7 +361,7 @@ def _adam_all() -> int:
                 tv = 0
             tq = ((gm * gm) >> 15) * o2m                                            #!chk tq
             d = eg + eg + Q2 - ev
-            # from host/viper/snippets.py:1264 (snippet align_by)
+            # from host/viper/snippets.py:1323 (snippet align_by)
             if d >= 0:
                 X = ev + d
                 if d > 30:
@@ -374,9 +374,9 @@ def _adam_all() -> int:
                     tq = 0
                 else:
                     tq = tq >> (0 - d)
-            # from host/viper/snippets.py:1031 (snippet adam_v)
+            # from host/viper/snippets.py:1090 (snippet adam_v)
             t = tv + tq                                                             #!chk t
-            # from host/viper/snippets.py:1284 (snippet bl_round)
+            # from host/viper/snippets.py:1343 (snippet bl_round)
             kk = BL[t >> 23]
             xv2 = 0
             bv = 0
@@ -399,13 +399,13 @@ def _adam_all() -> int:
                     xv2 = 0 | (((bv - 1) << 23) + t)
                 else:
                     t = 0
-            # from host/viper/snippets.py:1033 (snippet adam_v)
+            # from host/viper/snippets.py:1092 (snippet adam_v)
             ptr32(a + dvn)[0] = xv2
             # from host/viper/optim.py:202
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
             if wdm != 0 and dec != 0:
-                # from host/viper/snippets.py:1041 (snippet adam_decoupled)
+                # from host/viper/snippets.py:1100 (snippet adam_decoupled)
                 # AdamW: p -= (lr wd) p first, rounded to float32 as the portable update does
                 ey = (x >> 23) & 0xFF
                 if uint(ey - 1) < uint(254):
@@ -415,7 +415,7 @@ def _adam_all() -> int:
                         uu = 0
                         ey = 0
                     else:
-                        # from host/viper/snippets.py:1176 (snippet round24)
+                        # from host/viper/snippets.py:1235 (snippet round24)
                         kk = BL[uu >> 23]
                         if kk <= 6:
                             uu = ((uu >> kk) + 1) >> 1
@@ -425,14 +425,14 @@ def _adam_all() -> int:
                             while uu < 0x800000:
                                 uu = uu << 1
                                 ey -= 1
-                    # from host/viper/snippets.py:1051 (snippet adam_decoupled)
+                    # from host/viper/snippets.py:1110 (snippet adam_decoupled)
                     if ey >= 1:
                         x = (x & sx) | (((ey - 1) << 23) + uu)
                     else:
                         x = 0
             # from host/viper/optim.py:206
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:1229 (snippet opt_unchanged)
+                # from host/viper/snippets.py:1288 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
@@ -444,7 +444,7 @@ def _adam_all() -> int:
             t = SQ[j]
             den = t + (((SQ[j + 1] - t) * ((xv2 >> 8) & 0xFF)) >> 8)      #!chk den
             if h < E0:
-                # from host/viper/snippets.py:1062 (snippet adam_den)
+                # from host/viper/snippets.py:1121 (snippet adam_den)
                 # eps' is not below 2^-16 of sqrt(v'): den 2^(h - 78) + eps', 16 bits
                 De = h - 78
                 if xv2 == 0:
@@ -467,7 +467,7 @@ def _adam_all() -> int:
             q = (s >> 8) * cm                                           #!chk q
             q = (q + (den >> 1)) // den         # rounded: (2^31 + 2^15) // 2^14.5
             X = bm - h + CE                     # step = q 2^(X - 156)
-            # from host/viper/snippets.py:1144 (snippet adam_pfast)
+            # from host/viper/snippets.py:1203 (snippet adam_pfast)
             done = 0
             ep = (x >> 23) & 0xFF
             sh = X - ep
@@ -495,7 +495,7 @@ def _adam_all() -> int:
                 done = 1
             # from host/viper/optim.py:220
             if done == 0:
-                # from host/viper/snippets.py:1088 (snippet adam_general)
+                # from host/viper/snippets.py:1147 (snippet adam_general)
                 uu = 0
                 if ep != 0:
                     uu = ((x & 0x7FFFFF) | 0x800000) << 6
@@ -505,7 +505,7 @@ def _adam_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:1237 (snippet align2)
+                # from host/viper/snippets.py:1296 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -516,7 +516,7 @@ def _adam_all() -> int:
                     uu = 0
                 else:
                     uu = uu >> (X - ep)
-                # from host/viper/snippets.py:1098 (snippet adam_general)
+                # from host/viper/snippets.py:1157 (snippet adam_general)
                 t = uu - tt                                                             #!chk t
                 sb = 0
                 if t < 0:
@@ -525,7 +525,7 @@ def _adam_all() -> int:
                 if t == 0:
                     ptr32(a + dpn)[0] = 0
                 else:
-                    # from host/viper/snippets.py:1176 (snippet round24)
+                    # from host/viper/snippets.py:1235 (snippet round24)
                     kk = BL[t >> 23]
                     if kk <= 6:
                         t = ((t >> kk) + 1) >> 1
@@ -535,7 +535,7 @@ def _adam_all() -> int:
                         while t < 0x800000:
                             t = t << 1
                             X -= 1
-                    # from host/viper/snippets.py:1107 (snippet adam_general)
+                    # from host/viper/snippets.py:1166 (snippet adam_general)
                     if X >= 255:
                         bad = 1
                         ptr32(a + dpn)[0] = sb | infb
@@ -588,7 +588,7 @@ def _sgd_all() -> int:
         if int(len(J[1])) < total:
             total = int(len(J[1]))
     C = ptr32(_SGDC)
-    # from host/viper/snippets.py:1254 (snippet am_common)
+    # from host/viper/snippets.py:1313 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
@@ -601,7 +601,7 @@ def _sgd_all() -> int:
     D1 = 0 - KB1
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:1210 (snippet opt_tensor)
+        # from host/viper/snippets.py:1269 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
@@ -621,7 +621,7 @@ def _sgd_all() -> int:
         while a < end:
             x = ptr32(a + dg)[0]
             if wdm != 0:
-                # from host/viper/snippets.py:953 (snippet adam_coupled)
+                # from host/viper/snippets.py:1012 (snippet adam_coupled)
                 # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
                 y = ptr32(a + dp)[0]
                 ey = (y >> 23) & 0xFF
@@ -639,7 +639,7 @@ def _sgd_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:1237 (snippet align2)
+                        # from host/viper/snippets.py:1296 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -650,14 +650,14 @@ def _sgd_all() -> int:
                             uu = 0
                         else:
                             uu = uu >> (te - eg)
-                        # from host/viper/snippets.py:971 (snippet adam_coupled)
+                        # from host/viper/snippets.py:1030 (snippet adam_coupled)
                         uu = uu + tt                                                    #!chk uu
                         x = 0
                         if uu < 0:
                             x = sx
                             uu = 0 - uu
                         if uu != 0:
-                            # from host/viper/snippets.py:1176 (snippet round24)
+                            # from host/viper/snippets.py:1235 (snippet round24)
                             kk = BL[uu >> 23]
                             if kk <= 6:
                                 uu = ((uu >> kk) + 1) >> 1
@@ -667,7 +667,7 @@ def _sgd_all() -> int:
                                 while uu < 0x800000:
                                     uu = uu << 1
                                     te -= 1
-                            # from host/viper/snippets.py:978 (snippet adam_coupled)
+                            # from host/viper/snippets.py:1037 (snippet adam_coupled)
                             if te >= 255:
                                 x = x | infb
                             elif te >= 1:
@@ -685,7 +685,7 @@ def _sgd_all() -> int:
                     bad = 1
             em = (t >> 23) & 0xFF
             # ---- d = g + momentum buf: the new buffer (written at a + dmn, then p' over it) ----
-            # from host/viper/snippets.py:994 (snippet adam_m)
+            # from host/viper/snippets.py:1053 (snippet adam_m)
             gm = ((x >> 9) & 0x3FFF) | 0x4000
             if uint(eg - 1) >= uint(254):
                 gm = 0
@@ -696,7 +696,7 @@ def _sgd_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:1264 (snippet align_by)
+            # from host/viper/snippets.py:1323 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -709,7 +709,7 @@ def _sgd_all() -> int:
                     tg = 0
                 else:
                     tg = tg >> (0 - d)
-            # from host/viper/snippets.py:1005 (snippet adam_m)
+            # from host/viper/snippets.py:1064 (snippet adam_m)
             if ((x ^ t) >> 31) & 1:
                 s = tm - tg                                                         #!chk s
             else:
@@ -718,7 +718,7 @@ def _sgd_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:1284 (snippet bl_round)
+            # from host/viper/snippets.py:1343 (snippet bl_round)
             kk = BL[s >> 23]
             xm2 = 0
             bm = 0
@@ -741,13 +741,13 @@ def _sgd_all() -> int:
                     xm2 = sb | (((bm - 1) << 23) + s)
                 else:
                     s = 0
-            # from host/viper/snippets.py:1014 (snippet adam_m)
+            # from host/viper/snippets.py:1073 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
             # from host/viper/optim.py:288
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:1229 (snippet opt_unchanged)
+                # from host/viper/snippets.py:1288 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
@@ -757,7 +757,7 @@ def _sgd_all() -> int:
             q = (s >> 8) * lrm                                          #!chk q
             q = q >> 15
             X = bm + LRE                        # step = q 2^(X - 156)
-            # from host/viper/snippets.py:1144 (snippet adam_pfast)
+            # from host/viper/snippets.py:1203 (snippet adam_pfast)
             done = 0
             ep = (x >> 23) & 0xFF
             sh = X - ep
@@ -785,7 +785,7 @@ def _sgd_all() -> int:
                 done = 1
             # from host/viper/optim.py:298
             if done == 0:
-                # from host/viper/snippets.py:1088 (snippet adam_general)
+                # from host/viper/snippets.py:1147 (snippet adam_general)
                 uu = 0
                 if ep != 0:
                     uu = ((x & 0x7FFFFF) | 0x800000) << 6
@@ -795,7 +795,7 @@ def _sgd_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:1237 (snippet align2)
+                # from host/viper/snippets.py:1296 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -806,7 +806,7 @@ def _sgd_all() -> int:
                     uu = 0
                 else:
                     uu = uu >> (X - ep)
-                # from host/viper/snippets.py:1098 (snippet adam_general)
+                # from host/viper/snippets.py:1157 (snippet adam_general)
                 t = uu - tt                                                             #!chk t
                 sb = 0
                 if t < 0:
@@ -815,7 +815,7 @@ def _sgd_all() -> int:
                 if t == 0:
                     ptr32(a + dpn)[0] = 0
                 else:
-                    # from host/viper/snippets.py:1176 (snippet round24)
+                    # from host/viper/snippets.py:1235 (snippet round24)
                     kk = BL[t >> 23]
                     if kk <= 6:
                         t = ((t >> kk) + 1) >> 1
@@ -825,7 +825,7 @@ def _sgd_all() -> int:
                         while t < 0x800000:
                             t = t << 1
                             X -= 1
-                    # from host/viper/snippets.py:1107 (snippet adam_general)
+                    # from host/viper/snippets.py:1166 (snippet adam_general)
                     if X >= 255:
                         bad = 1
                         ptr32(a + dpn)[0] = sb | infb
@@ -854,7 +854,7 @@ def _commit(params, newp, count: int) -> int:
             return -2
         a = int(S) + 4 * o
         off = int(ptr32(pd)) - a
-        # from host/viper/snippets.py:1190 (snippet copy4)
+        # from host/viper/snippets.py:1249 (snippet copy4)
         end = a + 4 * (n - (n & 3))
         while a < end:
             ptr32(a + off)[0] = ptr32(a)[0]

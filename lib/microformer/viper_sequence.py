@@ -26,7 +26,7 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
         j += 1
         if j == bwrap:
             j = 0
-        # from host/viper/snippets.py:813 (snippet fadd)
+        # from host/viper/snippets.py:872 (snippet fadd)
         ea = (xa >> 23) & 0xFF
         eb = (xb >> 23) & 0xFF
         if ea == 255 or eb == 255:
@@ -167,7 +167,7 @@ def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
         for k in range(S * C):
             xa = pt[tb + k]
             xb = po[ob + k]
-            # from host/viper/snippets.py:813 (snippet fadd)
+            # from host/viper/snippets.py:872 (snippet fadd)
             ea = (xa >> 23) & 0xFF
             eb = (xb >> 23) & 0xFF
             if ea == 255 or eb == 255:
@@ -337,7 +337,7 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
             for c in range(C):
                 xa = pt[tb + c]
                 xb = po[ob + c]
-                # from host/viper/snippets.py:813 (snippet fadd)
+                # from host/viper/snippets.py:872 (snippet fadd)
                 ea = (xa >> 23) & 0xFF
                 eb = (xb >> 23) & 0xFF
                 if ea == 255 or eb == 255:

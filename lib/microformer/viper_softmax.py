@@ -587,7 +587,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     if v < 0:                                               # rounding below an exact 0
         v = 0
     # v / B by long division (v < 2^31, B <= 2^30)
-    # from host/viper/snippets.py:877 (snippet ldiv)
+    # from host/viper/snippets.py:936 (snippet ldiv)
     q = v // B
     rem = v - q * B
     while q < 0x20000000 and v != 0:
@@ -615,6 +615,8 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     # lf[0]; returns 1 if a logit is inf or NaN (the loss is then not defined), else 0  [B3]
     pl = ptr32(logits)
     S = ptr32(s)
+    pdl = ptr32(dlogits)
+    bl = ptr8(_BL)                      # bit lengths (the stores of dlogits)
     b31 = 31
     sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
     ycap = 1 << 21                      # (max - s_j) in Q16 capped at 32: k > 29, probability 0
@@ -643,7 +645,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:427
+            # from host/viper/softmax.py:429
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -662,7 +664,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:175 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:434
+        # from host/viper/softmax.py:436
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -699,7 +701,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:442
+            # from host/viper/softmax.py:444
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -711,7 +713,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:446
+            # from host/viper/softmax.py:448
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -743,7 +745,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:285 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:458
+                # from host/viper/softmax.py:460
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -760,7 +762,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:462
+            # from host/viper/softmax.py:464
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -773,6 +775,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         while zr >= 65536:
             zr = zr >> 1
             zre += 1
+        # from host/viper/snippets.py:423 (snippet xent_grad)
         for j in range(V):
             if j == y:
                 # p_y - 1 = -(z - e_y) / z, from the exact integer sum of the others
@@ -782,10 +785,51 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     o = o << 1
                     e -= 1
                 q = o // zr                                         #!chk q
-                _store(dlogits, lb + j, 0 - q * ibm, e - zre + ibe)
+                wv = 0 - q * ibm
+                we = e - zre + ibe
             else:
                 q = (S[j] << 15) // zr                              #!chk q
-                _store(dlogits, lb + j, q * ibm, zq - 30 - S[V + j] - zre + ibe)
+                wv = q * ibm
+                we = zq - 30 - S[V + j] - zre + ibe
+            # from host/viper/snippets.py:116 (snippet unsign)
+            wsg = 0
+            if wv < 0:
+                wsg = 1
+                wv = 0 - wv
+            # from host/viper/snippets.py:30 (snippet pack_by)
+            if wv == 0:
+                pdl[lb + j] = 0
+            else:
+                # from host/viper/snippets.py:71 (snippet norm24_bl)
+                if wv >= 0x1000000:
+                    wt = wv >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                    wsh = bl[wt]
+                    # from host/viper/snippets.py:106 (snippet round_near)
+                    wv = (wv + (1 << (wsh - 1))) >> wsh
+                    # from host/viper/snippets.py:75 (snippet norm24_bl)
+                    we += wsh
+                    if wv >= 0x1000000:
+                        wv = wv >> 1
+                        we += 1
+                else:
+                    if wv >= 0x10000:
+                        wt = 8 - bl[wv >> 16]
+                    elif wv >= 0x100:
+                        wt = 16 - bl[wv >> 8]
+                    else:
+                        wt = 24 - bl[wv]
+                    wv = wv << wt
+                    we -= wt
+                # from host/viper/snippets.py:34 (snippet pack_by)
+                wbe = we + 150
+                if wbe >= 255:
+                    wbe = 255
+                    pdl[lb + j] = (wsg << 31) | (wbe << 23)
+                elif wbe <= 0:
+                    pdl[lb + j] = 0
+                else:
+                    pdl[lb + j] = (wsg << 31) | (wbe << 23) | (wv & 0x7FFFFF)
+        # from host/viper/softmax.py:477
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
         while z >= 32768:
@@ -800,7 +844,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:501
+# from host/viper/softmax.py:491
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
@@ -811,14 +855,14 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     return _LF[0]
 
 
-# from host/viper/softmax.py:511
+# from host/viper/softmax.py:501
 @micropython.viper
 def _xent_run(dlogits, logits, labels, B: int, V: int) -> int:
     ib = _xent_ib(B, V)
     return int(_xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF))
 
 
-# from host/viper/softmax.py:517
+# from host/viper/softmax.py:507
 def _xent_ib(B, V):
     # 1 / B as (15-bit mantissa, exponent), after the int32 limits of _xent [B3]: the sum z needs
     # V <= 2^14, the log of the product of the B sums (N ln2 in Q16) B log2(V) < 45000
