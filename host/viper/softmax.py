@@ -98,9 +98,10 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if k < 30:
                         z += (p << zs) >> k                             #!chk z
                 # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
-                zn = 0
-                while (z >> zn) >= 0x8000:
-                    zn += 1
+                bitlen(z, zn)                   # the smallest zn with (z >> zn) < 2^15
+                zn -= 15
+                if zn < 0:
+                    zn = 0
                 zr = z
                 if zn > 0:
                     zr = ((z >> (zn - 1)) + 1) >> 1
@@ -468,11 +469,11 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             S[j] = p
             S[V + j] = k
         # z normalized to zr < 2^16 (zr * 2^zr_e = z in Q(zq))
-        zr = z
-        zre = 0
-        while zr >= 65536:
-            zr = zr >> 1
-            zre += 1
+        bitlen(z, zre)                  # z >> zre < 2^16, zre the smallest such
+        zre -= 16
+        if zre < 0:
+            zre = 0
+        zr = z >> zre
         xent_grad()                     # dlogits of row b
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)

@@ -192,9 +192,20 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if k < 30:
                         z += (p << zs) >> k                             #!chk z
                 # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
-                zn = 0
-                while (z >> zn) >= 0x8000:
-                    zn += 1
+                # from host/viper/snippets.py:93 (snippet bitlen)
+                if z >= 0x10000:
+                    if z >= 0x1000000:
+                        zn = 24 + bl[z >> 24]
+                    else:
+                        zn = 16 + bl[z >> 16]
+                elif z >= 0x100:
+                    zn = 8 + bl[z >> 8]
+                else:
+                    zn = bl[z]
+                # from host/viper/softmax.py:102
+                zn -= 15
+                if zn < 0:
+                    zn = 0
                 zr = z
                 if zn > 0:
                     zr = ((z >> (zn - 1)) + 1) >> 1
@@ -221,7 +232,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                 ab += rs
 
 
-# from host/viper/softmax.py:130
+# from host/viper/softmax.py:131
 @micropython.viper
 def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int):
     # j x ab: the hottest locals; as the first three they live in registers (callers pass 0s)
@@ -296,7 +307,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     md = md << 6
                 if (y >> 31) & 1:
                     md = 0 - md
-            # from host/viper/softmax.py:198
+            # from host/viper/softmax.py:199
             me = ed - 156
             o = dot
             if pmax == 0:
@@ -330,14 +341,14 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     # from host/viper/snippets.py:308 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = de
-            # from host/viper/softmax.py:211
+            # from host/viper/softmax.py:212
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
             # from host/viper/snippets.py:116 (snippet unsign)
             neg = 0
             if v < 0:
                 neg = 1
                 v = 0 - v
-            # from host/viper/softmax.py:213
+            # from host/viper/softmax.py:214
             if v >= 0x8000:             # truncated to 15 bits: n = bit length - 15
                 # from host/viper/snippets.py:93 (snippet bitlen)
                 if v >= 0x10000:
@@ -349,7 +360,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     n = 8 + bl[v >> 8]
                 else:
                     n = bl[v]
-                # from host/viper/softmax.py:215
+                # from host/viper/softmax.py:216
                 n -= 15
                 v = v >> n
                 e += n
@@ -393,7 +404,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     pd[ab + j] = 0
                 else:
                     pd[ab + j] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/softmax.py:226
+        # from host/viper/softmax.py:227
         ab += Tk
 
 
@@ -402,7 +413,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
 # slows as garbage builds up between collections); a viper function has no such frame, and it
 # calls _gemm, _softmax and _softmax_back directly. The arithmetic is that of the kernels below
 # (the same calls in the same order as before, so the results are bit-identical).
-# from host/viper/softmax.py:234
+# from host/viper/softmax.py:235
 @micropython.viper
 def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
     # one per-head product of _gemm (`kind`: HEAD_* / DECODE_*) with the module scratch, grown on demand
@@ -411,12 +422,12 @@ def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
         _gemm(0, 0, 0, out, a, b, out, _iscratch(n), kind, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:242
+# from host/viper/softmax.py:243
 def _keys_error(name, n):
     raise ValueError("%s: Tk must be < 65536 keys, got %d" % (name, n))
 
 
-# from host/viper/softmax.py:246
+# from host/viper/softmax.py:247
 @micropython.viper
 def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal: int, hs: int):
     # _softmax over att (B, NH, Tq, rs), the first Tk columns of each row, head size hs;
@@ -437,7 +448,7 @@ def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal:
     _softmax(att, m, _D, _iscratch(Tk + Tk), NH, Tq)
 
 
-# from host/viper/softmax.py:266
+# from host/viper/softmax.py:267
 @micropython.viper
 def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int, NH: int, causal: int):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
@@ -454,7 +465,7 @@ def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int,
     _head_mm(out, att, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
-# from host/viper/softmax.py:282
+# from host/viper/softmax.py:283
 @micropython.viper
 def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: int):
     # one causal query per sequence against the first T cached keys (itself included):
@@ -468,7 +479,7 @@ def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: in
     _head_mm(out, att, vc, DECODE_CONTEXT, B, T, L, C, NH)
 
 
-# from host/viper/softmax.py:295
+# from host/viper/softmax.py:296
 @micropython.viper
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
@@ -480,7 +491,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:306
+# from host/viper/softmax.py:307
 @micropython.viper
 def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
@@ -497,7 +508,7 @@ def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:322
+# from host/viper/softmax.py:323
 @micropython.viper
 def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: int, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
@@ -507,7 +518,7 @@ def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: i
     _head_mm(out, G, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:331
+# from host/viper/softmax.py:332
 @micropython.viper
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B: int, Tq: int, Tk: int, C: int,
                                NH: int, pscale):
@@ -526,7 +537,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B:
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:349
+# from host/viper/softmax.py:350
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -581,7 +592,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:285 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:384
+    # from host/viper/softmax.py:385
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
@@ -598,7 +609,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:390
+    # from host/viper/softmax.py:391
     _store(lf, 0, v, e)
 
 
@@ -608,7 +619,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:399
+# from host/viper/softmax.py:400
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -645,7 +656,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:429
+            # from host/viper/softmax.py:430
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -664,7 +675,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:175 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:436
+        # from host/viper/softmax.py:437
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -701,7 +712,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:444
+            # from host/viper/softmax.py:445
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -713,7 +724,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:448
+            # from host/viper/softmax.py:449
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -745,7 +756,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:285 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:460
+                # from host/viper/softmax.py:461
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -762,7 +773,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:464
+            # from host/viper/softmax.py:465
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -770,11 +781,21 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             S[j] = p
             S[V + j] = k
         # z normalized to zr < 2^16 (zr * 2^zr_e = z in Q(zq))
-        zr = z
-        zre = 0
-        while zr >= 65536:
-            zr = zr >> 1
-            zre += 1
+        # from host/viper/snippets.py:93 (snippet bitlen)
+        if z >= 0x10000:
+            if z >= 0x1000000:
+                zre = 24 + bl[z >> 24]
+            else:
+                zre = 16 + bl[z >> 16]
+        elif z >= 0x100:
+            zre = 8 + bl[z >> 8]
+        else:
+            zre = bl[z]
+        # from host/viper/softmax.py:473
+        zre -= 16
+        if zre < 0:
+            zre = 0
+        zr = z >> zre
         # from host/viper/snippets.py:423 (snippet xent_grad)
         for j in range(V):
             if j == y:
@@ -829,7 +850,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     pdl[lb + j] = 0
                 else:
                     pdl[lb + j] = (wsg << 31) | (wbe << 23) | (wv & 0x7FFFFF)
-        # from host/viper/softmax.py:477
+        # from host/viper/softmax.py:478
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
         while z >= 32768:
@@ -844,7 +865,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:491
+# from host/viper/softmax.py:492
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
@@ -855,14 +876,14 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     return _LF[0]
 
 
-# from host/viper/softmax.py:501
+# from host/viper/softmax.py:502
 @micropython.viper
 def _xent_run(dlogits, logits, labels, B: int, V: int) -> int:
     ib = _xent_ib(B, V)
     return int(_xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF))
 
 
-# from host/viper/softmax.py:507
+# from host/viper/softmax.py:508
 def _xent_ib(B, V):
     # 1 / B as (15-bit mantissa, exponent), after the int32 limits of _xent [B3]: the sum z needs
     # V <= 2^14, the log of the product of the B sums (N ln2 in Q16) B log2(V) < 45000
