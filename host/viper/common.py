@@ -10,6 +10,9 @@ _S = [array("i", [0] * 64)]    # int scratch: quantized blocks
 _F = [array("f", [0.0] * 64)]  # float scratch: dA / dS rows of the attention backward
 _G = [array("f", [0.0] * 64)]  # float scratch: the dropped attention weights (A keep / (1 - p))
 _ONES = [array("f", [1.0] * 16)]
+# _BL[j] = the bit length of j (0 .. 8) for j < 256: the normalizing shift of a packed value in one
+# load (snippet norm24_bl) in place of a cascade of compares
+_BL = bytes([0] + [len(bin(j)) - 2 for j in range(1, 256)])
 
 
 def _grow(box, n, typecode, fill):

@@ -3,7 +3,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _filled, _iscratch, _mant15, _ones, _S
+from .viper_common import _BL, _filled, _iscratch, _mant15, _ones, _S
 
 # what _gemm computes (`kind`); x y z w u are its sizes, in this order:
 MM_FORWARD = const(1)       # (N, C, OC, hasbias, keep):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias); keep: see _gemm
@@ -33,7 +33,7 @@ _ADD_BIAS = const(2)        # bias[n]
 #   gradient) and the final float32 rounding. A small element next to a large one in the same
 #   block keeps only the bits above 2^-14 of the large one (tests/mp/test_viper_range.py).
 @micropython.viper
-def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
+def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
     # products); as the first three they live in registers (callers pass 0s)
     S = ptr32(s)
@@ -42,6 +42,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     pb = ptr32(b)
     pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
+    bl = ptr8(_BL)                      # bit lengths: store_bl's normalizing shift
     gemm_geometry()                     # M N KT, the strides and the addend of `kind`
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
@@ -66,11 +67,15 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
         while (1 << sh4) < nc:
             sh4 += 1
     rh = (1 << sh4) >> 1
-    b31 = 31                            # variables: constant folding would make bigint objects
+    # ptr32 loads of S zero-extend where ints are 64 bits wide; the sums are exact mod 2^32 and
+    # bounded below 2^31, so (x << s32) >> s32 sign-extends them from bit 31: s32 = 32 there,
+    # 0 (two shifts by nothing) on the board's 32-bit ints. (A variable: constant folding
+    # would make a bigint object.)
     b16 = 16
-    sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints):
-    m32 = (1 << b16) * (1 << b16) - 1   # ptr32 loads of S zero-extend on 64-bit hosts; sums are
-    for k in range(KT, KT4):              # exact mod 2^32 and bounded below 2^31, so this restores them
+    s32 = 0
+    if (1 << b16) * (1 << b16) != 0:    # 2^32: 0 on 32-bit ints (wraps)
+        s32 = 32
+    for k in range(KT, KT4):
         S[ex + k] = 0
     if mode == _ADD_BIAS:
         for n in range(N):
@@ -112,18 +117,8 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 gemm_arow()
                 pw = po
                 oi = ob + m * osm
-                qb = ptr32(sa)                  # B row n; mac4 moves it to the next row
-                for n in range(NB):
-                    if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
-                        pw = pbias
-                        oi = m
-                    mac4(acc)
-                    e = ea + S[xq + n]          # value = acc * 2^e
-                    addend(acc, e)
-                    # pack acc * 2^e into float32 bits
-                    v = acc
-                    store(pw, oi, v, e)
-                    oi += osn
+                qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
+                gemm_outs(v)                    # the N outputs of row m (v: the accumulator)
     return 0
 
 

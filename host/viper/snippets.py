@@ -9,39 +9,28 @@
 def pack(p, i, v, e, sg, t, sh, be):
     """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits and
     rounded to nearest, exponent biased; an underflow is flushed to 0, an overflow is +-inf."""
-    pack_by(p, i, v, e, sg, t, sh, be, round_near)
+    pack_by(p, i, v, e, sg, t, sh, be, round_near, norm24)
+
+
+def pack_bl(p, i, v, e, sg, t, sh, be):
+    """pack, normalizing through the bit-length table bl (norm24_bl: fewer steps, the same bits)."""
+    # in: bl
+    pack_by(p, i, v, e, sg, t, sh, be, round_near, norm24_bl)
 
 
 def pack_even(p, i, v, e, sg, t, sh, be):
     """pack, rounding ties to even as IEEE (the lowest kept bit decides): p[i] = (-1)^sg * v * 2^e; an underflow is flushed to 0, an overflow is +-inf."""
-    pack_by(p, i, v, e, sg, t, sh, be, round_even)
+    pack_by(p, i, v, e, sg, t, sh, be, round_even, norm24)
 
 
-def pack_by(p, i, v, e, sg, t, sh, be, rnd):
-    """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits, rounded
-    by the snippet named rnd (round_near or round_even), exponent biased; an underflow is flushed
-    to 0, an overflow is +-inf."""
+def pack_by(p, i, v, e, sg, t, sh, be, rnd, nrm):
+    """p[i] = (-1)^sg * v * 2^e as float32 bits, for 0 <= v < 2^31: v normalized to 24 bits by the
+    snippet named nrm (norm24 or norm24_bl), rounded by the snippet named rnd (round_near or
+    round_even), exponent biased; an underflow is flushed to 0, an overflow is +-inf."""
     if v == 0:
         p[i] = 0
     else:
-        if v >= 0x1000000:
-            t = v >> 24                     # 1 .. 127: sh = its bit length
-            sh = 1
-            down(t, sh, 16, 4)
-            down(t, sh, 4, 2)
-            if t >= 2:
-                sh += 1
-            rnd(v, sh)
-            e += sh
-            if v >= 0x1000000:
-                v = v >> 1
-                e += 1
-        else:
-            up(v, e, 0x100, 16)
-            up(v, e, 0x10000, 8)
-            up(v, e, 0x100000, 4)
-            up(v, e, 0x400000, 2)
-            up(v, e, 0x800000, 1)
+        nrm(v, e, t, sh, rnd)
         be = e + 150
         if be >= 255:
             be = 255
@@ -50,6 +39,66 @@ def pack_by(p, i, v, e, sg, t, sh, be, rnd):
             p[i] = 0
         else:
             p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+
+
+def norm24(v, e, t, sh, rnd):
+    """0 < v < 2^31 brought to 2^23 <= v < 2^24 (a right shift rounded by the snippet named rnd),
+    e counts the shifts: a cascade of compares."""
+    if v >= 0x1000000:
+        t = v >> 24                     # 1 .. 127: sh = its bit length
+        sh = 1
+        down(t, sh, 16, 4)
+        down(t, sh, 4, 2)
+        if t >= 2:
+            sh += 1
+        rnd(v, sh)
+        e += sh
+        if v >= 0x1000000:
+            v = v >> 1
+            e += 1
+    else:
+        up(v, e, 0x100, 16)
+        up(v, e, 0x10000, 8)
+        up(v, e, 0x100000, 4)
+        up(v, e, 0x400000, 2)
+        up(v, e, 0x800000, 1)
+
+
+def norm24_bl(v, e, t, sh, rnd):
+    """norm24 with the shift read from bl (ptr8 over viper_common._BL, bl[j] = the bit length of
+    j < 256): one load in place of norm24's cascade of compares, the same v and e."""
+    # in: bl
+    if v >= 0x1000000:
+        t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+        sh = bl[t]
+        rnd(v, sh)
+        e += sh
+        if v >= 0x1000000:
+            v = v >> 1
+            e += 1
+    else:
+        if v >= 0x10000:
+            t = 8 - bl[v >> 16]
+        elif v >= 0x100:
+            t = 16 - bl[v >> 8]
+        else:
+            t = 24 - bl[v]
+        v = v << t
+        e -= t
+
+
+def bitlen(v, n):
+    """n = the bit length of 0 <= v < 2^31, from the bit-length table bl (two compares and a load)."""
+    # in: bl
+    if v >= 0x10000:
+        if v >= 0x1000000:
+            n = 24 + bl[v >> 24]
+        else:
+            n = 16 + bl[v >> 16]
+    elif v >= 0x100:
+        n = 8 + bl[v >> 8]
+    else:
+        n = bl[v]
 
 
 def round_near(v, sh):
@@ -107,6 +156,13 @@ def store(p, i, v, e, sg, t, sh, be):
     """p[i] = v * 2^e as float32 bits, |v| < 2^31 (the body of _store)."""
     unsign(v, sg)
     pack(p, i, v, e, sg, t, sh, be)
+
+
+def store_bl(p, i, v, e, sg, t, sh, be):
+    """store, normalizing through the bit-length table bl (pack_bl): the same bits."""
+    # in: bl
+    unsign(v, sg)
+    pack_bl(p, i, v, e, sg, t, sh, be)
 
 
 def decode(x, m, e):
@@ -292,7 +348,7 @@ def quantize(src, stride):
     signed ints of the block's largest exponent emax (block float, see kernels_viper.py);
     base = emax + 24 - P, so q = round(mantissa 2^(e - base)), |q| <= lim = 2^P - 1."""
     # in: i0, KT, lim, P
-    # out: base, e, emax, k, mm, q, qa, qb, sh, st4, v
+    # out: base, e, elo, emax, k, q, qa, qb, sh, st4, v
     # qa walks the block (a register local of _gemm: each load has a constant offset)
     st4 = stride << 2
     emax = 0
@@ -305,21 +361,27 @@ def quantize(src, stride):
     if emax == 255:
         emax = 254
     base = emax + 24 - P
+    # the values that quantize to nonzero: e >= elo, i.e. a normal number (e >= 1) whose shift
+    # sh = base - e is at most 30 (one compare per value). +-inf and NaN (e = 255, only when the
+    # block's emax is 255, read as 254) get sh = 23 - P and a q of at least 2^P: clamped to lim,
+    # as FLT_MAX (the mantissa 2^24 - 1 at e = 254) would be.
+    elo = base - 30
+    if elo < 1:
+        elo = 1
     qa = ptr32(uint(src) + (i0 << 2))
     for k in range(KT):
         v = qa[0]
         qa = ptr32(uint(qa) + st4)
         e = (v >> 23) & 0xFF
-        q = 0
-        if e != 0:
-            mag(v, mm, e)
-            sh = base - e           # >= 24 - P = 10
-            if sh <= 30:
-                q = (mm + (1 << (sh - 1))) >> sh
-                if q > lim:
-                    q = lim
-                if (v >> 31) & 1:
-                    q = 0 - q
+        if e >= elo:
+            sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
+            q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
+            if q > lim:
+                q = lim
+            if (v >> 31) & 1:
+                q = 0 - q
+        else:
+            q = 0
         qb[0] = q
         qb = ptr32(uint(qb) + 4)
 
@@ -350,6 +412,30 @@ def softmax_max():
         decode(x, mx, ex)
         if ex == 0:
             ex = 1
+
+
+# ---- _xent's part (used once; kept here so _xent reads as its outline) --------------------------
+def xent_grad():
+    """_xent's dlogits of row b: (p_j - [j == y]) / B from the exponentials S[j] 2^-S[V + j] and
+    their sum z (zr * 2^zre), stored inline (store_bl: a call to _store costs more)."""
+    # in: bl, ibe, ibm, lb, pdl, S, V, y, z, zq, zr, zre
+    # out: e, j, o, q, wbe, we, wsg, wsh, wt, wv
+    for j in range(V):
+        if j == y:
+            # p_y - 1 = -(z - e_y) / z, from the exact integer sum of the others
+            o = z - ((S[j] << (zq - 15)) >> S[V + j])
+            e = 0
+            while o != 0 and o < (1 << 29):
+                o = o << 1
+                e -= 1
+            q = o // zr                                         #!chk q
+            wv = 0 - q * ibm
+            we = e - zre + ibe
+        else:
+            q = (S[j] << 15) // zr                              #!chk q
+            wv = q * ibm
+            we = zq - 30 - S[V + j] - zre + ibe
+        store_bl(pdl, lb + j, wv, we, wsg, wt, wsh, wbe)
 
 
 # ---- LayerNorm's parts (used once; kept here so _ln and _lnb read as their outlines) -----------
@@ -495,74 +581,148 @@ def gemm_geometry():
 
 
 def gemm_arow():
-    """A's quantized row at S[ex ...] into a0..a7 (a4..a7 only for two chunks, nc == 2): the inner
-    products of mac4 read them from locals."""
+    """A's quantized row at S[ex ...] into a0..a3 (one chunk, nc == 1) or a0..a7 (two chunks): the
+    inner products of mac_c1 / mac_c2 read them from locals. Longer rows (mac_long) read S."""
     # in: ex, nc, S
     # out: a0, a1, a2, a3, a4, a5, a6, a7
-    a0 = S[ex]
-    a1 = S[ex + 1]
-    a2 = S[ex + 2]
-    a3 = S[ex + 3]
-    a4 = 0
-    a5 = 0
-    a6 = 0
-    a7 = 0
-    if nc == 2:
-        a4 = S[ex + 4]
-        a5 = S[ex + 5]
-        a6 = S[ex + 6]
-        a7 = S[ex + 7]
+    if nc <= 2:
+        a0 = S[ex]
+        a1 = S[ex + 1]
+        a2 = S[ex + 2]
+        a3 = S[ex + 3]
+        if nc == 2:
+            a4 = S[ex + 4]
+            a5 = S[ex + 5]
+            a6 = S[ex + 6]
+            a7 = S[ex + 7]
 
 
 def mac4(acc):
     """acc = A row (a0..a7 or S[ex ...]) . B row n (at qb, which moves on to row n + 1), block
-    float ints. The rows are read through pointers, so each load has a constant offset: one load
-    instruction instead of an index computed, scaled and added."""
-    # in: a0, a1, a2, a3, a4, a5, a6, a7, ex, m32, nc, rh, sa, sgn, sh4
+    float ints, for any number of chunks nc (mac_c1, mac_c2 or mac_long)."""
+    # in: a0, a1, a2, a3, a4, a5, a6, a7, ex, nc, rh, s32, sa, sh4
     # out: c, qa, qb, t
+    if nc == 1:
+        mac_c1(acc)
+    elif nc == 2:
+        mac_c2(acc)
+    else:
+        mac_long(acc)
+
+
+def mac_c1(acc):
+    """mac4 for one chunk (KT <= 4): A's row from a0..a3. The rows are read through pointers, so
+    each load has a constant offset: one load instruction instead of an index computed, scaled
+    and added."""
+    # in: a0, a1, a2, a3, s32
+    # out: qb
     # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
     # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
     # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
-    if nc == 1:
-        acc = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
-        qb = ptr32(uint(qb) + 16)
-    elif nc == 2:
-        acc = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-               + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
+    acc = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+    acc = (acc << s32) >> s32                       #!chk acc
+    qb = ptr32(uint(qb) + 16)
+
+
+def mac_c2(acc):
+    """mac4 for two chunks (4 < KT <= 8): A's row from a0..a7, no shift [B1]."""
+    # in: a0, a1, a2, a3, a4, a5, a6, a7, s32
+    # out: qb
+    acc = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+           + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+    acc = (acc << s32) >> s32                       #!chk acc
+    qb = ptr32(uint(qb) + 32)
+
+
+def mac_long(acc):
+    """mac4 for more than two chunks (KT > 8): A's row read through qa at S[ex ...]."""
+    # in: ex, nc, rh, s32, sa, sh4
+    # out: c, qa, qb, t
+    # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
+    # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
+    acc = 0
+    qa = ptr32(sa + (ex << 2))
+    for c in range(nc >> 2):
+        pair8(acc, 0)
+        pair8(acc, 8)
+        qa = ptr32(uint(qa) + 64)
+        qb = ptr32(uint(qb) + 64)
+    if nc & 2:
+        pair8(acc, 0)
+        qa = ptr32(uint(qa) + 32)
         qb = ptr32(uint(qb) + 32)
-    else:
-        # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
-        # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
-        acc = 0
-        qa = ptr32(sa + (ex << 2))
-        for c in range(nc >> 2):
-            pair8(0)
-            pair8(8)
-            qa = ptr32(uint(qa) + 64)
-            qb = ptr32(uint(qb) + 64)
-        if nc & 2:
-            pair8(0)
-            qa = ptr32(uint(qa) + 32)
-            qb = ptr32(uint(qb) + 32)
-        if nc & 1:
-            t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
-            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-            acc += (t + rh) >> sh4                          #!chk acc
-            qb = ptr32(uint(qb) + 16)
+    if nc & 1:
+        t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
+        t = (t << s32) >> s32                       #!chk t
+        acc += (t + rh) >> sh4                          #!chk acc
+        qb = ptr32(uint(qb) + 16)
 
 
-def pair8(o):
-    """One pair of chunks of mac4's long rows: t = the 8 products qa[o ...] . qb[o ...]
+def pair8(acc, o):
+    """One pair of chunks of mac_long: t = the 8 products qa[o ...] . qb[o ...]
     (|t| <= 2^31 - 2^18 + 8), shifted by sh4 into acc. o is a number: the parser folds o + k,
     so every load keeps a constant offset."""
-    # in: m32, qa, qb, rh, sgn, sh4
-    # out: acc, t
+    # in: qa, qb, rh, s32, sh4
+    # out: t
     t = (qa[o] * qb[o] + qa[o + 1] * qb[o + 1] + qa[o + 2] * qb[o + 2] + qa[o + 3] * qb[o + 3]
          + qa[o + 4] * qb[o + 4] + qa[o + 5] * qb[o + 5] + qa[o + 6] * qb[o + 6] + qa[o + 7] * qb[o + 7])
-    t = ((t & m32) ^ sgn) - sgn                 #!chk t
+    t = (t << s32) >> s32                       #!chk t
     acc += (t + rh) >> sh4                          #!chk acc
+
+
+def gemm_outs(acc):
+    """_gemm's outputs of A's row m: row m . B row n for the N rows n of B (and the ones row when
+    the bias gradient rides along), into pw[oi ...]. Short rows without an addend or with a bias
+    have loops of their own, without the per-output tests of the general loop. acc is _gemm's
+    register local v, the accumulator."""
+    # in: _ADD_BIAS, _ADD_NONE, _ADD_OLD, a0, a1, a2, a3, a4, a5, a6, a7, bd, bl, ea, ex, m, mode
+    # in: N, NB, nc, osn, pbias, rh, S, s32, sa, sh4, xq
+    # out: be, c, e, n, oi, ov, pw, qa, qb, sg, sh, t, uu, xe, xm
+    if mode == _ADD_NONE and nc <= 2:
+        # short rows without an addend (the attention products, most input gradients)
+        if nc == 1:
+            for n in range(N):
+                mac_c1(acc)
+                gemm_put0(acc)
+        else:
+            for n in range(N):
+                mac_c2(acc)
+                gemm_put0(acc)
+    elif mode == _ADD_BIAS and nc <= 2:
+        # short rows plus a bias (the forward of Dense and of the projections)
+        for n in range(N):
+            if nc == 1:
+                mac_c1(acc)
+            else:
+                mac_c2(acc)
+            gemm_putb(acc)
+    else:
+        for n in range(NB):
+            if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
+                pw = pbias
+                oi = m
+            mac4(acc)
+            gemm_put(acc)
+
+
+def gemm_put0(acc):
+    """gemm_put without an addend (_ADD_NONE): acc * 2^e packed into pw[oi]; oi moves on."""
+    # in: bl, ea, n, osn, pw, S, xq
+    # out: be, e, oi, sg, sh, t
+    e = ea + S[xq + n]                  # value = acc * 2^e
+    store_bl(pw, oi, acc, e)
+    oi += osn
+
+
+def gemm_put(acc):
+    """_gemm's output n of row m: acc * 2^e (e = ea + B row n's exponent) plus the addend, packed
+    into pw[oi] as float32 bits; oi moves to the next output. acc is _gemm's register local v."""
+    # in: _ADD_NONE, _ADD_OLD, bd, bl, ea, mode, n, nc, osn, pw, S, s32, xq
+    # out: be, e, oi, ov, sg, sh, t, uu, xe, xm
+    e = ea + S[xq + n]                  # value = acc * 2^e
+    addend(acc, e)
+    store_bl(pw, oi, acc, e)
+    oi += osn
 
 
 def kept(same):
@@ -584,40 +744,73 @@ def kept(same):
 
 def addend(acc, e):
     """acc * 2^e += the old output pw[oi] (_ADD_OLD) or bias[n] (_ADD_BIAS, decoded in S[bd ...])."""
-    # in: _ADD_NONE, _ADD_OLD, bd, mode, n, nc, oi, pw, S, sgn
-    # out: sh, uu, v, xe, xm
+    # in: _ADD_NONE, _ADD_OLD, bd, mode, n, nc, oi, pw, S, s32
+    # out: ov, sh, uu, xe, xm
     # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
     if mode != _ADD_NONE:
-        if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
-            acc = (acc + 1) >> 1
-            e += 1
         if mode == _ADD_OLD:
-            v = pw[oi]
-            decode(v, xm, xe)
+            halve2(acc, e)
+            ov = pw[oi]
+            decode(ov, xm, xe)
             xe = xe - 150
+            addto_acc(acc, e, xm, xe)
         else:
-            xm = (S[bd + n + n] ^ sgn) - sgn
-            xe = (S[bd + n + n + 1] ^ sgn) - sgn
-        if xm != 0:
-            if acc == 0:
-                acc = xm
-                e = xe
-            elif xe <= e:
-                sh = e - xe
-                rsh(xm, sh)
-                acc += xm                               #!chk acc
-            else:
-                uu = xe - e
-                if uu > 6:
-                    uu = 6
-                xm = xm << uu
-                sh = xe - uu - e
-                if sh > 30:
-                    acc = 0
-                elif sh > 0:
-                    acc = (acc + (1 << (sh - 1))) >> sh
-                acc += xm                               #!chk acc
-                e = xe - uu
+            add_bias(acc, e)
+
+
+def halve2(acc, e):
+    """Two chunks (nc == 2, |acc| < 2^31) are halved (rounded) to |acc| < 2^30 before an addend [B2]."""
+    # in: nc
+    if nc == 2:
+        acc = (acc + 1) >> 1
+        e += 1
+
+
+def add_bias(acc, e):
+    """acc * 2^e += bias[n], decoded in S[bd + 2n] (mantissa) and S[bd + 2n + 1] (exponent)."""
+    # in: bd, n, nc, S, s32
+    # out: sh, uu, xe, xm
+    halve2(acc, e)
+    xm = (S[bd + n + n] << s32) >> s32
+    xe = (S[bd + n + n + 1] << s32) >> s32
+    addto_acc(acc, e, xm, xe)
+
+
+def addto_acc(acc, e, xm, xe):
+    """acc * 2^e += xm * 2^xe (|acc| < 2^30, |xm| < 2^25): the smaller aligned to the larger
+    exponent, rounded; the larger shifted up by at most 6 bits first [B2]."""
+    # out: sh, uu
+    if xm != 0:
+        if acc == 0:
+            acc = xm
+            e = xe
+        elif xe <= e:
+            sh = e - xe
+            rsh(xm, sh)
+            acc += xm                               #!chk acc
+        else:
+            uu = xe - e
+            if uu > 6:
+                uu = 6
+            xm = xm << uu
+            sh = xe - uu - e
+            if sh > 30:
+                acc = 0
+            elif sh > 0:
+                acc = (acc + (1 << (sh - 1))) >> sh
+            acc += xm                               #!chk acc
+            e = xe - uu
+
+
+def gemm_putb(acc):
+    """gemm_put with the bias as the addend (_ADD_BIAS): acc * 2^e + bias[n] packed into pw[oi];
+    oi moves on."""
+    # in: bd, bl, ea, n, nc, osn, pw, S, s32, xq
+    # out: be, e, oi, sg, sh, t, uu, xe, xm
+    e = ea + S[xq + n]                  # value = acc * 2^e
+    add_bias(acc, e)
+    store_bl(pw, oi, acc, e)
+    oi += osn
 
 
 # ---- _adam's parts (used once; kept here so _adam reads as its outline) ------------------------

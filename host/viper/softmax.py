@@ -3,7 +3,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _S, _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _BL, _S, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
 from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
@@ -40,6 +40,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
     S = ptr32(s)
     pa = ptr32(att)
     pm = ptr8(mask)
+    bl = ptr8(_BL)                      # bit lengths (the cut of dv)
     Tk = D[_TK]
     causal = D[_CAUSAL]
     sm = D[_SCALE_M]
@@ -78,12 +79,11 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
                         n = 0
                         if dv >= 0x10000:
-                            tt = dv >> 16               # 1 .. 511
-                            down(tt, n, 256, 8)
-                            down(tt, n, 16, 4)
-                            down(tt, n, 4, 2)
-                            down(tt, n, 2, 1)
-                            n += 1
+                            tt = dv >> 16               # 1 .. 511: n = its bit length
+                            if tt >= 256:
+                                n = 9
+                            else:
+                                n = bl[tt]
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
                         sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
@@ -98,9 +98,10 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if k < 30:
                         z += (p << zs) >> k                             #!chk z
                 # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
-                zn = 0
-                while (z >> zn) >= 0x8000:
-                    zn += 1
+                bitlen(z, zn)                   # the smallest zn with (z >> zn) < 2^15
+                zn -= 15
+                if zn < 0:
+                    zn = 0
                 zr = z
                 if zn > 0:
                     zr = ((z >> (zn - 1)) + 1) >> 1
@@ -140,6 +141,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
     pd = ptr32(ds)
     pa = ptr32(att)
+    bl = ptr8(_BL)                      # bit lengths (the cut to 15 bits, the store)
     h = 1                               # headroom: 2^h >= 2 Tk
     while (1 << h) < Tk + Tk:
         h += 1
@@ -209,13 +211,11 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                 alignsub(md, me, o, de, v, e, sh)
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
             unsign(v, neg)
-            while v >= 0x800000:
-                v = v >> 8
-                e += 8
-            down(v, e, 0x80000, 4)
-            down(v, e, 0x20000, 2)
-            down(v, e, 0x10000, 1)
-            down(v, e, 0x8000, 1)
+            if v >= 0x8000:             # truncated to 15 bits: n = bit length - 15
+                bitlen(v, n)
+                n -= 15
+                v = v >> n
+                e += n
             ma = ((x & 0x7FFFFF) | 0x800000) >> 9
             if ea == 255:
                 ma = 0x7FFF
@@ -223,7 +223,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             # pack v * 2^(e + ea - 126 + se) into float32 bits (v < 2^30)
             e = e + ea - 126 + se
             sg = neg
-            pack(pd, ab + j, v, e, sg)
+            pack_bl(pd, ab + j, v, e, sg)
         ab += Tk
 
 
@@ -403,6 +403,8 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     # lf[0]; returns 1 if a logit is inf or NaN (the loss is then not defined), else 0  [B3]
     pl = ptr32(logits)
     S = ptr32(s)
+    pdl = ptr32(dlogits)
+    bl = ptr8(_BL)                      # bit lengths (the stores of dlogits)
     b31 = 31
     sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
     ycap = 1 << 21                      # (max - s_j) in Q16 capped at 32: k > 29, probability 0
@@ -467,24 +469,12 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             S[j] = p
             S[V + j] = k
         # z normalized to zr < 2^16 (zr * 2^zr_e = z in Q(zq))
-        zr = z
-        zre = 0
-        while zr >= 65536:
-            zr = zr >> 1
-            zre += 1
-        for j in range(V):
-            if j == y:
-                # p_y - 1 = -(z - e_y) / z, from the exact integer sum of the others
-                o = z - ((S[j] << (zq - 15)) >> S[V + j])
-                e = 0
-                while o != 0 and o < (1 << 29):
-                    o = o << 1
-                    e -= 1
-                q = o // zr                                         #!chk q
-                _store(dlogits, lb + j, 0 - q * ibm, e - zre + ibe)
-            else:
-                q = (S[j] << 15) // zr                              #!chk q
-                _store(dlogits, lb + j, q * ibm, zq - 30 - S[V + j] - zre + ibe)
+        bitlen(z, zre)                  # z >> zre < 2^16, zre the smallest such
+        zre -= 16
+        if zre < 0:
+            zre = 0
+        zr = z >> zre
+        xent_grad()                     # dlogits of row b
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
         while z >= 32768:

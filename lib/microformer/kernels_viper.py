@@ -27,8 +27,9 @@
 #     So every block keeps P significant bits relative to its largest element (rel. err 2^-P-1).
 #   * products are accumulated in an int, written back as float32 bits (normalize to 24 bits,
 #     round to nearest, exponent, sign): _store(), inlined (snippets `store` / `pack`) in the GEMM,
-#     pooling-backward, attention-backward and Adam loops (a viper-to-viper call costs as much as
-#     a Python call); cross-entropy and leaky ReLU call _store per element.
+#     pooling-backward, attention-backward, cross-entropy and Adam loops (a viper-to-viper call
+#     costs as much as a Python call; `store_bl` / `pack_bl` normalize through a bit-length table,
+#     the same bits); leaky ReLU calls _store per element.
 #
 # OVERFLOW ANALYSIS (the ESP32's viper int is 32 bits and wraps; the unix port's is 64 bits).
 #   MAC loops (_gemm): P = 14, |q_a|, |q_b| <= 2^14 - 1; KT is zero-padded to a multiple of 4 and

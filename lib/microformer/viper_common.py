@@ -13,9 +13,12 @@ _S = [array("i", [0] * 64)]    # int scratch: quantized blocks
 _F = [array("f", [0.0] * 64)]  # float scratch: dA / dS rows of the attention backward
 _G = [array("f", [0.0] * 64)]  # float scratch: the dropped attention weights (A keep / (1 - p))
 _ONES = [array("f", [1.0] * 16)]
+# _BL[j] = the bit length of j (0 .. 8) for j < 256: the normalizing shift of a packed value in one
+# load (snippet norm24_bl) in place of a cascade of compares
+_BL = bytes([0] + [len(bin(j)) - 2 for j in range(1, 256)])
 
 
-# from host/viper/common.py:15
+# from host/viper/common.py:18
 def _grow(box, n, typecode, fill):
     # box[0], replaced by a larger array of `fill` when it holds fewer than n items
     a = box[0]
@@ -25,7 +28,7 @@ def _grow(box, n, typecode, fill):
     return a
 
 
-# from host/viper/common.py:24
+# from host/viper/common.py:27
 def _filled(typecode, n, fill):
     # array(typecode) of n copies of fill, made without a transient of n items: from a list
     # or bytes the heap would hold the items twice; range fills it lazily, then _fill32
@@ -34,7 +37,7 @@ def _filled(typecode, n, fill):
     return a
 
 
-# from host/viper/common.py:32
+# from host/viper/common.py:35
 @micropython.viper
 def _fill32(buf, one, n: int):
     # buf[0:n] = the 32-bit item one[0], bit for bit
@@ -44,27 +47,27 @@ def _fill32(buf, one, n: int):
         p[i] = v
 
 
-# from host/viper/common.py:41
+# from host/viper/common.py:44
 def _iscratch(n):
     return _grow(_S, n, "i", 0)
 
 
-# from host/viper/common.py:45
+# from host/viper/common.py:48
 def _fscratch(n):
     return _grow(_F, n, "f", 0.0)
 
 
-# from host/viper/common.py:49
+# from host/viper/common.py:52
 def _gscratch(n):
     return _grow(_G, n, "f", 0.0)
 
 
-# from host/viper/common.py:53
+# from host/viper/common.py:56
 def _ones(n):
     return _grow(_ONES, n, "f", 1.0)
 
 
-# from host/viper/common.py:57
+# from host/viper/common.py:60
 def _mant15(x):
     # float x >= 0 -> (m, e) with x ~= m * 2^e and 2^14 <= m < 2^15 (m = 0 for x == 0)
     if x <= 0.0:
@@ -78,7 +81,7 @@ def _mant15(x):
 
 
 # ---- element helpers (cold paths; hot loops inline the same snippets) -----------------------
-# from host/viper/common.py:70
+# from host/viper/common.py:73
 @micropython.viper
 def _chk(x: int):
     # debug guard used by the instrumented copy in tests: |x| must fit a 32-bit signed int
@@ -88,63 +91,64 @@ def _chk(x: int):
         raise OverflowError("viper int32 bound exceeded")
 
 
-# from host/viper/common.py:79
+# from host/viper/common.py:82
 @micropython.viper
 def _store(buf, i: int, v: int, e: int):
     # buf[i] = v * 2^e as float32 bits; |v| < 2^31. Round to nearest, flush underflow, inf on overflow.
     p = ptr32(buf)
-    # from host/viper/snippets.py:67 (snippet unsign)
+    # from host/viper/snippets.py:116 (snippet unsign)
     sg = 0
     if v < 0:
         sg = 1
         v = 0 - v
-    # from host/viper/snippets.py:24 (snippet pack_by)
+    # from host/viper/snippets.py:30 (snippet pack_by)
     if v == 0:
         p[i] = 0
     else:
+        # from host/viper/snippets.py:47 (snippet norm24)
         if v >= 0x1000000:
             t = v >> 24                     # 1 .. 127: sh = its bit length
             sh = 1
-            # from host/viper/snippets.py:258 (snippet down)
+            # from host/viper/snippets.py:314 (snippet down)
             if t >= 16:
                 t = t >> 4
                 sh += 4
-            # from host/viper/snippets.py:258 (snippet down)
+            # from host/viper/snippets.py:314 (snippet down)
             if t >= 4:
                 t = t >> 2
                 sh += 2
-            # from host/viper/snippets.py:32 (snippet pack_by)
+            # from host/viper/snippets.py:52 (snippet norm24)
             if t >= 2:
                 sh += 1
-            # from host/viper/snippets.py:57 (snippet round_near)
+            # from host/viper/snippets.py:106 (snippet round_near)
             v = (v + (1 << (sh - 1))) >> sh
-            # from host/viper/snippets.py:35 (snippet pack_by)
+            # from host/viper/snippets.py:55 (snippet norm24)
             e += sh
             if v >= 0x1000000:
                 v = v >> 1
                 e += 1
         else:
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x100:
                 v = v << 16
                 e -= 16
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x10000:
                 v = v << 8
                 e -= 8
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x100000:
                 v = v << 4
                 e -= 4
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x400000:
                 v = v << 2
                 e -= 2
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if v < 0x800000:
                 v = v << 1
                 e -= 1
-        # from host/viper/snippets.py:45 (snippet pack_by)
+        # from host/viper/snippets.py:34 (snippet pack_by)
         be = e + 150
         if be >= 255:
             be = 255
@@ -153,10 +157,10 @@ def _store(buf, i: int, v: int, e: int):
             p[i] = 0
         else:
             p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-# from host/viper/common.py:84
+# from host/viper/common.py:87
 
 
-# from host/viper/common.py:86
+# from host/viper/common.py:89
 @micropython.viper
 def _zero(buf, n: int):
     p = ptr32(buf)
@@ -164,6 +168,6 @@ def _zero(buf, n: int):
         p[i] = 0
 
 
-# from host/viper/common.py:93
+# from host/viper/common.py:96
 def zero(buf, n):
     _zero(buf, n)

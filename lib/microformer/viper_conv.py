@@ -68,7 +68,7 @@ def _im2col(col, x, b0: int, nb: int, L: int, C: int, Lout: int, KS: int, st: in
                 xi = 0 - 1                                          # in the padding
                 if p >= 0 and p < L:
                     xi = xb + p * C                                 #!chk xi
-                # from host/viper/snippets.py:96 (snippet rowcopy)
+                # from host/viper/snippets.py:145 (snippet rowcopy)
                 if xi < 0:
                     for k in range(Cg):
                         pc[i] = 0
@@ -100,7 +100,7 @@ def _dcol(col, dy, b0: int, nb: int, L: int, OC: int, Lout: int, KS: int, st: in
                     t = u // st
                     if t * st == u and t < Lout:
                         di = db + t * OC                            #!chk di
-                # from host/viper/snippets.py:96 (snippet rowcopy)
+                # from host/viper/snippets.py:145 (snippet rowcopy)
                 if di < 0:
                     for k in range(OCg):
                         pc[i] = 0

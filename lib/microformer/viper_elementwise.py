@@ -38,7 +38,7 @@ def _relu(out, inp, n: int, leaky: int):
         elif leaky and e == 255:
             po[i] = x                   # 0.01 * -inf = -inf
         elif leaky and e != 0:
-            # from host/viper/snippets.py:126 (snippet mag)
+            # from host/viper/snippets.py:182 (snippet mag)
             m = (x & 0x7FFFFF) | 0x800000
             if e == 255:
                 m = 0xFFFFFF
@@ -67,7 +67,7 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
         elif leaky and e == 255:
             pd[i] = g                   # 0.01 * (NaN or +-inf)
         elif leaky and e != 0:
-            # from host/viper/snippets.py:126 (snippet mag)
+            # from host/viper/snippets.py:182 (snippet mag)
             m = (g & 0x7FFFFF) | 0x800000
             if e == 255:
                 m = 0xFFFFFF
@@ -147,7 +147,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
         if ey == 0:
             po[i] = (y >> 31) << 31             # +-0
             continue
-        # from host/viper/snippets.py:759 (snippet lookup)
+        # from host/viper/snippets.py:952 (snippet lookup)
         tq = 0
         if ex >= 130:
             tq = 384 << 16                  # |x| >= 8: beyond the table
@@ -177,7 +177,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
             po[i] = sg << 31
             continue
         pe = 0 - 29                             # ph 2^pe, ph to [2^14, 2^15)
-        # from host/viper/snippets.py:75 (snippet normto)
+        # from host/viper/snippets.py:124 (snippet normto)
         while ph >= 0x8000:
             ph = ph >> 1
             pe += 1
@@ -187,53 +187,54 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
         # from host/viper/elementwise.py:144
         v = (((y & 0x7FFFFF) | 0x800000) >> 8) * ph                 #!chk v
         e = ey - 142 + pe
-        # from host/viper/snippets.py:24 (snippet pack_by)
+        # from host/viper/snippets.py:30 (snippet pack_by)
         if v == 0:
             po[i] = 0
         else:
+            # from host/viper/snippets.py:47 (snippet norm24)
             if v >= 0x1000000:
                 t = v >> 24                     # 1 .. 127: sh = its bit length
                 sh = 1
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 16:
                     t = t >> 4
                     sh += 4
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 4:
                     t = t >> 2
                     sh += 2
-                # from host/viper/snippets.py:32 (snippet pack_by)
+                # from host/viper/snippets.py:52 (snippet norm24)
                 if t >= 2:
                     sh += 1
-                # from host/viper/snippets.py:57 (snippet round_near)
+                # from host/viper/snippets.py:106 (snippet round_near)
                 v = (v + (1 << (sh - 1))) >> sh
-                # from host/viper/snippets.py:35 (snippet pack_by)
+                # from host/viper/snippets.py:55 (snippet norm24)
                 e += sh
                 if v >= 0x1000000:
                     v = v >> 1
                     e += 1
             else:
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100:
                     v = v << 16
                     e -= 16
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x10000:
                     v = v << 8
                     e -= 8
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100000:
                     v = v << 4
                     e -= 4
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x400000:
                     v = v << 2
                     e -= 2
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x800000:
                     v = v << 1
                     e -= 1
-            # from host/viper/snippets.py:45 (snippet pack_by)
+            # from host/viper/snippets.py:34 (snippet pack_by)
             be = e + 150
             if be >= 255:
                 be = 255
@@ -411,7 +412,7 @@ def _copy(dst, src, n: int):
     # (constant offsets index it: a quarter of the indexed loop's instructions)
     a = int(ptr32(src))
     off = int(ptr32(dst)) - a
-    # from host/viper/snippets.py:1056 (snippet copy4)
+    # from host/viper/snippets.py:1249 (snippet copy4)
     end = a + 4 * (n - (n & 3))
     while a < end:
         ptr32(a + off)[0] = ptr32(a)[0]

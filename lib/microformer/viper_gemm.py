@@ -6,7 +6,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _filled, _iscratch, _mant15, _ones, _S
+from .viper_common import _BL, _filled, _iscratch, _mant15, _ones, _S
 
 # what _gemm computes (`kind`); x y z w u are its sizes, in this order:
 MM_FORWARD = const(1)       # (N, C, OC, hasbias, keep):  out (N, OC) = inp (N, C) . W (OC, C)^T (+ bias); keep: see _gemm
@@ -37,7 +37,7 @@ _ADD_BIAS = const(2)        # bias[n]
 #   block keeps only the bits above 2^-14 of the large one (tests/mp/test_viper_range.py).
 # from host/viper/gemm.py:35
 @micropython.viper
-def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
+def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
     # products); as the first three they live in registers (callers pass 0s)
     S = ptr32(s)
@@ -46,7 +46,8 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     pb = ptr32(b)
     pbias = ptr32(bias)
     sa = uint(S)                        # S's address: mac4 moves pointers along its rows
-    # from host/viper/snippets.py:450 (snippet gemm_geometry)
+    bl = ptr8(_BL)                      # bit lengths: store_bl's normalizing shift
+    # from host/viper/snippets.py:536 (snippet gemm_geometry)
     nb1 = 1
     nb2 = 1
     asb1 = 0
@@ -92,7 +93,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
     else:   # MEAN_POOL
         nb1 = x; M = z; N = 1; KT = y; asm = 1; ask = z; asb1 = y * z
         bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
-    # from host/viper/gemm.py:46
+    # from host/viper/gemm.py:47
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
     KT4 = (KT + 3) & (0 - 4)              # KT rounded up to a multiple of 4 (zero padded)
@@ -116,28 +117,32 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
         while (1 << sh4) < nc:
             sh4 += 1
     rh = (1 << sh4) >> 1
-    b31 = 31                            # variables: constant folding would make bigint objects
+    # ptr32 loads of S zero-extend where ints are 64 bits wide; the sums are exact mod 2^32 and
+    # bounded below 2^31, so (x << s32) >> s32 sign-extends them from bit 31: s32 = 32 there,
+    # 0 (two shifts by nothing) on the board's 32-bit ints. (A variable: constant folding
+    # would make a bigint object.)
     b16 = 16
-    sgn = 1 << b31                      # sign-extend int32 from bit 31 (a no-op on 32-bit ints):
-    m32 = (1 << b16) * (1 << b16) - 1   # ptr32 loads of S zero-extend on 64-bit hosts; sums are
-    for k in range(KT, KT4):              # exact mod 2^32 and bounded below 2^31, so this restores them
+    s32 = 0
+    if (1 << b16) * (1 << b16) != 0:    # 2^32: 0 on 32-bit ints (wraps)
+        s32 = 32
+    for k in range(KT, KT4):
         S[ex + k] = 0
     if mode == _ADD_BIAS:
         for n in range(N):
             v = pbias[n]
-            # from host/viper/snippets.py:115 (snippet decode)
+            # from host/viper/snippets.py:171 (snippet decode)
             xe = (v >> 23) & 0xFF
             xm = 0
             if xe != 0:
-                # from host/viper/snippets.py:126 (snippet mag)
+                # from host/viper/snippets.py:182 (snippet mag)
                 xm = (v & 0x7FFFFF) | 0x800000
                 if xe == 255:
                     xm = 0xFFFFFF
                     xe = 254
-                # from host/viper/snippets.py:119 (snippet decode)
+                # from host/viper/snippets.py:175 (snippet decode)
                 if (v >> 31) & 1:
                     xm = 0 - xm
-            # from host/viper/gemm.py:79
+            # from host/viper/gemm.py:84
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
     if fuse:
@@ -154,7 +159,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
             # quantize the N rows of B (block = row n, KT values; see kernels_viper.py), unless
             # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
             # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
-            # from host/viper/snippets.py:573 (snippet kept)
+            # from host/viper/snippets.py:733 (snippet kept)
             same = 0
             if kind == MM_FORWARD and u:
                 same = 1
@@ -165,13 +170,13 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 if same == 0:
                     for k in range(N * KT):
                         S[cp + k] = pb[k]
-            # from host/viper/gemm.py:96
+            # from host/viper/gemm.py:101
             qb = ptr32(sa)                      # B row n goes to S[n * KT4 ...]
             for n in range(N):
                 if same:
                     break
                 i0 = bb + n * bsn
-                # from host/viper/snippets.py:296 (snippet quantize)
+                # from host/viper/snippets.py:352 (snippet quantize)
                 # qa walks the block (a register local of _gemm: each load has a constant offset)
                 st4 = bsk << 2
                 emax = 0
@@ -184,29 +189,30 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
+                # the values that quantize to nonzero: e >= elo, i.e. a normal number (e >= 1) whose shift
+                # sh = base - e is at most 30 (one compare per value). +-inf and NaN (e = 255, only when the
+                # block's emax is 255, read as 254) get sh = 23 - P and a q of at least 2^P: clamped to lim,
+                # as FLT_MAX (the mantissa 2^24 - 1 at e = 254) would be.
+                elo = base - 30
+                if elo < 1:
+                    elo = 1
                 qa = ptr32(uint(pb) + (i0 << 2))
                 for k in range(KT):
                     v = qa[0]
                     qa = ptr32(uint(qa) + st4)
                     e = (v >> 23) & 0xFF
-                    q = 0
-                    if e != 0:
-                        # from host/viper/snippets.py:126 (snippet mag)
-                        mm = (v & 0x7FFFFF) | 0x800000
-                        if e == 255:
-                            mm = 0xFFFFFF
-                            e = 254
-                        # from host/viper/snippets.py:316 (snippet quantize)
-                        sh = base - e           # >= 24 - P = 10
-                        if sh <= 30:
-                            q = (mm + (1 << (sh - 1))) >> sh
-                            if q > lim:
-                                q = lim
-                            if (v >> 31) & 1:
-                                q = 0 - q
+                    if e >= elo:
+                        sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
+                        q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
+                        if q > lim:
+                            q = lim
+                        if (v >> 31) & 1:
+                            q = 0 - q
+                    else:
+                        q = 0
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
-                # from host/viper/gemm.py:102
+                # from host/viper/gemm.py:107
                 for k in range(KT, KT4):
                     qb[0] = 0
                     qb = ptr32(uint(qb) + 4)
@@ -215,7 +221,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # quantize row m of A into S[ex : ex + KT]
                 i0 = ab + m * asm
                 qb = ptr32(sa + (ex << 2))
-                # from host/viper/snippets.py:296 (snippet quantize)
+                # from host/viper/snippets.py:352 (snippet quantize)
                 # qa walks the block (a register local of _gemm: each load has a constant offset)
                 st4 = ask << 2
                 emax = 0
@@ -228,138 +234,192 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 if emax == 255:
                     emax = 254
                 base = emax + 24 - P
+                # the values that quantize to nonzero: e >= elo, i.e. a normal number (e >= 1) whose shift
+                # sh = base - e is at most 30 (one compare per value). +-inf and NaN (e = 255, only when the
+                # block's emax is 255, read as 254) get sh = 23 - P and a q of at least 2^P: clamped to lim,
+                # as FLT_MAX (the mantissa 2^24 - 1 at e = 254) would be.
+                elo = base - 30
+                if elo < 1:
+                    elo = 1
                 qa = ptr32(uint(pa) + (i0 << 2))
                 for k in range(KT):
                     v = qa[0]
                     qa = ptr32(uint(qa) + st4)
                     e = (v >> 23) & 0xFF
-                    q = 0
-                    if e != 0:
-                        # from host/viper/snippets.py:126 (snippet mag)
-                        mm = (v & 0x7FFFFF) | 0x800000
-                        if e == 255:
-                            mm = 0xFFFFFF
-                            e = 254
-                        # from host/viper/snippets.py:316 (snippet quantize)
-                        sh = base - e           # >= 24 - P = 10
-                        if sh <= 30:
-                            q = (mm + (1 << (sh - 1))) >> sh
-                            if q > lim:
-                                q = lim
-                            if (v >> 31) & 1:
-                                q = 0 - q
+                    if e >= elo:
+                        sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
+                        q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
+                        if q > lim:
+                            q = lim
+                        if (v >> 31) & 1:
+                            q = 0 - q
+                    else:
+                        q = 0
                     qb[0] = q
                     qb = ptr32(uint(qb) + 4)
-                # from host/viper/gemm.py:111
+                # from host/viper/gemm.py:116
                 ea = emax - 252 - P - P + sh4
-                # from host/viper/snippets.py:502 (snippet gemm_arow)
-                a0 = S[ex]
-                a1 = S[ex + 1]
-                a2 = S[ex + 2]
-                a3 = S[ex + 3]
-                a4 = 0
-                a5 = 0
-                a6 = 0
-                a7 = 0
-                if nc == 2:
-                    a4 = S[ex + 4]
-                    a5 = S[ex + 5]
-                    a6 = S[ex + 6]
-                    a7 = S[ex + 7]
-                # from host/viper/gemm.py:113
+                # from host/viper/snippets.py:588 (snippet gemm_arow)
+                if nc <= 2:
+                    a0 = S[ex]
+                    a1 = S[ex + 1]
+                    a2 = S[ex + 2]
+                    a3 = S[ex + 3]
+                    if nc == 2:
+                        a4 = S[ex + 4]
+                        a5 = S[ex + 5]
+                        a6 = S[ex + 6]
+                        a7 = S[ex + 7]
+                # from host/viper/gemm.py:118
                 pw = po
                 oi = ob + m * osm
-                qb = ptr32(sa)                  # B row n; mac4 moves it to the next row
-                for n in range(NB):
-                    if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
-                        pw = pbias
-                        oi = m
-                    # from host/viper/snippets.py:523 (snippet mac4)
-                    # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
-                    # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
-                    # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
+                # from host/viper/snippets.py:681 (snippet gemm_outs)
+                if mode == _ADD_NONE and nc <= 2:
+                    # short rows without an addend (the attention products, most input gradients)
                     if nc == 1:
-                        acc = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
-                        qb = ptr32(uint(qb) + 16)
-                    elif nc == 2:
-                        acc = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                               + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-                        acc = ((acc & m32) ^ sgn) - sgn                 #!chk acc
-                        qb = ptr32(uint(qb) + 32)
-                    else:
-                        # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
-                        # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
-                        acc = 0
-                        qa = ptr32(sa + (ex << 2))
-                        for c in range(nc >> 2):
-                            # from host/viper/snippets.py:562 (snippet pair8)
-                            t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
-                                 + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
-                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            acc += (t + rh) >> sh4                          #!chk acc
-                            # from host/viper/snippets.py:562 (snippet pair8)
-                            t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
-                                 + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
-                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            acc += (t + rh) >> sh4                          #!chk acc
-                            # from host/viper/snippets.py:543 (snippet mac4)
-                            qa = ptr32(uint(qa) + 64)
-                            qb = ptr32(uint(qb) + 64)
-                        if nc & 2:
-                            # from host/viper/snippets.py:562 (snippet pair8)
-                            t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
-                                 + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
-                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            acc += (t + rh) >> sh4                          #!chk acc
-                            # from host/viper/snippets.py:547 (snippet mac4)
-                            qa = ptr32(uint(qa) + 32)
-                            qb = ptr32(uint(qb) + 32)
-                        if nc & 1:
-                            t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
-                            t = ((t & m32) ^ sgn) - sgn                 #!chk t
-                            acc += (t + rh) >> sh4                          #!chk acc
+                        for n in range(N):
+                            # from host/viper/snippets.py:619 (snippet mac_c1)
+                            # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                            # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                            # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                            v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                            v = (v << s32) >> s32                       #!chk v
                             qb = ptr32(uint(qb) + 16)
-                    # from host/viper/gemm.py:121
-                    e = ea + S[xq + n]          # value = acc * 2^e
-                    # from host/viper/snippets.py:589 (snippet addend)
-                    # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
-                    if mode != _ADD_NONE:
-                        if nc == 2:             # |acc| < 2^31 -> < 2^30 before an addend
-                            acc = (acc + 1) >> 1
-                            e += 1
-                        if mode == _ADD_OLD:
-                            v = pw[oi]
-                            # from host/viper/snippets.py:115 (snippet decode)
-                            xe = (v >> 23) & 0xFF
-                            xm = 0
-                            if xe != 0:
-                                # from host/viper/snippets.py:126 (snippet mag)
-                                xm = (v & 0x7FFFFF) | 0x800000
-                                if xe == 255:
-                                    xm = 0xFFFFFF
-                                    xe = 254
-                                # from host/viper/snippets.py:119 (snippet decode)
-                                if (v >> 31) & 1:
-                                    xm = 0 - xm
-                            # from host/viper/snippets.py:597 (snippet addend)
-                            xe = xe - 150
+                            # from host/viper/snippets.py:712 (snippet gemm_put0)
+                            e = ea + S[xq + n]                  # value = acc * 2^e
+                            # from host/viper/snippets.py:116 (snippet unsign)
+                            sg = 0
+                            if v < 0:
+                                sg = 1
+                                v = 0 - v
+                            # from host/viper/snippets.py:30 (snippet pack_by)
+                            if v == 0:
+                                pw[oi] = 0
+                            else:
+                                # from host/viper/snippets.py:71 (snippet norm24_bl)
+                                if v >= 0x1000000:
+                                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                    sh = bl[t]
+                                    # from host/viper/snippets.py:106 (snippet round_near)
+                                    v = (v + (1 << (sh - 1))) >> sh
+                                    # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                    e += sh
+                                    if v >= 0x1000000:
+                                        v = v >> 1
+                                        e += 1
+                                else:
+                                    if v >= 0x10000:
+                                        t = 8 - bl[v >> 16]
+                                    elif v >= 0x100:
+                                        t = 16 - bl[v >> 8]
+                                    else:
+                                        t = 24 - bl[v]
+                                    v = v << t
+                                    e -= t
+                                # from host/viper/snippets.py:34 (snippet pack_by)
+                                be = e + 150
+                                if be >= 255:
+                                    be = 255
+                                    pw[oi] = (sg << 31) | (be << 23)
+                                elif be <= 0:
+                                    pw[oi] = 0
+                                else:
+                                    pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                            # from host/viper/snippets.py:714 (snippet gemm_put0)
+                            oi += osn
+                    # from host/viper/snippets.py:687 (snippet gemm_outs)
+                    else:
+                        for n in range(N):
+                            # from host/viper/snippets.py:631 (snippet mac_c2)
+                            v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                   + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+                            v = (v << s32) >> s32                       #!chk v
+                            qb = ptr32(uint(qb) + 32)
+                            # from host/viper/snippets.py:712 (snippet gemm_put0)
+                            e = ea + S[xq + n]                  # value = acc * 2^e
+                            # from host/viper/snippets.py:116 (snippet unsign)
+                            sg = 0
+                            if v < 0:
+                                sg = 1
+                                v = 0 - v
+                            # from host/viper/snippets.py:30 (snippet pack_by)
+                            if v == 0:
+                                pw[oi] = 0
+                            else:
+                                # from host/viper/snippets.py:71 (snippet norm24_bl)
+                                if v >= 0x1000000:
+                                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                    sh = bl[t]
+                                    # from host/viper/snippets.py:106 (snippet round_near)
+                                    v = (v + (1 << (sh - 1))) >> sh
+                                    # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                    e += sh
+                                    if v >= 0x1000000:
+                                        v = v >> 1
+                                        e += 1
+                                else:
+                                    if v >= 0x10000:
+                                        t = 8 - bl[v >> 16]
+                                    elif v >= 0x100:
+                                        t = 16 - bl[v >> 8]
+                                    else:
+                                        t = 24 - bl[v]
+                                    v = v << t
+                                    e -= t
+                                # from host/viper/snippets.py:34 (snippet pack_by)
+                                be = e + 150
+                                if be >= 255:
+                                    be = 255
+                                    pw[oi] = (sg << 31) | (be << 23)
+                                elif be <= 0:
+                                    pw[oi] = 0
+                                else:
+                                    pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                            # from host/viper/snippets.py:714 (snippet gemm_put0)
+                            oi += osn
+                # from host/viper/snippets.py:691 (snippet gemm_outs)
+                elif mode == _ADD_BIAS and nc <= 2:
+                    # short rows plus a bias (the forward of Dense and of the projections)
+                    for n in range(N):
+                        if nc == 1:
+                            # from host/viper/snippets.py:619 (snippet mac_c1)
+                            # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                            # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                            # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                            v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                            v = (v << s32) >> s32                       #!chk v
+                            qb = ptr32(uint(qb) + 16)
+                        # from host/viper/snippets.py:696 (snippet gemm_outs)
                         else:
-                            xm = (S[bd + n + n] ^ sgn) - sgn
-                            xe = (S[bd + n + n + 1] ^ sgn) - sgn
+                            # from host/viper/snippets.py:631 (snippet mac_c2)
+                            v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                   + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+                            v = (v << s32) >> s32                       #!chk v
+                            qb = ptr32(uint(qb) + 32)
+                        # from host/viper/snippets.py:810 (snippet gemm_putb)
+                        e = ea + S[xq + n]                  # value = acc * 2^e
+                        # from host/viper/snippets.py:764 (snippet halve2)
+                        if nc == 2:
+                            v = (v + 1) >> 1
+                            e += 1
+                        # from host/viper/snippets.py:774 (snippet add_bias)
+                        xm = (S[bd + n + n] << s32) >> s32
+                        xe = (S[bd + n + n + 1] << s32) >> s32
+                        # from host/viper/snippets.py:783 (snippet addto_acc)
                         if xm != 0:
-                            if acc == 0:
-                                acc = xm
+                            if v == 0:
+                                v = xm
                                 e = xe
                             elif xe <= e:
                                 sh = e - xe
-                                # from host/viper/snippets.py:213 (snippet rsh)
+                                # from host/viper/snippets.py:269 (snippet rsh)
                                 if sh > 30:
                                     xm = 0
                                 else:
                                     xm = (xm + ((1 << sh) >> 1)) >> sh
-                                # from host/viper/snippets.py:608 (snippet addend)
-                                acc += xm                               #!chk acc
+                                # from host/viper/snippets.py:790 (snippet addto_acc)
+                                v += xm                               #!chk v
                             else:
                                 uu = xe - e
                                 if uu > 6:
@@ -367,76 +427,236 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 xm = xm << uu
                                 sh = xe - uu - e
                                 if sh > 30:
-                                    acc = 0
+                                    v = 0
                                 elif sh > 0:
-                                    acc = (acc + (1 << (sh - 1))) >> sh
-                                acc += xm                               #!chk acc
+                                    v = (v + (1 << (sh - 1))) >> sh
+                                v += xm                               #!chk v
                                 e = xe - uu
-                    # from host/viper/gemm.py:123
-                    # pack acc * 2^e into float32 bits
-                    v = acc
-                    # from host/viper/snippets.py:67 (snippet unsign)
-                    sg = 0
-                    if v < 0:
-                        sg = 1
-                        v = 0 - v
-                    # from host/viper/snippets.py:24 (snippet pack_by)
-                    if v == 0:
-                        pw[oi] = 0
-                    else:
-                        if v >= 0x1000000:
-                            t = v >> 24                     # 1 .. 127: sh = its bit length
-                            sh = 1
-                            # from host/viper/snippets.py:258 (snippet down)
-                            if t >= 16:
-                                t = t >> 4
-                                sh += 4
-                            # from host/viper/snippets.py:258 (snippet down)
-                            if t >= 4:
-                                t = t >> 2
-                                sh += 2
-                            # from host/viper/snippets.py:32 (snippet pack_by)
-                            if t >= 2:
-                                sh += 1
-                            # from host/viper/snippets.py:57 (snippet round_near)
-                            v = (v + (1 << (sh - 1))) >> sh
-                            # from host/viper/snippets.py:35 (snippet pack_by)
-                            e += sh
-                            if v >= 0x1000000:
-                                v = v >> 1
-                                e += 1
-                        else:
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if v < 0x100:
-                                v = v << 16
-                                e -= 16
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if v < 0x10000:
-                                v = v << 8
-                                e -= 8
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if v < 0x100000:
-                                v = v << 4
-                                e -= 4
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if v < 0x400000:
-                                v = v << 2
-                                e -= 2
-                            # from host/viper/snippets.py:265 (snippet up)
-                            if v < 0x800000:
-                                v = v << 1
-                                e -= 1
-                        # from host/viper/snippets.py:45 (snippet pack_by)
-                        be = e + 150
-                        if be >= 255:
-                            be = 255
-                            pw[oi] = (sg << 31) | (be << 23)
-                        elif be <= 0:
+                        # from host/viper/snippets.py:116 (snippet unsign)
+                        sg = 0
+                        if v < 0:
+                            sg = 1
+                            v = 0 - v
+                        # from host/viper/snippets.py:30 (snippet pack_by)
+                        if v == 0:
                             pw[oi] = 0
                         else:
-                            pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                    # from host/viper/gemm.py:126
-                    oi += osn
+                            # from host/viper/snippets.py:71 (snippet norm24_bl)
+                            if v >= 0x1000000:
+                                t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                sh = bl[t]
+                                # from host/viper/snippets.py:106 (snippet round_near)
+                                v = (v + (1 << (sh - 1))) >> sh
+                                # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                e += sh
+                                if v >= 0x1000000:
+                                    v = v >> 1
+                                    e += 1
+                            else:
+                                if v >= 0x10000:
+                                    t = 8 - bl[v >> 16]
+                                elif v >= 0x100:
+                                    t = 16 - bl[v >> 8]
+                                else:
+                                    t = 24 - bl[v]
+                                v = v << t
+                                e -= t
+                            # from host/viper/snippets.py:34 (snippet pack_by)
+                            be = e + 150
+                            if be >= 255:
+                                be = 255
+                                pw[oi] = (sg << 31) | (be << 23)
+                            elif be <= 0:
+                                pw[oi] = 0
+                            else:
+                                pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                        # from host/viper/snippets.py:813 (snippet gemm_putb)
+                        oi += osn
+                # from host/viper/snippets.py:699 (snippet gemm_outs)
+                else:
+                    for n in range(NB):
+                        if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
+                            pw = pbias
+                            oi = m
+                        # from host/viper/snippets.py:605 (snippet mac4)
+                        if nc == 1:
+                            # from host/viper/snippets.py:619 (snippet mac_c1)
+                            # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                            # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                            # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                            v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                            v = (v << s32) >> s32                       #!chk v
+                            qb = ptr32(uint(qb) + 16)
+                        # from host/viper/snippets.py:607 (snippet mac4)
+                        elif nc == 2:
+                            # from host/viper/snippets.py:631 (snippet mac_c2)
+                            v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                   + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+                            v = (v << s32) >> s32                       #!chk v
+                            qb = ptr32(uint(qb) + 32)
+                        # from host/viper/snippets.py:609 (snippet mac4)
+                        else:
+                            # from host/viper/snippets.py:641 (snippet mac_long)
+                            # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
+                            # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
+                            v = 0
+                            qa = ptr32(sa + (ex << 2))
+                            for c in range(nc >> 2):
+                                # from host/viper/snippets.py:667 (snippet pair8)
+                                t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
+                                     + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
+                                t = (t << s32) >> s32                       #!chk t
+                                v += (t + rh) >> sh4                          #!chk v
+                                # from host/viper/snippets.py:667 (snippet pair8)
+                                t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
+                                     + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
+                                t = (t << s32) >> s32                       #!chk t
+                                v += (t + rh) >> sh4                          #!chk v
+                                # from host/viper/snippets.py:648 (snippet mac_long)
+                                qa = ptr32(uint(qa) + 64)
+                                qb = ptr32(uint(qb) + 64)
+                            if nc & 2:
+                                # from host/viper/snippets.py:667 (snippet pair8)
+                                t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
+                                     + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
+                                t = (t << s32) >> s32                       #!chk t
+                                v += (t + rh) >> sh4                          #!chk v
+                                # from host/viper/snippets.py:652 (snippet mac_long)
+                                qa = ptr32(uint(qa) + 32)
+                                qb = ptr32(uint(qb) + 32)
+                            if nc & 1:
+                                t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
+                                t = (t << s32) >> s32                       #!chk t
+                                v += (t + rh) >> sh4                          #!chk v
+                                qb = ptr32(uint(qb) + 16)
+                        # from host/viper/snippets.py:722 (snippet gemm_put)
+                        e = ea + S[xq + n]                  # value = acc * 2^e
+                        # from host/viper/snippets.py:749 (snippet addend)
+                        # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
+                        if mode != _ADD_NONE:
+                            if mode == _ADD_OLD:
+                                # from host/viper/snippets.py:764 (snippet halve2)
+                                if nc == 2:
+                                    v = (v + 1) >> 1
+                                    e += 1
+                                # from host/viper/snippets.py:753 (snippet addend)
+                                ov = pw[oi]
+                                # from host/viper/snippets.py:171 (snippet decode)
+                                xe = (ov >> 23) & 0xFF
+                                xm = 0
+                                if xe != 0:
+                                    # from host/viper/snippets.py:182 (snippet mag)
+                                    xm = (ov & 0x7FFFFF) | 0x800000
+                                    if xe == 255:
+                                        xm = 0xFFFFFF
+                                        xe = 254
+                                    # from host/viper/snippets.py:175 (snippet decode)
+                                    if (ov >> 31) & 1:
+                                        xm = 0 - xm
+                                # from host/viper/snippets.py:755 (snippet addend)
+                                xe = xe - 150
+                                # from host/viper/snippets.py:783 (snippet addto_acc)
+                                if xm != 0:
+                                    if v == 0:
+                                        v = xm
+                                        e = xe
+                                    elif xe <= e:
+                                        sh = e - xe
+                                        # from host/viper/snippets.py:269 (snippet rsh)
+                                        if sh > 30:
+                                            xm = 0
+                                        else:
+                                            xm = (xm + ((1 << sh) >> 1)) >> sh
+                                        # from host/viper/snippets.py:790 (snippet addto_acc)
+                                        v += xm                               #!chk v
+                                    else:
+                                        uu = xe - e
+                                        if uu > 6:
+                                            uu = 6
+                                        xm = xm << uu
+                                        sh = xe - uu - e
+                                        if sh > 30:
+                                            v = 0
+                                        elif sh > 0:
+                                            v = (v + (1 << (sh - 1))) >> sh
+                                        v += xm                               #!chk v
+                                        e = xe - uu
+                            # from host/viper/snippets.py:757 (snippet addend)
+                            else:
+                                # from host/viper/snippets.py:764 (snippet halve2)
+                                if nc == 2:
+                                    v = (v + 1) >> 1
+                                    e += 1
+                                # from host/viper/snippets.py:774 (snippet add_bias)
+                                xm = (S[bd + n + n] << s32) >> s32
+                                xe = (S[bd + n + n + 1] << s32) >> s32
+                                # from host/viper/snippets.py:783 (snippet addto_acc)
+                                if xm != 0:
+                                    if v == 0:
+                                        v = xm
+                                        e = xe
+                                    elif xe <= e:
+                                        sh = e - xe
+                                        # from host/viper/snippets.py:269 (snippet rsh)
+                                        if sh > 30:
+                                            xm = 0
+                                        else:
+                                            xm = (xm + ((1 << sh) >> 1)) >> sh
+                                        # from host/viper/snippets.py:790 (snippet addto_acc)
+                                        v += xm                               #!chk v
+                                    else:
+                                        uu = xe - e
+                                        if uu > 6:
+                                            uu = 6
+                                        xm = xm << uu
+                                        sh = xe - uu - e
+                                        if sh > 30:
+                                            v = 0
+                                        elif sh > 0:
+                                            v = (v + (1 << (sh - 1))) >> sh
+                                        v += xm                               #!chk v
+                                        e = xe - uu
+                        # from host/viper/snippets.py:116 (snippet unsign)
+                        sg = 0
+                        if v < 0:
+                            sg = 1
+                            v = 0 - v
+                        # from host/viper/snippets.py:30 (snippet pack_by)
+                        if v == 0:
+                            pw[oi] = 0
+                        else:
+                            # from host/viper/snippets.py:71 (snippet norm24_bl)
+                            if v >= 0x1000000:
+                                t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                sh = bl[t]
+                                # from host/viper/snippets.py:106 (snippet round_near)
+                                v = (v + (1 << (sh - 1))) >> sh
+                                # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                e += sh
+                                if v >= 0x1000000:
+                                    v = v >> 1
+                                    e += 1
+                            else:
+                                if v >= 0x10000:
+                                    t = 8 - bl[v >> 16]
+                                elif v >= 0x100:
+                                    t = 16 - bl[v >> 8]
+                                else:
+                                    t = 24 - bl[v]
+                                v = v << t
+                                e -= t
+                            # from host/viper/snippets.py:34 (snippet pack_by)
+                            be = e + 150
+                            if be >= 255:
+                                be = 255
+                                pw[oi] = (sg << 31) | (be << 23)
+                            elif be <= 0:
+                                pw[oi] = 0
+                            else:
+                                pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                        # from host/viper/snippets.py:725 (snippet gemm_put)
+                        oi += osn
+    # from host/viper/gemm.py:122
     return 0
 
 
@@ -447,7 +667,7 @@ def _gemm(v: int, qa: ptr32, qb: ptr32, out, a, b, bias, s, kind: int, x: int, y
 _NONE = None                            # viper compares objects with a global, not the literal
 
 
-# from host/viper/gemm.py:137
+# from host/viper/gemm.py:132
 @micropython.viper
 def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
@@ -472,7 +692,7 @@ _KEEP_N = const(4)
 _KEEP_PART = const(3072)
 
 
-# from host/viper/gemm.py:161
+# from host/viper/gemm.py:156
 def keep_weight(keep, weight, bias, C, OC):
     # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
     # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
@@ -489,14 +709,14 @@ def keep_weight(keep, weight, bias, C, OC):
     keep[0] = k
 
 
-# from host/viper/gemm.py:177
+# from host/viper/gemm.py:172
 def _keep_out(k, n):
     # the keep's output buffer, grown to n floats (more rows than before)
     k[3] = None
     k[3] = array("f", bytes(4 * n))
 
 
-# from host/viper/gemm.py:183
+# from host/viper/gemm.py:178
 @micropython.viper
 def _put_rows(out, o: int, OC: int, part, r: int, N: int):
     # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
@@ -507,7 +727,7 @@ def _put_rows(out, o: int, OC: int, part, r: int, N: int):
             po[m * OC + o + j] = pp[m * r + j]
 
 
-# from host/viper/gemm.py:193
+# from host/viper/gemm.py:188
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
@@ -531,7 +751,7 @@ def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
         i += 5
 
 
-# from host/viper/gemm.py:216
+# from host/viper/gemm.py:211
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -541,7 +761,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:225
+# from host/viper/gemm.py:220
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -557,14 +777,14 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:240
+# from host/viper/gemm.py:235
 @micropython.viper
 def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
     # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
 
 
-# from host/viper/gemm.py:246
+# from host/viper/gemm.py:241
 @micropython.viper
 def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
     # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
@@ -578,7 +798,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:259
+# from host/viper/gemm.py:254
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -590,7 +810,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:270
+# from host/viper/gemm.py:265
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -598,7 +818,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:277
+# from host/viper/gemm.py:272
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -606,7 +826,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:284
+# from host/viper/gemm.py:279
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -629,53 +849,54 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                 v = (m >> 8) * im                                   #!chk v
                 sg = (x >> 31) & 1
                 e = ex - 142 + ie
-                # from host/viper/snippets.py:24 (snippet pack_by)
+                # from host/viper/snippets.py:30 (snippet pack_by)
                 if v == 0:
                     pi[i] = 0
                 else:
+                    # from host/viper/snippets.py:47 (snippet norm24)
                     if v >= 0x1000000:
                         t = v >> 24                     # 1 .. 127: sh = its bit length
                         sh = 1
-                        # from host/viper/snippets.py:258 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 16:
                             t = t >> 4
                             sh += 4
-                        # from host/viper/snippets.py:258 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 4:
                             t = t >> 2
                             sh += 2
-                        # from host/viper/snippets.py:32 (snippet pack_by)
+                        # from host/viper/snippets.py:52 (snippet norm24)
                         if t >= 2:
                             sh += 1
-                        # from host/viper/snippets.py:57 (snippet round_near)
+                        # from host/viper/snippets.py:106 (snippet round_near)
                         v = (v + (1 << (sh - 1))) >> sh
-                        # from host/viper/snippets.py:35 (snippet pack_by)
+                        # from host/viper/snippets.py:55 (snippet norm24)
                         e += sh
                         if v >= 0x1000000:
                             v = v >> 1
                             e += 1
                     else:
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100:
                             v = v << 16
                             e -= 16
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x10000:
                             v = v << 8
                             e -= 8
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100000:
                             v = v << 4
                             e -= 4
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x400000:
                             v = v << 2
                             e -= 2
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x800000:
                             v = v << 1
                             e -= 1
-                    # from host/viper/snippets.py:45 (snippet pack_by)
+                    # from host/viper/snippets.py:34 (snippet pack_by)
                     be = e + 150
                     if be >= 255:
                         be = 255
@@ -684,14 +905,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:307
+            # from host/viper/gemm.py:302
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:313
+# from host/viper/gemm.py:308
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -700,7 +921,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:321
+# from host/viper/gemm.py:316
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
@@ -732,7 +953,7 @@ Q8_DINP = const(2)          # dinp (N, C) = dout (N, OC) . W (+= the old dinp wh
 #   within 2^-11 KT max|a_row| max|w_row| of W_deq x (Q8_FORWARD: the input row m and the weight
 #   row o; Q8_DINP: the row of dout[m, n] scale[n] times 127, i.e. at most max|dout_m| max|W|),
 #   the 15-bit scale and acc roundings included, plus 2^-11 of the addend and the float32 rounding.
-# from host/viper/gemm.py:352
+# from host/viper/gemm.py:347
 @micropython.viper
 def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: int, C: int, OC: int, flag: int) -> int:
     S = ptr32(s)
@@ -769,7 +990,7 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
             # row m of inp, quantized into S[0 : KT]: inp ~= S[k] 2^(base - 150)
             i0 = m * C
             qb = ptr32(sa)
-            # from host/viper/snippets.py:296 (snippet quantize)
+            # from host/viper/snippets.py:352 (snippet quantize)
             # qa walks the block (a register local of _gemm: each load has a constant offset)
             st4 = 1 << 2
             emax = 0
@@ -782,48 +1003,49 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
             if emax == 255:
                 emax = 254
             base = emax + 24 - P
+            # the values that quantize to nonzero: e >= elo, i.e. a normal number (e >= 1) whose shift
+            # sh = base - e is at most 30 (one compare per value). +-inf and NaN (e = 255, only when the
+            # block's emax is 255, read as 254) get sh = 23 - P and a q of at least 2^P: clamped to lim,
+            # as FLT_MAX (the mantissa 2^24 - 1 at e = 254) would be.
+            elo = base - 30
+            if elo < 1:
+                elo = 1
             qa = ptr32(uint(pa) + (i0 << 2))
             for k in range(KT):
                 v = qa[0]
                 qa = ptr32(uint(qa) + st4)
                 e = (v >> 23) & 0xFF
-                q = 0
-                if e != 0:
-                    # from host/viper/snippets.py:126 (snippet mag)
-                    mm = (v & 0x7FFFFF) | 0x800000
-                    if e == 255:
-                        mm = 0xFFFFFF
-                        e = 254
-                    # from host/viper/snippets.py:316 (snippet quantize)
-                    sh = base - e           # >= 24 - P = 10
-                    if sh <= 30:
-                        q = (mm + (1 << (sh - 1))) >> sh
-                        if q > lim:
-                            q = lim
-                        if (v >> 31) & 1:
-                            q = 0 - q
+                if e >= elo:
+                    sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
+                    q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
+                    if q > lim:
+                        q = lim
+                    if (v >> 31) & 1:
+                        q = 0 - q
+                else:
+                    q = 0
                 qb[0] = q
                 qb = ptr32(uint(qb) + 4)
-            # from host/viper/gemm.py:389
+            # from host/viper/gemm.py:384
             eb = base - 150
         else:
-            # from host/viper/snippets.py:1182 (snippet q8_drow)
+            # from host/viper/snippets.py:1375 (snippet q8_drow)
             pm = 0 - 100000
             for n in range(KT):
                 x = pa[m * OC + n]
-                # from host/viper/snippets.py:115 (snippet decode)
+                # from host/viper/snippets.py:171 (snippet decode)
                 xe = (x >> 23) & 0xFF
                 xm = 0
                 if xe != 0:
-                    # from host/viper/snippets.py:126 (snippet mag)
+                    # from host/viper/snippets.py:182 (snippet mag)
                     xm = (x & 0x7FFFFF) | 0x800000
                     if xe == 255:
                         xm = 0xFFFFFF
                         xe = 254
-                    # from host/viper/snippets.py:119 (snippet decode)
+                    # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/snippets.py:1186 (snippet q8_drow)
+                # from host/viper/snippets.py:1379 (snippet q8_drow)
                 y = psc[n]
                 ye = (y >> 23) & 0xFF
                 g = 0
@@ -839,31 +1061,31 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                         ye = 254
                     g = ((xm + 256) >> 9) * ((ym + 256) >> 9)           #!chk g
                     ge = xe - 141 + ye - 141
-                    # from host/viper/snippets.py:280 (snippet norm30)
+                    # from host/viper/snippets.py:336 (snippet norm30)
                     while g >= top:
                         g = g >> 1
                         ge += 1
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x4000:
                         g = g << 16
                         ge -= 16
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x400000:
                         g = g << 8
                         ge -= 8
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x4000000:
                         g = g << 4
                         ge -= 4
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x10000000:
                         g = g << 2
                         ge -= 2
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if g < 0x20000000:
                         g = g << 1
                         ge -= 1
-                    # from host/viper/snippets.py:1202 (snippet q8_drow)
+                    # from host/viper/snippets.py:1395 (snippet q8_drow)
                     if ge > pm:
                         pm = ge
                     if sg:
@@ -878,19 +1100,19 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     if g < 0:
                         sg = 1
                         g = 0 - g
-                    # from host/viper/snippets.py:213 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         g = 0
                     else:
                         g = (g + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:1217 (snippet q8_drow)
+                    # from host/viper/snippets.py:1410 (snippet q8_drow)
                     if sg:
                         g = 0 - g
                     S[n] = g
-            # from host/viper/gemm.py:392
+            # from host/viper/gemm.py:387
             eb = pm + 16
         for r in range(R):
-            # from host/viper/snippets.py:1228 (snippet q8_dot)
+            # from host/viper/snippets.py:1421 (snippet q8_dot)
             acc = 0
             wi = r * wr
             k = 0
@@ -905,10 +1127,10 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     wi += wk
                     k += 1
                 acc += (t + rh) >> sh8                                  #!chk acc
-            # from host/viper/gemm.py:395
+            # from host/viper/gemm.py:390
             e = eb + sh8
             if kind == Q8_FORWARD and acc != 0:
-                # from host/viper/snippets.py:1249 (snippet q8_scale)
+                # from host/viper/snippets.py:1442 (snippet q8_scale)
                 y = psc[r]
                 ye = (y >> 23) & 0xFF
                 if ye == 0:
@@ -931,104 +1153,105 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     e = e + d + ye - 141
                     if sg:
                         acc = 0 - acc
-            # from host/viper/gemm.py:398
+            # from host/viper/gemm.py:393
             oi = m * R + r
             if flag:
                 x = pbias[r]
                 if kind == Q8_DINP:
                     x = po[oi]
-                # from host/viper/snippets.py:115 (snippet decode)
+                # from host/viper/snippets.py:171 (snippet decode)
                 xe = (x >> 23) & 0xFF
                 xm = 0
                 if xe != 0:
-                    # from host/viper/snippets.py:126 (snippet mag)
+                    # from host/viper/snippets.py:182 (snippet mag)
                     xm = (x & 0x7FFFFF) | 0x800000
                     if xe == 255:
                         xm = 0xFFFFFF
                         xe = 254
-                    # from host/viper/snippets.py:119 (snippet decode)
+                    # from host/viper/snippets.py:175 (snippet decode)
                     if (x >> 31) & 1:
                         xm = 0 - xm
-                # from host/viper/gemm.py:404
+                # from host/viper/gemm.py:399
                 if xe != 0:
                     xe = xe - 150
-                    # from host/viper/snippets.py:235 (snippet addto0)
+                    # from host/viper/snippets.py:291 (snippet addto0)
                     if acc == 0:
                         acc = xm
                         e = xe
                     elif xm != 0:
-                        # from host/viper/snippets.py:222 (snippet addto)
+                        # from host/viper/snippets.py:278 (snippet addto)
                         if e >= xe:
                             sh = e - xe
-                            # from host/viper/snippets.py:213 (snippet rsh)
+                            # from host/viper/snippets.py:269 (snippet rsh)
                             if sh > 30:
                                 xm = 0
                             else:
                                 xm = (xm + ((1 << sh) >> 1)) >> sh
-                            # from host/viper/snippets.py:225 (snippet addto)
+                            # from host/viper/snippets.py:281 (snippet addto)
                             acc = acc + xm                                       #!chk acc
                         else:
                             sh = xe - e
-                            # from host/viper/snippets.py:213 (snippet rsh)
+                            # from host/viper/snippets.py:269 (snippet rsh)
                             if sh > 30:
                                 acc = 0
                             else:
                                 acc = (acc + ((1 << sh) >> 1)) >> sh
-                            # from host/viper/snippets.py:229 (snippet addto)
+                            # from host/viper/snippets.py:285 (snippet addto)
                             acc = acc + xm                                       #!chk acc
                             e = xe
-            # from host/viper/snippets.py:67 (snippet unsign)
+            # from host/viper/snippets.py:116 (snippet unsign)
             sg = 0
             if acc < 0:
                 sg = 1
                 acc = 0 - acc
-            # from host/viper/snippets.py:24 (snippet pack_by)
+            # from host/viper/snippets.py:30 (snippet pack_by)
             if acc == 0:
                 po[oi] = 0
             else:
+                # from host/viper/snippets.py:47 (snippet norm24)
                 if acc >= 0x1000000:
                     t = acc >> 24                     # 1 .. 127: sh = its bit length
                     sh = 1
-                    # from host/viper/snippets.py:258 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 16:
                         t = t >> 4
                         sh += 4
-                    # from host/viper/snippets.py:258 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 4:
                         t = t >> 2
                         sh += 2
-                    # from host/viper/snippets.py:32 (snippet pack_by)
+                    # from host/viper/snippets.py:52 (snippet norm24)
                     if t >= 2:
                         sh += 1
-                    # from host/viper/snippets.py:57 (snippet round_near)
+                    # from host/viper/snippets.py:106 (snippet round_near)
                     acc = (acc + (1 << (sh - 1))) >> sh
-                    # from host/viper/snippets.py:35 (snippet pack_by)
+                    # from host/viper/snippets.py:55 (snippet norm24)
                     e += sh
                     if acc >= 0x1000000:
                         acc = acc >> 1
                         e += 1
                 else:
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x100:
                         acc = acc << 16
                         e -= 16
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x10000:
                         acc = acc << 8
                         e -= 8
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x100000:
                         acc = acc << 4
                         e -= 4
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x400000:
                         acc = acc << 2
                         e -= 2
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if acc < 0x800000:
                         acc = acc << 1
                         e -= 1
-                # from host/viper/snippets.py:45 (snippet pack_by)
+                # from host/viper/snippets.py:34 (snippet pack_by)
                 be = e + 150
                 if be >= 255:
                     be = 255
@@ -1037,11 +1260,11 @@ def _q8(v: int, qa: ptr32, qb: ptr32, out, a, w, scale, bias, s, kind: int, N: i
                     po[oi] = 0
                 else:
                     po[oi] = (sg << 31) | (be << 23) | (acc & 0x7FFFFF)
-    # from host/viper/gemm.py:408
+    # from host/viper/gemm.py:403
     return 0
 
 
-# from host/viper/gemm.py:411
+# from host/viper/gemm.py:406
 def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
     # out (N, OC) = inp (N, C) . W^T + bias (OC,), W = q (OC, C) int8 * scale (OC,); bias may be None
     s = _S[0]
@@ -1052,7 +1275,7 @@ def q8_matmul_forward(out, inp, q, scale, bias, N, C, OC):
         _q8(0, 0, 0, out, inp, q, scale, bias, _iscratch(2 * C), Q8_FORWARD, N, C, OC, 1)
 
 
-# from host/viper/gemm.py:421
+# from host/viper/gemm.py:416
 def q8_matmul_backward_input(dinp, dout, q, scale, N, C, OC, acc):
     # dinp (N, C) = dout (N, OC) . W, written (acc 0) or added (acc 1); W = q (OC, C) * scale (OC,)
     if _q8(0, 0, 0, dinp, dout, q, scale, dinp, _S[0], Q8_DINP, N, C, OC, acc):

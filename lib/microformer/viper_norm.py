@@ -64,7 +64,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
             emax = 1
         base = emax + 24 - P
         L = base - 150
-        # from host/viper/snippets.py:361 (snippet ln_sum)
+        # from host/viper/snippets.py:447 (snippet ln_sum)
         sm = 0
         for c in range(C):
             x = pi[ib + c]
@@ -84,14 +84,14 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         # from host/viper/norm.py:64
         # mean = sm / C * 2^L
         v = sm
-        # from host/viper/snippets.py:67 (snippet unsign)
+        # from host/viper/snippets.py:116 (snippet unsign)
         sg = 0
         if v < 0:
             sg = 1
             v = 0 - v
         # from host/viper/norm.py:67
         e = L
-        # from host/viper/snippets.py:743 (snippet ldiv)
+        # from host/viper/snippets.py:936 (snippet ldiv)
         qq = v // C
         rem = v - qq * C
         while qq < 0x20000000 and v != 0:
@@ -102,53 +102,54 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 rem -= C
                 qq += 1
         v = qq
-        # from host/viper/snippets.py:24 (snippet pack_by)
+        # from host/viper/snippets.py:30 (snippet pack_by)
         if v == 0:
             pm[n] = 0
         else:
+            # from host/viper/snippets.py:47 (snippet norm24)
             if v >= 0x1000000:
                 t = v >> 24                     # 1 .. 127: sh = its bit length
                 sh = 1
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 16:
                     t = t >> 4
                     sh += 4
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 4:
                     t = t >> 2
                     sh += 2
-                # from host/viper/snippets.py:32 (snippet pack_by)
+                # from host/viper/snippets.py:52 (snippet norm24)
                 if t >= 2:
                     sh += 1
-                # from host/viper/snippets.py:57 (snippet round_near)
+                # from host/viper/snippets.py:106 (snippet round_near)
                 v = (v + (1 << (sh - 1))) >> sh
-                # from host/viper/snippets.py:35 (snippet pack_by)
+                # from host/viper/snippets.py:55 (snippet norm24)
                 e += sh
                 if v >= 0x1000000:
                     v = v >> 1
                     e += 1
             else:
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100:
                     v = v << 16
                     e -= 16
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x10000:
                     v = v << 8
                     e -= 8
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100000:
                     v = v << 4
                     e -= 4
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x400000:
                     v = v << 2
                     e -= 2
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x800000:
                     v = v << 1
                     e -= 1
-            # from host/viper/snippets.py:45 (snippet pack_by)
+            # from host/viper/snippets.py:34 (snippet pack_by)
             bx = e + 150
             if bx >= 255:
                 bx = 255
@@ -167,7 +168,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
                 d = 0 - d
             if d > dmax:
                 dmax = d
-        # from host/viper/snippets.py:384 (snippet ln_ssq)
+        # from host/viper/snippets.py:470 (snippet ln_ssq)
         # d cut to 22 bits: dn = d 2^-ds
         ds = 0
         if dmax != 0:
@@ -195,33 +196,33 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         vm = ssq
         ve = 22 + sh3 + ds + ds + L + L
         if vm != 0:
-            # from host/viper/snippets.py:280 (snippet norm30)
+            # from host/viper/snippets.py:336 (snippet norm30)
             while vm >= top:
                 vm = vm >> 1
                 ve += 1
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if vm < 0x4000:
                 vm = vm << 16
                 ve -= 16
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if vm < 0x400000:
                 vm = vm << 8
                 ve -= 8
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if vm < 0x4000000:
                 vm = vm << 4
                 ve -= 4
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if vm < 0x10000000:
                 vm = vm << 2
                 ve -= 2
-            # from host/viper/snippets.py:265 (snippet up)
+            # from host/viper/snippets.py:321 (snippet up)
             if vm < 0x20000000:
                 vm = vm << 1
                 ve -= 1
             # from host/viper/norm.py:85
             for k in range(3):
-                # from host/viper/snippets.py:743 (snippet ldiv)
+                # from host/viper/snippets.py:936 (snippet ldiv)
                 qq = vm // C
                 rem = vm - qq * C
                 while qq < 0x20000000 and vm != 0:
@@ -235,52 +236,52 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         # from host/viper/norm.py:87
         em = epm << 15                  # eps with 30 bits, like var (addto0 keeps the larger
         ee = epe - 15                   # one's exponent; it shifts its operands in place)
-        # from host/viper/snippets.py:235 (snippet addto0)
+        # from host/viper/snippets.py:291 (snippet addto0)
         if vm == 0:
             vm = em
             ve = ee
         elif em != 0:
-            # from host/viper/snippets.py:222 (snippet addto)
+            # from host/viper/snippets.py:278 (snippet addto)
             if ve >= ee:
                 sh = ve - ee
-                # from host/viper/snippets.py:213 (snippet rsh)
+                # from host/viper/snippets.py:269 (snippet rsh)
                 if sh > 30:
                     em = 0
                 else:
                     em = (em + ((1 << sh) >> 1)) >> sh
-                # from host/viper/snippets.py:225 (snippet addto)
+                # from host/viper/snippets.py:281 (snippet addto)
                 vm = vm + em                                       #!chk vm
             else:
                 sh = ee - ve
-                # from host/viper/snippets.py:213 (snippet rsh)
+                # from host/viper/snippets.py:269 (snippet rsh)
                 if sh > 30:
                     vm = 0
                 else:
                     vm = (vm + ((1 << sh) >> 1)) >> sh
-                # from host/viper/snippets.py:229 (snippet addto)
+                # from host/viper/snippets.py:285 (snippet addto)
                 vm = vm + em                                       #!chk vm
                 ve = ee
-        # from host/viper/snippets.py:280 (snippet norm30)
+        # from host/viper/snippets.py:336 (snippet norm30)
         while vm >= top:
             vm = vm >> 1
             ve += 1
-        # from host/viper/snippets.py:265 (snippet up)
+        # from host/viper/snippets.py:321 (snippet up)
         if vm < 0x4000:
             vm = vm << 16
             ve -= 16
-        # from host/viper/snippets.py:265 (snippet up)
+        # from host/viper/snippets.py:321 (snippet up)
         if vm < 0x400000:
             vm = vm << 8
             ve -= 8
-        # from host/viper/snippets.py:265 (snippet up)
+        # from host/viper/snippets.py:321 (snippet up)
         if vm < 0x4000000:
             vm = vm << 4
             ve -= 4
-        # from host/viper/snippets.py:265 (snippet up)
+        # from host/viper/snippets.py:321 (snippet up)
         if vm < 0x10000000:
             vm = vm << 2
             ve -= 2
-        # from host/viper/snippets.py:265 (snippet up)
+        # from host/viper/snippets.py:321 (snippet up)
         if vm < 0x20000000:
             vm = vm << 1
             ve -= 1
@@ -288,7 +289,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         if ve & 1:
             vm = vm >> 1
             ve += 1
-        # from host/viper/snippets.py:659 (snippet isqrt)
+        # from host/viper/snippets.py:852 (snippet isqrt)
         if vm >= 0x20000000:
             r = 23170 + ((((vm - 0x20000000) >> 14) * 9598) >> 15)
         elif vm >= 0x10000000:
@@ -309,53 +310,54 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         v = rq
         e = re
         sg = 0
-        # from host/viper/snippets.py:24 (snippet pack_by)
+        # from host/viper/snippets.py:30 (snippet pack_by)
         if v == 0:
             pr[n] = 0
         else:
+            # from host/viper/snippets.py:47 (snippet norm24)
             if v >= 0x1000000:
                 t = v >> 24                     # 1 .. 127: sh = its bit length
                 sh = 1
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 16:
                     t = t >> 4
                     sh += 4
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 4:
                     t = t >> 2
                     sh += 2
-                # from host/viper/snippets.py:32 (snippet pack_by)
+                # from host/viper/snippets.py:52 (snippet norm24)
                 if t >= 2:
                     sh += 1
-                # from host/viper/snippets.py:57 (snippet round_near)
+                # from host/viper/snippets.py:106 (snippet round_near)
                 v = (v + (1 << (sh - 1))) >> sh
-                # from host/viper/snippets.py:35 (snippet pack_by)
+                # from host/viper/snippets.py:55 (snippet norm24)
                 e += sh
                 if v >= 0x1000000:
                     v = v >> 1
                     e += 1
             else:
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100:
                     v = v << 16
                     e -= 16
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x10000:
                     v = v << 8
                     e -= 8
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100000:
                     v = v << 4
                     e -= 4
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x400000:
                     v = v << 2
                     e -= 2
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x800000:
                     v = v << 1
                     e -= 1
-            # from host/viper/snippets.py:45 (snippet pack_by)
+            # from host/viper/snippets.py:34 (snippet pack_by)
             bx = e + 150
             if bx >= 255:
                 bx = 255
@@ -368,7 +370,7 @@ def _ln(out, mean, rstd, inp, weight, bias, s, nan, N: int, C: int, epm: int, ep
         # f = rstd 2^L / C as 15 bits fm 2^fe
         fm = rq << 13
         fe = re + L - 13
-        # from host/viper/snippets.py:743 (snippet ldiv)
+        # from host/viper/snippets.py:936 (snippet ldiv)
         qq = fm // C
         rem = fm - qq * C
         while qq < 0x20000000 and fm != 0:
@@ -397,20 +399,20 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
     sx = 1 << b31
     for c in range(C):
         d = (S[c] ^ sx) - sx
-        # from host/viper/snippets.py:782 (snippet load30)
+        # from host/viper/snippets.py:975 (snippet load30)
         x = pb[c]
         eb = (x >> 23) & 0xFF
         bm = 0
         be = 0
         if eb != 0:
-            # from host/viper/snippets.py:135 (snippet mant30)
+            # from host/viper/snippets.py:191 (snippet mant30)
             bm = ((x & 0x7FFFFF) | 0x800000) << 6
             if eb == 255:
                 bm = 0xFFFFFF
                 bm = bm << 6
             if (x >> 31) & 1:
                 bm = 0 - bm
-            # from host/viper/snippets.py:788 (snippet load30)
+            # from host/viper/snippets.py:981 (snippet load30)
             be = eb - 156
         # from host/viper/norm.py:124
         y = pw[c]
@@ -423,7 +425,7 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
                 sg = sg ^ 1
                 d = 0 - d
             e = 0
-            # from host/viper/snippets.py:75 (snippet normto)
+            # from host/viper/snippets.py:124 (snippet normto)
             while d >= 0x10000:
                 d = d >> 1
                 e += 1
@@ -440,83 +442,84 @@ def _ln_apply(out, weight, bias, s, ib: int, C: int, fm: int, fe: int):
             e = e + fe + 15 + ew - 150 + 9 + 1
             if sg:
                 v = 0 - v
-        # from host/viper/snippets.py:235 (snippet addto0)
+        # from host/viper/snippets.py:291 (snippet addto0)
         if v == 0:
             v = bm
             e = be
         elif bm != 0:
-            # from host/viper/snippets.py:222 (snippet addto)
+            # from host/viper/snippets.py:278 (snippet addto)
             if e >= be:
                 sh = e - be
-                # from host/viper/snippets.py:213 (snippet rsh)
+                # from host/viper/snippets.py:269 (snippet rsh)
                 if sh > 30:
                     bm = 0
                 else:
                     bm = (bm + ((1 << sh) >> 1)) >> sh
-                # from host/viper/snippets.py:225 (snippet addto)
+                # from host/viper/snippets.py:281 (snippet addto)
                 v = v + bm                                       #!chk v
             else:
                 sh = be - e
-                # from host/viper/snippets.py:213 (snippet rsh)
+                # from host/viper/snippets.py:269 (snippet rsh)
                 if sh > 30:
                     v = 0
                 else:
                     v = (v + ((1 << sh) >> 1)) >> sh
-                # from host/viper/snippets.py:229 (snippet addto)
+                # from host/viper/snippets.py:285 (snippet addto)
                 v = v + bm                                       #!chk v
                 e = be
-        # from host/viper/snippets.py:67 (snippet unsign)
+        # from host/viper/snippets.py:116 (snippet unsign)
         sg = 0
         if v < 0:
             sg = 1
             v = 0 - v
-        # from host/viper/snippets.py:24 (snippet pack_by)
+        # from host/viper/snippets.py:30 (snippet pack_by)
         if v == 0:
             po[ib + c] = 0
         else:
+            # from host/viper/snippets.py:47 (snippet norm24)
             if v >= 0x1000000:
                 t = v >> 24                     # 1 .. 127: sh = its bit length
                 sh = 1
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 16:
                     t = t >> 4
                     sh += 4
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 4:
                     t = t >> 2
                     sh += 2
-                # from host/viper/snippets.py:32 (snippet pack_by)
+                # from host/viper/snippets.py:52 (snippet norm24)
                 if t >= 2:
                     sh += 1
-                # from host/viper/snippets.py:57 (snippet round_near)
+                # from host/viper/snippets.py:106 (snippet round_near)
                 v = (v + (1 << (sh - 1))) >> sh
-                # from host/viper/snippets.py:35 (snippet pack_by)
+                # from host/viper/snippets.py:55 (snippet norm24)
                 e += sh
                 if v >= 0x1000000:
                     v = v >> 1
                     e += 1
             else:
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100:
                     v = v << 16
                     e -= 16
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x10000:
                     v = v << 8
                     e -= 8
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100000:
                     v = v << 4
                     e -= 4
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x400000:
                     v = v << 2
                     e -= 2
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x800000:
                     v = v << 1
                     e -= 1
-            # from host/viper/snippets.py:45 (snippet pack_by)
+            # from host/viper/snippets.py:34 (snippet pack_by)
             be = e + 150
             if be >= 255:
                 be = 255
@@ -625,7 +628,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         mmn = 0
         mme = 0
         if emn != 0:
-            # from host/viper/snippets.py:135 (snippet mant30)
+            # from host/viper/snippets.py:191 (snippet mant30)
             mmn = ((y & 0x7FFFFF) | 0x800000) << 6
             if emn == 255:
                 mmn = 0xFFFFFF
@@ -640,19 +643,19 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         emd = 0 - 100000
         emp = 0 - 100000
         for c in range(C):
-            # from host/viper/snippets.py:413 (snippet ln_xhat)
+            # from host/viper/snippets.py:499 (snippet ln_xhat)
             x = pi[ib + c]
             ex = (x >> 23) & 0xFF
             xm = 0
             if ex != 0:
-                # from host/viper/snippets.py:135 (snippet mant30)
+                # from host/viper/snippets.py:191 (snippet mant30)
                 xm = ((x & 0x7FFFFF) | 0x800000) << 6
                 if ex == 255:
                     xm = 0xFFFFFF
                     xm = xm << 6
                 if (x >> 31) & 1:
                     xm = 0 - xm
-            # from host/viper/snippets.py:418 (snippet ln_xhat)
+            # from host/viper/snippets.py:504 (snippet ln_xhat)
             if xm == 0:
                 v = 0 - mmn
                 e = mme
@@ -662,43 +665,43 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
             else:
                 xe = ex - 156
                 mb = mmn                        # (alignsub shifts its operands in place)
-                # from host/viper/snippets.py:244 (snippet alignsub)
+                # from host/viper/snippets.py:300 (snippet alignsub)
                 if xe >= mme:
                     sh = xe - mme
-                    # from host/viper/snippets.py:213 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         mb = 0
                     else:
                         mb = (mb + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:247 (snippet alignsub)
+                    # from host/viper/snippets.py:303 (snippet alignsub)
                     v = xm - mb                                       #!chk v
                     e = xe
                 else:
                     sh = mme - xe
-                    # from host/viper/snippets.py:213 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         xm = 0
                     else:
                         xm = (xm + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:252 (snippet alignsub)
+                    # from host/viper/snippets.py:308 (snippet alignsub)
                     v = xm - mb                                       #!chk v
                     e = mme
-            # from host/viper/snippets.py:67 (snippet unsign)
+            # from host/viper/snippets.py:116 (snippet unsign)
             sg = 0
             if v < 0:
                 sg = 1
                 v = 0 - v
-            # from host/viper/snippets.py:429 (snippet ln_xhat)
+            # from host/viper/snippets.py:515 (snippet ln_xhat)
             xe = 0
             if v != 0:
-                # from host/viper/snippets.py:75 (snippet normto)
+                # from host/viper/snippets.py:124 (snippet normto)
                 while v >= 0x10000:
                     v = v >> 1
                     e += 1
                 while v < 0x8000:
                     v = v << 1
                     e -= 1
-                # from host/viper/snippets.py:432 (snippet ln_xhat)
+                # from host/viper/snippets.py:518 (snippet ln_xhat)
                 v = v * rm                                      #!chk v
                 xe = e + rex
                 if sg:
@@ -734,7 +737,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
             de = (S[3 * C + c] ^ sx) - sx
             sh = emd - de + ha
             t = dm
-            # from host/viper/snippets.py:213 (snippet rsh)
+            # from host/viper/snippets.py:269 (snippet rsh)
             if sh > 30:
                 t = 0
             else:
@@ -746,7 +749,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 xe = (S[C + c] ^ sx) - sx
                 t = (dm >> 16) * (xm >> 16)                     #!chk t
                 sh = emp - de - xe + ha
-                # from host/viper/snippets.py:213 (snippet rsh)
+                # from host/viper/snippets.py:269 (snippet rsh)
                 if sh > 30:
                     t = 0
                 else:
@@ -756,12 +759,12 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
         # a = A / C = am 2^ae, b = B / C = bm 2^be (30 bits, signed)
         am = acca
         ae = emd + ha
-        # from host/viper/snippets.py:67 (snippet unsign)
+        # from host/viper/snippets.py:116 (snippet unsign)
         asg = 0
         if am < 0:
             asg = 1
             am = 0 - am
-        # from host/viper/snippets.py:743 (snippet ldiv)
+        # from host/viper/snippets.py:936 (snippet ldiv)
         qq = am // C
         rem = am - qq * C
         while qq < 0x20000000 and am != 0:
@@ -772,18 +775,18 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 rem -= C
                 qq += 1
         am = qq
-        # from host/viper/snippets.py:735 (snippet sdiv)
+        # from host/viper/snippets.py:928 (snippet sdiv)
         if asg:
             am = 0 - am
         # from host/viper/norm.py:291
         bm = accb
         be = emp + 32 + ha
-        # from host/viper/snippets.py:67 (snippet unsign)
+        # from host/viper/snippets.py:116 (snippet unsign)
         bsg = 0
         if bm < 0:
             bsg = 1
             bm = 0 - bm
-        # from host/viper/snippets.py:743 (snippet ldiv)
+        # from host/viper/snippets.py:936 (snippet ldiv)
         qq = bm // C
         rem = bm - qq * C
         while qq < 0x20000000 and bm != 0:
@@ -794,7 +797,7 @@ def _lnb(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, nan, N: int, C:
                 rem -= C
                 qq += 1
         bm = qq
-        # from host/viper/snippets.py:735 (snippet sdiv)
+        # from host/viper/snippets.py:928 (snippet sdiv)
         if bsg:
             bm = 0 - bm
         # from host/viper/norm.py:294
@@ -832,7 +835,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
             M = te
         if dm != 0:
             sh = M - de
-            # from host/viper/snippets.py:213 (snippet rsh)
+            # from host/viper/snippets.py:269 (snippet rsh)
             if sh > 30:
                 dm = 0
             else:
@@ -841,7 +844,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
         a = am
         if a != 0:
             sh = M - ae
-            # from host/viper/snippets.py:213 (snippet rsh)
+            # from host/viper/snippets.py:269 (snippet rsh)
             if sh > 30:
                 a = 0
             else:
@@ -849,7 +852,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
         # from host/viper/norm.py:332
         if t != 0:
             sh = M - te
-            # from host/viper/snippets.py:213 (snippet rsh)
+            # from host/viper/snippets.py:269 (snippet rsh)
             if sh > 30:
                 t = 0
             else:
@@ -857,14 +860,14 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
         # from host/viper/norm.py:335
         v = dm - a - t                                          #!chk v
         e = M
-        # from host/viper/snippets.py:67 (snippet unsign)
+        # from host/viper/snippets.py:116 (snippet unsign)
         sg = 0
         if v < 0:
             sg = 1
             v = 0 - v
         # from host/viper/norm.py:338
         if v != 0:
-            # from host/viper/snippets.py:75 (snippet normto)
+            # from host/viper/snippets.py:124 (snippet normto)
             while v >= 0x10000:
                 v = v >> 1
                 e += 1
@@ -874,53 +877,54 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
             # from host/viper/norm.py:340
             v = v * rm                                          #!chk v
             e = e + rex
-        # from host/viper/snippets.py:24 (snippet pack_by)
+        # from host/viper/snippets.py:30 (snippet pack_by)
         if v == 0:
             pd[ib + c] = 0
         else:
+            # from host/viper/snippets.py:47 (snippet norm24)
             if v >= 0x1000000:
                 t = v >> 24                     # 1 .. 127: sh = its bit length
                 sh = 1
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 16:
                     t = t >> 4
                     sh += 4
-                # from host/viper/snippets.py:258 (snippet down)
+                # from host/viper/snippets.py:314 (snippet down)
                 if t >= 4:
                     t = t >> 2
                     sh += 2
-                # from host/viper/snippets.py:32 (snippet pack_by)
+                # from host/viper/snippets.py:52 (snippet norm24)
                 if t >= 2:
                     sh += 1
-                # from host/viper/snippets.py:57 (snippet round_near)
+                # from host/viper/snippets.py:106 (snippet round_near)
                 v = (v + (1 << (sh - 1))) >> sh
-                # from host/viper/snippets.py:35 (snippet pack_by)
+                # from host/viper/snippets.py:55 (snippet norm24)
                 e += sh
                 if v >= 0x1000000:
                     v = v >> 1
                     e += 1
             else:
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100:
                     v = v << 16
                     e -= 16
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x10000:
                     v = v << 8
                     e -= 8
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x100000:
                     v = v << 4
                     e -= 4
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x400000:
                     v = v << 2
                     e -= 2
-                # from host/viper/snippets.py:265 (snippet up)
+                # from host/viper/snippets.py:321 (snippet up)
                 if v < 0x800000:
                     v = v << 1
                     e -= 1
-            # from host/viper/snippets.py:45 (snippet pack_by)
+            # from host/viper/snippets.py:34 (snippet pack_by)
             be = e + 150
             if be >= 255:
                 be = 255
@@ -943,98 +947,99 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 sg = sg ^ 1
             if sg:
                 p = 0 - p
-            # from host/viper/snippets.py:782 (snippet load30)
+            # from host/viper/snippets.py:975 (snippet load30)
             y = pdw[c]
             ey = (y >> 23) & 0xFF
             om = 0
             oe = 0
             if ey != 0:
-                # from host/viper/snippets.py:135 (snippet mant30)
+                # from host/viper/snippets.py:191 (snippet mant30)
                 om = ((y & 0x7FFFFF) | 0x800000) << 6
                 if ey == 255:
                     om = 0xFFFFFF
                     om = om << 6
                 if (y >> 31) & 1:
                     om = 0 - om
-                # from host/viper/snippets.py:788 (snippet load30)
+                # from host/viper/snippets.py:981 (snippet load30)
                 oe = ey - 156
-            # from host/viper/snippets.py:235 (snippet addto0)
+            # from host/viper/snippets.py:291 (snippet addto0)
             if p == 0:
                 p = om
                 pe = oe
             elif om != 0:
-                # from host/viper/snippets.py:222 (snippet addto)
+                # from host/viper/snippets.py:278 (snippet addto)
                 if pe >= oe:
                     sh = pe - oe
-                    # from host/viper/snippets.py:213 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         om = 0
                     else:
                         om = (om + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:225 (snippet addto)
+                    # from host/viper/snippets.py:281 (snippet addto)
                     p = p + om                                       #!chk p
                 else:
                     sh = oe - pe
-                    # from host/viper/snippets.py:213 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         p = 0
                     else:
                         p = (p + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:229 (snippet addto)
+                    # from host/viper/snippets.py:285 (snippet addto)
                     p = p + om                                       #!chk p
                     pe = oe
-            # from host/viper/snippets.py:67 (snippet unsign)
+            # from host/viper/snippets.py:116 (snippet unsign)
             sg = 0
             if p < 0:
                 sg = 1
                 p = 0 - p
-            # from host/viper/snippets.py:24 (snippet pack_by)
+            # from host/viper/snippets.py:30 (snippet pack_by)
             if p == 0:
                 pdw[c] = 0
             else:
+                # from host/viper/snippets.py:47 (snippet norm24)
                 if p >= 0x1000000:
                     t = p >> 24                     # 1 .. 127: sh = its bit length
                     sh = 1
-                    # from host/viper/snippets.py:258 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 16:
                         t = t >> 4
                         sh += 4
-                    # from host/viper/snippets.py:258 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 4:
                         t = t >> 2
                         sh += 2
-                    # from host/viper/snippets.py:32 (snippet pack_by)
+                    # from host/viper/snippets.py:52 (snippet norm24)
                     if t >= 2:
                         sh += 1
-                    # from host/viper/snippets.py:57 (snippet round_near)
+                    # from host/viper/snippets.py:106 (snippet round_near)
                     p = (p + (1 << (sh - 1))) >> sh
-                    # from host/viper/snippets.py:35 (snippet pack_by)
+                    # from host/viper/snippets.py:55 (snippet norm24)
                     pe += sh
                     if p >= 0x1000000:
                         p = p >> 1
                         pe += 1
                 else:
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if p < 0x100:
                         p = p << 16
                         pe -= 16
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if p < 0x10000:
                         p = p << 8
                         pe -= 8
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if p < 0x100000:
                         p = p << 4
                         pe -= 4
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if p < 0x400000:
                         p = p << 2
                         pe -= 2
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if p < 0x800000:
                         p = p << 1
                         pe -= 1
-                # from host/viper/snippets.py:45 (snippet pack_by)
+                # from host/viper/snippets.py:34 (snippet pack_by)
                 be = pe + 150
                 if be >= 255:
                     be = 255
@@ -1046,7 +1051,7 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
         # from host/viper/norm.py:359
         if flags & 2:
             xa = pdb[c]
-            # from host/viper/snippets.py:679 (snippet fadd)
+            # from host/viper/snippets.py:872 (snippet fadd)
             ea = (xa >> 23) & 0xFF
             eb = (g >> 23) & 0xFF
             if ea == 255 or eb == 255:
@@ -1095,58 +1100,59 @@ def _lnb_apply(dinp, dweight, dbias, dout, s, ib: int, C: int, flags: int, am: i
                 if (g >> 31) & 1:
                     mb = 0 - mb
                 v = ma + mb                                     #!chk v
-                # from host/viper/snippets.py:67 (snippet unsign)
+                # from host/viper/snippets.py:116 (snippet unsign)
                 sg = 0
                 if v < 0:
                     sg = 1
                     v = 0 - v
-                # from host/viper/snippets.py:24 (snippet pack_by)
+                # from host/viper/snippets.py:30 (snippet pack_by)
                 if v == 0:
                     pdb[c] = 0
                 else:
+                    # from host/viper/snippets.py:47 (snippet norm24)
                     if v >= 0x1000000:
                         t = v >> 24                     # 1 .. 127: sh = its bit length
                         sh = 1
-                        # from host/viper/snippets.py:258 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 16:
                             t = t >> 4
                             sh += 4
-                        # from host/viper/snippets.py:258 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 4:
                             t = t >> 2
                             sh += 2
-                        # from host/viper/snippets.py:32 (snippet pack_by)
+                        # from host/viper/snippets.py:52 (snippet norm24)
                         if t >= 2:
                             sh += 1
-                        # from host/viper/snippets.py:62 (snippet round_even)
+                        # from host/viper/snippets.py:111 (snippet round_even)
                         v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
-                        # from host/viper/snippets.py:35 (snippet pack_by)
+                        # from host/viper/snippets.py:55 (snippet norm24)
                         e += sh
                         if v >= 0x1000000:
                             v = v >> 1
                             e += 1
                     else:
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100:
                             v = v << 16
                             e -= 16
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x10000:
                             v = v << 8
                             e -= 8
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100000:
                             v = v << 4
                             e -= 4
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x400000:
                             v = v << 2
                             e -= 2
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x800000:
                             v = v << 1
                             e -= 1
-                    # from host/viper/snippets.py:45 (snippet pack_by)
+                    # from host/viper/snippets.py:34 (snippet pack_by)
                     be = e + 150
                     if be >= 255:
                         be = 255

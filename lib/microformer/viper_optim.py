@@ -214,15 +214,15 @@ def _adam_all() -> int:
     dvn = int(ptr32(M)) - m0
     if int(len(M)) < total:
         total = int(len(M))
-    # from host/viper/snippets.py:988 (snippet adam_load)
+    # from host/viper/snippets.py:1181 (snippet adam_load)
     C = ptr32(_AM)
-    # from host/viper/snippets.py:1119 (snippet am_common)
+    # from host/viper/snippets.py:1312 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
     wdm = C[_AM_WDM]
     wde = (C[_AM_WDE] ^ sx) - sx
-    # from host/viper/snippets.py:990 (snippet adam_load)
+    # from host/viper/snippets.py:1183 (snippet adam_load)
     K1 = (C[_AM_K1] ^ sx) - sx
     o2m = C[_AM_O2]
     S2 = C[_AM_S2]
@@ -242,11 +242,11 @@ def _adam_all() -> int:
         dcp = dec
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:1074 (snippet opt_tensor)
+        # from host/viper/snippets.py:1267 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
-        # from host/viper/snippets.py:1281 (snippet opt_sizes)
+        # from host/viper/snippets.py:1474 (snippet opt_sizes)
         fits = 1
         kk = k + k + k
         if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
@@ -262,7 +262,7 @@ def _adam_all() -> int:
                 SEEN[kk] = pd
                 SEEN[kk + 1] = gd
                 SEEN[kk + 2] = n
-        # from host/viper/snippets.py:1078 (snippet opt_tensor)
+        # from host/viper/snippets.py:1271 (snippet opt_tensor)
         if o + n > total:
             fits = 0
         dp = int(ptr32(pd)) - m0 - 4 * o
@@ -281,7 +281,7 @@ def _adam_all() -> int:
         while a < end:
             x = ptr32(a + dg)[0]
             if cpl:
-                # from host/viper/snippets.py:819 (snippet adam_coupled)
+                # from host/viper/snippets.py:1012 (snippet adam_coupled)
                 # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
                 y = ptr32(a + dp)[0]
                 ey = (y >> 23) & 0xFF
@@ -299,7 +299,7 @@ def _adam_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:1102 (snippet align2)
+                        # from host/viper/snippets.py:1295 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -310,14 +310,14 @@ def _adam_all() -> int:
                             uu = 0
                         else:
                             uu = uu >> (te - eg)
-                        # from host/viper/snippets.py:837 (snippet adam_coupled)
+                        # from host/viper/snippets.py:1030 (snippet adam_coupled)
                         uu = uu + tt                                                    #!chk uu
                         x = 0
                         if uu < 0:
                             x = sx
                             uu = 0 - uu
                         if uu != 0:
-                            # from host/viper/snippets.py:1042 (snippet round24)
+                            # from host/viper/snippets.py:1235 (snippet round24)
                             kk = BL[uu >> 23]
                             if kk <= 6:
                                 uu = ((uu >> kk) + 1) >> 1
@@ -327,7 +327,7 @@ def _adam_all() -> int:
                                 while uu < 0x800000:
                                     uu = uu << 1
                                     te -= 1
-                            # from host/viper/snippets.py:844 (snippet adam_coupled)
+                            # from host/viper/snippets.py:1037 (snippet adam_coupled)
                             if te >= 255:
                                 x = x | infb
                             elif te >= 1:
@@ -341,7 +341,7 @@ def _adam_all() -> int:
             t = ptr32(a)[0]
             em = (t >> 23) & 0xFF
             # ---- m' = beta1 m + (1 - beta1) d ----
-            # from host/viper/snippets.py:860 (snippet adam_m)
+            # from host/viper/snippets.py:1053 (snippet adam_m)
             gm = ((x >> 9) & 0x3FFF) | 0x4000
             if uint(eg - 1) >= uint(254):
                 gm = 0
@@ -352,7 +352,7 @@ def _adam_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:1129 (snippet align_by)
+            # from host/viper/snippets.py:1322 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -365,7 +365,7 @@ def _adam_all() -> int:
                     tg = 0
                 else:
                     tg = tg >> (0 - d)
-            # from host/viper/snippets.py:871 (snippet adam_m)
+            # from host/viper/snippets.py:1064 (snippet adam_m)
             if (x ^ t) & sx:
                 s = tm - tg                                                         #!chk s
             else:
@@ -374,7 +374,7 @@ def _adam_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:1149 (snippet bl_round)
+            # from host/viper/snippets.py:1342 (snippet bl_round)
             kk = BL[s >> 23]
             if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
                 s = ((s >> kk) + 1) >> 1
@@ -399,11 +399,11 @@ def _adam_all() -> int:
             else:
                 xm2 = 0
                 bm = 0
-            # from host/viper/snippets.py:880 (snippet adam_m)
+            # from host/viper/snippets.py:1073 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
             # from host/viper/optim.py:232
             # ---- v' = v - (1 - beta2) v + (1 - beta2) d^2 ----
-            # from host/viper/snippets.py:888 (snippet adam_v)
+            # from host/viper/snippets.py:1081 (snippet adam_v)
             t = ptr32(a + dv)[0]
             ev = t >> 23
             tv = ((t & 0x7FFFFF) | 0x800000) << 6
@@ -412,7 +412,7 @@ def _adam_all() -> int:
                 tv = 0
             tq = ((gm * gm) >> 15) * o2m                                            #!chk tq
             d = eg + eg + Q2 - ev
-            # from host/viper/snippets.py:1129 (snippet align_by)
+            # from host/viper/snippets.py:1322 (snippet align_by)
             if d >= 0:
                 X = ev + d
                 if d > 30:
@@ -425,9 +425,9 @@ def _adam_all() -> int:
                     tq = 0
                 else:
                     tq = tq >> (0 - d)
-            # from host/viper/snippets.py:897 (snippet adam_v)
+            # from host/viper/snippets.py:1090 (snippet adam_v)
             t = tv + tq                                                             #!chk t
-            # from host/viper/snippets.py:1149 (snippet bl_round)
+            # from host/viper/snippets.py:1342 (snippet bl_round)
             kk = BL[t >> 23]
             if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
                 t = ((t >> kk) + 1) >> 1
@@ -452,13 +452,13 @@ def _adam_all() -> int:
             else:
                 xv2 = 0
                 bv = 0
-            # from host/viper/snippets.py:899 (snippet adam_v)
+            # from host/viper/snippets.py:1092 (snippet adam_v)
             ptr32(a + dvn)[0] = xv2
             # from host/viper/optim.py:234
             # ---- p' = p (- lr wd p) - c m' / (sqrt(v') + eps') ----
             x = ptr32(a + dp)[0]
             if dcp:
-                # from host/viper/snippets.py:907 (snippet adam_decoupled)
+                # from host/viper/snippets.py:1100 (snippet adam_decoupled)
                 # AdamW: p -= (lr wd) p first, rounded to float32 as the portable update does
                 ey = (x >> 23) & 0xFF
                 if uint(ey - 1) < uint(254):
@@ -468,7 +468,7 @@ def _adam_all() -> int:
                         uu = 0
                         ey = 0
                     else:
-                        # from host/viper/snippets.py:1042 (snippet round24)
+                        # from host/viper/snippets.py:1235 (snippet round24)
                         kk = BL[uu >> 23]
                         if kk <= 6:
                             uu = ((uu >> kk) + 1) >> 1
@@ -478,14 +478,14 @@ def _adam_all() -> int:
                             while uu < 0x800000:
                                 uu = uu << 1
                                 ey -= 1
-                    # from host/viper/snippets.py:917 (snippet adam_decoupled)
+                    # from host/viper/snippets.py:1110 (snippet adam_decoupled)
                     if ey >= 1:
                         x = (x & sx) | (((ey - 1) << 23) + uu)
                     else:
                         x = 0
             # from host/viper/optim.py:238
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:1094 (snippet opt_unchanged)
+                # from host/viper/snippets.py:1287 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
@@ -497,7 +497,7 @@ def _adam_all() -> int:
             t = SQ[j]
             den = t + (((SQ[j + 1] - t) * ((xv2 >> 8) & 0xFF)) >> 8)      #!chk den
             if h < E0:
-                # from host/viper/snippets.py:928 (snippet adam_den)
+                # from host/viper/snippets.py:1121 (snippet adam_den)
                 # eps' is not below 2^-16 of sqrt(v'): den 2^(h - 78) + eps', 16 bits
                 De = h - 78
                 if xv2 == 0:
@@ -520,7 +520,7 @@ def _adam_all() -> int:
             q = (s >> 8) * cm                                           #!chk q
             q = (q + (den >> 1)) // den         # rounded: (2^31 + 2^15) // 2^14.5
             X = bm - h + CE                     # step = q 2^(X - 156)
-            # from host/viper/snippets.py:1010 (snippet adam_pfast)
+            # from host/viper/snippets.py:1203 (snippet adam_pfast)
             done = 0
             ep = (x >> 23) & 0xFF
             sh = X - ep
@@ -548,7 +548,7 @@ def _adam_all() -> int:
                 done = 1
             # from host/viper/optim.py:252
             if done == 0:
-                # from host/viper/snippets.py:954 (snippet adam_general)
+                # from host/viper/snippets.py:1147 (snippet adam_general)
                 uu = 0
                 if ep != 0:
                     uu = ((x & 0x7FFFFF) | 0x800000) << 6
@@ -558,7 +558,7 @@ def _adam_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:1102 (snippet align2)
+                # from host/viper/snippets.py:1295 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -569,7 +569,7 @@ def _adam_all() -> int:
                     uu = 0
                 else:
                     uu = uu >> (X - ep)
-                # from host/viper/snippets.py:964 (snippet adam_general)
+                # from host/viper/snippets.py:1157 (snippet adam_general)
                 t = uu - tt                                                             #!chk t
                 sb = 0
                 if t < 0:
@@ -578,7 +578,7 @@ def _adam_all() -> int:
                 if t == 0:
                     ptr32(a + dpn)[0] = 0
                 else:
-                    # from host/viper/snippets.py:1042 (snippet round24)
+                    # from host/viper/snippets.py:1235 (snippet round24)
                     kk = BL[t >> 23]
                     if kk <= 6:
                         t = ((t >> kk) + 1) >> 1
@@ -588,7 +588,7 @@ def _adam_all() -> int:
                         while t < 0x800000:
                             t = t << 1
                             X -= 1
-                    # from host/viper/snippets.py:973 (snippet adam_general)
+                    # from host/viper/snippets.py:1166 (snippet adam_general)
                     if X >= 255:
                         bad = 1
                         ptr32(a + dpn)[0] = sb | infb
@@ -653,7 +653,7 @@ def _sgd_all() -> int:
         if int(len(M)) < total:
             total = int(len(M))
     C = ptr32(_SGDC)
-    # from host/viper/snippets.py:1119 (snippet am_common)
+    # from host/viper/snippets.py:1312 (snippet am_common)
     o1m = C[_AM_O1]
     b1m = C[_AM_B1]
     KB1 = (C[_AM_KB1] ^ sx) - sx
@@ -666,11 +666,11 @@ def _sgd_all() -> int:
     D1 = 0 - KB1
     o = 0
     for k in range(count):
-        # from host/viper/snippets.py:1074 (snippet opt_tensor)
+        # from host/viper/snippets.py:1267 (snippet opt_tensor)
         pair = params[k]
         pd = pair[0].data
         gd = pair[1].data
-        # from host/viper/snippets.py:1281 (snippet opt_sizes)
+        # from host/viper/snippets.py:1474 (snippet opt_sizes)
         fits = 1
         kk = k + k + k
         if useseen and pd is SEEN[kk] and gd is SEEN[kk + 1]:
@@ -686,7 +686,7 @@ def _sgd_all() -> int:
                 SEEN[kk] = pd
                 SEEN[kk + 1] = gd
                 SEEN[kk + 2] = n
-        # from host/viper/snippets.py:1078 (snippet opt_tensor)
+        # from host/viper/snippets.py:1271 (snippet opt_tensor)
         if o + n > total:
             fits = 0
         dp = int(ptr32(pd)) - m0 - 4 * o
@@ -705,7 +705,7 @@ def _sgd_all() -> int:
         while a < end:
             x = ptr32(a + dg)[0]
             if wdm != 0:
-                # from host/viper/snippets.py:819 (snippet adam_coupled)
+                # from host/viper/snippets.py:1012 (snippet adam_coupled)
                 # Adam's coupled decay: d = g + wd p, as float32 bits (a soft add)
                 y = ptr32(a + dp)[0]
                 ey = (y >> 23) & 0xFF
@@ -723,7 +723,7 @@ def _sgd_all() -> int:
                             uu = ((x & 0x7FFFFF) | 0x800000) << 6
                             if (x >> 31) & 1:
                                 uu = 0 - uu
-                        # from host/viper/snippets.py:1102 (snippet align2)
+                        # from host/viper/snippets.py:1295 (snippet align2)
                         if eg >= te:
                             if eg - te > 30:
                                 tt = 0
@@ -734,14 +734,14 @@ def _sgd_all() -> int:
                             uu = 0
                         else:
                             uu = uu >> (te - eg)
-                        # from host/viper/snippets.py:837 (snippet adam_coupled)
+                        # from host/viper/snippets.py:1030 (snippet adam_coupled)
                         uu = uu + tt                                                    #!chk uu
                         x = 0
                         if uu < 0:
                             x = sx
                             uu = 0 - uu
                         if uu != 0:
-                            # from host/viper/snippets.py:1042 (snippet round24)
+                            # from host/viper/snippets.py:1235 (snippet round24)
                             kk = BL[uu >> 23]
                             if kk <= 6:
                                 uu = ((uu >> kk) + 1) >> 1
@@ -751,7 +751,7 @@ def _sgd_all() -> int:
                                 while uu < 0x800000:
                                     uu = uu << 1
                                     te -= 1
-                            # from host/viper/snippets.py:844 (snippet adam_coupled)
+                            # from host/viper/snippets.py:1037 (snippet adam_coupled)
                             if te >= 255:
                                 x = x | infb
                             elif te >= 1:
@@ -769,7 +769,7 @@ def _sgd_all() -> int:
                     bad = 1
             em = (t >> 23) & 0xFF
             # ---- d = g + momentum buf: the new buffer (written at a + dmn, then p' over it) ----
-            # from host/viper/snippets.py:860 (snippet adam_m)
+            # from host/viper/snippets.py:1053 (snippet adam_m)
             gm = ((x >> 9) & 0x3FFF) | 0x4000
             if uint(eg - 1) >= uint(254):
                 gm = 0
@@ -780,7 +780,7 @@ def _sgd_all() -> int:
             if em == 0:
                 tm = 0
             d = eg - em + D1
-            # from host/viper/snippets.py:1129 (snippet align_by)
+            # from host/viper/snippets.py:1322 (snippet align_by)
             if d >= 0:
                 X = eg + K1
                 if d > 30:
@@ -793,7 +793,7 @@ def _sgd_all() -> int:
                     tg = 0
                 else:
                     tg = tg >> (0 - d)
-            # from host/viper/snippets.py:871 (snippet adam_m)
+            # from host/viper/snippets.py:1064 (snippet adam_m)
             if (x ^ t) & sx:
                 s = tm - tg                                                         #!chk s
             else:
@@ -802,7 +802,7 @@ def _sgd_all() -> int:
             if s < 0:
                 s = 0 - s
                 sb = sb ^ sx
-            # from host/viper/snippets.py:1149 (snippet bl_round)
+            # from host/viper/snippets.py:1342 (snippet bl_round)
             kk = BL[s >> 23]
             if kk <= 6:                         # (out and bm set on every path, none twice: it is hot)
                 s = ((s >> kk) + 1) >> 1
@@ -827,13 +827,13 @@ def _sgd_all() -> int:
             else:
                 xm2 = 0
                 bm = 0
-            # from host/viper/snippets.py:880 (snippet adam_m)
+            # from host/viper/snippets.py:1073 (snippet adam_m)
             ptr32(a + dmn)[0] = xm2
             # from host/viper/optim.py:334
             # ---- p' = p - lr d ----
             x = ptr32(a + dp)[0]
             if s == 0:                          # p' = p; on to the next element
-                # from host/viper/snippets.py:1094 (snippet opt_unchanged)
+                # from host/viper/snippets.py:1287 (snippet opt_unchanged)
                 ptr32(a + dpn)[0] = x
                 if ((x >> 23) & 0xFF) == 255:
                     bad = 1
@@ -843,7 +843,7 @@ def _sgd_all() -> int:
             q = (s >> 8) * lrm                                          #!chk q
             q = q >> 15
             X = bm + LRE                        # step = q 2^(X - 156)
-            # from host/viper/snippets.py:1010 (snippet adam_pfast)
+            # from host/viper/snippets.py:1203 (snippet adam_pfast)
             done = 0
             ep = (x >> 23) & 0xFF
             sh = X - ep
@@ -871,7 +871,7 @@ def _sgd_all() -> int:
                 done = 1
             # from host/viper/optim.py:344
             if done == 0:
-                # from host/viper/snippets.py:954 (snippet adam_general)
+                # from host/viper/snippets.py:1147 (snippet adam_general)
                 uu = 0
                 if ep != 0:
                     uu = ((x & 0x7FFFFF) | 0x800000) << 6
@@ -881,7 +881,7 @@ def _sgd_all() -> int:
                 if (xm2 >> 31) & 1:
                     tt = 0 - tt
                 X = X - 13
-                # from host/viper/snippets.py:1102 (snippet align2)
+                # from host/viper/snippets.py:1295 (snippet align2)
                 if ep >= X:
                     if ep - X > 30:
                         tt = 0
@@ -892,7 +892,7 @@ def _sgd_all() -> int:
                     uu = 0
                 else:
                     uu = uu >> (X - ep)
-                # from host/viper/snippets.py:964 (snippet adam_general)
+                # from host/viper/snippets.py:1157 (snippet adam_general)
                 t = uu - tt                                                             #!chk t
                 sb = 0
                 if t < 0:
@@ -901,7 +901,7 @@ def _sgd_all() -> int:
                 if t == 0:
                     ptr32(a + dpn)[0] = 0
                 else:
-                    # from host/viper/snippets.py:1042 (snippet round24)
+                    # from host/viper/snippets.py:1235 (snippet round24)
                     kk = BL[t >> 23]
                     if kk <= 6:
                         t = ((t >> kk) + 1) >> 1
@@ -911,7 +911,7 @@ def _sgd_all() -> int:
                         while t < 0x800000:
                             t = t << 1
                             X -= 1
-                    # from host/viper/snippets.py:973 (snippet adam_general)
+                    # from host/viper/snippets.py:1166 (snippet adam_general)
                     if X >= 255:
                         bad = 1
                         ptr32(a + dpn)[0] = sb | infb
@@ -959,7 +959,7 @@ def _commit() -> int:
             return -2
         a = S + 4 * o
         off = int(ptr32(pd)) - a
-        # from host/viper/snippets.py:1056 (snippet copy4)
+        # from host/viper/snippets.py:1249 (snippet copy4)
         end = a + 4 * (n - (n & 3))
         while a < end:
             ptr32(a + off)[0] = ptr32(a)[0]

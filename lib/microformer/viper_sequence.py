@@ -26,7 +26,7 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
         j += 1
         if j == bwrap:
             j = 0
-        # from host/viper/snippets.py:679 (snippet fadd)
+        # from host/viper/snippets.py:872 (snippet fadd)
         ea = (xa >> 23) & 0xFF
         eb = (xb >> 23) & 0xFF
         if ea == 255 or eb == 255:
@@ -75,58 +75,59 @@ def _add(out, a, b, n: int, boff: int, bwrap: int):
             if (xb >> 31) & 1:
                 mb = 0 - mb
             v = ma + mb                                     #!chk v
-            # from host/viper/snippets.py:67 (snippet unsign)
+            # from host/viper/snippets.py:116 (snippet unsign)
             sg = 0
             if v < 0:
                 sg = 1
                 v = 0 - v
-            # from host/viper/snippets.py:24 (snippet pack_by)
+            # from host/viper/snippets.py:30 (snippet pack_by)
             if v == 0:
                 po[i] = 0
             else:
+                # from host/viper/snippets.py:47 (snippet norm24)
                 if v >= 0x1000000:
                     t = v >> 24                     # 1 .. 127: sh = its bit length
                     sh = 1
-                    # from host/viper/snippets.py:258 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 16:
                         t = t >> 4
                         sh += 4
-                    # from host/viper/snippets.py:258 (snippet down)
+                    # from host/viper/snippets.py:314 (snippet down)
                     if t >= 4:
                         t = t >> 2
                         sh += 2
-                    # from host/viper/snippets.py:32 (snippet pack_by)
+                    # from host/viper/snippets.py:52 (snippet norm24)
                     if t >= 2:
                         sh += 1
-                    # from host/viper/snippets.py:62 (snippet round_even)
+                    # from host/viper/snippets.py:111 (snippet round_even)
                     v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
-                    # from host/viper/snippets.py:35 (snippet pack_by)
+                    # from host/viper/snippets.py:55 (snippet norm24)
                     e += sh
                     if v >= 0x1000000:
                         v = v >> 1
                         e += 1
                 else:
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x100:
                         v = v << 16
                         e -= 16
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x10000:
                         v = v << 8
                         e -= 8
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x100000:
                         v = v << 4
                         e -= 4
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x400000:
                         v = v << 2
                         e -= 2
-                    # from host/viper/snippets.py:265 (snippet up)
+                    # from host/viper/snippets.py:321 (snippet up)
                     if v < 0x800000:
                         v = v << 1
                         e -= 1
-                # from host/viper/snippets.py:45 (snippet pack_by)
+                # from host/viper/snippets.py:34 (snippet pack_by)
                 be = e + 150
                 if be >= 255:
                     be = 255
@@ -166,7 +167,7 @@ def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
         for k in range(S * C):
             xa = pt[tb + k]
             xb = po[ob + k]
-            # from host/viper/snippets.py:679 (snippet fadd)
+            # from host/viper/snippets.py:872 (snippet fadd)
             ea = (xa >> 23) & 0xFF
             eb = (xb >> 23) & 0xFF
             if ea == 255 or eb == 255:
@@ -215,58 +216,59 @@ def posembed_backward(dtable, dout, B: int, S: int, C: int, start: int):
                 if (xb >> 31) & 1:
                     mb = 0 - mb
                 v = ma + mb                                     #!chk v
-                # from host/viper/snippets.py:67 (snippet unsign)
+                # from host/viper/snippets.py:116 (snippet unsign)
                 sg = 0
                 if v < 0:
                     sg = 1
                     v = 0 - v
-                # from host/viper/snippets.py:24 (snippet pack_by)
+                # from host/viper/snippets.py:30 (snippet pack_by)
                 if v == 0:
                     pt[tb + k] = 0
                 else:
+                    # from host/viper/snippets.py:47 (snippet norm24)
                     if v >= 0x1000000:
                         t = v >> 24                     # 1 .. 127: sh = its bit length
                         sh = 1
-                        # from host/viper/snippets.py:258 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 16:
                             t = t >> 4
                             sh += 4
-                        # from host/viper/snippets.py:258 (snippet down)
+                        # from host/viper/snippets.py:314 (snippet down)
                         if t >= 4:
                             t = t >> 2
                             sh += 2
-                        # from host/viper/snippets.py:32 (snippet pack_by)
+                        # from host/viper/snippets.py:52 (snippet norm24)
                         if t >= 2:
                             sh += 1
-                        # from host/viper/snippets.py:62 (snippet round_even)
+                        # from host/viper/snippets.py:111 (snippet round_even)
                         v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
-                        # from host/viper/snippets.py:35 (snippet pack_by)
+                        # from host/viper/snippets.py:55 (snippet norm24)
                         e += sh
                         if v >= 0x1000000:
                             v = v >> 1
                             e += 1
                     else:
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100:
                             v = v << 16
                             e -= 16
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x10000:
                             v = v << 8
                             e -= 8
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x100000:
                             v = v << 4
                             e -= 4
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x400000:
                             v = v << 2
                             e -= 2
-                        # from host/viper/snippets.py:265 (snippet up)
+                        # from host/viper/snippets.py:321 (snippet up)
                         if v < 0x800000:
                             v = v << 1
                             e -= 1
-                    # from host/viper/snippets.py:45 (snippet pack_by)
+                    # from host/viper/snippets.py:34 (snippet pack_by)
                     be = e + 150
                     if be >= 255:
                         be = 255
@@ -335,7 +337,7 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
             for c in range(C):
                 xa = pt[tb + c]
                 xb = po[ob + c]
-                # from host/viper/snippets.py:679 (snippet fadd)
+                # from host/viper/snippets.py:872 (snippet fadd)
                 ea = (xa >> 23) & 0xFF
                 eb = (xb >> 23) & 0xFF
                 if ea == 255 or eb == 255:
@@ -384,58 +386,59 @@ def _embed_back(dtable, dout, ids, N: int, C: int, V: int):
                     if (xb >> 31) & 1:
                         mb = 0 - mb
                     v = ma + mb                                     #!chk v
-                    # from host/viper/snippets.py:67 (snippet unsign)
+                    # from host/viper/snippets.py:116 (snippet unsign)
                     sg = 0
                     if v < 0:
                         sg = 1
                         v = 0 - v
-                    # from host/viper/snippets.py:24 (snippet pack_by)
+                    # from host/viper/snippets.py:30 (snippet pack_by)
                     if v == 0:
                         pt[tb + c] = 0
                     else:
+                        # from host/viper/snippets.py:47 (snippet norm24)
                         if v >= 0x1000000:
                             t = v >> 24                     # 1 .. 127: sh = its bit length
                             sh = 1
-                            # from host/viper/snippets.py:258 (snippet down)
+                            # from host/viper/snippets.py:314 (snippet down)
                             if t >= 16:
                                 t = t >> 4
                                 sh += 4
-                            # from host/viper/snippets.py:258 (snippet down)
+                            # from host/viper/snippets.py:314 (snippet down)
                             if t >= 4:
                                 t = t >> 2
                                 sh += 2
-                            # from host/viper/snippets.py:32 (snippet pack_by)
+                            # from host/viper/snippets.py:52 (snippet norm24)
                             if t >= 2:
                                 sh += 1
-                            # from host/viper/snippets.py:62 (snippet round_even)
+                            # from host/viper/snippets.py:111 (snippet round_even)
                             v = (v + (1 << (sh - 1)) - 1 + ((v >> sh) & 1)) >> sh
-                            # from host/viper/snippets.py:35 (snippet pack_by)
+                            # from host/viper/snippets.py:55 (snippet norm24)
                             e += sh
                             if v >= 0x1000000:
                                 v = v >> 1
                                 e += 1
                         else:
-                            # from host/viper/snippets.py:265 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x100:
                                 v = v << 16
                                 e -= 16
-                            # from host/viper/snippets.py:265 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x10000:
                                 v = v << 8
                                 e -= 8
-                            # from host/viper/snippets.py:265 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x100000:
                                 v = v << 4
                                 e -= 4
-                            # from host/viper/snippets.py:265 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x400000:
                                 v = v << 2
                                 e -= 2
-                            # from host/viper/snippets.py:265 (snippet up)
+                            # from host/viper/snippets.py:321 (snippet up)
                             if v < 0x800000:
                                 v = v << 1
                                 e -= 1
-                        # from host/viper/snippets.py:45 (snippet pack_by)
+                        # from host/viper/snippets.py:34 (snippet pack_by)
                         be = e + 150
                         if be >= 255:
                             be = 255

@@ -6,7 +6,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _S, _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _BL, _S, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
 from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
@@ -45,6 +45,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
     S = ptr32(s)
     pa = ptr32(att)
     pm = ptr8(mask)
+    bl = ptr8(_BL)                      # bit lengths (the cut of dv)
     Tk = D[_TK]
     causal = D[_CAUSAL]
     sm = D[_SCALE_M]
@@ -68,7 +69,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     last = t + shift
                     if last > Tk - 1:
                         last = Tk - 1
-                # from host/viper/snippets.py:334 (snippet softmax_max)
+                # from host/viper/snippets.py:396 (snippet softmax_max)
                 # pass 1: the largest visible score, compared as sign-magnitude ints
                 mk = 0
                 mj = 0 - 1
@@ -76,14 +77,14 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
                         continue
                     x = pa[ab + j]
-                    # from host/viper/snippets.py:158 (snippet key)
+                    # from host/viper/snippets.py:214 (snippet key)
                     e = (x >> 23) & 0xFF
                     v = (e << 23) | (x & 0x7FFFFF)
                     if e == 255:                            # inf / NaN: +-FLT_MAX
                         v = ((e - 1) << 23) | 0x7FFFFF
                     if (x >> 31) & 1:
                         v = 0 - v
-                    # from host/viper/snippets.py:342 (snippet softmax_max)
+                    # from host/viper/snippets.py:404 (snippet softmax_max)
                     if mj < 0 or v > mk:
                         mk = v
                         mj = j
@@ -92,22 +93,22 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                 ex = 1
                 if mj >= 0:
                     x = pa[ab + mj]
-                    # from host/viper/snippets.py:115 (snippet decode)
+                    # from host/viper/snippets.py:171 (snippet decode)
                     ex = (x >> 23) & 0xFF
                     mx = 0
                     if ex != 0:
-                        # from host/viper/snippets.py:126 (snippet mag)
+                        # from host/viper/snippets.py:182 (snippet mag)
                         mx = (x & 0x7FFFFF) | 0x800000
                         if ex == 255:
                             mx = 0xFFFFFF
                             ex = 254
-                        # from host/viper/snippets.py:119 (snippet decode)
+                        # from host/viper/snippets.py:175 (snippet decode)
                         if (x >> 31) & 1:
                             mx = 0 - mx
-                    # from host/viper/snippets.py:351 (snippet softmax_max)
+                    # from host/viper/snippets.py:413 (snippet softmax_max)
                     if ex == 0:
                         ex = 1
-                # from host/viper/softmax.py:67
+                # from host/viper/softmax.py:68
                 # pass 2: y_j = (max - s_j) scale in Q16; e_j = exp(-y_j) = p_j 2^(-15 - k_j)
                 # with p_j in [2^14, 2^15) kept apart from k_j; Z = sum_j e_j in Q(15 + zs)
                 z = 0
@@ -116,19 +117,19 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if j > last or (hasmask and pm[b * Tk + j] != 0):
                         continue
                     x = pa[ab + j]
-                    # from host/viper/snippets.py:115 (snippet decode)
+                    # from host/viper/snippets.py:171 (snippet decode)
                     e = (x >> 23) & 0xFF
                     m = 0
                     if e != 0:
-                        # from host/viper/snippets.py:126 (snippet mag)
+                        # from host/viper/snippets.py:182 (snippet mag)
                         m = (x & 0x7FFFFF) | 0x800000
                         if e == 255:
                             m = 0xFFFFFF
                             e = 254
-                        # from host/viper/snippets.py:119 (snippet decode)
+                        # from host/viper/snippets.py:175 (snippet decode)
                         if (x >> 31) & 1:
                             m = 0 - m
-                    # from host/viper/snippets.py:172 (snippet gap)
+                    # from host/viper/snippets.py:228 (snippet gap)
                     if e == 0:
                         e = 1
                     if ex >= e:
@@ -145,35 +146,21 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         if sh <= 24:
                             dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                         de = e
-                    # from host/viper/softmax.py:76
+                    # from host/viper/softmax.py:77
                     y = 0
                     if dv > 0:
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
                         n = 0
                         if dv >= 0x10000:
-                            tt = dv >> 16               # 1 .. 511
-                            # from host/viper/snippets.py:258 (snippet down)
+                            tt = dv >> 16               # 1 .. 511: n = its bit length
                             if tt >= 256:
-                                tt = tt >> 8
-                                n += 8
-                            # from host/viper/snippets.py:258 (snippet down)
-                            if tt >= 16:
-                                tt = tt >> 4
-                                n += 4
-                            # from host/viper/snippets.py:258 (snippet down)
-                            if tt >= 4:
-                                tt = tt >> 2
-                                n += 2
-                            # from host/viper/snippets.py:258 (snippet down)
-                            if tt >= 2:
-                                tt = tt >> 1
-                                n += 1
-                            # from host/viper/softmax.py:86
-                            n += 1
+                                n = 9
+                            else:
+                                n = bl[tt]
                             dv = ((dv >> (n - 1)) + 1) >> 1            # <= 2^16
                         v = dv * sm                                     #!chk v
                         sh = de - 150 + n + se + 16     # y = v * 2^sh in Q16
-                        # from host/viper/snippets.py:146 (snippet scaled)
+                        # from host/viper/snippets.py:202 (snippet scaled)
                         if sh >= 0:
                             if sh > 23 or v > (ycap >> sh):
                                 y = ycap
@@ -184,7 +171,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     # from host/viper/softmax.py:91
                     if y >= ycap:
                         continue                    # weight 0 (below float32 range)
-                    # from host/viper/snippets.py:197 (snippet expq15)
+                    # from host/viper/snippets.py:253 (snippet expq15)
                     k = (y >> 5) * 1477                                 #!chk k
                     k = k >> 21
                     r = y - k * 45426
@@ -205,9 +192,20 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     if k < 30:
                         z += (p << zs) >> k                             #!chk z
                 # Z = zr * 2^(zn - 15 - zs), zr in [2^14, 2^15) rounded (z >= 32767 << zs)
-                zn = 0
-                while (z >> zn) >= 0x8000:
-                    zn += 1
+                # from host/viper/snippets.py:93 (snippet bitlen)
+                if z >= 0x10000:
+                    if z >= 0x1000000:
+                        zn = 24 + bl[z >> 24]
+                    else:
+                        zn = 16 + bl[z >> 16]
+                elif z >= 0x100:
+                    zn = 8 + bl[z >> 8]
+                else:
+                    zn = bl[z]
+                # from host/viper/softmax.py:102
+                zn -= 15
+                if zn < 0:
+                    zn = 0
                 zr = z
                 if zn > 0:
                     zr = ((z >> (zn - 1)) + 1) >> 1
@@ -234,7 +232,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                 ab += rs
 
 
-# from host/viper/softmax.py:130
+# from host/viper/softmax.py:131
 @micropython.viper
 def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int):
     # j x ab: the hottest locals; as the first three they live in registers (callers pass 0s)
@@ -248,6 +246,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
     pd = ptr32(ds)
     pa = ptr32(att)
+    bl = ptr8(_BL)                      # bit lengths (the cut to 15 bits, the store)
     h = 1                               # headroom: 2^h >= 2 Tk
     while (1 << h) < Tk + Tk:
         h += 1
@@ -301,14 +300,14 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             ed = (y >> 23) & 0xFF
             md = 0
             if ed != 0:
-                # from host/viper/snippets.py:135 (snippet mant30)
+                # from host/viper/snippets.py:191 (snippet mant30)
                 md = ((y & 0x7FFFFF) | 0x800000) << 6
                 if ed == 255:
                     md = 0xFFFFFF
                     md = md << 6
                 if (y >> 31) & 1:
                     md = 0 - md
-            # from host/viper/softmax.py:197
+            # from host/viper/softmax.py:199
             me = ed - 156
             o = dot
             if pmax == 0:
@@ -321,55 +320,50 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                 v = md
                 e = me
             else:
-                # from host/viper/snippets.py:244 (snippet alignsub)
+                # from host/viper/snippets.py:300 (snippet alignsub)
                 if me >= de:
                     sh = me - de
-                    # from host/viper/snippets.py:213 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         o = 0
                     else:
                         o = (o + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:247 (snippet alignsub)
+                    # from host/viper/snippets.py:303 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = me
                 else:
                     sh = de - me
-                    # from host/viper/snippets.py:213 (snippet rsh)
+                    # from host/viper/snippets.py:269 (snippet rsh)
                     if sh > 30:
                         md = 0
                     else:
                         md = (md + ((1 << sh) >> 1)) >> sh
-                    # from host/viper/snippets.py:252 (snippet alignsub)
+                    # from host/viper/snippets.py:308 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = de
-            # from host/viper/softmax.py:210
+            # from host/viper/softmax.py:212
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
-            # from host/viper/snippets.py:67 (snippet unsign)
+            # from host/viper/snippets.py:116 (snippet unsign)
             neg = 0
             if v < 0:
                 neg = 1
                 v = 0 - v
-            # from host/viper/softmax.py:212
-            while v >= 0x800000:
-                v = v >> 8
-                e += 8
-            # from host/viper/snippets.py:258 (snippet down)
-            if v >= 0x80000:
-                v = v >> 4
-                e += 4
-            # from host/viper/snippets.py:258 (snippet down)
-            if v >= 0x20000:
-                v = v >> 2
-                e += 2
-            # from host/viper/snippets.py:258 (snippet down)
-            if v >= 0x10000:
-                v = v >> 1
-                e += 1
-            # from host/viper/snippets.py:258 (snippet down)
-            if v >= 0x8000:
-                v = v >> 1
-                e += 1
-            # from host/viper/softmax.py:219
+            # from host/viper/softmax.py:214
+            if v >= 0x8000:             # truncated to 15 bits: n = bit length - 15
+                # from host/viper/snippets.py:93 (snippet bitlen)
+                if v >= 0x10000:
+                    if v >= 0x1000000:
+                        n = 24 + bl[v >> 24]
+                    else:
+                        n = 16 + bl[v >> 16]
+                elif v >= 0x100:
+                    n = 8 + bl[v >> 8]
+                else:
+                    n = bl[v]
+                # from host/viper/softmax.py:216
+                n -= 15
+                v = v >> n
+                e += n
             ma = ((x & 0x7FFFFF) | 0x800000) >> 9
             if ea == 255:
                 ma = 0x7FFF
@@ -377,53 +371,31 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
             # pack v * 2^(e + ea - 126 + se) into float32 bits (v < 2^30)
             e = e + ea - 126 + se
             sg = neg
-            # from host/viper/snippets.py:24 (snippet pack_by)
+            # from host/viper/snippets.py:30 (snippet pack_by)
             if v == 0:
                 pd[ab + j] = 0
             else:
+                # from host/viper/snippets.py:71 (snippet norm24_bl)
                 if v >= 0x1000000:
-                    t = v >> 24                     # 1 .. 127: sh = its bit length
-                    sh = 1
-                    # from host/viper/snippets.py:258 (snippet down)
-                    if t >= 16:
-                        t = t >> 4
-                        sh += 4
-                    # from host/viper/snippets.py:258 (snippet down)
-                    if t >= 4:
-                        t = t >> 2
-                        sh += 2
-                    # from host/viper/snippets.py:32 (snippet pack_by)
-                    if t >= 2:
-                        sh += 1
-                    # from host/viper/snippets.py:57 (snippet round_near)
+                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                    sh = bl[t]
+                    # from host/viper/snippets.py:106 (snippet round_near)
                     v = (v + (1 << (sh - 1))) >> sh
-                    # from host/viper/snippets.py:35 (snippet pack_by)
+                    # from host/viper/snippets.py:75 (snippet norm24_bl)
                     e += sh
                     if v >= 0x1000000:
                         v = v >> 1
                         e += 1
                 else:
-                    # from host/viper/snippets.py:265 (snippet up)
-                    if v < 0x100:
-                        v = v << 16
-                        e -= 16
-                    # from host/viper/snippets.py:265 (snippet up)
-                    if v < 0x10000:
-                        v = v << 8
-                        e -= 8
-                    # from host/viper/snippets.py:265 (snippet up)
-                    if v < 0x100000:
-                        v = v << 4
-                        e -= 4
-                    # from host/viper/snippets.py:265 (snippet up)
-                    if v < 0x400000:
-                        v = v << 2
-                        e -= 2
-                    # from host/viper/snippets.py:265 (snippet up)
-                    if v < 0x800000:
-                        v = v << 1
-                        e -= 1
-                # from host/viper/snippets.py:45 (snippet pack_by)
+                    if v >= 0x10000:
+                        t = 8 - bl[v >> 16]
+                    elif v >= 0x100:
+                        t = 16 - bl[v >> 8]
+                    else:
+                        t = 24 - bl[v]
+                    v = v << t
+                    e -= t
+                # from host/viper/snippets.py:34 (snippet pack_by)
                 be = e + 150
                 if be >= 255:
                     be = 255
@@ -600,24 +572,24 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
         lm = gm
         le = ge
     elif gm != 0:
-        # from host/viper/snippets.py:222 (snippet addto)
+        # from host/viper/snippets.py:278 (snippet addto)
         if le >= ge:
             sh = le - ge
-            # from host/viper/snippets.py:213 (snippet rsh)
+            # from host/viper/snippets.py:269 (snippet rsh)
             if sh > 30:
                 gm = 0
             else:
                 gm = (gm + ((1 << sh) >> 1)) >> sh
-            # from host/viper/snippets.py:225 (snippet addto)
+            # from host/viper/snippets.py:281 (snippet addto)
             lm = lm + gm                                       #!chk lm
         else:
             sh = ge - le
-            # from host/viper/snippets.py:213 (snippet rsh)
+            # from host/viper/snippets.py:269 (snippet rsh)
             if sh > 30:
                 lm = 0
             else:
                 lm = (lm + ((1 << sh) >> 1)) >> sh
-            # from host/viper/snippets.py:229 (snippet addto)
+            # from host/viper/snippets.py:285 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
     # from host/viper/softmax.py:385
@@ -626,7 +598,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     if v < 0:                                               # rounding below an exact 0
         v = 0
     # v / B by long division (v < 2^31, B <= 2^30)
-    # from host/viper/snippets.py:743 (snippet ldiv)
+    # from host/viper/snippets.py:936 (snippet ldiv)
     q = v // B
     rem = v - q * B
     while q < 0x20000000 and v != 0:
@@ -654,6 +626,8 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     # lf[0]; returns 1 if a logit is inf or NaN (the loss is then not defined), else 0  [B3]
     pl = ptr32(logits)
     S = ptr32(s)
+    pdl = ptr32(dlogits)
+    bl = ptr8(_BL)                      # bit lengths (the stores of dlogits)
     b31 = 31
     sx = 1 << b31                       # sign-extends S[] loads (not the int args: those are signed)
     ycap = 1 << 21                      # (max - s_j) in Q16 capped at 32: k > 29, probability 0
@@ -675,33 +649,33 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         mj = 0
         for j in range(V):
             x = pl[lb + j]
-            # from host/viper/snippets.py:158 (snippet key)
+            # from host/viper/snippets.py:214 (snippet key)
             e = (x >> 23) & 0xFF
             v = (e << 23) | (x & 0x7FFFFF)
             if e == 255:                            # inf / NaN: +-FLT_MAX
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:428
+            # from host/viper/softmax.py:430
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
                 mk = v
                 mj = j
         x = pl[lb + mj]
-        # from host/viper/snippets.py:115 (snippet decode)
+        # from host/viper/snippets.py:171 (snippet decode)
         ex = (x >> 23) & 0xFF
         mx = 0
         if ex != 0:
-            # from host/viper/snippets.py:126 (snippet mag)
+            # from host/viper/snippets.py:182 (snippet mag)
             mx = (x & 0x7FFFFF) | 0x800000
             if ex == 255:
                 mx = 0xFFFFFF
                 ex = 254
-            # from host/viper/snippets.py:119 (snippet decode)
+            # from host/viper/snippets.py:175 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:435
+        # from host/viper/softmax.py:437
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -709,19 +683,19 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
         z = 0
         for j in range(V):
             x = pl[lb + j]
-            # from host/viper/snippets.py:115 (snippet decode)
+            # from host/viper/snippets.py:171 (snippet decode)
             e = (x >> 23) & 0xFF
             m = 0
             if e != 0:
-                # from host/viper/snippets.py:126 (snippet mag)
+                # from host/viper/snippets.py:182 (snippet mag)
                 m = (x & 0x7FFFFF) | 0x800000
                 if e == 255:
                     m = 0xFFFFFF
                     e = 254
-                # from host/viper/snippets.py:119 (snippet decode)
+                # from host/viper/snippets.py:175 (snippet decode)
                 if (x >> 31) & 1:
                     m = 0 - m
-            # from host/viper/snippets.py:172 (snippet gap)
+            # from host/viper/snippets.py:228 (snippet gap)
             if e == 0:
                 e = 1
             if ex >= e:
@@ -738,11 +712,11 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:443
+            # from host/viper/softmax.py:445
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
-                # from host/viper/snippets.py:146 (snippet scaled)
+                # from host/viper/snippets.py:202 (snippet scaled)
                 if sh >= 0:
                     if sh > 21 or dv > (ycap >> sh):
                         yv = ycap
@@ -750,7 +724,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:447
+            # from host/viper/softmax.py:449
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -762,31 +736,31 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     lm = dv
                     le = te
                 else:
-                    # from host/viper/snippets.py:222 (snippet addto)
+                    # from host/viper/snippets.py:278 (snippet addto)
                     if le >= te:
                         sh = le - te
-                        # from host/viper/snippets.py:213 (snippet rsh)
+                        # from host/viper/snippets.py:269 (snippet rsh)
                         if sh > 30:
                             dv = 0
                         else:
                             dv = (dv + ((1 << sh) >> 1)) >> sh
-                        # from host/viper/snippets.py:225 (snippet addto)
+                        # from host/viper/snippets.py:281 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                     else:
                         sh = te - le
-                        # from host/viper/snippets.py:213 (snippet rsh)
+                        # from host/viper/snippets.py:269 (snippet rsh)
                         if sh > 30:
                             lm = 0
                         else:
                             lm = (lm + ((1 << sh) >> 1)) >> sh
-                        # from host/viper/snippets.py:229 (snippet addto)
+                        # from host/viper/snippets.py:285 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:459
+                # from host/viper/softmax.py:461
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
-            # from host/viper/snippets.py:197 (snippet expq15)
+            # from host/viper/snippets.py:253 (snippet expq15)
             k = (yv >> 5) * 1477                                 #!chk k
             k = k >> 21
             rr = yv - k * 45426
@@ -799,7 +773,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:463
+            # from host/viper/softmax.py:465
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -807,11 +781,22 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             S[j] = p
             S[V + j] = k
         # z normalized to zr < 2^16 (zr * 2^zr_e = z in Q(zq))
-        zr = z
-        zre = 0
-        while zr >= 65536:
-            zr = zr >> 1
-            zre += 1
+        # from host/viper/snippets.py:93 (snippet bitlen)
+        if z >= 0x10000:
+            if z >= 0x1000000:
+                zre = 24 + bl[z >> 24]
+            else:
+                zre = 16 + bl[z >> 16]
+        elif z >= 0x100:
+            zre = 8 + bl[z >> 8]
+        else:
+            zre = bl[z]
+        # from host/viper/softmax.py:473
+        zre -= 16
+        if zre < 0:
+            zre = 0
+        zr = z >> zre
+        # from host/viper/snippets.py:423 (snippet xent_grad)
         for j in range(V):
             if j == y:
                 # p_y - 1 = -(z - e_y) / z, from the exact integer sum of the others
@@ -821,10 +806,51 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     o = o << 1
                     e -= 1
                 q = o // zr                                         #!chk q
-                _store(dlogits, lb + j, 0 - q * ibm, e - zre + ibe)
+                wv = 0 - q * ibm
+                we = e - zre + ibe
             else:
                 q = (S[j] << 15) // zr                              #!chk q
-                _store(dlogits, lb + j, q * ibm, zq - 30 - S[V + j] - zre + ibe)
+                wv = q * ibm
+                we = zq - 30 - S[V + j] - zre + ibe
+            # from host/viper/snippets.py:116 (snippet unsign)
+            wsg = 0
+            if wv < 0:
+                wsg = 1
+                wv = 0 - wv
+            # from host/viper/snippets.py:30 (snippet pack_by)
+            if wv == 0:
+                pdl[lb + j] = 0
+            else:
+                # from host/viper/snippets.py:71 (snippet norm24_bl)
+                if wv >= 0x1000000:
+                    wt = wv >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                    wsh = bl[wt]
+                    # from host/viper/snippets.py:106 (snippet round_near)
+                    wv = (wv + (1 << (wsh - 1))) >> wsh
+                    # from host/viper/snippets.py:75 (snippet norm24_bl)
+                    we += wsh
+                    if wv >= 0x1000000:
+                        wv = wv >> 1
+                        we += 1
+                else:
+                    if wv >= 0x10000:
+                        wt = 8 - bl[wv >> 16]
+                    elif wv >= 0x100:
+                        wt = 16 - bl[wv >> 8]
+                    else:
+                        wt = 24 - bl[wv]
+                    wv = wv << wt
+                    we -= wt
+                # from host/viper/snippets.py:34 (snippet pack_by)
+                wbe = we + 150
+                if wbe >= 255:
+                    wbe = 255
+                    pdl[lb + j] = (wsg << 31) | (wbe << 23)
+                elif wbe <= 0:
+                    pdl[lb + j] = 0
+                else:
+                    pdl[lb + j] = (wsg << 31) | (wbe << 23) | (wv & 0x7FFFFF)
+        # from host/viper/softmax.py:478
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
         while z >= 32768:
@@ -839,7 +865,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:502
+# from host/viper/softmax.py:492
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
@@ -850,14 +876,14 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     return _LF[0]
 
 
-# from host/viper/softmax.py:512
+# from host/viper/softmax.py:502
 @micropython.viper
 def _xent_run(dlogits, logits, labels, B: int, V: int) -> int:
     ib = _xent_ib(B, V)
     return int(_xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF))
 
 
-# from host/viper/softmax.py:518
+# from host/viper/softmax.py:508
 def _xent_ib(B, V):
     # 1 / B as (15-bit mantissa, exponent), after the int32 limits of _xent [B3]: the sum z needs
     # V <= 2^14, the log of the product of the B sums (N ln2 in Q16) B log2(V) < 45000
