@@ -47,7 +47,7 @@ SRC = ROOT / "host" / "viper"
 OUT = ROOT / "lib" / "microformer"
 SNIPPETS = SRC / "snippets.py"
 # generated module -> its source; kernels_viper.py (hand-written) gathers them in one namespace
-MODULES = ("common", "gemm", "softmax", "optim", "elementwise", "conv", "sequence", "norm", "rows")
+MODULES = ("common", "gemm", "softmax", "optim", "elementwise", "conv", "sequence", "norm", "rows", "q8")
 
 # names a snippet may use without declaring them
 BUILTINS = frozenset(("range", "len", "int", "uint", "bool", "ptr8", "ptr16", "ptr32"))

@@ -13,6 +13,7 @@
 #   viper_norm         LayerNorm forward and backward
 #   viper_sequence     residual add, positional encoding add (and the learned positions' gradient),
 #                      embedding lookup / gradient, KV store
+#   viper_q8           the GEMM of int8 frozen weights (quant.py): forward and input gradient
 #   viper_rows         argmax (a predicted class, the next token of greedy decoding), gather_rows (batches)
 # A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
 # imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
@@ -101,8 +102,7 @@ from .actkind import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TA
 from .viper_common import zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
                          matmul_backward_input, matmul_backward_input_acc, matmul_backward_weight,
-                         matmul_forward, matmul_forward_kept, keep_weight, q8_matmul_backward_input,
-                         q8_matmul_forward)
+                         matmul_forward, matmul_forward_kept, keep_weight)
 from .viper_softmax import (attention_backward, attention_backward_dropout, attention_context,  # noqa: F401
                             attention_decode, attention_forward, crossentropy_softmax)
 from .viper_elementwise import (act_backward, act_forward, copy, dropout_apply, dropout_mask,  # noqa: F401
@@ -127,7 +127,8 @@ PORTABLE = (
 
 # Loaded on first use, so that a program that never trains (decoding), has no Conv1D, no
 # LayerNorm or no sequence layers keeps their code and its compilation off the heap: the
-# optimizer's kernels, the convolution's, LayerNorm's, the sequence kernels and the row kernels.
+# optimizer's kernels, the convolution's, LayerNorm's, the sequence kernels, the row kernels and
+# the int8 weights' GEMM.
 # (By full name: `from . import` would come back here through __getattr__; this module can
 # also be a package's __init__, as in the tests' instrumented copy.)
 _LAZY = {"adam_step": "viper_optim", "adam_update": "viper_optim", "params_commit": "viper_optim",
@@ -136,7 +137,8 @@ _LAZY = {"adam_step": "viper_optim", "adam_update": "viper_optim", "params_commi
          "layernorm_forward": "viper_norm", "layernorm_backward": "viper_norm",
          "add_forward": "viper_sequence", "argmax": "viper_rows", "embedding_backward": "viper_sequence",
          "embedding_forward": "viper_sequence", "gather_rows": "viper_rows", "kv_store": "viper_sequence",
-         "posembed_backward": "viper_sequence", "posenc_forward": "viper_sequence"}
+         "posembed_backward": "viper_sequence", "posenc_forward": "viper_sequence",
+         "q8_matmul_forward": "viper_q8", "q8_matmul_backward_input": "viper_q8"}
 
 
 def __getattr__(name):

@@ -7,7 +7,8 @@ import sys
 
 # modules a session on a Dense/attention classifier that only fits and evaluates never needs
 RARE = ("mf_demo", "mf_drift", "mf_extra", "mf_adapter", "mf_capture",
-        "microformer.viper_norm", "microformer.viper_conv", "microformer.viper_sequence", "microformer.decoder", "microformer.block",
+        "microformer.viper_norm", "microformer.viper_conv", "microformer.viper_sequence", "microformer.viper_q8",
+        "microformer.decoder", "microformer.block",
         "microformer.conv", "microformer.pool1d", "microformer.lora", "microformer.quant",
         "microformer.heatmap", "microformer.norm", "microformer.feedforward", "microformer.embedding",
         "microformer.posenc", "microformer.posembed", "microformer.stream", "microformer.golden")
