@@ -152,7 +152,7 @@ def run(model_name, backend, steps=None, warmup=3, rounds=None):
     for _ in range(warmup):                      # buffers get allocated here
         opt.zero_grad()
         loss_fn.forward(model.forward(x), labels)
-        model.backward(loss_fn.backward())
+        model.backward(loss_fn.backward(), True, False)   # grads; need_dx False: the input gradient is not used
         opt.step()
     gc.collect()
     best = None
@@ -163,7 +163,7 @@ def run(model_name, backend, steps=None, warmup=3, rounds=None):
             opt.zero_grad()
             loss_fn.forward(model.forward(x), labels)
             t1 = _us()
-            model.backward(loss_fn.backward())
+            model.backward(loss_fn.backward(), True, False)   # grads; need_dx False: the input gradient is not used
             t2 = _us()
             opt.step()
             t3 = _us()
@@ -180,7 +180,7 @@ def run(model_name, backend, steps=None, warmup=3, rounds=None):
         a0 = _mem_alloc()
         opt.zero_grad()
         loss_fn.forward(model.forward(x), labels)
-        model.backward(loss_fn.backward())
+        model.backward(loss_fn.backward(), True, False)   # grads; need_dx False: the input gradient is not used
         opt.step()
         alloc = _mem_alloc() - a0 if a0 >= 0 else -2
     except MemoryError:                  # the portable path can allocate more than the heap
@@ -213,7 +213,7 @@ def memory(steps=20):
     def step():
         opt.zero_grad()
         loss_fn.forward(model.forward(x), labels)
-        model.backward(loss_fn.backward())
+        model.backward(loss_fn.backward(), True, False)   # grads; need_dx False: the input gradient is not used
         opt.step()
     step()
     gc.collect()

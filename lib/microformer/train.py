@@ -5,6 +5,7 @@ from array import array
 
 from . import backend
 from .data import Batches
+from .layer import partial
 from .loss import CrossEntropyLoss
 from .optim import Adam
 from .tensor import Rng
@@ -55,13 +56,23 @@ def train_step(model, loss_fn, optimizer, X, y):
     optimizer.zero_grad()
     logits = model.forward(X)
     loss = loss_fn.forward(logits, y)        # raises NonFiniteLossError before any update
-    model.backward(loss_fn.backward())
+    _backward(model, loss_fn)
     # all or nothing: a non-finite gradient or update raises NonFiniteError with the weights as
     # they were; a Ctrl-C during the write is held until the step is complete (optim.py)
     optimizer.step()
     if not getattr(loss_fn, "classifies", True):
         return loss, 0                  # regression: no classes to count
     return loss, _correct(logits, y)
+
+
+def _backward(model, loss_fn):
+    # the model's backward from the loss's gradient; a model whose backward takes need_dx
+    # (layer.partial: Sequential and the library's layers) skips the input gradient nobody uses
+    # here. A function of its own, so train_step's frame stays within 11 words
+    if partial(model):
+        model.backward(loss_fn.backward(), True, False)
+    else:
+        model.backward(loss_fn.backward())
 
 
 def _correct(logits, y):

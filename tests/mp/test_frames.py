@@ -35,7 +35,7 @@ HOT = {
                  "Sequential._frozen_backward", "_down"],
     "loss.py": ["CrossEntropyLoss.forward", "CrossEntropyLoss._loss", "CrossEntropyLoss.backward",
                 "_labels_ok", "_len", "MSELoss.forward", "MSELoss.backward"],
-    "train.py": ["train_step", "_correct", "argmax"],
+    "train.py": ["train_step", "_backward", "_correct", "argmax"],
     "pool.py": ["GlobalAvgPool.forward", "GlobalAvgPool.backward"],
     "decoder.py": ["DecoderBlock.forward", "DecoderBlock._check_pair", "DecoderBlock._run", "DecoderBlock._self_fwd",
                    "DecoderBlock._cross_fwd", "DecoderBlock._ffn_fwd", "DecoderBlock.backward", "DecoderBlock._back",
