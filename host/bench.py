@@ -45,10 +45,18 @@ def callgrind(cmd, env, timeout, cwd=None):
 
 
 def _callgrind_ir(model, backend, steps, heap, exe=STOCK):
-    # total instructions of a whole run (startup + warmup + steps) under callgrind
+    # total instructions of a whole run (startup + warmup + steps) under callgrind; None, with
+    # the reason printed, when the run itself failed (a failed run's count measures nothing)
     env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"), PYTHONHASHSEED="0")
     cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench.py"), model, backend, str(steps), "1"]
-    return callgrind(cmd, env, 3600)[0]
+    ir, r = callgrind(cmd, env, 3600)
+    if r.returncode or not re.search(r"^RESULT ", r.stdout, re.M):
+        text = r.stdout + r.stderr
+        why = "out of memory" if "MemoryError" in text else "exit status %d" % r.returncode
+        print("  (%s %s, %d steps, -X heapsize=%s: the run failed, %s)" % (model, backend, steps, heap, why),
+              flush=True)
+        return None
+    return ir
 
 
 DECODE_WHAT = ("decode: Embedding -> PositionalEncoding -> EncoderBlock(E=32, H=2, causal, gelu) -> LayerNorm"

@@ -61,3 +61,23 @@ def test_the_table_lands_on_the_performance_page_as_a_table():
     assert "x1.10" in numpy_line and numpy_line.endswith("| met |")
     session_line = [x for x in lines if x.startswith("| " + _goal("session_kb")[1])][0]
     assert "| 300 |" in session_line and session_line.endswith("| missed |")
+
+
+def test_a_failed_run_gives_no_instruction_count(monkeypatch, capsys):
+    """A run that fails (the E=64 block does not fit a 512K heap) is no count: callgrind still
+    counts its instructions, and a difference of two failed runs would be a made-up figure."""
+    import subprocess
+
+    import bench
+    runs = {}
+
+    def fake(cmd, env, timeout, cwd=None):
+        return 1000, runs["r"]
+    monkeypatch.setattr(bench, "callgrind", fake)
+    runs["r"] = subprocess.CompletedProcess([], 1, "", "MemoryError: memory allocation failed")
+    assert bench._callgrind_ir("block", "viper", 1, "512K") is None
+    assert "out of memory" in capsys.readouterr().out
+    runs["r"] = subprocess.CompletedProcess([], 0, "warming up\n", "")
+    assert bench._callgrind_ir("block", "viper", 1, "512K") is None
+    runs["r"] = subprocess.CompletedProcess([], 0, "RESULT block viper 1 1 1 1 1 0 0 1\n", "")
+    assert bench._callgrind_ir("block", "viper", 1, "512K") == 1000
