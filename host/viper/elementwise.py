@@ -5,16 +5,7 @@ import micropython
 from array import array
 from math import exp, sqrt, tanh
 from .actkind import GELU, GELU_TANH, LEAKY_RELU, RELU, erf
-
-
-def _pk():
-    # the portable kernels (tanh and sigmoid run there), loaded on their first use; by full name,
-    # as kernels_viper's lazy kernels are (`from . import` would go through a package __getattr__)
-    import sys
-    full = __name__.rpartition(".")[0] + ".kernels"
-    __import__(full)
-    return sys.modules[full]
-from .viper_common import _store
+from .viper_common import _sibling, _store
 
 
 @micropython.viper
@@ -172,7 +163,7 @@ def act_forward(out, inp, N: int, kind: int):
     elif kind == int(GELU) or kind == int(GELU_TANH):
         _gelu(out, inp, N, _table(kind, 0), _NAN, inp, 0)
     else:
-        _pk().act_forward(out, inp, N, kind)
+        _sibling("kernels").act_forward(out, inp, N, kind)
 
 
 @micropython.viper
@@ -183,7 +174,7 @@ def act_backward(dinp, dout, inp, out, N: int, kind: int):
     elif kind == int(GELU) or kind == int(GELU_TANH):
         _gelu(dinp, inp, N, _table(kind, 1), _NAN, dout, 1)
     else:
-        _pk().act_backward(dinp, dout, inp, out, N, kind)
+        _sibling("kernels").act_backward(dinp, dout, inp, out, N, kind)
 
 
 # ---- dropout: out = inp * scale where kept, else 0 ---------------------------------------------

@@ -99,7 +99,7 @@
 # SIGMOID to the portable kernel.
 
 from .actkind import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
-from .viper_common import zero  # noqa: F401
+from .viper_common import _sibling, zero  # noqa: F401
 from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
                          matmul_backward_input, matmul_backward_input_acc, matmul_backward_weight,
                          matmul_forward, matmul_forward_kept, keep_weight)
@@ -129,8 +129,8 @@ PORTABLE = (
 # LayerNorm or no sequence layers keeps their code and its compilation off the heap: the
 # optimizer's kernels, the convolution's, LayerNorm's, the sequence kernels, the row kernels and
 # the int8 weights' GEMM.
-# (By full name: `from . import` would come back here through __getattr__; this module can
-# also be a package's __init__, as in the tests' instrumented copy.)
+# (viper_common._sibling imports them by full name: `from . import` would come back here through
+# __getattr__; this module can also be a package's __init__, as in the tests' instrumented copy.)
 _LAZY = {"adam_step": "viper_optim", "adam_update": "viper_optim", "params_commit": "viper_optim",
          "sgd_step": "viper_optim", "sgd_update": "viper_optim",
          "conv1d_forward": "viper_conv", "conv1d_backward": "viper_conv",
@@ -145,9 +145,5 @@ def __getattr__(name):
     mod = _LAZY.get(name) or (name in PORTABLE and "kernels")
     if not mod:
         raise AttributeError("module '%s' has no attribute '%s'" % (__name__, name))
-    import sys
-    pkg = __name__[:-14] if __name__.endswith(".kernels_viper") else __name__    # else: a package's __init__
-    full = pkg + "." + mod
-    __import__(full)
-    f = globals()[name] = getattr(sys.modules[full], name)    # bound here once: later uses skip this function
+    f = globals()[name] = getattr(_sibling(mod), name)    # bound here once: later uses skip this function
     return f

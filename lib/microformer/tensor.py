@@ -25,7 +25,6 @@ def zeros(n, typecode="f"):
     return a
 
 
-
 def shape_size(shape):
     """The number of values a tensor of `shape` holds (the product of its dimensions)."""
     n = 1
