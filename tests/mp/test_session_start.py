@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import helpers
-import bench  # noqa: E402  (host/ is on the path: helpers)
+from test_finetune import board_mpy
 
 # The smallest -X heapsize (KB) from which every larger one ran the bench's session on the 32-bit
 # port, measured with host/bench.py smallest_session_heap (mpy=True: the modules compiled as
@@ -109,8 +109,7 @@ def test_session_runs_in_the_heap_the_bench_reports(tmp_path, iris_flash, mpy):
     exe = helpers.need_interpreter("mp32")
     flash = iris_flash(tmp_path / "f")
     if mpy:
-        # compiled as make deploy compiles them (host/deploy.py, through the bench's own helper)
-        path = os.pathsep.join(bench.compiled_modules(exe, str(tmp_path / "mpy")) + [helpers.MP])
+        path = board_mpy(tmp_path / "mpy", exe)       # as make deploy compiles them
         kb = HEAP_MPY_KB
     else:
         path = os.pathsep.join([helpers.BOARD, helpers.LIB])

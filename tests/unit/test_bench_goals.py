@@ -5,6 +5,7 @@ import contextlib
 import io
 
 import helpers  # noqa: F401  (host/ is on the path)
+import bench
 import bench_goals
 import bench_sustained
 import perfpage
@@ -68,7 +69,6 @@ def test_a_failed_run_gives_no_instruction_count(monkeypatch, capsys):
     counts its instructions, and a difference of two failed runs would be a made-up figure."""
     import subprocess
 
-    import bench
     runs = {}
 
     def fake(cmd, env, timeout, cwd=None):
