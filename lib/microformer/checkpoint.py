@@ -640,59 +640,115 @@ def _read_tensor(f, p, rec, path):
 
 
 def _dtypes(named, have, path, model):
-    # the model's tensors as the file stores them (quant.file_dtypes; only when one is int8)
+    # the model's tensors as the file stores them, and the int8 weights to install once read
+    # (quant.file_dtypes; only when one is int8): nothing in the model changes here
     for name, p in named:
         if have[name][2] == _I8 or _is_i8(p):
             from .quant import file_dtypes
             return file_dtypes(named, have, path, model, _err)
-    return named
+    return named, ()
+
+
+_SCRATCH = 128      # floats per read when checking a record's values
+
+
+def _check_values(f, path, recs):
+    """Every value the records [(name, shape, offset, dtype)] hold is finite as float32: the
+    float32 data, and each int8 row's scale (save() refuses the same). CheckpointError naming the
+    tensor and the index otherwise; reads through one small buffer."""
+    from . import backend
+    from .finite import show
+    K = backend.K
+    buf = zeros(_SCRATCH)
+    mv = memoryview(buf)
+    for name, shape, off, dtype in recs:
+        n = shape_size(shape)
+        if dtype == _I8:
+            off += n            # the scales follow the int8 values
+            n = shape[0]
+        f.seek(off)
+        done = 0
+        while done < n:
+            k = n - done if n - done < _SCRATCH else _SCRATCH
+            if f.readinto(mv if k == _SCRATCH else mv[:k]) != 4 * k:
+                raise _err(path, "truncated while reading data")
+            i = K.first_nonfinite(buf, k)
+            if i >= 0:
+                if dtype == _I8:
+                    raise _err(path, "tensor %r: the int8 scale of row %d is %s (shape %r); a scale "
+                               "must be finite, as save() requires; the model is unchanged"
+                               % (name, done + i, show(buf[i]), shape))
+                raise _err(path, "tensor %r holds %s at index %d (shape %r); a checkpoint's values must "
+                           "be finite, as save() requires; the model is unchanged"
+                           % (name, show(buf[i]), done + i, shape))
+            done += k
+
+
+def _read_all(f, path, named, have, swaps):
+    # the last step of a load, every check passed: the data into the tensors, then the int8
+    # weights (read into new objects) into their layers
+    for name, p in named:
+        _read_tensor(f, p, have[name], path)
+    if swaps:
+        from .quant import install
+        install(swaps)
+
+
+def _checked(f, path, named, want, model, tag_given):
+    """Passes 1 and 2 of a load, nothing changed: the file verified, its tag, spec, names, shapes,
+    dtypes and values against `named` (the model's tensors). Returns (meta, have, named as the file
+    stores them, int8 swaps)."""
+    size = _verify(f, path)
+    ctag, meta, recs = _parse(f, path, size)
+    if ctag != want:
+        raise _err(path, "wrong model: checkpoint is for %r, this model is %r" % (ctag, want))
+    if not tag_given and "spec" in meta:
+        mine = _model_spec(model)       # None: a layer of one's own; tag and shapes decide
+        if mine is not None:
+            from .spec import difference
+            d = difference(meta["spec"], mine)
+            if d:
+                raise _err(path, "wrong model: the checkpoint's spec differs from this model's (%s)" % d)
+    have = {}
+    for rec in recs:
+        name = rec[0]
+        if name in have:
+            raise _err(path, "malformed (tensor %r twice)" % name)
+        have[name] = rec[1:]
+    for name, p in named:
+        if name not in have:
+            raise _err(path, "wrong model: checkpoint has no tensor %r" % name)
+    if len(recs) != len(named):
+        mine = {}
+        for name, p in named:
+            mine[name] = 1
+        for rec in recs:
+            if rec[0] not in mine:
+                raise _err(path, "wrong model: checkpoint has tensor %r the model lacks" % rec[0])
+    for name, p in named:
+        shape = have[name][0]
+        if tuple(shape) != tuple(p.shape):
+            raise _err(path, "wrong shape: %s: expected %r, got %r" % (name, tuple(p.shape), shape))
+    named, swaps = _dtypes(named, have, path, model)
+    _check_values(f, path, recs)
+    return meta, have, named, swaps
 
 
 def load(path, model, tag=None):
     """Copy the weights in `path` into `model`; return the metadata dict.
 
-    Everything is verified before the first weight changes; a refusal raises CheckpointError.
-    tag: the expected model tag; default model_tag(model).
+    Everything is verified before the first weight changes (the file, the tag, the spec, every
+    name, shape and dtype, every value finite); a refusal raises CheckpointError naming the file
+    and the tensor, and leaves the model as it was. tag: the expected model tag; default
+    model_tag(model).
     """
     _check_byteorder()
     path = _resolve(path, "checkpoint.load")
     want = model_tag(model) if tag is None else tag
     named = _named(model)
     with _open_read(path) as f:
-        size = _verify(f, path)
-        ctag, meta, recs = _parse(f, path, size)
-        if ctag != want:
-            raise _err(path, "wrong model: checkpoint is for %r, this model is %r" % (ctag, want))
-        if tag is None and "spec" in meta:
-            mine = _model_spec(model)       # None: a layer of one's own; tag and shapes decide
-            if mine is not None:
-                from .spec import difference
-                d = difference(meta["spec"], mine)
-                if d:
-                    raise _err(path, "wrong model: the checkpoint's spec differs from this model's (%s)" % d)
-        have = {}
-        for rec in recs:
-            name = rec[0]
-            if name in have:
-                raise _err(path, "malformed (tensor %r twice)" % name)
-            have[name] = rec[1:]
-        for name, p in named:
-            if name not in have:
-                raise _err(path, "wrong model: checkpoint has no tensor %r" % name)
-        if len(recs) != len(named):
-            mine = {}
-            for name, p in named:
-                mine[name] = 1
-            for rec in recs:
-                if rec[0] not in mine:
-                    raise _err(path, "wrong model: checkpoint has tensor %r the model lacks" % rec[0])
-        for name, p in named:
-            shape = have[name][0]
-            if tuple(shape) != tuple(p.shape):
-                raise _err(path, "wrong shape: %s: expected %r, got %r" % (name, tuple(p.shape), shape))
-        named = _dtypes(named, have, path, model)
-        for name, p in named:
-            _read_tensor(f, p, have[name], path)
+        meta, have, named, swaps = _checked(f, path, named, want, model, tag is not None)
+        _read_all(f, path, named, have, swaps)
     return meta
 
 
@@ -817,71 +873,133 @@ def _check_base(path, ameta, base_path):
     return base
 
 
+def _adapter_plan(path, model, groups):
+    """The adapters an adapter file's meta['lora'] adds to `model` (which has none), checked
+    before anything is made: [(rank, alpha, targets)] and {tensor name: shape} of every adapter
+    tensor they would make. CheckpointError naming the file and the entry otherwise (a forged
+    rank is caught here, against the file's tensor table, before a float is allocated)."""
+    from .lora import chosen
+    if not isinstance(groups, list) or not groups:
+        raise _err(path, "metadata 'lora' must be a non-empty list of {rank, alpha, targets}, got %r"
+                   % (groups,))
+    plan = []
+    shapes = {}
+    for k in range(len(groups)):
+        g = groups[k]
+        where = "metadata 'lora'[%d]" % k
+        if not isinstance(g, dict):
+            raise _err(path, "%s must be an object {rank, alpha, targets}, got %r" % (where, g))
+        rank = g.get("rank")
+        alpha = g.get("alpha")
+        targets = g.get("targets")
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise _err(path, "%s: rank must be an int >= 1, got %r" % (where, rank))
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 3.4e38:
+            raise _err(path, "%s: alpha must be a finite number > 0, got %r" % (where, alpha))
+        if not isinstance(targets, list) or not targets:
+            raise _err(path, "%s: targets must be a non-empty list of names, got %r" % (where, targets))
+        try:
+            found = chosen(model, targets)
+        except ValueError as e:
+            raise _err(path, "%s: %s" % (where, e))
+        for name, _, layer, slot in found:
+            pre = name + "." if name else ""
+            if pre + "lora_A" in shapes:
+                raise _err(path, "%s adapts %s a second time" % (where, name))
+            C, O = (layer.in_features, layer.out_features) if slot is None else (layer.embed_dim, layer.embed_dim)
+            shapes[pre + "lora_A"] = (rank, C)
+            shapes[pre + "lora_B"] = (O, rank)
+        plan.append((rank, alpha, targets))
+    return plan, shapes
+
+
+def _adapter_table(path, model, recs, shapes, ids):
+    # every tensor of an adapter file is an adapter it declares (shapes) or a tensor of the model
+    # (ids: the adapters the model has), float32, of the same shape; every declared one is there
+    mine = {}
+    for n, p in _named(model):
+        mine[n] = p
+    seen = {}
+    for name, shape, off, dtype in recs:
+        if name in seen:
+            raise _err(path, "malformed (tensor %r twice)" % name)
+        seen[name] = 1
+        if name in shapes:
+            want = shapes[name]
+        elif name in mine:
+            want = tuple(mine[name].shape)
+        else:
+            raise _err(path, "wrong model: the adapter holds tensor %r the model lacks" % name)
+        if tuple(shape) != want:
+            what = " (the rank its metadata 'lora' declares)" if name in shapes else ""
+            raise _err(path, "wrong shape: %s: expected %r%s, got %r" % (name, want, what, tuple(shape)))
+        if dtype != _F32:
+            raise _err(path, "tensor %r is int8: an adapter holds trained (float32) tensors only" % name)
+    for name in shapes:
+        if name not in seen:
+            raise _err(path, "its metadata 'lora' declares tensor %r, which the file does not hold" % name)
+
+
 def load_adapter(path, model, base_path):
     """Load base + adapter: refuse (CheckpointError) unless `path` is an adapter file for the
     checkpoint `base_path` (same CRC); load the base's weights into `model` (whose architecture
     is the base's), add the adapters the file describes (meta['lora']) unless the model has them,
-    then its tensors. Returns the adapter's metadata."""
+    then its tensors. Both files are checked whole first (tags, CRCs, the adapters' ranks and
+    targets against the model, every name, shape and value): a refusal leaves the model as it
+    was. Returns the adapter's metadata."""
     _check_byteorder()
     path = _resolve(path, "checkpoint.load_adapter")
-    ameta = read_header(path)["meta"]
-    _check_base(path, ameta, base_path)
-    groups = ameta.get("lora")
-    have = []
-    if "microformer.lora" in sys.modules:
-        have = sys.modules["microformer.lora"].spec_groups(model)
-    if groups is not None and have:
-        from .spec import difference
-        d = difference(groups, have, ("the adapter file", "the model"))
-        if d:
-            raise _err(path, "the model's adapters differ from the file's (%s)" % d.replace("spec", "lora", 1))
-    # the base first, into the model's base tensors (the adapters: not in the base file)
-    if have:
-        lora = sys.modules["microformer.lora"]
+    tag = model_tag(model)
+    with _open_read(path) as f:
+        size = _verify(f, path)
+        atag, ameta, recs = _parse(f, path, size)
+        if atag != "adapter:" + tag:
+            raise _err(path, "wrong model: %s %r, this model is %r" % (
+                "the adapter is for" if atag.startswith("adapter:") else "not an adapter file: its tag is",
+                atag[8:] if atag.startswith("adapter:") else atag, tag))
+        _check_base(path, ameta, base_path)
+        groups = ameta.get("lora")
+        lora = sys.modules.get("microformer.lora")
+        have = lora.spec_groups(model) if lora is not None else []
+        if groups is not None and have:
+            from .spec import difference
+            d = difference(groups, have, ("the adapter file", "the model"))
+            if d:
+                raise _err(path, "the model's adapters differ from the file's (%s)" % d.replace("spec", "lora", 1))
+        plan, shapes = ([], {}) if groups is None or have else _adapter_plan(path, model, groups)
         ids = {}
-        for _, a in lora.adapters(model):
-            ids[id(a.A)] = 1
-            ids[id(a.B)] = 1
-        _load_some(base_path, [(n, p) for n, p in _named(model) if id(p) not in ids], model_tag(model), model)
-    else:
-        load(base_path, model)
-        if groups is not None:
-            from .lora import add_lora
-            for g in groups:
-                add_lora(model, g["rank"], g["alpha"], g["targets"])
+        if have:
+            for _, a in lora.adapters(model):
+                ids[id(a.A)] = 1
+                ids[id(a.B)] = 1
+        _adapter_table(path, model, recs, shapes, ids)
+        _check_values(f, path, recs)
+    # the base, into the model's base tensors (the adapters are not in the base file): checked
+    # whole before anything changes
+    bpath = _resolve(base_path, "checkpoint.load_adapter")
+    base = [(n, p) for n, p in _named(model) if id(p) not in ids]
+    with _open_read(bpath) as bf:
+        have_b, named_b, swaps = _checked(bf, bpath, base, tag, model, bool(have))[1:]
+        if plan:
+            from . import lora
+            try:
+                for rank, alpha, targets in plan:
+                    lora.add_lora(model, rank, alpha, targets)
+            except MemoryError:
+                lora.remove_lora(model)
+                n = 0
+                for shape in shapes.values():
+                    n += shape_size(shape)
+                raise MemoryError("checkpoint.load_adapter: %r: out of memory adding its adapters (%d "
+                                  "floats with their grads); the model has no adapters, as before" % (path, 2 * n))
+        _read_all(bf, bpath, named_b, have_b, swaps)
     mine = {}
     for n, p in _named(model):
         mine[n] = p
-    h = read_header(path)
-    named = []
-    for n, shape in h["tensors"]:
-        if n not in mine:
-            raise _err(path, "wrong model: the adapter holds tensor %r the model lacks" % n)
-        named.append((n, mine[n]))
-    _load_some(path, named, h["tag"])
-    return ameta
-
-
-def _load_some(path, named, want, model=None):
-    # the tensors `named` (all in the file, same shapes) from a verified file whose tag is `want`
     with _open_read(path) as f:
-        size = _verify(f, path)
-        ctag, meta, recs = _parse(f, path, size)
-        if ctag != want:
-            raise _err(path, "wrong model: checkpoint is for %r, this model is %r" % (ctag, want))
-        have = {}
-        for rec in recs:
-            have[rec[0]] = rec[1:]
-        for name, p in named:
-            if name not in have:
-                raise _err(path, "wrong model: checkpoint has no tensor %r" % name)
-            if tuple(have[name][0]) != tuple(p.shape):
-                raise _err(path, "wrong shape: %s: expected %r, got %r" % (name, tuple(p.shape), have[name][0]))
-        if len(named) != len(recs):
-            raise _err(path, "wrong model: the file holds %d tensors, the model %d" % (len(recs), len(named)))
-        named = _dtypes(named, have, path, model)
-        for name, p in named:
-            _read_tensor(f, p, have[name], path)
+        for name, shape, off, dtype in recs:
+            _read_floats(f, mine[name].data, off, path)
+    return ameta
 
 
 # ---- the model spec a checkpoint carries ---------------------------------------------------

@@ -136,14 +136,35 @@ class LoRA(Buffered):
             out.append(row)
         return out
 
-    def merge_into(self, W):
-        d = self.delta()
+    def merge_into(self, W, row, write=True):
+        """W += (alpha/r) B A, a row at a time through `row` (array('f') of in_features or more:
+        each new value rounded to float32 as W stores it). write False: nothing is written, and
+        the result is the first (row, column) whose new value is not finite in float32, or None."""
+        A = self.A.data
+        B = self.B.data
         w = W.data
+        r = self.rank
         C = self.in_features
+        s = self.scaling
+        first_nonfinite = backend.K.first_nonfinite
         for o in range(self.out_features):
-            row = d[o]
+            base = o * C
             for c in range(C):
-                w[o * C + c] += row[c]
+                row[c] = w[base + c]
+            for k in range(r):
+                b = B[o * r + k] * s
+                if b != 0.0:
+                    ka = k * C
+                    for c in range(C):
+                        row[c] += b * A[ka + c]
+            if write:
+                for c in range(C):
+                    w[base + c] = row[c]
+            else:
+                c = first_nonfinite(row, C)
+                if c >= 0:
+                    return o, c
+        return None
 
 
 # ---- finding the linear maps of a model by name ------------------------------------------
@@ -221,26 +242,8 @@ def add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"), rng=None):
     trainable trains, base weights of an adapted layer included). Returns [(name, LoRA)] of the
     adapters.
     """
-    if isinstance(targets, str):
-        targets = (targets,)
-    targets = list(targets)
-    if not targets:
-        raise ValueError("lora: targets must name at least one kind %s or linear map, got []" % (KINDS,))
-    found = linears(model)
-    if not found:
-        raise ValueError("lora: %s has no Dense or Attention layer to adapt" % type(model).__name__)
-    chosen = []
-    for t in targets:
-        if not isinstance(t, str):
-            raise ValueError("lora: a target must be a string (a kind %s or a name), got %r" % (KINDS, t))
-        hit = [f for f in found if f[1] == t] if t in KINDS else [f for f in found if match(t, f[0])]
-        if not hit:
-            raise ValueError("lora: target %r matches no linear map; the model has %s"
-                             % (t, [f[0] for f in found]))
-        for f in hit:
-            if f not in chosen:
-                chosen.append(f)
-    for name, _, layer, slot in chosen:
+    picked = chosen(model, targets)
+    for name, _, layer, slot in picked:
         if _get(layer, slot) is not None:
             raise ValueError("lora: %s already has an adapter (mf.merge_lora(model) or mf.lora.remove_lora(model) first)" % name)
     keep = {}                            # adapters added before keep training
@@ -251,7 +254,7 @@ def add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"), rng=None):
         if id(g) not in keep:
             release_grad(g)
     out = []
-    for name, _, layer, slot in chosen:
+    for name, _, layer, slot in picked:
         if slot is None:
             a = LoRA(layer.in_features, layer.out_features, rank, alpha, rng)
             layer.lora = a
@@ -264,6 +267,31 @@ def add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"), rng=None):
         out.append((name, a))
     _settle(model)
     changed()
+    return out
+
+
+def chosen(model, targets):
+    """The linear maps [(name, kind, layer, slot)] that `targets` (kinds and/or names or globs, see
+    add_lora) name, in the order named; ValueError when one matches nothing. Changes nothing."""
+    if isinstance(targets, str):
+        targets = (targets,)
+    targets = list(targets)
+    if not targets:
+        raise ValueError("lora: targets must name at least one kind %s or linear map, got []" % (KINDS,))
+    found = linears(model)
+    if not found:
+        raise ValueError("lora: %s has no Dense or Attention layer to adapt" % type(model).__name__)
+    out = []
+    for t in targets:
+        if not isinstance(t, str):
+            raise ValueError("lora: a target must be a string (a kind %s or a name), got %r" % (KINDS, t))
+        hit = [f for f in found if f[1] == t] if t in KINDS else [f for f in found if match(t, f[0])]
+        if not hit:
+            raise ValueError("lora: target %r matches no linear map; the model has %s"
+                             % (t, [f[0] for f in found]))
+        for f in hit:
+            if f not in out:
+                out.append(f)
     return out
 
 
@@ -286,21 +314,33 @@ def merge_lora(model):
     model then runs as a plain one (decoding included). The merged weights stay frozen as they
     were. Returns the number of adapters merged."""
     n = 0
+    C = 0
     for name, _, layer, slot in linears(model):       # checked before anything changes
-        if _get(layer, slot) is not None and getattr(layer, "W" if slot is None else "W" + slot).__class__ is not Tensor:
+        a = _get(layer, slot)
+        if a is not None and getattr(layer, "W" if slot is None else "W" + slot).__class__ is not Tensor:
             raise ValueError("merge_lora: the base weight of %s is int8 (quant.int8), which cannot hold "
                              "W + (alpha/r) B A; quant.dequantize(model) first, then merge (and "
                              "quant.int8 again if wanted)" % name)
+        if a is not None and a.in_features > C:
+            C = a.in_features
+    row = Tensor.zeros((C,), "merge_row").data if C else None
+    for name, _, layer, slot in linears(model):       # every new weight finite in float32
+        a = _get(layer, slot)
+        if a is not None:
+            bad = a.merge_into(layer.W if slot is None else getattr(layer, "W" + slot), row, False)
+            if bad is not None:
+                raise ValueError("merge_lora: %s: W + (alpha/r) B A is not finite in float32 at row %d, "
+                                 "column %d (%s); nothing was merged" % (name, bad[0], bad[1], row[bad[1]]))
     for name, _, layer, slot in linears(model):
         a = _get(layer, slot)
         if a is None:
             continue
         if slot is None:
-            a.merge_into(layer.W)
+            a.merge_into(layer.W, row)
             layer.lora = None
             layer._wkeep[0] = None               # a backend's prepared copy of the old W
         else:
-            a.merge_into(getattr(layer, "W" + slot))
+            a.merge_into(getattr(layer, "W" + slot), row)
             setattr(layer, "lora_" + slot, None)
             layer._wkeep[_SLOTS.index(slot)][0] = None
         n += 1

@@ -3,23 +3,29 @@
 #
 #   key          type                         meaning (default when missing)
 #   task         'classify' | 'regress'       what the head's outputs are ('classify')
-#   classes      list of unique non-empty str classify: the label of each output (required)
-#   targets      list of unique non-empty str regress: the name of each output (y0, y1, ...)
+#   classes      list of unique names         classify: the label of each output (required)
+#   targets      list of unique names         regress: the name of each output (y0, y1, ...)
 #   input_shape  [F] or [L, C]                one example: F flat features, or a window of L
 #                                             readings of C channels, stored time-major as L*C
 #                                             numbers in a CSV row ([len(mean)])
 #   features     list of C names              the features (flat) or channels (window)
 #                                             (x0, x1, ...)
 #   mean, std    lists of C finite numbers    standardization per feature / channel, applied as
-#                                             (x - mean) / std; std > 0 (0.0 / 1.0: raw inputs)
+#                                             (x - mean) / std; std > 0 (0.0 / 1.0: raw inputs);
+#                                             judged as float32 (1e39 is inf there, 1e-46 is 0)
 #   data         str                          base data file on the board, under data/ (none)
 #   split_seed   int                          shuffles the base data's rows (0)
 #   n_train      int >= 0                     the first n_train shuffled rows are 'train', the
 #                                             rest 'test' (80 % of the rows, rounded down)
 #
+# A name (class, target, feature) is a non-empty str a CSV field holds as it is: no comma, double
+# quote, newline or space at either end (add_example writes it into data/user.csv, and the
+# reader must give the same name back).
 # check(meta) raises MetaError (a ValueError) naming the key, what it must be and what it is;
 # it returns the metadata with every default filled in, and a list of notes saying which keys
 # were defaulted and what they are for (conversion prints them).
+from array import array
+
 TASKS = ("classify", "regress")
 TRAIN_FRACTION = 0.8
 
@@ -43,6 +49,9 @@ def _names(where, key, v, n=None):
     for s in v:
         if not isinstance(s, str) or not s:
             raise _err(where, key, "a list of non-empty strings", v)
+        if s != s.strip() or _CSV_BAD(s):
+            raise _err(where, key, "a list of names a CSV field can hold (no comma, quote, newline, or "
+                       "space at either end: %r cannot be written to and read back from a data file)" % s, v)
     for i in range(len(v)):
         if v[i] in v[:i]:
             raise _err(where, key, "a list of unique names (%r repeats)" % v[i], v)
@@ -52,12 +61,23 @@ def _names(where, key, v, n=None):
     return list(v)
 
 
+def _CSV_BAD(s):
+    for c in ",\"\n\r":
+        if c in s:
+            return True
+    return False
+
+
 def _numbers(where, key, v, n, positive=False):
     if not isinstance(v, (list, tuple)) or len(v) != n:
         raise _err(where, key, "a list of %d numbers (one per feature/channel)" % n, v)
     for x in v:
         if not _is_num(x):
             raise _err(where, key, "a list of finite numbers", v)
+        f = array("f", (x,))[0]         # the value a board computes with (a float32 array)
+        if f - f != 0 or (x != 0 and f == 0):
+            raise _err(where, key, "a list of numbers within float32's range (%r is %s in float32; a "
+                       "board would compute with that)" % (x, f), v)
         if positive and not x > 0:
             raise _err(where, key, "a list of numbers > 0 (a std of %r would %s)"
                        % (x, "divide by zero" if x == 0 else "flip the feature's sign"), v)

@@ -282,9 +282,10 @@ def weight_bytes(model):
 
 def file_dtypes(named, have, path, model, err):
     """Checkpoint loading (checkpoint.py), every other check passed: the model's tensors as the file
-    stores them. A float32 tensor the file holds as int8 becomes an int8 weight (make_int8), an
-    int8 weight the file holds as float32 is refused (err(path, message)). Returns named with the
-    new weights."""
+    stores them, and what to install once they are read. A float32 tensor the file holds as int8
+    is read into a new int8 weight (make_int8), an int8 weight the file holds as float32 is refused
+    (err(path, message)); every tensor is judged before anything is made. Returns (named with the
+    new weights, swaps for install()); the model itself is not changed here."""
     want = {}
     for name, p in named:
         i8 = have[name][2] == 1
@@ -294,28 +295,38 @@ def file_dtypes(named, have, path, model, err):
         if i8 and not is_int8(p):
             want[id(p)] = name
     if not want:
-        return named
-    new = make_int8(model, want)
+        return named, ()
+    swaps = make_int8(model, want)
+    new = {}
+    for s in swaps:
+        new[s[0]] = s[3]
     for k in want:
         if k not in new:
             raise err(path, "tensor %r is int8 in the file, and the model's %r is not a Dense or "
-                      "attention weight matrix" % (want[k], want[k]))
-    return [(n, new.get(id(p), p)) for n, p in named]
+                      "attention weight matrix (nothing was changed)" % (want[k], want[k]))
+    return [(n, new.get(id(p), p)) for n, p in named], swaps
 
 
 def make_int8(model, ids):
-    """Checkpoint loading: the weight matrices whose current Tensor's id is in `ids` become int8
-    weights of the same name and shape (zeros, to be read into). Returns {id(old): new}."""
-    out = {}
+    """Checkpoint loading: for each weight matrix whose current Tensor's id is in `ids`, a new int8
+    weight of the same name and shape (zeros, to be read into). Returns the swaps
+    [(id(old), layer, attribute, new)] for install(); the model is not changed."""
+    out = []
     for _, layer, attr in _slots(model):
         w = getattr(layer, attr)
         if id(w) in ids and not isinstance(w, Int8Weight):
-            qw = Int8Weight(w.shape, w.name)
-            setattr(layer, attr, qw)
-            _forget_kept(layer, attr)
-            g = _grad(layer, attr)
-            if g.data is not None:
-                g.data = None                # an int8 weight never trains
-            out[id(w)] = qw
-    changed()
+            out.append((id(w), layer, attr, Int8Weight(w.shape, w.name)))
     return out
+
+
+def install(swaps):
+    """Put the int8 weights make_int8 made (and the checkpoint filled) in their layers: an int8
+    weight never trains, so its grad buffer goes."""
+    for _, layer, attr, qw in swaps:
+        setattr(layer, attr, qw)
+        _forget_kept(layer, attr)
+        g = _grad(layer, attr)
+        if g.data is not None:
+            g.data = None
+    if swaps:
+        changed()

@@ -1,5 +1,6 @@
 """Checkpoints: lib <-> lib, NumPy <-> lib, inside real MicroPython; damage, wrong models, crashes."""
 import os
+import re
 import random
 import signal
 import struct
@@ -89,10 +90,18 @@ def special_tensors(model, seed=0, finite=False):
 
 def test_numpy_write_lib_load(tmp_path):
     m = build(3)
-    tensors = special_tensors(m)
+    tensors = special_tensors(m, finite=True)
     path = str(tmp_path / "np.mfck")
     checkpoint_np.write(path, tensors, ck.model_tag(m), {"from": "numpy"})
     assert nospec(ck.load(path, m)) == {"from": "numpy"}
+    for name, p in m.named_params():
+        assert bytes(p.data) == tensors[name].tobytes(), name
+    # inf and NaN payloads: refused on load as on save, naming the tensor; the model unchanged
+    bad = str(tmp_path / "bad.mfck")
+    checkpoint_np.write(bad, special_tensors(m), ck.model_tag(m), {"from": "numpy"})
+    first = m.named_params()[0][0]
+    with pytest.raises(ck.CheckpointError, match="bad.mfck.*tensor '%s' holds inf at index 2" % re.escape(first)):
+        ck.load(bad, m)
     for name, p in m.named_params():
         assert bytes(p.data) == tensors[name].tobytes(), name
 
