@@ -97,10 +97,15 @@ def save_adapter(self, path=None):
 
 def load_adapter(self, path):
     """Load an adapter file (s.save_adapter) on top of this session's checkpoint, which must be
-    its base (else CheckpointError naming both CRCs); its base weights are read again."""
+    its base (else CheckpointError naming both CRCs); its base weights are read again, so it is
+    refused after a fit that was not saved. Both files are checked whole before anything changes."""
     path = adapter_path(self, path, "load_adapter")
     if not isinstance(path, str):
         raise ValueError("load_adapter: path must be a file name, got %r" % (path,))
+    if self._dirty:
+        raise ValueError("load_adapter: the base weights were fitted in this session and not saved: "
+                         "loading %s would replace them with %s's; s.save() first (or start a new "
+                         "Session to drop the fit)" % (path, self.checkpoint_path))
     checkpoint.load_adapter(path, self.model, self.checkpoint_path)
     self._dirty = False
     self._opt = None

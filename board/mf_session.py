@@ -11,7 +11,7 @@ import microformer as mf
 from microformer import checkpoint
 from microformer import meta as _meta
 from microformer.data import Dataset, read_rows
-from microformer.finite import hyper
+from microformer.finite import NonFiniteError, hyper
 from microformer.spec import from_spec
 from microformer.tensor import Rng, Tensor, shape_size, zeros
 from microformer.train import duration, evaluate as _evaluate, fit as _fit
@@ -300,6 +300,18 @@ def _fit_args(epochs, lr, verbose, on_error):
                          % (", ".join(repr(v) for v in FIT_ON_ERROR), on_error))
     return lr
 
+def _data_oom(path):
+    # a data file whose rows do not fit in the heap beside the model
+    gc.collect()
+    try:
+        size = "%d bytes" % os.stat(path)[6]
+    except OSError:
+        size = "size unknown"
+    return MemoryError("Session: out of memory reading %s (%s): its rows do not fit in the heap beside "
+                       "the model (free heap %s bytes); move rows out of it (mpremote cp, then edit) "
+                       "and start a new Session" % (path, size, _mem_free()))
+
+
 class Session:
     """A model loaded from flash with its data, ready to evaluate, predict and fine-tune.
 
@@ -343,15 +355,19 @@ class Session:
         self._adapter_ids = {}                # ids of the LoRA tensors (s.lora, s.load_adapter)
         self._dirty = False                   # base weights fitted since the checkpoint was read
         old = _threshold() if _threshold else None
+        self._reading = self.checkpoint_path    # the file a MemoryError while loading is about
         try:
             if _threshold:
                 _threshold(LOAD_GC_BYTES)        # reading leaves garbage among what stays
             self._load()
             if adapter is not None:
+                self._reading = self._path(adapter)
                 self.load_adapter(adapter)
         except MemoryError:
             self._cache = {}
-            raise self._oom("loading %s" % self.checkpoint_path)
+            if self._reading != self.checkpoint_path and not self._reading.endswith(".mfck"):
+                raise _data_oom(self._reading)
+            raise self._oom("loading %s" % self._reading)
         finally:
             if _threshold:
                 _threshold(old)
@@ -518,12 +534,15 @@ class Session:
         # A regression row: the example's numbers, then one number per target (the last one is
         # the reader's 'label' field). Returns the file's form (as mf_examples keeps it): X flat
         # with the columns before the last field, y indices into _file_labels().
+        self._reading = path
         try:
             X, y, labels, _ = read_rows(path, self.classes or None, None, len(self._file_columns()),
                                         "Session")
         except ValueError as e:
-            raise type(e)("%s. Fix or delete that line (from the host: mpremote edit :%s), then "
-                          "start a new Session" % (e, path))
+            raise (NonFiniteError if isinstance(e, NonFiniteError) else ValueError)(
+                "%s. Fix or delete that line (from the host: mpremote edit :%s), then start a new "
+                "Session" % (e, path))
+        self._reading = self.checkpoint_path
         if self.task == "classify":
             return X, y
         for s in labels:

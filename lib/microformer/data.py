@@ -124,12 +124,12 @@ def read_rows(path, classes=None, header=None, num_features=None, who="read_csv"
     number, else it is a data row), True (required), False (none). classes: the allowed label
     names in index order (None: first-seen order). num_features: the expected F.
     Blank lines and '#' comments are skipped. Every fault raises an error naming the file and
-    the line (and the column): a field that is not a number, a NaN / inf reading (judged as
+    the line (and the column): a line that is not UTF-8, a field that is not a number, a NaN / inf reading (judged as
     float32, so 1e39 is refused), a row with another field count than the header, an empty or
     unknown label, a missing file (OSError).
     """
     try:
-        f = open(path)
+        f = open(path, "rb")            # lines decoded one by one: an error names its line
     except OSError as e:
         code = e.args[0] if e.args and isinstance(e.args[0], int) else 0
         raise OSError(code, "%s: %s %r" % (who, "no such file:" if code == 2 else "cannot open", path))
@@ -144,6 +144,10 @@ def read_rows(path, classes=None, header=None, num_features=None, who="read_csv"
         lineno = 0
         for line in f:
             lineno += 1
+            try:
+                line = line.decode()
+            except UnicodeError:
+                raise ValueError("%s: %s line %d is not UTF-8 text (%r)" % (who, path, lineno, bytes(line[:40])))
             line = line.strip()
             if not line or line[0] == "#":
                 continue
