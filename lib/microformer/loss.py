@@ -3,17 +3,20 @@ from . import backend
 from .finite import NonFiniteError
 from .layer import Buffered, check_tensor, shape_error
 
-_INF = float("inf")
-_NEG_INF = -_INF
 
 
 class NonFiniteLossError(NonFiniteError):
     """The loss came out as nan or inf: the step is refused, the weights stay as they were."""
 
 
+_F32_MAX = 3.4028234663852886e38       # the largest float32: a board computes the loss in float32
+
+
 def _check_finite(who, value):
-    if value != value or value == _INF or value == _NEG_INF:
-        raise NonFiniteLossError("%s: loss is not finite (%r); refusing to train on it "
+    # judged as float32: a loss past its range (3e38 vs -3e38 gives 3.6e77 in a double) is inf
+    # on a board, and so is the gradient written with it
+    if value != value or not -_F32_MAX <= value <= _F32_MAX:
+        raise NonFiniteLossError("%s: loss is not finite as float32 (%r); refusing to train on it "
                                  "(lower the learning rate or check the inputs)" % (who, value))
     return value
 

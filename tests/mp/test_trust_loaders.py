@@ -52,6 +52,17 @@ def _check(r):
     assert r["meta_names_ok"] == "no error", r["meta_names_ok"]
 
 
+def _check_losses(r):
+    _has(r["mse_overflow"], "NonFiniteLossError", "MSELoss", "float32")
+    assert r["ce_ok"] == "no error" and r["mse_big_ok"] == "no error", (r["ce_ok"], r["mse_big_ok"])
+
+
+def test_losses_cpython():
+    r = {}
+    trust_loaders_mp.losses(r)
+    _check_losses(r)
+
+
 def test_loaders_cpython(tmp_path):
     _check(trust_loaders_mp.run(str(tmp_path)))
 
@@ -60,4 +71,6 @@ def test_loaders_micropython(tmp_path, micropython):
     out = tmp_path / "out.json"
     # a board without PSRAM: a rank-100000 adapter would need 3.2 MB per map
     helpers.run_micropython(helpers.script("trust_loaders_mp.py"), tmp_path, out, heap="512K", exe=micropython)
-    _check(json.loads(out.read_text()))
+    r = json.loads(out.read_text())
+    _check(r)
+    _check_losses(r)

@@ -265,8 +265,26 @@ def metadata(r):
     r["meta_names_ok"] = check(classes=["wave", "tap twice", "shake-it", "r\u00e9st"])
 
 
+def losses(r):
+    # 15. a loss beyond float32 (3e38 vs -3e38: 3.6e77 in a double) is refused, as the board's
+    # float32 arithmetic gives inf there
+    from array import array
+
+    from microformer.tensor import Tensor as T
+
+    def Tensor(shape, values):
+        return T(shape, array("f", values))
+    for key, loss in (("mse_overflow", mf.MSELoss()), ("ce_ok", mf.CrossEntropyLoss())):
+        if key == "mse_overflow":
+            r[key] = err(loss.forward, Tensor((1, 2), [3e38, 3e38]), Tensor((1, 2), [-3e38, -3e38]))
+        else:
+            r[key] = err(loss.forward, Tensor((1, 2), [1.0, -1.0]), [0])
+    r["mse_big_ok"] = err(mf.MSELoss().forward, Tensor((1, 2), [1e18, 0.0]), Tensor((1, 2), [-1e18, 0.0]))
+
+
 def run(root):
     r = {}
+    losses(r)
     adapters(root, r)
     int8_records(root, r)
     merge(root, r)
