@@ -50,6 +50,7 @@ DATASETS = ROOT / "datasets"
 VIPER_FILES = ("kernels_viper.py",) + tuple("viper_%s.py" % n for n in _VIPER_MODULES)
 
 MANIFEST = "/.microformer-deploy.json"
+MANIFEST_MAX = 32768                    # bytes: a full deploy's manifest is about 8 KB
 BOARD_CHECKPOINT = "/model.mfck"        # what finetune.Session() opens
 LIB_DIR = "/lib/microformer"
 LEGACY_CHECKPOINT = "/iris.mfck"       # where deploys before the manifest put the checkpoint
@@ -125,10 +126,25 @@ for p in paths:
         r['isdir'].append(p)
     else:
         r['sha'][p] = _sha(p)
+# the manifest, read defensively: a folder, more than %(max)d bytes or bytes that are not UTF-8
+# are reported (manifest_bad), never read whole nor decoded into an error
 try:
-    r['manifest'] = open(%(manifest)r).read()
+    st = os.stat(%(manifest)r)
 except OSError:
-    pass
+    st = None
+if st is not None:
+    if st[0] & 0x4000:
+        r['manifest_bad'] = 'a folder'
+    elif st[6] > %(max)d:
+        r['manifest_bad'] = str(st[6]) + ' bytes, more than the %(max)d a manifest may have'
+    else:
+        try:
+            with open(%(manifest)r, 'rb') as f:
+                r['manifest'] = f.read(%(max)d).decode()
+        except UnicodeError:
+            r['manifest_bad'] = 'not UTF-8 text'
+        except OSError as e:
+            r['manifest_bad'] = 'unreadable (' + str(e) + ')'
 print('SURVEY', json.dumps(r))
 """
 
@@ -181,27 +197,41 @@ def _parents(p):
 
 
 def survey(port, paths, dirs):
-    out = mpremote(port, "exec", SURVEY % {"paths": sorted(paths), "dirs": sorted(dirs), "lib": LIB_DIR,
-                                           "manifest": MANIFEST}, timeout=300)
+    out = mpremote(port, "exec", survey_code(paths, dirs), timeout=300)
     for line in out.splitlines():
         if line.startswith("SURVEY "):
             return json.loads(line[len("SURVEY "):])
     raise SystemExit("deploy: the board did not report its files:\n" + out)
 
 
-def read_manifest(text, say):
-    """{board path: sha256} from the manifest's text (None: none on the board)."""
-    if text is None:
+def survey_code(paths, dirs):
+    """The survey the board runs (SURVEY with its paths filled in)."""
+    return SURVEY % {"paths": sorted(paths), "dirs": sorted(dirs), "lib": LIB_DIR, "manifest": MANIFEST,
+                     "max": MANIFEST_MAX}
+
+
+def read_manifest(text, say, bad=None):
+    """{board path: sha256} from the manifest's text (None: none on the board). bad: why the
+    board could not read it (the survey's manifest_bad). A manifest deploy cannot read or use
+    counts as absent, and then nothing on the board is deploy's: {} (every file in the way is
+    kept as .bak)."""
+    if bad is None and text is None:
         return None
     try:
+        if bad is not None:
+            raise ValueError(bad)
+        if len(text) > MANIFEST_MAX:
+            raise ValueError("%d characters, more than the %d a manifest may have" % (len(text), MANIFEST_MAX))
         m = json.loads(text)
+        if not isinstance(m, dict):
+            raise ValueError("a JSON object with 'files', got %s" % type(m).__name__)
         files = m["files"]
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise ValueError("'files' must map board paths to SHA-256 strings")
         return dict(files)
     except (ValueError, KeyError, TypeError) as e:
-        say("the board's %s is not a deploy manifest (%s): every file on the board counts as yours "
-            "this time (kept as .bak when in the way)" % (MANIFEST, e))
+        say("the board's %s is not a deploy manifest deploy can read (%s): it counts as absent, and "
+            "every file on the board counts as yours this time (kept as .bak when in the way)" % (MANIFEST, e))
         return {}
 
 
@@ -363,7 +393,7 @@ def plan_deploy(port, want, shadows, checkpoint_path, checkpoint_mode, force, sa
         if p in want or p in shadows:
             raise SystemExit("deploy: the board has a folder at %s, where deploy puts a file: rename or "
                              "remove it (mpremote fs ...)" % p)
-    manifest = read_manifest(s["manifest"], say)
+    manifest = read_manifest(s["manifest"], say, s.get("manifest_bad"))
     record = {}
     rec_path = (checkpoint_path or BOARD_CHECKPOINT) + ".deployed"
     if rec_path in s["sha"]:
@@ -373,7 +403,9 @@ def plan_deploy(port, want, shadows, checkpoint_path, checkpoint_mode, force, sa
         if rec:
             record[rec_path[:-len(".deployed")]] = rec[0]
     plan = Plan(s, manifest, record)
-    plan.old_manifest_text = s["manifest"]
+    plan.old_manifest_text = s["manifest"] if s.get("manifest_bad") is None else None
+    if s.get("manifest_bad") == "a folder":          # in the way of the new manifest: kept, never removed
+        plan.keep_aside(MANIFEST, "a folder where deploy keeps its manifest", False)
     if plan.legacy:
         say("this board was deployed before deploy kept a manifest: its compiled modules (.mpy) and "
             "golden vectors count as deploy's; every other file in the way is kept as .bak")
