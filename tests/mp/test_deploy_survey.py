@@ -7,7 +7,6 @@ import subprocess
 import pytest
 
 import deploy
-import helpers
 
 
 def _survey(exe, flash, heap="256K"):
