@@ -32,6 +32,9 @@ import helpers
 
 
 def pytest_sessionstart(session):
+    if helpers.on_ci() and not session.config.pluginmanager.hasplugin("timeout"):
+        pytest.exit("CI runs every test with a time limit: pytest-timeout is missing (make setup installs "
+                    "requirements.txt)", returncode=3)
     if helpers.on_ci():
         missing = [n for n in ("stock", "mp32") if not os.path.exists(helpers.interpreter_file(n))]
         if missing:
@@ -59,6 +62,23 @@ SLOW = (
     "test_torch_io.py::test_cli_refuses_to_overwrite_and_asks_for_the_architecture",
     "test_decoder_dropout.py::test_torch_train_statistics",
 )
+
+
+# A time limit per test (pytest-timeout, requirements.txt): a test that hangs, or allocates without
+# end, is stopped and reported as failed instead of holding a worker for the rest of the run. The
+# longest tests of a full run take about 140 s alone on 2 busy cores (the Ctrl-C storm on the
+# 32-bit port); SLOW and LONG get LONG_TIMEOUT. A test's own @pytest.mark.timeout(s) wins.
+TIMEOUT = 300
+LONG_TIMEOUT = 900
+LONG = (
+    "test_trust_board.py::test_ctrl_c_storm_during_fit",
+    "test_trust_board.py::test_ctrl_c_while_the_handler_comes_and_goes_never_kills_the_board",
+)
+
+
+def time_limit(name):
+    """The per-test limit, in seconds, for a test named 'file.py::test'."""
+    return LONG_TIMEOUT if name in SLOW or name in LONG else TIMEOUT
 
 
 def pytest_configure(config):
@@ -108,6 +128,7 @@ def folder_problem(path, test, fixtures, board):
 def pytest_collection_modifyitems(config, items):
     names = set()
     misplaced = []
+    timed = config.pluginmanager.hasplugin("timeout")
     for item in items:
         name = "%s::%s" % (os.path.basename(str(item.fspath)), getattr(item, "originalname", item.name))
         names.add(name)
@@ -115,6 +136,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if uses_vboard(item):
             item.add_marker(pytest.mark.board)
+        if timed and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(time_limit(name)))
         problem = folder_problem(str(item.fspath), item.name, getattr(item, "fixturenames", ()),
                                  item.get_closest_marker("board") is not None)
         if problem and problem not in misplaced:
@@ -122,9 +145,10 @@ def pytest_collection_modifyitems(config, items):
     if misplaced:
         raise pytest.UsageError("tests in the wrong folder:\n  " + "\n  ".join(misplaced))
     files = set(n.split("::")[0] for n in names)
-    stale = [n for n in SLOW if n.split("::")[0] in files and n not in names]
-    if stale:
-        raise pytest.UsageError("tests/conftest.py SLOW names tests that do not exist: %s" % ", ".join(stale))
+    for what, listed in (("SLOW", SLOW), ("LONG", LONG)):
+        stale = [n for n in listed if n.split("::")[0] in files and n not in names]
+        if stale:
+            raise pytest.UsageError("tests/conftest.py %s names tests that do not exist: %s" % (what, ", ".join(stale)))
 
 
 def pytest_report_header(config):

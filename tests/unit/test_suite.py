@@ -111,3 +111,16 @@ def test_each_xdist_worker_deploys_from_its_own_folder(tmp_path):
     default = os.path.join(helpers.ROOT, "build", "deploy")
     assert sorted(seen) == ["gw0", "gw1"] and len(set(seen.values())) == 2, seen
     assert default not in seen.values(), seen
+
+
+def test_every_test_has_a_time_limit(tmp_path):
+    import conftest
+    slow_file, slow_name = conftest.SLOW[0].split("::")
+    source = ("import time\n\nimport pytest\n\n\n"
+              "def test_default(request):\n    assert request.node.get_closest_marker('timeout').args == (%d,)\n\n\n"
+              "def %s(request):\n    assert request.node.get_closest_marker('timeout').args == (%d,)\n\n\n"
+              "@pytest.mark.timeout(2)\ndef test_hangs():\n    time.sleep(30)\n"
+              % (conftest.TIMEOUT, slow_name, conftest.LONG_TIMEOUT))
+    r = _pytest(tmp_path, source, name=slow_file)
+    assert "1 failed, 2 passed" in r.stdout and "Timeout (>2.0s)" in r.stdout, r.stdout + r.stderr
+    assert conftest.TIMEOUT >= 300 and conftest.LONG_TIMEOUT >= 3 * 140    # the longest take ~140 s
