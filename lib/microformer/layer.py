@@ -295,6 +295,10 @@ class Layer(Buffered):
         for name, parts in entries:
             if name not in state_dict:
                 continue
+            for p in parts:
+                if p.__class__.__name__ == "Int8Weight":        # (no import: quant stays unloaded)
+                    raise TypeError("%s: %r is stored as int8 (quant.int8) and cannot take float32 "
+                                     "values; quant.dequantize(model) first (nothing was loaded)" % (who, name))
             t = _as_tensor(state_dict[name], who, name)
             want = (sum(p.shape[0] for p in parts),) + tuple(parts[0].shape[1:])
             if tuple(t.shape) != want:

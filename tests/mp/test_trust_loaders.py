@@ -37,6 +37,8 @@ def _check(r):
     # merge: every new weight checked before the first is written
     _has(r["merge_inf"], "ValueError", "merge_lora", "4.v_proj", "float32")
     assert r["merge_inf_same"] is True and r["merge_inf_adapters"] == 4
+    _has(r["state_dict_int8"], "TypeError", "load_state_dict", "6.weight", "stored as int8")
+    assert r["state_dict_int8_same"] is True
     # metadata: float32 range and names a CSV can hold
     # (on a single-precision port the literal 1e39 is already inf: refused as not finite)
     for k, key in (("meta_std_big", "'std'"), ("meta_mean_big", "'mean'")):

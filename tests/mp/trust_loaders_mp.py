@@ -225,6 +225,20 @@ def int8_records(root, r):
     r["weight_nan_same"] = state(fresh) == before
 
 
+def state_dict(r):
+    # load_state_dict into a model holding an int8 weight: refused before any tensor is written
+    m = model()
+    m.layers[6].trainable = False
+    quant.int8(m, ["6.weight"], show=False)
+    sd = {}
+    for k, v in m.state_dict().items():
+        sd[k] = v.tolist() if hasattr(v, "tolist") else v
+    sd["0.bias"] = [9.0] * 16
+    before = state(m)
+    r["state_dict_int8"] = err(m.load_state_dict, sd)
+    r["state_dict_int8_same"] = state(m) == before
+
+
 def merge(root, r):
     # merge: an adapter whose product overflows float32 is refused before any weight changes
     m = model()
@@ -288,6 +302,7 @@ def run(root):
     adapters(root, r)
     int8_records(root, r)
     merge(root, r)
+    state_dict(r)
     metadata(r)
     return r
 
