@@ -112,7 +112,12 @@ class Examples:
         for k in range(len(rows)):
             x, c = rows[k]
             float32_row("append to %s" % self.path, x, self.features, k)
-            lines.append(",".join(fmt(v) for v in x) + "," + self.classes[c])
+            label = self.classes[c]
+            if "," in label or "\n" in label or "\r" in label or label != label.strip():
+                raise ValueError("append to %s: label %r cannot be written as a CSV field and read back "
+                                 "(a comma, newline or space at either end); nothing was written"
+                                 % (self.path, label))
+            lines.append(",".join(fmt(v) for v in x) + "," + label)
         text = "\n".join(lines) + "\n"
         old = exists(self.path)
         if not old:

@@ -60,3 +60,14 @@ def test_a_full_write_appends(tmp_path):
     ex.append([([1.0, 2.0, 3.0], 1)])
     assert path.read_text() == HEADER + "0.1,0.2,0.3,tap\n1,2,3,hold\n"
     assert len(ex) == 2
+
+
+def test_a_label_a_csv_cannot_hold_is_refused_before_writing(tmp_path):
+    # meta.check refuses such class names when a session starts; the store refuses them too
+    path = tmp_path / "user.csv"
+    path.write_text(HEADER + "0.1,0.2,0.3,tap\n")
+    ex = mf_examples.Examples(str(path), ["ax", "ay", "az"], ["tap", "hold,long"],
+                              lambda p: read_rows(p, ["tap", "hold,long"], None, 3)[:2])
+    with pytest.raises(ValueError, match=r"user.csv.*'hold,long'.*CSV"):
+        ex.append([([1.0, 2.0, 3.0], 1)])
+    assert path.read_text() == HEADER + "0.1,0.2,0.3,tap\n" and len(ex) == 1
