@@ -59,9 +59,12 @@
 # reader, OSError(EISDIR) naming it.
 #
 # load() checks magic, header CRC, version, size and the whole-file CRC (pass 1, a 512-byte
-# scratch buffer), then the tag and every name and shape against the model (pass 2), and only
-# then reads the data straight into the parameter arrays with readinto (pass 3). Every refusal
-# is a CheckpointError (a ValueError) naming the file and what is wrong; the model is untouched.
+# scratch buffer), then the tag and every name, shape and dtype against the model (an int8
+# record only for a Dense or attention weight matrix) and every value (pass 2: each float32
+# value and int8 scale finite, as save() requires, read through a 128-float buffer), and only
+# then reads the data straight into the parameter arrays with readinto (pass 3; an int8 record
+# into a new int8 weight, put in its layer last). Every refusal is a CheckpointError (a
+# ValueError) naming the file and what is wrong; the model is untouched.
 # (Only a read error of the medium itself during pass 3, after the CRC passed, could leave a
 # partial copy.) A CRC-valid file is still data from anywhere, so pass 2 also refuses: a tag,
 # tensor name or metadata that is not UTF-8; metadata that is not a JSON object, or nests lists
@@ -812,7 +815,11 @@ def info(path, show=True):
 # metadata has "adapter_of": {"crc": the base file's whole-file CRC32 (its last 4 bytes), "tag":
 # the base's model tag}, and "lora": the adapters' spec entry (microformer.spec) when it holds
 # any. Its tensors are the model's trainable ones (those with a grad buffer: the adapters, or the
-# unfrozen tensors), under their checkpoint names.
+# unfrozen tensors), under their checkpoint names. load_adapter() checks both files whole before
+# the model changes: the adapter's tag and base CRC, its 'lora' entries (rank, alpha, targets
+# against the model's linear maps) against its tensor table (names and shapes [rank, in] and
+# [out, rank]: a forged rank is refused before anything is allocated), every value, then the
+# base as load() checks it; only then are adapters added and both files read.
 
 class _Some:
     # a model stand-in holding only some named tensors, for save()
