@@ -549,12 +549,15 @@ def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, 
 
     plan = plan_deploy(port, want, shadows, BOARD_CHECKPOINT if checkpoint else None,
                        checkpoint_mode or "keep", force, tell)
+    text = json.dumps({"version": 1, "files": plan.owned}, indent=1, sort_keys=True) + "\n"
+    if len(text.encode()) > MANIFEST_MAX:       # the next survey would not read it: stop first
+        raise SystemExit("deploy: the manifest would be %d bytes, more than the %d a board's survey reads "
+                         "(MANIFEST_MAX); nothing was changed on the board" % (len(text.encode()), MANIFEST_MAX))
     args = []
     if plan.ops:
         args += ["exec", APPLY % {"ops": plan.ops}, "+"]
     for local, remote in plan.copies:
         args += ["cp", local, ":" + remote, "+"]
-    text = json.dumps({"version": 1, "files": plan.owned}, indent=1, sort_keys=True) + "\n"
     if text != plan.old_manifest_text:
         args += ["exec", WRITE_MANIFEST % {"name": MANIFEST, "text": text}, "+"]
     args += ["exec", "import microformer\nprint('microformer', microformer.__version__, 'backends:', "

@@ -72,3 +72,16 @@ def test_a_manifest_that_is_a_folder_is_kept_aside(monkeypatch):
     assert ren[deploy.MANIFEST] == deploy.MANIFEST + ".bak", plan.ops
     assert ren["/finetune.mpy"] == "/finetune.mpy.bak"
     assert plan.old_manifest_text is None           # the new manifest gets written
+
+
+def test_a_full_deploys_manifest_is_well_within_the_bound():
+    # every module, entry point, golden file, a data file and the checkpoint, as deploy lists them
+    import os
+    import helpers
+    names = [deploy.LIB_DIR + "/" + f[:-3] + ".mpy" for f in os.listdir(os.path.join(helpers.LIB, "microformer"))
+             if f.endswith(".py")]
+    names += ["/" + f[:-3] + ".mpy" for f in os.listdir(helpers.BOARD) if f.endswith(".py")]
+    names += ["/golden/" + f for f in os.listdir(os.path.join(helpers.TESTS, "golden"))]
+    names += ["/data/iris.csv", deploy.BOARD_CHECKPOINT]
+    text = json.dumps({"version": 1, "files": dict((n, "ab" * 32) for n in names)}, indent=1, sort_keys=True)
+    assert 3 * len(text) < deploy.MANIFEST_MAX, (len(text), deploy.MANIFEST_MAX)
