@@ -238,3 +238,32 @@ def test_a_damaged_manifest_makes_every_file_the_users():
     for bad in ("{not json", json.dumps({"files": ["/a.mpy"]}), json.dumps({"version": 1})):
         assert deploy.read_manifest(bad, said.append) == {}, bad
         assert deploy.MANIFEST in said[-1] and "every file on the board counts as yours" in said[-1], said
+
+
+def test_a_manifest_deploy_cannot_read_counts_as_absent(tmp_path, iris_checkpoint):
+    # invalid UTF-8, a folder, 12,000 forged entries (about 1 MB): each time the next deploy works,
+    # keeps the user's changed file as .bak (nothing deploy cannot prove it wrote is overwritten)
+    # and writes a good manifest; a folder in the manifest's place is kept as .bak
+    with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
+        port, flash = str(b.port), b.flash
+        deploy.deploy(port, str(iris_checkpoint), say=lambda s: None)
+        m = flash / ".microformer-deploy.json"
+        for kind in ("utf8", "folder", "big"):
+            mine = ("# my own notes before the %s manifest\n" % kind).encode()
+            (flash / "golden" / "attention.mfg").write_bytes(mine)          # a deployed file, changed
+            m.unlink()
+            if kind == "utf8":
+                m.write_bytes(b'{"version": 1, "files": {"/golden/attention.mfg": "\xff\xfe"}}')
+            elif kind == "folder":
+                m.mkdir()
+                (m / "note.txt").write_text("a folder where the manifest goes")
+            else:
+                m.write_text(json.dumps({"version": 1, "files": dict(("/f%05d.mpy" % i, "ab" * 32)
+                                                                     for i in range(12000))}))
+            said = []
+            out = deploy.deploy(port, str(iris_checkpoint), say=said.append)
+            where = _kept(flash, "/golden/attention.mfg", mine)
+            assert where is not None and where.startswith("/golden/attention.mfg.bak"), (kind, out)
+            assert any("counts as absent" in s for s in said), (kind, said)
+            assert json.loads(m.read_text())["files"]["/model.mfck"] == deploy.sha256_file(iris_checkpoint)
+        assert (flash / ".microformer-deploy.json.bak" / "note.txt").read_text() == "a folder where the manifest goes"
