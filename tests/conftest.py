@@ -67,12 +67,13 @@ SLOW = (
 # A time limit per test (pytest-timeout, requirements.txt): a test that hangs, or allocates without
 # end, is stopped and reported as failed instead of holding a worker for the rest of the run. The
 # longest tests of a full run take about 140 s alone on 2 busy cores (the Ctrl-C storm on the
-# 32-bit port); SLOW and LONG get LONG_TIMEOUT. A test's own @pytest.mark.timeout(s) wins.
+# 32-bit port; four deploys to one virtual board about 120 s); SLOW and LONG get LONG_TIMEOUT. A test's own @pytest.mark.timeout(s) wins.
 TIMEOUT = 300
 LONG_TIMEOUT = 900
 LONG = (
     "test_trust_board.py::test_ctrl_c_storm_during_fit",
     "test_trust_board.py::test_ctrl_c_while_the_handler_comes_and_goes_never_kills_the_board",
+    "test_deploy_user_files.py::test_a_manifest_deploy_cannot_read_counts_as_absent",
 )
 
 
