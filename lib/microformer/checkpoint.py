@@ -772,13 +772,14 @@ def read_header(path):
 
 def read(path):
     """(meta, [(name, shape, array('f'))]) of a verified checkpoint, for inspection (an int8
-    tensor dequantized: q * scale)."""
+    tensor dequantized: q * scale). A NaN or inf value is refused, as load() refuses it."""
     _check_byteorder()
     path = _resolve(path, "checkpoint.read")
     out = []
     with _open_read(path) as f:
         size = _verify(f, path)
         tag, meta, recs = _parse(f, path, size)
+        _check_values(f, path, recs)
         for rec in recs:
             name, shape = rec[0], rec[1]
             if rec[3] == _I8:

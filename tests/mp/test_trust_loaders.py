@@ -20,6 +20,7 @@ def _check(r):
     _has(r["extra"], "CheckpointError", "extra.adapter.mfck", "9.lora_A")
     _has(r["target"], "CheckpointError", "target.adapter.mfck", "7.q_proj")
     _has(r["nan"], "CheckpointError", "nan.adapter.mfck", "4.v_proj.lora_B", "index 3", "nan")
+    _has(r["read_nan"], "CheckpointError", "nan.adapter.mfck", "4.v_proj.lora_B", "index 3", "nan")
     _has(r["inf"], "CheckpointError", "inf.adapter.mfck", "4.q_proj.lora_A", "index 0", "-inf")
     for k in ("rank", "extra", "target", "nan", "inf"):
         assert r[k + "_same"] is True, k

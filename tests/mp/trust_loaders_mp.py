@@ -168,6 +168,7 @@ def adapters(root, r):
         put_f32(record(recs, "4.v_proj.lora_B"), 3, float("nan"))
     forge(good, root + "/nan.adapter.mfck", None, nan)
     refused("nan", root + "/nan.adapter.mfck")
+    r["read_nan"] = err(checkpoint.read, root + "/nan.adapter.mfck")      # what host tools read
     # a value beyond float32 cannot be in a float32 record: inf is what the bits say
     def inf(recs):
         put_f32(record(recs, "4.q_proj.lora_A"), 0, float("-inf"))
