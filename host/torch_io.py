@@ -523,10 +523,32 @@ def from_torch(module, ignore_dropout=False):
     return _from_torch(module, ignore_dropout)[0]
 
 
+def _sequential_path(module):
+    # an nn.Sequential, a torch.nn module or one of this file's: the module tree walk; a module with
+    # a forward of its own: its graph (torch_fx.py)
+    return isinstance(module, nn.Sequential) or type(module).__module__.startswith("torch.nn") or \
+        type(module).__module__ in ("torch_io", __name__)
+
+
+def _convert(module, ignore_dropout):
+    """The conversion of `module` (its .model without weights, .perms, .channels_first, .in_channels)."""
+    if _sequential_path(module):
+        return _Conversion(module, ignore_dropout)
+    import torch_fx
+    c = torch_fx.convert(module, ignore_dropout, sys.modules[__name__])
+    for note in c.notes:
+        print("note: " + note)
+    return c
+
+
 def _from_torch(module, ignore_dropout=False):
-    c = _Conversion(module, ignore_dropout)
+    c = _convert(module, ignore_dropout)
     sd = _permute({k: v.detach() for k, v in module.state_dict().items()}, c.perms)
-    c.model.load_state_dict(sd)
+    try:
+        c.model.load_state_dict(sd)
+    except ValueError as e:
+        raise ValueError("from_torch: %s: its state_dict does not fit the layers its forward uses: %s"
+                         % (type(module).__name__, str(e).split(": ", 1)[-1]))
     return c.model, c
 
 
@@ -552,7 +574,7 @@ def load_into(module, checkpoint_or_model):
     if isinstance(model, (str, os.PathLike)):
         where = "checkpoint %s" % os.fspath(model)
         model = load_model(os.fspath(model))
-    c = _Conversion(module, True)
+    c = _convert(module, True)
     diff = difference(_weights_only_spec(to_spec(model)), _weights_only_spec(to_spec(c.model)),
                       (where, "the torch module"))
     if diff:
