@@ -16,6 +16,7 @@ layouts is folded away, and the Linear after a flatten of [B, C, L] gets its col
 op and the line of your source it came from.
 """
 import operator
+import os
 import re
 
 import torch
@@ -24,6 +25,8 @@ from torch.nn import functional as F
 
 import microformer as mf
 from microformer.graph import NamedSequential, PrependToken, Residual, SelectPosition, SeqReduce
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 # what the fx path maps (host/README.md "From PyTorch" has it as a table)
 SUPPORTED = ("modules: Linear, Conv1d, MaxPool1d, AvgPool1d, AdaptiveAvgPool1d(1), Flatten, LayerNorm, Embedding, "
@@ -67,7 +70,8 @@ class _Tracer(torch.fx.Tracer):
 def _where(node):
     # 'file.py:12 `h = ...`': the line of the user's source the node came from
     tb = node.stack_trace or ""
-    hits = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s*(.*)', tb)
+    hits = [h for h in re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', tb)
+            if not os.path.abspath(h[0]).startswith(_TORCH_DIR)]
     if not hits:
         return "(no source line recorded)"
     f, line, code = hits[-1]
@@ -208,7 +212,7 @@ class Conversion:
                 _, add, skip, branch = it
                 self.seen[add] = True
                 before = (self.layout, self.rank)
-                if self.layout not in (CL, None):
+                if self.layout not in (CL, CF, None):
                     self.refuse(add, "a residual around a value in layout %s" % self.layout)
                 inner, inner_names = self._run(self._chain(branch, skip), items[k + 1:])
                 if (self.layout, self.rank) != before and before[0] is not None:

@@ -1,0 +1,219 @@
+"""Eight torch models with their own forward (tests/fx_models.py), converted by graph capture
+(host/torch_fx.py through torch_io): each computes what torch computes (forward <= 1e-5 on the
+portable and NumPy backends; the gradients of every parameter by its torch name and of the input),
+keeps the module's state_dict names, round-trips through a checkpoint back into the user's own
+class (load_into, and the CLI both ways), and runs on both MicroPython ports."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fx_models
+import helpers
+import microformer as mf
+from torch_compare import close, torch
+import torch_io  # noqa: E402
+
+TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
+CASES = fx_models.CASES
+
+
+def _models(tmp_path):
+    return helpers.user_module(tmp_path, "gesture_models", fx_models.MODELS_PY)
+
+
+def _case(tmp_path, case, seed=1):
+    cls, make_x, to_mf, shape, softmax = CASES[case]
+    path, mod = _models(tmp_path)
+    tm = fx_models.randomize(torch, getattr(mod, cls)(), seed)
+    x = make_x(torch, torch.Generator().manual_seed(seed + 1))
+    return path, mod, tm, x
+
+
+def _mf_in(case, x):
+    return mf.Tensor.from_list(CASES[case][2](x).tolist())
+
+
+def _probs(y):
+    a = np.asarray(y.data if isinstance(y, mf.Tensor) else y, dtype=np.float64).reshape(y.shape)
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _want(case, tm, x):
+    with torch.no_grad():
+        return tm(x)
+
+
+def _got(case, y):
+    # the model's output as torch's: logits where torch ends with a softmax (it is left out)
+    return _probs(y) if CASES[case][4] else y
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_converts_and_computes_what_torch_computes(tmp_path, backend, case):
+    _, _, tm, x = _case(tmp_path, case)
+    model = torch_io.from_torch(tm).eval()
+    assert isinstance(model, mf.graph.NamedSequential)
+    close(_got(case, model(_mf_in(case, x))), _want(case, tm, x), case)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_keeps_the_modules_state_dict_names(tmp_path, case):
+    _, _, tm, _ = _case(tmp_path, case)
+    model = torch_io.from_torch(tm)
+    assert sorted(model.state_dict()) == sorted(tm.state_dict())
+    spec = mf.to_spec(model)
+    assert mf.spec.same_architecture(mf.to_spec(mf.from_spec(spec)), spec)
+
+
+def _grads_by_name(model):
+    g = {}
+    for p, d in model.params():
+        g[id(p)] = d
+    out = {}
+    for name, parts in model.state_parts():
+        out[name] = np.concatenate([np.asarray(g[id(p)].data, dtype=np.float64) for p in parts])
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_backward_gives_torchs_gradients(tmp_path, backend, case):
+    # training runs through every layer the forward maps to: the gradient of each parameter (by its
+    # torch name) and of the input, for one upstream gradient, as torch computes them
+    _, _, tm, x = _case(tmp_path, case, seed=3)
+    model, conv = torch_io._from_torch(tm)
+    model.eval()
+    if CASES[case][4]:                       # the softmax is left out: compare below it
+        tm.forward = _without_softmax(tm)
+    xt = x.clone().float().requires_grad_(x.dtype.is_floating_point)
+    y = tm(xt if x.dtype.is_floating_point else x)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(9))
+    tm.zero_grad()
+    (y * dy).sum().backward()
+    ym = model(_mf_in(case, x))
+    close(ym, y.detach(), case + " forward")
+    for p, d in model.params():
+        d.data[:] = mf.Tensor.zeros(d.shape).data
+    dx = model.backward(mf.Tensor.from_list(dy.tolist()), True, True)
+    got = _grads_by_name(model)
+    # (the Linear after a flatten of [B, C, L] has its columns in microformer's order)
+    got = torch_io._permute({k: torch.tensor(v).reshape(tm.state_dict()[k].shape) for k, v in got.items()},
+                            conv.perms, inverse=True)
+    for name, p in tm.named_parameters():
+        close(got[name], p.grad, "%s: d %s" % (case, name))
+    if x.dtype.is_floating_point:
+        close(np.asarray(dx.data).reshape(dx.shape), CASES[case][2](xt.grad), case + " dx")
+
+
+def _without_softmax(tm):
+    # the module's forward up to its softmax: the converted model's output
+    import types
+    gm = torch.fx.symbolic_trace(tm)
+    for n in gm.graph.nodes:
+        if n.op == "call_method" and n.target == "softmax":
+            n.replace_all_uses_with(n.args[0])
+            gm.graph.erase_node(n)
+    gm.recompile()
+    return types.MethodType(lambda self, x: gm(x), tm)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_round_trip_into_the_users_own_class(tmp_path, case):
+    _, mod, tm, x = _case(tmp_path, case)
+    model, conv = torch_io._from_torch(tm)
+    ck = tmp_path / "m.mfck"
+    mf.checkpoint.save(str(ck), model, {"spec": mf.to_spec(model)})
+    back = getattr(mod, CASES[case][0])()
+    assert torch_io.load_into(back, str(ck)) is back
+    for k, v in tm.state_dict().items():
+        assert torch.equal(back.state_dict()[k], v), k
+    # and the module's own load_state_dict takes the converted model's state_dict as it is (but
+    # for a Linear after a flatten of [B, C, L], whose columns load_into puts back in torch's order)
+    if conv.perms:
+        assert case == "conv-flatten" and list(conv.perms) == ["fc.weight"]
+        return
+    again = getattr(mod, CASES[case][0])()
+    again.load_state_dict({k: torch.tensor(v.tolist()) for k, v in mf.load_model(str(ck)).state_dict().items()},
+                          strict=True)
+    close(again.eval()(x), _want(case, tm, x), case + " via load_state_dict")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, TORCH_IO] + [str(a) for a in args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("case", ["gesture", "token-lm"])
+def test_cli_both_ways(tmp_path, case):
+    path, mod, tm, x = _case(tmp_path, case)
+    cls, _, _, shape, _ = CASES[case]
+    pt = tmp_path / "mine.pt"
+    torch.save(tm.state_dict(), pt)
+    ck = tmp_path / "mine.mfck"
+    args = ["--input-shape", "%d,%d" % tuple(shape)] if shape else []
+    r = _cli(pt, "--model", "%s:%s" % (path, cls), "--out", ck, *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    model = mf.load_model(str(ck)).eval()
+    close(model(_mf_in(case, x)), _want(case, tm, x), case + " from the CLI's checkpoint")
+    out = tmp_path / "back.pt"
+    r = _cli(ck, "--model", "%s:%s" % (path, cls), "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sd = torch.load(out, weights_only=True)
+    assert list(sd) == list(tm.state_dict())
+    for k, v in tm.state_dict().items():
+        assert torch.equal(sd[k], v), k
+
+
+def test_the_sequential_path_and_the_graph_give_the_same_model(tmp_path):
+    # where both apply (a module whose forward is a chain of known modules) the layers, the
+    # weights and the outputs agree; only the names differ (the module's own vs the indices)
+    from torch import nn
+
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv1d(3, 4, 3, padding=1)
+            self.b = nn.ReLU()
+            self.c = nn.MaxPool1d(2)
+            self.d = nn.Flatten()
+            self.e = nn.Linear(4 * 5, 2)
+
+        def forward(self, x):
+            return self.e(self.d(self.c(self.b(self.a(x)))))
+
+    tm = fx_models.randomize(torch, Chain(), 4)
+    seq = nn.Sequential(tm.a, tm.b, tm.c, tm.d, tm.e)
+    g, s = torch_io.from_torch(tm), torch_io.from_torch(seq)
+    gs, ss = mf.to_spec(g), mf.to_spec(s)
+    assert [l["type"] for l in gs["layers"]] == [l["type"] for l in ss["layers"]]
+    assert mf.spec.same_architecture(dict(gs["layers"][4]), dict(ss["layers"][4]))
+    for (kg, vg), (ks, vs) in zip(g.state_dict().items(), s.state_dict().items(), strict=True):
+        assert kg.split(".")[-1] == ks.split(".")[-1] and list(vg.data) == list(vs.data), (kg, ks)
+    x = torch.randn(2, 3, 10, generator=torch.Generator().manual_seed(1))
+    close(g(mf.Tensor.from_list(x.transpose(1, 2).tolist())), tm(x), "graph")
+
+
+def test_forward_on_micropython(tmp_path, micropython):
+    # every converted model inside MicroPython, portable loops and viper, against torch
+    jobs, wants = [], {}
+    for case in sorted(CASES):
+        _, _, tm, x = _case(tmp_path, case)
+        model = torch_io.from_torch(tm)
+        ck = tmp_path / (case + ".mfck")
+        mf.checkpoint.save(str(ck), model, {"spec": mf.to_spec(model)})
+        jobs.append({"case": case, "ck": str(ck), "x": CASES[case][2](x).tolist()})
+        wants[case] = _want(case, tm, x)
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    for backend, tol in (("python", 1e-5), ("viper", 5e-3)):
+        out = tmp_path / ("out-%s.json" % backend)
+        helpers.run_micropython(helpers.script("fx_models_mp.py"), str(tmp_path / "jobs.json"), str(out), backend,
+                                exe=micropython, heap="16M")
+        got = json.loads(out.read_text())
+        assert sorted(got) == sorted(CASES)
+        for case, r in got.items():
+            y = np.asarray(r["y"]).reshape(r["shape"])
+            close(_probs(y) if CASES[case][4] else y, wants[case], "MicroPython %s %s" % (backend, case), tol)
