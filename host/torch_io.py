@@ -544,6 +544,11 @@ def _convert(module, ignore_dropout):
 def _from_torch(module, ignore_dropout=False):
     c = _convert(module, ignore_dropout)
     sd = _permute({k: v.detach() for k, v in module.state_dict().items()}, c.perms)
+    unused = sorted(set(sd) - set(c.model.state_dict()))
+    if unused:
+        raise ValueError("from_torch: %s: its state_dict holds %s, which its forward never uses (the converted "
+                         "model would lose them and load_into could not give them back): remove them from the module"
+                         % (type(module).__name__, ", ".join(unused)))
     try:
         c.model.load_state_dict(sd)
     except ValueError as e:
@@ -779,11 +784,29 @@ def _factory_module(arg):
     return m
 
 
+F32_MAX = 3.4028234663852886e38
+
+
+def _check_values(sd, path):
+    """One line naming the tensor, the index and the value unless every floating value of the
+    state_dict is finite and within float32 (a 1e39 in a float64 tensor would become inf)."""
+    for k, v in sd.items():
+        if not torch.is_tensor(v) or not v.is_floating_point() or v.numel() == 0:
+            continue
+        flat = v.detach().reshape(-1).double()
+        bad = ~torch.isfinite(flat) | (flat.abs() > F32_MAX)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            _fail("%s: tensor %r holds %r at flat index %d (%d such values): weights must be finite float32 "
+                  "numbers (|w| <= %.8g)" % (path, k, float(flat[i]), i, int(bad.sum()), F32_MAX))
+
+
 def _module_from_pt(path, model_arg, trust):
     obj = _read_pt(path, trust)
     if isinstance(obj, nn.Module):
         if model_arg:
             _fail("%s holds a whole module; --model is for files that hold a state_dict" % path)
+        _check_values(obj.state_dict(), path)
         return obj, type(obj).__name__
     if not isinstance(obj, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in obj.items()):
         keys = list(obj)[:8] if isinstance(obj, dict) else None
@@ -793,6 +816,7 @@ def _module_from_pt(path, model_arg, trust):
     if not model_arg:
         _fail("%s holds a state_dict (%d tensors), which does not say the architecture: pass --model "
               "FILE.py:FACTORY, your Python file and the function in it that builds the module" % (path, len(obj)))
+    _check_values(obj, path)
     module = _factory_module(model_arg)
     try:
         module.load_state_dict(obj, strict=True)
@@ -928,6 +952,7 @@ def main(argv=None):
     ap.add_argument("--ignore-dropout", action="store_true", help="convert every dropout as p = 0")
     ap.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     a = ap.parse_args(argv)
+    _check_out(a.out)
     if os.path.exists(a.out) and not a.force:
         _fail("%s exists; pass --force to overwrite it" % a.out)
     if a.src.endswith(".mfck"):
@@ -946,16 +971,31 @@ def main(argv=None):
     if a.trust:
         print("torch_io: --trust: loading %s runs code from it" % a.src)
     module, what = _module_from_pt(a.src, a.model, a.trust)
-    model, conv = _from_torch(module, ignore_dropout=a.ignore_dropout)
+    try:
+        model, conv = _from_torch(module, ignore_dropout=a.ignore_dropout)
+    except ValueError as e:
+        _fail(" ".join(str(e).split()))
     if conv.channels_first:
         print("layout: the torch module takes [B, C, L]; the microformer model takes [B, L, C] (channels last)%s"
               % (": the Linear after Flatten has its columns reordered" if conv.perms else ""))
     meta = _session_meta(conv, meta, given, a.meta)
     meta["spec"] = to_spec(model)
     meta.setdefault("source", "torch %s: %s" % (torch.__version__, what))
-    n = checkpoint.save(a.out, model, meta)
+    try:
+        n = checkpoint.save(a.out, model, meta)
+    except (OSError, ValueError) as e:
+        _fail("--out %s: cannot write the checkpoint (%s)" % (a.out, _first_line(e)))
     print("wrote %s (%d bytes): %d params, %s" % (a.out, n, model.param_count(),
                                                   " -> ".join(l["type"] for l in meta["spec"].get("layers", [meta["spec"]]))))
+
+
+def _check_out(out):
+    # --out names a file in a folder that exists: said before anything is read or converted
+    if os.path.isdir(out):
+        _fail("--out %s is a folder; name the file to write (e.g. %s)" % (out, os.path.join(out, "model.mfck")))
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        _fail("--out %s: the folder %s does not exist (make it first)" % (out, folder))
 
 
 def _to_pt(a):
@@ -974,7 +1014,15 @@ def _to_pt(a):
         module = to_torch(model)
         what = ("a state_dict for torch_io.to_torch(mf.load_model(%r)) (channels last; --model FILE.py:FACTORY "
                 "writes your own module's layout instead)" % a.src)
-    torch.save({k: v.detach().clone() for k, v in module.state_dict().items()}, a.out)
+    sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    tmp = a.out + ".part"
+    try:                            # all or nothing: a failed write leaves no file behind
+        torch.save(sd, tmp)
+        os.replace(tmp, a.out)
+    except (OSError, RuntimeError) as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        _fail("--out %s: cannot write it (%s)" % (a.out, _first_line(e)))
     print("wrote %s: %s; torch.load(path, weights_only=True) reads it" % (a.out, what))
 
 
