@@ -110,7 +110,7 @@ class Residual(Layer):
             raise shape_error("Residual", "dy", repr(self._x.shape), dy.shape)
         self._buffers("_bwd", dy.shape)
         self._dx.data[:] = dy.data            # dy may be a buffer the inner layers overwrite
-        return self._add_inner(self._dx, grads)
+        return self._add_inner(self._dx, grads and self.trainable)
 
     def _add_inner(self, dx, grads):
         inner = self.inner
