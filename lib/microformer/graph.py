@@ -11,7 +11,7 @@
 from . import backend
 from .layer import Layer, check_tensor, shape_error
 from .model import Sequential
-from .tensor import Tensor
+from .tensor import Tensor, zeros
 
 
 def _seq(who, x):
@@ -122,6 +122,27 @@ class Residual(Layer):
         return dx
 
 
+def _rows(layer, key, fill):
+    # an array('f') of row numbers for the embedding kernels (a gather: out row n = table row
+    # ids[n]; a scatter-add: table row ids[n] += rows n), made once per shape and kept
+    c = layer.__dict__.get("_rowcache")
+    if c is None:
+        c = layer._rowcache = {}
+    a = c.get(key)
+    if a is None:
+        if len(c) >= 4:
+            c.clear()
+        a = c[key] = fill(key)
+    return a
+
+
+def _fill(values):
+    a = zeros(len(values))
+    for k in range(len(values)):
+        a[k] = values[k]
+    return a
+
+
 class SelectPosition(Layer):
     """SelectPosition(index): x [B,S,E] -> y [B,E] = x[:, index] (negative: from the end)."""
 
@@ -150,33 +171,37 @@ class SelectPosition(Layer):
         B, S, E = in_shape
         return B * E + B * S * E
 
+    def _ids(self):
+        # the rows b S + index of x viewed as [B S, E]
+        sh = self._x.shape
+        return _rows(self, (sh[0], sh[1], self._pos(sh[1])),
+                     lambda k: _fill([b * k[1] + k[2] for b in range(k[0])]))
+
     def forward(self, x):
         _seq("SelectPosition", x)
-        B, S, E = x.shape
-        i = self._pos(S)
+        self._pos(x.shape[1])
         self._buffers("_fwd", x.shape)
-        y = memoryview(self._y.data)
-        src = memoryview(x.data)
-        for b in range(B):
-            o = (b * S + i) * E
-            y[b * E:(b + 1) * E] = src[o:o + E]
         self._x = x
+        self._gather()
         return self._y
+
+    def _gather(self):
+        backend.K.embedding_forward(self._y.data, self._ids(), self._x.data, self._y.shape[0], self._y.shape[1],
+                                    self._x.size // self._x.shape[2])
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
         check_tensor("SelectPosition", "dy", dy)
         if dy.shape != self._y.shape:
             raise shape_error("SelectPosition", "dy", repr(self._y.shape), dy.shape)
-        B, S, E = self._x.shape
-        i = self._pos(S)
-        self._buffers("_bwd", self._x.shape)     # zeros: only position i gets a gradient
-        dx = memoryview(self._dx.data)
-        g = memoryview(dy.data)
-        for b in range(B):
-            o = (b * S + i) * E
-            dx[o:o + E] = g[b * E:(b + 1) * E]
+        self._buffers("_bwd", self._x.shape)
+        self._scatter(dy)
         return self._dx
+
+    def _scatter(self, dy):
+        # dx = 0 but for row index of each example, which is dy's row
+        backend.K.zero(self._dx.data, self._dx.size)
+        backend.K.embedding_backward(self._dx.data, dy.data, self._ids(), dy.shape[0], dy.shape[1])
 
 
 class PrependToken(Layer):
@@ -207,62 +232,85 @@ class PrependToken(Layer):
 
     def cache_floats(self, in_shape):
         B, S, E = in_shape
-        return B * (S + 1) * E + B * S * E
+        return B * (S + 1) * E + B * S * E + 2 * B * E
+
+    def _allocate(self, stage, shape, other, bufs):
+        Layer._allocate(self, stage, shape, other, bufs)
+        self._tok = bufs.zeros("_tok", (shape[0], shape[2]))     # the token's B rows (or their gradient)
+
+    def _seq_ids(self):
+        # row b (S+1) + 1 + s of y for row b S + s of x
+        sh = self._x.shape
+        return _rows(self, ("x", sh[0], sh[1]),
+                     lambda k: _fill([b * (k[2] + 1) + 1 + s for b in range(k[1]) for s in range(k[2])]))
+
+    def _tok_ids(self):
+        # row b (S+1) of y, the token's place in example b
+        sh = self._x.shape
+        return _rows(self, ("t", sh[0], sh[1]), lambda k: _fill([b * (k[2] + 1) for b in range(k[1])]))
+
+    def _zero_ids(self):
+        return _rows(self, ("0", self._x.shape[0]), lambda k: zeros(k[1]))
 
     def forward(self, x):
         _seq("PrependToken", x)
-        B, S, E = x.shape
-        if E != self.embed_dim:
+        if x.shape[2] != self.embed_dim:
             raise shape_error("PrependToken", "x", "[B,S,%d]" % self.embed_dim, x.shape)
         self._buffers("_fwd", x.shape)
-        y = memoryview(self._y.data)
-        src = memoryview(x.data)
-        tok = memoryview(self.W.data)
-        n = S * E
-        for b in range(B):
-            o = b * (n + E)
-            y[o:o + E] = tok
-            y[o + E:o + E + n] = src[b * n:(b + 1) * n]
         self._x = x
+        self._place()
         return self._y
+
+    def _place(self):
+        # y = 0; y rows of the sequence += x rows; the token's B rows (a gather of row 0 of W) added
+        # at their places: the embedding kernels' gather and scatter-add, no copy per value in Python
+        K = backend.K
+        K.zero(self._y.data, self._y.size)
+        K.embedding_backward(self._y.data, self._x.data, self._seq_ids(), self._x.shape[0] * self._x.shape[1],
+                             self.embed_dim)
+        K.embedding_forward(self._tok.data, self._zero_ids(), self.W.data, self._x.shape[0], self.embed_dim, 1)
+        K.embedding_backward(self._y.data, self._tok.data, self._tok_ids(), self._x.shape[0], self.embed_dim)
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
         check_tensor("PrependToken", "dy", dy)
         if dy.shape != self._y.shape:
             raise shape_error("PrependToken", "dy", repr(self._y.shape), dy.shape)
-        B, S, E = self._x.shape
-        n = S * E
         self._buffers("_bwd", self._x.shape)
-        dx = memoryview(self._dx.data)
-        g = memoryview(dy.data)
-        for b in range(B):
-            o = b * (n + E)
-            dx[b * n:(b + 1) * n] = g[o + E:o + E + n]
+        self._dy = dy
+        self._take()
         if grads and self.trainable and self.dW.data is not None:
-            self._grad(dy)
+            self._grad()
         return self._dx
 
-    def _grad(self, dy):
-        # dW += the token rows' gradient, summed over the batch
-        d = self.dW.data
-        g = dy.data
-        E = self.embed_dim
-        step = (self._x.shape[1] + 1) * E
-        for b in range(self._x.shape[0]):
-            o = b * step
-            for e in range(E):
-                d[e] += g[o + e]
+    def _take(self):
+        # dx = the rows of dy at the sequence's places (a gather)
+        backend.K.embedding_forward(self._dx.data, self._seq_ids(), self._dy.data,
+                                    self._x.shape[0] * self._x.shape[1], self.embed_dim, self._dy.shape[0] *
+                                    self._dy.shape[1])
+
+    def _grad(self):
+        # dW += the token rows of dy, summed over the batch (gathered, then added into row 0)
+        self._gather_tok()
+        backend.K.embedding_backward(self.dW.data, self._tok.data, self._zero_ids(), self._x.shape[0],
+                                     self.embed_dim)
+
+    def _gather_tok(self):
+        backend.K.embedding_forward(self._tok.data, self._tok_ids(), self._dy.data, self._tok.shape[0], self.embed_dim,
+                                    self._dy.size // self.embed_dim)
 
 
 class SeqReduce(Layer):
     """SeqReduce('sum' | 'max'): x [B,S,E] -> y [B,E], the sum or the maximum over S (torch's
-    x.sum(dim=1), x.amax(dim=1): the maximum's gradient goes to the first position holding it)."""
+    x.sum(dim=1), x.amax(dim=1)). The sum is the mean kernel's times S; the maximum is a max
+    pooling over the whole sequence, its gradient going to the first position holding it (torch's
+    amax splits it between equal maxima)."""
 
     def __init__(self, kind="sum"):
         if kind not in ("sum", "max"):
             raise ValueError("SeqReduce: kind must be 'sum' or 'max', got %r" % (kind,))
         self.kind = kind
+        self._max = kind == "max"
         self._x = None
 
     def check_input_shape(self, in_shape):
@@ -275,54 +323,32 @@ class SeqReduce(Layer):
 
     def cache_floats(self, in_shape):
         B, S, E = in_shape
-        return B * E + B * S * E + (B * E if self.kind == "max" else 0)
+        return B * E + B * S * E + (B * E if self._max else 0)
 
     def _allocate(self, stage, shape, other, bufs):
-        B, S, E = shape
-        if stage == "_fwd":
-            self._y = bufs.zeros("_y", (B, E))
-            if self.kind == "max":
-                self._arg = bufs.ints("_arg", B * E)
-        else:
-            self._dx = bufs.zeros("_dx", shape)
+        Layer._allocate(self, stage, shape, other, bufs)
+        if stage == "_fwd" and self._max:
+            self._arg = bufs.ints("_arg", shape[0] * shape[2])     # each maximum's position
 
     def forward(self, x):
         _seq("SeqReduce", x)
         self._buffers("_fwd", x.shape)
-        if self.kind == "sum":
-            self._sum(x)
-        else:
-            self._max(x)
         self._x = x
+        if self._max:
+            self._fmax()
+        else:
+            self._fsum()
         return self._y
 
-    def _sum(self, x):
-        B, S, E = x.shape
-        y = self._y.data
-        backend.K.zero(y, B * E)
-        src = x.data
-        for b in range(B):
-            for s in range(S):
-                o = (b * S + s) * E
-                for e in range(E):
-                    y[b * E + e] += src[o + e]
+    def _fsum(self):
+        sh = self._x.shape
+        backend.K.avgpool_forward(self._y.data, self._x.data, sh[0], sh[1], sh[2])
+        backend.K.scale_inplace(self._y.data, self._y.size, float(sh[1]))
 
-    def _max(self, x):
-        B, S, E = x.shape
-        y = self._y.data
-        arg = self._arg
-        src = x.data
-        for b in range(B):
-            for e in range(E):
-                best = src[b * S * E + e]
-                k = 0
-                for s in range(1, S):
-                    v = src[(b * S + s) * E + e]
-                    if v > best:
-                        best = v
-                        k = s
-                y[b * E + e] = best
-                arg[b * E + e] = k
+    def _fmax(self):
+        # (a 10-argument kernel: this call's frame is over the 11 words, as MaxPool1D's is)
+        sh = self._x.shape
+        backend.K.maxpool1d_forward(self._y.data, self._arg, self._x.data, sh[0], sh[1], sh[2], 1, sh[1], sh[1], 0)
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
@@ -330,19 +356,18 @@ class SeqReduce(Layer):
         if dy.shape != self._y.shape:
             raise shape_error("SeqReduce", "dy", repr(self._y.shape), dy.shape)
         self._buffers("_bwd", self._x.shape)
-        B, S, E = self._x.shape
-        dx = self._dx.data
-        g = dy.data
-        if self.kind == "sum":
-            for b in range(B):
-                for s in range(S):
-                    o = (b * S + s) * E
-                    for e in range(E):
-                        dx[o + e] = g[b * E + e]
+        self._dy = dy
+        if self._max:
+            self._bmax()
         else:
-            arg = self._arg
-            backend.K.zero(dx, B * S * E)      # the maxima move between steps
-            for b in range(B):
-                for e in range(E):
-                    dx[(b * S + arg[b * E + e]) * E + e] = g[b * E + e]
+            self._bsum()
         return self._dx
+
+    def _bsum(self):
+        sh = self._x.shape
+        backend.K.avgpool_backward(self._dx.data, self._dy.data, sh[0], sh[1], sh[2])
+        backend.K.scale_inplace(self._dx.data, self._dx.size, float(sh[1]))
+
+    def _bmax(self):
+        sh = self._x.shape
+        backend.K.maxpool1d_backward(self._dx.data, self._dy.data, self._arg, sh[0], sh[1], sh[2], 1)
