@@ -147,6 +147,7 @@ def _cli(*args):
                           timeout=300)
 
 
+@pytest.mark.slow           # (each of its four commands starts torch: 50 to 75 s on 2 busy cores)
 @pytest.mark.parametrize("case", ["gesture", "token-lm"])
 def test_cli_both_ways(tmp_path, case):
     path, mod, tm, x = _case(tmp_path, case)
