@@ -15,7 +15,10 @@
     Nothing from a .pt runs: it is read with torch.load(weights_only=True). A whole pickled module
     (torch.save(module)) needs --trust, which runs code from the file.
 
-Supported: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01), nn.Dropout,
+A module with a forward of its own (anything but an nn.Sequential or a torch.nn module) is converted
+by capturing its forward with torch.fx (torch_fx.py: residuals, transposes, means, x[:, 0], a learned
+token, ...); the converted model keeps the module's state_dict names.
+Supported in an nn.Sequential: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01), nn.Dropout,
 nn.MultiheadAttention (batch_first=True; its dropout), nn.LayerNorm, nn.Embedding,
 nn.TransformerEncoderLayer (batch_first=True; pre-norm or post-norm) / nn.TransformerDecoderLayer
 (norm_first=True, batch_first=True), nn.Sequential,
@@ -311,7 +314,10 @@ class _Conversion:
                     "in microformer's layout; only %s may follow there" % (self.layout,
                     "nn.Flatten" if self.layout == _CF_POOLED else
                     "Conv1d / MaxPool1d / AvgPool1d / AdaptiveAvgPool1d(1) / nn.Flatten" if self.layout == _CF
-                    else "nn.Linear"))
+                    else "nn.Linear") + ("; for a sequence layer after a Conv1d, write a module whose forward "
+                                         "transposes to [B, L, C] (x.transpose(1, 2)) before it, or use "
+                                         "ChannelsLastConv1d / ChannelsLastMaxPool1d / ChannelsLastAvgPool1d on "
+                                         "[B, L, C]" if self.layout == _CF else ""))
         self.layout = _FLAT
 
     def _flatten_size(self, where, m, siblings, i):

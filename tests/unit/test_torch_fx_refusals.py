@@ -197,3 +197,11 @@ def test_out_in_a_missing_folder_or_naming_a_folder(bad, tmp_path):
     assert "does not exist" in line, line
     line = _one_line(_cli(good, "--out", tmp_path / "dir.mfck"))
     assert "is a folder" in line, line
+
+
+def test_a_sequential_conv1d_before_an_encoder_says_what_works():
+    seq = torch.nn.Sequential(torch.nn.Conv1d(3, 16, 5, padding=2),
+                              torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True))
+    with pytest.raises(ValueError) as e:
+        torch_io.from_torch(seq)
+    assert "x.transpose(1, 2)" in str(e.value) and "ChannelsLastConv1d" in str(e.value), str(e.value)
