@@ -52,18 +52,24 @@ class NamedSequential(Sequential):
 
 
 def _named(layer, prefix, out):
-    # named_params through NamedSequential / Residual: the names they carry, then the leaf's own
+    # named_params through NamedSequential / Residual: the names they carry (whole paths), then the
+    # leaf's own. (A LoRA adapter's tensors are named relative to the model's top-level part,
+    # lora._tensor_names: inside a Residual, whose name is empty, that is the whole path already.)
     if isinstance(layer, NamedSequential):
         for i in range(len(layer.layers)):
-            _named(layer.layers[i], prefix + layer.names[i], out)
+            _named(layer.layers[i], layer.names[i], out)
     elif isinstance(layer, Residual):
         _named(layer.inner, prefix, out)
     elif hasattr(layer, "named_params") and not isinstance(layer, Sequential):
         for n, p in layer.named_params():
-            out.append((prefix + n, p))
+            out.append((_join(prefix, n), p))
     else:
         for p, _ in layer.params():
-            out.append((prefix + p.name, p))
+            out.append((_join(prefix, p.name), p))
+
+
+def _join(prefix, name):
+    return name if prefix and name.startswith(prefix) else prefix + name
 
 
 class Residual(Layer):

@@ -195,11 +195,25 @@ def _lin(kind, a, prefix, out):
             out[name[:-1] if name.endswith(".") else name] = (vals[0], vals[1])
 
 
+def _lin_named(spec, prefix, out):
+    # graph.py's containers: a NamedSequential's names prefix its layers' maps, a Residual adds none
+    kind = spec.get("type")
+    if kind == "NamedSequential":
+        for i in range(len(spec["layers"])):
+            _lin_named(spec["layers"][i], prefix + spec["names"][i], out)
+    elif kind == "Residual":
+        _lin_named(spec["inner"], prefix, out)
+    elif kind in _LIN:
+        _lin(kind, _args(spec, kind, "")[0], prefix, out)
+
+
 def linear_maps(spec):
     """{name: (in, out)} of every linear map of a (top-level) spec an adapter may sit on, named as
     mf.lora.linears(model) names them (layers of a Sequential nested in the top one: none)."""
     out = {}
-    if spec.get("type") == "Sequential":
+    if spec.get("type") in ("NamedSequential", "Residual"):
+        _lin_named(spec, "", out)
+    elif spec.get("type") == "Sequential":
         layers = spec["layers"]
         for i in range(len(layers)):
             if layers[i].get("type") in _LIN:

@@ -218,3 +218,26 @@ def test_forward_on_micropython(tmp_path, micropython):
         for case, r in got.items():
             y = np.asarray(r["y"]).reshape(r["shape"])
             close(_probs(y) if CASES[case][4] else y, wants[case], "MicroPython %s %s" % (backend, case), tol)
+
+
+@pytest.mark.parametrize("case", ["gesture", "residual-stack", "cls-token", "attention-sum"])
+def test_lora_adapters_on_a_converted_model_round_trip(tmp_path, case):
+    # adapters on the module's own names (inside residuals too) save and load as one checkpoint
+    _, _, tm, x = _case(tmp_path, case)
+    model = torch_io.from_torch(tm)
+    mf.seed(5)
+    mf.add_lora(model, 2, 4, ("attention", "ffn", "dense") if case in ("gesture", "residual-stack")
+                else ("attention", "dense"))
+    for p, _ in model.params():                  # adapters off zero, so that they change the output
+        if "lora_B" in p.name:
+            p.data[:] = mf.Tensor.from_list([0.01 * (i % 7 - 3) for i in range(p.size)]).data
+    names = [n for n, _ in model.named_params()]
+    assert any(n.startswith(("enc.self_attn.q_proj.lora", "layers.0.self_attn.q_proj.lora",
+                             "attn.q_proj.lora")) for n in names), names
+    ck = tmp_path / "lora.mfck"
+    mf.checkpoint.save(str(ck), model, {"spec": mf.to_spec(model)})
+    back = mf.load_model(str(ck)).eval()
+    assert [n for n, _ in back.named_params()] == names
+    model.eval()
+    xm = _mf_in(case, x)
+    np.testing.assert_array_equal(np.asarray(back(xm).data), np.asarray(model(xm).data))
