@@ -656,6 +656,10 @@ def apply_adapter(module, adapter_path):
 
 def _to_module(layer, where):
     name = type(layer).__name__
+    if name == "NamedSequential":
+        raise ValueError("to_torch: %s is a model converted from a torch module with its own forward (its names "
+                         "are that module's): put its weights back into that module with load_into(module, ...) "
+                         "(on the command line: --model FILE.py:FACTORY)" % where)
     if isinstance(layer, mf.Sequential):
         return nn.Sequential(*[_to_module(l, "%s[%d]" % (where, i)) for i, l in enumerate(layer.layers)])
     if isinstance(layer, mf.Transformer):
@@ -1017,7 +1021,10 @@ def _to_pt(a):
             _fail("%s does not fit the module --model %s builds: %s" % (a.src, a.model, _first_line(e)))
         what = "the state_dict of your module (--model %s)" % a.model
     else:
-        module = to_torch(model)
+        try:
+            module = to_torch(model)
+        except ValueError as e:
+            _fail("%s: %s" % (a.src, " ".join(str(e).split())))
         what = ("a state_dict for torch_io.to_torch(mf.load_model(%r)) (channels last; --model FILE.py:FACTORY "
                 "writes your own module's layout instead)" % a.src)
     sd = {k: v.detach().clone() for k, v in module.state_dict().items()}

@@ -205,3 +205,15 @@ def test_a_sequential_conv1d_before_an_encoder_says_what_works():
     with pytest.raises(ValueError) as e:
         torch_io.from_torch(seq)
     assert "x.transpose(1, 2)" in str(e.value) and "ChannelsLastConv1d" in str(e.value), str(e.value)
+
+
+def test_the_way_back_without_the_module_says_to_name_it(bad, tmp_path):
+    path, mod = bad
+    pt = tmp_path / "g.pt"
+    torch.save(mod.Good().state_dict(), pt)
+    ck = tmp_path / "g.mfck"
+    r = _cli(pt, "--model", "%s:Good" % path, "--out", ck)
+    assert r.returncode == 0, r.stderr
+    line = _one_line(_cli(ck, "--out", tmp_path / "back.pt"))
+    assert "own forward" in line and "--model FILE.py:FACTORY" in line, line
+    assert not (tmp_path / "back.pt").exists()
