@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import microformer as mf
-from microformer.graph import NamedSequential, PrependToken, Residual, SelectPosition, SeqReduce
+from microformer.graph import NamedSequential, PositionTable, PrependToken, Residual, SelectPosition, SeqReduce
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
@@ -33,7 +33,8 @@ SUPPORTED = ("modules: Linear, Conv1d, MaxPool1d, AvgPool1d, AdaptiveAvgPool1d(1
              "MultiheadAttention, TransformerEncoderLayer, TransformerEncoder, ReLU/GELU/Tanh/Sigmoid/LeakyReLU, "
              "Dropout, Softmax (last); functions and methods: relu gelu tanh sigmoid leaky_relu dropout, "
              "transpose/permute of the last two axes (folded), mean/sum/amax over the sequence, flatten/view/reshape, "
-             "x + f(x) (residual), x[:, i], torch.cat of a learned [1, 1, E] token, softmax/log_softmax (last), "
+             "x + f(x) (residual), x + a learned [1, L, E] table, x[:, i], torch.cat of a learned [1, 1, E] token, "
+             "softmax/log_softmax (last), "
              "contiguous")
 
 _ACT_FN = {torch.relu: "relu", F.relu: "relu", torch.tanh: "tanh", F.tanh: "tanh", torch.sigmoid: "sigmoid",
@@ -433,6 +434,8 @@ class Conversion:
             return self._getitem(n, n.args[1])
         if f is torch.cat:
             return self._cat(n)
+        if f in _ADD:
+            return self._add_table(n)
         self.refuse(n, "no microformer layer for it (supported: %s)" % SUPPORTED)
 
     def _method(self, n, name, after):
@@ -458,6 +461,8 @@ class Conversion:
             return self._view(n, shape, after)
         if name in _REDUCE:
             return self._reduce(n, name, n.args[1:], n.kwargs)
+        if name in ("add", "__add__"):
+            return self._add_table(n)
         self.refuse(n, "no microformer layer for it (supported: %s)" % SUPPORTED)
 
     def _act(self, n, kind):
@@ -627,6 +632,25 @@ class Conversion:
         self._set(CL, 3)
         return [(PrependToken(int(w.shape[-1])), target)]
 
+    def _add_table(self, n):
+        # x + self.pos (or self.pos[:, :S]), self.pos a learned [1, L, E] table
+        other = [a for a in n.args[:2] if not self.is_data.get(a)]
+        p = None
+        if len(other) == 1 and isinstance(other[0], torch.fx.Node):
+            c = other[0]
+            if c.op == "call_function" and c.target is operator.getitem and _leading_slice(c.args[1]):
+                c = c.args[0]
+            p = self._param(c)
+        if p is None or len(n.args) != 2 or n.kwargs:
+            self.refuse(n, "adds something other than x + f(x) (a residual) or x + self.pos (a learned [1, L, E] "
+                           "table, or self.pos[:, :S])")
+        target, w = p
+        if w.dim() != 3 or w.shape[0] != 1:
+            self.refuse(n, "the table %s is %s; a [1, L, E] parameter is supported" % (target, list(w.shape)))
+        self._plain(n, "x + %s" % target)
+        self._set(CL, 3)
+        return [(PositionTable(int(w.shape[1]), int(w.shape[2])), target)]
+
     def _param(self, node):
         # a module parameter, possibly expanded / repeated over the batch
         while isinstance(node, torch.fx.Node) and node.op == "call_method" and node.target in ("expand", "repeat"):
@@ -642,6 +666,12 @@ class Conversion:
 
 def io_layer(conv, m, where):
     return conv.io._Conversion._layer(conv._leaf_helper(), m, where)
+
+
+def _leading_slice(idx):
+    # [:, :S] (S anything: a size of the input), the positions from 0
+    return isinstance(idx, tuple) and len(idx) == 2 and idx[0] == slice(None) and isinstance(idx[1], slice) and \
+        idx[1].start in (None, 0) and idx[1].step in (None, 1)
 
 
 def _inputs(n):

@@ -40,10 +40,11 @@ class ConvFlatNet(nn.Module):                # [B, 4, 24] channels first, a conv
         return self.out(h)
 
 
-class ResidualStack(nn.Module):              # [B, 10, 6] sequence, post-norm encoders, hand-written residuals
+class ResidualStack(nn.Module):              # [B, 10, 6] sequence, learned positions, post-norm encoders, a residual
     def __init__(self, E=16):
         super().__init__()
         self.embed = nn.Linear(6, E)
+        self.pos = nn.Parameter(torch.zeros(1, 16, E))     # learned positions, up to 16
         self.layers = nn.ModuleList([nn.TransformerEncoderLayer(E, 4, 2 * E, dropout=0.0, batch_first=True,
                                                                 activation="gelu") for _ in range(2)])
         self.norm = nn.LayerNorm(E)
@@ -51,7 +52,7 @@ class ResidualStack(nn.Module):              # [B, 10, 6] sequence, post-norm en
         self.head = nn.Linear(E, 4)
 
     def forward(self, x):
-        h = self.embed(x)
+        h = self.embed(x) + self.pos[:, :x.size(1)]
         for layer in self.layers:
             h = layer(h)
         h = h + self.ff(self.norm(h))
@@ -102,11 +103,12 @@ class TinyLM(nn.Module):                     # token ids [B, 12] -> next-token l
         return self.lm_head(self.ln_f(h))
 
 
-class ClsTokenNet(nn.Module):                # [B, 6, 4] + a learned CLS token (torch.cat), ViT style
+class ClsTokenNet(nn.Module):                # [B, 6, 4] + a learned CLS token (torch.cat) and positions, ViT style
     def __init__(self, E=8):
         super().__init__()
         self.patch = nn.Linear(4, E)
         self.cls = nn.Parameter(torch.zeros(1, 1, E))
+        self.pos_embedding = nn.Parameter(torch.zeros(1, 7, E))
         self.enc = nn.TransformerEncoderLayer(E, 2, 16, dropout=0.0, batch_first=True, norm_first=True)
         self.norm = nn.LayerNorm(E)
         self.head = nn.Linear(E, 3)
@@ -114,7 +116,7 @@ class ClsTokenNet(nn.Module):                # [B, 6, 4] + a learned CLS token (
     def forward(self, x):
         h = self.patch(x)
         h = torch.cat([self.cls.expand(x.shape[0], -1, -1), h], dim=1)
-        h = self.enc(h)
+        h = self.enc(h + self.pos_embedding)
         return self.head(self.norm(h[:, 0]))
 
 

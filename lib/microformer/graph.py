@@ -6,11 +6,13 @@
 #   PrependToken(embed_dim)         [B,S,E] -> [B,S+1,E], a learned [1,1,E] token first
 #                                   (torch.cat([self.cls.expand(B, -1, -1), x], dim=1))
 #   SeqReduce(kind)                 [B,S,E] -> [B,E], the sum ('sum') or maximum ('max') over S
+#   PositionTable(max_len, E)       x + P[:, :S], P a learned [1, max_len, E] table (x + self.pos)
 # host/torch_fx.py maps a traced torch module onto them; each has forward and backward, so a
 # converted model trains on the board. The copies work a row (E floats) at a time.
 from . import backend
 from .layer import Layer, check_tensor, shape_error
 from .model import Sequential
+from .posembed import LearnedPositionalEmbedding
 from .tensor import Tensor, zeros
 
 
@@ -377,3 +379,22 @@ class SeqReduce(Layer):
     def _bmax(self):
         sh = self._x.shape
         backend.K.maxpool1d_backward(self._dx.data, self._dy.data, self._arg, sh[0], sh[1], sh[2], 1)
+
+
+
+class PositionTable(LearnedPositionalEmbedding):
+    """PositionTable(max_len, E): x [B,S,E] -> x + P[:, :S], P a learned [1, max_len, E] table
+    (torch's x + self.pos with self.pos = nn.Parameter(torch.zeros(1, S, E)), or x + self.pos[:, :S]):
+    a LearnedPositionalEmbedding whose table has torch's shape and the empty state_dict name (in a
+    NamedSequential, the torch parameter's name)."""
+
+    def __init__(self, max_len, embed_dim):
+        LearnedPositionalEmbedding.__init__(self, max_len, embed_dim)
+        self.W = Tensor((1, max_len, embed_dim), self.W.data, "")
+        self.dW = Tensor((1, max_len, embed_dim), self.dW.data, "d")
+
+    def params(self):
+        return ((self.W, self.dW),)
+
+    def state_parts(self):
+        return [("", [self.W])]

@@ -26,6 +26,7 @@ _MODULE = {'ActivationLayer': 'activation',
            'LearnedPositionalEmbedding': 'posembed',
            'MaxPool1D': 'pool1d',
            'NamedSequential': 'graph',
+           'PositionTable': 'graph',
            'PrependToken': 'graph',
            'Residual': 'graph',
            'SelectPosition': 'graph',
@@ -98,6 +99,7 @@ _LAYERS = {
     "SelectPosition": ("graph", lambda l: {"index": l.index}),
     "PrependToken": ("graph", lambda l: {"embed_dim": l.embed_dim}),
     "SeqReduce": ("graph", lambda l: {"kind": l.kind}),
+    "PositionTable": ("graph", lambda l: {"max_len": l.max_len, "embed_dim": l.embed_dim}),
 }
 
 # containers besides Sequential (graph.py): their parts are specs themselves

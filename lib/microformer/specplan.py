@@ -51,6 +51,7 @@ _P = {
     "SelectPosition": ("", "", "index"),
     "SeqReduce": ("", "", "kind"),
     "PrependToken": ("embed_dim", ":=1,=1,0", "embed_dim"),
+    "PositionTable": ("max_len embed_dim", ":=1,0,1", "max_len embed_dim"),
 }
 
 

@@ -102,6 +102,7 @@ SPECS = [
     {"type": "SelectPosition", "index": -1},
     {"type": "PrependToken", "embed_dim": 4},
     {"type": "SeqReduce", "kind": "max"},
+    {"type": "PositionTable", "max_len": 6, "embed_dim": 4},
 ]
 # graph.py's containers: a NamedSequential (names are whole paths, a PrependToken's its parameter's
 # name) with a Residual around a NamedSequential

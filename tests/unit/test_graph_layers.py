@@ -176,3 +176,19 @@ def test_named_sequential_trains():
         opt.step()
     assert v < 0.5 * first, (first, v)
     assert len(model.parameters()) == 9
+
+
+def test_position_table(backend):
+    # x + P[:, :S] with torch's [1, L, E] table, named by its container
+    from microformer.graph import PositionTable
+    layer = PositionTable(7, E)
+    P = _f32(_x(23, (1, 7, E)))
+    layer.W.data[:] = _t(P).data
+    x, dy = _f32(_x(24)), _f32(_x(25))
+    helpers.assert_close(_np(layer.forward(_t(x))), ref.learned_posembed_forward(x, P[0]), 1e-7, "y")
+    dx = layer.backward(_t(dy))
+    helpers.assert_close(_np(dx), dy, 1e-7, "dx")
+    helpers.assert_close(_np(layer.dW)[0], ref.learned_posembed_backward(dy, 7)[1], 1e-6, "dP")
+    assert layer.W.shape == (1, 7, E) and list(layer.state_dict()) == [""]
+    m = NamedSequential([layer], ["pos"])
+    assert list(m.state_dict()) == ["pos"] and [n for n, _ in m.named_params()] == ["pos"]
