@@ -279,3 +279,24 @@ def test_lora_adapters_on_a_converted_model_round_trip(tmp_path, case):
     model.eval()
     xm = _mf_in(case, x)
     np.testing.assert_array_equal(np.asarray(back(xm).data), np.asarray(model(xm).data))
+
+
+def test_apply_adapter_into_the_users_own_class(tmp_path):
+    # an adapter file trained on a converted model (adapters inside a residual too) merges into the
+    # user's own module, which then computes what the adapted model computes
+    _, mod, tm, x = _case(tmp_path, "residual-stack")
+    model = torch_io.from_torch(tm)
+    base = tmp_path / "base.mfck"
+    mf.checkpoint.save(str(base), model, {"spec": mf.to_spec(model)})
+    mf.seed(3)
+    mf.add_lora(model, 2, 4, ("attention", "dense"))
+    assert any(n.startswith("ff.0.lora_") for n, _ in model.named_params())
+    for p, _ in model.params():
+        if "lora_B" in p.name:
+            p.data[:] = mf.Tensor.from_list([0.02 * (i % 5 - 2) for i in range(p.size)]).data
+    adapter = tmp_path / "tuned.mfad"
+    mf.checkpoint.save_adapter(str(adapter), model, str(base))
+    mine = getattr(mod, CASES["residual-stack"][0])()
+    torch_io.load_into(mine, str(base))
+    assert torch_io.apply_adapter(mine, str(adapter)) is mine
+    close(mine.eval()(x), model.eval()(_mf_in("residual-stack", x)), "apply_adapter")
