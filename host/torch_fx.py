@@ -101,7 +101,8 @@ class Conversion:
         self.channels = None            # C of a [B, C, L] value, when known
         self.name = type(module).__name__
         leaves = (torch_io.GlobalAvgPool, torch_io.PositionalEncoding, torch_io.FeedForward,
-                  torch_io.LearnedPositionalEmbedding, torch_io.Reshape)
+                  torch_io.LearnedPositionalEmbedding, torch_io.Reshape, torch_io.SelfAttention,
+                  torch_io.ChannelsLastConv1d, torch_io.ChannelsLastMaxPool1d, torch_io.ChannelsLastAvgPool1d)
         try:
             graph = _Tracer(leaves).trace(module)
         except Exception as e:        # data-dependent control flow, unsupported Python
@@ -275,7 +276,7 @@ class Conversion:
             return self._flatten(n, after)
         if isinstance(m, nn.Linear):
             return self._linear(n, m, pre)
-        if isinstance(m, nn.MultiheadAttention):
+        if isinstance(m, nn.MultiheadAttention) and not isinstance(m, io.SelfAttention):
             return self._mha(n, m, pre)
         if isinstance(m, nn.TransformerEncoderLayer):
             return [(self._encoder_layer(n, m, target, n.kwargs, n.args[1:]), pre)]

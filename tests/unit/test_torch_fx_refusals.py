@@ -217,3 +217,29 @@ def test_the_way_back_without_the_module_says_to_name_it(bad, tmp_path):
     line = _one_line(_cli(ck, "--out", tmp_path / "back.pt"))
     assert "own forward" in line and "--model FILE.py:FACTORY" in line, line
     assert not (tmp_path / "back.pt").exists()
+
+
+def test_torch_ios_own_modules_inside_a_forward():
+    # the helper modules (channels-last convolution, SelfAttention, GlobalAvgPool) stay whole
+    import microformer as mf
+    from torch_compare import close
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch_io.ChannelsLastConv1d(3, 8, 3, padding=1)
+            self.attn = torch_io.SelfAttention(8, 2, causal=True)
+            self.pool = torch_io.GlobalAvgPool()
+            self.head = torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            h = torch.relu(self.conv(x))
+            return self.head(self.pool(h + self.attn(h)))
+
+    torch.manual_seed(0)
+    tm = Net().eval()
+    model = torch_io.from_torch(tm)
+    assert [type(l).__name__ for l in model.layers] == ["Conv1D", "ActivationLayer", "Residual", "GlobalAvgPool",
+                                                         "Dense"]
+    x = torch.randn(2, 6, 3)
+    close(model(mf.Tensor.from_list(x.tolist())), tm(x), "helpers in a forward")
