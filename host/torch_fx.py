@@ -32,7 +32,8 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 SUPPORTED = ("modules: Linear, Conv1d, MaxPool1d, AvgPool1d, AdaptiveAvgPool1d(1), Flatten, LayerNorm, Embedding, "
              "MultiheadAttention, TransformerEncoderLayer, TransformerEncoder, ReLU/GELU/Tanh/Sigmoid/LeakyReLU, "
              "Dropout, Softmax (last); functions and methods: relu gelu tanh sigmoid leaky_relu dropout, "
-             "transpose/permute of the last two axes (folded), mean/sum/amax over the sequence, flatten/view/reshape, "
+             "transpose/permute of the last two axes (folded), mean/sum/amax over the sequence, "
+             "adaptive_avg_pool1d(x, 1).squeeze(-1), flatten/view/reshape, "
              "x + f(x) (residual), x + a learned [1, L, E] table, x[:, i], torch.cat of a learned [1, 1, E] token, "
              "softmax/log_softmax (last), "
              "contiguous")
@@ -282,16 +283,19 @@ class Conversion:
             return [(self._encoder_layer(n, m, target, n.kwargs, n.args[1:]), pre)]
         if isinstance(m, nn.TransformerEncoder):
             return self._encoder(n, m, pre)
+        try:
+            layer = io._Conversion._layer(self._leaf_helper(), m, target)
+        except ValueError as e:
+            why = str(e).split(": ", 1)[-1]
+            if "no microformer layer for it" in why:
+                why = "%s: no microformer layer for it (supported: %s)" % (type(m).__name__, SUPPORTED)
+            self.refuse(n, why)
         if isinstance(m, nn.Embedding):
             if self.layout is not None:
                 self.refuse(n, "an Embedding must take the model's input (token ids)")
             self._set(CL, 3)
         else:
             self._plain(n, type(m).__name__)
-        try:
-            layer = io._Conversion._layer(self._leaf_helper(), m, target)
-        except ValueError as e:
-            self.refuse(n, str(e).split(": ", 1)[-1])
         return [(layer, pre)]
 
     def _leaf_helper(self):
@@ -437,6 +441,14 @@ class Conversion:
             return self._cat(n)
         if f in _ADD:
             return self._add_table(n)
+        if f is F.adaptive_avg_pool1d:
+            size = n.args[1] if len(n.args) > 1 else n.kwargs.get("output_size")
+            if size not in (1, (1,), [1]) or self.layout != CF:
+                self.refuse(n, "adaptive_avg_pool1d(x, 1) of a [B, C, L] value (the mean over L) is supported")
+            self._set(CF_POOLED, 3)
+            return [(mf.GlobalAvgPool(), "")]
+        if f is torch.squeeze:
+            return self._squeeze(n, n.args[1:])
         self.refuse(n, "no microformer layer for it (supported: %s)" % SUPPORTED)
 
     def _method(self, n, name, after):
@@ -464,6 +476,8 @@ class Conversion:
             return self._reduce(n, name, n.args[1:], n.kwargs)
         if name in ("add", "__add__"):
             return self._add_table(n)
+        if name == "squeeze":
+            return self._squeeze(n, n.args[1:] or [n.kwargs.get("dim")])
         self.refuse(n, "no microformer layer for it (supported: %s)" % SUPPORTED)
 
     def _act(self, n, kind):
@@ -588,6 +602,14 @@ class Conversion:
         else:
             self._set(CL, 2)
         return [(mf.Reshape((size,)), "")]
+
+    def _squeeze(self, n, dims):
+        # [B, C, 1] -> [B, C] after a pooling to one position: nothing to do in microformer
+        d = dims[0] if dims else None
+        if self.layout != CF_POOLED or d not in (2, -1):
+            self.refuse(n, "squeeze(-1) of a [B, C, 1] value (after adaptive_avg_pool1d(x, 1)) is supported")
+        self._set(CL, 2)
+        return []
 
     def _reduce(self, n, name, args, kwargs):
         dim = args[0] if args else kwargs.get("dim")

@@ -243,3 +243,28 @@ def test_torch_ios_own_modules_inside_a_forward():
                                                          "Dense"]
     x = torch.randn(2, 6, 3)
     close(model(mf.Tensor.from_list(x.tolist())), tm(x), "helpers in a forward")
+
+
+def test_functional_pooling_and_an_unknown_module():
+    # F.adaptive_avg_pool1d(x, 1).squeeze(-1) maps; a module without a layer (BatchNorm1d) is named as
+    # such, not blamed on its layout
+    import microformer as mf
+    from torch_compare import close
+
+    class CNN(torch.nn.Module):
+        def __init__(self, bn=False):
+            super().__init__()
+            self.c1 = torch.nn.Conv1d(6, 8, 5)
+            self.bn = torch.nn.BatchNorm1d(8) if bn else torch.nn.Identity()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            x = torch.relu(self.bn(self.c1(x)))
+            return self.fc(torch.nn.functional.adaptive_avg_pool1d(x, 1).squeeze(-1))
+
+    torch.manual_seed(1)
+    tm = CNN().eval()
+    x = torch.randn(2, 6, 12)
+    close(torch_io.from_torch(tm)(mf.Tensor.from_list(x.transpose(1, 2).tolist())), tm(x), "pooled CNN")
+    with pytest.raises(ValueError, match=r"node 'bn' \(call_module bn\) at .*: BatchNorm1d: no microformer layer"):
+        torch_io.from_torch(CNN(bn=True))
