@@ -484,3 +484,65 @@ def decoder_block_backward(dy, cache, p):
             if v is not None:
                 g[prefix + k[1:]] = v
     return dx1 + dl1, dmem, g
+
+
+# ---------------------------------------------------------------- what a torch forward does between layers
+# (microformer.graph: a residual, a CLS position, a learned token before the sequence, a sum or a
+# maximum over the sequence)
+
+
+def residual_forward(x, f):
+    """y = x + f(x); f a function of x."""
+    return x + f(x)
+
+
+def residual_backward(dy, df):
+    """dx = dy + J_f^T dy, df(dy) giving the inner function's input gradient."""
+    return dy + df(dy)
+
+
+def select_position_forward(x, index):
+    """x [B,S,E] -> x[:, index] [B,E]."""
+    return x[:, index, :]
+
+
+def select_position_backward(dy, S, index):
+    """dx [B,S,E]: dy at position index, zeros elsewhere."""
+    B, E = dy.shape
+    dx = np.zeros((B, S, E))
+    dx[:, index, :] = dy
+    return dx
+
+
+def prepend_token_forward(x, token):
+    """x [B,S,E], token [E] -> [B,S+1,E] with the token at position 0 of every example."""
+    B, S, E = x.shape
+    return np.concatenate([np.broadcast_to(token.reshape(1, 1, E), (B, 1, E)), x], axis=1)
+
+
+def prepend_token_backward(dy):
+    """Returns dx [B,S,E] (positions 1..S) and dtoken [E] (position 0 summed over the batch)."""
+    return dy[:, 1:, :], dy[:, 0, :].sum(axis=0)
+
+
+def seq_sum_forward(x):
+    return x.sum(axis=1)
+
+
+def seq_sum_backward(dy, S):
+    return np.repeat(dy[:, None, :], S, axis=1)
+
+
+def seq_max_forward(x):
+    return x.max(axis=1)
+
+
+def seq_max_backward(dy, x):
+    """The gradient goes to the first position holding each maximum."""
+    B, S, E = x.shape
+    dx = np.zeros_like(x, dtype=np.float64)
+    arg = x.argmax(axis=1)                   # the first maximum
+    for b in range(B):
+        for e in range(E):
+            dx[b, arg[b, e], e] = dy[b, e]
+    return dx

@@ -15,7 +15,10 @@
     Nothing from a .pt runs: it is read with torch.load(weights_only=True). A whole pickled module
     (torch.save(module)) needs --trust, which runs code from the file.
 
-Supported: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01), nn.Dropout,
+A module with a forward of its own (anything but an nn.Sequential or a torch.nn module) is converted
+by capturing its forward with torch.fx (torch_fx.py: residuals, transposes, means, x[:, 0], a learned
+token, ...); the converted model keeps the module's state_dict names.
+Supported in an nn.Sequential: nn.Linear, nn.ReLU / GELU (both forms) / Tanh / Sigmoid / LeakyReLU(0.01), nn.Dropout,
 nn.MultiheadAttention (batch_first=True; its dropout), nn.LayerNorm, nn.Embedding,
 nn.TransformerEncoderLayer (batch_first=True; pre-norm or post-norm) / nn.TransformerDecoderLayer
 (norm_first=True, batch_first=True), nn.Sequential,
@@ -311,7 +314,10 @@ class _Conversion:
                     "in microformer's layout; only %s may follow there" % (self.layout,
                     "nn.Flatten" if self.layout == _CF_POOLED else
                     "Conv1d / MaxPool1d / AvgPool1d / AdaptiveAvgPool1d(1) / nn.Flatten" if self.layout == _CF
-                    else "nn.Linear"))
+                    else "nn.Linear") + ("; for a sequence layer after a Conv1d, write a module whose forward "
+                                         "transposes to [B, L, C] (x.transpose(1, 2)) before it, or use "
+                                         "ChannelsLastConv1d / ChannelsLastMaxPool1d / ChannelsLastAvgPool1d on "
+                                         "[B, L, C]" if self.layout == _CF else ""))
         self.layout = _FLAT
 
     def _flatten_size(self, where, m, siblings, i):
@@ -523,10 +529,37 @@ def from_torch(module, ignore_dropout=False):
     return _from_torch(module, ignore_dropout)[0]
 
 
+def _sequential_path(module):
+    # an nn.Sequential, a torch.nn module or one of this file's: the module tree walk; a module with
+    # a forward of its own: its graph (torch_fx.py)
+    return isinstance(module, nn.Sequential) or type(module).__module__.startswith("torch.nn") or \
+        type(module).__module__ in ("torch_io", __name__)
+
+
+def _convert(module, ignore_dropout):
+    """The conversion of `module` (its .model without weights, .perms, .channels_first, .in_channels)."""
+    if _sequential_path(module):
+        return _Conversion(module, ignore_dropout)
+    import torch_fx
+    c = torch_fx.convert(module, ignore_dropout, sys.modules[__name__])
+    for note in c.notes:
+        print("note: " + note)
+    return c
+
+
 def _from_torch(module, ignore_dropout=False):
-    c = _Conversion(module, ignore_dropout)
+    c = _convert(module, ignore_dropout)
     sd = _permute({k: v.detach() for k, v in module.state_dict().items()}, c.perms)
-    c.model.load_state_dict(sd)
+    unused = sorted(set(sd) - set(c.model.state_dict()))
+    if unused:
+        raise ValueError("from_torch: %s: its state_dict holds %s, which its forward never uses (the converted "
+                         "model would lose them and load_into could not give them back): remove them from the module"
+                         % (type(module).__name__, ", ".join(unused)))
+    try:
+        c.model.load_state_dict(sd)
+    except ValueError as e:
+        raise ValueError("from_torch: %s: its state_dict does not fit the layers its forward uses: %s"
+                         % (type(module).__name__, str(e).split(": ", 1)[-1]))
     return c.model, c
 
 
@@ -552,7 +585,7 @@ def load_into(module, checkpoint_or_model):
     if isinstance(model, (str, os.PathLike)):
         where = "checkpoint %s" % os.fspath(model)
         model = load_model(os.fspath(model))
-    c = _Conversion(module, True)
+    c = _convert(module, True)
     diff = difference(_weights_only_spec(to_spec(model)), _weights_only_spec(to_spec(c.model)),
                       (where, "the torch module"))
     if diff:
@@ -623,6 +656,10 @@ def apply_adapter(module, adapter_path):
 
 def _to_module(layer, where):
     name = type(layer).__name__
+    if name == "NamedSequential":
+        raise ValueError("to_torch: %s is a model converted from a torch module with its own forward (its names "
+                         "are that module's): put its weights back into that module with load_into(module, ...) "
+                         "(on the command line: --model FILE.py:FACTORY)" % where)
     if isinstance(layer, mf.Sequential):
         return nn.Sequential(*[_to_module(l, "%s[%d]" % (where, i)) for i, l in enumerate(layer.layers)])
     if isinstance(layer, mf.Transformer):
@@ -757,11 +794,29 @@ def _factory_module(arg):
     return m
 
 
+F32_MAX = 3.4028234663852886e38
+
+
+def _check_values(sd, path):
+    """One line naming the tensor, the index and the value unless every floating value of the
+    state_dict is finite and within float32 (a 1e39 in a float64 tensor would become inf)."""
+    for k, v in sd.items():
+        if not torch.is_tensor(v) or not v.is_floating_point() or v.numel() == 0:
+            continue
+        flat = v.detach().reshape(-1).double()
+        bad = ~torch.isfinite(flat) | (flat.abs() > F32_MAX)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            _fail("%s: tensor %r holds %r at flat index %d (%d such values): weights must be finite float32 "
+                  "numbers (|w| <= %.8g)" % (path, k, float(flat[i]), i, int(bad.sum()), F32_MAX))
+
+
 def _module_from_pt(path, model_arg, trust):
     obj = _read_pt(path, trust)
     if isinstance(obj, nn.Module):
         if model_arg:
             _fail("%s holds a whole module; --model is for files that hold a state_dict" % path)
+        _check_values(obj.state_dict(), path)
         return obj, type(obj).__name__
     if not isinstance(obj, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in obj.items()):
         keys = list(obj)[:8] if isinstance(obj, dict) else None
@@ -771,6 +826,7 @@ def _module_from_pt(path, model_arg, trust):
     if not model_arg:
         _fail("%s holds a state_dict (%d tensors), which does not say the architecture: pass --model "
               "FILE.py:FACTORY, your Python file and the function in it that builds the module" % (path, len(obj)))
+    _check_values(obj, path)
     module = _factory_module(model_arg)
     try:
         module.load_state_dict(obj, strict=True)
@@ -906,6 +962,7 @@ def main(argv=None):
     ap.add_argument("--ignore-dropout", action="store_true", help="convert every dropout as p = 0")
     ap.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     a = ap.parse_args(argv)
+    _check_out(a.out)
     if os.path.exists(a.out) and not a.force:
         _fail("%s exists; pass --force to overwrite it" % a.out)
     if a.src.endswith(".mfck"):
@@ -924,16 +981,31 @@ def main(argv=None):
     if a.trust:
         print("torch_io: --trust: loading %s runs code from it" % a.src)
     module, what = _module_from_pt(a.src, a.model, a.trust)
-    model, conv = _from_torch(module, ignore_dropout=a.ignore_dropout)
+    try:
+        model, conv = _from_torch(module, ignore_dropout=a.ignore_dropout)
+    except ValueError as e:
+        _fail(" ".join(str(e).split()))
     if conv.channels_first:
         print("layout: the torch module takes [B, C, L]; the microformer model takes [B, L, C] (channels last)%s"
               % (": the Linear after Flatten has its columns reordered" if conv.perms else ""))
     meta = _session_meta(conv, meta, given, a.meta)
     meta["spec"] = to_spec(model)
     meta.setdefault("source", "torch %s: %s" % (torch.__version__, what))
-    n = checkpoint.save(a.out, model, meta)
+    try:
+        n = checkpoint.save(a.out, model, meta)
+    except (OSError, ValueError) as e:
+        _fail("--out %s: cannot write the checkpoint (%s)" % (a.out, _first_line(e)))
     print("wrote %s (%d bytes): %d params, %s" % (a.out, n, model.param_count(),
                                                   " -> ".join(l["type"] for l in meta["spec"].get("layers", [meta["spec"]]))))
+
+
+def _check_out(out):
+    # --out names a file in a folder that exists: said before anything is read or converted
+    if os.path.isdir(out):
+        _fail("--out %s is a folder; name the file to write (e.g. %s)" % (out, os.path.join(out, "model.mfck")))
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        _fail("--out %s: the folder %s does not exist (make it first)" % (out, folder))
 
 
 def _to_pt(a):
@@ -949,10 +1021,21 @@ def _to_pt(a):
             _fail("%s does not fit the module --model %s builds: %s" % (a.src, a.model, _first_line(e)))
         what = "the state_dict of your module (--model %s)" % a.model
     else:
-        module = to_torch(model)
+        try:
+            module = to_torch(model)
+        except ValueError as e:
+            _fail("%s: %s" % (a.src, " ".join(str(e).split())))
         what = ("a state_dict for torch_io.to_torch(mf.load_model(%r)) (channels last; --model FILE.py:FACTORY "
                 "writes your own module's layout instead)" % a.src)
-    torch.save({k: v.detach().clone() for k, v in module.state_dict().items()}, a.out)
+    sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    tmp = a.out + ".part"
+    try:                            # all or nothing: a failed write leaves no file behind
+        torch.save(sd, tmp)
+        os.replace(tmp, a.out)
+    except (OSError, RuntimeError) as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        _fail("--out %s: cannot write it (%s)" % (a.out, _first_line(e)))
     print("wrote %s: %s; torch.load(path, weights_only=True) reads it" % (a.out, what))
 
 

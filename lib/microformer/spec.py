@@ -25,6 +25,12 @@ _MODULE = {'ActivationLayer': 'activation',
            'LayerNorm': 'norm',
            'LearnedPositionalEmbedding': 'posembed',
            'MaxPool1D': 'pool1d',
+           'NamedSequential': 'graph',
+           'PositionTable': 'graph',
+           'PrependToken': 'graph',
+           'Residual': 'graph',
+           'SelectPosition': 'graph',
+           'SeqReduce': 'graph',
            'PositionalEncoding': 'posenc',
            'Reshape': 'reshape',
            'Sequential': 'model',
@@ -90,11 +96,23 @@ _LAYERS = {
     "AvgPool1D": ("pool1d", lambda l: {"kernel_size": l.kernel_size, "stride": l.stride, "padding": l.padding}),
     "LearnedPositionalEmbedding": ("posembed",
                                    lambda l: {"max_len": l.max_len, "embed_dim": l.embed_dim}),
+    "SelectPosition": ("graph", lambda l: {"index": l.index}),
+    "PrependToken": ("graph", lambda l: {"embed_dim": l.embed_dim}),
+    "SeqReduce": ("graph", lambda l: {"kind": l.kind}),
+    "PositionTable": ("graph", lambda l: {"max_len": l.max_len, "embed_dim": l.embed_dim}),
 }
+
+# containers besides Sequential (graph.py): their parts are specs themselves
+_CONTAINERS = ("NamedSequential", "Residual")
 
 
 def _layer_spec(layer, where):
     name = type(layer).__name__
+    if name in _CONTAINERS and isinstance(layer, _cls(name)):
+        if name == "Residual":
+            return {"type": name, "inner": _layer_spec(layer.inner, where + ".inner")}
+        return {"type": name, "names": list(layer.names),
+                "layers": [_layer_spec(layer.layers[i], "%s[%d]" % (where, i)) for i in range(len(layer.layers))]}
     if isinstance(layer, Sequential):
         return {"type": "Sequential",
                 "layers": [_layer_spec(layer.layers[i], "%s[%d]" % (where, i)) for i in range(len(layer.layers))]}
@@ -129,6 +147,8 @@ def _build(spec, where, depth):
         if depth >= MAX_DEPTH:
             raise ValueError("from_spec: %s: Sequentials nested more than MAX_DEPTH = %d deep" % (where, MAX_DEPTH))
         return Sequential([_build(layers[i], "%s.layers[%d]" % (where, i), depth + 1) for i in range(len(layers))])
+    if kind in _CONTAINERS:
+        return _container(spec, kind, where, depth)
     if kind not in _LAYERS:
         raise ValueError("from_spec: %s: unknown layer type %r (known: Sequential, %s)"
                          % (where, kind, ", ".join(sorted(_LAYERS))))
@@ -142,6 +162,25 @@ def _build(spec, where, depth):
         return _cls(kind)(**kwargs)
     except TypeError as e:          # an argument the constructor does not take
         raise ValueError("from_spec: %s (%s): bad arguments %r (%s)" % (where, kind, kwargs, e))
+
+
+def _container(spec, kind, where, depth):
+    # NamedSequential {names, layers} and Residual {inner} (graph.py), nested within MAX_DEPTH
+    if depth >= MAX_DEPTH:
+        raise ValueError("from_spec: %s: containers nested more than MAX_DEPTH = %d deep" % (where, MAX_DEPTH))
+    extra = [k for k in spec if k not in ("type", "format", "lora", "names", "layers", "inner")]
+    if extra:
+        raise ValueError("from_spec: %s (%s): unknown keys %r" % (where, kind, sorted(extra)))
+    if kind == "Residual":
+        return _cls(kind)(_build(spec.get("inner"), where + ".inner", depth + 1))
+    layers = spec.get("layers")
+    names = spec.get("names")
+    if not isinstance(layers, list) or not isinstance(names, list) or len(names) != len(layers) or \
+            not all(isinstance(n, str) for n in names):
+        raise ValueError("from_spec: %s (NamedSequential) needs 'layers' and as many 'names' (strings), got %s, %s"
+                         % (where, _short(layers), _short(names)))
+    return _cls(kind)([_build(layers[i], "%s.layers[%d]" % (where, i), depth + 1) for i in range(len(layers))],
+                      names)
 
 
 def from_spec(spec):

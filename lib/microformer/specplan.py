@@ -47,6 +47,11 @@ _P = {
     "MaxPool1D": ("", "", "kernel_size stride padding"),
     "AvgPool1D": ("", "", "kernel_size stride padding"),
     "LearnedPositionalEmbedding": ("max_len embed_dim", "W:0,1", "max_len embed_dim rng"),
+    # graph.py; "=1" is a literal dimension, an empty name the container's prefix alone
+    "SelectPosition": ("", "", "index"),
+    "SeqReduce": ("", "", "kind"),
+    "PrependToken": ("embed_dim", ":=1,=1,0", "embed_dim"),
+    "PositionTable": ("max_len embed_dim", ":=1,0,1", "max_len embed_dim"),
 }
 
 
@@ -85,6 +90,9 @@ def _expand(kind, a, b, prefix, top, out, tot):
             rep = a[int(k)]
         vals = []
         for d in dims.split(","):
+            if d[0] == "=":
+                vals.append(int(d[1:]))
+                continue
             i, _, j = d.partition("/")
             vals.append(a[int(i)] // a[int(j)] if j else a[int(i)])
         if ">" in head or "^" in head:
@@ -125,13 +133,35 @@ def _walk(spec, where, depth, tot, out, prefix):
             _walk(layers[i], "%s.layers[%d]" % (where, i), depth + 1, tot, out,
                   "%d." % i if depth == 0 else prefix)
         return
+    if kind in ("NamedSequential", "Residual"):
+        _container(spec, kind, where, depth, tot, out, prefix)
+        return
     if kind not in _P:
-        raise ValueError("%s: unknown layer type %r (known: Sequential, %s)" % (where, kind, ", ".join(sorted(_P))))
+        raise ValueError("%s: unknown layer type %r (known: Sequential, NamedSequential, Residual, %s)"
+                         % (where, kind, ", ".join(sorted(_P))))
     a, b = _args(spec, kind, where)
     _expand(kind, a, b, prefix, depth == 0, out, tot)
     if tot[0] + tot[1] > MAX_PARAMS:
         raise ValueError("%s (%s): the spec declares at least %d parameters and %d floats of fixed tables "
                          "up to here, more than the limit MAX_PARAMS = %d" % (where, kind, tot[0], tot[1], MAX_PARAMS))
+
+
+def _container(spec, kind, where, depth, tot, out, prefix):
+    # graph.py's containers: a NamedSequential's names are prefixes of its layers' names, a
+    # Residual adds none
+    if depth >= MAX_DEPTH:
+        raise ValueError("%s: containers nested more than MAX_DEPTH = %d deep" % (where, MAX_DEPTH))
+    if kind == "Residual":
+        _walk(spec.get("inner"), where + ".inner", depth + 1, tot, out, prefix)
+        return
+    layers = spec.get("layers")
+    names = spec.get("names")
+    if not isinstance(layers, list) or not isinstance(names, list) or len(names) != len(layers) or \
+            not all(isinstance(n, str) for n in names):
+        raise ValueError("%s (NamedSequential) needs 'layers' and as many 'names' (strings), got %s, %s"
+                         % (where, _short(layers), _short(names)))
+    for i in range(len(layers)):
+        _walk(layers[i], "%s.layers[%d]" % (where, i), depth + 1, tot, out, prefix + names[i])
 
 
 # ---- LoRA adapters: spec['lora'] = [{"rank": r, "alpha": a, "targets": [linear names]}, ...] ----
@@ -166,11 +196,25 @@ def _lin(kind, a, prefix, out):
             out[name[:-1] if name.endswith(".") else name] = (vals[0], vals[1])
 
 
+def _lin_named(spec, prefix, out):
+    # graph.py's containers: a NamedSequential's names prefix its layers' maps, a Residual adds none
+    kind = spec.get("type")
+    if kind == "NamedSequential":
+        for i in range(len(spec["layers"])):
+            _lin_named(spec["layers"][i], prefix + spec["names"][i], out)
+    elif kind == "Residual":
+        _lin_named(spec["inner"], prefix, out)
+    elif kind in _LIN:
+        _lin(kind, _args(spec, kind, "")[0], prefix, out)
+
+
 def linear_maps(spec):
     """{name: (in, out)} of every linear map of a (top-level) spec an adapter may sit on, named as
     mf.lora.linears(model) names them (layers of a Sequential nested in the top one: none)."""
     out = {}
-    if spec.get("type") == "Sequential":
+    if spec.get("type") in ("NamedSequential", "Residual"):
+        _lin_named(spec, "", out)
+    elif spec.get("type") == "Sequential":
         layers = spec["layers"]
         for i in range(len(layers)):
             if layers[i].get("type") in _LIN:

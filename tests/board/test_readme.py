@@ -280,8 +280,23 @@ def _comment_after(lines, key):
 
 
 def _code_after(lines, key):
-    """Python after `key` in the comments: lines (each cut at a '  #' comment) until the brackets
-    balance at a line's end."""
+    """Python after `key` in the comments: a compound statement (`class GestureNet(nn.Module):`)
+    with the comment lines indented under it (by the column its first line starts at), or lines
+    (each cut at a '  #' comment) until the brackets balance at a line's end."""
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("#") and key in line:
+            col = line.index(key) + len(key)
+            col += len(line[col:]) - len(line[col:].lstrip())
+            first = line[col:].split("  #")[0].rstrip()
+            if first.endswith(":"):
+                out = [first]
+                for more in lines[i + 1:]:
+                    head, body = more[:col], more[col:]
+                    if not more.lstrip().startswith("#") or head.strip("# ") or not body.startswith(" "):
+                        break
+                    out.append(body.split("  #")[0].rstrip())
+                return "\n".join(out)
+            break
     out, depth = [], 0
     for line in _comment_after(lines, key):
         line = line.split("  #")[0].rstrip()
@@ -348,7 +363,10 @@ def _user_story(block, tmp_path, monkeypatch):
     (work / "build").mkdir()
     if os.path.exists(helpers.MP32):
         os.symlink(os.path.dirname(helpers.MP32), str(work / "build" / "mp32"))
-    (work / "mymodel.py").write_text("from torch import nn\n\n\n" + build_src + "\n")
+    (work / "mymodel.py").write_text("import torch\nfrom torch import nn\n\n\n" + build_src + "\n")
+    factory = re.search(r"--model mymodel\.py:(\w+)", block.text)
+    assert factory, "the block's torch_io line gives no --model mymodel.py:FACTORY"
+    factory = factory.group(1)
     (work / "meta.json").write_text(json.dumps(meta))
     X, y = _windows(meta["classes"], L, C, 10, 0)
     with open(str(work / meta["data"]), "w") as f:
@@ -360,7 +378,7 @@ def _user_story(block, tmp_path, monkeypatch):
     import importlib
     import mymodel
     mymodel = importlib.reload(mymodel)
-    model = mymodel.build()
+    model = getattr(mymodel, factory)()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     xs = torch.tensor(X).transpose(1, 2)          # the user's module is channels first
     for _ in range(30):
@@ -368,7 +386,7 @@ def _user_story(block, tmp_path, monkeypatch):
         nn.functional.cross_entropy(model(xs), torch.tensor(y)).backward()
         opt.step()
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    ns = {"torch": torch, "nn": nn, "model": model, "build": mymodel.build}
+    ns = dict(vars(mymodel), torch=torch, nn=nn, model=model)
     bin_dir = os.path.dirname(sys.executable)
     env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
     env.pop("MAKEFLAGS", None)
@@ -399,7 +417,7 @@ def _user_story(block, tmp_path, monkeypatch):
     # the module the block ends with holds the board's fine-tuned weights, in the user's layout
     tuned = ns["model"]
     assert any(not torch.equal(start[k], v) for k, v in tuned.state_dict().items()), "nothing was fine-tuned"
-    board_model = mf.load_model(str(work / "tuned.mfck"))
+    board_model = mf.load_model(str(work / "tuned.mfck")).eval()
     with torch.no_grad():
         got = tuned.eval()(xs[:8]).numpy()
     want = np.asarray(board_model(mf.Tensor.from_list(X[:8].tolist())).data).reshape(got.shape)

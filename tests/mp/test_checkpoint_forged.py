@@ -99,7 +99,19 @@ SPECS = [
     {"type": "MaxPool1D", "kernel_size": 2},
     {"type": "AvgPool1D", "kernel_size": 3, "stride": 1, "padding": 1},
     {"type": "LearnedPositionalEmbedding", "max_len": 6, "embed_dim": 4},
+    {"type": "SelectPosition", "index": -1},
+    {"type": "PrependToken", "embed_dim": 4},
+    {"type": "SeqReduce", "kind": "max"},
+    {"type": "PositionTable", "max_len": 6, "embed_dim": 4},
 ]
+# graph.py's containers: a NamedSequential (names are whole paths, a PrependToken's its parameter's
+# name) with a Residual around a NamedSequential
+NAMED = {"type": "NamedSequential", "names": ["stem.", "cls", "", "head."], "layers": [
+    SPECS[0], {"type": "PrependToken", "embed_dim": 5},
+    {"type": "Residual", "inner": {"type": "NamedSequential", "names": ["blk.norm.", "blk.ff."],
+                                   "layers": [{"type": "LayerNorm", "dim": 5}, {"type": "FeedForward", "embed_dim": 5,
+                                                                                 "hidden": 6}]}},
+    {"type": "Dense", "in_features": 5, "out_features": 2}]}
 
 
 def _tables(model):
@@ -114,10 +126,11 @@ def _tables(model):
     return n
 
 
-@pytest.mark.parametrize("spec", SPECS + [{"type": "Sequential", "layers": SPECS},
+@pytest.mark.parametrize("spec", SPECS + [NAMED, {"type": "Sequential", "layers": SPECS},
                                           {"type": "Sequential", "layers": [SPECS[0], {"type": "Sequential",
                                                                                        "layers": [SPECS[7]]}]}],
-                         ids=[s["type"] + str(i) for i, s in enumerate(SPECS)] + ["Sequential", "nested"])
+                         ids=[s["type"] + str(i) for i, s in enumerate(SPECS)] + ["NamedSequential", "Sequential",
+                                                                                  "nested"])
 def test_planned_sizes_are_the_layers_own(spec):
     model = mf.from_spec(spec)
     real = [(n, tuple(p.shape)) for n, p in ck._named(model)]

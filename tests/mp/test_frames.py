@@ -70,6 +70,13 @@ HOT = {
                      "_Proj.forward", "_Proj.forward_kept", "_Proj._product", "_Proj._kept", "_Proj._bias",
                      "_Proj.backward", "_Proj._back", "_Proj._back_q8", "_Proj._adapter_back", "_Proj._dweight",
                      "_Proj._dbias", "_Proj._data"],
+    # what a converted torch forward adds between layers (graph.py)
+    "graph.py": ["Residual.forward", "Residual.backward", "Residual._add_inner", "SelectPosition.forward",
+                 "SelectPosition._gather", "SelectPosition._ids", "SelectPosition.backward", "SelectPosition._scatter",
+                 "PrependToken.forward", "PrependToken._place", "PrependToken.backward", "PrependToken._take",
+                 "PrependToken._grad", "PrependToken._gather_tok", "PrependToken._seq_ids", "PrependToken._tok_ids",
+                 "PrependToken._zero_ids", "SeqReduce.forward", "SeqReduce._fsum", "SeqReduce.backward",
+                 "SeqReduce._bsum", "SeqReduce._bmax", "_rows"],
 }
 
 # on the paths and still above the limit: the attention kernels' calls (10 to 17 arguments: the
@@ -81,6 +88,7 @@ OVER = {
                      "Attention._attend_back", "Attention._attend_back_tiled", "Attention._attend_back_dropped",
                      "Attention._decode_attend", "Attention._decode_attend_padded", "Attention._cross_attend",
                      "Attention._undropped"],
+    "graph.py": ["SeqReduce._fmax"],
 }
 
 
