@@ -17,7 +17,6 @@ libinsn.so, built by `make xtensa-port` when QEMU's plugin API header is availab
 an empty script.
 """
 import argparse
-import os
 import struct
 import subprocess
 import sys

@@ -114,13 +114,39 @@ _KernelExceptionVector:
     j       _fatal_exception
     .org    0x340
 _UserExceptionVector:
-    movi    a0, 0
+    wsr     a0, excsave1
+    rsr     a0, exccause
+    bnei    a0, 5, 1f               /* 5: alloca (movsp with the caller's window spilled) */
+    j       _alloca_exception
+1:  movi    a0, 0
     j       _fatal_exception
     .org    0x3c0
 _DoubleExceptionVector:
     movi    a0, 2
     j       _fatal_double
     .end no-transform
+
+    /* The alloca exception: MOVSP found the caller's registers spilled to the stack. Load them
+       back with the matching underflow handler (chosen by the call size in the caller's return
+       address) and return to the MOVSP, which then succeeds. As in Cadence's reference vectors:
+       PS.OWB is moved along with the window rotation so that rfwu returns to this window. */
+    .align  4
+_alloca_exception:
+    rsr     a0, windowbase
+    rotw    -1
+    rsr     a2, ps
+    extui   a3, a2, 8, 4
+    xor     a3, a3, a4
+    rsr     a4, excsave1
+    slli    a3, a3, 8
+    xor     a2, a2, a3
+    wsr     a2, ps
+    rsync
+    bbci.l  a4, 31, _WindowUnderflow4
+    rotw    -1
+    bbci.l  a8, 30, _WindowUnderflow8
+    rotw    -1
+    j       _WindowUnderflow12
 
     .align  4
 _fatal_double:
