@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""make xtensa-test: the board's checks as Xtensa machine code on the emulated core.
+
+    python host/xtensa/xtest.py [--epochs N] [--only NAME ...]
+
+Runs on build/xtensa/firmware.elf (make xtensa-port), each as a script through run.py:
+  selftest  board/selftest.py with tests/golden/*.mfg (make selftest's checks), every line PASS
+  kernels   host/xtensa/kernels_mp.py: a viper kernel or more from each lib/microformer/viper_*.py;
+            each module's output bits equal the 32-bit unix port's (build/mp32/micropython32-sp)
+  iris      board/iris.py trained on viper (tests/mp/iris_run_mp.py, --epochs, default 30): its
+            accuracy, and loss and accuracies equal to the 32-bit port's run
+  decode    host/xtensa/decode_mp.py: prefill + 12 decode steps, tokens and logits equal to the
+            32-bit port's
+Prints one line per check and `N passed, M failed`; exit status 1 when any failed. A missing
+32-bit port is a failure of the comparisons (they cannot be made), never a skip.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+import run as xrun  # noqa: E402
+
+MP32 = ROOT / "build" / "mp32" / "micropython32-sp"
+GOLDEN = ["tests/golden/%s.mfg:/golden/%s.mfg" % (n, n) for n in ("attention", "decoder", "conv1d")]
+
+
+def on_xtensa(script, args=(), files=(), timeout=900):
+    status, out, _ = xrun.run(str(script), args, lib=True, board=True,
+                              files=[str(ROOT / f.split(":")[0]) + ":" + f.split(":")[1] for f in files],
+                              timeout=timeout, capture=True)
+    return status, out
+
+
+def on_mp32(script, args=(), path="lib:board", timeout=600):
+    if not MP32.is_file():
+        return None, "the 32-bit unix port %s is missing (make mp32)" % MP32
+    env = dict(os.environ, MICROPYPATH=":".join(str(ROOT / p) for p in path.split(":")))
+    p = subprocess.run([str(MP32), "-X", "heapsize=8M", str(script)] + list(args), cwd=str(ROOT),
+                       env=env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def lines(out, prefix):
+    return [ln for ln in out.splitlines() if ln.startswith(prefix)]
+
+
+def check_selftest(results):
+    script = HERE / "selftest_mp.py"
+    status, out = on_xtensa(script, files=GOLDEN)
+    fails = [ln for ln in out.splitlines() if ln.rstrip().endswith("FAIL")]
+    summary = (lines(out, "selftest:") or ["no summary"])[0]
+    ok = status == 0 and "SELFTEST True" in out and not fails
+    results.append(("selftest", ok, summary + ("" if ok else "; " + "; ".join(fails or [out[-300:]]))))
+
+
+def max_ulps(a, b):
+    """The largest difference in units in the last place between two KERNEL lines of float32 hex
+    arrays (None when their shapes differ)."""
+    xa, xb = a.split()[2:], b.split()[2:]
+    if len(xa) != len(xb) or any(len(p) != len(q) for p, q in zip(xa, xb)):
+        return None
+
+    def ordered(w):  # float32 bits as an integer that is monotonic in the float's value
+        return w if w < 0x80000000 else 0x80000000 - w
+
+    worst = 0
+    for p, q in zip(xa, xb):
+        bp, bq = bytes.fromhex(p), bytes.fromhex(q)
+        for i in range(0, len(bp), 4):
+            wp = int.from_bytes(bp[i:i + 4], "little")
+            wq = int.from_bytes(bq[i:i + 4], "little")
+            worst = max(worst, abs(ordered(wp) - ordered(wq)))
+    return worst
+
+
+def max_abs(a, b):
+    """The largest absolute difference between two KERNEL lines of float32 hex arrays."""
+    import struct
+    xa, xb = a.split()[2:], b.split()[2:]
+    if len(xa) != len(xb) or any(len(p) != len(q) for p, q in zip(xa, xb)):
+        return None
+    worst = 0.0
+    for p, q in zip(xa, xb):
+        n = len(p) // 8
+        for u, v in zip(struct.unpack("<%df" % n, bytes.fromhex(p)), struct.unpack("<%df" % n, bytes.fromhex(q))):
+            worst = max(worst, abs(u - v))
+    return worst
+
+
+def check_kernels(results):
+    script = HERE / "kernels_mp.py"
+    status, out = on_xtensa(script)
+    ref_status, ref = on_mp32(script)
+    mine = {ln.split()[1]: ln for ln in lines(out, "KERNEL ")}
+    theirs = {ln.split()[1]: ln for ln in lines(ref, "KERNEL ")} if ref_status == 0 else {}
+    if not mine:
+        results.append(("kernels", False, "no KERNEL lines from the emulated core: " + out[-300:]))
+        return
+    for name in sorted(mine):
+        line = mine[name]
+        if " ERROR " in line:
+            results.append(("kernel " + name, False, line[:200]))
+        elif ref_status != 0:
+            results.append(("kernel " + name, False, "not compared: " + ref[-200:].strip()))
+        elif name == "libm_gelu_tanh_table":
+            d = max_abs(line, theirs.get(name, ""))
+            results.append(("kernel " + name, d is not None and d <= 1e-6,
+                            "viper GELU_TANH with its table from libm's tanh: at most %.1e from the "
+                            "32-bit port's" % (d if d is not None else float("nan"))))
+        elif name.startswith("libm"):
+            u = max_ulps(line, theirs.get(name, ""))
+            results.append(("kernel " + name, u is not None and u <= 2,
+                            "portable (libm): at most %s ulp from the 32-bit port (glibc's libm there, "
+                            "MicroPython's lib/libm here)" % u))
+        else:
+            same = theirs.get(name) == line
+            results.append(("kernel " + name, same, "bit-identical to the 32-bit port" if same
+                            else "DIFFERS from the 32-bit port"))
+
+
+def check_iris(results, epochs):
+    script = HERE / "iris_mp.py"
+    status, out = on_xtensa(script, [str(epochs)], files=["datasets/iris.csv:/data/iris.csv"])
+    got = lines(out, "{")
+    if status != 0 or not got:
+        results.append(("iris", False, "no result: " + out[-300:]))
+        return
+    r = json.loads(got[-1])
+    ref_status, ref = on_mp32(ROOT / "tests" / "mp" / "iris_run_mp.py", ["viper", str(epochs)],
+                              path="lib:board:tests/mp")
+    detail = "viper, %d epochs: train accuracy %.1f %%, test accuracy %.1f %%, final loss %.6f, %.2f s/epoch in QEMU" % (
+        epochs, 100 * r["train_acc"], 100 * r["test_acc"], r["final_loss"], r["s_per_epoch"])
+    if ref_status != 0:
+        results.append(("iris", False, detail + "; not compared: " + ref[-200:].strip()))
+        return
+    q = json.loads(lines(ref, "{")[-1])
+    same = all(r[k] == q[k] for k in ("final_loss", "train_acc", "test_acc"))
+    results.append(("iris", same, detail + ("; equal to the 32-bit port's" if same else
+                                            "; DIFFERS from the 32-bit port's %s" % q)))
+
+
+def check_decode(results):
+    script = HERE / "decode_mp.py"
+    status, out = on_xtensa(script)
+    mine = lines(out, "DECODE ")
+    if status != 0 or len(mine) != 2:
+        results.append(("decode", False, "no result: " + out[-300:]))
+        return
+    ref_status, ref = on_mp32(script)
+    if ref_status != 0:
+        results.append(("decode", False, "not compared: " + ref[-200:].strip()))
+        return
+    same = lines(ref, "DECODE ") == mine
+    results.append(("decode", same, mine[0] + ("; tokens and logits equal to the 32-bit port's" if same
+                                               else "; DIFFERS from the 32-bit port's")))
+
+
+CHECKS = ("selftest", "kernels", "iris", "decode")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--only", action="append", choices=CHECKS)
+    a = ap.parse_args(argv)
+    if not xrun.FIRMWARE.is_file():
+        print("make xtensa-test: %s is missing: run `make xtensa-port`" % xrun.FIRMWARE)
+        return 2
+    t0 = time.time()
+    results = []
+    for name in a.only or CHECKS:
+        t = time.time()
+        n = len(results)
+        if name == "iris":
+            check_iris(results, a.epochs)
+        else:
+            globals()["check_" + name](results)
+        for r in results[n:]:
+            print("%-4s %-24s %s" % ("ok" if r[1] else "FAIL", r[0], r[2]), flush=True)
+        print("     (%s: %.0f s)" % (name, time.time() - t), flush=True)
+    passed = sum(1 for r in results if r[1])
+    failed = len(results) - passed
+    print("xtensa-test (QEMU -M sim -cpu de233_fpu, %.0f s): %d passed, %d failed"
+          % (time.time() - t0, passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
