@@ -65,7 +65,7 @@ def measure(with_x86=True):
     """{name: (xtensa per unit, x86 per unit or None, unit text)}; a failed count is None."""
     res = {}
     for name, script, (small, large), units, what in MEASURES:
-        (a, out_a), (b, out_b) = xtensa_count(script, small), xtensa_count(script, large)
+        (a, _), (b, out_b) = xtensa_count(script, small), xtensa_count(script, large)
         n = units
         if name == "adam":
             p = _adam_params(out_b)
