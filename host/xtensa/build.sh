@@ -118,11 +118,11 @@ fi
 export XTENSA_GNU_CONFIG="$TC/$CORE.so"
 
 # 5. the MicroPython source (with lib/libm from the extras)
-if [ ! -f "$OUT/mp/.extracted" ]; then
+if [ ! -f "$OUT/mp/.extracted" ] || [ ! -d "$OUT/mp/examples/natmod" ]; then
     rm -rf "$OUT/mp"; mkdir -p "$OUT/mp"
-    say "extracting $(basename "$MP_SRC") and lib/libm, tools/ from $(basename "$MP_EXTRAS")"
+    say "extracting $(basename "$MP_SRC") and lib/libm, tools/, examples/natmod from $(basename "$MP_EXTRAS")"
     tar -xzf "$MP_SRC" -C "$OUT/mp"
-    tar -xzf "$MP_EXTRAS" -C "$OUT/mp" lib/libm tools
+    tar -xzf "$MP_EXTRAS" -C "$OUT/mp" lib/libm tools examples/natmod
     touch "$OUT/mp/.extracted"
 fi
 v() { awk -v k="$1" '$1=="#define" && $2==k {print $3; exit}' "$OUT/mp/py/mpconfig.h"; }

@@ -11,6 +11,8 @@ Runs on build/xtensa/firmware.elf (make xtensa-port), each as a script through r
             accuracy, and loss and accuracies equal to the 32-bit port's run
   decode    host/xtensa/decode_mp.py: prefill + 12 decode steps, tokens and logits equal to the
             32-bit port's
+  natmod    MicroPython's examples/natmod/features0 built for xtensawin (C, the port's toolchain),
+            imported from /lib and called
 Prints one line per check and `N passed, M failed`; exit status 1 when any failed. A missing
 32-bit port is a failure of the comparisons (they cannot be made), never a skip.
 """
@@ -162,7 +164,43 @@ def check_decode(results):
                                                else "; DIFFERS from the 32-bit port's")))
 
 
-CHECKS = ("selftest", "kernels", "iris", "decode")
+def natmod_build(src_dir, out_dir):
+    """Build the dynamic native module in src_dir (a MicroPython examples/natmod folder) for
+    xtensawin with the port's toolchain, in a copy under out_dir; return (the .mpy path or None,
+    the build's output)."""
+    import shutil
+    tc = ROOT / "build" / "xtensa" / "toolchain"
+    work = Path(out_dir) / Path(src_dir).name
+    shutil.copytree(src_dir, work)
+    env = dict(os.environ, XTENSA_GNU_CONFIG=str(tc / "xtensa_esp32s3_qemu.so"),
+               PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    r = subprocess.run(["make", "MPY_DIR=" + str(ROOT / "build" / "xtensa" / "mp"), "ARCH=xtensawin",
+                        "CROSS=xtensa-lx106-elf-", "CC=" + str(tc / "bin" / "xtensa-gcc"),
+                        "CFLAGS_EXTRA=-mabi=windowed -mlongcalls -isystem /usr/lib/xtensa-lx106-elf/include"],
+                       cwd=str(work), env=env, capture_output=True, text=True, timeout=300)
+    mpy = sorted(work.glob("*.mpy"))
+    return (str(mpy[0]) if r.returncode == 0 and mpy else None), r.stdout + r.stderr
+
+
+def check_natmod(results):
+    """A dynamic native module (MicroPython's examples/natmod/features0, C compiled for xtensawin)
+    imported from the file system and called."""
+    import tempfile
+    src = ROOT / "build" / "xtensa" / "mp" / "examples" / "natmod" / "features0"
+    with tempfile.TemporaryDirectory() as d:
+        mpy, log = natmod_build(src, d)
+        if not mpy:
+            results.append(("natmod", False, "building features0.mpy failed: " + log[-300:]))
+            return
+        script = Path(d) / "nat.py"
+        script.write_text("import features0\nprint('NATMOD', features0.factorial(12))\n")
+        status, out, _ = xrun.run(str(script), files=[mpy + ":/lib/features0.mpy"], capture=True, timeout=120)
+    ok = status == 0 and "NATMOD 479001600" in out
+    results.append(("natmod", ok, "features0.mpy (xtensawin) imported from /lib: factorial(12) = 479001600"
+                    if ok else out[-300:]))
+
+
+CHECKS = ("selftest", "kernels", "iris", "decode", "natmod")
 
 
 def main(argv=None):
