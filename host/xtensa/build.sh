@@ -113,6 +113,12 @@ if [ ! -f "$TC/$CORE.so" ]; then
     [ "$(grep -cE '^#define XCHAL_HAVE_(MUL32_HIGH|FP_RECIP)\s+0' "$f")" = 2 ] || die "could not turn off MUL32_HIGH/FP_RECIP in $f"
     (cd "$TC/conf" && sh "$TC/dynconfig/scripts/fix-known-overlay-issues.sh")
     make -s -C "$TC/dynconfig" CONF_DIR="$TC/conf" "$CORE.so" >/dev/null
+    # the full ESP32-S3 description too, to disassemble code built for a board (mulsh, muluh, ...)
+    tar -xzf "$OVERLAYS" -C "$TC/conf"
+    mv "$TC/conf/xtensa-overlays/xtensa_esp32s3" "$TC/conf/xtensa_esp32s3" 2>/dev/null || mv "$TC/conf"/*/xtensa_esp32s3 "$TC/conf/xtensa_esp32s3"
+    (cd "$TC/conf/xtensa_esp32s3" && sh "$TC/dynconfig/scripts/fix-known-overlay-issues.sh")
+    make -s -C "$TC/dynconfig" CONF_DIR="$TC/conf" xtensa_esp32s3.so >/dev/null
+    mv "$TC/dynconfig/xtensa_esp32s3.so" "$TC/xtensa_esp32s3.so"
     mv "$TC/dynconfig/$CORE.so" "$TC/$CORE.so"
 fi
 export XTENSA_GNU_CONFIG="$TC/$CORE.so"

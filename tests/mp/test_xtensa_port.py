@@ -165,3 +165,20 @@ def test_a_viper_kernel_equals_the_32bit_port(firmware):
     by = {name: (ok, why) for name, ok, why in results}
     for module in ("viper_gemm", "viper_softmax", "viper_optim"):
         assert by["kernel " + module] == (True, "bit-identical to the 32-bit port"), by
+
+
+@pytest.mark.slow
+def test_viper_code_needs_nothing_the_emulated_core_lacks(firmware, monkeypatch):
+    # the board's viper machine code (mpy-cross -march=xtensawin, as make deploy builds it),
+    # disassembled with the full ESP32-S3 core description: the emitter multiplies with mull only,
+    # so nothing of mulsh/muluh/recip0.s, which QEMU's de233_fpu lacks
+    import xtensa_cost
+    so = os.path.join(helpers.ROOT, "build", "xtensa", "toolchain", "xtensa_esp32s3.so")
+    monkeypatch.setenv("XTENSA_GNU_CONFIG", so)
+    seen = {}
+    for path in xtensa_cost.viper_modules():
+        for code in xtensa_cost.viper_code(path).values():
+            for ins in xtensa_cost.disassemble(code):
+                seen[ins.mnem] = seen.get(ins.mnem, 0) + 1
+    assert seen.get("mull", 0) > 0 and seen.get("entry", 0) > 0      # the disassembly names them
+    assert not {"mulsh", "muluh", "recip0.s"} & set(seen), seen
