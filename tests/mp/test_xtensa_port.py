@@ -1,6 +1,6 @@
 """MicroPython on the emulated Xtensa core (host/xtensa, `make xtensa-port`): the host side's
 helpers, and a small selection run on the emulator (the rest is `make xtensa-test`). The
-emulator tests build the port first when it is missing (about 3 minutes; one build for all
+emulator tests build the port first when it is missing (about 4 minutes; one build for all
 workers) and skip, saying why, when it cannot be built: no ../shared next to the project, or
 no Debian packages."""
 import fcntl
