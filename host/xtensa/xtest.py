@@ -7,8 +7,10 @@ Runs on build/xtensa/firmware.elf (make xtensa-port), each as a script through r
   selftest  board/selftest.py with tests/golden/*.mfg (make selftest's checks), every line PASS
   kernels   host/xtensa/kernels_mp.py: a viper kernel or more from each lib/microformer/viper_*.py;
             each module's output bits equal the 32-bit unix port's (build/mp32/micropython32-sp)
-  iris      board/iris.py trained on viper (tests/mp/iris_run_mp.py, --epochs, default 30): its
-            accuracy, and loss and accuracies equal to the 32-bit port's run
+  viper_tests  tests/mp/test_viper.py's kernel scripts (viper against the portable kernels on
+            random, adversarial, worst-case and special inputs), judged as that file does
+  iris      board/iris.py trained on viper from seeds 1, 2, 3 (--epochs, default 40): test
+            accuracy mean +- std, and each seed's loss and accuracies equal to the 32-bit port's
   decode    host/xtensa/decode_mp.py: prefill + 12 decode steps, tokens and logits equal to the
             32-bit port's
   natmod    MicroPython's examples/natmod/features0 built for xtensawin (C, the port's toolchain),
@@ -127,25 +129,31 @@ def check_kernels(results):
                             else "DIFFERS from the 32-bit port"))
 
 
-def check_iris(results, epochs):
+def check_iris(results, epochs, seeds=(1, 2, 3)):
+    """Iris trained on viper from each seed: test accuracy mean +- std over the seeds, and every
+    seed's loss and accuracies equal to the same run on the 32-bit port."""
     script = HERE / "iris_mp.py"
-    status, out = on_xtensa(script, [str(epochs)], files=["datasets/iris.csv:/data/iris.csv"])
-    got = lines(out, "{")
-    if status != 0 or not got:
+    args = [str(epochs), ":".join(str(s) for s in seeds)]
+    status, out = on_xtensa(script, args, files=["datasets/iris.csv:/data/iris.csv"])
+    got = [json.loads(ln) for ln in lines(out, "{")]
+    if status != 0 or len(got) != len(seeds):
         results.append(("iris", False, "no result: " + out[-300:]))
         return
-    r = json.loads(got[-1])
-    ref_status, ref = on_mp32(ROOT / "tests" / "mp" / "iris_run_mp.py", ["viper", str(epochs)],
-                              path="lib:board:tests/mp")
-    detail = "viper, %d epochs: train accuracy %.1f %%, test accuracy %.1f %%, final loss %.6f, %.2f s/epoch in QEMU" % (
-        epochs, 100 * r["train_acc"], 100 * r["test_acc"], r["final_loss"], r["s_per_epoch"])
+    acc = [r["test_acc"] for r in got]
+    mean = sum(acc) / len(acc)
+    std = (sum((a - mean) ** 2 for a in acc) / (len(acc) - 1)) ** 0.5 if len(acc) > 1 else 0.0
+    detail = ("viper, %d epochs, seeds %s: test accuracy %.1f +- %.1f %% (mean +- std), final loss %s, "
+              "%.2f s/epoch in QEMU" % (epochs, ",".join(map(str, seeds)), 100 * mean, 100 * std,
+                                         " ".join("%.4f" % r["final_loss"] for r in got), got[0]["s_per_epoch"]))
+    ref_status, ref = on_mp32(script, args)
     if ref_status != 0:
         results.append(("iris", False, detail + "; not compared: " + ref[-200:].strip()))
         return
-    q = json.loads(lines(ref, "{")[-1])
-    same = all(r[k] == q[k] for k in ("final_loss", "train_acc", "test_acc"))
-    results.append(("iris", same, detail + ("; equal to the 32-bit port's" if same else
-                                            "; DIFFERS from the 32-bit port's %s" % q)))
+    theirs = [json.loads(ln) for ln in lines(ref, "{")]
+    same = len(theirs) == len(got) and all(r[k] == q[k] for r, q in zip(got, theirs)
+                                           for k in ("final_loss", "train_acc", "test_acc"))
+    results.append(("iris", same, detail + ("; each seed equal to the 32-bit port's run" if same else
+                                            "; DIFFERS from the 32-bit port's %s" % theirs)))
 
 
 def check_decode(results):
@@ -200,12 +208,43 @@ def check_natmod(results):
                     if ok else out[-300:]))
 
 
-CHECKS = ("selftest", "kernels", "iris", "decode", "natmod")
+def check_viper_tests(results):
+    """tests/mp/test_viper.py's kernel scripts on the emulated core, judged as that file judges
+    them on the unix ports: every viper kernel against the portable kernel on random (seed 12345),
+    adversarial and worst-case (overflow bound) inputs within its tolerance, and the special
+    values (+-inf, NaN) giving no NaN and no hang."""
+    import re
+    import tempfile
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp")]
+    import test_viper as T
+    with tempfile.TemporaryDirectory() as d:
+        for name, body, seed in (("random", T.RANDOM, 12345), ("adversarial", T.ADVERSARIAL, 4242),
+                                 ("worst", T.WORST, 12345)):
+            script = Path(d) / ("viper_%s.py" % name)
+            script.write_text(T._script(body, seed))
+            status, out, _ = xrun.run(str(script), lib=True, heap=16 * 1024 * 1024, capture=True, timeout=900)
+            errs = T._errors(out)
+            bad = {k: v for k, v in errs.items() if not (v <= T.TOL)}
+            ok = status == 0 and ("DONE" in out or "DONE" not in body) and bool(errs) and not bad
+            results.append(("test_viper " + name, ok, "%d viper-vs-portable comparisons, worst %.1e (tolerance %g)"
+                            % (len(errs), max(errs.values()) if errs else float("nan"), T.TOL)
+                            + ("" if ok else "; beyond: %r %s" % (bad, out[-200:] if status else ""))))
+        script = Path(d) / "viper_special.py"
+        script.write_text("import microformer.kernels_viper as KV\nimport sys\nsys.modules['KV'] = KV\n" + T.SPECIAL)
+        status, out, _ = xrun.run(str(script), lib=True, heap=16 * 1024 * 1024, capture=True, timeout=300)
+        nans = [ln for ln in out.splitlines() if re.match(r"SPECIAL (.*) nan=(\d+)$", ln) and not ln.endswith("nan=0")]
+        ok = status == 0 and "DONE" in out and not nans and "SPECIAL xent loss nan" in out \
+            and "ACT 0 nan=2" in out and "ACT 1 nan=2" in out
+        results.append(("test_viper special", ok, "+-inf and NaN inputs: finite or +-inf outputs, no NaN"
+                        if ok else "; ".join(nans) or out[-300:]))
+
+
+CHECKS = ("selftest", "kernels", "viper_tests", "iris", "decode", "natmod")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--only", action="append", choices=CHECKS)
     a = ap.parse_args(argv)
     if not xrun.FIRMWARE.is_file():
