@@ -36,7 +36,8 @@ MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
 .PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench bench-budget golden plots \
-        board-up board-down package viper compile-check clean xtensa-tools xtensa-report board-report
+        board-up board-down package viper compile-check clean xtensa-tools xtensa-report board-report \
+        xtensa-port xtensa-test
 
 setup: $(STAMP) ## create .venv from the pinned requirements (torch too unless TORCH=0)
 
@@ -178,6 +179,19 @@ xtensa-tools: ## install xtensa-lx106-elf-objdump (Debian: binutils-xtensa-lx106
 	@command -v xtensa-lx106-elf-objdump >/dev/null || { \
 	  echo "installing binutils-xtensa-lx106 (xtensa-lx106-elf-objdump) with apt-get"; \
 	  apt-get install -y binutils-xtensa-lx106 || { apt-get update -qq && apt-get install -y binutils-xtensa-lx106; } || { echo "make xtensa-tools: apt-get install binutils-xtensa-lx106 failed (root needed)"; exit 1; }; }
+
+# MicroPython on an emulated Xtensa core (QEMU -M sim -cpu de233_fpu; host/xtensa/README.md): built
+# from the sources in ../shared with Debian's packages (installed or fetched by name when missing).
+XTENSA_SHARED ?= ../shared
+XTENSA_FW := build/xtensa/firmware.elf
+xtensa-port: ## MicroPython for QEMU's emulated Xtensa core, from ../shared (build/xtensa/firmware.elf)
+	@test -d "$(XTENSA_SHARED)" || { echo "make xtensa-port: $(XTENSA_SHARED) (MicroPython and Xtensa sources) is missing; set XTENSA_SHARED"; exit 2; }
+	host/xtensa/build.sh "$(XTENSA_SHARED)" build/xtensa
+
+# The board's checks as Xtensa machine code: golden selftest, viper kernels against the 32-bit unix
+# port, an Iris fine-tune and a decode, on the emulated core; prints `N passed, M failed`.
+xtensa-test: setup xtensa-port $(if $(MICROPYTHON_SRC),$(MP32)) ## board checks on the emulated Xtensa core (golden, viper kernels vs mp32, Iris, decode)
+	$(PY) host/xtensa/xtest.py
 
 # selftest, bench (Iris) and a 2-epoch fine-tune on a board, after a deploy, in one file to share:
 # build/board-report-DATE.md (firmware, board id, heap, package version and commit).

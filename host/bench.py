@@ -344,6 +344,7 @@ def main(argv):
     decode_table(None, ("python", "numpy"))
     if "--callgrind" in argv and shutil.which("valgrind"):
         callgrind_table(heap)
+    xtensa_table()
     if os.path.exists(MP32):                   # what a user's loop sustains (host/bench_sustained.py)
         import bench_sustained
         goals.update(bench_sustained.goals(bench_sustained.main(["--callgrind"] if shutil.which("valgrind") else [])))
@@ -355,6 +356,19 @@ def main(argv):
     bench_budget.main([] if "--callgrind" in argv else ["--no-callgrind"])
     import bench_goals                    # the speed goals against this run's figures, last
     bench_goals.table(goals)
+
+
+def xtensa_table():
+    """Xtensa instructions of real runs on the emulated core (host/xtensa/insns.py; make xtensa-port),
+    next to the 32-bit port's x86 count of the same runs: the board-time figure that replaces
+    make xtensa-report's estimate (whose assumed cycle costs stay in that report)."""
+    print("== Xtensa instructions (emulated core)", flush=True)
+    if not os.path.exists(os.path.join(ROOT, "build", "xtensa", "firmware.elf")):
+        print("not counted: build/xtensa/firmware.elf is missing (make xtensa-port)", flush=True)
+        return None
+    sys.path.insert(0, os.path.join(ROOT, "host", "xtensa"))
+    import insns
+    return insns.table(with_x86=bool(shutil.which("valgrind")))
 
 
 def callgrind_table(heap="64M"):

@@ -1,0 +1,184 @@
+"""MicroPython on the emulated Xtensa core (host/xtensa, `make xtensa-port`): the host side's
+helpers, and a small selection run on the emulator (the rest is `make xtensa-test`). The
+emulator tests build the port first when it is missing (about 4 minutes; one build for all
+workers) and skip, saying why, when it cannot be built: no ../shared next to the project, or
+no Debian packages."""
+import fcntl
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import helpers
+
+sys.path.insert(0, os.path.join(helpers.HOST, "xtensa"))
+import run as xrun  # noqa: E402
+import xtest  # noqa: E402
+
+SHARED = os.path.join(os.path.dirname(helpers.ROOT), "shared")
+
+
+# ---- the host side, no emulator ----
+
+def f32bits(x):
+    return struct.pack("<f", x).hex()
+
+
+def test_max_ulps_counts_units_in_the_last_place():
+    one, next_one = f32bits(1.0), struct.pack("<I", 0x3f800001).hex()
+    assert xtest.max_ulps("KERNEL k " + one, "KERNEL k " + one) == 0
+    assert xtest.max_ulps("KERNEL k " + one, "KERNEL k " + next_one) == 1
+    # across zero: -0.0 and +0.0 are the same value; the smallest subnormals either side are 2 apart
+    assert xtest.max_ulps("KERNEL k " + f32bits(-0.0), "KERNEL k " + f32bits(0.0)) == 0
+    tiny, mtiny = struct.pack("<I", 1).hex(), struct.pack("<I", 0x80000001).hex()
+    assert xtest.max_ulps("KERNEL k " + tiny, "KERNEL k " + mtiny) == 2
+    # the worst element of several arrays; a shape difference is no comparison at all
+    assert xtest.max_ulps("KERNEL k %s%s %s" % (one, one, one),
+                          "KERNEL k %s%s %s" % (one, next_one, struct.pack("<I", 0x3f800003).hex())) == 3
+    assert xtest.max_ulps("KERNEL k " + one, "KERNEL k " + one + one) is None
+    assert xtest.max_abs("KERNEL k " + f32bits(1.0) + f32bits(2.0),
+                         "KERNEL k " + f32bits(1.0) + f32bits(2.5)) == 0.5
+
+
+def test_bundle_holds_each_file_under_its_path(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("print(1)\n")
+    extra = tmp_path / "mod.mpy"
+    extra.write_bytes(bytes(range(256)) * 3)
+    files = xrun.bundle_files(str(script), lib=True, files=[str(extra) + ":/lib/mod.mpy"])
+    path = tmp_path / "b.bin"
+    xrun.write_bundle(str(path), files)
+    raw = path.read_bytes()
+    assert raw[:6] == b"MFXB1\n"
+    got, i = {}, 6                      # the layout the firmware's boot code reads (host/xtensa/main.c)
+    while i < len(raw):
+        (k,) = struct.unpack_from("<H", raw, i)
+        name = raw[i + 2:i + 2 + k].decode()
+        (size,) = struct.unpack_from("<I", raw, i + 2 + k)
+        got[name] = raw[i + 6 + k:i + 6 + k + size]
+        i += 6 + k + size
+    assert i == len(raw)
+    assert got["/main.py"] == b"print(1)\n"
+    assert got["/lib/mod.mpy"] == extra.read_bytes()
+    lib = sorted(os.listdir(os.path.join(helpers.LIB, "microformer")))
+    assert sorted(n.rsplit("/", 1)[1] for n in got if n.startswith("/lib/microformer/")) == \
+        [n for n in lib if n.endswith(".py")]
+    with pytest.raises(SystemExit, match="absolute"):
+        xrun.write_bundle(str(path), [("rel.py", b"")])
+
+
+# ---- on the emulator ----
+
+@pytest.fixture(scope="module")
+def firmware(tmp_path_factory):
+    if not os.path.isdir(SHARED):
+        pytest.skip("the emulated Xtensa port cannot be built: %s (MicroPython and Xtensa sources) is missing" % SHARED)
+    os.makedirs(os.path.join(helpers.ROOT, "build"), exist_ok=True)
+    with open(os.path.join(helpers.ROOT, "build", ".xtensa-port.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # one build for all pytest-xdist workers
+        r = subprocess.run(["make", "--no-print-directory", "xtensa-port"], cwd=helpers.ROOT,
+                           capture_output=True, text=True, timeout=1800)
+    if r.returncode:
+        why = (r.stdout + r.stderr).strip().splitlines()[-3:]
+        if os.environ.get("CI") == "true":
+            pytest.fail("make xtensa-port failed: %s" % " / ".join(why))
+        pytest.skip("make xtensa-port failed: %s" % " / ".join(why))
+    return str(xrun.FIRMWARE)
+
+
+def on_xtensa(script, args=(), **kw):
+    status, out, _ = xrun.run(script, args, capture=True, timeout=600, **kw)
+    return status, out
+
+
+@pytest.mark.slow
+def test_viper_runs_as_xtensa_code(firmware, tmp_path):
+    script = tmp_path / "v.py"
+    script.write_text(
+        "import micropython, sys, gc\n"
+        "@micropython.viper\n"
+        "def mul(a: int, b: int) -> int:\n"
+        "    return a * b\n"
+        "@micropython.viper\n"
+        "def dot(a: ptr32, b: ptr32, n: int) -> int:\n"
+        "    s = 0\n"
+        "    for i in range(n):\n"
+        "        s += a[i] * b[i]\n"
+        "    return s\n"
+        "from array import array\n"
+        "x = array('i', range(1, 101))\n"
+        "junk = [bytearray(1000) for _ in range(3000)]\n"
+        "del junk\n"
+        "gc.collect()\n"
+        "print(sys.maxsize, mul(100000, 100000), dot(x, x, 100), sys.implementation._machine)\n"
+        "try:\n"
+        "    raise ValueError('out of viper')\n"
+        "except ValueError as e:\n"
+        "    print('caught', e)\n"
+        "sys.exit(3)\n")
+    status, out = on_xtensa(str(script))
+    # 32-bit words that wrap mod 2**32 (10**10 mod 2**32), a viper loop over a buffer, the exception
+    # machinery (windowed setjmp/longjmp), the garbage collector with native code on the heap
+    assert out.splitlines()[0] == "2147483647 1410065408 %d qemu-xtensa-sim with de233_fpu" % sum(i * i for i in range(1, 101))
+    assert out.splitlines()[1] == "caught out of viper"
+    assert status == 3                      # sys.exit's status reaches the host
+
+
+@pytest.mark.slow
+def test_float_division_is_ieee_single(firmware, tmp_path):
+    # the port's own __divsf3 (host/xtensa/helpers.c) against NumPy's float32 division, bit for
+    # bit: random bit patterns over the whole range, subnormals, powers of two, infinities
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 2 ** 32, 3000, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2 ** 32, 3000, dtype=np.uint64).astype(np.uint32)
+    special = np.array([0x00000001, 0x007fffff, 0x00800000, 0x3f800000, 0x7f7fffff, 0x7f800000,
+                        0x80000003, 0x3effffff, 0x4b000001, 0x00400000], dtype=np.uint32)
+    a = np.concatenate([a, np.repeat(special, len(special))])
+    b = np.concatenate([b, np.tile(special, len(special))])
+    fa, fb = a.view(np.float32), b.view(np.float32)
+    keep = np.isfinite(fa) & np.isfinite(fb) & (fb != 0)   # MicroPython raises on x / 0
+    pairs = np.empty(2 * keep.sum(), dtype=np.float32)
+    pairs[0::2], pairs[1::2] = fa[keep], fb[keep]
+    data = tmp_path / "pairs.hex"
+    data.write_text(pairs.tobytes().hex())
+    status, out = on_xtensa(os.path.join(helpers.MP, "xtensa_float_mp.py"), ["/pairs.hex"],
+                            files=[str(data) + ":/pairs.hex"])
+    assert status == 0, out
+    got = np.frombuffer(bytes.fromhex(out.split("DIV ")[1].split()[0]), dtype=np.float32)
+    with np.errstate(all="ignore"):
+        want = fa[keep] / fb[keep]
+    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert len(got) == len(want) and len(bad) == 0, [(float(fa[keep][i]), float(fb[keep][i]), float(got[i]),
+                                                      float(want[i])) for i in bad[:5]]
+
+
+@pytest.mark.slow
+@pytest.mark.mp32
+def test_a_viper_kernel_equals_the_32bit_port(firmware):
+    if not os.path.exists(helpers.interpreter_file("mp32")):
+        pytest.skip("the 32-bit port is not built (make mp32)")
+    results = []
+    xtest.check_kernels(results)
+    by = {name: (ok, why) for name, ok, why in results}
+    for module in ("viper_gemm", "viper_softmax", "viper_optim"):
+        assert by["kernel " + module] == (True, "bit-identical to the 32-bit port"), by
+
+
+@pytest.mark.slow
+def test_viper_code_needs_nothing_the_emulated_core_lacks(firmware, monkeypatch):
+    # the board's viper machine code (mpy-cross -march=xtensawin, as make deploy builds it),
+    # disassembled with the full ESP32-S3 core description: the emitter multiplies with mull only,
+    # so nothing of mulsh/muluh/recip0.s, which QEMU's de233_fpu lacks
+    import xtensa_cost
+    so = os.path.join(helpers.ROOT, "build", "xtensa", "toolchain", "xtensa_esp32s3.so")
+    monkeypatch.setenv("XTENSA_GNU_CONFIG", so)
+    seen = {}
+    for path in xtensa_cost.viper_modules():
+        for code in xtensa_cost.viper_code(path).values():
+            for ins in xtensa_cost.disassemble(code):
+                seen[ins.mnem] = seen.get(ins.mnem, 0) + 1
+    assert seen.get("mull", 0) > 0 and seen.get("entry", 0) > 0      # the disassembly names them
+    assert not {"mulsh", "muluh", "recip0.s"} & set(seen), seen
