@@ -10,7 +10,6 @@ from microformer import checkpoint
 from microformer.data import Batches
 from microformer.finite import float32_row
 from microformer.tensor import Tensor
-from microformer.train import predict_logits
 
 from mf_examples import ALIASES, KINDS, SELECTIONS, Result, _is_number, _mem_free, _n, fmt
 
@@ -301,8 +300,7 @@ def _apply_frozen(self):
                 if id(q) in ids:
                     release_grad(g)
             changed()
-    self._net.frozen = ids
-    self._opt = None                     # the optimizer's parameter list changes
+    self._make_net(ids)                  # the optimizer's parameter list changes: a new trainer
 
 
 def _evaluate_regress(self, name, ds, verbose):
@@ -311,7 +309,7 @@ def _evaluate_regress(self, name, ds, verbose):
     ab = [0.0] * T
     try:
         for X, y in Batches(ds, self.batch_size):
-            d = predict_logits(self._net, X).data
+            d = self._trainer.logits(X).data
             for b in range(len(y)):
                 for k in range(T):
                     e = d[b * T + k] - y[b][k]
@@ -338,7 +336,7 @@ def _forward_one(self, features, who):
     X = Tensor((1, n))
     for j in range(n):
         X.data[j] = (x[j] - self.mean[j % C]) / self.std[j % C]
-    return predict_logits(self._net, X).data
+    return self._trainer.logits(X).data
 
 
 def predict(self, features, verbose=None):
