@@ -686,6 +686,7 @@ class Session:
         try:
             log = _fit_log()        # the history's records: allocated before any state changes
             batch = min(batch, len(ds))
+            t.use_data(ds)
             micro = t.choose_micro(batch, micro)
         except MemoryError as e:
             self._undo(t, before)
@@ -781,13 +782,16 @@ class Session:
                                             "s.fit(micro_batch=%d) fits that plan" % m if m else
                                             "Freeze more (s.freeze), use LoRA (s.lora()), or free memory"))
 
-    def plan(self, batch_size=None, micro_batch=None, verbose=None):
+    def plan(self, batch_size=None, micro_batch=None, data=None, verbose=None):
         """The memory plan of a fit step (microformer.train.Trainer.plan): weights, grads,
         optimizer state, rollback copy, activations, the batch, and the peak in bytes, with the
-        free heap beside it. batch_size: None: the session's; micro_batch: None: the whole batch."""
+        free heap beside it. batch_size: None: the session's; micro_batch: None: the whole batch;
+        data: what fit would train on (None: as fit picks it)."""
         from microformer.memplan import plan_text
         t = self._trainer
+        t.use_data(self._fit_data(data)[1])
         info = t.plan(batch_size or self.batch_size, micro_batch)
+        t.use_data(None)
         info["free"] = _mem_free()
         if self.verbose if verbose is None else verbose:
             print("%s; free heap %s bytes" % (plan_text(info), info["free"]))

@@ -391,12 +391,23 @@ def release_buffers(layer, _keep=None, _all=False):
         elif isinstance(v, Buffered):
             release_buffers(v, _keep)
         elif isinstance(v, (list, tuple)):
+            if name == "_wkeep":                # a backend's prepared copies of weights (boxes)
+                _empty(v)
             for x in v:
                 if isinstance(x, Buffered):
                     release_buffers(x, _keep)
         elif hasattr(v, "inp") and hasattr(v, "out") and hasattr(v, "__dict__"):
             # a part that keeps a pass's operands (Attention's projections): drop those
             release_buffers(v, _keep, True)
+
+
+def _empty(boxes):
+    # [x] -> [None]; ([x], [y], ...) -> ([None], [None], ...)
+    if isinstance(boxes, list):
+        boxes[0] = None
+    else:
+        for b in boxes:
+            b[0] = None
 
 
 # ---- frozen parameters hold no grad buffer ---------------------------------------------

@@ -222,6 +222,8 @@ class Trainer:
         self._correct = 0
         self._micro = None
         self._row_shape = None
+        self._probed = None              # memplan: the activations measured at 1 and 2 rows
+        self._labels = None              # a data set's labels for those probes
 
     # ---- the optimizer and its parameters -----------------------------------------------
 
@@ -315,6 +317,20 @@ class Trainer:
         from .memplan import plan
         return plan(self, batch, micro, show)
 
+    def probe_labels(self, rows):
+        """Labels (or targets) for `rows` probe rows of the plan: the data's first ones, else
+        class 0."""
+        y = self._labels
+        if y is not None and len(y) >= rows:
+            return y[:rows]
+        return [0] * rows
+
+    def use_data(self, data):
+        """The data set the next fit and plan read (its row shape and labels)."""
+        if self.input_shape is None and hasattr(data, "X"):
+            self._row_shape = tuple(data.X.shape[1:])
+        self._labels = getattr(data, "y", None)
+
     def pick_micro(self, batch, free):
         """The largest micro-batch (rows, <= batch) whose plan fits in `free` bytes, or None."""
         from .memplan import pick_micro
@@ -326,6 +342,7 @@ class Trainer:
         release_buffers(self.model)
         release_buffers(self.loss_fn)
         self._views = {}
+        drop_scratch()
 
     # ---- steps --------------------------------------------------------------------------
 
@@ -414,8 +431,7 @@ class Trainer:
         B = _check_count("fit", "batch_size", batch_size or self.batch_size)
         if micro_batch is not None and micro_batch != "auto":
             _check_count("fit", "micro_batch", micro_batch)
-        if self.input_shape is None and hasattr(data, "X"):
-            self._row_shape = tuple(data.X.shape[1:])
+        self.use_data(data)
         B = min(B, len(data)) if len(data) else B
         self._micro = self.choose_micro(B, micro_batch, verbose)
         try:
@@ -427,6 +443,7 @@ class Trainer:
         finally:
             self.unsettle()
             self._micro = None
+            self._labels = None
 
     def choose_micro(self, B, micro, verbose=False):
         """The micro-batch a fit of batch B runs: `micro` itself unless it is 'auto'; then the
@@ -509,6 +526,29 @@ class Trainer:
 
     def eval(self):
         return self.train(False)
+
+
+def drop_scratch():
+    """Give back the kernels' scratch (grown on demand to the largest call so far and kept):
+    the viper kernels' blocks (viper_common, viper_conv) and the adapters' product (lora), of
+    the modules loaded."""
+    import sys
+    m = sys.modules
+    vc = m.get("microformer.viper_common")
+    if vc is not None:
+        for box, code in ((vc._S, "i"), (vc._F, "f"), (vc._G, "f")):
+            if len(box[0]) > 64:
+                box[0] = None
+                box[0] = vc._filled(code, 64, 0)
+    cv = m.get("microformer.viper_conv")
+    if cv is not None:
+        for i in range(len(cv._CV)):
+            if len(cv._CV[i]) > 16:
+                cv._CV[i] = None
+                cv._CV[i] = array("f", bytes(64))
+    lo = m.get("microformer.lora")
+    if lo is not None:
+        lo._SCRATCH[0] = None
 
 
 def _down(model, dy):
