@@ -857,7 +857,9 @@ class Session:
         if self.task == "regress":
             return self._evaluate_regress(name, ds, verbose)
         try:
-            acc, confusion = self._trainer.evaluate(ds, self.batch_size)
+            # in batches of the last fit's micro-batch, if smaller: its buffers serve them
+            t = self._trainer
+            acc, confusion = t.evaluate(ds, min(self.batch_size, t.last_rows or self.batch_size))
         except MemoryError:
             raise self._oom("in evaluate")
         finally:

@@ -401,6 +401,39 @@ def release_buffers(layer, _keep=None, _all=False):
             release_buffers(v, _keep, True)
 
 
+def drop_scratch():
+    """Give back the kernels' scratch (grown on demand to the largest call so far and kept):
+    the viper kernels' blocks (viper_common, viper_conv) and the adapters' product (lora), of
+    the modules loaded."""
+    import sys
+    m = sys.modules
+    vc = m.get("microformer.viper_common")
+    if vc is not None:
+        for box, code in ((vc._S, "i"), (vc._F, "f"), (vc._G, "f")):
+            if len(box[0]) > 64:
+                box[0] = None
+                box[0] = vc._filled(code, 64, 0)
+    cv = m.get("microformer.viper_conv")
+    if cv is not None:
+        for i in range(len(cv._CV)):
+            if len(cv._CV[i]) > 16:
+                cv._CV[i] = None
+                cv._CV[i] = _tensor.zeros(16)
+    lo = m.get("microformer.lora")
+    if lo is not None:
+        lo._SCRATCH[0] = None
+
+
+def train_backward(model, dy):
+    """The model's backward from a loss's gradient dy in training: a model whose backward takes
+    need_dx (partial(): Sequential and the library's layers) skips the input gradient nobody
+    reads (train.Trainer and the memory plan's probes)."""
+    if partial(model):
+        model.backward(dy, True, False)
+    else:
+        model.backward(dy)
+
+
 def _empty(boxes):
     # [x] -> [None]; ([x], [y], ...) -> ([None], [None], ...)
     if isinstance(boxes, list):

@@ -14,7 +14,7 @@
 # cache_floats instead and says so ('declared').
 import gc
 
-from .layer import Buffered, _epoch
+from .layer import Buffered, _epoch, drop_scratch, train_backward
 from .tensor import Rng, Tensor, shape_size
 
 
@@ -112,7 +112,6 @@ def activations(t, rows, shape):
 def probe(t, rows, shape):
     """Live heap bytes (MicroPython) that a training forward + backward over `rows` zero rows
     leaves: the layers' and the loss's buffers and what they refer to."""
-    from .train import _down, drop_scratch
     x = Tensor((rows,) + tuple(shape))
     y = t.probe_labels(rows)
     t.release()
@@ -122,7 +121,7 @@ def probe(t, rows, shape):
     t.model.train()
     logits = t.model.forward(x)
     t.loss_fn.forward(logits, y)
-    _down(t.model, t.loss_fn.backward())
+    train_backward(t.model, t.loss_fn.backward())
     logits = None
     gc.collect()
     return gc.mem_alloc() - a

@@ -6,7 +6,7 @@ from array import array
 
 from . import backend
 from .data import Batches
-from .layer import partial, release_buffers
+from .layer import drop_scratch, partial, release_buffers, train_backward as _down
 from .loss import CrossEntropyLoss
 from .optim import Adam
 from .tensor import Rng, Tensor, zeros
@@ -220,9 +220,11 @@ class Trainer:
         self._settle = None
         self._loss = 0.0
         self._correct = 0
+        self._X = self._Y = self._xv = self._yv = None
         self._micro = None
         self._row_shape = None
-        self._probed = None              # memplan: the activations measured at 1 and 2 rows
+        self._probed = None              # memplan: the activations measured at 1 and 4 rows
+        self.last_rows = None            # rows per forward of the last fit (its buffers' size)
         self._labels = None              # a data set's labels for those probes
 
     # ---- the optimizer and its parameters -----------------------------------------------
@@ -342,6 +344,7 @@ class Trainer:
         release_buffers(self.model)
         release_buffers(self.loss_fn)
         self._views = {}
+        self._X = self._Y = self._xv = self._yv = None
         drop_scratch()
 
     # ---- steps --------------------------------------------------------------------------
@@ -352,54 +355,72 @@ class Trainer:
         opt = self.make_optimizer()
         self.model.train()
         opt.zero_grad()
-        self._loss = 0.0
-        self._correct = 0
-        self._batch(X, y, len(y))
+        self._X = X
+        self._Y = y
+        self._batch(len(y))
+        self._X = self._Y = self._xv = self._yv = None
         opt.step()
         if self._settle is not None:
             self.unsettle()
         return self._loss, self._correct
 
-    def _batch(self, X, y, B):
+    # The per-step methods keep their frames within MicroPython's 11 words (host/frames.py): the
+    # batch, its micro-batch views and the totals travel on self.
+    def _batch(self, B):
+        self._loss = 0.0
+        self._correct = 0
         m = self._micro or self.micro_batch or B
         s = 0
         while s < B:
             k = m if m < B - s else B - s
-            self._part(X, y, s, k, B)
+            self._part(s, k, B)
             s += k
         self._loss /= B
 
-    def _part(self, X, y, s, k, B):
+    def _part(self, s, k, B):
         # the micro-batch of rows s..s+k of the batch: forward, loss, backward (grads add up)
-        xv, yv = self._view(X, y, s, k, B)
-        logits = self.model.forward(xv)
-        loss = self.loss_fn.forward(logits, yv)     # raises NonFiniteLossError before any update
-        self._loss += loss * k
+        self._view(s, k, B)
+        logits = self.model.forward(self._xv)
+        self._loss += self.loss_fn.forward(logits, self._yv) * k   # NonFiniteLossError: no update
+        self._back(k, B)
+        if getattr(self.loss_fn, "classifies", True):
+            self._correct += _correct(logits, self._yv)
+
+    def _back(self, k, B):
+        # the loss's gradient is the mean over k rows: scaled by k / B, the micro-batches' grads
+        # add up to the mean over the batch's B rows
         dy = self.loss_fn.backward()
         if k != B:
             backend.K.scale_inplace(dy.data, dy.size, k / B)
         _down(self.model, dy)
-        if getattr(self.loss_fn, "classifies", True):
-            self._correct += _correct(logits, yv)
 
-    def _view(self, X, y, s, k, B):
+    def _view(self, s, k, B):
         # X rows s..s+k as the model's input shape, and their labels: views made once per
-        # (batch, rows) and source buffer, the labels copied into a kept list
+        # (batch, rows) and source buffer (an int key: no tuple per step)
         if s == 0 and k == B and self.input_shape is None:
-            return X, y
-        key = (B, s, k)
-        v = self._views.get(key)
-        if v is None or v[0] is not X.data:
-            F = X.size // B
-            data = X.data if k == B else memoryview(X.data)[s * F:(s + k) * F]
-            shape = ((k,) + self.input_shape) if self.input_shape is not None else (k,) + X.shape[1:]
-            v = self._views[key] = [X.data, Tensor(shape, data), [0] * k]
-        if k == B:
-            return v[1], y
-        yv = v[2]
+            self._xv = self._X
+            self._yv = self._Y
+            return
+        v = self._views.get((B << 20) | (s << 10) | k)
+        if v is None or v[0] is not self._X.data:
+            v = self._new_view(self._X, s, k, B)
+        self._xv = v[1]
+        self._yv = self._Y if k == B else self._labels_of(v[2], s, k)
+
+    def _labels_of(self, yv, s, k):
+        y = self._Y
         for i in range(k):
             yv[i] = y[s + i]
-        return v[1], yv
+        return yv
+
+    def _new_view(self, X, s, k, B):
+        F = X.size // B
+        data = X.data if k == B else memoryview(X.data)[s * F:(s + k) * F]
+        shape = (k,) + (self.input_shape if self.input_shape is not None else X.shape[1:])
+        v = [X.data, Tensor(shape, data), [0] * k]
+        if B < 1024 and k < 1024:
+            self._views[(B << 20) | (s << 10) | k] = v
+        return v
 
     def settle(self):
         """MicroPython: have the GC collect every settle_gc_bytes until the first step is done
@@ -434,6 +455,7 @@ class Trainer:
         self.use_data(data)
         B = min(B, len(data)) if len(data) else B
         self._micro = self.choose_micro(B, micro_batch, verbose)
+        self.last_rows = self._micro or B
         try:
             return self._fit(data, epochs, B, seed, verbose, on_epoch, progress_s, keep, log)
         except BaseException:
@@ -526,38 +548,6 @@ class Trainer:
 
     def eval(self):
         return self.train(False)
-
-
-def drop_scratch():
-    """Give back the kernels' scratch (grown on demand to the largest call so far and kept):
-    the viper kernels' blocks (viper_common, viper_conv) and the adapters' product (lora), of
-    the modules loaded."""
-    import sys
-    m = sys.modules
-    vc = m.get("microformer.viper_common")
-    if vc is not None:
-        for box, code in ((vc._S, "i"), (vc._F, "f"), (vc._G, "f")):
-            if len(box[0]) > 64:
-                box[0] = None
-                box[0] = vc._filled(code, 64, 0)
-    cv = m.get("microformer.viper_conv")
-    if cv is not None:
-        for i in range(len(cv._CV)):
-            if len(cv._CV[i]) > 16:
-                cv._CV[i] = None
-                cv._CV[i] = array("f", bytes(64))
-    lo = m.get("microformer.lora")
-    if lo is not None:
-        lo._SCRATCH[0] = None
-
-
-def _down(model, dy):
-    # the model's backward from the loss's gradient; a model whose backward takes need_dx
-    # (layer.partial: Sequential and the library's layers) skips the input gradient nobody uses
-    if partial(model):
-        model.backward(dy, True, False)
-    else:
-        model.backward(dy)
 
 
 def _epoch_line(loss_fn, rec, epoch, epochs, interrupted, opt, log):
