@@ -900,6 +900,7 @@ class Session:
         t = Trainer(self.model, self._loss, None, self.batch_size, None, self._shape, self.lr,
                     exclude or {}, self._named())
         t.settle_gc_bytes = SETTLE_GC_BYTES
+        t.rollback = True                     # fit(on_error='rollback'), the default, takes its copy
         self._trainer = t
 
     # ---- LoRA adapters: mf_adapter.py (and microformer.lora), imported on first use ----------

@@ -410,13 +410,13 @@ def drop_scratch():
     vc = m.get("microformer.viper_common")
     if vc is not None:
         for box, code in ((vc._S, "i"), (vc._F, "f"), (vc._G, "f")):
-            if len(box[0]) > 64:
+            if box[0] is None or len(box[0]) > 64:     # None: a MemoryError while it grew
                 box[0] = None
                 box[0] = vc._filled(code, 64, 0)
     cv = m.get("microformer.viper_conv")
     if cv is not None:
         for i in range(len(cv._CV)):
-            if len(cv._CV[i]) > 16:
+            if cv._CV[i] is None or len(cv._CV[i]) > 16:
                 cv._CV[i] = None
                 cv._CV[i] = _tensor.zeros(16)
     lo = m.get("microformer.lora")

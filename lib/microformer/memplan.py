@@ -36,7 +36,8 @@ def plan(t, batch=None, micro=None, show=False):
     of `micro` rows (None: t.micro_batch, else the whole batch), in bytes: a dict with batch,
     micro, weights, grads (the grad buffers that exist or that the optimizer will use),
     optimizer (its state, the step's shadow state and new weights: optim.state_floats),
-    snapshot (the rollback copy: weights and state of the trainable parameters), activations
+    snapshot (the rollback copy of the trainable weights and state, when the trainer has one or
+    takes one: t.rollback), activations
     (the layers' output, cache and gradient buffers at the micro-batch: cache_floats),
     batch_rows, and peak (their sum). show: print it (plan_text)."""
     batch = _count("plan", "batch", batch or t.batch_size)
@@ -62,8 +63,10 @@ def plan(t, batch=None, micro=None, show=False):
         slots = 2                                    # Adam: m and v
         state = 4 * n * (1 + 2 * slots)
     acts = activations(t, micro, shape)
+    # the rollback copy: the one there is, or the one a trainer with rollback on will take
+    snap = 4 * n * (1 + slots) if (t.rollback or t.has_snapshot()) else 0
     info = {"batch": batch, "micro": micro, "weights": weights, "grads": grads, "optimizer": state,
-            "snapshot": 4 * n * (1 + slots), "activations": acts[0], "how": acts[1],
+            "snapshot": snap, "activations": acts[0], "how": acts[1],
             "batch_rows": 4 * batch * shape_size(shape)}
     info["peak"] = (weights + grads + state + info["snapshot"] + info["activations"]
                     + info["batch_rows"])

@@ -215,6 +215,7 @@ class Trainer:
         self.exclude = exclude or {}
         self.names = names
         self.settle_gc_bytes = None      # MicroPython: collect every so many bytes until the first step is done
+        self.rollback = False            # the caller takes a snapshot() before each fit (the plan counts it)
         self._views = {}
         self._snap = None
         self._settle = None
@@ -222,6 +223,8 @@ class Trainer:
         self._correct = 0
         self._X = self._Y = self._xv = self._yv = None
         self._micro = None
+        self._auto = False
+        self._verbose = False
         self._row_shape = None
         self._probed = None              # memplan: the activations measured at 1 and 4 rows
         self.last_rows = None            # rows per forward of the last fit (its buffers' size)
@@ -357,7 +360,7 @@ class Trainer:
         opt.zero_grad()
         self._X = X
         self._Y = y
-        self._batch(len(y))
+        self._accumulate(len(y))
         self._X = self._Y = self._xv = self._yv = None
         opt.step()
         if self._settle is not None:
@@ -366,6 +369,32 @@ class Trainer:
 
     # The per-step methods keep their frames within MicroPython's 11 words (host/frames.py): the
     # batch, its micro-batch views and the totals travel on self.
+    def _accumulate(self, B):
+        # the batch's gradients; with micro_batch='auto', a MemoryError (the heap is never one
+        # free block: a plan that fits the free bytes may find no room for a large array) halves
+        # the micro-batch and runs the batch again: nothing was written but grads, zeroed again
+        while True:
+            try:
+                self._batch(B)
+                return
+            except MemoryError:
+                if not self._smaller(B):
+                    raise
+                self.optimizer.zero_grad()
+
+    def _smaller(self, B):
+        m = self._micro or B
+        if not self._auto or m <= 1:
+            return False
+        X, Y = self._X, self._Y
+        self.release()
+        self._X, self._Y = X, Y
+        self._micro = self.last_rows = m // 2
+        if self._verbose:
+            print("fit: out of memory in micro-batches of %d rows: micro-batches of %d from here on "
+                  "(the memory plan fitted the free heap, which was too fragmented)" % (m, m // 2))
+        return True
+
     def _batch(self, B):
         self._loss = 0.0
         self._correct = 0
@@ -456,6 +485,8 @@ class Trainer:
         B = min(B, len(data)) if len(data) else B
         self._micro = self.choose_micro(B, micro_batch, verbose)
         self.last_rows = self._micro or B
+        self._auto = micro_batch == "auto"
+        self._verbose = verbose
         try:
             return self._fit(data, epochs, B, seed, verbose, on_epoch, progress_s, keep, log)
         except BaseException:
@@ -465,6 +496,7 @@ class Trainer:
         finally:
             self.unsettle()
             self._micro = None
+            self._auto = False
             self._labels = None
 
     def choose_micro(self, B, micro, verbose=False):

@@ -36,7 +36,7 @@ HOT = {
     "loss.py": ["CrossEntropyLoss.forward", "CrossEntropyLoss._loss", "CrossEntropyLoss.backward",
                 "_labels_ok", "_len", "MSELoss.forward", "MSELoss.backward"],
     "train.py": ["train_step", "_backward", "_correct", "argmax", "Trainer.step", "Trainer._batch",
-                 "Trainer._part", "Trainer._back", "Trainer._view", "Trainer._labels_of"],
+                 "Trainer._accumulate", "Trainer._part", "Trainer._back", "Trainer._view", "Trainer._labels_of"],
     "pool.py": ["GlobalAvgPool.forward", "GlobalAvgPool.backward"],
     "decoder.py": ["DecoderBlock.forward", "DecoderBlock._check_pair", "DecoderBlock._run", "DecoderBlock._self_fwd",
                    "DecoderBlock._cross_fwd", "DecoderBlock._ffn_fwd", "DecoderBlock.backward", "DecoderBlock._back",
