@@ -172,3 +172,34 @@ def test_the_out_of_memory_message_names_a_micro_batch_that_then_works(tmp_path,
     m = re.search(r"^KEPT (-?\d+)$", out, re.M)
     assert m and int(m.group(1)) <= 1024, out
     assert "FLAGS True" in out and "RETRY ok" in out, out
+
+
+def test_auto_micro_batches_halve_on_a_memory_error():
+    """micro_batch='auto': a MemoryError inside a step (a heap too fragmented for what the plan
+    counted) halves the micro-batch and runs the batch again, saying so; the weights are those of
+    a fit in the smaller micro-batches from the start. Without 'auto' the error goes up."""
+    import microformer as mf
+    from trainer_mp import _data, _model
+    from microformer.train import Trainer
+
+    def run(micro, fail):
+        model, shape, C = _model()
+        t = Trainer(model, mf.CrossEntropyLoss(), mf.SGD(model, lr=0.05), batch_size=12, input_shape=shape)
+        if fail:
+            forward = model.forward
+            calls = [0]
+
+            def f(x):
+                calls[0] += 1
+                if calls[0] == 2:            # the whole batch's forward of the second step
+                    raise MemoryError("memory allocation failed")
+                return forward(x)
+            model.forward = f
+        t.fit(_data(shape, C, 36), epochs=1, micro_batch=micro, verbose=False)
+        return t, [bytes(p.data) for p, _ in model.params()]
+    t, got = run("auto", True)
+    assert t.last_rows == 6
+    _, first_whole = run(12, False)
+    assert got != first_whole
+    with pytest.raises(MemoryError):
+        run(12, True)
