@@ -298,7 +298,9 @@ class Trainer:
         mv = memoryview(saved[0])
         o = 0
         for p, _ in opt.params:
-            K.copy(p.data, mv[o:o + p.size], p.size)
+            # a view of the weights: the portable copy assigns a slice, which an array takes
+            # only from an array
+            K.copy(memoryview(p.data), mv[o:o + p.size], p.size)
             o += p.size
         blocks = opt.state_blocks()
         for j in range(len(blocks)):
@@ -323,11 +325,11 @@ class Trainer:
         return plan(self, batch, micro, show)
 
     def probe_labels(self, rows):
-        """Labels (or targets) for `rows` probe rows of the plan: the data's first ones, else
-        class 0."""
+        """Labels (or targets) for `rows` probe rows of the plan: the data's first ones (repeated
+        when it has fewer), else class 0."""
         y = self._labels
-        if y is not None and len(y) >= rows:
-            return y[:rows]
+        if y:
+            return [y[i % len(y)] for i in range(rows)]     # fewer examples than rows: again
         return [0] * rows
 
     def use_data(self, data):

@@ -203,3 +203,18 @@ def test_auto_micro_batches_halve_on_a_memory_error():
     assert got != first_whole
     with pytest.raises(MemoryError):
         run(12, True)
+
+
+def test_session_plan_is_the_sum_of_its_parts(tmp_path, iris_flash, capsys):
+    """s.plan(): the parts and the peak of a fit step (CPython: the layers' declared activations,
+    said as such), the rollback copy counted, more activations for a larger batch."""
+    import finetune
+    s = finetune.Session(root=iris_flash(tmp_path / "a"), verbose=False)
+    p = s.plan(verbose=True)
+    assert "memory plan, batch 16 in micro-batches of 16" in capsys.readouterr().out
+    parts = ("weights", "grads", "optimizer", "snapshot", "activations", "batch_rows")
+    assert p["peak"] == sum(p[k] for k in parts) and p["how"] == "declared"
+    n = s.model.param_count()
+    assert p["weights"] == 4 * n and p["optimizer"] == 4 * 5 * n and p["snapshot"] == 4 * 3 * n
+    assert s.plan(batch_size=32, verbose=False)["activations"] > p["activations"]
+    assert s.plan(micro_batch=4, verbose=False)["activations"] < p["activations"]
