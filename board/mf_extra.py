@@ -28,8 +28,11 @@ regression targets as numbers):
                                         'input' 'bias' 'all'), a name or prefix ('3.self_attn',
                                         '5.weight'), a glob ('3.*', '*.bias'), a layer index
   s.frozen()                            the names of the frozen parameters
-  s.fit(epochs=10, data=None, lr=None, verbose=None)
-                                        data None: your examples if there are any, else 'train'
+  s.fit(epochs=10, data=None, lr=None, verbose=None, batch_size=None, micro_batch='auto')
+                                        data None: your examples if there are any, else 'train';
+                                        micro_batch 'auto': the largest that fits the free heap
+  s.plan(batch_size=None, micro_batch=None)
+                                        the memory a fit step needs, part by part, and the free heap
   s.save(path=None)                     atomic: the old checkpoint survives a power cut
   s.lora(rank=4, alpha=8, targets=None)  targets None: 'attention' and 'ffn' (those present)
                                         LoRA adapters; the base frozen; prints trainable params

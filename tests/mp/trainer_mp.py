@@ -63,7 +63,7 @@ def micro(opts):
 
 
 def calls():
-    model = mf.models.iris_model()      # Dense(4, 32) first: its input gradient is not needed
+    model = mf.models.iris_model()      # a Dense first: its input gradient is not needed
     shape, C = (4,), 3
     t = Trainer(model, mf.CrossEntropyLoss(), None, batch_size=8, input_shape=shape)
     K = mf.backend.K
