@@ -772,13 +772,18 @@ class Session:
     def _fit_oom(self, t, batch, e, when):
         # out of memory in fit: the plan's figures, the free heap once this call's memory is
         # back, and a batch that fits it
-        from microformer.memplan import plan_text
         t.release()
         free = _mem_free()
-        m = t.pick_micro(batch, free) if free is not None else None
-        info = t.plan(batch, m or 1)
+        try:                  # the plan's probes allocate: this message must not stop the rollback
+            from microformer.memplan import plan_text
+            m = t.pick_micro(batch, free) if free is not None else None
+            plan = plan_text(t.plan(batch, m or 1))
+        except MemoryError:
+            t.release()
+            m = None
+            plan = "no room left to make the memory plan"
         return ("Session: out of memory in fit, %s (%s): %s; free heap %s bytes after giving back "
-                "this fit's buffers. %s" % (when, e, plan_text(info), "n/a" if free is None else free,
+                "this fit's buffers. %s" % (when, e, plan, "n/a" if free is None else free,
                                             "s.fit(micro_batch=%d) fits that plan" % m if m else
                                             "Freeze more (s.freeze), use LoRA (s.lora()), or free memory"))
 
