@@ -201,8 +201,9 @@ board-report: setup $(CHECKPOINT_RULE) ## selftest + bench + short fine-tune on 
 # Fine-tuning within a budget on the 32-bit port: heap, instructions per sample and drift accuracy of
 # full / head-only / bias+LayerNorm / LoRA / LoRA+int8 fine-tunes of the sensor model and a
 # two-EncoderBlock encoder (valgrind for the instruction counts; host/bench_budget.py).
-bench-budget: setup $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tuning modes (full, head, bias+LN, LoRA, LoRA+int8): heap, instructions, drift accuracy
+bench-budget: setup $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tuning modes (full, head, bias+LN, LoRA, LoRA+int8): heap, instructions, drift accuracy; the memory goals
 	$(PY) host/bench_budget.py
+	$(PY) host/bench_budget.py goals
 
 plots: setup ## the PNGs in build/plots (training curves, attention maps), a line per plot
 	$(PY) host/plots.py --out build/plots

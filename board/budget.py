@@ -4,6 +4,7 @@
 # ACTION: epoch (one fine-tuning epoch, nothing measured: what the smallest heap must hold),
 # peak (the heap high-water of that epoch), steps N (N training steps: for instruction counts),
 # accuracy N (N epochs, then held-out accuracy, adapter size, weight memory).
+#   micropython budget.py goal encoder|gesture|decode [MODE]   (the memory goals: action_goal)
 # MODEL: sensor (board/sensor.py: BasicMotions windows, Conv1D + EncoderBlock, 16 wide) or
 # encoder (two EncoderBlocks, E=64, H=4, S=32, about 100k parameters, on ENCODER's synthetic task).
 # MODE: full, head, bias_norm, lora, lora_int8 (see MODES). host/bench_budget.py runs this file in
@@ -313,7 +314,85 @@ def action_accuracy(model_name, mode, checkpoint, epochs, data_dir=None, adapter
             trains=",".join(trains) if len(trains) < 4 else "%d_names" % len(trains))
 
 
+# ---- the memory goals (host/bench_budget.py goals) -------------------------------------------
+# Each goal runs from a model made here (random weights: memory does not depend on their values):
+# encoder MODE: two fit steps of the encoder at an effective batch of BATCH rows through
+#   microformer.train.Trainer with micro_batch='auto' (the largest micro-batch whose memory plan
+#   fits the free heap), MODE full, lora or lora_int8;
+# gesture: two fit steps at GESTURE_BATCH of the Conv1D(3, 16, 5) + EncoderBlock(16, 2, 32) model
+#   over 50 x 3 windows (5 classes), as the board session's fit runs them (the same trainer);
+# decode: a causal E=32 character model (Embedding, positions, one EncoderBlock, DECODE_CACHE
+#   tokens of KV cache; not frozen: it holds its grad buffers) prefilling 16 tokens and decoding
+#   to the end of its cache.
+GESTURE_BATCH = 16
+DECODE_CACHE = 318
+
+
+def gesture_model():
+    mf.seed(5)
+    return mf.Sequential([mf.Conv1D(3, 16, 5), mf.EncoderBlock(16, 2, 32), mf.GlobalAvgPool(), mf.Dense(16, 5)])
+
+
+def _rows(n, F, C, seed=9):
+    X = Tensor((n, F))
+    r = Rng(seed)
+    for i in range(n * F):
+        X.data[i] = r.signed_unit()
+    return Dataset(X, [i % C for i in range(n)], [str(c) for c in range(C)])
+
+
+def action_goal(model_name, mode):
+    """Two fit steps (encoder, gesture) or a decode (decode), then the plan's peak at the
+    micro-batch the fit ran and at the whole batch: BUDGET goal ..."""
+    from microformer.train import Trainer
+    if model_name == "decode":
+        return _goal_decode()
+    if model_name == "gesture":
+        model, batch, shape = gesture_model(), GESTURE_BATCH, (50, 3)
+        d = _rows(2 * batch, 150, 5)
+    else:
+        model, batch, shape = encoder_model(), BATCH, None
+        set_mode(model, mode)
+        if mode == "lora_int8":
+            int8(model)
+        d = encoder_data(ENC_FINETUNE, True, 2 * BATCH)
+    gc.collect()
+    t = Trainer(model, CrossEntropyLoss(), None, batch, None, shape, LR.get(mode, 1e-3))
+    t.fit(d, epochs=1, micro_batch="auto", verbose=False)
+    m = t.last_rows
+    _report("goal", steps=t.optimizer.steps, micro=m, batch=batch, plan_peak=t.plan(batch, m)["peak"],
+            plan_whole=t.plan(batch, batch)["peak"])
+
+
+def _goal_decode():
+    from microformer.train import argmax
+    mf.seed(4)
+    E, V = 32, 32
+    model = mf.Sequential([mf.Embedding(V, E), mf.PositionalEncoding(DECODE_CACHE, E),
+                           mf.EncoderBlock(E, 2, 2 * E, causal=True, max_len=DECODE_CACHE),
+                           mf.LayerNorm(E), mf.Dense(E, V)])
+    model.eval()
+    P = 16
+    prompt = Tensor((1, P))
+    for i in range(P):
+        prompt.data[i] = (3 * i + 1) % V
+    x = Tensor((1, 1))
+    gc.collect()
+    logits = mf.prefill(model, prompt, DECODE_CACHE)
+    nxt = argmax(logits.data, (P - 1) * V, V)
+    n = 0
+    for _ in range(DECODE_CACHE - P):
+        x.data[0] = nxt
+        logits = mf.decode_step(model, x)
+        nxt = argmax(logits.data, 0, V)
+        n += 1
+    _report("goal", steps=n, micro=1, batch=1, plan_peak=-1, plan_whole=-1)
+
+
 def main(argv):
+    if len(argv) >= 2 and argv[0] == "goal":
+        action_goal(argv[1], argv[2] if len(argv) > 2 else "full")
+        return
     if len(argv) < 4:
         raise SystemExit("usage: budget.py epoch|peak|steps|accuracy MODEL MODE CHECKPOINT [N] [DATA_DIR]")
     action, model_name, mode, checkpoint = argv[:4]

@@ -10,7 +10,6 @@ from microformer import checkpoint
 from microformer.data import Batches
 from microformer.finite import float32_row
 from microformer.tensor import Tensor
-from microformer.train import predict_logits
 
 from mf_examples import ALIASES, KINDS, SELECTIONS, Result, _is_number, _mem_free, _n, fmt
 
@@ -29,8 +28,11 @@ regression targets as numbers):
                                         'input' 'bias' 'all'), a name or prefix ('3.self_attn',
                                         '5.weight'), a glob ('3.*', '*.bias'), a layer index
   s.frozen()                            the names of the frozen parameters
-  s.fit(epochs=10, data=None, lr=None, verbose=None)
-                                        data None: your examples if there are any, else 'train'
+  s.fit(epochs=10, data=None, lr=None, verbose=None, batch_size=None, micro_batch='auto')
+                                        data None: your examples if there are any, else 'train';
+                                        micro_batch 'auto': the largest that fits the free heap
+  s.plan(batch_size=None, micro_batch=None)
+                                        the memory a fit step needs, part by part, and the free heap
   s.save(path=None)                     atomic: the old checkpoint survives a power cut
   s.lora(rank=4, alpha=8, targets=None)  targets None: 'attention' and 'ffn' (those present)
                                         LoRA adapters; the base frozen; prints trainable params
@@ -301,8 +303,7 @@ def _apply_frozen(self):
                 if id(q) in ids:
                     release_grad(g)
             changed()
-    self._net.frozen = ids
-    self._opt = None                     # the optimizer's parameter list changes
+    self._make_net(ids)                  # the optimizer's parameter list changes: a new trainer
 
 
 def _evaluate_regress(self, name, ds, verbose):
@@ -311,7 +312,7 @@ def _evaluate_regress(self, name, ds, verbose):
     ab = [0.0] * T
     try:
         for X, y in Batches(ds, self.batch_size):
-            d = predict_logits(self._net, X).data
+            d = self._trainer.logits(X).data
             for b in range(len(y)):
                 for k in range(T):
                     e = d[b * T + k] - y[b][k]
@@ -338,7 +339,7 @@ def _forward_one(self, features, who):
     X = Tensor((1, n))
     for j in range(n):
         X.data[j] = (x[j] - self.mean[j % C]) / self.std[j % C]
-    return predict_logits(self._net, X).data
+    return self._trainer.logits(X).data
 
 
 def predict(self, features, verbose=None):

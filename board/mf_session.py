@@ -13,8 +13,8 @@ from microformer import meta as _meta
 from microformer.data import Dataset, read_rows
 from microformer.finite import NonFiniteError, hyper
 from microformer.spec import from_spec
-from microformer.tensor import Rng, Tensor, shape_size, zeros
-from microformer.train import duration, evaluate as _evaluate, fit as _fit
+from microformer.tensor import Rng, Tensor, shape_size
+from microformer.train import Trainer, duration
 
 from mf_examples import ALIASES, KINDS, SELECTIONS, Examples, Result, _mem_free, _n, exists  # noqa: F401
 
@@ -169,8 +169,8 @@ def model_parts(model):
 # Without a collection in between, the arrays end up spaced by holes of their own size, and a
 # larger block later finds no room: a 318K heap on the 32-bit port had 66 KB free, none of it
 # 3.4 KB in one piece. So fit (its optimizer and rollback copy included) has the GC collect after
-# every SETTLE_GC_BYTES of allocation (gc.threshold) until its first step is done, then puts the
-# threshold back: for a whole fit it would cost time (a 4 KB threshold: 50 % more per Iris step on
+# every SETTLE_GC_BYTES of allocation (gc.threshold; train.Trainer.settle) until its first step
+# is done, then puts the threshold back: for a whole fit it would cost time (a 4 KB threshold: 50 % more per Iris step on
 # the 32-bit port). Thresholds of 2, 4, 8 and 16 KB all ran from the same heap (275 KB).
 SETTLE_GC_BYTES = 8192
 # Reading the checkpoint and the data files leaves garbage among what the session keeps: Session()
@@ -178,74 +178,6 @@ SETTLE_GC_BYTES = 8192
 # 4 KB gained nothing more and made loading several times slower).
 LOAD_GC_BYTES = 32768
 _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
-
-
-class _Net:
-    """The model as fit / evaluate see it: inputs [B, n] (a batch of flat examples) viewed as the
-    model's input shape [B, *shape] (no copy), and the optimizer's parameters without the frozen
-    tensors (frozen: ids of tensors a partly frozen layer keeps fixed)."""
-
-    def __init__(self, model, shape, frozen, names):
-        self.model = model
-        self.shape = tuple(shape)
-        self.frozen = frozen
-        self.names = names
-        self._views = {}
-        self.settle = None          # [threshold to put back, steps begun] while fit settles the heap
-
-    def forward(self, x):
-        if self.settle is not None:
-            self._settle()
-        if x.shape[1:] != self.shape:
-            B = x.shape[0]
-            v = self._views.get(B)
-            if v is None:
-                v = self._views[B] = Tensor((B,) + self.shape, x.data)
-            v.data = x.data          # the batch buffer of this step: nothing is copied
-            x = v
-        return self.model.forward(x)
-
-    def _settle(self):
-        # the second forward of a fit: the first step is done, its buffers are made
-        s = self.settle
-        s[1] += 1
-        if s[1] > 1:
-            self.unsettle()
-
-    def settle_heap(self):
-        """Collect every SETTLE_GC_BYTES until the first step is done (fit; see above)."""
-        if _threshold is not None and self.settle is None:
-            self.settle = [_threshold(), 0]
-            _threshold(SETTLE_GC_BYTES)
-
-    def unsettle(self):
-        """The GC threshold from before settle_heap."""
-        s = self.settle
-        if s is not None:
-            self.settle = None
-            _threshold(s[0])
-
-    def backward(self, dy, grads=True):
-        return self.model.backward(dy, grads)
-
-    def train(self, mode=True):
-        self.model.train(mode)
-        return self
-
-    def eval(self):
-        return self.train(False)
-
-    def collect_params(self, groups):
-        for pair in self.model.collect_params([]):
-            if id(pair[0]) not in self.frozen:
-                groups.append(pair)
-        return groups
-
-    def named_params(self):
-        return self.names
-
-    def param_count(self):
-        return self.model.param_count()
 
 
 class _Regression:
@@ -348,7 +280,6 @@ class Session:
         self.verbose = verbose
         self.model = None
         self.need = None
-        self._opt = None
         self._fits = 0
         self._cache = {}
         self._frozen = {}
@@ -438,8 +369,8 @@ class Session:
         checkpoint.load(path, self.model)     # verified before any weight changes
         self._find_parts()
         self._labels = []                     # regression: the last target's texts in the files
-        self._make_net()
         self._loss = mf.CrossEntropyLoss() if self.task == "classify" else _MSE(len(self.targets))
+        self._make_net()
         self._base = None
         data = self._data_arg
         if data is None and m.get("data"):
@@ -727,69 +658,92 @@ class Session:
         return "trainable params %d of %d; frozen: %s" % (n, self.model.param_count(),
                                                             ", ".join(frozen) if frozen else "none")
 
-    def fit(self, epochs=FIT_EPOCHS, data=None, lr=None, verbose=None, on_error="rollback"):
+    def fit(self, epochs=FIT_EPOCHS, data=None, lr=None, verbose=None, on_error="rollback",
+            batch_size=None, micro_batch="auto"):
         """Fine-tune; one line per epoch (loss, acc, ms/step, free heap) and a progress line at
         least every 5 s. Returns a FitResult (steps, epochs, seconds, loss, ...; h[-1] is the
         last epoch's record; the last FIT_KEEP_EPOCHS epochs' records are kept).
 
         data: None ('user' if there are user examples, else 'train'; fit says which and why),
         a selection name or a list of (features, label) pairs.
+        batch_size: rows per optimizer step (None: the session's, Session(batch_size=...)).
+        micro_batch: rows per forward/backward; the gradients of a batch's micro-batches add up
+        to the batch's. 'auto' (default): the largest that the memory plan (s.plan()) fits in
+        the free heap, said in the fit line; an int: that many; None: the whole batch.
         on_error: 'rollback' (default): a refused step (NonFiniteError) or running out of memory
-        restores the weights, optimizer state and lr from the start of this call, so a failed
-        fit changes nothing (it costs a copy of the trainable weights and Adam state, 12 bytes
-        per parameter, kept with the optimizer); 'keep': the weights of the last good step stay.
+        restores the weights, optimizer state, lr and the session's flags from the start of this
+        call, and gives back the memory the call took, so a failed fit changes nothing (it costs
+        a copy of the trainable weights and Adam state, 12 bytes per parameter, kept with the
+        optimizer); 'keep': the weights of the last good step stay.
         Every argument is checked before anything changes. Ctrl-C stops after the current step;
         the model keeps the weights of the last full step (either way).
         """
         # ---- every argument first: a refused call changes nothing
         lr = _fit_args(epochs, lr, verbose, on_error)
-        self._net.settle_heap()
+        if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                                       or batch_size < 1):
+            raise ValueError("fit: batch_size must be a positive int or None (the session's %d), got %r"
+                             % (self.batch_size, batch_size))
+        if micro_batch not in ("auto", None) and (not isinstance(micro_batch, int) or isinstance(micro_batch, bool)
+                                                   or micro_batch < 1):
+            raise ValueError("fit: micro_batch must be 'auto', None or a positive int, got %r" % (micro_batch,))
+        t = self._trainer
+        t.settle()              # the optimizer and rollback copy too (see SETTLE_GC_BYTES)
         try:
-            return self._fit(epochs, data, lr, verbose, on_error)
+            return self._fit(epochs, data, lr, verbose, on_error, batch_size or self.batch_size, micro_batch)
         finally:
-            self._net.unsettle()
+            t.unsettle()
 
-    def _fit(self, epochs, data, lr, verbose, on_error):
+    def _fit(self, epochs, data, lr, verbose, on_error, batch, micro):
         name, ds, why = self._fit_data(data)
         # garbage out first: what fit keeps (optimizer, rollback copy, history) then goes into the
         # lowest free blocks, and the large ones stay whole for a new batch shape's buffers
         gc.collect()
-        snap = self._fit_state(lr, on_error)
-        try:                    # the history's records: allocated before any state changes
-            log = _fit_log()
-        except MemoryError:
-            raise self._oom("in fit, before training (its history of %d epochs)" % FIT_KEEP_EPOCHS)
+        t = self._trainer
+        before = (t.optimizer, t.has_snapshot(), self.lr, self._fits, self._dirty)
+        self._fit_state(t, on_error)
+        try:
+            log = _fit_log()        # the history's records: allocated before any state changes
+            batch = min(batch, len(ds))
+            t.use_data(ds)
+            micro = t.choose_micro(batch, micro)
+        except MemoryError as e:
+            self._undo(t, before)
+            raise MemoryError("%s; fit changed nothing" % (self._fit_oom(t, batch, e, "before training")))
         # ---- from here on, state changes
+        opt = t.optimizer
         if lr is not None:
             self.lr = lr
-            self._opt.lr = lr
+            opt.lr = lr
         verbose = self.verbose if verbose is None else verbose
-        batch = min(self.batch_size, len(ds))
         if verbose:
-            print("fit on %s: %s, %s, batch %d, lr %g; %s"
-                  % (why, _n(len(ds), "example"), _n(epochs, "epoch"), batch, self.lr,
-                     self.trainable_summary()))
-        steps0 = self._opt.steps
+            print("fit on %s: %s, %s, batch %d%s, lr %g; %s"
+                  % (why, _n(len(ds), "example"), _n(epochs, "epoch"), batch,
+                     "" if not micro or micro >= batch else
+                     " in micro-batches of %d (the memory plan of a whole batch does not fit the free heap)" % micro,
+                     self.lr, self.trainable_summary()))
+        steps0 = opt.steps
         self._fits += 1
         if not self._adapter_ids:
             self._dirty = True
         try:
-            _fit(self._net, self._loss, self._opt, ds, epochs=epochs, batch_size=batch, seed=self._fits,
-                 verbose=verbose, log=log)
+            t.fit(ds, epochs=epochs, batch_size=batch, micro_batch=micro, seed=self._fits,
+                  verbose=verbose, log=log)
         except KeyboardInterrupt:
-            # between steps (train.fit catches it inside one); no update is ever half done
+            # between steps (the trainer catches it inside one); no update is ever half done
             log.interrupted = True
         except Exception as e:
             self.model.train()
             if isinstance(e, MemoryError):
-                e = self._oom("in fit, training (batch %d; %d of %d epochs and %d steps done)"
-                              % (batch, log.epochs, epochs, self._opt.steps - steps0))
-            if snap is not None:
-                undone = self._opt.steps - steps0
-                snap.restore(self)
-                raise type(e)("%s; fit rolled back: the weights, optimizer state and lr are those "
-                              "from before this call (%s undone)" % (e, _n(undone, "step")))
-            rec = _fit_record(self, name, len(ds), log, self._opt.steps - steps0)
+                e = MemoryError(self._fit_oom(t, batch, e, "training (%d of %d epochs and %d steps done)"
+                                              % (log.epochs, epochs, opt.steps - steps0)))
+            if on_error == "rollback":
+                undone = opt.steps - steps0
+                t.restore()
+                self._undo(t, before)
+                raise type(e)("%s; fit rolled back: the weights, optimizer state, lr and the session's "
+                              "state are those from before this call (%s undone)" % (e, _n(undone, "step")))
+            rec = _fit_record(self, name, len(ds), log, opt.steps - steps0)
             rec["error"] = type(e).__name__
             _add_fit(self.meta, rec)
             raise type(e)("%s; fit(on_error='keep'): the model keeps the weights of the last good "
@@ -797,9 +751,9 @@ class Session:
                           % (e, _n(rec["steps"], "step")))
         finally:
             self.model.train()
-        # the optimizer's count: a Ctrl-C that lands after an epoch's last step but before train.fit
-        # records that epoch leaves the history one epoch short, never the steps
-        steps = self._opt.steps - steps0
+        # the optimizer's count: a Ctrl-C that lands after an epoch's last step but before the
+        # trainer records that epoch leaves the history one epoch short, never the steps
+        steps = opt.steps - steps0
         rec = _fit_record(self, name, len(ds), log, steps)
         _add_fit(self.meta, rec)
         seconds = rec["seconds"]
@@ -823,6 +777,50 @@ class Session:
             duration(1000 * seconds / max(1, steps)), ", interrupted" if interrupted else "")
         return FitResult(line, rec, hist)
 
+    def _undo(self, t, before):
+        # the session as before a failed fit: its flags, and no optimizer or rollback copy that
+        # this call made (their memory goes back); the weights were restored by the caller
+        opt, had_snap, self.lr, self._fits, self._dirty = before
+        if t.optimizer is not opt:
+            t.optimizer = None
+        if not had_snap:
+            t.drop_snapshot()
+        t.release()
+        gc.collect()
+
+    def _fit_oom(self, t, batch, e, when):
+        # out of memory in fit: the plan's figures, the free heap once this call's memory is
+        # back, and a batch that fits it
+        t.release()
+        free = _mem_free()
+        try:                  # the plan's probes allocate: this message must not stop the rollback
+            from microformer.memplan import plan_text
+            m = t.pick_micro(batch, free) if free is not None else None
+            plan = plan_text(t.plan(batch, m or 1))
+        except MemoryError:
+            t.release()
+            m = None
+            plan = "no room left to make the memory plan"
+        return ("Session: out of memory in fit, %s (%s): %s; free heap %s bytes after giving back "
+                "this fit's buffers. %s" % (when, e, plan, "n/a" if free is None else free,
+                                            "s.fit(micro_batch=%d) fits that plan" % m if m else
+                                            "Freeze more (s.freeze), use LoRA (s.lora()), or free memory"))
+
+    def plan(self, batch_size=None, micro_batch=None, data=None, verbose=None):
+        """The memory plan of a fit step (microformer.train.Trainer.plan): weights, grads,
+        optimizer state, rollback copy, activations, the batch, and the peak in bytes, with the
+        free heap beside it. batch_size: None: the session's; micro_batch: None: the whole batch;
+        data: what fit would train on (None: as fit picks it)."""
+        from microformer.memplan import plan_text
+        t = self._trainer
+        t.use_data(self._fit_data(data)[1])
+        info = t.plan(batch_size or self.batch_size, micro_batch)
+        t.use_data(None)
+        info["free"] = _mem_free()
+        if self.verbose if verbose is None else verbose:
+            print("%s; free heap %s bytes" % (plan_text(info), info["free"]))
+        return info
+
     def _fit_data(self, data):
         # fit's examples: (selection name, pairs, why fit trains on them)
         why = None
@@ -838,32 +836,40 @@ class Session:
             raise self._oom("in fit, reading the examples")
         return name, ds, "%s, as asked" % name if why is None else why
 
-    def _fit_state(self, lr, on_error):
+    def _fit_state(self, t, on_error):
         # the optimizer (made on the first fit) and, for on_error='rollback', the rollback copy
-        # taken now; returns that copy or None. Nothing the model holds changes here.
-        if self._opt is None:
-            if not self._net.collect_params([]):
-                raise ValueError("fit: every layer is frozen; unfreeze something first (s.unfreeze())")
-            try:                        # its state and the step's shadow: a few blocks of 4 bytes per param
-                self._opt = mf.Adam(self._net, lr=self.lr if lr is None else lr)
-                # its kernel now (imported on first use), not in the first step: compiling a .py
-                # source there would leave its garbage among the step's new buffers
-                mf.backend.K.adam_step
-            except MemoryError:
-                self._opt = None
-                raise self._oom("creating the optimizer")
+        # taken now. Nothing the model holds changes here.
+        try:                        # its state and the step's shadow: a few blocks of 4 bytes per param
+            if t.optimizer is None:
+                t.lr = self.lr
+            t.make_optimizer()
+            # its kernel now (imported on first use), not in the first step: compiling a .py
+            # source there would leave its garbage among the step's new buffers
+            mf.backend.K.adam_step
+        except ValueError:
+            raise ValueError("fit: every layer is frozen; unfreeze something first (s.unfreeze())")
+        except MemoryError:
+            t.optimizer = None
+            raise self._oom("creating the optimizer")
         if on_error != "rollback":
-            return None
-        snap = getattr(self, "_snap", None)
-        if snap is None or snap.opt is not self._opt:
-            self._snap = None
-            try:
-                snap = self._snap = _Snapshot(self._opt)
-            except MemoryError:
-                raise self._oom("making fit's rollback copy (%d bytes; fit(on_error='keep') "
-                                "trains without it)" % (12 * self._opt._n))
-        snap.take(self)
-        return snap
+            return
+        try:
+            t.snapshot()
+        except MemoryError:
+            t.drop_snapshot()
+            raise self._oom("making fit's rollback copy (%d bytes; fit(on_error='keep') "
+                            "trains without it)" % (12 * t.optimizer.numel))
+
+    @property
+    def _opt(self):
+        # the optimizer (None before the first fit): the trainer's
+        return self._trainer.optimizer
+
+    @_opt.setter
+    def _opt(self, opt):
+        # None: the parameters that train changed; the next fit makes a new optimizer
+        self._trainer.optimizer = opt
+        self._trainer.drop_snapshot()
 
     def evaluate(self, data="test", verbose=None):
         """Accuracy and per-class counts on a selection (default 'test') or a list of pairs;
@@ -875,7 +881,9 @@ class Session:
         if self.task == "regress":
             return self._evaluate_regress(name, ds, verbose)
         try:
-            acc, confusion = _evaluate(self._net, ds, self.batch_size)
+            # in batches of the last fit's micro-batch, if smaller: its buffers serve them
+            t = self._trainer
+            acc, confusion = t.evaluate(ds, min(self.batch_size, t.last_rows or self.batch_size))
         except MemoryError:
             raise self._oom("in evaluate")
         finally:
@@ -910,9 +918,14 @@ class Session:
         # the model's parts by state_dict name (again after adapters came or went: mf_adapter)
         self._parts = model_parts(self.model)
 
-    def _make_net(self):
-        # the network fit trains, over the model as it is now
-        self._net = _Net(self.model, self._shape, {}, self._named())
+    def _make_net(self, exclude=None):
+        # the trainer of fit, over the model as it is now (exclude: ids of frozen tensors inside
+        # partly frozen layers, which the optimizer leaves out); a new one has no optimizer yet
+        t = Trainer(self.model, self._loss, None, self.batch_size, None, self._shape, self.lr,
+                    exclude or {}, self._named())
+        t.settle_gc_bytes = SETTLE_GC_BYTES
+        t.rollback = True                     # fit(on_error='rollback'), the default, takes its copy
+        self._trainer = t
 
     # ---- LoRA adapters: mf_adapter.py (and microformer.lora), imported on first use ----------
 
@@ -956,7 +969,7 @@ class Session:
         return "<finetune.Session %s: %d user examples>" % (self.checkpoint_path, len(self._examples.y))
 
 
-# ---- fit's history and rollback -----------------------------------------------------------
+# ---- fit's history -----------------------------------------------------------
 # A fit keeps the per-epoch records of its last FIT_KEEP_EPOCHS epochs (the FitResult) and
 # running totals over all of them; the checkpoint keeps the records of the last FIT_KEEP_FITS
 # fits in meta['history'] and totals over every fit in meta['fit_totals']. Both are bounded, so
@@ -1006,55 +1019,3 @@ def _add_fit(meta, rec):
         hist = hist[len(hist) - FIT_KEEP_FITS:]
     meta["history"] = hist
     meta["fit_totals"] = tot
-
-
-class _Snapshot:
-    """fit's rollback copy: the optimizer's trainable weights and state (Adam m, v), its step count
-    and lr, the session's lr and fit counter; made once per optimizer, taken at each fit."""
-
-    def __init__(self, opt):
-        self.opt = opt
-        self.w = [zeros(p.size) for p, _ in opt.params]
-        self.live = [zeros(opt._n) for _ in opt._live]
-
-    def take(self, s):
-        from microformer import backend
-        K = backend.K
-        opt = self.opt
-        for i in range(len(opt.params)):
-            p = opt.params[i][0]
-            K.copy(self.w[i], p.data, p.size)
-        for j in range(len(opt._live)):
-            K.copy(self.live[j], opt._live[j], opt._n)
-        self.steps = opt.steps
-        self.opt_lr = opt.lr
-        self.lr = s.lr
-        self.fits = s._fits
-
-    def _put(self, s):
-        from microformer import backend
-        K = backend.K
-        opt = self.opt
-        for i in range(len(opt.params)):
-            p = opt.params[i][0]
-            K.copy(p.data, self.w[i], p.size)
-        for j in range(len(opt._live)):
-            K.copy(opt._live[j], self.live[j], opt._n)
-        opt.steps = self.steps
-        opt.lr = self.opt_lr
-        s.lr = self.lr
-        s._fits = self.fits
-
-    def restore(self, s):
-        # a Ctrl-C during the copy is held until the copy is complete, then raised
-        held = None
-        while True:
-            try:
-                self._put(s)
-                break
-            except KeyboardInterrupt as e:
-                held = e
-        if held is not None:
-            raise held
-
-

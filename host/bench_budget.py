@@ -5,6 +5,7 @@ parameters; build/encoder.mfck), each on a drift task (board/budget.py documents
     python host/bench_budget.py                      # the table (make bench-budget)
     python host/bench_budget.py --models sensor --modes head,lora --no-callgrind
     python host/bench_budget.py pretrain --out build/encoder.mfck    # the encoder checkpoint
+    python host/bench_budget.py goals [encoder,gesture,decode]       # the memory goals (make bench-budget)
 
 Per model and mode (full, head only, bias + LayerNorm only, LoRA r=4 on attention + FFN with the
 head, the same with int8 frozen weights), on the 32-bit single-precision port (build/mp32, the
@@ -284,8 +285,89 @@ def table(exe=MP32, models=MODELS, modes=None, callgrind=True, heap=True):
     return rows
 
 
+# ---- the memory goals ------------------------------------------------------------------------
+# (name, board/budget.py goal arguments, goal KB, what): the smallest -X heapsize (KB, bisected)
+# from which two fit steps (or the decode) run on the 32-bit port, against the goal
+GOALS = (
+    ("encoder full", ("encoder", "full"), 2500, "E=64 encoder, full fine-tune, effective batch 8"),
+    ("encoder lora", ("encoder", "lora"), 1000, "E=64 encoder, LoRA r=4 + head, effective batch 8"),
+    ("encoder lora+int8", ("encoder", "lora_int8"), 512, "E=64 encoder, LoRA r=4 + head, int8 frozen weights"),
+    ("gesture", ("gesture",), 512, "Conv1D + EncoderBlock over 50x3 windows, fit at batch 16"),
+    ("decode", ("decode",), 512, "causal E=32 char model, 318-token cache, not frozen: prefill + decode"),
+)
+
+
+def _goal_run(exe, args, kb):
+    cmd = [exe, "-X", "heapsize=%dK" % kb, DRIVER, "goal"] + list(args)
+    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    got = _parse(out.stdout, "goal")
+    if out.returncode == 0 and got:
+        return got
+    if "MemoryError" in out.stdout + out.stderr:
+        return None
+    raise SystemExit("bench-budget goal failed (not a MemoryError): %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+
+
+def goal_heap(exe, args, lo=64, hi=16384):
+    """The smallest -X heapsize (KB) from which every size tried above it runs the goal: bisection
+    to 1/64 of the size, then 1, 2, 4 and 8 steps over it verified (fragmentation). Returns
+    (kb, the BUDGET fields of the run at 16M: the plan's peak at the micro-batch it chose)."""
+    at16 = _goal_run(exe, args, 16384)
+    if at16 is None:
+        raise SystemExit("bench-budget: goal %s does not run in 16M" % " ".join(args))
+    tried = {}
+
+    def runs(kb):
+        if kb not in tried:
+            tried[kb] = _goal_run(exe, args, kb) is not None
+        return tried[kb]
+    while hi - lo > max(1, hi // 64):
+        mid = (lo + hi) // 2
+        if runs(mid):
+            hi = mid
+        else:
+            lo = mid
+    step = max(1, hi // 64)
+    while True:
+        bad = [hi + k * step for k in (1, 2, 4, 8) if not runs(hi + k * step)]
+        if not bad:
+            return hi, at16
+        hi = max(bad) + step
+
+
+def goals(exe=MP32, names=None, iris=True):
+    """Print each memory goal with its measured figure, met/missed, and the plan's peak beside it."""
+    print("memory goals, %s, viper: smallest -X heapsize for two fit steps (bisected; micro_batch='auto'), "
+          "the plan's peak at the micro-batch chosen in a 16M heap" % os.path.relpath(exe, ROOT), flush=True)
+    for name, args, kb_goal, what in GOALS:
+        if names and name.split()[0] not in names:
+            continue
+        kb, got = goal_heap(exe, args)
+        plan = int(got["plan_peak"])
+        print("  %-18s %6d KB  goal <= %5d KB  %-6s  %s%s" % (
+            name, kb, kb_goal, "met" if kb <= kb_goal else "missed", what,
+            "; plan %d KB at micro-batch %s of %s (whole batch: %d KB)" % (
+                plan // 1024, got["micro"], got["batch"], int(got["plan_whole"]) // 1024) if plan >= 0 else ""),
+            flush=True)
+    if iris:
+        ck = os.path.join(ROOT, "build", "iris.mfck")
+        if os.path.exists(ck):
+            kb, _ = bench.smallest_session_heap(exe, ck, mpy=True)
+            print("  %-18s %6d KB  goal <= %5d KB  %-6s  %s" % ("iris session", kb, 200, "met" if kb <= 200 else "missed",
+                                                               "Iris fine-tune session, .mpy modules"), flush=True)
+        else:
+            print("  iris session: not measured: no %s (make pretrain)" % os.path.relpath(ck, ROOT), flush=True)
+    print("  instructions per training sample at micro-batch = batch: not measured by the goals (make bench "
+          "counts them; the trainer's step at micro = batch runs the same kernels as train_step)", flush=True)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "goals":
+        if not os.path.exists(MP32):
+            raise SystemExit("bench-budget: no interpreter at %s (make mp32 builds the 32-bit port)" % MP32)
+        goals(MP32, argv[1].split(",") if len(argv) > 1 else None)
+        return
     if argv and argv[0] == "pretrain":
         p = argparse.ArgumentParser(prog="bench_budget.py pretrain")
         p.add_argument("--out", default=CHECKPOINTS["encoder"])

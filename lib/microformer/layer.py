@@ -363,6 +363,90 @@ class WeightBias(Layer):
     def state_parts(self):
         return [("weight", [self.W])] + ([("bias", [self.b])] if self.use_bias else [])
 
+def release_buffers(layer, _keep=None, _all=False):
+    """Drop the output, cache and gradient buffers `layer` and every part inside it hold (each
+    stage's buffer sets, the attributes they fill, and the Tensors a pass keeps for the next,
+    such as its input): the next pass makes them again. Parameters and their grads stay. A fit
+    that failed gives its memory back with it (train.Trainer)."""
+    if _keep is None:
+        _keep = {}
+        if hasattr(layer, "params"):
+            for p, g in layer.params():
+                _keep[id(p)] = 1
+                _keep[id(g)] = 1
+    if id(layer) in _keep:              # seen (a part pointing back to its layer)
+        return
+    _keep[id(layer)] = 1
+    stages = getattr(layer, "_stages", None)
+    if stages:
+        for stage in stages:
+            setattr(layer, stage, None)
+        layer._stages = None
+    d = getattr(layer, "__dict__", None)
+    if not d:
+        return
+    for name in list(d):
+        v = d[name]
+        if isinstance(v, Tensor):
+            # a layer's own buffers and caches have private names (a fixed table such as
+            # PositionalEncoding.pe does not); a projection part keeps only operands
+            if id(v) not in _keep and (_all or name[0] == "_"):
+                setattr(layer, name, None)
+        elif isinstance(v, Buffered):
+            release_buffers(v, _keep)
+        elif isinstance(v, (list, tuple)):
+            if name == "_wkeep":                # a backend's prepared copies of weights (boxes)
+                _empty(v)
+            for x in v:
+                if isinstance(x, Buffered):
+                    release_buffers(x, _keep)
+        elif hasattr(v, "inp") and hasattr(v, "out") and hasattr(v, "__dict__"):
+            # a part that keeps a pass's operands (Attention's projections): drop those
+            release_buffers(v, _keep, True)
+
+
+def drop_scratch():
+    """Give back the kernels' scratch (grown on demand to the largest call so far and kept):
+    the viper kernels' blocks (viper_common, viper_conv) and the adapters' product (lora), of
+    the modules loaded."""
+    import sys
+    m = sys.modules
+    vc = m.get("microformer.viper_common")
+    if vc is not None:
+        for box, code in ((vc._S, "i"), (vc._F, "f"), (vc._G, "f")):
+            if box[0] is None or len(box[0]) > 64:     # None: a MemoryError while it grew
+                box[0] = None
+                box[0] = vc._filled(code, 64, 0)
+    cv = m.get("microformer.viper_conv")
+    if cv is not None:
+        for i in range(len(cv._CV)):
+            if cv._CV[i] is None or len(cv._CV[i]) > 16:
+                cv._CV[i] = None
+                cv._CV[i] = _tensor.zeros(16)
+    lo = m.get("microformer.lora")
+    if lo is not None:
+        lo._SCRATCH[0] = None
+
+
+def train_backward(model, dy):
+    """The model's backward from a loss's gradient dy in training: a model whose backward takes
+    need_dx (partial(): Sequential and the library's layers) skips the input gradient nobody
+    reads (train.Trainer and the memory plan's probes)."""
+    if partial(model):
+        model.backward(dy, True, False)
+    else:
+        model.backward(dy)
+
+
+def _empty(boxes):
+    # [x] -> [None]; ([x], [y], ...) -> ([None], [None], ...)
+    if isinstance(boxes, list):
+        boxes[0] = None
+    else:
+        for b in boxes:
+            b[0] = None
+
+
 # ---- frozen parameters hold no grad buffer ---------------------------------------------
 # A parameter is frozen when its grad Tensor's data is None (released); a kernel given None for
 # a grad skips it. Every change of a flag or a buffer bumps _epoch, so a Sequential knows when to

@@ -18,10 +18,12 @@ from .finite import NonFiniteError, hyper, show
 from .tensor import Tensor, zeros
 
 
-def _pairs(params, who):
-    names = None
+def _pairs(params, who, names=None):
+    # names: None, or {id(param): name} for the messages (a list of (name, param) pairs works too)
+    if names is not None and not isinstance(names, dict):
+        names = dict((id(p), n) for n, p in names)
     if hasattr(params, "collect_params"):
-        if hasattr(params, "named_params"):
+        if names is None and hasattr(params, "named_params"):
             names = {}
             for name, p in params.named_params():
                 names[id(p)] = name
@@ -81,9 +83,9 @@ def _scaled_norm(params):
 
 
 class _Optimizer:
-    def __init__(self, who, params, lr, weight_decay, max_grad_norm):
+    def __init__(self, who, params, lr, weight_decay, max_grad_norm, names=None):
         self.who = who
-        self.params, self.names = _pairs(params, who)
+        self.params, self.names = _pairs(params, who, names)
         self.lr = lr
         self.weight_decay = hyper(who, "weight_decay", weight_decay, 0.0)
         self.max_grad_norm = None if max_grad_norm is None else hyper(who, "max_grad_norm",
@@ -95,6 +97,7 @@ class _Optimizer:
             self._offsets.append(n)
             n += p.size
         self._n = n
+        self.numel = n                   # floats of the trainable parameters, end to end
         self._count = len(self.params)
         # the buffers whose sizes a step checked, 3 entries per pair (the step kernels fill it)
         self._seen = [None] * (3 * self._count)
@@ -144,6 +147,18 @@ class _Optimizer:
                 views.append(Tensor(p.shape, mv[o:o + p.size]))
             self._views[k] = views
         return views
+
+    def state_blocks(self):
+        """The live optimizer state: one array per state slot (Adam: m, v; SGD: the momentum, if
+        any), each `numel` floats, every tensor end to end in the order of `params`. A step
+        replaces these arrays by the shadow ones (ask again after a step); writing into them
+        (a rollback copy put back) changes the state."""
+        return self._live
+
+    def state_floats(self):
+        """Floats the optimizer holds besides the weights and grads: its live state, the step's
+        shadow state and the new weights (the price of an all-or-nothing step)."""
+        return self._n * (1 + 2 * len(self._live))
 
     def snapshot_floats(self):
         """Floats the step's shadow holds (new weights and state): the price of an atomic step."""
@@ -248,10 +263,11 @@ class _Optimizer:
 
 
 class SGD(_Optimizer):
-    """SGD(params, lr, momentum=0, weight_decay=0, max_grad_norm=None); momentum in [0, 1)."""
+    """SGD(params, lr, momentum=0, weight_decay=0, max_grad_norm=None, names=None); momentum in
+    [0, 1). names: {id(param): name} (or [(name, param)]) for the messages, when params is a list."""
 
-    def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, max_grad_norm=None):
-        _Optimizer.__init__(self, "SGD", params, lr, weight_decay, max_grad_norm)
+    def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, max_grad_norm=None, names=None):
+        _Optimizer.__init__(self, "SGD", params, lr, weight_decay, max_grad_norm, names)
         self.momentum = hyper("SGD", "momentum", momentum, 0.0, 1.0, False, True)
         self._guard(("momentum",) if self.momentum else ())
         self._hyper = [None] * 4
@@ -280,8 +296,8 @@ class Adam(_Optimizer):
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 decoupled=False, max_grad_norm=None):
-        _Optimizer.__init__(self, "Adam", params, lr, weight_decay, max_grad_norm)
+                 decoupled=False, max_grad_norm=None, names=None):
+        _Optimizer.__init__(self, "Adam", params, lr, weight_decay, max_grad_norm, names)
         if not isinstance(betas, (list, tuple)) or len(betas) != 2:
             raise ValueError("Adam: betas must be two numbers in [0, 1), got %r" % (betas,))
         self.beta1 = hyper("Adam", "betas[0]", betas[0], 0.0, 1.0, False, True)

@@ -48,7 +48,7 @@ def _check(o):
         if name == "help":
             continue
         assert re.search(r"s\.%s\(" % name, text) or name in ("trainable_summary",), (name, text)
-    assert "s.fit(epochs=10, data=None, lr=None, verbose=None)" in text
+    assert "s.fit(epochs=10, data=None, lr=None, verbose=None, batch_size=None, micro_batch='auto')" in text
     assert o["help_ret"] and "finetune.Session(checkpoint='model.mfck'" in "\n".join(o["help"]).splitlines()[1]
     assert "s.help()" in "\n".join(o["help"])
     # progress lines within an epoch
