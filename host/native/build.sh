@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# host/native/build.sh MPSRC OUT ARCH...: build mf_native.c (this folder) as a MicroPython dynamic
+# native module for each ARCH (x64, x86, xtensawin) into OUT/ARCH/mf_native.mpy, with MicroPython's
+# own py/dynruntime.mk and tools/mpy_ld.py from MPSRC (a folder holding the source and extras
+# tarballs of ../shared/micropython unpacked over each other). `make native` runs it.
+#   x64        the system gcc; loads in the stock unix port (.venv/bin/micropython)
+#   x86        the system gcc with -m32 -msse2 -mfpmath=sse; loads in build/mp32/micropython32-sp
+#   xtensawin  xtensa-lx106-elf-gcc (Debian's gcc-xtensa-lx106) with -mabi=windowed and the
+#              ESP32-S3 core plugin in XTENSA_GNU_CONFIG (host/native/README.md says what is checked)
+# Each object file is checked before linking (check_elf.py: no initialised data, no libgcc or
+# libm calls) and each .mpy after (its header: .mpy version 6, the architecture).
+# Env: PYTHON (a Python with pyelftools and ar; default python3), XTENSA_GNU_CONFIG.
+set -euo pipefail
+MPSRC=${1:?usage: host/native/build.sh MPSRC OUT ARCH...}
+OUT=${2:?usage: host/native/build.sh MPSRC OUT ARCH...}
+shift 2
+HERE=$(cd "$(dirname "$0")" && pwd)
+PYTHON=${PYTHON:-python3}
+case "$PYTHON" in */*) PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ;; esac
+MPSRC=$(cd "$MPSRC" && pwd)
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+test -f "$MPSRC/py/dynruntime.mk" || { echo "native: $MPSRC/py/dynruntime.mk is missing (MicroPython's source)" >&2; exit 2; }
+test -f "$MPSRC/tools/mpy_ld.py" || { echo "native: $MPSRC/tools/mpy_ld.py is missing (the extras tarball)" >&2; exit 2; }
+
+# -O2 after dynruntime.mk's -Os; no fused multiply-add and no errno from sqrt, so the sums are the
+# ones written in mf_native.c on every architecture
+COMMON="-O2 -ffp-contract=off -fno-math-errno -fno-tree-loop-distribute-patterns"
+for arch in "$@"; do
+    work="$OUT/$arch/obj"
+    rm -rf "$work"
+    mkdir -p "$work"
+    cp "$HERE/mf_native.c" "$work/"
+    cat > "$work/Makefile" <<EOF
+MPY_DIR = $MPSRC
+MOD = mf_native
+SRC = mf_native.c
+ARCH = $arch
+include \$(MPY_DIR)/py/dynruntime.mk
+EOF
+    case "$arch" in
+        x64) flags=(CROSS= "CFLAGS_EXTRA=$COMMON") ;;
+        x86) flags=(CROSS= "CFLAGS_EXTRA=$COMMON -m32 -msse2 -mfpmath=sse") ;;
+        xtensawin)
+            test -n "${XTENSA_GNU_CONFIG:-}" || { echo "native: xtensawin needs XTENSA_GNU_CONFIG (the ESP32-S3 core plugin)" >&2; exit 2; }
+            specs=$(xtensa-lx106-elf-gcc -print-file-name=picolibc.specs)
+            flags=(CROSS=xtensa-lx106-elf- "CFLAGS_EXTRA=$COMMON -mabi=windowed -mlongcalls -specs=$specs") ;;
+        *) echo "native: unknown ARCH $arch (x64, x86, xtensawin)" >&2; exit 2 ;;
+    esac
+    echo "native: building $arch"
+    # the object first, checked, then the link (mpy_ld)
+    make -s -C "$work" PYTHON="$PYTHON" "${flags[@]}" build-$arch/mf_native.o
+    "$PYTHON" "$HERE/check_elf.py" "$work/build-$arch/mf_native.o"
+    make -s -C "$work" PYTHON="$PYTHON" "${flags[@]}"
+    cp "$work/mf_native.mpy" "$OUT/$arch/mf_native.mpy"
+    "$PYTHON" "$HERE/check_elf.py" --mpy "$arch" "$OUT/$arch/mf_native.mpy"
+    echo "native: $OUT/$arch/mf_native.mpy ($(wc -c < "$OUT/$arch/mf_native.mpy") bytes)"
+done
