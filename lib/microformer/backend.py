@@ -24,7 +24,7 @@ def _native_kernels():
     try:
         from . import kernels_native
     except (ImportError, ValueError, OSError) as e:
-        raise ValueError("set_backend: 'native' needs MicroPython and mf_native.mpy for its architecture (%s)" % (e,))
+        raise ValueError("set_backend: 'native' needs MicroPython and mf_native.mpy for its architecture: %s" % (e,))
     return kernels_native
 
 
@@ -63,15 +63,16 @@ def _default():
     import sys
     fast = "viper" if sys.implementation.name == "micropython" else "numpy"
     where = "MicroPython" if fast == "viper" else "CPython"
+    missing = ""
     if fast == "viper":
         try:
             k = _native_kernels()
             set_backend("native", "the default on MicroPython: %s (%s)" % (k.PATH, k.ARCH))
             return
         except ValueError as e:
-            where = "MicroPython (the native kernels did not load: %s)" % (e,)
+            missing = str(e).split(": ", 2)[-1]
     try:
-        set_backend(fast, "the default on %s" % where)
+        set_backend(fast, "the default on %s" % where + ("; not native: " + missing if fast == "viper" else ""))
     except ValueError as e:
         set_backend("python", "the default on %s without the %s backend: %s" % (where, fast, e))
 
