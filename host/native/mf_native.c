@@ -93,7 +93,7 @@ static const unsigned char *bbuf_opt(mp_obj_fun_bc_t *self, mp_obj_t o, mp_int_t
 static mp_int_t size_arg(mp_obj_fun_bc_t *self, mp_obj_t o, qstr kern, qstr arg) {
     mp_int_t v = mp_obj_get_int(o);
     if (v < 0) {
-        bad(self, kern, arg, 0, v);
+        bad(self, kern, arg, -2, v);
     }
     return v;
 }

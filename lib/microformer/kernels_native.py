@@ -102,7 +102,10 @@ ARCH = _arch_name((sys.implementation._mpy >> 10) & 0xF)
 
 
 def _err(kernel, arg, need, got):
-    # called by mf_native with a kernel's and an argument's names when the argument is wrong
+    # called by mf_native with a kernel's and an argument's names when the argument is wrong: got
+    # -1 for a buffer of the wrong kind, need -2 for a negative size, else the sizes' need and got
+    if need == -2:
+        raise ValueError("%s: size %s must be >= 0, got %d" % (kernel, arg, got))
     if arg == "arguments":
         raise TypeError("%s takes %d arguments, got %d" % (kernel, need, got))
     if got == -1 and arg not in ("labels", "kind", "t", "NH"):
@@ -122,8 +125,6 @@ def _err(kernel, arg, need, got):
     if arg == "params":
         raise ValueError("%s: params[%d] must be a (param, grad) pair of float32 Tensors with equal sizes"
                          % (kernel, need))
-    if need == 0 and got < 0:
-        raise ValueError("%s: size %s must be >= 0, got %d" % (kernel, arg, got))
     if arg == "B":
         raise ValueError("%s: B and V must be >= 1, got %d" % (kernel, got))
     raise ValueError("%s: %s holds %d values, the sizes need %d" % (kernel, arg, got, need))
