@@ -181,7 +181,7 @@ golden: setup ## regenerate the golden vectors (tests/golden)
 
 # Speed and heap on the stock port and the 32-bit single-precision port (built when MICROPYTHON_SRC is
 # known; without it the 32-bit rows are missing and the bench says so).
-bench: setup $(CHECKPOINT_RULE) $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) ## speed and heap per model and backend on both ports, a line per item as it goes
+bench: setup $(CHECKPOINT_RULE) $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) $(if $(MICROPYTHON_EXTRAS),native) ## speed and heap per model and backend on both ports, a line per item as it goes
 	$(PY) host/bench.py --checkpoint $(CHECKPOINT)
 
 # The board's machine code of the viper kernels (host/xtensa_cost.py): the GEMM's inner loops in
