@@ -19,7 +19,7 @@ MICROPYTHON_SRC ?= $(firstword $(wildcard ../shared/micropython/micropython-*-sr
 # beside the source; the architectures built (x64: the stock port, x86: the 32-bit port, xtensawin:
 # the ESP32-S3, build-only); NATIVE=1 makes deploy copy the board's module too
 MICROPYTHON_EXTRAS ?= $(firstword $(wildcard ../shared/micropython/micropython-*-extras.tar.gz))
-NATIVE_ARCHS ?= x64 x86
+NATIVE_ARCHS ?= x64 x86 xtensawin
 NATIVE ?=
 # PyTorch (CPU build, ~900 MB) for host/torch_io.py and the interop tests; TORCH=0 skips it (the
 # torch tests then report themselves skipped; under CI they fail instead)
@@ -144,8 +144,9 @@ deploy: setup $(CHECKPOINT_RULE) ## copy lib/ and board/ (.mpy), data and CHECKP
 # The C kernels as MicroPython dynamic native modules (host/native/README.md): build/native/<arch>/
 # mf_native.mpy for each of NATIVE_ARCHS, from MicroPython's source and extras tarballs (unpacked
 # once into build/native/mpsrc). Installs what a fresh machine lacks: pyelftools and ar (pip, into
-# .venv), gcc-multilib for x86 (apt-get).
-native: setup ## the C kernels: build/native/<arch>/mf_native.mpy for NATIVE_ARCHS (x64: stock port, x86: 32-bit port)
+# .venv), gcc-multilib for x86 (apt-get); for xtensawin, GCC 13 and the ESP32-S3 core description in
+# build/native/xtensa-toolchain (host/native/xtensa_toolchain.sh: Debian packages by name, ../shared/xtensa).
+native: setup ## the C kernels: build/native/<arch>/mf_native.mpy for NATIVE_ARCHS (x64: stock port, x86: 32-bit port, xtensawin: ESP32-S3)
 	@test -n "$(MICROPYTHON_SRC)" -a -n "$(MICROPYTHON_EXTRAS)" || { echo "make native needs MicroPython's source and extras tarballs (../shared/micropython/micropython-*-src.tar.gz and -extras.tar.gz; or MICROPYTHON_SRC= and MICROPYTHON_EXTRAS=)"; exit 2; }
 	@$(PY) -c "import elftools, ar" 2>/dev/null || $(PY) -m pip install -q -r requirements.txt
 	@case " $(NATIVE_ARCHS) " in *" x86 "*) echo 'int main(void){return 0;}' | gcc -m32 -x c - -o /dev/null 2>/dev/null \

@@ -5,8 +5,9 @@
 # tarballs of ../shared/micropython unpacked over each other). `make native` runs it.
 #   x64        the system gcc; loads in the stock unix port (.venv/bin/micropython)
 #   x86        the system gcc with -m32 -msse2 -mfpmath=sse; loads in build/mp32/micropython32-sp
-#   xtensawin  xtensa-lx106-elf-gcc (Debian's gcc-xtensa-lx106) with -mabi=windowed and the
-#              ESP32-S3 core plugin in XTENSA_GNU_CONFIG (host/native/README.md says what is checked)
+#   xtensawin  GCC 13 for Xtensa with the ESP32-S3 core description (xtensa_toolchain.sh makes both
+#              in OUT/xtensa-toolchain; or XTENSA_CROSS= and XTENSA_GNU_CONFIG= name your own),
+#              -mabi=windowed: a build-only check here (host/native/README.md says what is checked)
 # Each object file is checked before linking (check_elf.py: no initialised data, no libgcc or
 # libm calls) and each .mpy after (its header: .mpy version 6, the architecture).
 # Env: PYTHON (a Python with pyelftools and ar; default python3), XTENSA_GNU_CONFIG.
@@ -42,9 +43,17 @@ EOF
         x64) flags=(CROSS= "CFLAGS_EXTRA=$COMMON") ;;
         x86) flags=(CROSS= "CFLAGS_EXTRA=$COMMON -m32 -msse2 -mfpmath=sse") ;;
         xtensawin)
+            if [ -z "${XTENSA_CROSS:-}" ]; then
+                # GCC 13 and the ESP32-S3 core description in OUT/xtensa-toolchain (made once)
+                "$HERE/xtensa_toolchain.sh" "$OUT/xtensa-toolchain"
+                export XTENSA_CROSS="$OUT/xtensa-toolchain/bin/xtensa-lx106-elf-"
+                export XTENSA_GNU_CONFIG="$OUT/xtensa-toolchain/xtensa_esp32s3.so"
+            fi
             test -n "${XTENSA_GNU_CONFIG:-}" || { echo "native: xtensawin needs XTENSA_GNU_CONFIG (the ESP32-S3 core plugin)" >&2; exit 2; }
-            specs=$(xtensa-lx106-elf-gcc -print-file-name=picolibc.specs)
-            flags=(CROSS=xtensa-lx106-elf- "CFLAGS_EXTRA=$COMMON -mabi=windowed -mlongcalls -specs=$specs") ;;
+            cross=$XTENSA_CROSS
+            specs=/usr/lib/xtensa-lx106-elf/picolibc.specs     # Debian's picolibc-xtensa-lx106-elf
+            test -f "$specs" || { echo "native: $specs is missing (apt-get install picolibc-xtensa-lx106-elf)" >&2; exit 2; }
+            flags=(CROSS="$cross" "CFLAGS_EXTRA=$COMMON -mabi=windowed -mlongcalls -specs=$specs") ;;
         *) echo "native: unknown ARCH $arch (x64, x86, xtensawin)" >&2; exit 2 ;;
     esac
     echo "native: building $arch"

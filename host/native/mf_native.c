@@ -208,6 +208,56 @@ static inline float scale2(float x, int n) {
     return x * from_bits((u32)(n + 127) << 23);
 }
 
+#if HAVE_SSE
+#define DIV(a, b) ((a) / (b))           // divss: correctly rounded
+#else
+// a / b on a core whose compiler calls a library routine for float division (GCC 13 for the
+// ESP32-S3 calls __divsf3, which a natmod cannot link): the reciprocal of b's mantissa m in [1, 2)
+// from a linear estimate (24/17 - 8/17 m, error <= 1/17) and three Newton steps (1/17 -> 3.5e-3 -> 1.2e-5 ->
+// 1.5e-10), the quotient scaled by b's exponent and corrected once with its residual: within 1
+// unit in the last place (x86 and x64 divide correctly rounded). inf, NaN and 0 as IEEE division.
+static float div_(float a, float b) {
+    u32 ub = bits(b);
+    u32 sign = ub & 0x80000000u;
+    int e = (int)((ub >> 23) & 0xff);
+    if (e == 0xff || (ub & 0x7fffffffu) == 0 || !finite(a)) {
+        // b inf or NaN, b zero, a inf or NaN: the FPU's own answers need no divide
+        if (!(a == a) || !(b == b)) {
+            return from_bits(0x7fc00000u);
+        }
+        if (e == 0xff) {                                 // x / inf
+            return finite(a) ? from_bits((bits(a) ^ sign) & 0x80000000u) : from_bits(0x7fc00000u);
+        }
+        if ((ub & 0x7fffffffu) == 0) {                   // x / 0
+            return a == 0.0f ? from_bits(0x7fc00000u) : from_bits(((bits(a) ^ sign) & 0x80000000u) | 0x7f800000u);
+        }
+        return from_bits(bits(a) ^ sign);                 // inf / finite
+    }
+    int k = 0;
+    if (e == 0) {                                        // subnormal b: scale it into the normal range
+        ub = bits(b * from_bits(0x4b800000u));           // 2^24
+        e = (int)((ub >> 23) & 0xff);
+        k = 24;
+    }
+    if ((bits(a) & 0x7f800000u) == 0) {                  // subnormal (or zero) a: likewise
+        a *= from_bits(0x4b800000u);
+        k -= 24;
+    }
+    // in the normalized space: bn = +-m in [1, 2), a normal
+    float m = from_bits((ub & 0x007fffffu) | 0x3f800000u);     // |b| = m 2^(e - 127)
+    float x = 1.41176471f - 0.47058824f * m;                     // 24/17 - 8/17 m
+    x = x * (2.0f - m * x);
+    x = x * (2.0f - m * x);
+    x = x * (2.0f - m * x);
+    float bn = sign ? -m : m;
+    float r = sign ? -x : x;
+    float q = a * r;
+    q += (a - q * bn) * r;
+    return scale2(q, k - (e - 127));
+}
+#define DIV(a, b) div_((a), (b))
+#endif
+
 // e^x, 4u relative; e^-inf = 0, e^inf = inf, NaN stays NaN
 static float exp_(float x) {
     if (!(x == x)) {
@@ -259,7 +309,7 @@ static float log_(float z) {
         e += 1;
     }
     float f = m - 1.0f;
-    float s = f / (2.0f + f);
+    float s = DIV(f, 2.0f + f);
     float s2 = s * s;
     float p = 0.111111111f;                                         // 1/9
     p = p * s2 + 0.142857143f;
@@ -273,7 +323,7 @@ static float log_(float z) {
 // erfc(z), relative error 1.2e-7 for z >= 0 (Numerical Recipes' erfcc), 2 - erfc(-z) below 0
 static float erfc_(float z) {
     float a = fabs_(z);
-    float t = 1.0f / (1.0f + 0.5f * a);
+    float t = DIV(1.0f, 1.0f + 0.5f * a);
     float p = 0.17087277f;
     p = p * t - 0.82215223f;
     p = p * t + 1.48851587f;
@@ -547,7 +597,7 @@ KERNEL(k_attention_forward) {
     const float *v = F(4, B * Tk * C, MP_QSTR_v);
     const unsigned char *mask = bbuf_opt(self, args[5], B * Tk, KN, MP_QSTR_mask);
     mp_int_t hs = C / NH;
-    float scale = 1.0f / sqrt_((float)hs);
+    float scale = DIV(1.0f, sqrt_((float)hs));
     mp_int_t shift = Tk - Tq;
     for (mp_int_t b = 0; b < B; b++) {
         const unsigned char *mb = mask ? mask + b * Tk : NULL;
@@ -611,7 +661,7 @@ KERNEL(k_attention_forward) {
                     a[j] = e;
                     total += e;
                 }
-                float inv = 1.0f / total;
+                float inv = DIV(1.0f, total);
                 for (mp_int_t j = 0; j <= last; j++) {
                     a[j] *= inv;
                     axpy(o, a[j], vh + j * C, hs);
@@ -641,7 +691,7 @@ KERNEL(k_attention_backward) {
     const float *k = F(7, B * Tk * C, MP_QSTR_k);
     const float *v = F(8, B * Tk * C, MP_QSTR_v);
     mp_int_t hs = C / NH;
-    float scale = 1.0f / sqrt_((float)hs);
+    float scale = DIV(1.0f, sqrt_((float)hs));
     zero_n(dq, B * Tq * C);
     zero_n(dk, B * Tk * C);
     zero_n(dv, B * Tk * C);
@@ -693,10 +743,10 @@ KERNEL(k_attention_backward) {
 
 static inline float sigmoid_(float x) {
     if (x >= 0.0f) {
-        return 1.0f / (1.0f + exp_(-x));
+        return DIV(1.0f, 1.0f + exp_(-x));
     }
     float e = exp_(x);
-    return e / (1.0f + e);
+    return DIV(e, 1.0f + e);
 }
 
 static inline float tanh_(float x) {
@@ -704,7 +754,7 @@ static inline float tanh_(float x) {
         return x > 0.0f ? 1.0f : -1.0f;
     }
     float e = expm1_(2.0f * x);
-    return e / (e + 2.0f);
+    return DIV(e, e + 2.0f);
 }
 
 #define KN MP_QSTR_act_forward
@@ -820,7 +870,7 @@ KERNEL(k_avgpool_forward) {
     mp_int_t B = SZ(2, MP_QSTR_B), T = SZ(3, MP_QSTR_T), C = SZ(4, MP_QSTR_C);
     float *out = F(0, B * C, MP_QSTR_out);
     const float *inp = F(1, B * T * C, MP_QSTR_inp);
-    float inv = 1.0f / (float)T;
+    float inv = DIV(1.0f, (float)T);
     for (mp_int_t b = 0; b < B; b++) {
         float *o = out + b * C;
         zero_n(o, C);
@@ -845,7 +895,7 @@ KERNEL(k_avgpool_backward) {
     mp_int_t B = SZ(2, MP_QSTR_B), T = SZ(3, MP_QSTR_T), C = SZ(4, MP_QSTR_C);
     float *dinp = F(0, B * T * C, MP_QSTR_dinp);
     const float *dout = F(1, B * C, MP_QSTR_dout);
-    float inv = 1.0f / (float)T;
+    float inv = DIV(1.0f, (float)T);
     for (mp_int_t b = 0; b < B; b++) {
         for (mp_int_t t = 0; t < T; t++) {
             float *d = dinp + (b * T + t) * C;
@@ -873,7 +923,7 @@ KERNEL(k_crossentropy_softmax) {
         bad(self, KN, MP_QSTR_B, 1, B < 1 ? B : V);
     }
     float total = 0.0f;
-    float invb = 1.0f / (float)B;
+    float invb = DIV(1.0f, (float)B);
     for (mp_int_t b = 0; b < B; b++) {
         mp_int_t y = mp_obj_get_int(item(labels, b));
         if (y < 0 || y >= V) {
@@ -894,7 +944,7 @@ KERNEL(k_crossentropy_softmax) {
             z += e;
         }
         total += (m - l[y]) + log_(z);
-        float f = invb / z;
+        float f = DIV(invb, z);
         for (mp_int_t i = 0; i < V; i++) {
             d[i] *= f;
         }
@@ -919,7 +969,7 @@ KERNEL(k_layernorm_forward) {
     const float *bias = fbuf_opt(self, item(ln, 1), C, KN, MP_QSTR_bias);
     float *mean = fbuf(self, item(ln, 2), N, KN, MP_QSTR_mean);
     float *rstd = fbuf(self, item(ln, 3), N, KN, MP_QSTR_rstd);
-    float invc = 1.0f / (float)C;
+    float invc = DIV(1.0f, (float)C);
     for (mp_int_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         float *o = out + n * C;
@@ -944,7 +994,7 @@ KERNEL(k_layernorm_forward) {
                 }
             }
             if (a > 0.0f && finite(a)) {
-                ia = 1.0f / a;
+                ia = DIV(1.0f, a);
                 ms = 0.0f;
                 for (mp_int_t c = 0; c < C; c++) {
                     ms += x[c] * ia;
@@ -955,7 +1005,7 @@ KERNEL(k_layernorm_forward) {
                     float d = x[c] * ia - ms;
                     v += d * d;
                 }
-                float rs = 1.0f / sqrt_(v * invc + eps * ia * ia);
+                float rs = DIV(1.0f, sqrt_(v * invc + eps * ia * ia));
                 mean[n] = ms * a;
                 rstd[n] = rs * ia;
                 for (mp_int_t c = 0; c < C; c++) {
@@ -965,7 +1015,7 @@ KERNEL(k_layernorm_forward) {
                 continue;
             }
         }
-        float s = 1.0f / sqrt_(v * invc + eps);
+        float s = DIV(1.0f, sqrt_(v * invc + eps));
         mean[n] = m;
         rstd[n] = s;
         for (mp_int_t c = 0; c < C; c++) {
@@ -991,7 +1041,7 @@ KERNEL(k_layernorm_backward) {
     const float *rstd = fbuf(self, item(ln, 3), N, KN, MP_QSTR_rstd);
     float *dw = fbuf_opt(self, item(ln, 4), C, KN, MP_QSTR_dweight);
     float *db = fbuf_opt(self, item(ln, 5), C, KN, MP_QSTR_dbias);
-    float invc = 1.0f / (float)C;
+    float invc = DIV(1.0f, (float)C);
     for (mp_int_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         const float *g = dout + n * C;
@@ -1075,7 +1125,7 @@ static u32 adam_n(float *P, float *M, float *V, const float *p, const float *g, 
         }
         float mi = b1 * m[i] + c1 * d;
         float vi = b2 * v[i] + c2 * d * d;
-        float np = pi - a * mi / (sqrt_(vi * rb2) + eps);
+        float np = pi - DIV(a * mi, sqrt_(vi * rb2) + eps);
         M[i] = mi;
         V[i] = vi;
         P[i] = np;
@@ -1135,8 +1185,8 @@ KERNEL(k_adam_update) {
     h.beta2 = mp_obj_get_float_to_f(args[7]);
     h.eps = mp_obj_get_float_to_f(args[8]);
     h.wd = mp_obj_get_float_to_f(args[9]);
-    h.a = h.lr / mp_obj_get_float_to_f(args[10]);
-    h.rb2 = 1.0f / mp_obj_get_float_to_f(args[11]);
+    h.a = DIV(h.lr, mp_obj_get_float_to_f(args[10]));
+    h.rb2 = DIV(1.0f, mp_obj_get_float_to_f(args[11]));
     h.decoupled = mp_obj_is_true(args[12]);
     float *p = F(0, n, MP_QSTR_p), *m = F(2, n, MP_QSTR_m), *v = F(3, n, MP_QSTR_v);
     adam_n(p, m, v, p, F(1, n, MP_QSTR_g), m, v, n, &h);
@@ -1232,8 +1282,8 @@ KERNEL(k_adam_step) {
     if (t < 1) {
         bad(self, KN, MP_QSTR_t, 1, t);
     }
-    h.a = h.lr / one_minus_pow(h.beta1, t);
-    h.rb2 = 1.0f / one_minus_pow(h.beta2, t);
+    h.a = DIV(h.lr, one_minus_pow(h.beta1, t));
+    h.rb2 = DIV(1.0f, one_minus_pow(h.beta2, t));
     return whole_step(self, args, KN, &h, 0.0f, 0.0f, 0.0f);
 }
 #undef KN
