@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 
 import pytest
@@ -163,11 +164,19 @@ def _iris(exe, folder, runs, epochs):
 
 def test_iris_fit(native):
     # the seed's Iris model trained from scratch on the C kernels (100 epochs, as board/iris.py),
-    # five seeds: every run learns the task (the seed's C++: 99.17 % train / 93.33 % test)
+    # five seeds: every run learns the task (the seed's C++: 99.17 % train / 93.33 % test), and the
+    # figures host/native/README.md gives are these
     exe, folder = native
     acc = _iris(exe, folder, [(s, "native") for s in (1, 2, 3, 4, 5)], 100)
     for key, (tr, te) in acc.items():
         assert tr >= 0.9 and te >= 0.85, acc
+    tests = [te for tr, te in acc.values()]
+    doc = open(os.path.join(ROOT, "host", "native", "README.md")).read()
+    m = re.search(r"train accuracy (\d+) % every seed, test accuracy (\d\.\d\d) ± (\d\.\d\d)", doc)
+    assert m, "host/native/README.md no longer states the Iris figures"
+    assert all(round(100 * tr) == int(m.group(1)) for tr, te in acc.values()), (acc, m.group(0))
+    assert ("%.2f" % statistics.mean(tests), "%.2f" % statistics.stdev(tests)) == (m.group(2), m.group(3)), \
+        (acc, m.group(0))
 
 
 def test_iris_fit_matches_portable(native):
