@@ -730,6 +730,114 @@ KERNEL(k_attention_backward) {
 }
 #undef KN
 
+// ------------------------------------------------------------------ Conv1D
+
+// kernels.py's _conv_walk: every output (b, t, o), every tap j whose input position p = t stride +
+// j dil - pad lies in 0..L-1, the Cg channels of o's group. out not NULL: the forward (written);
+// else the backward (dout read; dinp, dweight, dbias accumulated where not NULL)
+static void conv_walk(float *out, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+    const float *w, const float *bias, mp_int_t B, mp_int_t L, mp_int_t C, mp_int_t Lout, mp_int_t OC,
+    mp_int_t KS, mp_int_t stride, mp_int_t pad, mp_int_t dil, mp_int_t groups) {
+    mp_int_t Cg = C / groups, OCg = OC / groups;
+    for (mp_int_t b = 0; b < B; b++) {
+        for (mp_int_t t = 0; t < Lout; t++) {
+            mp_int_t ob = (b * Lout + t) * OC, p0 = t * stride - pad;
+            for (mp_int_t o = 0; o < OC; o++) {
+                mp_int_t ib = b * L * C + (o / OCg) * Cg, wb = o * Cg * KS;
+                float s = 0.0f, g = 0.0f;
+                if (out) {
+                    s = bias ? bias[o] : 0.0f;
+                } else {
+                    g = dout[ob + o];
+                    if (db) {
+                        db[o] += g;
+                    }
+                }
+                for (mp_int_t j = 0; j < KS; j++) {
+                    mp_int_t p = p0 + j * dil;
+                    if (p < 0 || p >= L) {
+                        continue;
+                    }
+                    const float *x = inp + ib + p * C;
+                    const float *wj = w + wb + j;
+                    if (out) {
+                        for (mp_int_t c = 0; c < Cg; c++) {
+                            s += wj[c * KS] * x[c];
+                        }
+                        continue;
+                    }
+                    if (dinp) {
+                        float *dx = dinp + ib + p * C;
+                        for (mp_int_t c = 0; c < Cg; c++) {
+                            dx[c] += g * wj[c * KS];
+                        }
+                    }
+                    if (dw) {
+                        float *dwj = dw + wb + j;
+                        for (mp_int_t c = 0; c < Cg; c++) {
+                            dwj[c * KS] += g * x[c];
+                        }
+                    }
+                }
+                if (out) {
+                    out[ob + o] = s;
+                }
+            }
+        }
+    }
+}
+
+// the sizes of a convolution, checked: (stride, dil, groups >= 1; groups divides C and OC)
+static void conv_sizes(mp_obj_fun_bc_t *self, mp_obj_t *a, qstr kern, mp_int_t *sz) {
+    for (int i = 0; i < 10; i++) {
+        sz[i] = mp_obj_get_int(a[i]);
+        if (sz[i] < 0) {
+            bad(self, kern, MP_QSTR_sizes, -2, sz[i]);
+        }
+    }
+    // B L C Lout OC KS stride pad dil groups
+    if (sz[6] < 1 || sz[8] < 1 || sz[9] < 1 || sz[2] % sz[9] || sz[4] % sz[9]) {
+        bad(self, kern, MP_QSTR_groups, sz[2], sz[9]);
+    }
+}
+
+#define KN MP_QSTR_conv1d_forward
+KERNEL(k_conv1d_forward) {
+    // conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, KS, stride, pad, dil, groups)
+    nargs(self, n_args, n_kw, 14, KN);
+    mp_int_t z[10];
+    conv_sizes(self, args + 4, KN, z);
+    mp_int_t B = z[0], L = z[1], C = z[2], Lout = z[3], OC = z[4], KS = z[5];
+    float *out = F(0, B * Lout * OC, MP_QSTR_out);
+    const float *inp = F(1, B * L * C, MP_QSTR_inp);
+    const float *w = F(2, OC * (C / z[9]) * KS, MP_QSTR_weight);
+    const float *bias = FO(3, OC, MP_QSTR_bias);
+    conv_walk(out, NULL, NULL, NULL, NULL, inp, w, bias, B, L, C, Lout, OC, KS, z[6], z[7], z[8], z[9]);
+    return mp_const_none;
+}
+#undef KN
+
+#define KN MP_QSTR_conv1d_backward
+KERNEL(k_conv1d_backward) {
+    // conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, KS, stride, pad, dil, groups)
+    nargs(self, n_args, n_kw, 16, KN);
+    mp_int_t z[10];
+    conv_sizes(self, args + 6, KN, z);
+    mp_int_t B = z[0], L = z[1], C = z[2], Lout = z[3], OC = z[4], KS = z[5];
+    float *dinp = FO(0, B * L * C, MP_QSTR_dinp);
+    float *dw = FO(1, OC * (C / z[9]) * KS, MP_QSTR_dweight);
+    float *db = FO(2, OC, MP_QSTR_dbias);
+    const float *dout = F(3, B * Lout * OC, MP_QSTR_dout);
+    const float *inp = F(4, B * L * C, MP_QSTR_inp);
+    const float *w = F(5, OC * (C / z[9]) * KS, MP_QSTR_weight);
+    if (dinp) {
+        zero_n(dinp, B * L * C);
+    }
+    conv_walk(NULL, dinp, dw, db, dout, inp, w, NULL, B, L, C, Lout, OC, KS, z[6], z[7], z[8], z[9]);
+    return mp_const_none;
+}
+#undef KN
+
 // ------------------------------------------------------------------ activations and pooling
 
 #define RELU 0
@@ -1340,6 +1448,8 @@ mp_obj_t mpy_init(mp_obj_fun_bc_t *self, size_t n_args, size_t n_kw, mp_obj_t *a
     REG(MP_QSTR_matmul_backward_input, k_matmul_backward_input);
     REG(MP_QSTR_matmul_backward_input_acc, k_matmul_backward_input_acc);
     REG(MP_QSTR_matmul_backward_weight, k_matmul_backward_weight);
+    REG(MP_QSTR_conv1d_forward, k_conv1d_forward);
+    REG(MP_QSTR_conv1d_backward, k_conv1d_backward);
     REG(MP_QSTR_attention_forward, k_attention_forward);
     REG(MP_QSTR_attention_backward, k_attention_backward);
     REG(MP_QSTR_act_forward, k_act_forward);

@@ -20,6 +20,7 @@ NATIVE = (
     "matmul_forward", "matmul_forward_kept", "matmul_backward",               # the GEMM
     "matmul_backward_input", "matmul_backward_input_acc", "matmul_backward_weight",
     "attention_forward", "attention_backward",                                # scores, softmax, A.V
+    "conv1d_forward", "conv1d_backward",                                      # Conv1D (kernels.py's walk)
     "act_forward", "act_backward",                                            # every activation kind
     "avgpool_forward", "avgpool_backward", "crossentropy_softmax",
     "layernorm_forward", "layernorm_backward",
@@ -29,7 +30,6 @@ NATIVE = (
 PORTABLE = (
     "mse", "sum_squares", "scale_inplace",                           # loss and optimizer odds and ends
     "q8_matmul_forward", "q8_matmul_backward_input",                 # int8 frozen weights
-    "conv1d_forward", "conv1d_backward",                             # Conv1D
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
     "embedding_forward", "embedding_backward", "posenc_table", "posenc_forward", "posembed_backward",
     "kv_store", "kv_shift", "attention_decode", "attention_scores",  # decoding, the golden stages
@@ -118,6 +118,9 @@ def _err(kernel, arg, need, got):
         raise ValueError("%s: unknown activation kind %r" % (kernel, got))
     if arg == "t":
         raise ValueError("%s: the step count t must be >= 1, got %d" % (kernel, got))
+    if arg == "groups":
+        raise ValueError("%s: stride, dilation and groups must be >= 1 and groups must divide C=%d and OC, "
+                         "got groups=%d" % (kernel, need, got))
     if arg == "NH":
         raise ValueError("%s: C=%d must be a multiple of NH, got NH=%d" % (kernel, need, got))
     if arg in ("news", "olds"):

@@ -113,6 +113,17 @@ N.attention_forward(out_n, att_n, q, k, v, None, 1, 2, 2, 4, 1, 0)
 report("attention_forward huge-scores att", att_n, att_p)
 report("attention_forward huge-scores out", out_n, out_p)
 
+# Conv1D: plain, and stride, padding, dilation and groups together
+for (B, L, C, OC, KS, stride, pad, dil, groups) in ((2, 9, 3, 4, 3, 1, 0, 1, 1), (2, 11, 4, 6, 3, 2, 2, 2, 2)):
+    Lout = (L + 2 * pad - dil * (KS - 1) - 1) // stride + 1
+    inp, w, bias = rand(B * L * C), rand(OC * (C // groups) * KS), rand(OC)
+    dout = rand(B * Lout * OC)
+    tag = "L%d C%d OC%d KS%d s%d p%d d%d g%d" % (L, C, OC, KS, stride, pad, dil, groups)
+    both("conv1d_forward " + tag, [zeros(B * Lout * OC)],
+         lambda K, o: K.conv1d_forward(o[0], inp, w, bias, B, L, C, Lout, OC, KS, stride, pad, dil, groups))
+    both("conv1d_backward " + tag, [rand(B * L * C), rand(OC * (C // groups) * KS), rand(OC)],
+         lambda K, o: K.conv1d_backward(o[0], o[1], o[2], dout, inp, w, B, L, C, Lout, OC, KS, stride, pad, dil, groups))
+
 # activations: every kind, inputs across the interesting range
 x = rand(301, 6.0)
 x[0] = 0.0
