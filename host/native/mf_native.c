@@ -730,6 +730,134 @@ KERNEL(k_attention_backward) {
 }
 #undef KN
 
+// ------------------------------------------------------------------ sequence kernels
+
+#define KN MP_QSTR_embedding_forward
+KERNEL(k_embedding_forward) {
+    // embedding_forward(out, ids, table, N, C, V): out = table[ids]; -1, or the index of the first
+    // id that is not an int in [0, V) (that row is not written)
+    nargs(self, n_args, n_kw, 6, KN);
+    mp_int_t N = SZ(3, MP_QSTR_N), C = SZ(4, MP_QSTR_C), V = SZ(5, MP_QSTR_V);
+    float *out = F(0, N * C, MP_QSTR_out);
+    const float *ids = F(1, N, MP_QSTR_ids);
+    const float *table = F(2, V * C, MP_QSTR_table);
+    for (mp_int_t n = 0; n < N; n++) {
+        float v = ids[n];
+        if (!(v >= 0.0f && v < (float)V)) {
+            return mp_obj_new_int(n);
+        }
+        mp_int_t t = (mp_int_t)v;
+        if ((float)t != v) {
+            return mp_obj_new_int(n);
+        }
+        copy_n(out + n * C, table + t * C, C);
+    }
+    return mp_obj_new_int(-1);
+}
+#undef KN
+
+#define KN MP_QSTR_embedding_backward
+KERNEL(k_embedding_backward) {
+    // embedding_backward(dtable, dout, ids, N, C): dtable rows ids += dout rows (an id outside the
+    // table raises: the forward refused it already)
+    nargs(self, n_args, n_kw, 5, KN);
+    mp_int_t N = SZ(3, MP_QSTR_N), C = SZ(4, MP_QSTR_C);
+    mp_buffer_info_t bi;
+    mp_get_buffer_raise(args[0], &bi, MP_BUFFER_RW);
+    float *dt = F(0, 0, MP_QSTR_dtable);
+    mp_int_t V = C ? (mp_int_t)(bi.len / 4) / C : 0;
+    const float *dout = F(1, N * C, MP_QSTR_dout);
+    const float *ids = F(2, N, MP_QSTR_ids);
+    for (mp_int_t n = 0; n < N; n++) {
+        mp_int_t t = (mp_int_t)ids[n];
+        if (!(ids[n] >= 0.0f) || t >= V) {
+            bad(self, KN, MP_QSTR_ids, V, t);
+        }
+        float *row = dt + t * C;
+        const float *g = dout + n * C;
+        for (mp_int_t c = 0; c < C; c++) {
+            row[c] += g[c];
+        }
+    }
+    return mp_const_none;
+}
+#undef KN
+
+#define KN MP_QSTR_posenc_forward
+KERNEL(k_posenc_forward) {
+    // posenc_forward(out, inp, pe, B, S, C, start): out = inp + pe[start + s] (out may be inp)
+    nargs(self, n_args, n_kw, 7, KN);
+    mp_int_t B = SZ(3, MP_QSTR_B), S = SZ(4, MP_QSTR_S), C = SZ(5, MP_QSTR_C), start = SZ(6, MP_QSTR_start);
+    float *out = F(0, B * S * C, MP_QSTR_out);
+    const float *inp = F(1, B * S * C, MP_QSTR_inp);
+    const float *pe = F(2, (start + S) * C, MP_QSTR_pe);
+    for (mp_int_t b = 0; b < B; b++) {
+        for (mp_int_t s = 0; s < S; s++) {
+            mp_int_t ib = (b * S + s) * C;
+            const float *pr = pe + (start + s) * C;
+            for (mp_int_t c = 0; c < C; c++) {
+                out[ib + c] = inp[ib + c] + pr[c];
+            }
+        }
+    }
+    return mp_const_none;
+}
+#undef KN
+
+#define KN MP_QSTR_posembed_backward
+KERNEL(k_posembed_backward) {
+    // posembed_backward(dtable, dout, B, S, C, start): dtable rows start.. += sum over B of dout
+    nargs(self, n_args, n_kw, 6, KN);
+    mp_int_t B = SZ(2, MP_QSTR_B), S = SZ(3, MP_QSTR_S), C = SZ(4, MP_QSTR_C), start = SZ(5, MP_QSTR_start);
+    float *dt = F(0, (start + S) * C, MP_QSTR_dtable);
+    const float *dout = F(1, B * S * C, MP_QSTR_dout);
+    for (mp_int_t b = 0; b < B; b++) {
+        for (mp_int_t s = 0; s < S; s++) {
+            float *row = dt + (start + s) * C;
+            const float *g = dout + (b * S + s) * C;
+            for (mp_int_t c = 0; c < C; c++) {
+                row[c] += g[c];
+            }
+        }
+    }
+    return mp_const_none;
+}
+#undef KN
+
+#define KN MP_QSTR_kv_store
+KERNEL(k_kv_store) {
+    // kv_store(cache, src, B, S, L, C, pos): cache (B, L, C)[:, pos:pos+S, :] = src (B, S, C)
+    nargs(self, n_args, n_kw, 7, KN);
+    mp_int_t B = SZ(2, MP_QSTR_B), S = SZ(3, MP_QSTR_S), L = SZ(4, MP_QSTR_L), C = SZ(5, MP_QSTR_C);
+    mp_int_t pos = SZ(6, MP_QSTR_pos);
+    if (pos + S > L) {
+        bad(self, KN, MP_QSTR_pos, L - S, pos);
+    }
+    float *cache = F(0, B * L * C, MP_QSTR_cache);
+    const float *src = F(1, B * S * C, MP_QSTR_src);
+    for (mp_int_t b = 0; b < B; b++) {
+        copy_n(cache + (b * L + pos) * C, src + b * S * C, S * C);
+    }
+    return mp_const_none;
+}
+#undef KN
+
+#define KN MP_QSTR_dropout_apply
+KERNEL(k_dropout_apply) {
+    // dropout_apply(out, inp, keep, n, scale): out = inp scale where keep[i], else 0
+    nargs(self, n_args, n_kw, 5, KN);
+    mp_int_t n = SZ(3, MP_QSTR_n);
+    float *out = F(0, n, MP_QSTR_out);
+    const float *inp = F(1, n, MP_QSTR_inp);
+    const unsigned char *keep = bbuf_opt(self, args[2], n, KN, MP_QSTR_keep);
+    float scale = mp_obj_get_float_to_f(args[4]);
+    for (mp_int_t i = 0; i < n; i++) {
+        out[i] = (keep && keep[i]) ? inp[i] * scale : 0.0f;
+    }
+    return mp_const_none;
+}
+#undef KN
+
 // ------------------------------------------------------------------ Conv1D
 
 // kernels.py's _conv_walk: every output (b, t, o), every tap j whose input position p = t stride +
@@ -1448,6 +1576,12 @@ mp_obj_t mpy_init(mp_obj_fun_bc_t *self, size_t n_args, size_t n_kw, mp_obj_t *a
     REG(MP_QSTR_matmul_backward_input, k_matmul_backward_input);
     REG(MP_QSTR_matmul_backward_input_acc, k_matmul_backward_input_acc);
     REG(MP_QSTR_matmul_backward_weight, k_matmul_backward_weight);
+    REG(MP_QSTR_embedding_forward, k_embedding_forward);
+    REG(MP_QSTR_embedding_backward, k_embedding_backward);
+    REG(MP_QSTR_posenc_forward, k_posenc_forward);
+    REG(MP_QSTR_posembed_backward, k_posembed_backward);
+    REG(MP_QSTR_kv_store, k_kv_store);
+    REG(MP_QSTR_dropout_apply, k_dropout_apply);
     REG(MP_QSTR_conv1d_forward, k_conv1d_forward);
     REG(MP_QSTR_conv1d_backward, k_conv1d_backward);
     REG(MP_QSTR_attention_forward, k_attention_forward);

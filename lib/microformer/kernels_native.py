@@ -21,6 +21,8 @@ NATIVE = (
     "matmul_backward_input", "matmul_backward_input_acc", "matmul_backward_weight",
     "attention_forward", "attention_backward",                                # scores, softmax, A.V
     "conv1d_forward", "conv1d_backward",                                      # Conv1D (kernels.py's walk)
+    "embedding_forward", "embedding_backward", "posenc_forward", "posembed_backward",  # sequences
+    "kv_store", "dropout_apply",
     "act_forward", "act_backward",                                            # every activation kind
     "avgpool_forward", "avgpool_backward", "crossentropy_softmax",
     "layernorm_forward", "layernorm_backward",
@@ -31,10 +33,10 @@ PORTABLE = (
     "mse", "sum_squares", "scale_inplace",                           # loss and optimizer odds and ends
     "q8_matmul_forward", "q8_matmul_backward_input",                 # int8 frozen weights
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
-    "embedding_forward", "embedding_backward", "posenc_table", "posenc_forward", "posembed_backward",
-    "kv_store", "kv_shift", "attention_decode", "attention_scores",  # decoding, the golden stages
+    "posenc_table",                                                  # built once per layer (sin, cos)
+    "kv_shift", "attention_decode", "attention_scores",              # decoding, the golden stages
     "attention_forward_tiled", "attention_backward_tiled",           # key-tiled attention (memory)
-    "dropout_mask", "dropout_apply", "attention_context", "attention_backward_dropout",
+    "dropout_mask", "attention_context", "attention_backward_dropout",
     "argmax", "gather_rows",
 )
 
@@ -108,10 +110,14 @@ def _err(kernel, arg, need, got):
         raise ValueError("%s: size %s must be >= 0, got %d" % (kernel, arg, got))
     if arg == "arguments":
         raise TypeError("%s takes %d arguments, got %d" % (kernel, need, got))
-    if got == -1 and arg not in ("labels", "kind", "t", "NH"):
+    if got == -1 and arg not in ("labels", "kind", "t", "NH", "ids", "pos"):
         raise ValueError("%s: %s must be a float32 buffer (array('f')) of at least %d values"
-                         % (kernel, arg, need) if arg != "mask" else
-                         "%s: mask must be bytes-like (%d bytes) or None" % (kernel, need))
+                         % (kernel, arg, need) if arg not in ("mask", "keep") else
+                         "%s: %s must be bytes-like (%d bytes) or None" % (kernel, arg, need))
+    if arg == "ids":
+        raise ValueError("%s: ids must be ints in [0, %d), got %d" % (kernel, need, got))
+    if arg == "pos":
+        raise ValueError("%s: pos + S must be <= L: pos must be <= %d, got %d" % (kernel, need, got))
     if arg == "labels":
         raise ValueError("%s: labels must be ints in [0, %d), got %d" % (kernel, need, got))
     if arg == "kind":

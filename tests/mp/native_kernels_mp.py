@@ -124,6 +124,24 @@ for (B, L, C, OC, KS, stride, pad, dil, groups) in ((2, 9, 3, 4, 3, 1, 0, 1, 1),
     both("conv1d_backward " + tag, [rand(B * L * C), rand(OC * (C // groups) * KS), rand(OC)],
          lambda K, o: K.conv1d_backward(o[0], o[1], o[2], dout, inp, w, B, L, C, Lout, OC, KS, stride, pad, dil, groups))
 
+# sequence kernels
+table, V, C = rand(11 * 6), 11, 6
+ids = array("f", [3, 0, 10, 3, 7])
+both("embedding_forward", [zeros(5 * 6)], lambda K, o: K.embedding_forward(o[0], ids, table, 5, C, V))
+for badid in (11.0, 2.5, -1.0):
+    wrong = array("f", [1, 2, badid, 4])
+    print("ERR embedding_forward bad-id %g %d" % (badid, abs(N.embedding_forward(zeros(24), wrong, table, 4, C, V)
+                                                            - P.embedding_forward(zeros(24), wrong, table, 4, C, V))))
+    count += 1
+demb = rand(5 * 6)
+both("embedding_backward", [rand(11 * 6)], lambda K, o: K.embedding_backward(o[0], demb, ids, 5, C))
+pe, x3, d3 = rand(9 * 6), rand(2 * 4 * 6), rand(2 * 4 * 6)
+both("posenc_forward", [zeros(48)], lambda K, o: K.posenc_forward(o[0], x3, pe, 2, 4, 6, 3))
+both("posembed_backward", [rand(9 * 6)], lambda K, o: K.posembed_backward(o[0], d3, 2, 4, 6, 3))
+both("kv_store", [rand(2 * 7 * 6)], lambda K, o: K.kv_store(o[0], x3, 2, 4, 7, 6, 2))
+keep = bytearray([1, 0, 1, 1, 0, 0, 1] * 7)
+both("dropout_apply", [zeros(48)], lambda K, o: K.dropout_apply(o[0], x3, keep, 48, 1.25))
+
 # activations: every kind, inputs across the interesting range
 x = rand(301, 6.0)
 x[0] = 0.0
