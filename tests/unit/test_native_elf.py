@@ -82,3 +82,15 @@ def test_xtensawin_module_builds_without_data_or_library_calls():
     assert check_elf.mpy_problems(mpy, "xtensawin") == []
     with open(mpy, "rb") as f:
         assert f.read(3) == bytes([0x4D, 0x06, 0x2B])
+
+
+def test_deploy_native_names_the_build_it_needs():
+    # make deploy NATIVE=1 for a board whose architecture has no build stops with the command to run
+    import deploy
+    with pytest.raises(SystemExit) as e:
+        deploy.native_module("armv7emsp")
+    assert "build/native/armv7emsp/mf_native.mpy is missing: build it with `make native NATIVE_ARCHS=armv7emsp`" \
+        in str(e.value)
+    with pytest.raises(SystemExit) as e:
+        deploy.native_module(None)
+    assert "runs no native code" in str(e.value)
