@@ -20,6 +20,24 @@ def _viper_kernels():
     return kernels_viper
 
 
+NATIVE_FILE = "mf_native.mpy"          # the C kernels (make native; make deploy NATIVE=1)
+
+
+def native_file():
+    """The path of the first mf_native.mpy on sys.path, or None (a stat per folder: the default
+    backend looks before it loads kernels_native, so a board without the file never loads that)."""
+    import os
+    import sys
+    for d in sys.path:
+        p = (d.rstrip("/") + "/" if d else "") + NATIVE_FILE
+        try:
+            os.stat(p)
+            return p
+        except OSError:
+            pass
+    return None
+
+
 def _native_kernels():
     try:
         from . import kernels_native
@@ -64,7 +82,9 @@ def _default():
     fast = "viper" if sys.implementation.name == "micropython" else "numpy"
     where = "MicroPython" if fast == "viper" else "CPython"
     missing = ""
-    if fast == "viper":
+    if fast == "viper" and native_file() is None:
+        missing = "no %s on sys.path (make native builds it; make deploy NATIVE=1 installs it on a board)" % NATIVE_FILE
+    elif fast == "viper":
         try:
             k = _native_kernels()
             set_backend("native", "the default on MicroPython: %s (%s)" % (k.PATH, k.ARCH))

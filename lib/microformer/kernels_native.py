@@ -13,6 +13,8 @@
 # every kernel of kernels.py is in exactly one of the two (tests/mp/test_native.py checks it).
 import sys
 
+from .backend import native_file
+
 _MODULE = "mf_native"
 
 NATIVE = (
@@ -48,19 +50,6 @@ def _arch_name(i):
     return _ARCHS[i] if 0 <= i < len(_ARCHS) else "arch %d" % i
 
 
-def module_file():
-    """The path of the first mf_native.mpy on sys.path, or None."""
-    import os
-    for d in sys.path:
-        p = (d.rstrip("/") + "/" if d else "") + _MODULE + ".mpy"
-        try:
-            os.stat(p)
-            return p
-        except OSError:
-            pass
-    return None
-
-
 def check_header(path, mpy):
     """None when the .mpy at path loads in an interpreter whose sys.implementation._mpy is mpy,
     else a sentence naming what the file was built for and what this interpreter runs."""
@@ -85,7 +74,7 @@ def _load():
     mpy = getattr(impl, "_mpy", 0)
     if not (mpy >> 10) & 0xF:
         raise ImportError("this MicroPython loads no native code (sys.implementation._mpy has no architecture)")
-    path = module_file()
+    path = native_file()
     if path is None:
         raise ImportError("no %s.mpy on sys.path (make native builds it; make deploy NATIVE=1 installs "
                           "it on a board)" % _MODULE)
