@@ -7,6 +7,8 @@
 # (portable by design); nothing is filled in behind its back.
 
 
+from .nativefile import NATIVE_FILE, native_file
+
 K = None                # the kernel module the layers call (set below, at import)
 name = None             # its name: 'python', 'viper' or 'numpy'
 why = None              # why this one: set_backend's caller, or what the interpreter offered
@@ -18,24 +20,6 @@ def _viper_kernels():
     except (ImportError, SyntaxError, NotImplementedError, ValueError) as e:
         raise ValueError("set_backend: 'viper' needs MicroPython with the native emitter (%s)" % (e,))
     return kernels_viper
-
-
-NATIVE_FILE = "mf_native.mpy"          # the C kernels (make native; make deploy NATIVE=1)
-
-
-def native_file():
-    """The path of the first mf_native.mpy on sys.path, or None (a stat per folder: the default
-    backend looks before it loads kernels_native, so a board without the file never loads that)."""
-    import os
-    import sys
-    for d in sys.path:
-        p = (d.rstrip("/") + "/" if d else "") + NATIVE_FILE
-        try:
-            os.stat(p)
-            return p
-        except OSError:
-            pass
-    return None
 
 
 def _native_kernels():

@@ -13,7 +13,7 @@
 # every kernel of kernels.py is in exactly one of the two (tests/mp/test_native.py checks it).
 import sys
 
-from .backend import native_file
+from .nativefile import native_file
 
 _MODULE = "mf_native"
 
