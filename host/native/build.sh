@@ -5,6 +5,8 @@
 # tarballs of ../shared/micropython unpacked over each other). `make native` runs it.
 #   x64        the system gcc; loads in the stock unix port (.venv/bin/micropython)
 #   x86        the system gcc with -m32 -msse2 -mfpmath=sse; loads in build/mp32/micropython32-sp
+#   x64-scalar x64 without the SSE code paths: the scalar sums, square root and division that
+#              xtensawin runs, tested on the stock port (tests/mp/test_native.py)
 #   xtensawin  GCC 13 for Xtensa with the ESP32-S3 core description (xtensa_toolchain.sh makes both
 #              in OUT/xtensa-toolchain; or XTENSA_CROSS= and XTENSA_GNU_CONFIG= name your own),
 #              -mabi=windowed: a build-only check here (host/native/README.md says what is checked)
@@ -27,8 +29,9 @@ test -f "$MPSRC/tools/mpy_ld.py" || { echo "native: $MPSRC/tools/mpy_ld.py is mi
 # -O2 after dynruntime.mk's -Os; no fused multiply-add and no errno from sqrt, so the sums are the
 # ones written in mf_native.c on every architecture
 COMMON="-O2 -ffp-contract=off -fno-math-errno -fno-tree-loop-distribute-patterns"
-for arch in "$@"; do
-    work="$OUT/$arch/obj"
+for name in "$@"; do
+    arch=${name%-scalar}                # x64-scalar: x64 built with the scalar code xtensawin runs
+    work="$OUT/$name/obj"
     rm -rf "$work"
     mkdir -p "$work"
     cp "$HERE/mf_native.c" "$work/"
@@ -40,7 +43,7 @@ ARCH = $arch
 include \$(MPY_DIR)/py/dynruntime.mk
 EOF
     case "$arch" in
-        x64) flags=(CROSS= "CFLAGS_EXTRA=$COMMON") ;;
+        x64) flags=(CROSS= "CFLAGS_EXTRA=$COMMON $([ "$name" = x64-scalar ] && echo -DMF_SCALAR)") ;;
         x86) flags=(CROSS= "CFLAGS_EXTRA=$COMMON -m32 -msse2 -mfpmath=sse") ;;
         xtensawin)
             if [ -z "${XTENSA_CROSS:-}" ]; then
@@ -61,7 +64,7 @@ EOF
     make -s -C "$work" PYTHON="$PYTHON" "${flags[@]}" build-$arch/mf_native.o
     "$PYTHON" "$HERE/check_elf.py" "$work/build-$arch/mf_native.o"
     make -s -C "$work" PYTHON="$PYTHON" "${flags[@]}"
-    cp "$work/mf_native.mpy" "$OUT/$arch/mf_native.mpy"
-    "$PYTHON" "$HERE/check_elf.py" --mpy "$arch" "$OUT/$arch/mf_native.mpy"
-    echo "native: $OUT/$arch/mf_native.mpy ($(wc -c < "$OUT/$arch/mf_native.mpy") bytes)"
+    cp "$work/mf_native.mpy" "$OUT/$name/mf_native.mpy"
+    "$PYTHON" "$HERE/check_elf.py" --mpy "$arch" "$OUT/$name/mf_native.mpy"
+    echo "native: $OUT/$name/mf_native.mpy ($(wc -c < "$OUT/$name/mf_native.mpy") bytes)"
 done

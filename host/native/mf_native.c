@@ -5,7 +5,8 @@
 //
 // NUMBERS. Plain float32 arithmetic (the FPU where the target has one), no fused multiply-add
 // (-ffp-contract=off), no reassociation by the compiler: every sum is added in the order written
-// here, so the x64, x86 and xtensawin builds give the same bits. Sums of products (dot) keep four
+// here, so the x64 and x86 builds give the same bits, and xtensawin too except where it divides
+// (no divide instruction the compiler uses there: div_, within 2 ulp). Sums of products (dot) keep four
 // partial sums (lane l takes the terms i = l mod 4), added as (s0 + s1) + (s2 + s3) at the end,
 // then the tail in order; on x86 / x64 the four lanes are one SSE register.
 //
@@ -135,7 +136,7 @@ static inline float fabs_(float x) {
     return from_bits(bits(x) & 0x7fffffffu);
 }
 
-#if defined(__i386__) || defined(__x86_64__)
+#if (defined(__i386__) || defined(__x86_64__)) && !defined(MF_SCALAR)
 #define HAVE_SSE 1
 typedef float v4 __attribute__((vector_size(16), aligned(4)));
 static inline float sqrt_(float x) {
@@ -164,14 +165,14 @@ static float sqrt_(float x) {
     }
     m |= 0x800000u;
     e -= 127;
-    if (e & 1) {
+    if (e & 1) {                        // x = m 2^(e - 23): make the exponent even
         m <<= 1;
     }
     e >>= 1;
-    // integer square root of m << 24 (a 48-bit radicand, done bit by bit on 32-bit halves)
+    // q = floor(sqrt(m 2^25)), 25 bits (m 2^25 in [2^48, 2^50)), bit by bit on pairs of the radicand
     u32 q = 0, r = 0;
-    unsigned long long rad = (unsigned long long)m << 24;
-    for (int i = 47; i >= 0; i -= 2) {
+    unsigned long long rad = (unsigned long long)m << 25;
+    for (int i = 49; i >= 1; i -= 2) {
         r = (r << 2) | (u32)((rad >> (i - 1)) & 3u);
         u32 t = (q << 2) | 1u;
         q <<= 1;
@@ -180,7 +181,7 @@ static float sqrt_(float x) {
             q |= 1u;
         }
     }
-    // q has 25 bits: round to nearest on the last one (ties cannot occur for a square root)
+    // round the 25 bits to 24 (a tie would need an exact root of 25 odd bits: no float has one)
     q = (q + 1u) >> 1;
     if (q & 0x1000000u) {
         q >>= 1;
@@ -213,7 +214,8 @@ static inline float scale2(float x, int n) {
 #else
 // a / b on a core whose compiler calls a library routine for float division (GCC 13 for the
 // ESP32-S3 calls __divsf3, which a natmod cannot link): the reciprocal of b's mantissa m in [1, 2)
-// from a linear estimate (24/17 - 8/17 m, error <= 1/17) and three Newton steps (1/17 -> 3.5e-3 -> 1.2e-5 ->
+// from a linear estimate (24/17 - 8/17 m, error <= 1/17) and three Newton steps (1/17 -> 3.5e-3 -> 1.2e-5
+// ->
 // 1.5e-10), the quotient corrected once with its residual, then scaled by the exponents: within 2
 // units in the last place (2e7 random pairs against divss; x86 and x64 divide correctly rounded).
 // inf, NaN and 0 as IEEE division.

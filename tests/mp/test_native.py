@@ -101,6 +101,18 @@ def test_kernels_match_the_portable_ones(native):
     assert set(nat) <= tried, set(nat) - tried
 
 
+def test_scalar_code_of_xtensawin_matches_the_portable_kernels():
+    # the code paths only the ESP32-S3 build runs (no SSE: four scalar partial sums, the integer
+    # square root, division by Newton-Raphson), built for x64 (x64-scalar) and run on the stock port
+    exe = helpers.micropython_path()
+    out = run(exe, native_dir("x64-scalar"), helpers.script("native_kernels_mp.py"))
+    lines = [ln for ln in out.splitlines() if ln.startswith("ERR ")]
+    assert re.search(r"^DONE %d$" % len(lines), out, re.M), out[-2000:]
+    bad = {ln[4:].rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in lines
+           if not float(ln.rsplit(" ", 1)[1]) <= TOL_PORTABLE}
+    assert not bad, bad
+
+
 def _cases_on_native(exe, folder, cases, tmp_path):
     src, dst = tmp_path / "cases.json", tmp_path / "results.json"
     src.write_text(json.dumps(cases))
