@@ -43,7 +43,9 @@ ARCH = $arch
 include \$(MPY_DIR)/py/dynruntime.mk
 EOF
     case "$arch" in
-        x64) flags=(CROSS= "CFLAGS_EXTRA=$COMMON $([ "$name" = x64-scalar ] && echo -DMF_SCALAR)") ;;
+        x64) scalar=""
+             if [ "$name" = x64-scalar ]; then scalar=-DMF_SCALAR; fi
+             flags=(CROSS= "CFLAGS_EXTRA=$COMMON $scalar") ;;
         x86) flags=(CROSS= "CFLAGS_EXTRA=$COMMON -m32 -msse2 -mfpmath=sse") ;;
         xtensawin)
             if [ -z "${XTENSA_CROSS:-}" ]; then
