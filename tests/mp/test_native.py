@@ -239,9 +239,12 @@ def test_other_architecture_refused_by_name(native, tmp_path):
     assert got["WHY"].startswith("viper | the default on MicroPython; not native: "), got
     assert want in got["WHY"], got
     assert want in got["REFUSED"], got
-    # a file that is no .mpy at all
+    # a file that is no .mpy at all, and one of this architecture but another .mpy version
     (folder / "mf_native.mpy").write_bytes(b"not a module")
     assert "is not an .mpy file" in _probe(exe, str(folder), tmp_path)["REFUSED"]
+    code = {"x64": 2, "x86": 1}[arch]
+    (folder / "mf_native.mpy").write_bytes(bytes([0x4D, 5, (code << 2) | 0, 31]) + b"\0" * 16)
+    assert "mf_native.mpy is .mpy 5.0, this MicroPython loads .mpy 6.3" in _probe(exe, str(folder), tmp_path)["REFUSED"]
 
 
 def test_bad_arguments_name_the_kernel_and_the_argument(native, tmp_path):
