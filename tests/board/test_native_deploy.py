@@ -1,8 +1,6 @@
 """make deploy NATIVE=1 on the virtual board: the C kernels built for the board's architecture go to
 /lib/mf_native.mpy, the board then trains on them by default and says so (deploy's last line, the
 session's first line), and its golden vectors pass on them."""
-import os
-
 import pytest
 
 import helpers
@@ -16,15 +14,7 @@ ARCH = "x64" if helpers.traits(MICROPYTHON)["bits"] == 64 else "x86"
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory, iris_checkpoint):
-    mpy = os.path.join(helpers.ROOT, "build", "native", ARCH, "mf_native.mpy")
-    src = os.path.join(helpers.ROOT, "host", "native", "mf_native.c")
-    if not os.path.exists(mpy) or os.path.getmtime(mpy) < os.path.getmtime(src):
-        r = helpers.make("native", "NATIVE_ARCHS=" + ARCH, timeout=900)
-        if r.returncode:
-            text = r.stdout + r.stderr
-            if "needs MicroPython's source and extras" in text and not helpers.on_ci():
-                pytest.skip("the native module cannot be built here: " + text.strip().splitlines()[-1])
-            pytest.fail("make native failed:\n" + text[-3000:])
+    helpers.native_module(ARCH)
     b = vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON)
     b.start()
     try:

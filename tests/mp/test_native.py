@@ -6,7 +6,6 @@ the golden vectors (board/selftest.py), an Iris fit, the backend switch and its 
 errors of bad arguments. The module is built when missing or older than its source; without
 MicroPython's source (../shared) the tests skip saying so, and under CI=true they fail instead."""
 import ast
-import fcntl
 import json
 import os
 import re
@@ -33,19 +32,7 @@ def arch_of(exe):
 
 def native_dir(arch):
     """build/native/<arch>, holding mf_native.mpy built from the current source (`make native`)."""
-    d = os.path.join(ROOT, "build", "native", arch)
-    mpy = os.path.join(d, "mf_native.mpy")
-    os.makedirs(os.path.join(ROOT, "build", "native"), exist_ok=True)
-    with open(os.path.join(ROOT, "build", "native", ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)          # one build at a time (pytest-xdist workers)
-        if not os.path.exists(mpy) or os.path.getmtime(mpy) < os.path.getmtime(SRC):
-            r = helpers.make("native", "NATIVE_ARCHS=" + arch, timeout=900)
-            text = r.stdout + r.stderr
-            if r.returncode:
-                if "needs MicroPython's source and extras" in text and not helpers.on_ci():
-                    pytest.skip("the native module cannot be built here: " + text.strip().splitlines()[-1])
-                pytest.fail("make native NATIVE_ARCHS=%s failed:\n%s" % (arch, text[-3000:]))
-    return d
+    return helpers.native_module(arch)
 
 
 @pytest.fixture

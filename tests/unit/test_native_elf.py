@@ -68,16 +68,8 @@ def test_mpy_header(tmp_path):
 def test_xtensawin_module_builds_without_data_or_library_calls():
     # the ESP32-S3 build (make native NATIVE_ARCHS=xtensawin: GCC 13 with the core description): the
     # object has no initialised data and calls nothing but the firmware's table, the .mpy says xtensawin
-    folder = os.path.join(helpers.ROOT, "build", "native", "xtensawin")
+    folder = helpers.native_module("xtensawin")
     mpy = os.path.join(folder, "mf_native.mpy")
-    src = os.path.join(helpers.ROOT, "host", "native", "mf_native.c")
-    if not os.path.exists(mpy) or os.path.getmtime(mpy) < os.path.getmtime(src):
-        r = helpers.make("native", "NATIVE_ARCHS=xtensawin", timeout=900)
-        if r.returncode:
-            text = r.stdout + r.stderr
-            if not helpers.on_ci() and ("needs MicroPython's source" in text or "xtensa_toolchain: needs" in text):
-                pytest.skip("the xtensawin module cannot be built here: " + text.strip().splitlines()[-1])
-            pytest.fail("make native NATIVE_ARCHS=xtensawin failed:\n" + text[-3000:])
     assert check_elf.object_problems(os.path.join(folder, "obj", "build-xtensawin", "mf_native.o")) == []
     assert check_elf.mpy_problems(mpy, "xtensawin") == []
     with open(mpy, "rb") as f:
