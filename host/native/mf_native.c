@@ -459,6 +459,44 @@ KERNEL(k_add_forward) {
 }
 #undef KN
 
+#define KN MP_QSTR_argmax
+KERNEL(k_argmax) {
+    // argmax(buf, off, n): index i < n of the largest buf[off + i], the first on ties; NaN is never
+    // larger (a NaN first element stays the answer, as with `>` comparisons)
+    nargs(self, n_args, n_kw, 3, KN);
+    mp_int_t off = SZ(1, MP_QSTR_off), n = SZ(2, MP_QSTR_n);
+    const float *b = F(0, off + n, MP_QSTR_buf) + off;
+    mp_int_t best = 0;
+    for (mp_int_t i = 1; i < n; i++) {
+        if (b[i] > b[best]) {
+            best = i;
+        }
+    }
+    return mp_obj_new_int(best);
+}
+#undef KN
+
+#define KN MP_QSTR_gather_rows
+KERNEL(k_gather_rows) {
+    // gather_rows(dst, src, idx, start, B, F): dst row k = src row idx[start + k] (idx: ints)
+    nargs(self, n_args, n_kw, 6, KN);
+    mp_int_t start = SZ(3, MP_QSTR_start), B = SZ(4, MP_QSTR_B), Fn = SZ(5, MP_QSTR_F);
+    mp_buffer_info_t bi;
+    float *dst = F(0, B * Fn, MP_QSTR_dst);
+    const float *src = F(1, 0, MP_QSTR_src);
+    mp_get_buffer_raise(args[1], &bi, MP_BUFFER_READ);
+    mp_int_t rows = Fn ? (mp_int_t)(bi.len / 4) / Fn : 0;
+    for (mp_int_t k = 0; k < B; k++) {
+        mp_int_t i = mp_obj_get_int(item(args[2], start + k));
+        if (i < 0 || i >= rows) {
+            bad(self, KN, MP_QSTR_idx, rows, i);
+        }
+        copy_n(dst + k * Fn, src + i * Fn, Fn);
+    }
+    return mp_const_none;
+}
+#undef KN
+
 // ------------------------------------------------------------------ GEMM
 
 // out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,) (bias may be NULL)
@@ -583,6 +621,70 @@ KERNEL(k_matmul_backward_weight) {
 
 // ------------------------------------------------------------------ attention
 
+// one query row of one head: a[0..Tk-1] = the softmax weights over keys 0..last not masked (mb[j]
+// nonzero: masked; mb may be NULL), 0 elsewhere; o[0..hs-1] = their sum of the value rows (kh, vh:
+// key and value j at j C); a row with no visible key gets weights and output 0
+static void attend_row(float *a, float *o, const float *qh, const float *kh, const float *vh,
+    const unsigned char *mb, mp_int_t Tk, mp_int_t last, mp_int_t C, mp_int_t hs, float scale) {
+    float m = 0.0f;
+    int seen = 0, over = 0;
+    for (mp_int_t j = 0; j < Tk; j++) {
+        if (j > last || (mb && mb[j])) {
+            a[j] = 0.0f;
+            continue;
+        }
+        float s = dot(qh, kh + j * C, hs) * scale;
+        a[j] = s;
+        if (!finite(s)) {
+            over = 1;
+        }
+        if (!seen || s > m) {
+            m = s;
+        }
+        seen = 1;
+    }
+    zero_n(o, hs);
+    if (!seen) {
+        return;
+    }
+    if (over) {
+        // scores beyond float32 (inputs ~1e20): again from q and k scaled by 2^-64
+        // (q.k by 2^-128), then exp((s - max) 2^128): such scores give weights 1 and 0
+        const float tiny = from_bits(0x1f800000u);      // 2^-64
+        seen = 0;
+        for (mp_int_t j = 0; j <= last; j++) {
+            if (mb && mb[j]) {
+                continue;
+            }
+            float s = 0.0f;
+            for (mp_int_t i = 0; i < hs; i++) {
+                s += (qh[i] * tiny) * (kh[j * C + i] * tiny);
+            }
+            s *= scale;
+            a[j] = s;
+            if (!seen || s > m) {
+                m = s;
+            }
+            seen = 1;
+        }
+    }
+    float total = 0.0f;
+    for (mp_int_t j = 0; j <= last; j++) {
+        if (mb && mb[j]) {
+            continue;
+        }
+        float e = over ? exp_(((a[j] - m) * from_bits(0x5f800000u)) * from_bits(0x5f800000u))
+                       : exp_(a[j] - m);        // (s - max) 2^128 after the rescoring above
+        a[j] = e;
+        total += e;
+    }
+    float inv = DIV(1.0f, total);
+    for (mp_int_t j = 0; j <= last; j++) {
+        a[j] *= inv;
+        axpy(o, a[j], vh + j * C, hs);
+    }
+}
+
 #define KN MP_QSTR_attention_forward
 KERNEL(k_attention_forward) {
     // attention_forward(out, att, q, k, v, mask, B, Tq, Tk, C, NH, causal): kernels.py's contract:
@@ -612,64 +714,38 @@ KERNEL(k_attention_forward) {
                 const float *kh = k + b * Tk * C + h * hs;
                 const float *vh = v + b * Tk * C + h * hs;
                 float *o = out + (b * Tq + t) * C + h * hs;
-                float m = 0.0f;
-                int seen = 0, over = 0;
-                for (mp_int_t j = 0; j < Tk; j++) {
-                    if (j > last || (mb && mb[j])) {
-                        a[j] = 0.0f;
-                        continue;
-                    }
-                    float s = dot(qh, kh + j * C, hs) * scale;
-                    a[j] = s;
-                    if (!finite(s)) {
-                        over = 1;
-                    }
-                    if (!seen || s > m) {
-                        m = s;
-                    }
-                    seen = 1;
-                }
-                zero_n(o, hs);
-                if (!seen) {
-                    continue;
-                }
-                if (over) {
-                    // scores beyond float32 (inputs ~1e20): again from q and k scaled by 2^-64
-                    // (q.k by 2^-128), then exp((s - max) 2^128): such scores give weights 1 and 0
-                    const float tiny = from_bits(0x1f800000u);      // 2^-64
-                    seen = 0;
-                    for (mp_int_t j = 0; j <= last; j++) {
-                        if (mb && mb[j]) {
-                            continue;
-                        }
-                        float s = 0.0f;
-                        for (mp_int_t i = 0; i < hs; i++) {
-                            s += (qh[i] * tiny) * (kh[j * C + i] * tiny);
-                        }
-                        s *= scale;
-                        a[j] = s;
-                        if (!seen || s > m) {
-                            m = s;
-                        }
-                        seen = 1;
-                    }
-                }
-                float total = 0.0f;
-                for (mp_int_t j = 0; j <= last; j++) {
-                    if (mb && mb[j]) {
-                        continue;
-                    }
-                    float e = over ? exp_(((a[j] - m) * from_bits(0x5f800000u)) * from_bits(0x5f800000u))
-                                   : exp_(a[j] - m);        // (s - max) 2^128 after the rescoring above
-                    a[j] = e;
-                    total += e;
-                }
-                float inv = DIV(1.0f, total);
-                for (mp_int_t j = 0; j <= last; j++) {
-                    a[j] *= inv;
-                    axpy(o, a[j], vh + j * C, hs);
-                }
+                attend_row(a, o, qh, kh, vh, mb, Tk, last, C, hs, scale);
             }
+        }
+    }
+    return mp_const_none;
+}
+#undef KN
+
+#define KN MP_QSTR_attention_decode
+KERNEL(k_attention_decode) {
+    // attention_decode(out, att, q, kc, vc, B, T, L, C, NH): one causal query per sequence against
+    // the first T cached keys (itself included); att (B, NH, L): columns 0..T-1 written; out (B, C)
+    nargs(self, n_args, n_kw, 10, KN);
+    mp_int_t B = SZ(5, MP_QSTR_B), T = SZ(6, MP_QSTR_T), L = SZ(7, MP_QSTR_L), C = SZ(8, MP_QSTR_C);
+    mp_int_t NH = SZ(9, MP_QSTR_NH);
+    if (NH < 1 || C % NH) {
+        bad(self, KN, MP_QSTR_NH, C, NH);
+    }
+    if (T > L || T < 1) {
+        bad(self, KN, MP_QSTR_T, L, T);
+    }
+    float *out = F(0, B * C, MP_QSTR_out);
+    float *att = F(1, B * NH * L, MP_QSTR_att);
+    const float *q = F(2, B * C, MP_QSTR_q);
+    const float *kc = F(3, B * L * C, MP_QSTR_kc);
+    const float *vc = F(4, B * L * C, MP_QSTR_vc);
+    mp_int_t hs = C / NH;
+    float scale = DIV(1.0f, sqrt_((float)hs));
+    for (mp_int_t b = 0; b < B; b++) {
+        for (mp_int_t h = 0; h < NH; h++) {
+            attend_row(att + (b * NH + h) * L, out + b * C + h * hs, q + b * C + h * hs,
+                kc + b * L * C + h * hs, vc + b * L * C + h * hs, NULL, T, T - 1, C, hs, scale);
         }
     }
     return mp_const_none;
@@ -1572,6 +1648,8 @@ mp_obj_t mpy_init(mp_obj_fun_bc_t *self, size_t n_args, size_t n_kw, mp_obj_t *a
     REG(MP_QSTR_copy, k_copy);
     REG(MP_QSTR_first_nonfinite, k_first_nonfinite);
     REG(MP_QSTR_add_forward, k_add_forward);
+    REG(MP_QSTR_argmax, k_argmax);
+    REG(MP_QSTR_gather_rows, k_gather_rows);
     REG(MP_QSTR_matmul_forward, k_matmul_forward);
     REG(MP_QSTR_matmul_forward_kept, k_matmul_forward_kept);
     REG(MP_QSTR_matmul_backward, k_matmul_backward);
@@ -1588,6 +1666,7 @@ mp_obj_t mpy_init(mp_obj_fun_bc_t *self, size_t n_args, size_t n_kw, mp_obj_t *a
     REG(MP_QSTR_conv1d_backward, k_conv1d_backward);
     REG(MP_QSTR_attention_forward, k_attention_forward);
     REG(MP_QSTR_attention_backward, k_attention_backward);
+    REG(MP_QSTR_attention_decode, k_attention_decode);
     REG(MP_QSTR_act_forward, k_act_forward);
     REG(MP_QSTR_act_backward, k_act_backward);
     REG(MP_QSTR_avgpool_forward, k_avgpool_forward);

@@ -19,9 +19,10 @@ _MODULE = "mf_native"
 
 NATIVE = (
     "zero", "copy", "first_nonfinite", "add_forward",                        # guards, residuals
+    "argmax", "gather_rows",                                                  # a class or token, a batch
     "matmul_forward", "matmul_forward_kept", "matmul_backward",               # the GEMM
     "matmul_backward_input", "matmul_backward_input_acc", "matmul_backward_weight",
-    "attention_forward", "attention_backward",                                # scores, softmax, A.V
+    "attention_forward", "attention_backward", "attention_decode",            # scores, softmax, A.V
     "conv1d_forward", "conv1d_backward",                                      # Conv1D (kernels.py's walk)
     "embedding_forward", "embedding_backward", "posenc_forward", "posembed_backward",  # sequences
     "kv_store", "dropout_apply",
@@ -36,10 +37,9 @@ PORTABLE = (
     "q8_matmul_forward", "q8_matmul_backward_input",                 # int8 frozen weights
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
     "posenc_table",                                                  # built once per layer (sin, cos)
-    "kv_shift", "attention_decode", "attention_scores",              # decoding, the golden stages
+    "kv_shift", "attention_scores",                                  # the stream's window, the golden stages
     "attention_forward_tiled", "attention_backward_tiled",           # key-tiled attention (memory)
     "dropout_mask", "attention_context", "attention_backward_dropout",
-    "argmax", "gather_rows",
 )
 
 _ARCHS = ("none", "x86", "x64", "armv6", "armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp",
@@ -99,10 +99,12 @@ def _err(kernel, arg, need, got):
         raise ValueError("%s: size %s must be >= 0, got %d" % (kernel, arg, got))
     if arg == "arguments":
         raise TypeError("%s takes %d arguments, got %d" % (kernel, need, got))
-    if got == -1 and arg not in ("labels", "kind", "t", "NH", "ids", "pos"):
+    if got == -1 and arg not in ("labels", "kind", "t", "T", "NH", "ids", "pos", "idx"):
         raise ValueError("%s: %s must be a float32 buffer (array('f')) of at least %d values"
                          % (kernel, arg, need) if arg not in ("mask", "keep") else
                          "%s: %s must be bytes-like (%d bytes) or None" % (kernel, arg, need))
+    if arg == "idx":
+        raise ValueError("%s: idx must hold row numbers in [0, %d), got %d" % (kernel, need, got))
     if arg == "ids":
         raise ValueError("%s: ids must be ints in [0, %d), got %d" % (kernel, need, got))
     if arg == "pos":
@@ -116,6 +118,8 @@ def _err(kernel, arg, need, got):
     if arg == "groups":
         raise ValueError("%s: stride, dilation and groups must be >= 1 and groups must divide C=%d and OC, "
                          "got groups=%d" % (kernel, need, got))
+    if arg == "T":
+        raise ValueError("%s: T (cached keys) must be in 1..L=%d, got %d" % (kernel, need, got))
     if arg == "NH":
         raise ValueError("%s: C=%d must be a multiple of NH, got NH=%d" % (kernel, need, got))
     if arg in ("news", "olds"):

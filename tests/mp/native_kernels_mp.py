@@ -105,6 +105,11 @@ for (B, Tq, Tk, C, NH, causal, masked) in ((2, 4, 4, 8, 2, 0, 0), (2, 3, 5, 12, 
     count += 1
     both("attention_backward " + tag, [rand(B * Tq * C), rand(B * Tk * C), rand(B * Tk * C), zeros(Tk)],
          lambda K, o: K.attention_backward(o[0], o[1], o[2], o[3], dout, att_p, q, k, v, B, Tq, Tk, C, NH))
+# one-token decoding against a KV cache of L rows, T of them valid
+for (B, T, L, C, NH) in ((2, 5, 8, 8, 2), (1, 1, 4, 12, 3)):
+    q, kc, vc = rand(B * C, 2.0), rand(B * L * C, 2.0), rand(B * L * C)
+    both("attention_decode B%d T%d L%d C%d H%d" % (B, T, L, C, NH), [zeros(B * C), zeros(B * NH * L)],
+         lambda K, o: K.attention_decode(o[0], o[1], q, kc, vc, B, T, L, C, NH))
 # scores beyond float32 (inputs ~1e20): the rescored path
 q, k, v = rand(8, 1e20), rand(8, 1e20), rand(8)
 att_n, att_p, out_n, out_p = zeros(4), zeros(4), zeros(8), zeros(8)
@@ -123,6 +128,15 @@ for (B, L, C, OC, KS, stride, pad, dil, groups) in ((2, 9, 3, 4, 3, 1, 0, 1, 1),
          lambda K, o: K.conv1d_forward(o[0], inp, w, bias, B, L, C, Lout, OC, KS, stride, pad, dil, groups))
     both("conv1d_backward " + tag, [rand(B * L * C), rand(OC * (C // groups) * KS), rand(OC)],
          lambda K, o: K.conv1d_backward(o[0], o[1], o[2], dout, inp, w, B, L, C, Lout, OC, KS, stride, pad, dil, groups))
+
+# argmax (ties: the first; NaN never larger), gather_rows
+row = array("f", [0.5, 3.0, -1.0, 3.0, 2.0, float("nan"), 1.0])
+nanfirst = array("f", [float("nan"), 1.0, 2.0])
+print("ERR argmax/return %d" % sum(abs(N.argmax(b_, o_, n_) - P.argmax(b_, o_, n_))
+                                   for b_, o_, n_ in ((row, 0, 7), (row, 2, 5), (row, 4, 3), (nanfirst, 0, 3))))
+count += 1
+srcrows = rand(10 * 3)
+both("gather_rows", [zeros(4 * 3)], lambda K, o: K.gather_rows(o[0], srcrows, [9, 2, 2, 0, 5, 7], 1, 4, 3))
 
 # sequence kernels
 table, V, C = rand(11 * 6), 11, 6
