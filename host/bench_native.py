@@ -93,6 +93,11 @@ def main(argv=()):
             continue
         print("%s, module %s:" % (name, os.path.relpath(folder, ROOT)), flush=True)
         print("  %-6s %-7s %9s %10s %8s" % ("model", "backend", "ms/step", "us/sample", "speedup"), flush=True)
+        for b in ("viper", "native"):
+            cmd = [exe, "-X", "heapsize=8M", os.path.join(ROOT, "board", "bench.py"), "decode", b]
+            tps, per = bench._decode_run(cmd, _env(folder))
+            print("  decode %-7s %9.0f tokens/s, %s B per token (board/bench.py decode: greedy, KV cache)"
+                  % (b, tps, "%.0f" % per if per >= 0 else "n/a"), flush=True)
         for model in ("iris", "block"):
             rows = {b: step_ms(exe, folder, model, b) for b in ("viper", "native")}
             for b in ("viper", "native"):
