@@ -15,6 +15,12 @@ PYTHON ?= python3
 # MicroPython's source (a tree or a .tar.gz) for the 32-bit, single-precision port `make test` also
 # runs on (ESP32-like ints, floats and object sizes); default: the tarball next to this project.
 MICROPYTHON_SRC ?= $(firstword $(wildcard ../shared/micropython/micropython-*-src.tar.gz))
+# the C kernels (make native): MicroPython's tools/ and examples (mpy_ld.py) from the extras tarball
+# beside the source; the architectures built (x64: the stock port, x86: the 32-bit port, xtensawin:
+# the ESP32-S3, build-only); NATIVE=1 makes deploy copy the board's module too
+MICROPYTHON_EXTRAS ?= $(firstword $(wildcard ../shared/micropython/micropython-*-extras.tar.gz))
+NATIVE_ARCHS ?= x64 x86 xtensawin
+NATIVE ?=
 # PyTorch (CPU build, ~900 MB) for host/torch_io.py and the interop tests; TORCH=0 skips it (the
 # torch tests then report themselves skipped; under CI they fail instead)
 TORCH ?= 1
@@ -37,7 +43,7 @@ export PORT HEAP
 
 .PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench bench-budget golden plots \
         board-up board-down package viper compile-check clean xtensa-tools xtensa-report board-report \
-        xtensa-port xtensa-test
+        xtensa-port xtensa-test native
 
 setup: $(STAMP) ## create .venv from the pinned requirements (torch too unless TORCH=0)
 
@@ -133,8 +139,23 @@ $(DEFAULT_CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py lib/microform
 # the board, /.microformer-deploy.json): a board file it did not write, or that changed since (your
 # /sensor.py, rows appended to /data/iris.csv, a checkpoint saved on the board) is kept as .bak
 # (.bak2, ...) and deploy says so; FORCE=1 replaces it without keeping a copy.
-deploy: setup $(CHECKPOINT_RULE) ## copy lib/ and board/ (.mpy), data and CHECKPOINT (to :/model.mfck); keeps your files as .bak (PORT=, DATA=, FORCE=1)
-	$(PY) host/deploy.py --checkpoint "$(CHECKPOINT)" $(if $(DATA),--data "$(DATA)") $(if $(filter 1 yes true,$(FORCE)),--force)
+deploy: setup $(CHECKPOINT_RULE) ## copy lib/ and board/ (.mpy), data and CHECKPOINT (to :/model.mfck); keeps your files as .bak (PORT=, DATA=, FORCE=1, NATIVE=1)
+	$(PY) host/deploy.py --checkpoint "$(CHECKPOINT)" $(if $(DATA),--data "$(DATA)") $(if $(filter 1 yes true,$(FORCE)),--force) $(if $(filter 1 yes true,$(NATIVE)),--native)
+
+# The C kernels as MicroPython dynamic native modules (host/native/README.md): build/native/<arch>/
+# mf_native.mpy for each of NATIVE_ARCHS, from MicroPython's source and extras tarballs (unpacked
+# once into build/native/mpsrc). Installs what a fresh machine lacks: pyelftools and ar (pip, into
+# .venv), gcc-multilib for x86 (apt-get); for xtensawin, GCC 13 and the ESP32-S3 core description in
+# build/native/xtensa-toolchain (host/native/xtensa_toolchain.sh: Debian packages by name, ../shared/xtensa).
+native: setup ## the C kernels: build/native/<arch>/mf_native.mpy for NATIVE_ARCHS (x64: stock port, x86: 32-bit port, xtensawin: ESP32-S3)
+	@test -n "$(MICROPYTHON_SRC)" -a -n "$(MICROPYTHON_EXTRAS)" || { echo "make native needs MicroPython's source and extras tarballs (../shared/micropython/micropython-*-src.tar.gz and -extras.tar.gz; or MICROPYTHON_SRC= and MICROPYTHON_EXTRAS=)"; exit 2; }
+	@$(PY) -c "import elftools, ar" 2>/dev/null || $(PY) -m pip install -q -r requirements.txt
+	@case " $(NATIVE_ARCHS) " in *" x86 "*) echo 'int main(void){return 0;}' | gcc -m32 -x c - -o /dev/null 2>/dev/null \
+	  || { echo "make native: gcc -m32 does not link; installing gcc-multilib"; apt-get install -y -q gcc-multilib >/dev/null; } ;; esac
+	@if [ ! -f build/native/mpsrc/.from ] || [ "$$(cat build/native/mpsrc/.from)" != "$(MICROPYTHON_SRC) $(MICROPYTHON_EXTRAS)" ]; then \
+	  rm -rf build/native/mpsrc && mkdir -p build/native/mpsrc && tar -xzf "$(MICROPYTHON_SRC)" -C build/native/mpsrc \
+	  && tar -xzf "$(MICROPYTHON_EXTRAS)" -C build/native/mpsrc && echo "$(MICROPYTHON_SRC) $(MICROPYTHON_EXTRAS)" > build/native/mpsrc/.from; fi
+	PYTHON=$(PY) host/native/build.sh build/native/mpsrc build/native $(NATIVE_ARCHS)
 
 # The fine-tuning story on the (virtual) board, in its own folder /demo: your /iris.mfck and
 # /data/user.csv are not touched.
@@ -162,7 +183,7 @@ golden: setup ## regenerate the golden vectors (tests/golden)
 
 # Speed and heap on the stock port and the 32-bit single-precision port (built when MICROPYTHON_SRC is
 # known; without it the 32-bit rows are missing and the bench says so).
-bench: setup $(CHECKPOINT_RULE) $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) ## speed and heap per model and backend on both ports, a line per item as it goes
+bench: setup $(CHECKPOINT_RULE) $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) $(if $(MICROPYTHON_EXTRAS),native) ## speed and heap per model and backend on both ports, a line per item as it goes
 	$(PY) host/bench.py --checkpoint $(CHECKPOINT)
 
 # The board's machine code of the viper kernels (host/xtensa_cost.py): the GEMM's inner loops in

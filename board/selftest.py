@@ -11,7 +11,7 @@ import microformer as mf
 from microformer import checkpoint, golden
 
 GOLDEN = ("golden/attention.mfg", "/golden/attention.mfg", "tests/golden/attention.mfg")
-TOLERANCE = {"python": 1e-4, "viper": 5e-3}   # relative to max(1, max |expected|)
+TOLERANCE = {"python": 1e-4, "viper": 5e-3, "native": 1e-4}   # relative to max(1, max |expected|)
 LAYERS = (("decoder", "decoder.mfg", golden.check_decoder), ("conv1d", "conv1d.mfg", golden.check_conv1d))
 
 

@@ -352,6 +352,8 @@ def main(argv):
         goals.update(dict.fromkeys(("decode_sustained", "decode_512k", "iris_x", "block_x", "session_kb",
                                     "session_kb_py", "adam_mp32"),
                                    "the 32-bit port is not built (make mp32)"))
+    import bench_native                   # the C kernels beside viper (make native builds them)
+    goals.update(bench_native.main())
     import bench_budget                   # fine-tuning within a budget: its own table (make bench-budget)
     bench_budget.main([] if "--callgrind" in argv else ["--no-callgrind"])
     import bench_goals                    # the speed goals against this run's figures, last

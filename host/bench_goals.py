@@ -22,6 +22,14 @@ GOALS = (
      "(as make deploy installs them)", 256, "<=", "{:.0f}"),
     ("session_kb_py", "the same with the .py sources (compiling them takes heap too)", 256, "<=", "{:.0f}"),
     ("numpy_x", "NumPy backend E=64 step time / PyTorch's, one thread", 1.2, "<=", "x{:.2f}"),
+    # the native backend (the C kernels, make native; host/bench_native.py): 32-bit port, x86 module
+    ("iris_native_x", "native: Iris instructions per training sample / the seed's C++, 32-bit port, 512K heap "
+     "(callgrind)", 2.0, "<=", "x{:.2f}"),
+    ("block_native_x", "native: E=64 block instructions per training sample / the seed's C++, 32-bit port "
+     "(callgrind)", 1.0, "<=", "x{:.2f}"),
+    ("adam_native_mp32", "native: Adam instructions per parameter per opt.step(), Iris model (475 parameters), "
+     "32-bit port (callgrind)", 40, "<=", "{:.0f}"),
+    ("adam_native_mp32_big", "native: the same on a 33k-parameter model (two Dense(128, 128))", 40, "<=", "{:.1f}"),
 )
 
 

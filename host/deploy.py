@@ -54,6 +54,20 @@ MANIFEST_MAX = 32768                    # bytes: a full deploy's manifest is abo
 BOARD_CHECKPOINT = "/model.mfck"        # what finetune.Session() opens
 LIB_DIR = "/lib/microformer"
 LEGACY_CHECKPOINT = "/iris.mfck"       # where deploys before the manifest put the checkpoint
+NATIVE_MODULE = "/lib/mf_native.mpy"   # the C kernels (make native), with --native (make deploy NATIVE=1)
+
+
+def native_module(arch):
+    """build/native/<arch>/mf_native.mpy, the C kernels built for the board's architecture; stops
+    with what to run when it is not built."""
+    path = ROOT / "build" / "native" / str(arch) / "mf_native.mpy"
+    if not arch:
+        raise SystemExit("deploy --native: the board runs no native code (sys.implementation._mpy names no "
+                         "architecture); deploy without NATIVE=1")
+    if not path.is_file():
+        raise SystemExit("deploy --native: %s is missing: build it with `make native NATIVE_ARCHS=%s`"
+                         % (path.relative_to(ROOT), arch))
+    return path
 
 
 def _mpy_cross(arch, src, name, out):
@@ -496,7 +510,8 @@ def checkpoint_report(state, local, name):
             "present": "checkpoint: left the board's :%s as it is (it has one)" % name}[state]
 
 
-def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, extra=(), say=print):
+def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, extra=(), say=print,
+           native=False):
     """Copy the package, board/*.py, data, the golden vectors and `checkpoint` (to /model.mfck),
     owning only what deploy wrote (see the module's docstring). Returns the report and the board's
     output as one text.
@@ -505,6 +520,7 @@ def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, 
     checkpoint's meta names, when it is found (next to the checkpoint or in datasets/).
     checkpoint_mode: 'keep' (default), 'force' (as force=True) or 'missing' (copy only when the
     board has no checkpoint). extra: more (host file, board path) pairs, e.g. the demo's checkpoint.
+    native: also copy the C kernels built for the board's architecture to /lib/mf_native.mpy.
     """
     lines = []
 
@@ -518,6 +534,7 @@ def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, 
     if mpy != 6:
         raise SystemExit("the board loads .mpy version %d; this mpy-cross writes version 6 "
                          "(MicroPython >= 1.23): update the firmware (make flash)" % mpy)
+    native_path = native_module(arch) if native else None
     libdir = compile_lib(arch)
     entries = compile_board(arch)
     tell("deploying %d modules and %d REPL entry points compiled for %s"
@@ -538,6 +555,8 @@ def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, 
         add(g, "/golden/" + g.name, "golden vectors")
     for local, remote in extra:
         add(local, remote, "file")
+    if native_path:
+        add(native_path, NATIVE_MODULE, "native module")
     if checkpoint:
         add(checkpoint, BOARD_CHECKPOINT, "checkpoint")
     shadows = {}
@@ -561,7 +580,8 @@ def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, 
     if text != plan.old_manifest_text:
         args += ["exec", WRITE_MANIFEST % {"name": MANIFEST, "text": text}, "+"]
     args += ["exec", "import microformer\nprint('microformer', microformer.__version__, 'backends:', "
-                     "microformer.available_backends())"]
+                     "microformer.available_backends(), 'default:', microformer.get_backend(), "
+                     "'-', microformer.backend.why)"]
     out = mpremote(port, *args, timeout=300)
     board = [ln for ln in out.splitlines() if not ln.startswith("DONE ")]
     for n in plan.notes:
@@ -590,6 +610,9 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true",
                     help="replace or remove board files deploy did not write (or that changed since) "
                          "without keeping a .bak copy")
+    ap.add_argument("--native", action="store_true",
+                    help="also copy the C kernels built for the board's architecture (make native) to "
+                         + NATIVE_MODULE)
     a = ap.parse_args(argv)
     # a missing or damaged checkpoint, or a data file that is not there, stops here, before the board
     meta = check_checkpoint(a.checkpoint) if a.checkpoint else None
@@ -597,7 +620,7 @@ def main(argv=None):
     if data is not None:
         resolve_data(data, a.checkpoint, meta, say=lambda s: None)
     port = resolve_port(a.port, a.heap)
-    deploy(port, a.checkpoint, data, force=a.force)
+    deploy(port, a.checkpoint, data, force=a.force, native=a.native)
 
 
 if __name__ == "__main__":

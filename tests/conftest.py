@@ -54,6 +54,7 @@ SLOW = (
     "test_longseq.py::test_s512_fits_where_the_standard_path_cannot",
     "test_sensor.py::test_same_predictions_in_micropython_and_fine_tune",
     "test_viper.py::test_iris_viper_matches_portable_accuracy",
+    "test_native.py::test_iris_fit_matches_portable",
     "test_fit_heap.py::test_switch_interrupted_anywhere",
     "test_family_demos.py::test_demos_micropython",
     "test_family_plots.py::test_plots_write_pngs",

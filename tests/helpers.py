@@ -195,3 +195,25 @@ def user_module(folder, name, source):
         return path, importlib.import_module(name)
     finally:
         sys.path.remove(str(folder))
+
+
+def native_module(arch):
+    """build/native/<arch> holding mf_native.mpy built from host/native/mf_native.c as it is now
+    (`make native NATIVE_ARCHS=arch`, one build at a time across pytest-xdist workers). Without
+    MicroPython's source (../shared) the test is skipped saying so; under CI=true that fails it."""
+    import fcntl
+    import pytest
+    folder = os.path.join(ROOT, "build", "native", arch)
+    mpy = os.path.join(folder, "mf_native.mpy")
+    src = os.path.join(ROOT, "host", "native", "mf_native.c")
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    with open(os.path.join(os.path.dirname(folder), ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(mpy) or os.path.getmtime(mpy) < os.path.getmtime(src):
+            r = make("native", "NATIVE_ARCHS=" + arch, timeout=900)
+            if r.returncode:
+                text = r.stdout + r.stderr
+                if not on_ci() and ("needs MicroPython's source" in text or "xtensa_toolchain: needs" in text):
+                    pytest.skip("the native module cannot be built here: " + text.strip().splitlines()[-1])
+                pytest.fail("make native NATIVE_ARCHS=%s failed:\n%s" % (arch, text[-3000:]))
+    return folder

@@ -1,9 +1,13 @@
 # microformer.backend: which kernels the layers call.
 # 'python' (kernels.py) runs anywhere; 'viper' (kernels_viper.py) needs MicroPython's native emitter;
-# 'numpy' (kernels_numpy.py) needs CPython with NumPy (the host).
+# 'numpy' (kernels_numpy.py) needs CPython with NumPy (the host); 'native' (kernels_native.py) needs
+# MicroPython and the C module mf_native.mpy built for its architecture on sys.path (make native,
+# make deploy NATIVE=1): the default whenever it loads, viper otherwise (backend.why says which).
 # kernels_viper holds every kernel of kernels.py: its own, and the ones it lists in PORTABLE
 # (portable by design); nothing is filled in behind its back.
 
+
+from .nativefile import NATIVE_FILE, native_file
 
 K = None                # the kernel module the layers call (set below, at import)
 name = None             # its name: 'python', 'viper' or 'numpy'
@@ -18,6 +22,14 @@ def _viper_kernels():
     return kernels_viper
 
 
+def _native_kernels():
+    try:
+        from . import kernels_native
+    except (ImportError, ValueError, OSError) as e:
+        raise ValueError("set_backend: 'native' needs MicroPython and mf_native.mpy for its architecture: %s" % (e,))
+    return kernels_native
+
+
 def _numpy_kernels():
     try:
         from . import kernels_numpy
@@ -28,7 +40,7 @@ def _numpy_kernels():
 
 def set_backend(which, reason=None):
     """Select the kernels every layer uses: 'python', 'viper' or 'numpy'. ValueError when this
-    interpreter cannot run them (nothing changes then). `reason`: what backend.why says (by
+    interpreter cannot run them (nothing changes then). 'native': the C kernels of mf_native.mpy. `reason`: what backend.why says (by
     default that the caller chose it)."""
     global K, name, why
     if which == "python":
@@ -37,21 +49,34 @@ def set_backend(which, reason=None):
         k = _viper_kernels()
     elif which == "numpy":
         k = _numpy_kernels()
+    elif which == "native":
+        k = _native_kernels()
     else:
-        raise ValueError("set_backend: expected 'python', 'viper' or 'numpy', got %r" % (which,))
+        raise ValueError("set_backend: expected 'python', 'viper', 'numpy' or 'native', got %r" % (which,))
     K = k
     name = which
     why = reason or "chosen with set_backend(%r)" % which
 
 
 def _default():
-    # MicroPython with the native emitter trains on the viper kernels, CPython with NumPy on the
-    # NumPy kernels; without them on the portable ones, and `why` says what was missing
+    # MicroPython trains on the C kernels when mf_native.mpy for its architecture is on sys.path,
+    # else on the viper kernels (with the native emitter); CPython with NumPy on the NumPy kernels;
+    # without them on the portable ones, and `why` says what was missing
     import sys
     fast = "viper" if sys.implementation.name == "micropython" else "numpy"
     where = "MicroPython" if fast == "viper" else "CPython"
+    missing = ""
+    if fast == "viper" and native_file() is None:
+        missing = "no %s on sys.path (make native builds it; make deploy NATIVE=1 installs it on a board)" % NATIVE_FILE
+    elif fast == "viper":
+        try:
+            k = _native_kernels()
+            set_backend("native", "the default on MicroPython: %s (%s)" % (k.PATH, k.ARCH))
+            return
+        except ValueError as e:
+            missing = str(e).split(": ", 2)[-1]
     try:
-        set_backend(fast, "the default on %s" % where)
+        set_backend(fast, "the default on %s" % where + ("; not native: " + missing if fast == "viper" else ""))
     except ValueError as e:
         set_backend("python", "the default on %s without the %s backend: %s" % (where, fast, e))
 
@@ -64,7 +89,7 @@ def get_backend():
 def available():
     """The backends this interpreter can run."""
     out = ["python"]
-    for which, load in (("viper", _viper_kernels), ("numpy", _numpy_kernels)):
+    for which, load in (("viper", _viper_kernels), ("numpy", _numpy_kernels), ("native", _native_kernels)):
         try:
             load()
             out.append(which)

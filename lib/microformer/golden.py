@@ -109,8 +109,9 @@ def check_attention(path, backend_name=None):
     errors["dx"] = _err(dx.data, rec["dx"].data)
     for p, g in attn.params():
         errors["d" + p.name] = _err(g.data, rec["d" + p.name].data)
-    # the viper kernels compute in block floating point: their rows sum to 1 within ~1e-4
-    tol = 1e-5 if backend.get_backend() == "python" else 2e-3
+    # the viper kernels compute in block floating point: their rows sum to 1 within ~1e-4 (native:
+    # float32, as the portable loops)
+    tol = 1e-5 if backend.get_backend() in ("python", "native") else 2e-3
     problems = invariants(st["weights"].data, m, B, H, S, causal, tol)
     return errors, problems
 
