@@ -708,7 +708,8 @@ class Session:
         return "trainable params %d of %d; frozen: %s" % (n, self.model.param_count(),
                                                             ", ".join(frozen) if frozen else "none")
 
-    def fit(self, epochs=FIT_EPOCHS, data=None, lr=None, verbose=None, on_error="rollback"):
+    def fit(self, epochs=FIT_EPOCHS, data=None, lr=None, verbose=None, on_error="rollback",
+            on_worse="rollback", rehearse=None, tol=None):
         """Fine-tune; one line per epoch (loss, acc, ms/step, free heap) and a progress line at
         least every 5 s. Returns a FitResult (steps, epochs, seconds, loss, ...; h[-1] is the
         last epoch's record; the last FIT_KEEP_EPOCHS epochs' records are kept).
@@ -721,21 +722,36 @@ class Session:
         per parameter, kept with the optimizer); 'keep': the weights of the last good step stay.
         Every argument is checked before anything changes. Ctrl-C stops after the current step;
         the model keeps the weights of the last full step (either way).
+        On the user's examples (data None or 'user'; mf_guard, microformer.guard): `rehearse`
+        base training rows per example are replayed beside them (None: guard.REHEARSE), the base
+        test split plus a held-out share of the examples is validated after every epoch, the best
+        epoch is kept, and on_worse='rollback' (default) puts back the state from before the
+        call when every epoch leaves validation worse by more than `tol` (None: guard.TOLERANCE;
+        'keep': the best epoch stays). A loss that runs away stops the fit and rolls it back.
         """
         # ---- every argument first: a refused call changes nothing
         lr = _fit_args(epochs, lr, verbose, on_error)
+        from mf_guard import check
+        guard = (on_worse,) + check(on_worse, rehearse, tol)
         self._net.settle_heap()
         try:
-            return self._fit(epochs, data, lr, verbose, on_error)
+            return self._fit(epochs, data, lr, verbose, on_error, guard)
         finally:
             self._net.unsettle()
 
-    def _fit(self, epochs, data, lr, verbose, on_error):
+    def _fit(self, epochs, data, lr, verbose, on_error, guard):
         name, ds, why = self._fit_data(data)
+        import mf_guard
+        ds, val, why = mf_guard.plan(self, data, name, ds, why, guard[1])
         # garbage out first: what fit keeps (optimizer, rollback copy, history) then goes into the
         # lowest free blocks, and the large ones stay whole for a new batch shape's buffers
         gc.collect()
         snap = self._fit_state(lr, on_error)
+        g = None
+        if val is not None or name == "user":
+            g = mf_guard.make(self, val, guard[0], guard[2], snap)
+            g.start(ds)
+            why += "; " + mf_guard.policy(g)
         try:                    # the history's records: allocated before any state changes
             log = _fit_log()
         except MemoryError:
@@ -756,10 +772,12 @@ class Session:
             self._dirty = True
         try:
             _fit(self._net, self._loss, self._opt, ds, epochs=epochs, batch_size=batch, seed=self._fits,
-                 verbose=verbose, log=log)
+                 verbose=verbose, log=log, on_epoch=None if g is None else g.on_epoch)
         except KeyboardInterrupt:
             # between steps (train.fit catches it inside one); no update is ever half done
             log.interrupted = True
+        except mf_guard.Diverged:
+            pass                    # g.finish() rolls it back and says why
         except Exception as e:
             self.model.train()
             if isinstance(e, MemoryError):
@@ -781,7 +799,17 @@ class Session:
         # the optimizer's count: a Ctrl-C that lands after an epoch's last step but before train.fit
         # records that epoch leaves the history one epoch short, never the steps
         steps = self._opt.steps - steps0
+        if g is not None:
+            used = self.lr           # a rollback puts back the lr from before this call
+            what, text = g.finish()
+            if verbose or what == "rollback":
+                print("fit: %s%s" % (text, "; rolled back: the weights, optimizer state and lr are "
+                                     "those from before this call" if what == "rollback" else ""))
+                if g.diverged is not None:
+                    print("fit: lr %g is too high for this model: try fit(lr=%g)" % (used, used / 10))
         rec = _fit_record(self, name, len(ds), log, steps)
+        if g is not None:
+            rec["guard"] = what
         _add_fit(self.meta, rec)
         seconds = rec["seconds"]
         interrupted = rec["interrupted"]
