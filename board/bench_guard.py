@@ -8,6 +8,8 @@
 #   default  add 5 examples of class 'walk' read by a shifted sensor, s.fit(): base test
 #            accuracy before and after, and how many of the 5 are then predicted right
 #   nocare   the same fit without rehearsal and keeping what it gives (rehearse=0, on_worse='keep')
+#   plain    a fit on the 5 examples given as a list (data=pairs): no rehearsal, no validation,
+#            the last epoch stays (what s.fit() did before the guard)
 #   lr50     s.fit(lr=50): what the guard did and the accuracy after
 # and prints one line `GUARD {json}`. host/bench_guard.py runs it over seeds and writes
 # host/QUALITY.md.
@@ -116,12 +118,12 @@ def run(root, seed):
     out["user_before"] = _right(s, pairs)
     s.add_examples(pairs)
     for case, kw in (("default", {}), ("nocare", {"rehearse": 0, "on_worse": "keep"}),
-                     ("lr50", {"lr": 50})):
+                     ("plain", {"data": pairs}), ("lr50", {"lr": 50})):
         t = finetune.Session(root=root, verbose=False)
         before = t.evaluate(verbose=False)["correct"]
         h = t.fit(verbose=False, **kw)
         out[case] = {"test": t.evaluate(verbose=False)["correct"], "user": _right(t, pairs),
-                     "guard": h["guard"], "test_before": before, "steps": h["steps"]}
+                     "guard": h.get("guard"), "test_before": before, "steps": h["steps"]}
         del t
     return out
 
