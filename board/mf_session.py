@@ -444,13 +444,19 @@ class Session:
                 else:
                     notes.append("base data: %s holds no rows" % self.data_path)
         self._m = m
-        if self._base and "n_train" not in meta:
+        if self._base and "n_train" not in meta and "split" not in meta:
+            # no split given: the board chooses one, once, and the checkpoint keeps it (s.save())
+            rows = len(self._base[1])
+            test = sorted(self._split_idx()[1])
+            meta["split"] = m["split"] = {"test": test}
             for i in range(len(notes)):
                 if notes[i].startswith("n_train"):
-                    notes[i] = ("n_train: %d of the %d rows of %s are 'train', the rest 'test' "
-                                "(the default: %d%%)" % (_meta.n_train(m, len(self._base[1])),
-                                                         len(self._base[1]), self.data_path,
-                                                         int(100 * _meta.TRAIN_FRACTION)))
+                    notes[i] = ("split: the checkpoint gives none ('split' or 'n_train'): the board chose "
+                                "%d of the %d rows of %s as 'test' (%d%%, shuffled with split_seed %d) and "
+                                "keeps them in the checkpoint's metadata: s.save() writes them, and every "
+                                "later session uses the same rows" % (len(test), rows, self.data_path,
+                                                                      100 - int(100 * _meta.TRAIN_FRACTION),
+                                                                      m["split_seed"]))
         self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read,
                                   "label" if self.task == "classify" else self.targets[-1])
         # reading the files leaves garbage all over the heap: collected now, the buffers fit and
@@ -593,6 +599,9 @@ class Session:
 
     def _split_idx(self):
         n = len(self._base[1])
+        given = _meta.split_rows(self._m, n)       # the model's own split: never reshuffled
+        if given is not None:
+            return given
         idx = Rng(self._m["split_seed"]).shuffle(list(range(n)))
         k = _meta.n_train(self._m, n)
         return idx[:k], idx[k:]
