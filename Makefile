@@ -35,7 +35,7 @@ CHECKPOINT_RULE := $(if $(filter $(DEFAULT_CHECKPOINT),$(CHECKPOINT)),$(DEFAULT_
 MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
-.PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench bench-budget bench-guard golden plots \
+.PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench bench-budget bench-quality golden plots \
         board-up board-down package viper compile-check clean xtensa-tools xtensa-report board-report
 
 setup: $(STAMP) ## create .venv from the pinned requirements (torch too unless TORCH=0)
@@ -191,9 +191,9 @@ bench-budget: setup $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) 
 	$(PY) host/bench_budget.py
 
 # What a default fine-tune leaves behind (rehearsal, validation, best epoch, rollback), over 8 seeds
-# on CPython and both unix ports: host/QUALITY.md (host/bench_guard.py, board/bench_guard.py).
-bench-guard: setup $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tune quality over seeds (base test accuracy kept, user examples learned, lr=50 rolled back): host/QUALITY.md
-	$(PY) host/bench_guard.py
+# on CPython and both unix ports: host/QUALITY.md (host/bench_quality.py, board/bench_guard.py).
+bench-quality: setup $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tune quality over seeds (base test accuracy kept, user examples learned, lr=50 rolled back): host/QUALITY.md
+	$(PY) host/bench_quality.py
 
 plots: setup ## the PNGs in build/plots (training curves, attention maps), a line per plot
 	$(PY) host/plots.py --out build/plots

@@ -11,7 +11,7 @@
 #   plain    a fit on the 5 examples given as a list (data=pairs): no rehearsal, no validation,
 #            the last epoch stays (what s.fit() did before the guard)
 #   lr50     s.fit(lr=50): what the guard did and the accuracy after
-# and prints one line `GUARD {json}`. host/bench_guard.py runs it over seeds and writes
+# and prints one line `GUARD {json}`. host/bench_quality.py runs it over seeds and writes
 # host/QUALITY.md.
 import json
 import os

@@ -16,7 +16,7 @@ from microformer.spec import from_spec
 from microformer.tensor import Rng, Tensor, shape_size, zeros
 from microformer.train import duration, evaluate as _evaluate, fit as _fit
 
-from mf_examples import ALIASES, KINDS, SELECTIONS, Examples, Result, _mem_free, _n, exists  # noqa: F401
+from mf_examples import ALIASES, KINDS, SELECTIONS, Examples, Result, _mem_free, _n, exists, foreign, user_data_for  # noqa: F401
 
 
 
@@ -39,7 +39,7 @@ def __getattr__(name):
 
 CHECKPOINT = "model.mfck"          # what `make deploy CHECKPOINT=path` writes on the board
 DATA_DIR = "data"                  # base data: DATA_DIR/<meta['data']>
-USER_DATA = "data/user.csv"
+USER_DATA = "data/user.csv"       # model.mfck's examples; another checkpoint's: mf_examples.user_data_for
 FIT_EPOCHS = 10
 FIT_LR = 0.02
 
@@ -303,20 +303,21 @@ def _fit_args(epochs, lr, verbose, on_error):
 class Session:
     """A model loaded from flash with its data, ready to evaluate, predict and fine-tune.
 
-    Session(checkpoint='model.mfck', data=None, user_data='data/user.csv', lr=FIT_LR,
+    Session(checkpoint='model.mfck', data=None, user_data=None, lr=FIT_LR,
             batch_size=16, root=None, backend=None, verbose=True, adapter=None)
     data: the base data file (None: data/<meta['data']> when the checkpoint's metadata names
-    one, else none). root: a folder the paths are relative to (None: the cwd, '/' on the board).
+    one, else none). user_data: the file of your examples (None: the checkpoint's own:
+    data/user.csv for model.mfck, data/NAME.user.csv for NAME.mfck). root: a folder the paths are relative to (None: the cwd, '/' on the board).
     backend: 'python' or 'viper' (None: leave microformer's current backend; the session's first
       line names it and says why it is the one: microformer.backend.why).
     adapter: an adapter file (s.save_adapter) to load on top of the checkpoint, which must be
     the base it was saved for.
     """
 
-    def __init__(self, checkpoint=CHECKPOINT, data=None, user_data=USER_DATA, lr=FIT_LR,
+    def __init__(self, checkpoint=CHECKPOINT, data=None, user_data=None, lr=FIT_LR,
                  batch_size=16, root=None, backend=None, verbose=True, adapter=None):
         for what, v, none_ok in (("checkpoint", checkpoint, False), ("data", data, True),
-                                 ("user_data", user_data, False), ("root", root, True),
+                                 ("user_data", user_data, True), ("root", root, True),
                                  ("adapter", adapter, True)):
             if not (isinstance(v, str) and v) and not (none_ok and v is None):
                 raise ValueError("Session: %s must be a file name (a non-empty str)%s, got %r"
@@ -330,6 +331,8 @@ class Session:
         self.checkpoint_path = self._path(checkpoint)
         self._data_arg = data
         self.data_path = None
+        if user_data is None:
+            user_data = user_data_for(checkpoint)
         self.user_path = self._path(user_data)
         self.lr = float(lr)
         self.batch_size = batch_size
@@ -457,6 +460,9 @@ class Session:
                                 "later session uses the same rows" % (len(test), rows, self.data_path,
                                                                       100 - int(100 * _meta.TRAIN_FRACTION),
                                                                       m["split_seed"]))
+        e = foreign(self.user_path, len(self._file_columns()) + 1, path, self._path, m)
+        if e is not None:
+            raise e
         self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read,
                                   "label" if self.task == "classify" else self.targets[-1])
         # reading the files leaves garbage all over the heap: collected now, the buffers fit and
@@ -740,8 +746,10 @@ class Session:
         """
         # ---- every argument first: a refused call changes nothing
         lr = _fit_args(epochs, lr, verbose, on_error)
-        from mf_guard import check
-        guard = (on_worse,) + check(on_worse, rehearse, tol)
+        guard = (on_worse, rehearse, tol)
+        if on_worse != "rollback" or rehearse is not None or tol is not None:
+            from mf_guard import check             # loaded when a guarded fit needs it
+            guard = (on_worse,) + check(on_worse, rehearse, tol)
         self._net.settle_heap()
         try:
             return self._fit(epochs, data, lr, verbose, on_error, guard)
@@ -750,14 +758,17 @@ class Session:
 
     def _fit(self, epochs, data, lr, verbose, on_error, guard):
         name, ds, why = self._fit_data(data)
-        import mf_guard
-        ds, val, why = mf_guard.plan(self, data, name, ds, why, guard[1])
+        mf_guard = val = None
+        if name == "user" and (data is None or data == "user"):    # the guard: mf_guard.py
+            import mf_guard
+            guard = (guard[0],) + mf_guard.check(*guard)
+            ds, val, why = mf_guard.plan(self, data, name, ds, why, guard[1])
         # garbage out first: what fit keeps (optimizer, rollback copy, history) then goes into the
         # lowest free blocks, and the large ones stay whole for a new batch shape's buffers
         gc.collect()
         snap = self._fit_state(lr, on_error)
         g = None
-        if val is not None or name == "user":
+        if mf_guard is not None:
             g = mf_guard.make(self, val, guard[0], guard[2], snap)
             g.start(ds)
             why += "; " + mf_guard.policy(g)
@@ -785,8 +796,8 @@ class Session:
         except KeyboardInterrupt:
             # between steps (train.fit catches it inside one); no update is ever half done
             log.interrupted = True
-        except mf_guard.Diverged:
-            pass                    # g.finish() rolls it back and says why
+        except (mf_guard.Diverged if mf_guard is not None else ()):
+            pass                    # the guard stopped a loss that ran away: g.finish() rolls back
         except Exception as e:
             self.model.train()
             if isinstance(e, MemoryError):

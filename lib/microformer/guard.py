@@ -157,7 +157,9 @@ class Guard:
         self.before = None
         self.best = None          # Score of the epoch in the copy (None: the copy holds `before`)
         self.best_epoch = 0
-        self.scores = []          # (epoch, Score) of every validated epoch
+        self.last = None          # the Score of the last validated epoch
+        self.validated = 0        # epochs validated (nothing per epoch is kept: a fit of any
+                                  # length holds the same memory)
         self.start_loss = None
         self.diverged = None      # (epoch, loss) when the loss ran away
         self.epoch = 0
@@ -251,7 +253,8 @@ class Guard:
         sc = self.validate()
         if sc is None:
             return
-        self.scores.append((self.epoch, sc))
+        self.last = sc
+        self.validated += 1
         if self.on_worse == "rollback" and sc.worse_than(self.before, self.tol):
             return                 # not acceptable: the copy keeps what it holds
         if sc.better(self.best):
@@ -277,11 +280,11 @@ class Guard:
                                 "the fit" % (e, loss, self.diverge, self.start_loss))
         if self.before is None:
             return "last", "no validation set: the last epoch's weights stay"
-        if not self.scores:
+        if not self.validated:
             return "none", "no epoch was validated"
         if self.best is None:
             self._rollback()
-            last = self.scores[-1][1]
+            last = self.last
             return "rollback", ("every epoch left validation worse than before the fit by more than "
                                 "the tolerance of %s (before: %s; last epoch: %s)"
                                 % (self._tol_text(), self.before.text(), last.text()))
