@@ -308,8 +308,9 @@ class Session:
     data: the base data file (None: data/<meta['data']> when the checkpoint's metadata names
     one, else none). user_data: the file of your examples (None: the checkpoint's own:
     data/user.csv for model.mfck, data/NAME.user.csv for NAME.mfck). root: a folder the paths are relative to (None: the cwd, '/' on the board).
-    backend: 'python' or 'viper' (None: leave microformer's current backend; the session's first
-      line names it and says why it is the one: microformer.backend.why).
+    backend: 'python' or 'viper' (None: the interpreter's default, viper on MicroPython, whatever
+      an earlier set_backend chose; the session's first line names it and says why it is the
+      one: microformer.backend.why).
     adapter: an adapter file (s.save_adapter) to load on top of the checkpoint, which must be
     the base it was saved for.
     """
@@ -325,8 +326,18 @@ class Session:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError("Session: batch_size must be a positive int, got %r" % (batch_size,))
         lr = hyper("Session", "lr", lr, 0.0, None, True)
+        # the session's backend: the one asked for, else the interpreter's default, never one an
+        # earlier set_backend left behind (in a REPL kept with `mpremote resume`); said if so
+        self._backend_note = ""
+        before = (mf.get_backend(), mf.backend.why)    # put back if this session fails to start
         if backend:
             mf.set_backend(backend)
+        else:
+            mf.backend._default()
+            if before[0] != mf.get_backend():
+                self._backend_note = ("; %r, set before this session, is not kept: Session(backend=%r) "
+                                      "keeps it" % (before[0], before[0]))
+        self._backend = (mf.get_backend(), mf.backend.why)
         self.root = root
         self.checkpoint_path = self._path(checkpoint)
         self._data_arg = data
@@ -354,10 +365,19 @@ class Session:
                 self.load_adapter(adapter)
         except MemoryError:
             self._cache = {}
+            mf.set_backend(*before)
             raise self._oom("loading %s" % self.checkpoint_path)
+        except BaseException:
+            mf.set_backend(*before)
+            raise
         finally:
             if _threshold:
                 _threshold(old)
+
+    def _own_backend(self):
+        # this session's backend, also after another session (or set_backend) chose another one
+        if mf.get_backend() != self._backend[0]:
+            mf.set_backend(*self._backend)
 
     def help(self):
         """Print the session's commands (mf_extra.SESSION_HELP)."""
@@ -474,7 +494,7 @@ class Session:
                   % (path, meta.get("arch", "model"), self.model.param_count(),
                      "classes" if self.task == "classify" else "regression of",
                      ", ".join(self.outputs), self._input_text(), len(self._base[1]) if self._base else 0,
-                     len(self._examples.y), mf.get_backend(), mf.backend.why))
+                     len(self._examples.y), mf.get_backend(), mf.backend.why + self._backend_note))
 
     def _input_text(self):
         if len(self.input_shape) == 2:
@@ -746,6 +766,7 @@ class Session:
         """
         # ---- every argument first: a refused call changes nothing
         lr = _fit_args(epochs, lr, verbose, on_error)
+        self._own_backend()
         guard = (on_worse, rehearse, tol)
         if on_worse != "rollback" or rehearse is not None or tol is not None:
             from mf_guard import check             # loaded when a guarded fit needs it
@@ -897,6 +918,7 @@ class Session:
     def evaluate(self, data="test", verbose=None):
         """Accuracy and per-class counts on a selection (default 'test') or a list of pairs;
         for a regression model RMSE and MAE per target."""
+        self._own_backend()
         try:
             name, ds = self._select(data, "evaluate")
         except MemoryError:
