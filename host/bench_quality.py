@@ -116,7 +116,7 @@ def parse(page):
     for line in page.splitlines():
         if line.startswith("## "):
             cur = out.setdefault(line[3:].split(" (")[0], {})
-        elif cur is not None and line.startswith("| ") and " ± " in line:
+        elif cur is not None and line.startswith("| ") and " ± " in line and not line.startswith("| figure |"):
             key, val = line[2:-2].rsplit(" | ", 1)
             m, s = val.split(" %")[0].split(" ± ")
             cur[key] = (float(m), float(s))
