@@ -783,15 +783,23 @@ class Session:
         if name == "user" and (data is None or data == "user"):    # the guard: mf_guard.py
             import mf_guard
             guard = (guard[0],) + mf_guard.check(*guard)
-            ds, val, why = mf_guard.plan(self, data, name, ds, why, guard[1])
+            try:
+                ds, val, why = mf_guard.plan(self, data, name, ds, why, guard[1])
+            except MemoryError:
+                raise self._oom("in fit, making its training set (your examples and the replayed "
+                                "rows) and validation sets (rehearse=0 replays none)")
         # garbage out first: what fit keeps (optimizer, rollback copy, history) then goes into the
         # lowest free blocks, and the large ones stay whole for a new batch shape's buffers
         gc.collect()
         snap = self._fit_state(lr, on_error)
         g = None
         if mf_guard is not None:
-            g = mf_guard.make(self, val, guard[0], guard[2], snap)
-            g.start(ds)
+            try:
+                g = mf_guard.make(self, val, guard[0], guard[2], snap)
+                g.start(ds)
+            except MemoryError:
+                raise self._oom("in fit, making the guard (its copy of the trainable parameters, "
+                                "4 bytes each, and the validation's buffers)")
             why += "; " + mf_guard.policy(g)
         try:                    # the history's records: allocated before any state changes
             log = _fit_log()
