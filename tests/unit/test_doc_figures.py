@@ -63,6 +63,23 @@ def test_budget_figures_are_the_last_bench_runs():
     assert "**%s×**" % p["encoder int8"] in host, p["encoder int8"]
 
 
+def test_speed_figures_are_the_last_bench_runs():
+    text = open(PERF).read()
+    goals = dict(re.findall(r"^\| ([^|]+?) \| [^|]+ \| ([^|]+?) \| (?:met|missed) \|$", text, re.M))
+    iris = goals["Iris instructions per training sample / the seed's C++, 32-bit port, 512K heap (callgrind)"]
+    block = goals["E=64 block instructions per training sample / the seed's C++, 32-bit port, 64M heap (callgrind)"]
+    adam = goals["Adam instructions per parameter per step, stock port (callgrind)"]
+    adam32 = goals["Adam instructions per parameter per step, 32-bit port (callgrind)"]
+    mp32 = text.split("## 32-bit", 1)[1].split("\n## ", 1)[0]
+    heap = _one(r"runs an Iris fine-tune session \(.mpy modules, as make deploy installs them\): (\d+) KB", mp32,
+                "PERFORMANCE.md (32-bit)")
+    readme = _read("README.md")
+    want = ("the Iris step costs %s the instructions of the reference C++ and an E=64 block %s (32-bit port); "
+            "Adam %s instructions per parameter (%s on the 32-bit port); an Iris fine-tune session runs from "
+            "a %s KB heap on the 32-bit port" % (iris, block, adam, adam32, heap))
+    assert want in readme, want
+
+
 def _quality():
     import bench_quality
     return bench_quality.parse(open(QUALITY).read())
