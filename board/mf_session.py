@@ -848,7 +848,13 @@ class Session:
         # the optimizer's count: a Ctrl-C that lands after an epoch's last step but before train.fit
         # records that epoch leaves the history one epoch short, never the steps
         steps = self._opt.steps - steps0
-        if g is not None:
+        if g is not None and log.interrupted and g.diverged is None:
+            # Ctrl-C: you chose to stop; the weights of the last full step stay, unjudged
+            what, text = "interrupted", ("interrupted: the guard chose no epoch (the weights of the last "
+                                         "full step stay; s.evaluate() shows what they do)")
+            if verbose:
+                print("fit: " + text)
+        elif g is not None:
             used = self.lr           # a rollback puts back the lr from before this call
             what, text = g.finish()
             if verbose or what == "rollback":

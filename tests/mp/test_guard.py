@@ -87,3 +87,35 @@ def test_guard_arguments_refused_before_anything_changes(tmp_path):
         with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
             s.fit(**kw)
     assert {k: bytes(p.data) for k, p in s.model.named_params()} == w and s._opt is None
+
+
+def test_ctrl_c_in_a_guarded_fit_keeps_the_last_full_step(tmp_path, capsys):
+    # Ctrl-C during a guarded fit: no epoch is chosen, no rollback; the weights of the last full
+    # step stay (the guard would have put back epoch weights or the state from before)
+    import bench_guard
+    import finetune
+    pairs = bench_guard.make_flash(str(tmp_path), 5)
+    s = finetune.Session(root=str(tmp_path), verbose=False)
+    s.add_examples(pairs)
+    w0 = {k: bytes(p.data) for k, p in s.model.named_params()}
+    calls = {"n": 0, "w": None}
+    forward = s.model.forward
+
+    def interrupting_forward(x):
+        calls["n"] += 1
+        if x.shape[0] == 9 and calls["w"] is None:         # a 9-row batch: the guard's start, then a step
+            if calls.get("seen9"):
+                calls["w"] = {k: bytes(p.data) for k, p in s.model.named_params()}
+                raise KeyboardInterrupt
+            calls["seen9"] = True
+        return forward(x)
+
+    s.model.forward = interrupting_forward
+    s.verbose = True
+    h = s.fit(epochs=5)
+    out = capsys.readouterr().out
+    s.model.forward = forward
+    assert h["interrupted"] and h["guard"] == "interrupted", (h, out)
+    assert "fit: interrupted: the guard chose no epoch" in out and "rolled back: the weights" not in out, out
+    now = {k: bytes(p.data) for k, p in s.model.named_params()}
+    assert now == calls["w"] and now != w0
