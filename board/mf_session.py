@@ -858,8 +858,12 @@ class Session:
             used = self.lr           # a rollback puts back the lr from before this call
             what, text = g.finish()
             if verbose or what == "rollback":
-                print("fit: %s%s" % (text, "; rolled back: the weights, optimizer state and lr are "
-                                     "those from before this call" if what == "rollback" else ""))
+                print("fit: %s%s" % (text, "" if what != "rollback" else
+                                     "; rolled back: the weights, optimizer state and lr are those from "
+                                     "before this call" if snap is not None else
+                                     "; rolled back: the weights are those from before this call (with "
+                                     "on_error='keep' there is no copy of the optimizer state: Adam's "
+                                     "moments and lr are this fit's)"))
                 if g.diverged is not None:
                     print("fit: lr %g is too high for this model: try fit(lr=%g)" % (used, used / 10))
         rec = _fit_record(self, name, len(ds), log, steps)

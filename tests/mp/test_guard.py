@@ -119,3 +119,19 @@ def test_ctrl_c_in_a_guarded_fit_keeps_the_last_full_step(tmp_path, capsys):
     assert "fit: interrupted: the guard chose no epoch" in out and "rolled back: the weights" not in out, out
     now = {k: bytes(p.data) for k, p in s.model.named_params()}
     assert now == calls["w"] and now != w0
+
+
+def test_rollback_without_the_sessions_copy_says_what_it_put_back(tmp_path, capsys):
+    # on_error='keep' keeps no copy of the optimizer state: a guard rollback puts back the weights
+    # from its own copy and says that the optimizer's moments are this fit's
+    import bench_guard
+    import finetune
+    pairs = bench_guard.make_flash(str(tmp_path), 6)
+    s = finetune.Session(root=str(tmp_path), verbose=False)
+    s.add_examples(pairs)
+    w0 = {k: bytes(p.data) for k, p in s.model.named_params()}
+    h = s.fit(lr=50, on_error="keep", verbose=False)
+    out = capsys.readouterr().out
+    assert h["guard"] == "rollback", out
+    assert "rolled back: the weights are those from before this call (with on_error='keep'" in out, out
+    assert {k: bytes(p.data) for k, p in s.model.named_params()} == w0
