@@ -9,7 +9,9 @@ examples of class 'walk' read by a shifted sensor) once per seed, in each interp
 (the library's default backend there), the stock MicroPython unix port and the 32-bit
 single-precision port (viper, as on the board) when it is built. Each run is a Session as a user
 drives it: s.add_examples(5), s.fit() with the defaults; and s.fit(lr=50). The page gives every
-run and the mean +- standard deviation (sample, n-1) of each figure per interpreter.
+run and the mean +- standard deviation (sample, n-1) of each figure per interpreter, and then
+tiny_ai's Iris recipe (board/iris.py) over the same seeds, the split and the initial weights
+drawn from each.
 """
 import argparse
 import json
@@ -50,6 +52,30 @@ def run_one(argv, env, seed):
         if line.startswith("GUARD "):
             return json.loads(line[6:])
     raise SystemExit("bench_quality: seed %d printed no GUARD line:\n%s" % (seed, p.stdout[-2000:]))
+
+
+IRIS_CODE = """
+import json, iris
+from microformer.train import fit_and_evaluate
+out = []
+for s in %r:
+    tr, te, _, _ = iris.load_split(%r, s)
+    r = fit_and_evaluate(iris.build_model(s), tr, te, 100, 16, 1e-3, s, False)
+    out.append([s, r["backend"], round(r["train_acc"] * len(tr)), len(tr), round(r["test_acc"] * len(te)), len(te)])
+print("IRIS " + json.dumps(out))
+"""
+
+
+def run_iris(argv, env, seeds):
+    """tiny_ai's Iris recipe (board/iris.py: 100 epochs, Adam 1e-3, batch 16), the 120/30 split and
+    the initial weights both drawn from each seed: [[seed, backend, train right, n, test right, n]]."""
+    code = IRIS_CODE % (tuple(seeds), os.path.join(ROOT, "datasets", "iris.csv"))
+    p = subprocess.run(argv + ["-c", code], capture_output=True, text=True, env=env, timeout=1200, cwd=ROOT)
+    line = [x for x in p.stdout.splitlines() if x.startswith("IRIS ")]
+    if p.returncode or not line:
+        raise SystemExit("bench_quality: the Iris runs failed (rc %d):\n%s%s" % (p.returncode, p.stdout[-2000:],
+                                                                                p.stderr[-2000:]))
+    return json.loads(line[0][5:])
 
 
 def mean_std(v):
@@ -93,6 +119,8 @@ def render(results):
              "(`s.fit(data=pairs)`: what `s.fit()` did before 0.4.0) and `s.fit(lr=50)`."
              % (len(SEEDS), ", ".join(str(s) for s in SEEDS)), ""]
     for name, runs in results:
+        if isinstance(runs, dict):          # the Iris runs: rendered by render_iris
+            continue
         lines += ["## %s (backend %s)" % (name, runs[0]["backend"]), "",
                   "| figure | mean ± std over %d seeds |" % len(runs), "|---|---|"]
         for key, (m, s) in figures(runs).items():
@@ -109,13 +137,28 @@ def render(results):
     return "\n".join(lines)
 
 
+def render_iris(iris):
+    """The Iris section: per interpreter, train and test accuracy mean ± std and every run."""
+    lines = ["## Iris over seeds", "",
+             "tiny_ai's Iris recipe as `make iris` trains it (board/iris.py: Dense(4,32)+ReLU -> [B,4,8] -> "
+             "Attention(8,2) -> GlobalAvgPool -> Dense(8,3), Adam 1e-3, batch 16, 100 epochs), with the 120/30 "
+             "split and the initial weights both drawn from each seed.", "",
+             "| interpreter (backend) | train accuracy | test accuracy | runs (test right of 30) |", "|---|---|---|---|"]
+    for name, runs in iris:
+        tr = mean_std([100.0 * r[2] / r[3] for r in runs])
+        te = mean_std([100.0 * r[4] / r[5] for r in runs])
+        lines.append("| %s (%s) | %.1f ± %.1f %% | %.1f ± %.1f %% | %s |" % (
+            name, runs[0][1], tr[0], tr[1], te[0], te[1], ", ".join(str(r[4]) for r in runs)))
+    return "\n".join(lines + [""])
+
+
 def parse(page):
     """{interpreter: {figure: (mean, std)}} from a rendered page."""
     out = {}
     cur = None
     for line in page.splitlines():
         if line.startswith("## "):
-            cur = out.setdefault(line[3:].split(" (")[0], {})
+            cur = out.setdefault(line[3:].split(" (")[0], {}) if "(backend " in line else None
         elif cur is not None and line.startswith("| ") and " ± " in line and not line.startswith("| figure |"):
             key, val = line[2:-2].rsplit(" | ", 1)
             m, s = val.split(" %")[0].split(" ± ")
@@ -147,6 +190,8 @@ def main(argv=None):
             return 1
         return 0
     page = render(run())
+    iris = [(name, run_iris(argv, env, SEEDS)) for name, argv, env in interpreters()]
+    page += "\n" + render_iris(iris)
     with open(PAGE, "w") as f:
         f.write(page)
     print(page)

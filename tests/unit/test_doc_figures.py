@@ -105,6 +105,16 @@ def test_guard_figures_are_the_quality_pages():
                                              f("test change, unguarded fit(data=the 5 examples) (points)"))) in readme
 
 
+def test_iris_over_seeds_is_the_quality_pages():
+    page = open(QUALITY).read()
+    rows = re.findall(r"^\| (\w+) \(\w+\) \| ([\d.]+ ± [\d.]+) % \| ([\d.]+ ± [\d.]+) % \|", page, re.M)
+    assert {r[0] for r in rows} >= {"cpython"}, rows
+    assert len({(r[1], r[2]) for r in rows}) == 1, "the interpreters differ: %r" % rows
+    train, test = rows[0][1], rows[0][2]
+    host = _read("host", "README.md")
+    assert "train accuracy %s %%, test accuracy %s %%" % (train, test) in host, (train, test)
+
+
 def test_quality_page_is_what_a_run_gives(tmp_path):
     # the page's CPython rows for two seeds, run again here (board/bench_guard.py is deterministic)
     import bench_guard
