@@ -93,8 +93,8 @@ USER_DATA = "data/user.csv"
 def user_data_for(checkpoint):
     """The default user-data file of a checkpoint path (relative to the session's root)."""
     name = checkpoint.rsplit("/", 1)[-1]
-    if name.endswith(".mfck"):
-        name = name[:-5]
+    if ".mfck" in name:              # NAME.mfck, and a deploy's NAME.mfck.bak copy of it
+        name = name[:name.index(".mfck")]
     if name == "model":
         return USER_DATA
     return "data/%s.user.csv" % name

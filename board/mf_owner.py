@@ -53,8 +53,7 @@ def foreign(path, head, meta, checkpoint_path, root_path):
     if own:
         name = own[0].rsplit("/", 1)[-1]
         whose = ("they belong to %s: open it with finetune.Session(%r), which reads them from %s"
-                 % (", ".join(o.rsplit("/", 1)[-1] for o in own), name,
-                    root_path(user_data_for(name)) if not name.endswith(".bak") else path))
+                 % (", ".join(o.rsplit("/", 1)[-1] for o in own), name, root_path(user_data_for(name))))
     else:
         whose = "no checkpoint on this board has that header (kept as it is)"
     return ValueError("Session: %s holds another model's examples (its header has %d fields: %s...; "

@@ -19,3 +19,5 @@ def test_default_names():
     assert user_data_for("model.mfck") == "data/user.csv"
     assert user_data_for("room.mfck") == "data/room.user.csv"
     assert user_data_for("/sd/models/gesture.mfck") == "data/gesture.user.csv"
+    assert user_data_for("model.mfck.bak") == "data/user.csv"          # a deploy's backup copy
+    assert user_data_for("room.mfck.bak2") == "data/room.user.csv"
