@@ -3,7 +3,9 @@
 #   make deploy PORT=auto              (mpremote connects to the first USB serial device it finds)
 #   make help                          (every target, one line each)
 PORT ?=
-HEAP ?= 512K
+# the virtual board's heap (empty: a running board keeps its own, a new one gets 512K, a board
+# without PSRAM; HEAP=8M for one with PSRAM)
+HEAP ?=
 FIRMWARE ?=
 FORCE ?=
 ARCH ?= xtensawin
@@ -41,7 +43,7 @@ CHECKPOINT_RULE := $(if $(filter $(DEFAULT_CHECKPOINT),$(CHECKPOINT)),$(DEFAULT_
 MP32 := build/mp32/micropython32-sp
 export PORT HEAP
 
-.PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl selftest bench bench-budget golden plots \
+.PHONY: help setup test test-fast lint mp32 demo iris digits charlm sensor seq2seq pretrain deploy flash repl mpremote selftest bench bench-budget bench-quality golden plots \
         board-up board-down package viper compile-check clean xtensa-tools xtensa-report board-report \
         xtensa-port xtensa-test native
 
@@ -174,6 +176,11 @@ flash: setup ## erase and write MicroPython firmware (PORT=/dev/ttyACM0 FIRMWARE
 repl: setup ## mpremote repl on the board (PORT=...; none: the virtual board)
 	$(MPREMOTE) connect $$($(PY) host/board_link.py port) repl
 
+# Any mpremote command, on the board (PORT=...) or, without PORT, on the virtual board (started
+# when needed): make mpremote ARGS="cp :model.mfck tuned.mfck"
+mpremote: setup ## mpremote ARGS="..." on the board (PORT=...; none: the virtual board, started when needed)
+	$(MPREMOTE) connect $$($(PY) host/board_link.py port) $(ARGS)
+
 # Golden vectors from the NumPy reference, checked on the board by board/selftest.py.
 selftest: setup golden ## golden vectors from the NumPy reference, checked on the board
 	$(PY) host/selftest.py
@@ -226,11 +233,16 @@ bench-budget: setup $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) 
 	$(PY) host/bench_budget.py
 	$(PY) host/bench_budget.py goals
 
+# What a default fine-tune leaves behind (rehearsal, validation, best epoch, rollback), over 8 seeds
+# on CPython and both unix ports: host/QUALITY.md (host/bench_quality.py, board/bench_guard.py).
+bench-quality: setup $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tune quality over seeds (base test accuracy kept, user examples learned, lr=50 rolled back): host/QUALITY.md
+	$(PY) host/bench_quality.py
+
 plots: setup ## the PNGs in build/plots (training curves, attention maps), a line per plot
 	$(PY) host/plots.py --out build/plots
 
-board-up: setup ## start the virtual board (HEAP=512K)
-	$(PY) host/vboard.py up --heap $(HEAP)
+board-up: setup ## start the virtual board (HEAP=8M: a board with PSRAM; default 512K, or the running board's)
+	$(PY) host/vboard.py up $(if $(HEAP),--heap $(HEAP))
 
 board-down: setup ## stop the virtual board
 	$(PY) host/vboard.py down

@@ -84,6 +84,36 @@ def backup_path(path):
 
 
 
+# ---- which user-data file belongs to which checkpoint --------------------------------------
+# Each checkpoint has its own examples: data/<name>.user.csv for <name>.mfck, except the
+# deployed model.mfck, whose examples stay in data/user.csv (where they have always been).
+USER_DATA = "data/user.csv"
+
+
+def user_data_for(checkpoint):
+    """The default user-data file of a checkpoint path (relative to the session's root)."""
+    name = checkpoint.rsplit("/", 1)[-1]
+    if ".mfck" in name:              # NAME.mfck, and a deploy's NAME.mfck.bak copy of it
+        name = name[:name.index(".mfck")]
+    if name == "model":
+        return USER_DATA
+    return "data/%s.user.csv" % name
+
+
+def foreign(path, fields, checkpoint_path, root_path, meta):
+    """None when the user-data file at `path` does not exist or has `fields` fields in its
+    header, else the error saying which checkpoint its examples belong to and how to open that
+    one (mf_owner, loaded only then): the file is never offered for deletion."""
+    if not exists(path):
+        return None
+    with open(path) as f:
+        head = f.readline().strip()
+    if len(head.split(",")) == fields:
+        return None          # the reader checks the rest, line by line
+    from mf_owner import foreign as message
+    return message(path, head, meta, checkpoint_path, root_path)
+
+
 class Examples:
     """The user's examples: `path` on flash and its rows in memory (X: flat array('f') of raw
     features, y: class indices). read(path) -> (X, y, ...) is the session's CSV reader. last: the

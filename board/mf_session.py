@@ -16,7 +16,7 @@ from microformer.spec import from_spec
 from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import Trainer, duration
 
-from mf_examples import ALIASES, KINDS, SELECTIONS, Examples, Result, _mem_free, _n, exists  # noqa: F401
+from mf_examples import ALIASES, KINDS, SELECTIONS, Examples, Result, _mem_free, _n, exists, foreign, user_data_for  # noqa: F401
 
 
 
@@ -39,7 +39,7 @@ def __getattr__(name):
 
 CHECKPOINT = "model.mfck"          # what `make deploy CHECKPOINT=path` writes on the board
 DATA_DIR = "data"                  # base data: DATA_DIR/<meta['data']>
-USER_DATA = "data/user.csv"
+USER_DATA = "data/user.csv"       # model.mfck's examples; another checkpoint's: mf_examples.user_data_for
 FIT_EPOCHS = 10
 FIT_LR = 0.02
 
@@ -247,20 +247,22 @@ def _data_oom(path):
 class Session:
     """A model loaded from flash with its data, ready to evaluate, predict and fine-tune.
 
-    Session(checkpoint='model.mfck', data=None, user_data='data/user.csv', lr=FIT_LR,
+    Session(checkpoint='model.mfck', data=None, user_data=None, lr=FIT_LR,
             batch_size=16, root=None, backend=None, verbose=True, adapter=None)
     data: the base data file (None: data/<meta['data']> when the checkpoint's metadata names
-    one, else none). root: a folder the paths are relative to (None: the cwd, '/' on the board).
-    backend: 'python' or 'viper' (None: leave microformer's current backend; the session's first
-      line names it and says why it is the one: microformer.backend.why).
+    one, else none). user_data: the file of your examples (None: the checkpoint's own:
+    data/user.csv for model.mfck, data/NAME.user.csv for NAME.mfck). root: a folder the paths are relative to (None: the cwd, '/' on the board).
+    backend: 'python' or 'viper' (None: the interpreter's default, viper on MicroPython, whatever
+      an earlier set_backend chose; the session's first line names it and says why it is the
+      one: microformer.backend.why).
     adapter: an adapter file (s.save_adapter) to load on top of the checkpoint, which must be
     the base it was saved for.
     """
 
-    def __init__(self, checkpoint=CHECKPOINT, data=None, user_data=USER_DATA, lr=FIT_LR,
+    def __init__(self, checkpoint=CHECKPOINT, data=None, user_data=None, lr=FIT_LR,
                  batch_size=16, root=None, backend=None, verbose=True, adapter=None):
         for what, v, none_ok in (("checkpoint", checkpoint, False), ("data", data, True),
-                                 ("user_data", user_data, False), ("root", root, True),
+                                 ("user_data", user_data, True), ("root", root, True),
                                  ("adapter", adapter, True)):
             if not (isinstance(v, str) and v) and not (none_ok and v is None):
                 raise ValueError("Session: %s must be a file name (a non-empty str)%s, got %r"
@@ -268,12 +270,24 @@ class Session:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError("Session: batch_size must be a positive int, got %r" % (batch_size,))
         lr = hyper("Session", "lr", lr, 0.0, None, True)
+        # the session's backend: the one asked for, else the interpreter's default, never one an
+        # earlier set_backend left behind (in a REPL kept with `mpremote resume`); said if so
+        self._backend_note = ""
+        before = (mf.get_backend(), mf.backend.why)    # put back if this session fails to start
         if backend:
             mf.set_backend(backend)
+        else:
+            mf.backend._default()
+            if before[0] != mf.get_backend():
+                self._backend_note = ("; %r, set before this session, is not kept: Session(backend=%r) "
+                                      "keeps it" % (before[0], before[0]))
+        self._backend = (mf.get_backend(), mf.backend.why)
         self.root = root
         self.checkpoint_path = self._path(checkpoint)
         self._data_arg = data
         self.data_path = None
+        if user_data is None:
+            user_data = user_data_for(checkpoint)
         self.user_path = self._path(user_data)
         self.lr = float(lr)
         self.batch_size = batch_size
@@ -296,12 +310,21 @@ class Session:
                 self.load_adapter(adapter)
         except MemoryError:
             self._cache = {}
+            mf.set_backend(*before)
             if self._reading != self.checkpoint_path and not self._reading.endswith(".mfck"):
                 raise _data_oom(self._reading)
             raise self._oom("loading %s" % self._reading)
+        except BaseException:
+            mf.set_backend(*before)
+            raise
         finally:
             if _threshold:
                 _threshold(old)
+
+    def _own_backend(self):
+        # this session's backend, also after another session (or set_backend) chose another one
+        if mf.get_backend() != self._backend[0]:
+            mf.set_backend(*self._backend)
 
     def help(self):
         """Print the session's commands (mf_extra.SESSION_HELP)."""
@@ -391,13 +414,22 @@ class Session:
                 else:
                     notes.append("base data: %s holds no rows" % self.data_path)
         self._m = m
-        if self._base and "n_train" not in meta:
+        if self._base and "n_train" not in meta and "split" not in meta:
+            # no split given: the board chooses one, once, and the checkpoint keeps it (s.save())
+            rows = len(self._base[1])
+            test = sorted(self._split_idx()[1])
+            meta["split"] = m["split"] = {"test": test}
             for i in range(len(notes)):
                 if notes[i].startswith("n_train"):
-                    notes[i] = ("n_train: %d of the %d rows of %s are 'train', the rest 'test' "
-                                "(the default: %d%%)" % (_meta.n_train(m, len(self._base[1])),
-                                                         len(self._base[1]), self.data_path,
-                                                         int(100 * _meta.TRAIN_FRACTION)))
+                    notes[i] = ("split: the checkpoint gives none ('split' or 'n_train'): the board chose "
+                                "%d of the %d rows of %s as 'test' (%d%%, shuffled with split_seed %d) and "
+                                "keeps them in the checkpoint's metadata: s.save() writes them, and every "
+                                "later session uses the same rows" % (len(test), rows, self.data_path,
+                                                                      100 - int(100 * _meta.TRAIN_FRACTION),
+                                                                      m["split_seed"]))
+        e = foreign(self.user_path, len(self._file_columns()) + 1, path, self._path, m)
+        if e is not None:
+            raise e
         self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read,
                                   "label" if self.task == "classify" else self.targets[-1])
         # reading the files leaves garbage all over the heap: collected now, the buffers fit and
@@ -409,7 +441,7 @@ class Session:
                   % (path, meta.get("arch", "model"), self.model.param_count(),
                      "classes" if self.task == "classify" else "regression of",
                      ", ".join(self.outputs), self._input_text(), len(self._base[1]) if self._base else 0,
-                     len(self._examples.y), mf.get_backend(), mf.backend.why))
+                     len(self._examples.y), mf.get_backend(), mf.backend.why + self._backend_note))
 
     def _input_text(self):
         if len(self.input_shape) == 2:
@@ -543,6 +575,9 @@ class Session:
 
     def _split_idx(self):
         n = len(self._base[1])
+        given = _meta.split_rows(self._m, n)       # the model's own split: never reshuffled
+        if given is not None:
+            return given
         idx = Rng(self._m["split_seed"]).shuffle(list(range(n)))
         k = _meta.n_train(self._m, n)
         return idx[:k], idx[k:]
@@ -659,7 +694,7 @@ class Session:
                                                             ", ".join(frozen) if frozen else "none")
 
     def fit(self, epochs=FIT_EPOCHS, data=None, lr=None, verbose=None, on_error="rollback",
-            batch_size=None, micro_batch="auto"):
+            batch_size=None, micro_batch="auto", on_worse="rollback", rehearse=None, tol=None):
         """Fine-tune; one line per epoch (loss, acc, ms/step, free heap) and a progress line at
         least every 5 s. Returns a FitResult (steps, epochs, seconds, loss, ...; h[-1] is the
         last epoch's record; the last FIT_KEEP_EPOCHS epochs' records are kept).
@@ -677,6 +712,12 @@ class Session:
         optimizer); 'keep': the weights of the last good step stay.
         Every argument is checked before anything changes. Ctrl-C stops after the current step;
         the model keeps the weights of the last full step (either way).
+        On the user's examples (data None or 'user'; mf_guard, microformer.guard): `rehearse`
+        base training rows per example are replayed beside them (None: guard.REHEARSE), the base
+        test split plus a held-out share of the examples is validated after every epoch, the best
+        epoch is kept, and on_worse='rollback' (default) puts back the state from before the
+        call when every epoch leaves validation worse by more than `tol` (None: guard.TOLERANCE;
+        'keep': the best epoch stays). A loss that runs away stops the fit and rolls it back.
         """
         # ---- every argument first: a refused call changes nothing
         lr = _fit_args(epochs, lr, verbose, on_error)
@@ -687,15 +728,30 @@ class Session:
         if micro_batch not in ("auto", None) and (not isinstance(micro_batch, int) or isinstance(micro_batch, bool)
                                                    or micro_batch < 1):
             raise ValueError("fit: micro_batch must be 'auto', None or a positive int, got %r" % (micro_batch,))
+        self._own_backend()
+        guard = (on_worse, rehearse, tol)
+        if on_worse != "rollback" or rehearse is not None or tol is not None:
+            from mf_guard import check             # loaded when a guarded fit needs it
+            guard = (on_worse,) + check(on_worse, rehearse, tol)
         t = self._trainer
         t.settle()              # the optimizer and rollback copy too (see SETTLE_GC_BYTES)
         try:
-            return self._fit(epochs, data, lr, verbose, on_error, batch_size or self.batch_size, micro_batch)
+            return self._fit(epochs, data, lr, verbose, on_error, batch_size or self.batch_size,
+                             micro_batch, guard)
         finally:
             t.unsettle()
 
-    def _fit(self, epochs, data, lr, verbose, on_error, batch, micro):
+    def _fit(self, epochs, data, lr, verbose, on_error, batch, micro, guard):
         name, ds, why = self._fit_data(data)
+        mf_guard = val = None
+        if name == "user" and (data is None or data == "user"):    # the guard: mf_guard.py
+            import mf_guard
+            guard = (guard[0],) + mf_guard.check(*guard)
+            try:
+                ds, val, why = mf_guard.plan(self, data, name, ds, why, guard[1])
+            except MemoryError:
+                raise self._oom("in fit, making its training set (your examples and the replayed "
+                                "rows) and validation sets (rehearse=0 replays none)")
         # garbage out first: what fit keeps (optimizer, rollback copy, history) then goes into the
         # lowest free blocks, and the large ones stay whole for a new batch shape's buffers
         gc.collect()
@@ -710,6 +766,18 @@ class Session:
         except MemoryError as e:
             self._undo(t, before)
             raise MemoryError("%s; fit changed nothing" % (self._fit_oom(t, batch, e, "before training")))
+        g = None
+        if mf_guard is not None:
+            lr0, dirty0 = self.lr, self._dirty    # a rollback puts back weights, optimizer state, lr
+            try:
+                g = mf_guard.make(self, t, val, guard[0], guard[2], None if on_error != "rollback" else
+                                  (lambda: (t.restore(), setattr(self, "lr", lr0), setattr(self, "_dirty", dirty0))))
+                g.start(ds)
+            except MemoryError:
+                self._undo(t, before)
+                raise self._oom("in fit, making the guard (its copy of the trainable parameters, "
+                                "4 bytes each, and the validation's buffers)")
+            why += "; " + mf_guard.policy(g)
         # ---- from here on, state changes
         opt = t.optimizer
         if lr is not None:
@@ -728,10 +796,12 @@ class Session:
             self._dirty = True
         try:
             t.fit(ds, epochs=epochs, batch_size=batch, micro_batch=micro, seed=self._fits,
-                  verbose=verbose, log=log)
+                  verbose=verbose, log=log, on_epoch=None if g is None else g.on_epoch)
         except KeyboardInterrupt:
             # between steps (the trainer catches it inside one); no update is ever half done
             log.interrupted = True
+        except (mf_guard.Diverged if mf_guard is not None else ()):
+            pass                    # the guard stopped a loss that ran away: g.finish() rolls back
         except Exception as e:
             self.model.train()
             if isinstance(e, MemoryError):
@@ -754,7 +824,27 @@ class Session:
         # the optimizer's count: a Ctrl-C that lands after an epoch's last step but before the
         # trainer records that epoch leaves the history one epoch short, never the steps
         steps = opt.steps - steps0
+        if g is not None and log.interrupted and g.diverged is None:
+            # Ctrl-C: you chose to stop; the weights of the last full step stay, unjudged
+            what, text = "interrupted", ("interrupted: the guard chose no epoch (the weights of the last "
+                                         "full step stay; s.evaluate() shows what they do)")
+            if verbose:
+                print("fit: " + text)
+        elif g is not None:
+            used = self.lr           # a rollback puts back the lr from before this call
+            what, text = g.finish()
+            if verbose or what == "rollback":
+                print("fit: %s%s" % (text, "" if what != "rollback" else
+                                     "; rolled back: the weights, optimizer state and lr are those from "
+                                     "before this call" if on_error == "rollback" else
+                                     "; rolled back: the weights are those from before this call (with "
+                                     "on_error='keep' there is no copy of the optimizer state: Adam's "
+                                     "moments and lr are this fit's)"))
+                if g.diverged is not None:
+                    print("fit: lr %g is too high for this model: try fit(lr=%g)" % (used, used / 10))
         rec = _fit_record(self, name, len(ds), log, steps)
+        if g is not None:
+            rec["guard"] = what
         _add_fit(self.meta, rec)
         seconds = rec["seconds"]
         interrupted = rec["interrupted"]
@@ -874,6 +964,7 @@ class Session:
     def evaluate(self, data="test", verbose=None):
         """Accuracy and per-class counts on a selection (default 'test') or a list of pairs;
         for a regression model RMSE and MAE per target."""
+        self._own_backend()
         try:
             name, ds = self._select(data, "evaluate")
         except MemoryError:

@@ -34,10 +34,13 @@ def resolve_port(port=None, heap=None, quiet=False):
         return port
     sys.path.insert(0, str(ROOT / "host"))
     import vboard
-    board = vboard.VirtualBoard(heap=heap or os.environ.get("HEAP") or vboard.DEFAULT_HEAP)
+    # no HEAP asked for: a running board keeps its heap; a new one gets vboard.DEFAULT_HEAP
+    board = vboard.VirtualBoard(heap=heap or os.environ.get("HEAP") or None)
     if not board.is_ready() and not quiet:
-        print("no PORT given: starting the virtual board (%s, %s, heap %s)"
-              % (board.port, board.micropython, board.heap))
+        print("no PORT given: starting the virtual board (%s, %s, heap %s%s)"
+              % (board.port, board.micropython, board.heap,
+                 ": a board without PSRAM; `make board-up HEAP=8M` first for one with PSRAM's 8 MB"
+                 if board.heap == vboard.DEFAULT_HEAP else ""))
     # a running board with another heap or interpreter is kept, with a note on stderr
     board.start(say=lambda s: print(s, file=sys.stderr))
     return str(board.port)

@@ -6,6 +6,7 @@ Usage::
     python host/vboard.py up [--dir STATE_DIR] [--heap 512K] [--flash FLASH_DIR] [--micropython EXE]
     python host/vboard.py down|status|path [--dir STATE_DIR]
     mpremote connect build/vboard/port exec "print('hi')"
+    make mpremote ARGS="cp :model.mfck tuned.mfck"     # the same, the board started when needed
 
 The interpreter
 ---------------
@@ -572,7 +573,9 @@ class VirtualBoard:
 
     def __init__(self, state_dir=DEFAULT_STATE_DIR, heap=DEFAULT_HEAP, flash=None, micropython=None):
         self.state_dir = Path(state_dir).resolve()
-        self.heap = heap
+        # heap None: the running board's (a deploy or mpremote call keeps the board `make board-up
+        # HEAP=8M` started), else DEFAULT_HEAP
+        self.heap = heap or (self.pid() and self.config().get("heap")) or DEFAULT_HEAP
         self.flash = Path(flash).resolve() if flash else self.state_dir / "flash"
         self.micropython = str(Path(micropython or find_micropython()).resolve())
         self.proc = None
@@ -619,7 +622,8 @@ class VirtualBoard:
             if not diff:
                 return self
             if not restart:
-                say("note: the virtual board runs with %s (`make board-up` restarts it)" % "; ".join(diff))
+                say("note: the virtual board keeps running with %s (`make board-up HEAP=%s` restarts "
+                    "it with the heap asked for)" % ("; ".join(diff), self.heap))
                 return self
             say("restarting the virtual board: it ran with %s (its REPL state is lost, the flash "
                 "folder is kept)" % "; ".join(diff))

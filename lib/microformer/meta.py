@@ -17,6 +17,10 @@
 #   split_seed   int                          shuffles the base data's rows (0)
 #   n_train      int >= 0                     the first n_train shuffled rows are 'train', the
 #                                             rest 'test' (80 % of the rows, rounded down)
+#   split        {"test": [row, ...]} or      the model's own split, by 0-based data row: the
+#                {"train": [row, ...]}        rows listed are that part, every other row the
+#                                             other; nothing is shuffled (split_seed unused;
+#                                             n_train, when given, must agree)
 #
 # A name (class, target, feature) is a non-empty str a CSV field holds as it is: no comma, double
 # quote, newline or space at either end (add_example writes it into data/user.csv, and the
@@ -149,20 +153,67 @@ def check(meta, where="metadata", rows=None):
         _int(where, "split_seed", out["split_seed"], 0)
     else:
         out["split_seed"] = 0
-        notes.append("split_seed: 0 (shuffles the base data before the train/test split)")
+        if "split" not in out:
+            notes.append("split_seed: 0 (shuffles the base data before the train/test split)")
+    if "split" in out:
+        _split(where, out["split"], rows, out.get("n_train"))
     if "n_train" in out:
         _int(where, "n_train", out["n_train"], 0)
         if rows is not None and out["n_train"] > rows:
             raise _err(where, "n_train", "at most the %d rows of the base data" % rows, out["n_train"])
-    else:
+    elif "split" not in out:
         notes.append("n_train: %d%% of the base data's rows are 'train', the rest 'test' "
                      "(evaluate() needs a test split)" % int(100 * TRAIN_FRACTION))
     return out, notes
 
 
+def _split(where, v, rows, n):
+    # {"test": [rows]} or {"train": [rows]}: unique ints, in range when the row count is known
+    want = "{\"test\": [row, ...]} or {\"train\": [row, ...]} (0-based data rows)"
+    if not isinstance(v, dict) or len(v) != 1 or list(v)[0] not in ("train", "test"):
+        raise _err(where, "split", want, v)
+    part = list(v)[0]
+    idx = v[part]
+    if not isinstance(idx, (list, tuple)):
+        raise _err(where, "split", want, v)
+    seen = {}
+    for i in idx:
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise _err(where, "split", "a list of row numbers >= 0 under %r" % part, i)
+        if rows is not None and i >= rows:
+            raise _err(where, "split", "row numbers below the base data's %d rows" % rows, i)
+        if i in seen:
+            raise _err(where, "split", "a list of unique row numbers (%d repeats)" % i, i)
+        seen[i] = 1
+    if rows is not None and n is not None:
+        k = len(idx) if part == "train" else rows - len(idx)
+        if n != k:
+            raise _err(where, "n_train", "%d, as the split gives (%d of %d rows under %r), or absent"
+                       % (k, len(idx), rows, part), n)
+
+
+def split_rows(meta, rows):
+    """(train rows, test rows) of `rows` base rows by meta['split'] (in file order), or None
+    when the metadata has no split."""
+    v = meta.get("split")
+    if v is None:
+        return None
+    part = list(v)[0]
+    mark = bytearray(rows)
+    for i in v[part]:
+        mark[i] = 1
+    given = [i for i in range(rows) if mark[i]]
+    rest = [i for i in range(rows) if not mark[i]]
+    return (given, rest) if part == "train" else (rest, given)
+
+
 def n_train(meta, rows):
     """The train split's row count for `rows` base rows (meta['n_train'], or the default)."""
     n = meta.get("n_train")
+    if n is None and meta.get("split") is not None:
+        part = list(meta["split"])[0]
+        k = len(meta["split"][part])
+        return k if part == "train" else rows - k
     return int(rows * TRAIN_FRACTION) if n is None else n
 
 

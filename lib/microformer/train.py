@@ -240,6 +240,12 @@ class Trainer:
                 out.append(pair)
         return out
 
+    def collect_params(self, groups):
+        """Appends params() to `groups` (the layer contract's collect_params, for code that takes
+        a model, such as microformer.guard)."""
+        groups.extend(self.params())
+        return groups
+
     def make_optimizer(self):
         """The optimizer (made now when there is none yet: Adam over params()). ValueError when
         nothing trains."""

@@ -337,10 +337,10 @@ def _user_story(block, tmp_path, monkeypatch):
     holding what the block's comments say the user has: mymodel.py (the `def build()` the comment
     shows), meta.json (the JSON the comment shows), the base data it names (windows of the
     --input-shape, one per class in turn) and `model` (build() trained a little in torch). Comment
-    lines are skipped; `>>> ` lines run on a virtual board with a 2M heap (a board with PSRAM, as
-    the block's comment says to start it; make deploy's); lines starting with
-    python, make or mpremote run in bash with .venv/bin first on PATH (make with PORT= the virtual
-    board, mpremote connected to it); any other line is Python on the host, in one namespace.
+    lines are skipped; `>>> ` lines run on a virtual board with the heap the block's `make board-up
+    HEAP=...` comment gives (a board with PSRAM; make deploy's); lines starting with python, make
+    or mpremote run as typed in bash with .venv/bin first on PATH and PORT= the virtual board;
+    any other line is Python on the host, in one namespace.
     Then: the `model` the block ends with computes what the board's saved weights compute."""
     import json
     import numpy as np
@@ -391,7 +391,9 @@ def _user_story(block, tmp_path, monkeypatch):
     env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
     env.pop("MAKEFLAGS", None)
     ran = []
-    with vboard.VirtualBoard(tmp_path / "vb", heap="2M") as b:      # the block's `make board-up HEAP=2M`
+    heap = re.search(r"make board-up HEAP=(\w+)", block.text)
+    assert heap, "the block names no `make board-up HEAP=...` for a board without one"
+    with vboard.VirtualBoard(tmp_path / "vb", heap=heap.group(1)) as b:      # the block's board-up
         env["PORT"] = str(b.port)
         for line in lines:
             code = line.strip()
@@ -401,9 +403,7 @@ def _user_story(block, tmp_path, monkeypatch):
                 out = board_link.mpremote(str(b.port), "exec", code[4:], timeout=600)
                 assert "Traceback" not in out, out
             elif code.split()[0] in ("python", "make", "mpremote"):
-                cmd = code
-                if cmd.startswith("mpremote "):
-                    cmd = "mpremote connect %s %s" % (b.port, cmd[len("mpremote "):])
+                cmd = code                 # as typed: PORT (the environment) names the board
                 if cmd.startswith("make "):      # the venv this suite runs in counts as installed
                     cmd = "make --no-print-directory -o .venv/.installed " + cmd[len("make "):]
                 r = subprocess.run(["bash", "-eu", "-c", cmd], cwd=str(work), env=env,
@@ -414,6 +414,9 @@ def _user_story(block, tmp_path, monkeypatch):
                 exec(code, ns)
             ran.append(code)
     assert any(c.startswith(">>> ") for c in ran) and any(c.startswith("make deploy") for c in ran), ran
+    # the split the user gave is the checkpoint's, through conversion, deploy and the board's save
+    if "split" in meta:
+        assert mf.checkpoint.read_header(str(work / "tuned.mfck"))["meta"].get("split") == meta["split"]
     # the module the block ends with holds the board's fine-tuned weights, in the user's layout
     tuned = ns["model"]
     assert any(not torch.equal(start[k], v) for k, v in tuned.state_dict().items()), "nothing was fine-tuned"

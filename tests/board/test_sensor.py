@@ -154,7 +154,7 @@ def test_session_on_the_sensor_checkpoint(tmp_path, checkpoint):
     shutil.copy(os.path.join(DATA, sensor.TRAIN), str(tmp_path / "data" / sensor.TRAIN))
     mf.set_backend("python")
     try:
-        s = finetune.Session(root=str(tmp_path), batch_size=8, verbose=False)
+        s = finetune.Session(root=str(tmp_path), batch_size=8, verbose=False, backend="python")
         assert s.input_shape == [100, 6] and s.features == ["acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z"]
         assert abs(s.evaluate("train", verbose=False).accuracy - meta["host_train_acc"]) < 1e-9
         train = sensor.standardize(sensor.load(sensor.TRAIN, DATA), meta["mean"], meta["std"])

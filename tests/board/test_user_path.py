@@ -161,7 +161,8 @@ def test_your_model_on_the_board_and_back(tmp_path, kind, backend, interrupt):
             before = board_probs(t)
             if interrupt:
                 t.drain(0.05)
-                t.s.write(b"h = s.fit(epochs=2000)\r")
+                # rehearse=0, on_worse='keep': the fit's own steps stay (no replay, no rollback)
+                t.s.write(b"h = s.fit(epochs=2000, rehearse=0, on_worse='keep')\r")
                 seen = b""
                 deadline = time.monotonic() + 60
                 while b"epoch 2/2000" not in seen:          # the fit is under way
@@ -173,7 +174,8 @@ def test_your_model_on_the_board_and_back(tmp_path, kind, backend, interrupt):
                 assert "interrupted" in out, out[-2000:]
                 assert t.line("print('I', h.interrupted, h.steps > 0)").count("I True True") == 1
             else:
-                out = t.line("h = s.fit(epochs=5, verbose=False); print('S', h.steps)", timeout=300)
+                out = t.line("h = s.fit(epochs=5, verbose=False, rehearse=0, on_worse='keep'); "
+                             "print('S', h.steps)", timeout=300)
                 assert "S 5" in out, out          # 9 examples in one batch (16 at most): a step an epoch
             after = board_probs(t)
             assert np.abs(after - before).max() > 1e-4      # the fine-tune changed the model

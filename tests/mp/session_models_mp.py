@@ -226,7 +226,7 @@ def check_regress(root):
     gc.collect()
     t = finetune.Session("reg.mfck", root=root, verbose=False)
     r["reg_user"] = t._raw("user")[1]
-    r["reg_file"] = open(root + "/data/user.csv").read()
+    r["reg_file"] = open(root + "/data/reg.user.csv").read()          # reg.mfck's own examples
     r["reg_fit_user"] = t.fit(epochs=1, verbose=False)["steps"]
     return r
 

@@ -32,7 +32,8 @@ def _check(o):
     assert re.search(r"fit on your 6 examples in .*user\.csv \(data=None picks them when there are "
                      r"any; data='train' for the pretraining split\)", o["fit_user"][0]), o["fit_user"][0]
     assert o["fit_asked"][0].startswith("fit on test, as asked: 30 examples, 1 epoch, ")
-    assert o["fit_user_repr"].startswith("<fit on user: 1 step, 1 epoch, loss ")
+    # 6 examples and 24 training rows replayed beside them (rehearse=4), batch 16: 2 steps
+    assert o["fit_user_repr"].startswith("<fit on user: 2 steps, 1 epoch, loss ")
     # timings from ticks_us: never "0.0 s", ms/step with two decimals that are not all .x0/.x5
     total_line = o["fit_train"][-1]
     m = re.fullmatch(r"fit: 16 steps in ([\d.]+) (us|ms|s) \(([\d.]+) (us|ms)/step\)", total_line)

@@ -58,8 +58,9 @@ def test_notes_for_defaulted_metadata_are_printed_once(tmp_path, capsys):
     s = finetune.Session(root=root, verbose=True)
     out = capsys.readouterr().out
     assert out.count("note: ") == 2, out
-    assert "note: n_train: 16 of the 20 rows of %s/data/win.csv are 'train', the rest 'test' (the default: 80%%)" \
-        % root in out, out
+    assert ("note: split: the checkpoint gives none ('split' or 'n_train'): the board chose 4 of the 20 rows "
+            "of %s/data/win.csv as 'test' (20%%, shuffled with split_seed 0) and keeps them in the checkpoint's "
+            "metadata: s.save() writes them, and every later session uses the same rows" % root) in out, out
     assert "note: split_seed: 0 (shuffles the base data before the train/test split)" in out, out
     # the default split is what evaluate uses: 4 test rows
     assert s.evaluate("test", verbose=False)["n"] == 4

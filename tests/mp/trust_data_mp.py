@@ -57,8 +57,12 @@ def make_flash(root):
     return finetune
 
 
+BACKEND = [None]
+
+
 def run(root, backend):
     mf.set_backend(backend)
+    BACKEND[0] = backend
     r = {}
     inf = float("inf")
     nan = float("nan")
@@ -141,7 +145,7 @@ def run(root, backend):
     user = root + "/data/user.csv"
     r["session_missing"] = err(finetune.Session, "nope.mfck", "data/iris.csv", "data/user.csv",
                                0.02, 16, root, None, False)
-    s = finetune.Session(root=root, verbose=False)
+    s = finetune.Session(root=root, verbose=False, backend=backend)
     w0 = weights(s.model)
     r["add_inf"] = err(s.add_example, [inf, 3.0, 4.0, 1.0], "setosa")
     r["add_1e39"] = err(s.add_example, [1e39, 3.0, 4.0, 1.0], "setosa")
@@ -160,7 +164,7 @@ def run(root, backend):
     os.remove(user)
     # a good example still goes through, and the session reads it back with the same reader
     s.add_example([6.1, 2.8, 4.7, 1.2], "versicolor")
-    s2 = finetune.Session(root=root, verbose=False)
+    s2 = finetune.Session(root=root, verbose=False, backend=backend)
     r["reloaded_examples"] = s2.num_examples()
     r["session_lr_inf"] = err(finetune.Session, "model.mfck", "data/iris.csv", "data/user.csv",
                               inf, 16, root, None, False)
@@ -176,7 +180,7 @@ def fit_calls(r, finetune, root):
     def state(s):
         return weights(s.model) + ([bytes(t.data) for t in s._opt.m + s._opt.v] if s._opt else []) + \
             [s._opt.steps if s._opt else None, s.lr]
-    s = finetune.Session(root=root, verbose=False, batch_size=1)    # 4 steps an epoch on 'train'
+    s = finetune.Session(root=root, verbose=False, batch_size=1, backend=BACKEND[0])    # 4 steps an epoch
     s.fit(1, "train")
     before = state(s)
     for tag, kw in (("epochs_neg", {"epochs": -1, "lr": 0.5}), ("epochs_str", {"epochs": "5"}),
