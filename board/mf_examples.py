@@ -106,8 +106,12 @@ def foreign(path, fields, checkpoint_path, root_path, meta):
     one (mf_owner, loaded only then): the file is never offered for deletion."""
     if not exists(path):
         return None
-    with open(path) as f:
-        head = f.readline().strip()
+    with open(path, "rb") as f:      # bytes: a line past the header need not be UTF-8 here
+        head = f.readline()
+    try:
+        head = head.decode().strip()
+    except UnicodeError:
+        return None          # the reader names the file and the line that is not UTF-8
     if len(head.split(",")) == fields:
         return None          # the reader checks the rest, line by line
     from mf_owner import foreign as message
