@@ -9,11 +9,22 @@ import golden as host_golden
 PATH = host_golden.DEFAULT_PATH
 
 
-def test_golden_file_is_current(tmp_path):
-    fresh = tmp_path / "attention.mfg"
-    host_golden.write(str(fresh), host_golden.attention_case())
-    with open(PATH, "rb") as f:
-        assert f.read() == fresh.read_bytes(), "tests/golden/attention.mfg is stale: run python host/golden.py"
+def test_golden_file_is_current():
+    problems = host_golden.stale(PATH, host_golden.attention_case())
+    assert not problems, "tests/golden/attention.mfg is stale (%s): run python host/golden.py" % problems
+
+
+def test_a_stale_golden_file_is_seen(tmp_path):
+    # one value moved by 2 float32 ulp, and a record renamed: both are reported
+    rec = [(n, np.array(a, np.float32)) for n, a in host_golden.read(PATH)]
+    moved = [(n, a.copy()) for n, a in rec]
+    moved[4][1].flat[0] = np.nextafter(np.nextafter(moved[4][1].flat[0], np.float32(np.inf)), np.float32(np.inf))
+    assert host_golden.stale(PATH, moved) == ["%s: 2 ulp apart" % rec[4][0]]
+    one = [(n, a.copy()) for n, a in rec]
+    one[4][1].flat[0] = np.nextafter(one[4][1].flat[0], np.float32(np.inf))
+    assert host_golden.stale(PATH, one) == []
+    renamed = [("other" if i == 3 else n, a) for i, (n, a) in enumerate(rec)]
+    assert host_golden.stale(PATH, renamed)[0].startswith("records differ")
 
 
 def test_golden_format_and_invariants():
