@@ -386,12 +386,13 @@ class Attention(Layer):
                 self._y = bufs.zeros("_y", (B, S, E))
                 self._mbuf = bufs.bytes("_mbuf", B * Sk)  # a key_padding_mask / lengths as bytes
             else:
-                self._dctx = bufs.zeros("_dctx", (B, S, E))
-                self._dQ = bufs.zeros("_dQ", (B, S, E))
-                self._dx = bufs.zeros("_dx", (B, S, E))
-                self._dK = bufs.zeros("_dK", (B, Sk, E))
-                self._dV = bufs.zeros("_dV", (B, Sk, E))
-                self._scratch = bufs.zeros("_scratch", (Sk,))
+                # in a block's backward these are the arena's (Scratch): read by nothing after it
+                self._dctx = bufs.scratch("_dctx", (B, S, E))
+                self._dQ = bufs.scratch("_dQ", (B, S, E))
+                self._dx = bufs.scratch("_dx", (B, S, E))
+                self._dK = bufs.scratch("_dK", (B, Sk, E))
+                self._dV = bufs.scratch("_dV", (B, Sk, E))
+                self._scratch = bufs.scratch("_scratch", (Sk,))
                 if other is None:
                     self._dcontext = bufs.none("_dcontext")
                 else:

@@ -5,7 +5,7 @@ from . import backend
 from .attention import Attention
 from .dropout import Dropout, check_p
 from .feedforward import FeedForward
-from .layer import Layer, check_tensor, prefixed, shape_error, trains
+from .layer import Layer, check_tensor, prefixed, scratch, shape_error, trains
 from .norm import LayerNorm
 from .tensor import shape_size
 
@@ -123,8 +123,8 @@ class EncoderBlock(Layer):
 
     def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
-            self._dx1 = bufs.zeros("_dx1", shape)
-            self._dx = bufs.zeros("_dx", shape)
+            self._dx1 = bufs.scratch("_dx1", shape)     # read inside backward only
+            self._dx = bufs.zeros("_dx", shape)         # the input gradient: read after it
         else:                         # one pair per mode: training forward, prefill, decode_step
             mode = _RUN.index(stage)
             for name in (_X1[mode], _Y[mode]):
@@ -137,17 +137,33 @@ class EncoderBlock(Layer):
 
     def backward(self, dy, grads=True, need_dx=True):
         # need_dx=False (pre-norm): no input gradient (returns None), and the parts below the
-        # lowest trainable one of the block get no backward at all
+        # lowest trainable one of the block get no backward at all.
+        # The backward is a frame of the scratch arena (layer.Scratch): the parts' input gradients
+        # and temporaries (and _dx1) are the arena's, shared by every block; only _dx (own) is
+        # read after it. What the FFN half placed is given back once _dx1 holds its result.
         self._need_forward(self._x)
         check_tensor("EncoderBlock", "dy", dy)
         if dy.shape != self._x.shape:
             raise shape_error("EncoderBlock", "dy", repr(self._x.shape), dy.shape)
-        grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        self._grads = grads and self.trainable    # a part's own flag is its own: nothing is changed here
+        self._need = need_dx
+        scratch.enter()
+        return self._framed(dy)
+
+    def _framed(self, dy):
+        # the frame is left however the backward ends (the flags as attributes: a frame within 11 words)
+        try:
+            return self._backward(dy)
+        finally:
+            scratch.leave()
+
+    def _backward(self, dy):
         self._buffers("_bwd", dy.shape)
+        scratch.mark(self)
         if not self.norm_first:
-            dy = self._backward_post(dy, grads)
-            return dy if need_dx else None
-        return self._backward_pre(dy, grads, need_dx)
+            dy = self._backward_post(dy, self._grads)
+            return dy if self._need else None
+        return self._backward_pre(dy, self._grads, self._need)
 
     # The backward is split as the forward is: each method's frame within 11 words.
     def _backward_pre(self, dy, train, need_dx):
@@ -157,6 +173,7 @@ class EncoderBlock(Layer):
             return None
         d = self._ffn_back(dy, train, True)
         dy = self._add("_dx1", dy, d)
+        scratch.rewind(self)                  # the FFN half's buffers: nothing reads them now
         # x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1))
         if not need_dx:
             self._attn_back(dy, train, False)
@@ -185,6 +202,7 @@ class EncoderBlock(Layer):
         dy = self.ln2.backward(dy, train)
         d = self.ffn.backward(self.drop2.backward(dy), train)
         d = self._add("_dx1", dy, d)
+        scratch.rewind(self)                  # ln2's and the FFN's buffers: nothing reads them now
         # x1 = ln1(s1), s1 = x + attn(x): ds1 = ln1'(dx1), dx = ds1 + attn'(ds1)
         dy = self.ln1.backward(d, train)
         d = self.attn.backward(self.drop1.backward(dy), train)

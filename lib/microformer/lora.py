@@ -81,7 +81,7 @@ class LoRA(Buffered):
         if stage == "_fwd":
             self._h = bufs.zeros("_h", (N, self.rank))              # (alpha/r) x A^T
         else:
-            self._dh = bufs.zeros("_dh", (N, self.rank))
+            self._dh = bufs.scratch("_dh", (N, self.rank))     # read within backward_add only
 
     def forward_add(self, y, x, N):
         """y (N, out) += (alpha/r) (x A^T) B^T; keeps (alpha/r) x A^T for backward."""
