@@ -233,11 +233,12 @@ class Attention(Layer):
         B, S, E = in_shape
         H = self.num_heads
         if self.kv_tile is not None:
-            # Q K V ctx y and their grads, the row stats [B,H,S,2] and one tile
-            return 10 * B * S * E + 2 * B * H * S + self.kv_tile
-        # Q K V ctx y and their grads (dctx dQ dK dV dx), plus A [B,H,S,S] (and its byte mask)
+            # Q K V ctx y and their grads (dctx dQ dK dV; dx is written into dctx), the row
+            # stats [B,H,S,2] and one tile
+            return 9 * B * S * E + 2 * B * H * S + self.kv_tile
+        # Q K V ctx y and their grads (dctx dQ dK dV; dx in dctx), plus A [B,H,S,S] (and its byte mask)
         drop = (B * H * S * S + 3) // 4 if self.dropout > 0.0 else 0
-        return 10 * B * S * E + B * H * S * S + S + drop
+        return 9 * B * S * E + B * H * S * S + S + drop
 
     def _check_x(self, x, what):
         check_tensor("Attention", what, x)
@@ -387,9 +388,9 @@ class Attention(Layer):
                 self._mbuf = bufs.bytes("_mbuf", B * Sk)  # a key_padding_mask / lengths as bytes
             else:
                 # in a block's backward these are the arena's (Scratch): read by nothing after it
+                # dx is written into dctx once the heads' backward has read it (backward)
                 self._dctx = bufs.scratch("_dctx", (B, S, E))
                 self._dQ = bufs.scratch("_dQ", (B, S, E))
-                self._dx = bufs.scratch("_dx", (B, S, E))
                 self._dK = bufs.scratch("_dK", (B, Sk, E))
                 self._dV = bufs.scratch("_dV", (B, Sk, E))
                 self._scratch = bufs.scratch("_scratch", (Sk,))
@@ -418,6 +419,7 @@ class Attention(Layer):
         self._check_dy(dy)
         self._train = grads and self.trainable
         self._buffers("_bwd", self._x.shape, None if self._c is None else self._c.shape)
+        self._dx = self._dctx                     # (B, S, E): free once _attend_back has read dctx
         # output projection: dWo += dy^T ctx, dctx = dy Wo
         self._po.backward(dy, self._ctx, self._dctx, False)
         # per head: dV = A^T dctx, dA = dctx V^T, dS = A (dA - rowsum(dA A)) / sqrt(D), dQ = dS K, dK = dS^T Q

@@ -1,5 +1,6 @@
 # microformer.feedforward: the position-wise feed-forward network of a transformer block.
 #   y = act(x W1^T + b1) W2^T + b2, applied to every token alike
+from . import backend
 from .activation import ActivationLayer
 from .dense import Dense
 from .dropout import Dropout, check_p
@@ -44,7 +45,8 @@ class FeedForward(Layer):
 
     def cache_floats(self, in_shape):
         h = tuple(in_shape[:-1]) + (self.hidden,)
-        return (self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) + self.drop.cache_floats(h)
+        # the activation's backward runs in place: its output only
+        return (self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) // 2 + self.drop.cache_floats(h)
                 + self.fc2.cache_floats(h))
 
     def forward(self, x, dropout=True):
@@ -72,4 +74,13 @@ class FeedForward(Layer):
             self.fc2.backward(dy, grads, False)
             return None
         dy = self.drop.backward(self.fc2.backward(dy, grads))     # (no new locals: a frame within 11 words)
-        return self.fc1.backward(self.act.backward(dy, grads), grads, need_dx)
+        return self.fc1.backward(self._act_back(dy), grads, need_dx)
+
+    def _act_back(self, d):
+        # the activation's backward in place on d, the hidden gradient (fc2's or the dropout's input
+        # gradient: nothing reads it after this), so no second [..., hidden] buffer: the same
+        # elementwise kernel ActivationLayer.backward runs, the same values
+        a = self.act
+        a._need_forward(a._x)
+        backend.K.act_backward(d.data, d.data, a._x.data, a._y.data, d.size, a._code)
+        return d
