@@ -384,7 +384,10 @@ class Attention(Layer):
                     self._A = bufs.none("_A")
                     self._stats = bufs.zeros("_stats", (B, H, S, 2))
                     self._tile = bufs.zeros("_tile", (min(self.kv_tile, Sk),))
-                self._y = bufs.zeros("_y", (B, S, E))
+                if self._out_scratch:                     # read by a block's residual add only
+                    self._y = bufs.scratch("_y", (B, S, E))
+                else:
+                    self._y = bufs.zeros("_y", (B, S, E))
                 self._mbuf = bufs.bytes("_mbuf", B * Sk)  # a key_padding_mask / lengths as bytes
             else:
                 # in a block's backward these are the arena's (Scratch): read by nothing after it

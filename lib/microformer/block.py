@@ -44,6 +44,10 @@ class EncoderBlock(Layer):
         self.dropout = self.drop1.p
         self.kv_tile = self.attn.kv_tile
         self.causal = self.attn.causal
+        # the attention's and the FFN's outputs are read by this block's residual adds only: in
+        # its forward frames they are scratch buffers (layer.Scratch)
+        self.attn._out_scratch = True
+        self.ffn.fc2._out_scratch = True
         for prefix, layer in (("ln1.", self.ln1), ("attn.", self.attn), ("ln2.", self.ln2), ("ffn.", self.ffn)):
             for p, g in layer.params():
                 p.name = prefix + p.name
@@ -78,12 +82,12 @@ class EncoderBlock(Layer):
 
     # The forward paths are split so that each method's frame (arguments + locals + value stack)
     # stays within 11 words: a larger one comes from the GC heap on every call on MicroPython.
-    def _run(self, x, mask, lengths):
-        # the training/eval forward (mode 0)
+    def _run(self, x):
+        # the training/eval forward (mode 0), the mask and lengths from forward (_fm, _fl)
         if not self.norm_first:
-            mask = self.attn.forward(x, mask, None, lengths)
+            mask = self.attn.forward(x, self._fm, None, self._fl)
             return self._post(x, self.drop1.forward(mask), 0)
-        mask = self.attn.forward(self.ln1.forward(x), mask, None, lengths)   # (a local less: the attention's output)
+        mask = self.attn.forward(self.ln1.forward(x), self._fm, None, self._fl)   # (the attention's output)
         return self._rest(x, self.drop1.forward(mask), 0)
 
     def _rest(self, x, a, mode):
@@ -116,10 +120,22 @@ class EncoderBlock(Layer):
         return self.ln2.forward(x1)
 
     def forward(self, x, key_padding_mask=None, lengths=None):
+        # a frame of the scratch arena (layer.Scratch): the attention's and the FFN's outputs
+        # are read by the residual adds only, inside this forward (_out_scratch, set in __init__)
         self._check(x, "x")
-        y = self._run(x, key_padding_mask, lengths)
+        self._fm = key_padding_mask               # (as attributes: the frames within 11 words)
+        self._fl = lengths
+        scratch.enter()
+        y = self._run_framed(x)
+        self._fm = self._fl = None
         self._x = x
         return y
+
+    def _run_framed(self, x):
+        try:
+            return self._run(x)
+        finally:
+            scratch.leave()
 
     def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
@@ -212,6 +228,17 @@ class EncoderBlock(Layer):
         """Causal forward over the prompt x [B,S,E], filling the attention's KV cache."""
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.prefill")
+        self._fmax = max_len
+        scratch.enter()                   # a frame, as forward's
+        return self._prefill_framed(x)
+
+    def _prefill_framed(self, x):
+        try:
+            return self._prefill(x, self._fmax)
+        finally:
+            scratch.leave()
+
+    def _prefill(self, x, max_len):
         if not self.norm_first:
             return self._post(x, self.attn.prefill(x, max_len), 1)
         return self._rest(x, self.attn.prefill(self.ln1.forward(x), max_len), 1)
@@ -220,6 +247,16 @@ class EncoderBlock(Layer):
         """One new token x [B,1,E] -> [B,1,E] through the KV cache."""
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.decode_step")
+        scratch.enter()                   # a frame, as forward's
+        return self._decode_framed(x)
+
+    def _decode_framed(self, x):
+        try:
+            return self._decode(x)
+        finally:
+            scratch.leave()
+
+    def _decode(self, x):
         if not self.norm_first:
             return self._post(x, self.attn.decode_step(x), 2)
         return self._rest(x, self.attn.decode_step(self.ln1.forward(x)), 2)

@@ -142,13 +142,15 @@ class Buffers:
     def scratch(self, name, shape):
         """A float32 Tensor of `shape` in the shared arena (Scratch), named `name`: for buffers
         that nothing reads after the frame they are used in (a block's backward). Its values are
-        undefined when a pass starts (zeros only when just placed); outside a frame it is an array
-        of its own."""
+        undefined when a pass starts (zeros only when just placed); outside a frame it is what
+        `zeros` gives (the stage's arrays)."""
         shape = _tensor._check_shape(shape, "Buffers.scratch(%r)" % name)
         n = _tensor.shape_size(shape)
         if not self.scr:
             self._start()
         self.scr.append([len(self.names), shape, n])
+        if self.ci < 0:
+            return self.zeros(name, shape)
         t = self._add(name, Tensor(shape, scratch.take(n)))
         backend.K.zero(t.data, n)
         self._end()
@@ -176,7 +178,11 @@ class Buffers:
         return True
 
     def _place(self, layer):
-        # the scratch buffers taken again at the cursor, stored on the layer, zeroed
+        # the scratch buffers taken again at the cursor, stored on the layer, zeroed (a key made
+        # outside a frame and used outside one keeps its arrays: _zero cleared them; one made in
+        # a frame and used outside gets arrays of its own)
+        if self.ci < 0 and not scratch.depth:
+            return
         self._start()
         K = backend.K
         for e in self.scr:
@@ -314,6 +320,7 @@ class Layer(Buffered):
 
     training = True
     _trainable = True
+    _out_scratch = False       # True: the output `_y` is a scratch buffer (read inside the enclosing frame only)
     backward_stops = False     # True: backward(dy, grads, need_dx) can skip the input gradient
 
     def _get_trainable(self):
@@ -353,7 +360,10 @@ class Layer(Buffered):
         # the common case: the output `_y` for the forward pass ('_fwd', at output_shape), the input
         # gradient `_dx` for any other stage; layers with more buffers define their own
         if stage == "_fwd":
-            self._y = bufs.zeros("_y", self.output_shape(shape))
+            if self._out_scratch:
+                self._y = bufs.scratch("_y", self.output_shape(shape))
+            else:
+                self._y = bufs.zeros("_y", self.output_shape(shape))
         else:
             self._dx = bufs.scratch("_dx", shape)
 
