@@ -112,6 +112,40 @@ def check(norm_first, lora, freeze):
     print("scratch %s: bit-identical, arena %d floats for %d of own buffers" % (name, arena, own))
 
 
+def check_shared():
+    # one block or three: the same arena (the blocks share it; it is as large as one frame)
+    sizes = []
+    for k in (1, 3):
+        L.scratch.free()
+        mf.seed(5)
+        blocks = [mf.EncoderBlock(8, 2, 24) for _ in range(k)]
+        m = mf.Sequential([mf.Dense(6, 32), mf.Reshape((4, 8))] + blocks + [mf.GlobalAvgPool(), mf.Dense(8, 3)])
+        for B in (4, 3, 4):
+            y = m.forward(_x((B, 6), 40 + B))
+            m.backward(_x(y.shape, 50 + B), need_dx=True)
+        sizes.append(L.scratch.nbytes())
+    assert sizes[0] == sizes[1] > 0, "arena bytes with 1 and 3 blocks: %r" % sizes
+    print("scratch shared: 1 and 3 blocks hold an arena of %d bytes" % sizes[0])
+
+
+def check_frozen_dense():
+    # a frozen Dense keeps its input by reference (no copy) and no buffer but its output; its
+    # input gradient is a scratch buffer (in a block's backward: the arena's)
+    L.scratch.free()
+    mf.seed(5)
+    blk = mf.EncoderBlock(8, 2, 24)
+    blk.ffn.fc1.trainable = False
+    fc1 = blk.ffn.fc1
+    x = _x((2, 4, 8), 60)
+    y = blk.forward(x)
+    assert fc1._x is blk.ln2._y, "the frozen Dense holds something else than its input itself"
+    assert fc1._fwd.names == ["_y"], fc1._fwd.names
+    blk.backward(_x(y.shape, 61))
+    k = fc1._bwd
+    assert k.names == ["_dx"] and k.ci >= 0 and not k.floats, "the frozen Dense's dx is not the arena's"
+    print("scratch frozen Dense: input by reference, output its only own buffer, dx in the arena")
+
+
 def check_interrupted():
     # a backward that raises inside a block leaves no frame open, and the next one is right
     L.scratch.free()
@@ -143,8 +177,10 @@ def main():
             for freeze in (False, True):
                 check(norm_first, lora, freeze)
                 n += 1
+    check_shared()
+    check_frozen_dense()
     check_interrupted()
-    print("SCRATCH OK %d (%s)" % (n + 1, mf.get_backend()))
+    print("SCRATCH OK %d (%s)" % (n + 3, mf.get_backend()))
 
 
 main()
