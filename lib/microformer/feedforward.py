@@ -45,7 +45,8 @@ class FeedForward(Layer):
 
     def cache_floats(self, in_shape):
         h = tuple(in_shape[:-1]) + (self.hidden,)
-        # the activation's backward runs in place: its output only
+        # the activation's backward runs in place: its output only (inside a block a scratch
+        # buffer, computed again in backward)
         return (self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) // 2 + self.drop.cache_floats(h)
                 + self.fc2.cache_floats(h))
 
@@ -70,6 +71,8 @@ class FeedForward(Layer):
         if dy.shape != self.fc2._y.shape:
             raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
         grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        if self.act._out_scratch:
+            self._rerun_act()
         if not need_dx and not (grads and trains(self.fc1)):
             self.fc2.backward(dy, grads, False)
             return None
@@ -79,8 +82,28 @@ class FeedForward(Layer):
     def _act_back(self, d):
         # the activation's backward in place on d, the hidden gradient (fc2's or the dropout's input
         # gradient: nothing reads it after this), so no second [..., hidden] buffer: the same
-        # elementwise kernel ActivationLayer.backward runs, the same values
+        # elementwise kernel ActivationLayer.backward runs, the same values (its output: _h when
+        # computed again)
         a = self.act
         a._need_forward(a._x)
-        backend.K.act_backward(d.data, d.data, a._x.data, a._y.data, d.size, a._code)
+        backend.K.act_backward(d.data, d.data, a._x.data, self._act_out().data, d.size, a._code)
         return d
+
+    def _act_out(self):
+        return self._h if self.act._out_scratch else self.act._y
+
+    def _rerun_act(self):
+        # inside a block the activation's output is a scratch buffer of the block's forward (the
+        # second linear reads it there, layer.Scratch): computed again here from its input (the
+        # same kernel, the same values) into _h, which the second linear's backward reads as its
+        # input (unless the dropout between them gave it its own)
+        a = self.act
+        a._need_forward(a._x)
+        self._buffers("_bwd", a._x.shape)
+        backend.K.act_forward(self._h.data, a._x.data, self._h.size, a._code)
+        if self.fc2._x is a._y:
+            self.fc2._x = self._h
+
+    def _allocate(self, stage, shape, other, bufs):
+        # '_bwd': the activation's output computed again (_rerun_act), [..., hidden]
+        self._h = bufs.scratch("_h", shape)
