@@ -44,12 +44,11 @@ class EncoderBlock(Layer):
         self.dropout = self.drop1.p
         self.kv_tile = self.attn.kv_tile
         self.causal = self.attn.causal
-        # the attention's and the FFN's outputs are read by this block's residual adds only, the
-        # FFN's activation output by its second linear only: in its forward frames they are
-        # scratch buffers (layer.Scratch)
+        # the attention's and the FFN's outputs are read by this block's residual adds only: in
+        # its forward frames they are scratch buffers (layer.Scratch)
         self.attn._out_scratch = True
         self.ffn.fc2._out_scratch = True
-        self.ffn.act._out_scratch = True      # the FFN computes it again in backward (_rerun_act)
+        self.ffn._in_block = True             # blk.ffn.recompute may make the activation's output scratch
         for prefix, layer in (("ln1.", self.ln1), ("attn.", self.attn), ("ln2.", self.ln2), ("ffn.", self.ffn)):
             for p, g in layer.params():
                 p.name = prefix + p.name

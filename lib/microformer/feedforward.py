@@ -60,6 +60,29 @@ class FeedForward(Layer):
         return self.fc2.forward(h)
 
     backward_stops = True
+    _in_block = False           # set by an EncoderBlock: its forward is a frame of the scratch arena
+
+    def _get_recompute(self):
+        return self.act._out_scratch
+
+    def _set_recompute(self, flag):
+        # the activation's forward buffers are made again on the next forward
+        if flag is not True and flag is not False:
+            raise ValueError("FeedForward: recompute must be True or False, got %r" % (flag,))
+        if flag and not self._in_block:
+            raise ValueError("FeedForward: recompute needs the scratch arena of an EncoderBlock's forward "
+                             "(this FeedForward is not inside one)")
+        a = self.act
+        a._out_scratch = flag
+        a._fwd = None
+        if getattr(a, "_stages", None):
+            a._stages.pop("_fwd", None)
+
+    # recompute=True (inside an EncoderBlock; a memory choice, not part of the model): the
+    # activation's output is a scratch buffer of the block's forward and backward computes it again
+    # from its input (the same kernel, the same values): one [..., hidden] buffer less per block,
+    # for one more activation pass per backward
+    recompute = property(_get_recompute, _set_recompute)
 
     def _named_sublayers(self):
         return [("linear1.", self.fc1), ("linear2.", self.fc2)]

@@ -2,8 +2,8 @@
 #   MICROPYPATH=lib:tests/mp micropython tests/mp/scratch_mp.py [BACKEND]
 # prints one line per case and raises AssertionError on the first failure.
 #
-# Per model (two EncoderBlocks, pre-norm and post-norm, with and without LoRA adapters, frozen
-# parts): three training steps at batch 4, 3 and 4 give bit for bit the gradients (every
+# Per model (two EncoderBlocks, pre-norm and post-norm, the second with ffn.recompute, with and
+# without LoRA adapters, frozen parts): three training steps at batch 4, 3 and 4 give bit for bit the gradients (every
 # parameter's and the input's) of the same steps run with every buffer an array of its own (the
 # arena switched off). Two buffers that are live at once and share an element would change a
 # gradient. The blocks share one arena (it holds less than their own buffers would), a block's
@@ -33,6 +33,7 @@ def _model(norm_first, lora, freeze):
                        mf.EncoderBlock(4, 2, 12, activation="relu", norm_first=norm_first),
                        mf.EncoderBlock(4, 2, 12, activation="relu", norm_first=norm_first),
                        mf.GlobalAvgPool(), mf.Dense(4, 3)])
+    m[3].ffn.recompute = True          # one block computes its activation output again in backward
     if lora:
         mf.add_lora(m, rank=2, alpha=4)
         m[-1].trainable = True
@@ -144,6 +145,11 @@ def check_frozen_dense():
     k = fc1._bwd
     assert k.names == ["_dx"] and k.ci >= 0 and not k.floats, "the frozen Dense's dx is not the arena's"
     print("scratch frozen Dense: input by reference, output its only own buffer, dx in the arena")
+    try:
+        mf.FeedForward(8, 16).recompute = True
+        raise AssertionError("a FeedForward outside a block took recompute")
+    except ValueError:
+        pass
 
 
 def check_interrupted():
