@@ -33,7 +33,7 @@ def _model(norm_first, lora, freeze):
                        mf.EncoderBlock(4, 2, 12, activation="relu", norm_first=norm_first),
                        mf.EncoderBlock(4, 2, 12, activation="relu", norm_first=norm_first),
                        mf.GlobalAvgPool(), mf.Dense(4, 3)])
-    m[3].ffn.recompute = True          # one block computes its activation output again in backward
+    m[2].ffn.recompute = True          # the lower block computes its activation output again in backward
     if lora:
         mf.add_lora(m, rank=2, alpha=4)
         m[-1].trainable = True
