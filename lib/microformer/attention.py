@@ -142,6 +142,27 @@ class Attention(Layer):
 
     lora_q = lora_k = lora_v = lora_o = None    # LoRA adapters on the projections (lora.py)
     backward_stops = True
+    _recompute = False
+
+    def _get_recompute(self):
+        return self._recompute
+
+    def _set_recompute(self, flag):
+        # the forward's buffers are made again on the next forward (the weights' size changes)
+        if flag is not True and flag is not False:
+            raise ValueError("Attention: recompute must be True or False, got %r" % (flag,))
+        self._recompute = flag
+        self._fwd = None
+        if getattr(self, "_stages", None):
+            self._stages.pop("_fwd", None)
+
+    # recompute=True (a memory choice, not part of the model: specs and checkpoints do not carry
+    # it): the weights [B,H,S,Sk] are kept for one batch item at a time and backward computes each
+    # item's again with the same kernel (the same values: outputs and gradients bit for bit those
+    # of the stored path), for one more pass of scores, softmax and context per backward. Standard
+    # path (kv_tile=None) without dropout, batches of 2 or more; weights() and stages() need the
+    # stored weights
+    recompute = property(_get_recompute, _set_recompute)
 
     def __init__(self, embed_dim, num_heads, use_bias=True, causal=False, rng=None, max_len=None,
                  dropout=0.0, kv_tile=None):
@@ -186,6 +207,8 @@ class Attention(Layer):
         self._drop_rng = Rng(dropout_seed()) if self.dropout > 0.0 else None
         self._dropped = False
         self._train = False
+        self._views = []          # recompute: [buffer data, its items' views, ...] (_item)
+        self._mview = None
         self._pq, self._pk, self._pv, self._po = [_Proj(self, _NAMES[i], self._wkeep[i]) for i in range(4)]
 
     def params(self):
@@ -233,11 +256,12 @@ class Attention(Layer):
         B, S, E = in_shape
         H = self.num_heads
         if self.kv_tile is not None:
-            # Q K V ctx y and their grads, the row stats [B,H,S,2] and one tile
-            return 10 * B * S * E + 2 * B * H * S + self.kv_tile
-        # Q K V ctx y and their grads (dctx dQ dK dV dx), plus A [B,H,S,S] (and its byte mask)
+            # Q K V ctx y and their grads (dctx dQ dK dV; dx is written into dctx), the row
+            # stats [B,H,S,2] and one tile
+            return 9 * B * S * E + 2 * B * H * S + self.kv_tile
+        # Q K V ctx y and their grads (dctx dQ dK dV; dx in dctx), plus A [B,H,S,S] (and its byte mask)
         drop = (B * H * S * S + 3) // 4 if self.dropout > 0.0 else 0
-        return 10 * B * S * E + B * H * S * S + S + drop
+        return 9 * B * S * E + (1 if self._per_item(B) else B) * H * S * S + S + drop
 
     def _check_x(self, x, what):
         check_tensor("Attention", what, x)
@@ -342,6 +366,8 @@ class Attention(Layer):
         # frame comes from the heap, one per forward); then the weights' dropout
         if self.kv_tile is not None:
             self._attend_tiled()
+        elif self._A.shape[0] != self._Q.shape[0]:
+            self._attend_items()
         else:
             backend.K.attention_forward(self._ctx.data, self._A.data, self._Q.data, self._Kt.data, self._V.data,
                                         self._mask, self._Q.shape[0], self._Q.shape[1], self._V.shape[1],
@@ -349,6 +375,69 @@ class Attention(Layer):
         self._dropped = self.training and self.dropout > 0.0
         if self._dropped:
             self._drop_weights()
+
+    def _per_item(self, B):
+        return self._recompute and B > 1 and self.dropout == 0.0
+
+    # ---- recompute: the weights of one batch item at a time -------------------------------------
+    # The kernels run on item b's rows (B = 1): views on the item's part of each buffer, made once
+    # per buffer (_item: kept until the buffer is another), so a step allocates nothing for them.
+
+    def _item(self, t, b):
+        # the view of t's data on batch item b (t [B, *]); a list per buffer, remade when t changes
+        c = self._views
+        i = 0
+        while i < len(c):
+            if c[i] is t.data:
+                return c[i + 1][b]
+            i += 2
+        return self._new_views(t)[b]
+
+    def _new_views(self, t):
+        n = t.size // t.shape[0]
+        views = [memoryview(t.data)[k * n:(k + 1) * n] for k in range(t.shape[0])]
+        c = self._views
+        if len(c) >= 24:                          # the buffers of a few keys: older ones go
+            del c[:2]
+        c.append(t.data)
+        c.append(views)
+        return views
+
+    def _mask_item(self, b):
+        m = self._mask
+        if m is None:
+            return None
+        Sk = self._V.shape[1]
+        if self._mview is None or self._mview[0] is not m:
+            self._mview = [m] + [memoryview(m)[k * Sk:(k + 1) * Sk] for k in range(self._V.shape[0])]
+        return self._mview[b + 1]
+
+    def _attend_items(self):
+        b = 0
+        while b < self._Q.shape[0]:
+            self._attend_item(b, self._ctx)
+            b += 1
+
+    def _attend_item(self, b, ctx):
+        # item b: its weights into _A, its context into ctx (a kernel of 12 arguments: a heap frame
+        # per item)
+        backend.K.attention_forward(self._item(ctx, b), self._A.data, self._item(self._Q, b), self._item(self._Kt, b),
+                                    self._item(self._V, b), self._mask_item(b), 1, self._Q.shape[1],
+                                    self._V.shape[1], self.embed_dim, self.num_heads, 1 if self.causal else 0)
+
+    def _attend_back_items(self):
+        # per item: its weights again (and its context: the same values), then its backward
+        b = 0
+        while b < self._Q.shape[0]:
+            self._attend_item(b, self._ctx)
+            self._attend_back_item(b)
+            b += 1
+
+    def _attend_back_item(self, b):
+        backend.K.attention_backward(self._item(self._dQ, b), self._item(self._dK, b), self._item(self._dV, b),
+                                     self._scratch.data, self._item(self._dctx, b), self._A.data,
+                                     self._item(self._Q, b), self._item(self._Kt, b), self._item(self._V, b), 1,
+                                     self._Q.shape[1], self._V.shape[1], self.embed_dim, self.num_heads)
 
     def _attend_tiled(self):
         backend.K.attention_forward_tiled(self._ctx.data, self._stats.data, self._tile.data, self._Q.data,
@@ -374,7 +463,8 @@ class Attention(Layer):
                 self._V = bufs.zeros("_V", (B, Sk, E))
                 self._ctx = bufs.zeros("_ctx", (B, S, E))
                 if self.kv_tile is None:
-                    self._A = bufs.zeros("_A", (B, H, S, Sk))
+                    # per item (recompute): the weights of one item; the items' views on Q K V ctx
+                    self._A = bufs.zeros("_A", (1 if self._per_item(B) else B, H, S, Sk))
                     if self.dropout > 0.0:
                         self._keep = bufs.bytes("_keep", B * H * S * Sk)
                     else:
@@ -383,15 +473,19 @@ class Attention(Layer):
                     self._A = bufs.none("_A")
                     self._stats = bufs.zeros("_stats", (B, H, S, 2))
                     self._tile = bufs.zeros("_tile", (min(self.kv_tile, Sk),))
-                self._y = bufs.zeros("_y", (B, S, E))
+                if self._out_scratch:                     # read by a block's residual add only
+                    self._y = bufs.scratch("_y", (B, S, E))
+                else:
+                    self._y = bufs.zeros("_y", (B, S, E))
                 self._mbuf = bufs.bytes("_mbuf", B * Sk)  # a key_padding_mask / lengths as bytes
             else:
-                self._dctx = bufs.zeros("_dctx", (B, S, E))
-                self._dQ = bufs.zeros("_dQ", (B, S, E))
-                self._dx = bufs.zeros("_dx", (B, S, E))
-                self._dK = bufs.zeros("_dK", (B, Sk, E))
-                self._dV = bufs.zeros("_dV", (B, Sk, E))
-                self._scratch = bufs.zeros("_scratch", (Sk,))
+                # in a block's backward these are the arena's (Scratch): read by nothing after it
+                # dx is written into dctx once the heads' backward has read it (backward)
+                self._dctx = bufs.scratch("_dctx", (B, S, E))
+                self._dQ = bufs.scratch("_dQ", (B, S, E))
+                self._dK = bufs.scratch("_dK", (B, Sk, E))
+                self._dV = bufs.scratch("_dV", (B, Sk, E))
+                self._scratch = bufs.scratch("_scratch", (Sk,))
                 if other is None:
                     self._dcontext = bufs.none("_dcontext")
                 else:
@@ -417,6 +511,7 @@ class Attention(Layer):
         self._check_dy(dy)
         self._train = grads and self.trainable
         self._buffers("_bwd", self._x.shape, None if self._c is None else self._c.shape)
+        self._dx = self._dctx                     # (B, S, E): free once _attend_back has read dctx
         # output projection: dWo += dy^T ctx, dctx = dy Wo
         self._po.backward(dy, self._ctx, self._dctx, False)
         # per head: dV = A^T dctx, dA = dctx V^T, dS = A (dA - rowsum(dA A)) / sqrt(D), dQ = dS K, dK = dS^T Q
@@ -444,6 +539,8 @@ class Attention(Layer):
         # keep / (1-p) weighting V when dropped
         if self.kv_tile is not None:
             self._attend_back_tiled()
+        elif self._A.shape[0] != self._Q.shape[0]:
+            self._attend_back_items()
         elif self._dropped:
             self._attend_back_dropped()
         else:
@@ -484,6 +581,11 @@ class Attention(Layer):
         return 0.0 if self.dropout >= 1.0 else 1.0 / (1.0 - self.dropout)
 
     def _no_weights(self, what):
+        A = getattr(self, "_A", None)
+        if A is not None and A.shape[0] != self._Q.shape[0]:
+            raise ValueError("Attention: %s needs the stored attention weights, which recompute=True keeps "
+                             "for one batch item only (set attn.recompute = False and run the forward again)"
+                             % what)
         if self.kv_tile is not None:
             raise ValueError("Attention: %s needs the stored attention weights, which kv_tile=%d never "
                              "keeps (build it with kv_tile=None to look at them)" % (what, self.kv_tile))

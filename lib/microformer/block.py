@@ -5,7 +5,7 @@ from . import backend
 from .attention import Attention
 from .dropout import Dropout, check_p
 from .feedforward import FeedForward
-from .layer import Layer, check_tensor, prefixed, shape_error, trains
+from .layer import Layer, check_tensor, prefixed, scratch, shape_error, trains
 from .norm import LayerNorm
 from .tensor import shape_size
 
@@ -44,6 +44,11 @@ class EncoderBlock(Layer):
         self.dropout = self.drop1.p
         self.kv_tile = self.attn.kv_tile
         self.causal = self.attn.causal
+        # the attention's and the FFN's outputs are read by this block's residual adds only: in
+        # its forward frames they are scratch buffers (layer.Scratch)
+        self.attn._out_scratch = True
+        self.ffn.fc2._out_scratch = True
+        self.ffn._in_block = True             # blk.ffn.recompute may make the activation's output scratch
         for prefix, layer in (("ln1.", self.ln1), ("attn.", self.attn), ("ln2.", self.ln2), ("ffn.", self.ffn)):
             for p, g in layer.params():
                 p.name = prefix + p.name
@@ -78,12 +83,12 @@ class EncoderBlock(Layer):
 
     # The forward paths are split so that each method's frame (arguments + locals + value stack)
     # stays within 11 words: a larger one comes from the GC heap on every call on MicroPython.
-    def _run(self, x, mask, lengths):
-        # the training/eval forward (mode 0)
+    def _run(self, x):
+        # the training/eval forward (mode 0), the mask and lengths from forward (_fm, _fl)
         if not self.norm_first:
-            mask = self.attn.forward(x, mask, None, lengths)
+            mask = self.attn.forward(x, self._fm, None, self._fl)
             return self._post(x, self.drop1.forward(mask), 0)
-        mask = self.attn.forward(self.ln1.forward(x), mask, None, lengths)   # (a local less: the attention's output)
+        mask = self.attn.forward(self.ln1.forward(x), self._fm, None, self._fl)   # (the attention's output)
         return self._rest(x, self.drop1.forward(mask), 0)
 
     def _rest(self, x, a, mode):
@@ -116,15 +121,27 @@ class EncoderBlock(Layer):
         return self.ln2.forward(x1)
 
     def forward(self, x, key_padding_mask=None, lengths=None):
+        # a frame of the scratch arena (layer.Scratch): the attention's and the FFN's outputs
+        # are read by the residual adds only, inside this forward (_out_scratch, set in __init__)
         self._check(x, "x")
-        y = self._run(x, key_padding_mask, lengths)
+        self._fm = key_padding_mask               # (as attributes: the frames within 11 words)
+        self._fl = lengths
+        scratch.enter()
+        y = self._run_framed(x)
+        self._fm = self._fl = None
         self._x = x
         return y
 
+    def _run_framed(self, x):
+        try:
+            return self._run(x)
+        finally:
+            scratch.leave()
+
     def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
-            self._dx1 = bufs.zeros("_dx1", shape)
-            self._dx = bufs.zeros("_dx", shape)
+            self._dx1 = bufs.scratch("_dx1", shape)     # read inside backward only
+            self._dx = bufs.zeros("_dx", shape)         # the input gradient: read after it
         else:                         # one pair per mode: training forward, prefill, decode_step
             mode = _RUN.index(stage)
             for name in (_X1[mode], _Y[mode]):
@@ -137,17 +154,33 @@ class EncoderBlock(Layer):
 
     def backward(self, dy, grads=True, need_dx=True):
         # need_dx=False (pre-norm): no input gradient (returns None), and the parts below the
-        # lowest trainable one of the block get no backward at all
+        # lowest trainable one of the block get no backward at all.
+        # The backward is a frame of the scratch arena (layer.Scratch): the parts' input gradients
+        # and temporaries (and _dx1) are the arena's, shared by every block; only _dx (own) is
+        # read after it. What the FFN half placed is given back once _dx1 holds its result.
         self._need_forward(self._x)
         check_tensor("EncoderBlock", "dy", dy)
         if dy.shape != self._x.shape:
             raise shape_error("EncoderBlock", "dy", repr(self._x.shape), dy.shape)
-        grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        self._grads = grads and self.trainable    # a part's own flag is its own: nothing is changed here
+        self._need = need_dx
+        scratch.enter()
+        return self._framed(dy)
+
+    def _framed(self, dy):
+        # the frame is left however the backward ends (the flags as attributes: a frame within 11 words)
+        try:
+            return self._backward(dy)
+        finally:
+            scratch.leave()
+
+    def _backward(self, dy):
         self._buffers("_bwd", dy.shape)
+        scratch.mark(self)
         if not self.norm_first:
-            dy = self._backward_post(dy, grads)
-            return dy if need_dx else None
-        return self._backward_pre(dy, grads, need_dx)
+            dy = self._backward_post(dy, self._grads)
+            return dy if self._need else None
+        return self._backward_pre(dy, self._grads, self._need)
 
     # The backward is split as the forward is: each method's frame within 11 words.
     def _backward_pre(self, dy, train, need_dx):
@@ -157,6 +190,7 @@ class EncoderBlock(Layer):
             return None
         d = self._ffn_back(dy, train, True)
         dy = self._add("_dx1", dy, d)
+        scratch.rewind(self)                  # the FFN half's buffers: nothing reads them now
         # x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1))
         if not need_dx:
             self._attn_back(dy, train, False)
@@ -185,6 +219,7 @@ class EncoderBlock(Layer):
         dy = self.ln2.backward(dy, train)
         d = self.ffn.backward(self.drop2.backward(dy), train)
         d = self._add("_dx1", dy, d)
+        scratch.rewind(self)                  # ln2's and the FFN's buffers: nothing reads them now
         # x1 = ln1(s1), s1 = x + attn(x): ds1 = ln1'(dx1), dx = ds1 + attn'(ds1)
         dy = self.ln1.backward(d, train)
         d = self.attn.backward(self.drop1.backward(dy), train)
@@ -194,6 +229,17 @@ class EncoderBlock(Layer):
         """Causal forward over the prompt x [B,S,E], filling the attention's KV cache."""
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.prefill")
+        self._fmax = max_len
+        scratch.enter()                   # a frame, as forward's
+        return self._prefill_framed(x)
+
+    def _prefill_framed(self, x):
+        try:
+            return self._prefill(x, self._fmax)
+        finally:
+            scratch.leave()
+
+    def _prefill(self, x, max_len):
         if not self.norm_first:
             return self._post(x, self.attn.prefill(x, max_len), 1)
         return self._rest(x, self.attn.prefill(self.ln1.forward(x), max_len), 1)
@@ -202,6 +248,16 @@ class EncoderBlock(Layer):
         """One new token x [B,1,E] -> [B,1,E] through the KV cache."""
         self._check(x, "x")
         self.attn._check_decoding("EncoderBlock.decode_step")
+        scratch.enter()                   # a frame, as forward's
+        return self._decode_framed(x)
+
+    def _decode_framed(self, x):
+        try:
+            return self._decode(x)
+        finally:
+            scratch.leave()
+
+    def _decode(self, x):
         if not self.norm_first:
             return self._post(x, self.attn.decode_step(x), 2)
         return self._rest(x, self.attn.decode_step(self.ln1.forward(x)), 2)

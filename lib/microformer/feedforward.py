@@ -1,5 +1,6 @@
 # microformer.feedforward: the position-wise feed-forward network of a transformer block.
 #   y = act(x W1^T + b1) W2^T + b2, applied to every token alike
+from . import backend
 from .activation import ActivationLayer
 from .dense import Dense
 from .dropout import Dropout, check_p
@@ -44,7 +45,9 @@ class FeedForward(Layer):
 
     def cache_floats(self, in_shape):
         h = tuple(in_shape[:-1]) + (self.hidden,)
-        return (self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) + self.drop.cache_floats(h)
+        # the activation's backward runs in place: its output only (inside a block a scratch
+        # buffer, computed again in backward)
+        return (self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) // 2 + self.drop.cache_floats(h)
                 + self.fc2.cache_floats(h))
 
     def forward(self, x, dropout=True):
@@ -57,6 +60,29 @@ class FeedForward(Layer):
         return self.fc2.forward(h)
 
     backward_stops = True
+    _in_block = False           # set by an EncoderBlock: its forward is a frame of the scratch arena
+
+    def _get_recompute(self):
+        return self.act._out_scratch
+
+    def _set_recompute(self, flag):
+        # the activation's forward buffers are made again on the next forward
+        if flag is not True and flag is not False:
+            raise ValueError("FeedForward: recompute must be True or False, got %r" % (flag,))
+        if flag and not self._in_block:
+            raise ValueError("FeedForward: recompute needs the scratch arena of an EncoderBlock's forward "
+                             "(this FeedForward is not inside one)")
+        a = self.act
+        a._out_scratch = flag
+        a._fwd = None
+        if getattr(a, "_stages", None):
+            a._stages.pop("_fwd", None)
+
+    # recompute=True (inside an EncoderBlock; a memory choice, not part of the model): the
+    # activation's output is a scratch buffer of the block's forward and backward computes it again
+    # from its input (the same kernel, the same values): one [..., hidden] buffer less per block,
+    # for one more activation pass per backward
+    recompute = property(_get_recompute, _set_recompute)
 
     def _named_sublayers(self):
         return [("linear1.", self.fc1), ("linear2.", self.fc2)]
@@ -68,8 +94,39 @@ class FeedForward(Layer):
         if dy.shape != self.fc2._y.shape:
             raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
         grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
+        if self.act._out_scratch:
+            self._rerun_act()
         if not need_dx and not (grads and trains(self.fc1)):
             self.fc2.backward(dy, grads, False)
             return None
         dy = self.drop.backward(self.fc2.backward(dy, grads))     # (no new locals: a frame within 11 words)
-        return self.fc1.backward(self.act.backward(dy, grads), grads, need_dx)
+        return self.fc1.backward(self._act_back(dy), grads, need_dx)
+
+    def _act_back(self, d):
+        # the activation's backward in place on d, the hidden gradient (fc2's or the dropout's input
+        # gradient: nothing reads it after this), so no second [..., hidden] buffer: the same
+        # elementwise kernel ActivationLayer.backward runs, the same values (its output: _h when
+        # computed again)
+        a = self.act
+        a._need_forward(a._x)
+        backend.K.act_backward(d.data, d.data, a._x.data, self._act_out().data, d.size, a._code)
+        return d
+
+    def _act_out(self):
+        return self._h if self.act._out_scratch else self.act._y
+
+    def _rerun_act(self):
+        # inside a block the activation's output is a scratch buffer of the block's forward (the
+        # second linear reads it there, layer.Scratch): computed again here from its input (the
+        # same kernel, the same values) into _h, which the second linear's backward reads as its
+        # input (unless the dropout between them gave it its own)
+        a = self.act
+        a._need_forward(a._x)
+        self._buffers("_bwd", a._x.shape)
+        backend.K.act_forward(self._h.data, a._x.data, self._h.size, a._code)
+        if self.fc2._x is a._y:
+            self.fc2._x = self._h
+
+    def _allocate(self, stage, shape, other, bufs):
+        # '_bwd': the activation's output computed again (_rerun_act), [..., hidden]
+        self._h = bufs.scratch("_h", shape)

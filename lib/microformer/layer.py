@@ -14,6 +14,83 @@ except ImportError:          # a MicroPython without OrderedDict: a plain dict
 _KEYS = 4                    # keys (batch shapes) whose buffers a stage keeps
 
 
+class Scratch:
+    """The shared scratch arena: buffers that nothing reads once a frame is over.
+
+    A frame is a stretch of code (EncoderBlock.backward) after which only its own buffers are
+    read; inside it, the layers' scratch buffers (`bufs.scratch(name, shape)`: the backward
+    temporaries and input gradients of the parts of a block) are placed one after another in the
+    arena's arrays, in the order they are asked for, and the next frame places its own at the same
+    offsets again. So the blocks of a model share one set of backward buffers (the arena holds the
+    largest frame), and a frame can give back what it placed after a point (`mark` / `rewind`) once
+    nothing it placed there is read any more. Outside every frame a scratch buffer is an array of
+    its own, as `bufs.zeros` makes. A key (Buffers) records where its scratch buffers were placed
+    (arena generation, cursor before and after); every `_buffers` call checks that the cursor is
+    there and moves it on, and places them again when it is not (a frame that asks in another
+    order, a key made outside a frame): two buffers live in one frame never share an element.
+    The contents of a scratch buffer are undefined when a pass starts: a layer writes it before it
+    reads it."""
+
+    def __init__(self):
+        self.chunks = []          # float32 arrays; a buffer is a view on one of them
+        self.depth = 0            # frames open (nested frames share the outermost one's arena)
+        self.ci = 0               # the cursor: chunk index and offset in it
+        self.off = 0
+        self.gen = 0              # bumped when the chunks are dropped: every placement is stale
+
+    def enter(self):
+        if not self.depth:
+            self.ci = 0
+            self.off = 0
+        self.depth += 1
+
+    def leave(self):
+        self.depth -= 1
+
+    def mark(self, holder):
+        """Store the cursor on `holder` (its _sci, _soff): rewind(holder) gives back what follows."""
+        holder._sci = self.ci
+        holder._soff = self.off
+
+    def rewind(self, holder):
+        self.ci = holder._sci
+        self.off = holder._soff
+
+    def take(self, n):
+        """n float32 values: a view at the cursor (in a frame), else an array of its own."""
+        if not self.depth:
+            return _tensor.zeros(n)
+        ch = self.chunks
+        while self.ci < len(ch):
+            c = ch[self.ci]
+            o = self.off
+            if len(c) - o >= n:
+                self.off = o + n
+                return c if o == 0 and len(c) == n else memoryview(c)[o:o + n]
+            self.ci += 1
+            self.off = 0
+        c = _tensor.zeros(n)                      # a new chunk of this buffer's size
+        ch.append(c)
+        self.ci = len(ch) - 1
+        self.off = n
+        return c
+
+    def nbytes(self):
+        """Bytes the arena's arrays hold."""
+        return 4 * sum(len(c) for c in self.chunks)
+
+    def free(self):
+        """Drop the arena's arrays (outside a frame): every layer places its scratch again on its
+        next pass, and the arrays go once no layer's view holds them."""
+        if self.depth:
+            raise RuntimeError("Scratch.free: a frame is open")
+        self.chunks = []
+        self.gen += 1
+
+
+scratch = Scratch()          # the one arena
+
+
 class Buffers:
     """The buffers one stage of one layer holds for one key (shape, other), asked for by name.
 
@@ -33,6 +110,8 @@ class Buffers:
         self.values = []
         self.floats = []             # float32 data (arrays or views), zeroed on each switch
         self.own = []                # this key's own bytearrays and int arrays, zeroed likewise
+        self.scr = []                # the scratch buffers: [index in names, shape, size]
+        self.gen = self.ci = self.off = self.eci = self.eoff = -1    # their placement (Scratch)
 
     def _add(self, name, value):
         if name in self.names:
@@ -60,6 +139,59 @@ class Buffers:
         self.floats.append(data)
         return self._add(name, Tensor(shape, data))
 
+    def scratch(self, name, shape):
+        """A float32 Tensor of `shape` in the shared arena (Scratch), named `name`: for buffers
+        that nothing reads after the frame they are used in (a block's backward). Its values are
+        undefined when a pass starts (zeros only when just placed); outside a frame it is what
+        `zeros` gives (the stage's arrays)."""
+        shape = _tensor._check_shape(shape, "Buffers.scratch(%r)" % name)
+        n = _tensor.shape_size(shape)
+        if not self.scr:
+            self._start()
+        self.scr.append([len(self.names), shape, n])
+        if self.ci < 0:
+            return self.zeros(name, shape)
+        t = self._add(name, Tensor(shape, scratch.take(n)))
+        backend.K.zero(t.data, n)
+        self._end()
+        return t
+
+    def _start(self):
+        S = scratch
+        self.gen = S.gen
+        self.ci = S.ci if S.depth else -1         # -1: own arrays (made outside a frame)
+        self.off = S.off
+
+    def _end(self):
+        self.eci = scratch.ci
+        self.eoff = scratch.off
+
+    def _at(self):
+        # the steady state: are this key's scratch buffers where the cursor is? then move it on
+        S = scratch
+        if self.ci < 0:
+            return not S.depth
+        if not S.depth or S.gen != self.gen or S.ci != self.ci or S.off != self.off:
+            return False
+        S.ci = self.eci
+        S.off = self.eoff
+        return True
+
+    def _place(self, layer):
+        # the scratch buffers taken again at the cursor, stored on the layer, zeroed (a key made
+        # outside a frame and used outside one keeps its arrays: _zero cleared them; one made in
+        # a frame and used outside gets arrays of its own)
+        if self.ci < 0 and not scratch.depth:
+            return
+        self._start()
+        K = backend.K
+        for e in self.scr:
+            t = Tensor(e[1], scratch.take(e[2]))
+            self.values[e[0]] = t
+            setattr(layer, self.names[e[0]], t)
+            K.zero(t.data, e[2])
+        self._end()
+
     def bytes(self, name, n):
         """A bytearray of n zeros (masks, flags) of this key's own."""
         b = bytearray(n)
@@ -86,6 +218,8 @@ class Buffers:
         for j in range(len(names)):
             setattr(layer, names[j], values[j])
         self._zero()
+        if self.scr:
+            self._place(layer)
 
     def _zero(self):
         # float32 buffers by the backend's kernel; bytearrays and int arrays element by element
@@ -124,8 +258,9 @@ class Buffered:
 
     def _buffers(self, stage, shape, other=None):
         # the steady state compares and returns (a frame of 10 words: no heap frame per call)
+        # (a key with scratch buffers also checks and moves the arena's cursor: Scratch)
         have = getattr(self, stage, None)
-        if have is None or have.shape != shape or have.other != other:
+        if have is None or have.shape != shape or have.other != other or (have.scr and not have._at()):
             self._rebuffer(stage, shape, other)
 
     def _rebuffer(self, stage, shape, other):
@@ -185,6 +320,7 @@ class Layer(Buffered):
 
     training = True
     _trainable = True
+    _out_scratch = False       # True: the output `_y` is a scratch buffer (read inside the enclosing frame only)
     backward_stops = False     # True: backward(dy, grads, need_dx) can skip the input gradient
 
     def _get_trainable(self):
@@ -224,9 +360,12 @@ class Layer(Buffered):
         # the common case: the output `_y` for the forward pass ('_fwd', at output_shape), the input
         # gradient `_dx` for any other stage; layers with more buffers define their own
         if stage == "_fwd":
-            self._y = bufs.zeros("_y", self.output_shape(shape))
+            if self._out_scratch:
+                self._y = bufs.scratch("_y", self.output_shape(shape))
+            else:
+                self._y = bufs.zeros("_y", self.output_shape(shape))
         else:
-            self._dx = bufs.zeros("_dx", shape)
+            self._dx = bufs.scratch("_dx", shape)
 
     def sublayers(self):
         """The parts of a composite layer, in order (empty for a plain layer)."""

@@ -19,7 +19,7 @@
 #   mf.lora.adapters(model), mf.lora.remove_lora(model), mf.lora.trainable_count(model)
 # Decoding (decode_step, cross_step) runs on the base weights: merge before generating.
 from . import backend
-from .layer import Buffered, changed, release_grad
+from .layer import Buffered, changed, release_grad, scratch
 from .tensor import Tensor, default_rng, xavier_uniform
 
 _SLOTS = ("q", "k", "v", "o")
@@ -42,8 +42,9 @@ _SCRATCH = [None]
 
 
 def _scratch(n):
-    # the (N, out) product h B^T of the adapter running now: added into y at once and never read
-    # again, so one buffer (the largest any adapter needs) serves every adapter of every model
+    # the (N, out) product h B^T of the adapter running now, outside a frame of the scratch arena
+    # (in one: the adapter's _u there): added into y at once and never read again, so one buffer
+    # (the largest any adapter needs) serves every adapter of every model
     s = _SCRATCH[0]
     if s is None or len(s) < n:
         s = _SCRATCH[0] = Tensor.zeros((n,), "lora_scratch").data
@@ -80,20 +81,26 @@ class LoRA(Buffered):
         # keyed by the row count N (an int: no tuple made per call)
         if stage == "_fwd":
             self._h = bufs.zeros("_h", (N, self.rank))              # (alpha/r) x A^T
+            if scratch.depth:                 # h B^T, given back as soon as it is added (forward_add)
+                self._u = bufs.scratch("_u", (N, self.out_features))
+            else:
+                self._u = bufs.none("_u")     # the module's buffer (_scratch)
         else:
-            self._dh = bufs.zeros("_dh", (N, self.rank))
+            self._dh = bufs.scratch("_dh", (N, self.rank))     # read within backward_add only
 
     def forward_add(self, y, x, N):
         """y (N, out) += (alpha/r) (x A^T) B^T; keeps (alpha/r) x A^T for backward."""
         K = backend.K
         r = self.rank
+        scratch.mark(self)
         self._buffers("_fwd", N)
         h = self._h.data
-        u = _scratch(N * self.out_features)                     # its product with B^T
+        u = _scratch(N * self.out_features) if self._u is None else self._u.data   # its product with B^T
         K.matmul_forward(h, x, self.A.data, None, N, self.in_features, r)
         K.dropout_apply(h, h, _ones(N * r), N * r, self.scaling)       # h *= alpha/r
         K.matmul_forward(u, h, self.B.data, None, N, r, self.out_features)
         K.add_forward(y, y, u, N * self.out_features)
+        scratch.rewind(self)                  # u (in a frame): nothing reads it now
 
     def backward_add(self, dy, x, dx, N, train):
         """dB += dy^T h, dA += (alpha/r) (dy B)^T x, dx (N, in) += (alpha/r) (dy B) A (dx None:

@@ -75,7 +75,7 @@ class LayerNorm(Layer):
             self._mean = bufs.zeros("_mean", (n,))
             self._rstd = bufs.zeros("_rstd", (n,))
         else:
-            self._dx = bufs.zeros("_dx", shape)
+            self._dx = bufs.scratch("_dx", shape)
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)

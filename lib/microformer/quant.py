@@ -20,9 +20,15 @@ from array import array
 
 from . import backend
 from .layer import changed
-from .tensor import Tensor, zeros
+from .tensor import _MICROPYTHON, Tensor, zeros
 
 _Q = 127
+
+
+def _collect():
+    if _MICROPYTHON:
+        import gc
+        gc.collect()
 
 
 class Int8Weight:
@@ -231,6 +237,12 @@ def int8(model, parts=None, show=True):
         todo.append(s)
     report = []
     for name, layer, attr in todo:
+        # quantize() reads the weight as floats, garbage that moves the heap's allocation point
+        # up: collected first, each int8 copy is made at the lowest free address instead of far
+        # up the heap, where 13 of them cut the free space into pieces too small for a training
+        # step's large buffers (the E=64 encoder's LoRA + int8 fit needed a larger heap than
+        # LoRA alone; with this, a smaller one)
+        _collect()
         w = getattr(layer, attr)
         qw = quantize(w)
         setattr(layer, attr, qw)
