@@ -547,7 +547,9 @@ def release_buffers(layer, _keep=None, _all=False):
 def drop_scratch():
     """Give back the kernels' scratch (grown on demand to the largest call so far and kept):
     the viper kernels' blocks (viper_common, viper_conv) and the adapters' product (lora), of
-    the modules loaded."""
+    the modules loaded, and the blocks' scratch arena (layer.scratch) when no frame is open."""
+    if not scratch.depth:
+        scratch.free()
     import sys
     m = sys.modules
     vc = m.get("microformer.viper_common")
