@@ -200,6 +200,8 @@ def test_budget_section_quotes_the_last_bench_run():
     m = _host_measured().split("### Fine-tuning within a budget", 1)[1].split("### Fine-tune quality", 1)[0]
     assert "16 wide, %s parameters" % params["sensor"] in m, params
     assert "FFN 256, %s parameters" % params["encoder"] in m, params
+    assert "on a %dk-parameter encoder" % round(int(params["encoder"]) / 1000) in _read("README.md"), params
+    assert "%s parameters, channels" % params["sensor"] in _read("lib", "README.md"), params
     e, s = int8["encoder"], int8["sensor"]
     assert ("%s KB in float32 and %s KB as int8 (**%s×** less)" % e[:3]) in m, e
     assert ("%s KB become %s KB (%s×" % s[:3]) in m, s
@@ -217,6 +219,7 @@ def test_session_memory_figures_are_the_iris_models(tmp_path):
     assert "12 bytes per parameter with Adam (%.1f KB for Iris)" % (12 * n / 1000) in board, n
     assert "(12 bytes per parameter, %.1f KB for Iris)" % (12 * n / 1000) in board, n
     assert "4 bytes each (%.1f KB for Iris' %d)" % (4 * n / 1000, n) in board, n
+    assert "the Iris model's gradients, %d parameters in" % n in _read("host", "README.md"), n
 
 
 def test_seq2seq_figures_are_the_models():
@@ -230,6 +233,118 @@ def test_seq2seq_figures_are_the_models():
     per_token = n_dec * mf.Attention(e, h, causal=True, max_len=8).kv_bytes_per_token()
     assert "holds %d bytes per generated token (%d decoder layers" % (per_token, n_dec) in lib.replace(
         "two decoder", "2 decoder"), per_token
+
+
+# Every number with a unit left in the four READMEs' prose is in one of these lists. Fenced blocks
+# and `code` are left out: commands and settings, and REPL transcripts, whose output lines
+# tests/board/test_readme.py compares with a run (loosely: their numbers are examples).
+# TIED: a test above ties the figure to the page or run it comes from (the value: the test).
+# DEFINED: not a measurement: a setting, a goal, a test's bound, a size by definition.
+# UNTIED: measured figures no page or test produces yet, kept with the reason.
+TIED = {
+    "README.md": {
+        "9 %": "test_budget_figures_are_the_last_bench_runs", "3.81x": "test_budget_figures_are_the_last_bench_runs",
+        "1.27x": "test_budget_figures_are_the_last_bench_runs", "103k": "test_budget_section_quotes_the_last_bench_run",
+        "-0.9 ± 1.3 points": "test_guard_figures_are_the_quality_pages",
+        "90.0 ± 10.7 %": "test_guard_figures_are_the_quality_pages",
+        "-37.2 ± 9.9 points": "test_guard_figures_are_the_quality_pages",
+        "x9.34": "test_speed_figures_are_the_last_bench_runs", "x3.77": "test_speed_figures_are_the_last_bench_runs",
+        "904 instructions": "test_speed_figures_are_the_last_bench_runs",
+        "256 KB": "test_speed_figures_are_the_last_bench_runs",
+    },
+    "host/README.md": {
+        "98.8 ± 1.1 %": "test_iris_over_seeds_is_the_quality_pages",
+        "95.4 ± 3.5 %": "test_iris_over_seeds_is_the_quality_pages",
+        **{f: "test_speed_section_quotes_the_last_bench_run" for f in (
+            "x35.1", "x160.1", "x9.3", "54.3k", "x3.8", "16000.0k", "x22.4", "88%", "257 B", "256 KB", "276 KB",
+            "904 instructions", "x1.11")},
+        "475 parameters": "test_session_memory_figures_are_the_iris_models",
+        **{f: "test_budget_section_quotes_the_last_bench_run" for f in (
+            "3188 parameters", "103364 parameters", "9 %", "388.0 KB", "101.8 KB", "3.81×", "8.0 KB", "2.4 KB",
+            "3.28×", "284.9 KB", "5.0 KB")},
+        "1.27×": "test_budget_figures_are_the_last_bench_runs", "1.16×": "test_budget_figures_are_the_last_bench_runs",
+        "43.3 %": "test_demo_figures_are_what_the_demo_gives", "80.0 %": "test_demo_figures_are_what_the_demo_gives",
+    },
+    "lib/README.md": {
+        "9 %": "test_budget_figures_are_the_last_bench_runs", "33 %": "test_budget_figures_are_the_last_bench_runs",
+        "3.81×": "test_budget_section_quotes_the_last_bench_run",
+        "3188 parameters": "test_budget_section_quotes_the_last_bench_run",
+        "44109 parameters": "test_seq2seq_figures_are_the_models", "512 bytes": "test_seq2seq_figures_are_the_models",
+    },
+    "board/README.md": {
+        "-0.9 ± 1.3 points": "test_guard_figures_are_the_quality_pages",
+        "90.0 ± 10.7 %": "test_guard_figures_are_the_quality_pages",
+        "2.5 ± 7.1 %": "test_guard_figures_are_the_quality_pages",
+        "-37.2 ± 9.9 points": "test_guard_figures_are_the_quality_pages",
+        "0.0 ± 0.0 points": "test_guard_figures_are_the_quality_pages",
+        "5.7 KB": "test_session_memory_figures_are_the_iris_models",
+        "1.9 KB": "test_session_memory_figures_are_the_iris_models",
+    },
+}
+DEFINED = {
+    "README.md": {"8 MB": "the PSRAM of an ESP32-S3 board (the virtual board's HEAP=8M)"},
+    "host/README.md": {
+        "32 KB": "the ESP32-S3's data cache; the span the heap bisection verifies",
+        "3.3 points": "one of 30 test rows", "16 MB": "the heap the decode-heap test compares with",
+        "80 %": "a goal", "x1.20": "a goal", "40 %": "a goal", "60 %": "a goal", "10 %": "a goal", "3×": "a goal",
+        "3.5×": "a goal", "1 point": "a goal", "0.5 point": "a goal",
+        "14 KB": "tests/mp/test_session_start.py's margin", "2.5 points": "the guard's tolerance (tol=0.025)",
+    },
+    "lib/README.md": {
+        "10 %": "test_trainer.py's bound on the memory plan", "4 bytes": "a float32 parameter",
+        "8 bytes": "a kept weight: its quantized value and a copy of its bits",
+    },
+    "board/README.md": {
+        "8 MB": "the PSRAM of an ESP32-S3 board", "5 s": "fit's progress-line interval",
+        "12 bytes": "Adam's rollback copy per parameter (weight, m, v)", "4 bytes": "a float32 parameter",
+        "2.5 points": "the guard's tolerance (tol=0.025)", "2.5 %": "the guard's tolerance for RMSE",
+        "10x": "the guard's divergence threshold", "1 KB": "tests/mp/test_trainer.py's bound",
+        "32 KB": "the largest deploy manifest read",
+    },
+}
+UNTIED = {
+    "board/README.md": {
+        "288 s": "the emulated Xtensa core's test time, one run (make xtensa-test prints it)",
+        "5 minutes": "the same", "4 minutes": "the first build of the emulated core, one run",
+    },
+}
+_FIGURE = re.compile(r"(?<![\w.^/=-])(?:[x×](?!86\b|64\b)\d+(?:\.\d+)?\b(?!-)|[-+]?\d[\d,]*(?:\.\d+)?"
+                     r"(?: ± \d+(?:\.\d+)?)?\s?(?:%|KB|MB|GB|kB|B\b|bytes\b|ms\b|µs\b|s\b|minutes?\b|[×x](?!\s?\d)"
+                     r"|k\b|M\b|tokens/s|steps/s|points?\b|instructions\b|param(?:eter)?s\b))")
+
+
+def _prose(path):
+    out, fence = [], False
+    with open(path) as f:
+        for line in f:
+            if re.match(r"^ {0,3}(```|~~~)", line):
+                fence = not fence
+            elif not fence:
+                out.append(line)
+    return re.sub(r"`[^`]*`", " ", " ".join("".join(out).split()))
+
+
+def figures_in(path):
+    return {m.group(0) for m in _FIGURE.finditer(_prose(path))}
+
+
+@pytest.mark.parametrize("doc", ["README.md", "host/README.md", "lib/README.md", "board/README.md"])
+def test_every_figure_is_tied_or_said_why_not(doc):
+    found = figures_in(os.path.join(helpers.ROOT, doc))
+    lists = (TIED.get(doc, {}), DEFINED.get(doc, {}), UNTIED.get(doc, {}))
+    known = set().union(*lists)
+    assert not found - known, ("%s: figures no test ties and no list explains (tie each to the page or run it "
+                               "comes from, or point to the command that makes it): %s" % (doc, sorted(found - known)))
+    assert not known - found, "%s: listed figures the document no longer has: %s" % (doc, sorted(known - found))
+    missing = {test for test in TIED.get(doc, {}).values() if test not in globals()}
+    assert not missing, "%s: TIED names tests that do not exist: %s" % (doc, sorted(missing))
+
+
+def test_the_figure_scanner_finds_numbers_with_units(tmp_path):
+    p = tmp_path / "R.md"
+    p.write_text("A step takes 3.5 ms and 12 KB (x4.2, 1.5× faster, 90.0 ± 1.0 %), 475 params.\n"
+                 "```\n99 KB in a block\n```\nx86-64, an 8×8 image, `-X heapsize=512K` and `7 KB in code`.\n")
+    assert figures_in(str(p)) == {"3.5 ms", "12 KB", "x4.2", "1.5×", "90.0 ± 1.0 %", "475 params"}
 
 
 if __name__ == "__main__":
