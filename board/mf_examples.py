@@ -115,7 +115,7 @@ def foreign(path, fields, checkpoint_path, root_path, meta):
     if len(head.split(",")) == fields:
         return None          # the reader checks the rest, line by line
     from mf_owner import foreign as message
-    return message(path, head, meta, checkpoint_path, root_path)
+    return message(path, head, meta, checkpoint_path, root_path, user_data_for)
 
 
 class Examples:

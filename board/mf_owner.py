@@ -4,7 +4,6 @@
 import gc
 import os
 
-from mf_examples import user_data_for
 
 
 def header_of(meta):
@@ -42,10 +41,12 @@ def owners(head, folder, skip):
     return out
 
 
-def foreign(path, head, meta, checkpoint_path, root_path):
+def foreign(path, head, meta, checkpoint_path, root_path, user_data_for):
     """The error for a user-data file at `path` whose header `head` does not fit the model
     (checked metadata `meta`): which checkpoint its examples belong to and how to open that one;
-    the file is never offered for deletion. root_path(p): a session path as the user types it."""
+    the file is never offered for deletion. root_path(p): a session path as the user types it;
+    user_data_for(name): the user-data file of checkpoint `name` (mf_examples, passed in: no
+    import circle)."""
     want = header_of(meta)
     folder = checkpoint_path.rsplit("/", 1)[0] if "/" in checkpoint_path else ""
     mine = checkpoint_path.rsplit("/", 1)[-1]

@@ -140,8 +140,8 @@ def render(results):
 def render_iris(iris):
     """The Iris section: per interpreter, train and test accuracy mean ± std and every run."""
     lines = ["## Iris over seeds", "",
-             "tiny_ai's Iris recipe as `make iris` trains it (board/iris.py: Dense(4,32)+ReLU -> [B,4,8] -> "
-             "Attention(8,2) -> GlobalAvgPool -> Dense(8,3), Adam 1e-3, batch 16, 100 epochs), with the 120/30 "
+             "tiny_ai's Iris recipe as `make iris` trains it (board/iris.py: the seed's model, "
+             "`microformer.models.IRIS_SPEC`; Adam 1e-3, batch 16, 100 epochs), with the 120/30 "
              "split and the initial weights both drawn from each seed.", "",
              "| interpreter (backend) | train accuracy | test accuracy | runs (test right of 30) |", "|---|---|---|---|"]
     for name, runs in iris:

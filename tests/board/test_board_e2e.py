@@ -114,17 +114,22 @@ def test_damaged_checkpoint_is_refused_on_the_board(board, damage, message):
 
 
 def test_too_small_heap_names_the_memory_need(tmp_path, iris_checkpoint):
-    # a heap the package imports into but a batch of 120 does not fit (the import grows with the
-    # layers and the session: window and regression models, LoRA commands, capture)
+    # a heap the package imports into but a whole batch of 120 does not fit: fit(micro_batch=None)
+    # refuses naming the plan and a micro-batch that fits, which then runs; the default ('auto')
+    # picks micro-batches by itself
     with vboard.VirtualBoard(tmp_path / "small", heap=helpers.board_heap(MICROPYTHON, 320), micropython=MICROPYTHON) as b:
         deploy.deploy(str(b.port), str(iris_checkpoint))
         out = board_link.mpremote(str(b.port), "exec",
-                                  "import finetune\n"
-                                  "try:\n s = finetune.Session(batch_size=120, verbose=False)\n"
-                                  " s.fit(epochs=1, data='train')\n print('FITTED')\n"
-                                  "except MemoryError as e:\n print('MEMORY', e)\n", timeout=300)
-    assert "MEMORY" in out, out
-    assert re.search(r"needs about \d+ bytes", out), out
+                                  "import finetune, re\n"
+                                  "s = finetune.Session(batch_size=120, verbose=False)\n"
+                                  "try:\n s.fit(epochs=1, data='train', micro_batch=None)\n print('FITTED WHOLE')\n"
+                                  "except MemoryError as e:\n print('MEMORY', e)\n"
+                                  " m = int(re.search(r'micro_batch=([0-9]+)', str(e)).group(1))\n"
+                                  " s.fit(epochs=1, data='train', micro_batch=m)\n print('FITTED MICRO', m)\n"
+                                  "s.fit(epochs=1, data='train')\nprint('FITTED AUTO')\n", timeout=300)
+    assert "MEMORY" in out and "FITTED WHOLE" not in out, out
+    assert re.search(r"out of memory in fit.*s\.fit\(micro_batch=\d+\) fits that plan", out), out
+    assert re.search(r"FITTED MICRO \d+", out) and "FITTED AUTO" in out, out
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ def test_not_a_tensor():
     (lambda: mf.Adam(mf.Dense(2, 2), betas=(0.9, 1.5)), ["Adam", "betas"]),
     (lambda: mf.SGD(mf.Dense(2, 2), lr=0.1, momentum=-0.5), ["SGD", "momentum"]),
     (lambda: mf.SGD([(mf.Tensor((2,)), mf.Tensor((3,)))], lr=0.1), ["SGD", "pairs"]),
-    (lambda: mf.set_backend("cuda"), ["set_backend", "'python', 'viper' or 'numpy'", "'cuda'"]),
+    (lambda: mf.set_backend("cuda"), ["set_backend", "'python', 'viper', 'numpy' or 'native'", "'cuda'"]),
     (lambda: mf.Sequential([mf.Dense(2, 2), "relu"]), ["Sequential", "layer 1"]),
     (lambda: mf.Tensor((2, 3), [1.0, 2.0]), ["Tensor", "2 values", "6"]),
     (lambda: mf.Tensor((2, 3)).reshape(4, 2), ["reshape", "(2, 3)", "(4, 2)"]),

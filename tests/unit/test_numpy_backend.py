@@ -121,7 +121,7 @@ def test_kernels_write_the_callers_buffers_in_place():
 
 def test_backend_names():
     assert "numpy" in backend.available()
-    with pytest.raises(ValueError, match="expected 'python', 'viper' or 'numpy', got 'torch'"):
+    with pytest.raises(ValueError, match="expected 'python', 'viper', 'numpy' or 'native', got 'torch'"):
         mf.set_backend("torch")
 
 
