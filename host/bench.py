@@ -344,7 +344,6 @@ def main(argv):
     decode_table(None, ("python", "numpy"))
     if "--callgrind" in argv and shutil.which("valgrind"):
         callgrind_table(heap)
-    xtensa_table()
     if os.path.exists(MP32):                   # what a user's loop sustains (host/bench_sustained.py)
         import bench_sustained
         goals.update(bench_sustained.goals(bench_sustained.main(["--callgrind"] if shutil.which("valgrind") else [])))
@@ -352,6 +351,7 @@ def main(argv):
         goals.update(dict.fromkeys(("decode_sustained", "decode_512k", "iris_x", "block_x", "session_kb",
                                     "session_kb_py", "adam_mp32"),
                                    "the 32-bit port is not built (make mp32)"))
+    xtensa_table()                        # a section of its own: after the x86 figures it compares with
     import bench_native                   # the C kernels beside viper (make native builds them)
     goals.update(bench_native.main())
     import bench_budget                   # fine-tuning within a budget: its own table (make bench-budget)
