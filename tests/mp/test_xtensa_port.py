@@ -182,3 +182,25 @@ def test_viper_code_needs_nothing_the_emulated_core_lacks(firmware, monkeypatch)
                 seen[ins.mnem] = seen.get(ins.mnem, 0) + 1
     assert seen.get("mull", 0) > 0 and seen.get("entry", 0) > 0      # the disassembly names them
     assert not {"mulsh", "muluh", "recip0.s"} & set(seen), seen
+
+
+@pytest.mark.slow
+@pytest.mark.mp32
+def test_native_module_runs_on_the_emulated_core(firmware):
+    # the C kernels' module a board gets (build/native/xtensawin/mf_native.mpy) on the emulated
+    # core: the same object as a build for the emulated core's description, every kernel against
+    # the portable one, the golden selftest on native, an Iris fit on native (2 seeds, 100 epochs)
+    # within one test sample of the x86 module's on the 32-bit port
+    if not os.path.exists(helpers.interpreter_file("mp32")):
+        if os.environ.get("CI") == "true":
+            pytest.fail("the 32-bit port is not built (make mp32)")
+        pytest.skip("the 32-bit port is not built (make mp32)")
+    helpers.native_module("xtensawin")
+    helpers.native_module("x86")
+    results = []
+    xtest.check_native(results, epochs=100, seeds=(1, 2))
+    by = {name: (ok, why) for name, ok, why in results}
+    assert set(by) == {"native build", "native kernels", "native selftest", "native iris"}, by
+    assert all(ok for ok, _ in by.values()), by
+    assert "byte for byte the board's" in by["native build"][1], by
+    assert int(by["native kernels"][1].split()[0]) >= 100, by
