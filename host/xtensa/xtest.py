@@ -277,6 +277,33 @@ def native_same_for_emulator():
                        "module uses an instruction the emulated core lacks (or the board's build is stale: make native)")
 
 
+def judge_native_kernels(status, out, tol):
+    """(ok, detail) of tests/mp/native_kernels_mp.py's output, judged as tests/mp/test_native.py
+    judges it: an exit status of 0, every `ERR name value` line within tol, `DONE n` counting them."""
+    import re
+    errs = {}
+    for ln in lines(out, "ERR "):
+        name, value = ln[4:].rsplit(" ", 1)
+        errs[name] = float(value)
+    done = re.search(r"^DONE (\d+)$", out, re.M)
+    bad = {k: v for k, v in errs.items() if not v <= tol}
+    ok = status == 0 and bool(errs) and done is not None and int(done.group(1)) == len(errs) and not bad
+    worst = max(errs, key=errs.get) if errs else None
+    return ok, ("%d native-vs-portable comparisons on the emulated core, worst %.1e (%s; tolerance %g)"
+                % (len(errs), errs[worst] if worst else float("nan"), worst, tol)
+                + ("" if ok else "; beyond: %r %s" % (bad, out[-300:] if status or not done else "")))
+
+
+def judge_native_selftest(status, out):
+    """(ok, detail) of selftest_mp.py's output with the native module: SELFTEST True, and at least
+    20 `native ...` golden lines, each PASS."""
+    nat = [ln for ln in out.splitlines() if ln.startswith("native ")]
+    fails = [ln for ln in nat if not ln.rstrip().endswith("PASS")]
+    ok = status == 0 and "SELFTEST True" in out and len(nat) >= 20 and not fails
+    return ok, ("%d golden checks on the native backend, all PASS" % len(nat) if ok
+                else "; ".join(fails) or "%d native lines; %s" % (len(nat), out[-300:]))
+
+
 def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
     """The C kernels' xtensawin module (build/native/xtensawin/mf_native.mpy, the file a board gets)
     on the emulated core: the same file as a build for the emulated core; every kernel against the
@@ -291,27 +318,11 @@ def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
     if not NATIVE_MPY.is_file():
         results.append(("native", False, "%s is missing (make native)" % NATIVE_MPY))
         return
-    import re
     status, out, _ = xrun.run(str(ROOT / "tests" / "mp" / "native_kernels_mp.py"), lib=True,
                               files=[NATIVE_FILE], capture=True, timeout=900)
-    errs = {}
-    for ln in lines(out, "ERR "):
-        name, value = ln[4:].rsplit(" ", 1)
-        errs[name] = float(value)
-    done = re.search(r"^DONE (\d+)$", out, re.M)
-    bad = {k: v for k, v in errs.items() if not v <= TOL_PORTABLE}
-    ok = status == 0 and bool(errs) and done is not None and int(done.group(1)) == len(errs) and not bad
-    worst = max(errs, key=errs.get) if errs else None
-    results.append(("native kernels", ok, "%d native-vs-portable comparisons on the emulated core, worst %.1e (%s; "
-                    "tolerance %g)" % (len(errs), errs[worst] if worst else float("nan"), worst, TOL_PORTABLE)
-                    + ("" if ok else "; beyond: %r %s" % (bad, out[-300:] if status or not done else ""))))
-
+    results.append(("native kernels",) + judge_native_kernels(status, out, TOL_PORTABLE))
     status, out = on_xtensa(HERE / "selftest_mp.py", files=GOLDEN + [NATIVE_FILE])
-    nat = [ln for ln in out.splitlines() if ln.startswith("native ")]
-    fails = [ln for ln in nat if not ln.rstrip().endswith("PASS")]
-    ok = status == 0 and "SELFTEST True" in out and len(nat) >= 20 and not fails
-    results.append(("native selftest", ok, "%d golden checks on the native backend, all PASS" % len(nat) if ok
-                    else "; ".join(fails) or out[-300:]))
+    results.append(("native selftest",) + judge_native_selftest(status, out))
 
     args = [str(epochs), ":".join(str(s) for s in seeds), "native"]
     status, out = on_xtensa(HERE / "iris_mp.py", args, files=["datasets/iris.csv:/data/iris.csv", NATIVE_FILE])
@@ -321,7 +332,7 @@ def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
         return
     acc = [r["test_acc"] for r in got]
     mean = sum(acc) / len(acc)
-    std = (sum((a - mean) ** 2 for a in acc) / (len(acc) - 1)) ** 0.5
+    std = (sum((a - mean) ** 2 for a in acc) / (len(acc) - 1)) ** 0.5 if len(acc) > 1 else 0.0
     detail = ("native, %d epochs, seeds %s: train accuracy %s, test accuracy %.1f +- %.1f %% (mean +- std), "
               "%.2f s/epoch in QEMU" % (epochs, ",".join(map(str, seeds)),
                                          " ".join("%.0f %%" % (100 * r["train_acc"]) for r in got),

@@ -70,6 +70,33 @@ def test_bundle_holds_each_file_under_its_path(tmp_path):
         xrun.write_bundle(str(path), [("rel.py", b"")])
 
 
+def test_native_kernel_output_is_judged_as_test_native_judges_it():
+    # xtest's native lines on the emulated core: every ERR line within the tolerance, DONE counting
+    # them, exit status 0; anything else fails and names why
+    good = "ERR zero/0 0.000e+00\nERR act_backward gelu_tanh/0 2.149e-06\nERR matmul_forward/0 3.0e-07\nDONE 3\n"
+    ok, why = xtest.judge_native_kernels(0, good, 1e-5)
+    assert ok and why.startswith("3 native-vs-portable comparisons") and "act_backward gelu_tanh/0" in why, why
+    assert not xtest.judge_native_kernels(0, good.replace("2.149e-06", "2.0e-05"), 1e-5)[0]
+    assert "act_backward gelu_tanh/0" in xtest.judge_native_kernels(0, good.replace("2.149e-06", "2.0e-05"), 1e-5)[1]
+    assert not xtest.judge_native_kernels(0, good.replace("2.149e-06", "nan"), 1e-5)[0]
+    assert not xtest.judge_native_kernels(0, good.replace("DONE 3", "DONE 4"), 1e-5)[0]   # a line lost
+    assert not xtest.judge_native_kernels(0, good.replace("DONE 3\n", ""), 1e-5)[0]      # stopped early
+    assert not xtest.judge_native_kernels(4, good, 1e-5)[0]                              # CPU exception
+    assert not xtest.judge_native_kernels(0, "DONE 0\n", 1e-5)[0]                        # nothing compared
+
+
+def test_native_selftest_output_needs_every_native_line_passing():
+    line = "native  K              max err 5.79e-08  (tol 1e-04)  PASS"
+    good = "\n".join([line] * 21 + ["viper   K   max err 1e-3 (tol 5e-03)  PASS", "SELFTEST True"])
+    ok, why = xtest.judge_native_selftest(0, good)
+    assert ok and why.startswith("21 golden checks"), why
+    assert not xtest.judge_native_selftest(0, good.replace("PASS", "FAIL", 1))[0]
+    assert not xtest.judge_native_selftest(0, good.replace("SELFTEST True", "SELFTEST False"))[0]
+    assert not xtest.judge_native_selftest(1, good)[0]
+    # the module not loaded: viper's lines only, no native backend checked
+    assert not xtest.judge_native_selftest(0, "viper   K   max err 1e-3 (tol 5e-03)  PASS\nSELFTEST True")[0]
+
+
 # ---- on the emulator ----
 
 @pytest.fixture(scope="module")
