@@ -111,7 +111,7 @@ def table(with_x86=True, only=None):
     print("Xtensa instructions on the emulated core (QEMU -M sim -cpu de233_fpu, host/xtensa; %s;"
           " x86: the same runs on the 32-bit unix port under callgrind):" % NOTE, flush=True)
     if not NATIVE_XTENSA.is_file():
-        print("  native rows: not counted, %s is missing (make native)" % NATIVE_XTENSA.relative_to(ROOT), flush=True)
+        print("  native rows: not counted, %s is missing (make native)" % os.path.relpath(NATIVE_XTENSA, ROOT), flush=True)
     res = measure(with_x86, only)
     for name, (xt, x86, what) in res.items():
         if xt is None:

@@ -97,6 +97,34 @@ def test_native_selftest_output_needs_every_native_line_passing():
     assert not xtest.judge_native_selftest(0, "viper   K   max err 1e-3 (tol 5e-03)  PASS\nSELFTEST True")[0]
 
 
+def test_native_instruction_rows_load_the_module_or_say_they_are_missing(tmp_path, monkeypatch, capsys):
+    # host/xtensa/insns.py (make bench's Xtensa section): the native rows run with the board's
+    # module in /lib (and the x86 module on the 32-bit port), beside viper's; without the module
+    # they are said to be missing, never silently left out. Counts faked: 1000 + 7 per unit of work.
+    import insns
+    calls = []
+
+    def fake(script, args, native=False, **kw):
+        calls.append((args[1] if len(args) > 1 else args[0], native))
+        work = int(args[3] if args[0] == "opt" else args[2])          # steps
+        return 1000 + 7 * work * (16 if args[0] == "iris" else 8 if args[0] == "block" else 1), "OPT adam %s 475" % work
+
+    monkeypatch.setattr(insns, "xtensa_count", fake)
+    monkeypatch.setattr(insns, "NATIVE_XTENSA", tmp_path / "missing.mpy")
+    res = insns.table(with_x86=False, only=("iris", "iris_native"))
+    assert set(res) == {"iris"} and "native rows: not counted" in capsys.readouterr().out
+    assert all(not native for _, native in calls)
+    mod = tmp_path / "mf_native.mpy"
+    mod.write_bytes(b"M")
+    monkeypatch.setattr(insns, "NATIVE_XTENSA", mod)
+    calls.clear()
+    res = insns.measure(with_x86=False, only=("iris", "iris_native", "block_native", "adam_native"))
+    assert set(res) == {"iris", "iris_native", "block_native", "adam_native"}
+    assert res["iris_native"][0] == 7 and res["block_native"][0] == 7, res     # per sample
+    assert res["adam_native"][0] == 7 * 10 / (10 * 475), res                   # per parameter
+    assert {b for b, native in calls if native} == {"native"} and ("viper", False) in calls, calls
+
+
 # ---- on the emulator ----
 
 @pytest.fixture(scope="module")
