@@ -16,8 +16,9 @@ Runs on build/xtensa/firmware.elf (make xtensa-port), each as a script through r
   natmod    MicroPython's examples/natmod/features0 built for xtensawin (C, the port's toolchain),
             imported from /lib and called
   native    the C kernels' module a board gets (build/native/xtensawin/mf_native.mpy, make native):
-            the same object as a build for the emulated core's description; every kernel against
-            the portable one (tests/mp/native_kernels_mp.py); the golden selftest on native; Iris
+            the same object as a build for the emulated core's description; picked by default
+            (backend.why names it); every kernel against the portable one
+            (tests/mp/native_kernels_mp.py); the golden selftest on native; Iris
             on native from seeds 1-5 (100 epochs), compared with the x86 module on the 32-bit port
 Prints one line per check and `N passed, M failed`; exit status 1 when any failed. A missing
 32-bit port is a failure of the comparisons (they cannot be made), never a skip.
@@ -306,7 +307,8 @@ def judge_native_selftest(status, out):
 
 def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
     """The C kernels' xtensawin module (build/native/xtensawin/mf_native.mpy, the file a board gets)
-    on the emulated core: the same file as a build for the emulated core; every kernel against the
+    on the emulated core: the same file as a build for the emulated core; chosen by default with
+    backend.why naming it; every kernel against the
     portable kernel (tests/mp/native_kernels_mp.py, judged as tests/mp/test_native.py judges it);
     the golden selftest on the native backend; board/iris.py on native from five seeds (accuracy
     mean +- std, each seed learning the task and within one test sample of the x86 module's run of
@@ -318,6 +320,15 @@ def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
     if not NATIVE_MPY.is_file():
         results.append(("native", False, "%s is missing (make native)" % NATIVE_MPY))
         return
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:       # chosen by default, as on a board, and said
+        probe = Path(d) / "why.py"
+        probe.write_text("import microformer as mf\nfrom microformer import backend\n"
+                         "print('WHY', mf.get_backend(), '|', backend.why)\n")
+        status, out, _ = xrun.run(str(probe), lib=True, files=[NATIVE_FILE], capture=True, timeout=120)
+    why = (lines(out, "WHY ") or [out[-300:]])[0]
+    ok = status == 0 and why.startswith("WHY native |") and "/lib/mf_native.mpy (xtensawin)" in why
+    results.append(("native chosen", ok, "import microformer picks it: " + why[4:] if ok else why))
     status, out, _ = xrun.run(str(ROOT / "tests" / "mp" / "native_kernels_mp.py"), lib=True,
                               files=[NATIVE_FILE], capture=True, timeout=900)
     results.append(("native kernels",) + judge_native_kernels(status, out, TOL_PORTABLE))
@@ -334,9 +345,11 @@ def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
     mean = sum(acc) / len(acc)
     std = (sum((a - mean) ** 2 for a in acc) / (len(acc) - 1)) ** 0.5 if len(acc) > 1 else 0.0
     detail = ("native, %d epochs, seeds %s: train accuracy %s, test accuracy %.1f +- %.1f %% (mean +- std), "
-              "%.2f s/epoch in QEMU" % (epochs, ",".join(map(str, seeds)),
-                                         " ".join("%.0f %%" % (100 * r["train_acc"]) for r in got),
-                                         100 * mean, 100 * std, got[0]["s_per_epoch"]))
+              "final loss %s, %.2f s/epoch in QEMU" % (epochs, ",".join(map(str, seeds)),
+                                                       " ".join("%.0f %%" % (100 * r["train_acc"]) for r in got),
+                                                       100 * mean, 100 * std,
+                                                       " ".join("%.4f" % r["final_loss"] for r in got),
+                                                       got[0]["s_per_epoch"]))
     learnt = all(r["train_acc"] >= 0.9 and r["test_acc"] >= 0.85 for r in got)
     if not learnt:
         results.append(("native iris", False, detail + "; a seed did not learn (train < 90 % or test < 85 %)"))
