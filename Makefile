@@ -218,7 +218,7 @@ xtensa-port: ## MicroPython for QEMU's emulated Xtensa core, from ../shared (bui
 
 # The board's checks as Xtensa machine code: golden selftest, viper kernels against the 32-bit unix
 # port, an Iris fine-tune and a decode, on the emulated core; prints `N passed, M failed`.
-xtensa-test: setup xtensa-port $(if $(MICROPYTHON_SRC),$(MP32)) ## board checks on the emulated Xtensa core (golden, viper kernels vs mp32, Iris, decode)
+xtensa-test: setup xtensa-port $(if $(MICROPYTHON_SRC),$(MP32)) $(if $(MICROPYTHON_EXTRAS),native) ## board checks on the emulated Xtensa core (golden, viper kernels vs mp32, Iris, decode, the C kernels' module)
 	$(PY) host/xtensa/xtest.py
 
 # selftest, bench (Iris) and a 2-epoch fine-tune on a board, after a deploy, in one file to share:

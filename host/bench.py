@@ -363,7 +363,9 @@ def main(argv):
 def xtensa_table():
     """Xtensa instructions of real runs on the emulated core (host/xtensa/insns.py; make xtensa-port),
     next to the 32-bit port's x86 count of the same runs: the board-time figure that replaces
-    make xtensa-report's estimate (whose assumed cycle costs stay in that report)."""
+    make xtensa-report's estimate (whose assumed cycle costs stay in that report). Viper's rows and
+    the native backend's (the board's build/native/xtensawin/mf_native.mpy there, x86's module on
+    the 32-bit port; make bench builds them first)."""
     print("== Xtensa instructions (emulated core)", flush=True)
     if not os.path.exists(os.path.join(ROOT, "build", "xtensa", "firmware.elf")):
         print("not counted: build/xtensa/firmware.elf is missing (make xtensa-port)", flush=True)

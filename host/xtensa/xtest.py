@@ -15,6 +15,11 @@ Runs on build/xtensa/firmware.elf (make xtensa-port), each as a script through r
             32-bit port's
   natmod    MicroPython's examples/natmod/features0 built for xtensawin (C, the port's toolchain),
             imported from /lib and called
+  native    the C kernels' module a board gets (build/native/xtensawin/mf_native.mpy, make native):
+            the same object as a build for the emulated core's description; picked by default
+            (backend.why names it); every kernel against the portable one
+            (tests/mp/native_kernels_mp.py); the golden selftest on native; Iris
+            on native from seeds 1-5 (100 epochs), compared with the x86 module on the 32-bit port
 Prints one line per check and `N passed, M failed`; exit status 1 when any failed. A missing
 32-bit port is a failure of the comparisons (they cannot be made), never a skip.
 """
@@ -239,7 +244,134 @@ def check_viper_tests(results):
                         if ok else "; ".join(nans) or out[-300:]))
 
 
-CHECKS = ("selftest", "kernels", "viper_tests", "iris", "decode", "natmod")
+NATIVE = ROOT / "build" / "native"
+NATIVE_MPY = NATIVE / "xtensawin" / "mf_native.mpy"
+NATIVE_FILE = str(NATIVE_MPY) + ":/lib/mf_native.mpy"
+
+
+def native_same_for_emulator():
+    """(same, detail): host/native/mf_native.c compiled against the emulated core's description
+    (the ESP32-S3's without mulsh/muluh/recip0.s, build/xtensa/toolchain) gives the very object file
+    the board's module was linked from (build/native/xtensawin/obj, the full ESP32-S3 description):
+    then the file a board gets is the file the emulator runs, and no instruction the emulated core
+    lacks is in it."""
+    import filecmp
+    import tempfile
+    board_o = NATIVE / "xtensawin" / "obj" / "build-xtensawin" / "mf_native.o"
+    emu_cfg = ROOT / "build" / "xtensa" / "toolchain" / "xtensa_esp32s3_qemu.so"
+    cross = NATIVE / "xtensa-toolchain" / "bin" / "xtensa-lx106-elf-"
+    for need, how in ((board_o, "make native"), (emu_cfg, "make xtensa-port"),
+                      (Path(str(cross) + "gcc"), "make native"), (NATIVE / "mpsrc" / "py", "make native")):
+        if not need.exists():
+            return False, "%s is missing (%s)" % (need, how)
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, XTENSA_CROSS=str(cross), XTENSA_GNU_CONFIG=str(emu_cfg), PYTHON=sys.executable)
+        r = subprocess.run([str(ROOT / "host" / "native" / "build.sh"), str(NATIVE / "mpsrc"), d, "xtensawin"],
+                           env=env, capture_output=True, text=True, timeout=600)
+        emu_o = Path(d) / "xtensawin" / "obj" / "build-xtensawin" / "mf_native.o"
+        if r.returncode != 0 or not emu_o.is_file():
+            return False, "building against the emulated core's description failed: " + (r.stdout + r.stderr)[-300:]
+        if filecmp.cmp(str(emu_o), str(board_o), shallow=False):
+            return True, ("mf_native.o built against the emulated core's description (no mulsh/muluh/recip0.s) "
+                          "is byte for byte the board's (full ESP32-S3 description): the emulator runs the board's file")
+        return False, ("mf_native.o differs between the emulated core's description and the board's: the board's "
+                       "module uses an instruction the emulated core lacks (or the board's build is stale: make native)")
+
+
+def judge_native_kernels(status, out, tol):
+    """(ok, detail) of tests/mp/native_kernels_mp.py's output, judged as tests/mp/test_native.py
+    judges it: an exit status of 0, every `ERR name value` line within tol, `DONE n` counting them."""
+    import re
+    errs = {}
+    for ln in lines(out, "ERR "):
+        name, value = ln[4:].rsplit(" ", 1)
+        errs[name] = float(value)
+    done = re.search(r"^DONE (\d+)$", out, re.M)
+    bad = {k: v for k, v in errs.items() if not v <= tol}
+    ok = status == 0 and bool(errs) and done is not None and int(done.group(1)) == len(errs) and not bad
+    worst = max(errs, key=errs.get) if errs else None
+    return ok, ("%d native-vs-portable comparisons on the emulated core, worst %.1e (%s; tolerance %g)"
+                % (len(errs), errs[worst] if worst else float("nan"), worst, tol)
+                + ("" if ok else "; beyond: %r %s" % (bad, out[-300:] if status or not done else "")))
+
+
+def judge_native_selftest(status, out):
+    """(ok, detail) of selftest_mp.py's output with the native module: SELFTEST True, and at least
+    20 `native ...` golden lines, each PASS."""
+    nat = [ln for ln in out.splitlines() if ln.startswith("native ")]
+    fails = [ln for ln in nat if not ln.rstrip().endswith("PASS")]
+    ok = status == 0 and "SELFTEST True" in out and len(nat) >= 20 and not fails
+    return ok, ("%d golden checks on the native backend, all PASS" % len(nat) if ok
+                else "; ".join(fails) or "%d native lines; %s" % (len(nat), out[-300:]))
+
+
+def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
+    """The C kernels' xtensawin module (build/native/xtensawin/mf_native.mpy, the file a board gets)
+    on the emulated core: the same file as a build for the emulated core; chosen by default with
+    backend.why naming it; every kernel against the
+    portable kernel (tests/mp/native_kernels_mp.py, judged as tests/mp/test_native.py judges it);
+    the golden selftest on the native backend; board/iris.py on native from five seeds (accuracy
+    mean +- std, each seed learning the task and within one test sample of the x86 module's run of
+    the same seed on the 32-bit port)."""
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp"), str(ROOT / "host")]
+    from test_native import TOL_PORTABLE
+    same, detail = native_same_for_emulator()
+    results.append(("native build", same, detail))
+    if not NATIVE_MPY.is_file():
+        results.append(("native", False, "%s is missing (make native)" % NATIVE_MPY))
+        return
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:       # chosen by default, as on a board, and said
+        probe = Path(d) / "why.py"
+        probe.write_text("import microformer as mf\nfrom microformer import backend\n"
+                         "print('WHY', mf.get_backend(), '|', backend.why)\n")
+        status, out, _ = xrun.run(str(probe), lib=True, files=[NATIVE_FILE], capture=True, timeout=120)
+    why = (lines(out, "WHY ") or [out[-300:]])[0]
+    ok = status == 0 and why.startswith("WHY native |") and "/lib/mf_native.mpy (xtensawin)" in why
+    results.append(("native chosen", ok, "import microformer picks it: " + why[4:] if ok else why))
+    status, out, _ = xrun.run(str(ROOT / "tests" / "mp" / "native_kernels_mp.py"), lib=True,
+                              files=[NATIVE_FILE], capture=True, timeout=900)
+    results.append(("native kernels",) + judge_native_kernels(status, out, TOL_PORTABLE))
+    status, out = on_xtensa(HERE / "selftest_mp.py", files=GOLDEN + [NATIVE_FILE])
+    results.append(("native selftest",) + judge_native_selftest(status, out))
+
+    args = [str(epochs), ":".join(str(s) for s in seeds), "native"]
+    status, out = on_xtensa(HERE / "iris_mp.py", args, files=["datasets/iris.csv:/data/iris.csv", NATIVE_FILE])
+    got = [json.loads(ln) for ln in lines(out, "{")]
+    if status != 0 or len(got) != len(seeds) or any(r["backend"] != "native" for r in got):
+        results.append(("native iris", False, "no result: " + out[-300:]))
+        return
+    acc = [r["test_acc"] for r in got]
+    mean = sum(acc) / len(acc)
+    std = (sum((a - mean) ** 2 for a in acc) / (len(acc) - 1)) ** 0.5 if len(acc) > 1 else 0.0
+    detail = ("native, %d epochs, seeds %s: train accuracy %s, test accuracy %.1f +- %.1f %% (mean +- std), "
+              "final loss %s, %.2f s/epoch in QEMU" % (epochs, ",".join(map(str, seeds)),
+                                                       " ".join("%.0f %%" % (100 * r["train_acc"]) for r in got),
+                                                       100 * mean, 100 * std,
+                                                       " ".join("%.4f" % r["final_loss"] for r in got),
+                                                       got[0]["s_per_epoch"]))
+    learnt = all(r["train_acc"] >= 0.9 and r["test_acc"] >= 0.85 for r in got)
+    if not learnt:
+        results.append(("native iris", False, detail + "; a seed did not learn (train < 90 % or test < 85 %)"))
+        return
+    x86 = NATIVE / "x86"
+    ref_status, ref = on_mp32(HERE / "iris_mp.py", args, path="lib:board:" + str(x86.relative_to(ROOT)))
+    theirs = [json.loads(ln) for ln in lines(ref, "{")] if ref_status == 0 else []
+    if len(theirs) != len(got) or any(r["backend"] != "native" for r in theirs):
+        results.append(("native iris", False, detail + "; not compared with the x86 module on the 32-bit port: "
+                        + ref[-200:].strip()))
+        return
+    close = all(abs(r["test_acc"] - q["test_acc"]) <= 1.0 / r["n_test"] + 1e-9 for r, q in zip(got, theirs))
+    equal = all(r[k] == q[k] for r, q in zip(got, theirs) for k in ("final_loss", "train_acc", "test_acc"))
+    results.append(("native iris", close, detail + ("; each seed's loss and accuracies equal to the x86 module's "
+                                                    "on the 32-bit port" if equal else
+                                                    "; test accuracy within one sample of the x86 module's on the "
+                                                    "32-bit port (losses %s there)" % " ".join(
+                                                        "%.4f" % q["final_loss"] for q in theirs)
+                                                    if close else "; DIFFERS from the x86 module's %s" % theirs)))
+
+
+CHECKS = ("selftest", "kernels", "viper_tests", "iris", "decode", "natmod", "native")
 
 
 def main(argv=None):

@@ -70,6 +70,61 @@ def test_bundle_holds_each_file_under_its_path(tmp_path):
         xrun.write_bundle(str(path), [("rel.py", b"")])
 
 
+def test_native_kernel_output_is_judged_as_test_native_judges_it():
+    # xtest's native lines on the emulated core: every ERR line within the tolerance, DONE counting
+    # them, exit status 0; anything else fails and names why
+    good = "ERR zero/0 0.000e+00\nERR act_backward gelu_tanh/0 2.149e-06\nERR matmul_forward/0 3.0e-07\nDONE 3\n"
+    ok, why = xtest.judge_native_kernels(0, good, 1e-5)
+    assert ok and why.startswith("3 native-vs-portable comparisons") and "act_backward gelu_tanh/0" in why, why
+    assert not xtest.judge_native_kernels(0, good.replace("2.149e-06", "2.0e-05"), 1e-5)[0]
+    assert "act_backward gelu_tanh/0" in xtest.judge_native_kernels(0, good.replace("2.149e-06", "2.0e-05"), 1e-5)[1]
+    assert not xtest.judge_native_kernels(0, good.replace("2.149e-06", "nan"), 1e-5)[0]
+    assert not xtest.judge_native_kernels(0, good.replace("DONE 3", "DONE 4"), 1e-5)[0]   # a line lost
+    assert not xtest.judge_native_kernels(0, good.replace("DONE 3\n", ""), 1e-5)[0]      # stopped early
+    assert not xtest.judge_native_kernels(4, good, 1e-5)[0]                              # CPU exception
+    assert not xtest.judge_native_kernels(0, "DONE 0\n", 1e-5)[0]                        # nothing compared
+
+
+def test_native_selftest_output_needs_every_native_line_passing():
+    line = "native  K              max err 5.79e-08  (tol 1e-04)  PASS"
+    good = "\n".join([line] * 21 + ["viper   K   max err 1e-3 (tol 5e-03)  PASS", "SELFTEST True"])
+    ok, why = xtest.judge_native_selftest(0, good)
+    assert ok and why.startswith("21 golden checks"), why
+    assert not xtest.judge_native_selftest(0, good.replace("PASS", "FAIL", 1))[0]
+    assert not xtest.judge_native_selftest(0, good.replace("SELFTEST True", "SELFTEST False"))[0]
+    assert not xtest.judge_native_selftest(1, good)[0]
+    # the module not loaded: viper's lines only, no native backend checked
+    assert not xtest.judge_native_selftest(0, "viper   K   max err 1e-3 (tol 5e-03)  PASS\nSELFTEST True")[0]
+
+
+def test_native_instruction_rows_load_the_module_or_say_they_are_missing(tmp_path, monkeypatch, capsys):
+    # host/xtensa/insns.py (make bench's Xtensa section): the native rows run with the board's
+    # module in /lib (and the x86 module on the 32-bit port), beside viper's; without the module
+    # they are said to be missing, never silently left out. Counts faked: 1000 + 7 per unit of work.
+    import insns
+    calls = []
+
+    def fake(script, args, native=False, **kw):
+        calls.append((args[1] if len(args) > 1 else args[0], native))
+        work = int(args[3] if args[0] == "opt" else args[2])          # steps
+        return 1000 + 7 * work * (16 if args[0] == "iris" else 8 if args[0] == "block" else 1), "OPT adam %s 475" % work
+
+    monkeypatch.setattr(insns, "xtensa_count", fake)
+    monkeypatch.setattr(insns, "NATIVE_XTENSA", tmp_path / "missing.mpy")
+    res = insns.table(with_x86=False, only=("iris", "iris_native"))
+    assert set(res) == {"iris"} and "native rows: not counted" in capsys.readouterr().out
+    assert all(not native for _, native in calls)
+    mod = tmp_path / "mf_native.mpy"
+    mod.write_bytes(b"M")
+    monkeypatch.setattr(insns, "NATIVE_XTENSA", mod)
+    calls.clear()
+    res = insns.measure(with_x86=False, only=("iris", "iris_native", "block_native", "adam_native"))
+    assert set(res) == {"iris", "iris_native", "block_native", "adam_native"}
+    assert res["iris_native"][0] == 7 and res["block_native"][0] == 7, res     # per sample
+    assert res["adam_native"][0] == 7 * 10 / (10 * 475), res                   # per parameter
+    assert {b for b, native in calls if native} == {"native"} and ("viper", False) in calls, calls
+
+
 # ---- on the emulator ----
 
 @pytest.fixture(scope="module")
@@ -182,3 +237,25 @@ def test_viper_code_needs_nothing_the_emulated_core_lacks(firmware, monkeypatch)
                 seen[ins.mnem] = seen.get(ins.mnem, 0) + 1
     assert seen.get("mull", 0) > 0 and seen.get("entry", 0) > 0      # the disassembly names them
     assert not {"mulsh", "muluh", "recip0.s"} & set(seen), seen
+
+
+@pytest.mark.slow
+@pytest.mark.mp32
+def test_native_module_runs_on_the_emulated_core(firmware):
+    # the C kernels' module a board gets (build/native/xtensawin/mf_native.mpy) on the emulated
+    # core: the same object as a build for the emulated core's description, every kernel against
+    # the portable one, the golden selftest on native, an Iris fit on native (2 seeds, 100 epochs)
+    # within one test sample of the x86 module's on the 32-bit port
+    if not os.path.exists(helpers.interpreter_file("mp32")):
+        if os.environ.get("CI") == "true":
+            pytest.fail("the 32-bit port is not built (make mp32)")
+        pytest.skip("the 32-bit port is not built (make mp32)")
+    helpers.native_module("xtensawin")
+    helpers.native_module("x86")
+    results = []
+    xtest.check_native(results, epochs=100, seeds=(1, 2))
+    by = {name: (ok, why) for name, ok, why in results}
+    assert set(by) == {"native build", "native chosen", "native kernels", "native selftest", "native iris"}, by
+    assert all(ok for ok, _ in by.values()), by
+    assert "byte for byte the board's" in by["native build"][1], by
+    assert int(by["native kernels"][1].split()[0]) >= 100, by
