@@ -34,6 +34,6 @@ def test_session_loaders_cpython(tmp_path):
 
 def test_session_loaders_micropython(tmp_path, micropython):
     out = tmp_path / "out.json"
-    helpers.run_micropython(helpers.script("trust_session_mp.py"), tmp_path, out, "big", heap="512K",
+    helpers.run_micropython(helpers.script("trust_session_mp.py"), tmp_path, out, "big", heap="1M",
                             exe=micropython)
     _check(json.loads(out.read_text()), True)
