@@ -124,25 +124,6 @@ class LoRA(Buffered):
         if dx is not None:
             K.matmul_backward_input_acc(dx, dh, self.A.data, N, C, r)
 
-    def delta(self):
-        """(alpha/r) B A as an [out, in] list of rows (Python floats), for merging."""
-        A = self.A.data
-        B = self.B.data
-        r = self.rank
-        C = self.in_features
-        s = self.scaling
-        out = []
-        for o in range(self.out_features):
-            row = [0.0] * C
-            for k in range(r):
-                b = B[o * r + k] * s
-                if b != 0.0:
-                    base = k * C
-                    for c in range(C):
-                        row[c] += b * A[base + c]
-            out.append(row)
-        return out
-
     def merge_into(self, W, row, write=True):
         """W += (alpha/r) B A, a row at a time through `row` (array('f') of in_features or more:
         each new value rounded to float32 as W stores it). write False: nothing is written, and

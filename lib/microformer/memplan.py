@@ -45,12 +45,7 @@ def plan(t, batch=None, micro=None, show=False):
     shape = t.input_shape if t.input_shape is not None else t._row_shape
     if shape is None:
         raise ValueError("plan: the trainer has no input shape yet (Trainer(input_shape=...), or fit once)")
-    weights = 0
-    grads = 0
-    for p, g in t.model.params():
-        weights += _bytes(p)
-        if g.data is not None:
-            grads += 4 * g.size
+    weights, grads = _params(t)
     opt = t.optimizer
     if opt is not None:
         n = opt.numel
@@ -150,14 +145,22 @@ def _rngs(obj, out, seen):
                     _rngs(x, out, seen)
 
 
+def _params(t):
+    # (bytes of the model's weights, bytes of the grad buffers they hold now)
+    weights = 0
+    grads = 0
+    for p, g in t.model.params():
+        weights += _bytes(p)
+        if g.data is not None:
+            grads += 4 * g.size
+    return weights, grads
+
+
 def held(t):
     """Bytes of what a plan counts that exists already: weights, grads, the optimizer and its
     rollback copy."""
-    h = 0
-    for p, g in t.model.params():
-        h += _bytes(p)
-        if g.data is not None:
-            h += 4 * g.size
+    weights, grads = _params(t)
+    h = weights + grads
     opt = t.optimizer
     if opt is not None:
         h += 4 * opt.state_floats()
