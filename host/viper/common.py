@@ -15,15 +15,6 @@ _ONES = [array("f", [1.0] * 16)]
 _BL = bytes([0] + [len(bin(j)) - 2 for j in range(1, 256)])
 
 
-def _sibling(name):
-    # the module `name` of this package (microformer, or the tests' instrumented copy), imported
-    # by its full name on first use: `from . import name` would go through a package __getattr__
-    import sys
-    full = __name__.rpartition(".")[0] + "." + name
-    __import__(full)
-    return sys.modules[full]
-
-
 def _grow(box, n, typecode, fill):
     # box[0], replaced by a larger array of `fill` when it holds fewer than n items
     a = box[0]

@@ -5,7 +5,8 @@ import micropython
 from array import array
 from math import exp, sqrt, tanh
 from .actkind import GELU, GELU_TANH, LEAKY_RELU, RELU, erf
-from .viper_common import _sibling, _store
+from .lazy import sibling as _sibling
+from .viper_common import _store
 
 
 @micropython.viper

@@ -35,10 +35,11 @@ _MODULES = ("data", "train", "spec", "checkpoint")                  # lazy names
 def __getattr__(name):
     # a lazy name, or any submodule (`from microformer import golden` comes here on MicroPython)
     import sys
+    from .lazy import bind, module
     mod = _LAZY.get(name, name)
     full = "microformer." + mod
     try:
-        __import__(full)
+        m = module(full)
     except ImportError as e:
         # no such submodule: no such attribute; an import failing inside the module is that
         # module's error, its message kept in the text (MicroPython keeps no chained cause;
@@ -46,7 +47,7 @@ def __getattr__(name):
         if full not in sys.modules and full in str(e) and name == mod:
             raise AttributeError("module 'microformer' has no attribute '%s'" % name)
         raise ImportError("microformer.%s (for microformer.%s) failed to import: %s" % (mod, name, e))
-    m = sys.modules[full]
-    v = m if name not in _LAZY or name in _MODULES else getattr(m, _ALIAS.get(name, name))
-    globals()[name] = v        # bound here once: later uses skip this function
-    return v
+    if name not in _LAZY or name in _MODULES:
+        globals()[name] = m     # bound here once: later uses skip this function
+        return m
+    return bind(globals(), name, m, _ALIAS.get(name, name))

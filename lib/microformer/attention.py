@@ -439,11 +439,14 @@ class Attention(Layer):
                                      self._item(self._Q, b), self._item(self._Kt, b), self._item(self._V, b), 1,
                                      self._Q.shape[1], self._V.shape[1], self.embed_dim, self.num_heads)
 
+    def _heads(self):
+        # the tiled kernels' sizes: q [B,S,E], k and v [B,Sk,E]
+        return (self._Q.shape[0], self._Q.shape[1], self._V.shape[1], self.embed_dim, self.num_heads,
+                1 if self.causal else 0, self.kv_tile)
+
     def _attend_tiled(self):
         backend.K.attention_forward_tiled(self._ctx.data, self._stats.data, self._tile.data, self._Q.data,
-                                          self._Kt.data, self._V.data, self._mask, self._Q.shape[0], self._Q.shape[1],
-                                          self._V.shape[1], self.embed_dim, self.num_heads, 1 if self.causal else 0,
-                                          self.kv_tile)
+                                          self._Kt.data, self._V.data, self._mask, self._heads())
 
     def _drop_weights(self):
         # dropout on the weights: ctx = (A * keep / (1-p)) V
@@ -552,8 +555,7 @@ class Attention(Layer):
     def _attend_back_tiled(self):
         backend.K.attention_backward_tiled(self._dQ.data, self._dK.data, self._dV.data, self._tile.data,
                                            self._dctx.data, self._ctx.data, self._stats.data, self._Q.data,
-                                           self._Kt.data, self._V.data, self._mask, self._Q.shape[0], self._Q.shape[1],
-                                           self._V.shape[1], self.embed_dim, self.num_heads, 1 if self.causal else 0)
+                                           self._Kt.data, self._V.data, self._mask, self._heads())
 
     def _attend_back_dropped(self):
         backend.K.attention_backward_dropout(self._dQ.data, self._dK.data, self._dV.data, self._scratch.data,

@@ -3,10 +3,17 @@
 # 'numpy' (kernels_numpy.py) needs CPython with NumPy (the host); 'native' (kernels_native.py) needs
 # MicroPython and the C module mf_native.mpy built for its architecture on sys.path (make native,
 # make deploy NATIVE=1): the default whenever it loads, viper otherwise (backend.why says which).
-# kernels_viper holds every kernel of kernels.py: its own, and the ones it lists in PORTABLE
-# (portable by design); nothing is filled in behind its back.
+# Every backend is checked against the kernel table (kernel_table.py) when it is selected: a
+# kernel the table names that the backend lacks, or (where the interpreter tells, CPython) one
+# that takes another number of arguments, is a ValueError naming the kernel and the backend.
+# The viper and native modules check themselves as they load (viper's rarer modules load, and are
+# checked, on first use); kernels_viper holds every kernel of kernels.py: its own, and the ones
+# the table leaves portable on viper by design; nothing is filled in behind its back.
 
 
+import sys
+
+from .lazy import release, sibling
 from .nativefile import NATIVE_FILE, native_file
 
 K = None                # the kernel module the layers call (set below, at import)
@@ -14,10 +21,25 @@ name = None             # its name: 'python', 'viper' or 'numpy'
 why = None              # why this one: set_backend's caller, or what the interpreter offered
 
 
+def _table_error(e):
+    # a backend that does not match the kernel table is an error to report, never a reason to
+    # fall back to another backend: raised again here (only a loaded table raises one)
+    table = sys.modules.get(__name__.rpartition(".")[0] + ".kernel_table")
+    if table is not None and isinstance(e, table.KernelTableError):
+        raise e
+
+
+def _let_table_go():
+    # on MicroPython the table is read when a backend is chosen, then let go (3 KB of text)
+    if sys.implementation.name == "micropython":
+        release("kernel_table")
+
+
 def _viper_kernels():
     try:
         from . import kernels_viper
     except (ImportError, SyntaxError, NotImplementedError, ValueError) as e:
+        _table_error(e)
         raise ValueError("set_backend: 'viper' needs MicroPython with the native emitter (%s)" % (e,))
     return kernels_viper
 
@@ -26,6 +48,7 @@ def _native_kernels():
     try:
         from . import kernels_native
     except (ImportError, ValueError, OSError) as e:
+        _table_error(e)
         raise ValueError("set_backend: 'native' needs MicroPython and mf_native.mpy for its architecture: %s" % (e,))
     return kernels_native
 
@@ -44,11 +67,13 @@ def set_backend(which, reason=None):
     default that the caller chose it)."""
     global K, name, why
     if which == "python":
-        from . import kernels as k          # loaded on first use: a board on viper never needs it
+        k = sibling("kernels")              # loaded on first use: a board on viper never needs it
+        sibling("kernel_table").check(k, which)
     elif which == "viper":
         k = _viper_kernels()
     elif which == "numpy":
         k = _numpy_kernels()
+        sibling("kernel_table").check(k, which)
     elif which == "native":
         k = _native_kernels()
     else:
@@ -56,6 +81,7 @@ def set_backend(which, reason=None):
     K = k
     name = which
     why = reason or "chosen with set_backend(%r)" % which
+    _let_table_go()
 
 
 def _default():
@@ -74,10 +100,12 @@ def _default():
             set_backend("native", "the default on MicroPython: %s (%s)" % (k.PATH, k.ARCH))
             return
         except ValueError as e:
+            _table_error(e)
             missing = str(e).split(": ", 2)[-1]
     try:
         set_backend(fast, "the default on %s" % where + ("; not native: " + missing if fast == "viper" else ""))
     except ValueError as e:
+        _table_error(e)
         set_backend("python", "the default on %s without the %s backend: %s" % (where, fast, e))
 
 
@@ -93,8 +121,9 @@ def available():
         try:
             load()
             out.append(which)
-        except ValueError:
-            pass
+        except ValueError as e:
+            _table_error(e)
+    _let_table_go()
     return out
 
 

@@ -354,9 +354,10 @@ class SeqReduce(Layer):
         backend.K.scale_inplace(self._y.data, self._y.size, float(sh[1]))
 
     def _fmax(self):
-        # (a 10-argument kernel: this call's frame is over the 11 words, as MaxPool1D's is)
+        # one window over the whole sequence: a max pooling of kernel and stride S into one position
         sh = self._x.shape
-        backend.K.maxpool1d_forward(self._y.data, self._arg, self._x.data, sh[0], sh[1], sh[2], 1, sh[1], sh[1], 0)
+        self._pool = (sh[0], sh[1], sh[2], 1, sh[1], sh[1], 0)
+        backend.K.maxpool1d_forward(self._y.data, self._arg, self._x.data, self._pool)
 
     def backward(self, dy, grads=True):
         self._need_forward(self._x)
@@ -377,8 +378,7 @@ class SeqReduce(Layer):
         backend.K.scale_inplace(self._dx.data, self._dx.size, float(sh[1]))
 
     def _bmax(self):
-        sh = self._x.shape
-        backend.K.maxpool1d_backward(self._dx.data, self._dy.data, self._arg, sh[0], sh[1], sh[2], 1)
+        backend.K.maxpool1d_backward(self._dx.data, self._dy.data, self._arg, self._pool)
 
 
 

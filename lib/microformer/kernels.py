@@ -888,12 +888,13 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
     _conv_walk(None, dinp, dweight, dbias, dout, inp, weight, None, B, L, C, Lout, OC, KS, stride, pad, dil, groups)
 
 
-def _pool_walk(dst, idx, src, B, L, C, Lout, KS, stride, pad, back):
+def _pool_walk(dst, idx, src, pool, back):
     # the window walk every 1-D pooling kernel shares: for each (b, t, c), the positions lo..hi-1 of
     # window t (t stride - pad .. + KS - 1) that lie inside 0..L-1.
     # idx not None: max pooling, dst (B, Lout, C) = the window's max of src, idx its position (the
     #   first on ties, as torch); back: dst (B, L, C) += src[b,t,c] / KS over window t; otherwise
     #   average pooling, dst (B, Lout, C) = the window's sum of src / KS (padding counts as 0)
+    B, L, C, Lout, KS, stride, pad = pool
     inv = 1.0 / KS
     for b in range(B):
         for t in range(Lout):
@@ -926,16 +927,18 @@ def _pool_walk(dst, idx, src, B, L, C, Lout, KS, stride, pad, back):
                     dst[ob + c] = s * inv
 
 
-def maxpool1d_forward(out, idx, inp, B, L, C, Lout, KS, stride, pad):
+def maxpool1d_forward(out, idx, inp, pool):
+    # pool = (B, L, C, Lout, KS, stride, pad): the sizes (kernel_table.py: a pool)
     # out (B, Lout, C) = max over the window t stride - pad .. + KS - 1 (inside 0..L-1) of inp (B, L, C)
     # idx (B, Lout, C) ints: the position (0..L-1) of the maximum, the first one on ties (as torch)
     # a window must hold a real position (pad <= KS // 2 guarantees it)
-    _pool_walk(out, idx, inp, B, L, C, Lout, KS, stride, pad, False)
+    _pool_walk(out, idx, inp, pool, False)
 
 
-def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
+def maxpool1d_backward(dinp, dout, idx, pool):
     # in the forward pass this was out[b,t,c] = inp[b, idx[b,t,c], c]
     # dinp (B, L, C): dout routed to the argmax positions, summed where windows share one (written)
+    B, L, C, Lout, _, _, _ = pool
     zero(dinp, B * L * C)
     for b in range(B):
         for t in range(Lout):
@@ -944,16 +947,16 @@ def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
                 dinp[(b * L + idx[ob + c]) * C + c] += dout[ob + c]
 
 
-def avgpool1d_forward(out, inp, B, L, C, Lout, KS, stride, pad):
+def avgpool1d_forward(out, inp, pool):
     # out (B, Lout, C) = (1/KS) sum over the window t stride - pad .. + KS - 1 of inp (padding counts as 0)
-    _pool_walk(out, None, inp, B, L, C, Lout, KS, stride, pad, False)
+    _pool_walk(out, None, inp, pool, False)
 
 
-def avgpool1d_backward(dinp, dout, B, L, C, Lout, KS, stride, pad):
+def avgpool1d_backward(dinp, dout, pool):
     # in the forward pass this was out[b,t,c] = (1/KS) sum_{p in window t} inp[b,p,c]
     # dinp (B, L, C) = sum over the windows holding p of dout / KS (written)
-    zero(dinp, B * L * C)
-    _pool_walk(dinp, None, dout, B, L, C, Lout, KS, stride, pad, True)
+    zero(dinp, pool[0] * pool[1] * pool[2])
+    _pool_walk(dinp, None, dout, pool, True)
 
 
 def posembed_backward(dtable, dout, B, S, C, start):
@@ -1052,7 +1055,8 @@ def _last_key(t, Tk, shift, causal):
     return Tk - 1
 
 
-def attention_forward_tiled(out, stats, tile, q, k, v, mask, B, Tq, Tk, C, NH, causal, T):
+def attention_forward_tiled(out, stats, tile, q, k, v, mask, heads):
+    # heads = (B, Tq, Tk, C, NH, causal, T): the sizes, T keys per tile (kernel_table.py: heads)
     # q (B, Tq, C), k v (B, Tk, C), mask (B, Tk) bytes or None, causal as attention_forward
     # out (B, Tq, C): softmax(q.k^T / sqrt(hs) + mask) . v per head, heads concatenated
     # stats (B, NH, Tq, 2): the row's max m and sum l of exp(s - m) over its visible keys
@@ -1061,6 +1065,7 @@ def attention_forward_tiled(out, stats, tile, q, k, v, mask, B, Tq, Tk, C, NH, c
     # Online softmax: per tile, m' = max(m, tile max), out = out e^(m - m') + sum_j e^(s_j - m') v_j,
     # l = l e^(m - m') + sum_j e^(s_j - m'); at the end out /= l. A score beyond float32 raises
     # OverflowError (the standard path rescales such rows; this one keeps no row to rescale).
+    B, Tq, Tk, C, NH, causal, T = heads
     hs = C // NH
     scale = 1.0 / sqrt(hs)
     shift = Tk - Tq
@@ -1122,13 +1127,14 @@ def attention_forward_tiled(out, stats, tile, q, k, v, mask, B, Tq, Tk, C, NH, c
                         out[qh + i] *= inv
 
 
-def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, heads):
     # in the forward pass this was out = softmax(q.k^T * scale + mask) . v (attention_forward_tiled)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; tile (>= 1,): a float32 cell
     # out (B, Tq, C): the forward's output; stats (B, NH, Tq, 2): its row max m and sum l
     # The weights are recomputed key by key: a_j = exp(s_j - m) / l; with D = dout . out (per head,
     # = sum_j dA_j a_j): dv_j += a_j dout, dA_j = dout . v_j, dS_j = a_j (dA_j - D) * scale,
-    # dq += dS_j k_j, dk_j += dS_j q.
+    # dq += dS_j k_j, dk_j += dS_j q. heads: as attention_forward_tiled's (T unused).
+    B, Tq, Tk, C, NH, causal, _ = heads
     hs = C // NH
     scale = 1.0 / sqrt(hs)
     shift = Tk - Tq

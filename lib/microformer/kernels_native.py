@@ -8,39 +8,17 @@
 # for another architecture or another .mpy version is refused with both named (ImportError), and
 # the backend switch then says so in backend.why.
 #
-# NATIVE lists the kernels in C; PORTABLE the kernels of kernels.py this backend takes from the
-# portable loops (bound on first use, so a model that needs none of them never loads kernels.py):
-# every kernel of kernels.py is in exactly one of the two (tests/mp/test_native.py checks it).
+# Which kernels are in C is the kernel table's native column (kernel_table.py): they are bound
+# from mf_native.mpy at import, after the file is checked against the table (a kernel the table
+# puts in C that the file lacks is a KernelTableError, a ValueError, naming it); the others are
+# the portable loops, bound on first use (so a model that needs none of them never loads
+# kernels.py). tests/unit/test_kernel_table.py compares the table with the C source.
 import sys
 
+from .lazy import bind as _bind, module as _module, sibling as _sibling
 from .nativefile import native_file
 
 _MODULE = "mf_native"
-
-NATIVE = (
-    "zero", "copy", "first_nonfinite", "add_forward",                        # guards, residuals
-    "argmax", "gather_rows",                                                  # a class or token, a batch
-    "matmul_forward", "matmul_forward_kept", "matmul_backward",               # the GEMM
-    "matmul_backward_input", "matmul_backward_input_acc", "matmul_backward_weight",
-    "attention_forward", "attention_backward", "attention_decode",            # scores, softmax, A.V
-    "conv1d_forward", "conv1d_backward",                                      # Conv1D (kernels.py's walk)
-    "embedding_forward", "embedding_backward", "posenc_forward", "posembed_backward",  # sequences
-    "kv_store", "dropout_apply",
-    "act_forward", "act_backward",                                            # every activation kind
-    "avgpool_forward", "avgpool_backward", "crossentropy_softmax",
-    "layernorm_forward", "layernorm_backward",
-    "adam_update", "sgd_update", "adam_step", "sgd_step", "params_commit",    # optimizers
-)
-
-PORTABLE = (
-    "mse", "sum_squares", "scale_inplace",                           # loss and optimizer odds and ends
-    "q8_matmul_forward", "q8_matmul_backward_input",                 # int8 frozen weights
-    "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
-    "posenc_table",                                                  # built once per layer (sin, cos)
-    "kv_shift", "attention_scores",                                  # the stream's window, the golden stages
-    "attention_forward_tiled", "attention_backward_tiled",           # key-tiled attention (memory)
-    "dropout_mask", "attention_context", "attention_backward_dropout",
-)
 
 _ARCHS = ("none", "x86", "x64", "armv6", "armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp",
           "xtensa", "xtensawin", "rv32imc", "rv64imc")
@@ -81,7 +59,7 @@ def _load():
     why = check_header(path, mpy)
     if why:
         raise ImportError(why)
-    mod = __import__(_MODULE)
+    mod = _module(_MODULE)
     if getattr(mod, "ABI", None) != 1:
         raise ImportError("%s is not microformer's native module (ABI %r, expected 1)"
                           % (path, getattr(mod, "ABI", None)))
@@ -134,15 +112,21 @@ def _err(kernel, arg, need, got):
 
 _N._err = _err
 
-for _name in NATIVE:
-    globals()[_name] = getattr(_N, _name)
+# ' kernel ...': the kernels taken from the portable loops (the table is not kept: backend lets it
+# go on MicroPython once a backend is chosen); the C kernels are bound through setattr, which
+# keys them by their interned names (a key made by str.split would stay on the heap)
+_PORTABLE = " " + " ".join(_sibling("kernel_table").kernels("native", "-")) + " "
+_sibling("kernel_table").check(_N, "native", _sibling("kernel_table").kernels("native", "C"))
+for _name in _sibling("kernel_table").kernels("native", "C"):
+    setattr(sys.modules[__name__], _name, getattr(_N, _name))
 del _name
 
 
 def __getattr__(name):
-    # a kernel of PORTABLE: the portable loop, bound here once
-    if name not in PORTABLE:
+    # a portable kernel: the portable loop, bound here once. NATIVE and PORTABLE (tuples of the
+    # kernels' names in C and not) are made when asked for (tests, tools), not kept.
+    if name in ("NATIVE", "PORTABLE"):
+        return tuple(_sibling("kernel_table").kernels("native", "C" if name == "NATIVE" else "-"))
+    if (" " + name + " ") not in _PORTABLE:
         raise AttributeError("module '%s' has no attribute '%s'" % (__name__, name))
-    from . import kernels
-    f = globals()[name] = getattr(kernels, name)
-    return f
+    return _bind(globals(), name, _sibling("kernels"))

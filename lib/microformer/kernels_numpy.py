@@ -602,7 +602,8 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
         _v(dinp, B * L * C)[:] = dxp[:, pad:pad + L].ravel()
 
 
-def maxpool1d_forward(out, idx, inp, B, L, C, Lout, KS, stride, pad):
+def maxpool1d_forward(out, idx, inp, pool):
+    B, L, C, Lout, KS, stride, pad = pool
     # out (B, Lout, C) = window maxima; idx (B, Lout, C) ints: their positions (first on ties)
     xp = np.full((B, L + 2 * pad, C), -np.inf)
     xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
@@ -613,7 +614,8 @@ def maxpool1d_forward(out, idx, inp, B, L, C, Lout, KS, stride, pad):
     _v(out, B * Lout * C)[:] = np.take_along_axis(win, j[:, :, None, :], axis=2).ravel()
 
 
-def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
+def maxpool1d_backward(dinp, dout, idx, pool):
+    B, L, C, Lout, _, _, _ = pool
     # in the forward pass this was out[b,t,c] = inp[b, idx[b,t,c], c]; dinp (B, L, C) written
     pos = np.frombuffer(idx, dtype=np.int32, count=B * Lout * C).reshape(B, Lout, C)
     dx = np.zeros((B, L, C))
@@ -623,14 +625,16 @@ def maxpool1d_backward(dinp, dout, idx, B, L, C, Lout):
     _v(dinp, B * L * C)[:] = dx.ravel()
 
 
-def avgpool1d_forward(out, inp, B, L, C, Lout, KS, stride, pad):
+def avgpool1d_forward(out, inp, pool):
+    B, L, C, Lout, KS, stride, pad = pool
     # out (B, Lout, C) = (1/KS) sum over each window (padding counts as 0)
     xp = np.zeros((B, L + 2 * pad, C))
     xp[:, pad:pad + L] = _d(inp, B * L * C, B, L, C)
     _v(out, B * Lout * C)[:] = (xp[:, _taps(Lout, KS, stride, 1)].sum(axis=2) * (1.0 / KS)).ravel()
 
 
-def avgpool1d_backward(dinp, dout, B, L, C, Lout, KS, stride, pad):
+def avgpool1d_backward(dinp, dout, pool):
+    B, L, C, Lout, KS, stride, pad = pool
     # in the forward pass this was out[b,t,c] = (1/KS) sum_{p in window t} inp[b,p,c]; dinp written
     g = _d(dout, B * Lout * C, B, Lout, C) * (1.0 / KS)
     dxp = np.zeros((B, L + 2 * pad, C))
@@ -704,7 +708,8 @@ def _tile_scores(qh, kh, visible, j0, j1, scale):
     return s, vis
 
 
-def attention_forward_tiled(out, stats, tile, q, k, v, mask, B, Tq, Tk, C, NH, causal, T):
+def attention_forward_tiled(out, stats, tile, q, k, v, mask, heads):
+    B, Tq, Tk, C, NH, causal, T = heads
     # out (B, Tq, C), stats (B, NH, Tq, 2) = (max m, sum l of exp(s - m)) per row: online softmax
     # over tiles of T keys; tile is unused here (NumPy holds one (B, NH, Tq, T) block at a time)
     hs = C // NH
@@ -733,7 +738,8 @@ def attention_forward_tiled(out, stats, tile, q, k, v, mask, B, Tq, Tk, C, NH, c
     _v(stats, B * NH * Tq * 2)[:] = st.ravel()
 
 
-def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, B, Tq, Tk, C, NH, causal):
+def attention_backward_tiled(dq, dk, dv, tile, dout, out, stats, q, k, v, mask, heads):
+    B, Tq, Tk, C, NH, causal, _ = heads
     # in the forward pass this was out = softmax(q.k^T * scale + mask) . v (attention_forward_tiled);
     # the weights are recomputed per tile of keys from the stored row max and sum
     hs = C // NH

@@ -99,51 +99,92 @@
 # SIGMOID to the portable kernel.
 
 from .actkind import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH  # noqa: F401
-from .viper_common import _sibling, zero  # noqa: F401
-from .viper_gemm import (avgpool_backward, avgpool_forward, matmul_backward,  # noqa: F401
-                         matmul_backward_input, matmul_backward_input_acc, matmul_backward_weight,
-                         matmul_forward, matmul_forward_kept, keep_weight)
-from .viper_softmax import (attention_backward, attention_backward_dropout, attention_context,  # noqa: F401
-                            attention_decode, attention_forward, crossentropy_softmax)
-from .viper_elementwise import (act_backward, act_forward, copy, dropout_apply, dropout_mask,  # noqa: F401
-                                first_nonfinite)
+from .lazy import bind as _bind, sibling as _sibling
+import sys as _sys
 
-# The kernels of kernels.py that are portable by design on this backend: the same functions as
-# the 'python' backend (boxed floats; they allocate), bound from kernels.py on first use (below),
-# so a model that needs none of them does not load the portable kernels. Every other kernel of
-# kernels.py must have a viper version above (tests/mp/test_viper_split.py checks both ways).
-PORTABLE = (
-    "mse", "sum_squares", "scale_inplace",                           # loss and optimizer odds and ends
-    "posenc_table",                                                  # built once per layer (sin, cos)
-    "attention_scores",                                              # the golden vectors' stages
-    "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
-    # the key-tiled attention exists for memory, not speed: its online softmax rescales the
-    # running sums by exp(m - m') once per tile and row, float work the block-float kernels have
-    # no form for; the standard path (viper) is the fast one when the weights fit
-    "attention_forward_tiled", "attention_backward_tiled",
-    "kv_shift",                                                      # the streaming window (a copy per chunk)
-)
-
-
-# Loaded on first use, so that a program that never trains (decoding), has no Conv1D, no
-# LayerNorm or no sequence layers keeps their code and its compilation off the heap: the
+# Where each kernel comes from is the kernel table's viper column (kernel_table.py): a generated
+# module viper_<name>.py, or '-', the portable kernel. The modules every model needs are loaded at
+# import; the others on first use, so that a program that never trains (decoding), has no Conv1D,
+# no LayerNorm or no sequence layers keeps their code and its compilation off the heap: the
 # optimizer's kernels, the convolution's, LayerNorm's, the sequence kernels, the row kernels and
-# the int8 weights' GEMM.
-# (viper_common._sibling imports them by full name: `from . import` would come back here through
-# __getattr__; this module can also be a package's __init__, as in the tests' instrumented copy.)
-_LAZY = {"adam_step": "viper_optim", "adam_update": "viper_optim", "params_commit": "viper_optim",
-         "sgd_step": "viper_optim", "sgd_update": "viper_optim",
-         "conv1d_forward": "viper_conv", "conv1d_backward": "viper_conv",
-         "layernorm_forward": "viper_norm", "layernorm_backward": "viper_norm",
-         "add_forward": "viper_sequence", "argmax": "viper_rows", "embedding_backward": "viper_sequence",
-         "embedding_forward": "viper_sequence", "gather_rows": "viper_rows", "kv_store": "viper_sequence",
-         "posembed_backward": "viper_sequence", "posenc_forward": "viper_sequence",
-         "q8_matmul_forward": "viper_q8", "q8_matmul_backward_input": "viper_q8"}
+# the int8 weights' GEMM. Each module is checked against the table as it loads: a kernel the
+# table gives it and it lacks is a KernelTableError (a ValueError) naming both, not a later
+# AttributeError.
+_EAGER = ("common", "gemm", "softmax", "elementwise")
+
+
+def _where(name):
+    # the module (or 'kernels': portable) of a kernel bound on first use, or None
+    i = _LAZY.find(" " + name + "=")
+    if i < 0:
+        return None
+    i += len(name) + 2
+    return _LAZY[i:_LAZY.find(" ", i)]
+
+
+def _names(where):
+    # the kernels _LAZY gives module `where`
+    out = []
+    tag = "=" + where + " "
+    i = _LAZY.find(tag)
+    while i >= 0:
+        out.append(_LAZY[_LAZY.rfind(" ", 0, i) + 1:i])
+        i = _LAZY.find(tag, i + 1)
+    return out
+
+
+def _check(m, where):
+    # every kernel the table gives module viper_<where> is there (KernelTableError otherwise, from
+    # the table itself: imported again for the message once the backend has let it go)
+    for n in _names(where):
+        if not hasattr(m, n):
+            _sibling("kernel_table").check(m, "viper", (n,))
+
+
+# _LAZY: ' kernel=module ...' for the kernels bound on first use (module 'kernels': portable): one
+# string, as the table is not kept (backend lets it go on MicroPython once a backend is chosen).
+# The kernels of the modules loaded now are bound through setattr, which keys them by their
+# interned names (a key made by str.split would stay on the heap as a string of its own).
+_LAZY = " "
+_self = _sys.modules[__name__]
+for _n, _w, _, _ in _sibling("kernel_table").rows():
+    _LAZY += "%s=%s " % (_n, "kernels" if _w == "-" else _w)
+for _w in _EAGER:
+    _m = _sibling("viper_" + _w, "the viper kernels")
+    _check(_m, _w)
+    for _n in _sibling("kernel_table").kernels("viper", _w):
+        setattr(_self, _n, getattr(_m, _n))
+        _LAZY = _LAZY.replace(" %s=%s " % (_n, _w), " ")
+keep_weight = _sibling("viper_gemm").keep_weight     # not a kernel: Dense's copy of its weight for decoding
+del _w, _m, _n, _, _self
+
+# The kernels that are portable by design on this backend (the table's '-' in the viper column):
+# the same functions as the 'python' backend (boxed floats; they allocate), bound from kernels.py
+# on first use, so a model that needs none of them does not load the portable kernels. Why each:
+#   mse, sum_squares, scale_inplace      loss and optimizer odds and ends
+#   posenc_table                         built once per layer (sin, cos)
+#   attention_scores                     the golden vectors' stages
+#   maxpool1d_*, avgpool1d_*             the 1-D pools
+#   attention_forward_tiled, attention_backward_tiled
+#       the key-tiled attention exists for memory, not speed: its online softmax rescales the
+#       running sums by exp(m - m') once per tile and row, float work the block-float kernels have
+#       no form for; the standard path (viper) is the fast one when the weights fit
+#   kv_shift                             the streaming window (a copy per chunk)
+# Every other kernel has a viper version (tests/mp/test_viper_split.py checks both ways).
+# PORTABLE (a tuple of their names) is made when asked for (tests, tools), not kept.
 
 
 def __getattr__(name):
-    mod = _LAZY.get(name) or (name in PORTABLE and "kernels")
-    if not mod:
+    # a kernel of a module loaded on first use (checked against the table as it loads), or a
+    # portable one: bound here once, so later uses skip this function. PORTABLE: made when asked
+    # for (tests, tools), not kept.
+    if name == "PORTABLE":
+        return tuple(_names("kernels"))
+    where = _where(name)
+    if where is None:
         raise AttributeError("module '%s' has no attribute '%s'" % (__name__, name))
-    f = globals()[name] = getattr(_sibling(mod), name)    # bound here once: later uses skip this function
-    return f
+    if where == "kernels":
+        return _bind(globals(), name, _sibling("kernels"))
+    m = _sibling("viper_" + where, "the viper kernels")
+    _check(m, where)
+    return _bind(globals(), name, m)

@@ -37,12 +37,14 @@ class _Pool1D(Layer):
         return B * self.out_length(L) * C * 2 + B * L * C      # y (and max's positions) and dx
 
     def _check_x(self, x):
+        # the kernels' sizes for x (kept for the backward, which runs on the same shapes)
         who = type(self).__name__
         check_tensor(who, "x", x)
         if len(x.shape) != 3:
             raise shape_error(who, "x", "[B,L,C] (channels last)", x.shape)
         B, L, C = x.shape
-        return B, L, C, self.out_length(L)
+        self._pool = (B, L, C, self.out_length(L), self.kernel_size, self.stride, self.padding)
+        return self._pool
 
     def _check_dy(self, dy):
         who = type(self).__name__
@@ -58,11 +60,10 @@ class MaxPool1D(_Pool1D):
     maximum, the first one on ties, as torch."""
 
     def forward(self, x):
-        B, L, C, Lout = self._check_x(x)
+        pool = self._check_x(x)
         self._buffers("_fwd", x.shape)
         y = self._y
-        backend.K.maxpool1d_forward(y.data, self._idx, x.data, B, L, C, Lout, self.kernel_size,
-                                    self.stride, self.padding)
+        backend.K.maxpool1d_forward(y.data, self._idx, x.data, pool)
         self._x = x
         return y
 
@@ -73,10 +74,9 @@ class MaxPool1D(_Pool1D):
 
     def backward(self, dy, grads=True):
         self._check_dy(dy)
-        B, L, C = self._x.shape
         self._buffers("_bwd", self._x.shape)
         dx = self._dx
-        backend.K.maxpool1d_backward(dx.data, dy.data, self._idx, B, L, C, self._y.shape[1])
+        backend.K.maxpool1d_backward(dx.data, dy.data, self._idx, self._pool)
         return dx
 
 
@@ -85,19 +85,16 @@ class AvgPool1D(_Pool1D):
     window; padded positions count as zeros in the mean (torch's count_include_pad=True)."""
 
     def forward(self, x):
-        B, L, C, Lout = self._check_x(x)
+        pool = self._check_x(x)
         self._buffers("_fwd", x.shape)
         y = self._y
-        backend.K.avgpool1d_forward(y.data, x.data, B, L, C, Lout, self.kernel_size, self.stride,
-                                    self.padding)
+        backend.K.avgpool1d_forward(y.data, x.data, pool)
         self._x = x
         return y
 
     def backward(self, dy, grads=True):
         self._check_dy(dy)
-        B, L, C = self._x.shape
         self._buffers("_bwd", self._x.shape)
         dx = self._dx
-        backend.K.avgpool1d_backward(dx.data, dy.data, B, L, C, self._y.shape[1], self.kernel_size,
-                                     self.stride, self.padding)
+        backend.K.avgpool1d_backward(dx.data, dy.data, self._pool)
         return dx

@@ -6,6 +6,7 @@
 # its format name and limits are specformat's.
 import sys
 
+from .lazy import sibling
 from .model import Sequential
 from .specformat import FORMAT, MAX_DEPTH, _short
 
@@ -38,9 +39,7 @@ _MODULE = {'ActivationLayer': 'activation',
 
 
 def _cls(name):
-    mod = "microformer." + _MODULE[name]
-    __import__(mod)
-    return getattr(sys.modules[mod], name)
+    return getattr(sibling(_MODULE[name]), name)
 
 
 

@@ -19,16 +19,6 @@ _BL = bytes([0] + [len(bin(j)) - 2 for j in range(1, 256)])
 
 
 # from host/viper/common.py:18
-def _sibling(name):
-    # the module `name` of this package (microformer, or the tests' instrumented copy), imported
-    # by its full name on first use: `from . import name` would go through a package __getattr__
-    import sys
-    full = __name__.rpartition(".")[0] + "." + name
-    __import__(full)
-    return sys.modules[full]
-
-
-# from host/viper/common.py:27
 def _grow(box, n, typecode, fill):
     # box[0], replaced by a larger array of `fill` when it holds fewer than n items
     a = box[0]
@@ -38,7 +28,7 @@ def _grow(box, n, typecode, fill):
     return a
 
 
-# from host/viper/common.py:36
+# from host/viper/common.py:27
 def _filled(typecode, n, fill):
     # array(typecode) of n copies of fill, made without a transient of n items: from a list
     # or bytes the heap would hold the items twice; range fills it lazily, then _fill32
@@ -47,7 +37,7 @@ def _filled(typecode, n, fill):
     return a
 
 
-# from host/viper/common.py:44
+# from host/viper/common.py:35
 @micropython.viper
 def _fill32(buf, one, n: int):
     # buf[0:n] = the 32-bit item one[0], bit for bit
@@ -57,27 +47,27 @@ def _fill32(buf, one, n: int):
         p[i] = v
 
 
-# from host/viper/common.py:53
+# from host/viper/common.py:44
 def _iscratch(n):
     return _grow(_S, n, "i", 0)
 
 
-# from host/viper/common.py:57
+# from host/viper/common.py:48
 def _fscratch(n):
     return _grow(_F, n, "f", 0.0)
 
 
-# from host/viper/common.py:61
+# from host/viper/common.py:52
 def _gscratch(n):
     return _grow(_G, n, "f", 0.0)
 
 
-# from host/viper/common.py:65
+# from host/viper/common.py:56
 def _ones(n):
     return _grow(_ONES, n, "f", 1.0)
 
 
-# from host/viper/common.py:69
+# from host/viper/common.py:60
 def _mant15(x):
     # float x >= 0 -> (m, e) with x ~= m * 2^e and 2^14 <= m < 2^15 (m = 0 for x == 0)
     if x <= 0.0:
@@ -91,7 +81,7 @@ def _mant15(x):
 
 
 # ---- element helpers (cold paths; hot loops inline the same snippets) -----------------------
-# from host/viper/common.py:82
+# from host/viper/common.py:73
 @micropython.viper
 def _chk(x: int):
     # debug guard used by the instrumented copy in tests: |x| must fit a 32-bit signed int
@@ -101,7 +91,7 @@ def _chk(x: int):
         raise OverflowError("viper int32 bound exceeded")
 
 
-# from host/viper/common.py:91
+# from host/viper/common.py:82
 @micropython.viper
 def _store(buf, i: int, v: int, e: int):
     # buf[i] = v * 2^e as float32 bits; |v| < 2^31. Round to nearest, flush underflow, inf on overflow.
@@ -167,10 +157,10 @@ def _store(buf, i: int, v: int, e: int):
             p[i] = 0
         else:
             p[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-# from host/viper/common.py:96
+# from host/viper/common.py:87
 
 
-# from host/viper/common.py:98
+# from host/viper/common.py:89
 @micropython.viper
 def _zero(buf, n: int):
     p = ptr32(buf)
@@ -178,6 +168,6 @@ def _zero(buf, n: int):
         p[i] = 0
 
 
-# from host/viper/common.py:105
+# from host/viper/common.py:96
 def zero(buf, n):
     _zero(buf, n)

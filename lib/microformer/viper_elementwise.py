@@ -8,10 +8,11 @@ import micropython
 from array import array
 from math import exp, sqrt, tanh
 from .actkind import GELU, GELU_TANH, LEAKY_RELU, RELU, erf
-from .viper_common import _sibling, _store
+from .lazy import sibling as _sibling
+from .viper_common import _store
 
 
-# from host/viper/elementwise.py:11
+# from host/viper/elementwise.py:12
 @micropython.viper
 def _relu(out, inp, n: int, leaky: int):
     # out (n,) = relu(inp): x > 0 iff the sign bit is clear and the bits are not 0 (subnormals
@@ -33,13 +34,13 @@ def _relu(out, inp, n: int, leaky: int):
             if e == 255:
                 m = 0xFFFFFF
                 e = 254
-            # from host/viper/elementwise.py:28
+            # from host/viper/elementwise.py:29
             _store(out, i, 0 - (m >> 9) * 20972, e - 141 - 21)   # 0.01 ~ 20972 * 2^-21
         else:
             po[i] = 0
 
 
-# from host/viper/elementwise.py:33
+# from host/viper/elementwise.py:34
 @micropython.viper
 def _relu_back(dinp, dout, inp, n: int, leaky: int):
     # dinp (n,) = dout where inp > 0, else 0 (or 0.01 dout), as torch: relu passes dout where
@@ -62,7 +63,7 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
             if e == 255:
                 m = 0xFFFFFF
                 e = 254
-            # from host/viper/elementwise.py:51
+            # from host/viper/elementwise.py:52
             v = (m >> 9) * 20972
             if (g >> 31) & 1:
                 v = 0 - v
@@ -83,7 +84,7 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
 _TABLES = {}                # kind -> (Phi, D): array('i') of 385 Q29 values each
 
 
-# from host/viper/elementwise.py:71
+# from host/viper/elementwise.py:72
 def _tables(kind):
     t = _TABLES.get(kind)
     if t is None:
@@ -105,7 +106,7 @@ def _tables(kind):
     return t
 
 
-# from host/viper/elementwise.py:92
+# from host/viper/elementwise.py:93
 @micropython.viper
 def _gelu(out, inp, n: int, tab, nan, dout, back: int):
     # back 0: out (n,) = inp Phi(inp); back 1: out (n,) = dout D(inp)
@@ -156,7 +157,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
             f = tq & 0xFFFF
             dl = T[k + 1] - T[k]                            #!chk dl
             ph = T[k] + ((dl * (f >> 8) + ((dl * (f & 0xFF)) >> 8)) >> 8)   #!chk ph
-        # from host/viper/elementwise.py:124
+        # from host/viper/elementwise.py:125
         if neg:
             ph = one - ph                       # 1 - Phi(|x|), 1 - D(|x|) (may be < 0)
         sg = (y >> 31) & 1
@@ -174,7 +175,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
         while ph < 0x4000:
             ph = ph << 1
             pe -= 1
-        # from host/viper/elementwise.py:135
+        # from host/viper/elementwise.py:136
         v = (((y & 0x7FFFFF) | 0x800000) >> 8) * ph                 #!chk v
         e = ey - 142 + pe
         # from host/viper/snippets.py:30 (snippet pack_by)
@@ -233,7 +234,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
                 po[i] = 0
             else:
                 po[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-# from host/viper/elementwise.py:138
+# from host/viper/elementwise.py:139
 
 
 _NAN = array("f", [float("nan")])
@@ -245,7 +246,7 @@ _NAN = array("f", [float("nan")])
 _NONE = None                # viper compares objects with a global, not the literal
 
 
-# from host/viper/elementwise.py:149
+# from host/viper/elementwise.py:150
 @micropython.viper
 def _table(kind: int, back: int):
     # the GELU table of kind (forward: Phi, back: D), built on first use
@@ -255,7 +256,7 @@ def _table(kind: int, back: int):
     return t[back]
 
 
-# from host/viper/elementwise.py:158
+# from host/viper/elementwise.py:159
 @micropython.viper
 def act_forward(out, inp, N: int, kind: int):
     # out (N,) = f(inp (N,)); RELU, LEAKY_RELU, GELU, GELU_TANH in viper, TANH and SIGMOID portable
@@ -267,7 +268,7 @@ def act_forward(out, inp, N: int, kind: int):
         _sibling("kernels").act_forward(out, inp, N, kind)
 
 
-# from host/viper/elementwise.py:169
+# from host/viper/elementwise.py:170
 @micropython.viper
 def act_backward(dinp, dout, inp, out, N: int, kind: int):
     # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
@@ -287,7 +288,7 @@ def act_backward(dinp, dout, inp, out, N: int, kind: int):
 # How: the 24-bit mantissas as 12-bit halves, P = hh 2^24 + mid 2^12 + ll with hh, ll < 2^24 and
 #   mid < 2^25 [B8]; low = ll + (mid mod 2^12) 2^12 < 2^25, high = hh + mid / 2^12 + low / 2^24
 #   < 2^24 + 2^13 + 2: the 48-bit product as high 2^24 + low (mod 2^24), then rounded once.
-# from host/viper/elementwise.py:188
+# from host/viper/elementwise.py:189
 @micropython.viper
 def _drop(out, inp, keep, sc, n: int):
     # out (n,) = inp * sc[0] where keep[i] (bytes, 1 = kept), else 0
@@ -351,7 +352,7 @@ def _drop(out, inp, keep, sc, n: int):
 
 
 # ---- dropout's keep mask: xorshift32 in 16-bit halves (exactly kernels.dropout_mask's draws) ----
-# from host/viper/elementwise.py:251
+# from host/viper/elementwise.py:252
 @micropython.viper
 def _dmask(keep, state, n: int, threshold: int):
     # keep (n,) bytes: 1 where the top 24 bits of the next draw are >= threshold; state: the
@@ -375,7 +376,7 @@ dropout_mask = _dmask
 _SCALE = array("f", [0.0])
 
 
-# from host/viper/elementwise.py:274
+# from host/viper/elementwise.py:275
 def dropout_apply(out, inp, keep, n, scale):
     # out (n,) = inp * scale where keep[i], else 0: dropout's forward (inp = x) and its backward
     # (inp = dy: the same mask and scale)
@@ -384,7 +385,7 @@ def dropout_apply(out, inp, keep, n, scale):
 
 
 # ---- guards of the training step: a scan for NaN / inf and a bit copy (finite.py, optim.py) ----
-# from host/viper/elementwise.py:282
+# from host/viper/elementwise.py:283
 @micropython.viper
 def _first_nonfinite(buf, n: int) -> int:
     # index of the first element whose exponent bits are all ones (NaN or +-inf), or -1
@@ -395,7 +396,7 @@ def _first_nonfinite(buf, n: int) -> int:
     return -1
 
 
-# from host/viper/elementwise.py:292
+# from host/viper/elementwise.py:293
 @micropython.viper
 def _copy(dst, src, n: int):
     # dst (n,) = src (n,) as raw 32-bit words: four words per turn through a moving address
@@ -414,7 +415,7 @@ def _copy(dst, src, n: int):
     while a < end:
         ptr32(a + off)[0] = ptr32(a)[0]
         a += 4
-# from host/viper/elementwise.py:299
+# from host/viper/elementwise.py:300
 
 
 first_nonfinite = _first_nonfinite

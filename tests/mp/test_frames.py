@@ -72,7 +72,7 @@ HOT = {
                      "_Proj.backward", "_Proj._back", "_Proj._back_q8", "_Proj._adapter_back", "_Proj._dweight",
                      "_Proj._dbias", "_Proj._data"],
     # what a converted torch forward adds between layers (graph.py)
-    "graph.py": ["Residual.forward", "Residual.backward", "Residual._add_inner", "SelectPosition.forward",
+    "graph.py": ["SeqReduce._fmax", "SeqReduce._bmax", "Residual.forward", "Residual.backward", "Residual._add_inner", "SelectPosition.forward",
                  "SelectPosition._gather", "SelectPosition._ids", "SelectPosition.backward", "SelectPosition._scatter",
                  "PrependToken.forward", "PrependToken._place", "PrependToken.backward", "PrependToken._take",
                  "PrependToken._grad", "PrependToken._gather_tok", "PrependToken._seq_ids", "PrependToken._tok_ids",
@@ -89,7 +89,6 @@ OVER = {
                      "Attention._attend_back", "Attention._attend_back_tiled", "Attention._attend_back_dropped",
                      "Attention._decode_attend", "Attention._decode_attend_padded", "Attention._cross_attend",
                      "Attention._undropped"],
-    "graph.py": ["SeqReduce._fmax"],
 }
 
 

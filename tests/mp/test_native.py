@@ -5,7 +5,6 @@ models and optimizers against the NumPy reference (host/reference.py, through th
 the golden vectors (board/selftest.py), an Iris fit, the backend switch and its reasons, and the
 errors of bad arguments. The module is built when missing or older than its source; without
 MicroPython's source (../shared) the tests skip saying so, and under CI=true they fail instead."""
-import ast
 import json
 import os
 import re
@@ -50,14 +49,10 @@ def run(exe, folder, script, *args, heap="8M", timeout=600, cwd=None):
 
 
 def kernel_table():
-    """NATIVE and PORTABLE of lib/microformer/kernels_native.py, read from its source (it imports
-    only inside MicroPython)."""
-    tree = ast.parse(open(os.path.join(ROOT, "lib", "microformer", "kernels_native.py")).read())
-    out = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in ("NATIVE", "PORTABLE"):
-            out[node.targets[0].id] = ast.literal_eval(node.value)
-    return out["NATIVE"], out["PORTABLE"]
+    """NATIVE and PORTABLE of lib/microformer/kernels_native.py (it imports only inside
+    MicroPython): the kernel table's native column, 'C' and '-'."""
+    from microformer import kernel_table as T
+    return tuple(T.kernels("native", "C")), tuple(T.kernels("native", "-"))
 
 
 def test_every_kernel_is_native_or_listed_portable():

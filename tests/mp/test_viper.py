@@ -381,7 +381,7 @@ def _instrumented(tmp_path):
     pkg = d / "kv_checked"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(open(os.path.join(lib, "kernels_viper.py")).read())
-    for name in ("kernels.py", "actkind.py"):                  # what it imports besides viper_*.py
+    for name in ("kernels.py", "actkind.py", "kernel_table.py", "lazy.py"):   # what it imports besides viper_*.py
         (pkg / name).write_text(open(os.path.join(lib, name)).read())
     n = 0
     for name in sorted(os.listdir(lib)):
