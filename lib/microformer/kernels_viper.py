@@ -15,8 +15,9 @@
 #                      embedding lookup / gradient, KV store
 #   viper_q8           the GEMM of int8 frozen weights (quant.py): forward and input gradient
 #   viper_rows         argmax (a predicted class, the next token of greedy decoding), gather_rows (batches)
-# A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and its name
-# imported below; a kernel of kernels.py that stays portable goes into PORTABLE.
+# A new viper kernel: a source in host/viper/ (or a section of one), `make viper`, and the module's
+# name in the kernel table's viper column (kernel_table.py); a kernel that stays portable on viper
+# has '-' there, and a line below saying why.
 #
 # NUMBER FORMAT. Viper has no native float, so the kernels read array('f') buffers as raw
 # IEEE-754 bits through ptr32 and compute in integers:
@@ -141,20 +142,23 @@ def _check(m, where):
             _sibling("kernel_table").check(m, "viper", (n,))
 
 
-# _LAZY: ' kernel=module ...' for the kernels bound on first use (module 'kernels': portable): one
-# string, as the table is not kept (backend lets it go on MicroPython once a backend is chosen).
-# The kernels of the modules loaded now are bound through setattr, which keys them by their
-# interned names (a key made by str.split would stay on the heap as a string of its own).
-_LAZY = " "
+# _LAZY: ' kernel=module ...' for the kernels bound on first use (module 'kernels': portable), one
+# string made in one go (the table is not kept: backend lets it go on MicroPython once a backend
+# is chosen). The kernels of the modules loaded now are bound through setattr, which keys them by
+# their interned names (a key made by str.split would stay on the heap as a string of its own).
 _self = _sys.modules[__name__]
-for _n, _w, _, _ in _sibling("kernel_table").rows():
-    _LAZY += "%s=%s " % (_n, "kernels" if _w == "-" else _w)
+_LAZY = []
 for _w in _EAGER:
-    _m = _sibling("viper_" + _w, "the viper kernels")
-    _check(_m, _w)
-    for _n in _sibling("kernel_table").kernels("viper", _w):
+    _sibling("viper_" + _w, "the viper kernels")
+for _n, _w, _, _ in _sibling("kernel_table").rows():
+    if _w in _EAGER:
+        _m = _sibling("viper_" + _w)
+        if not hasattr(_m, _n):
+            _sibling("kernel_table").check(_m, "viper", (_n,))
         setattr(_self, _n, getattr(_m, _n))
-        _LAZY = _LAZY.replace(" %s=%s " % (_n, _w), " ")
+    else:
+        _LAZY.append("%s=%s" % (_n, "kernels" if _w == "-" else _w))
+_LAZY = " " + " ".join(_LAZY) + " "
 keep_weight = _sibling("viper_gemm").keep_weight     # not a kernel: Dense's copy of its weight for decoding
 del _w, _m, _n, _, _self
 
