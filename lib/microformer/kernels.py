@@ -830,11 +830,13 @@ def copy(dst, src, n):
 # average's divisor KS, as torch's count_include_pad=True), -inf for max pooling.
 
 
-def _conv_walk(out, dinp, dweight, dbias, dout, inp, weight, bias, B, L, C, Lout, OC, KS, stride, pad, dil, groups):
+def _conv_walk(out, dinp, dweight, dbias, dout, inp, weight, bias, conv):
     # the walk both directions of the convolution share: every output (b, t, o), every tap j whose
     # input position p = t stride + j dil - pad lies in 0..L-1, the Cg channels of o's group g.
     # out not None: the forward (out written); otherwise the backward (dout read; dinp, dweight,
-    # dbias accumulated where not None)
+    # dbias accumulated where not None). conv = (B, L, C, Lout, OC, KS, stride, pad, dil, groups): the
+    # sizes, one tuple (the kernels' own arguments stay positional: the viper and C versions fix them)
+    B, L, C, Lout, OC, KS, stride, pad, dil, groups = conv
     Cg = C // groups
     OCg = OC // groups
     for b in range(B):
@@ -875,7 +877,7 @@ def conv1d_forward(out, inp, weight, bias, B, L, C, Lout, OC, KS, stride, pad, d
     # inp (B, L, C); weight (OC, C/groups, KS) as torch's Conv1d; bias (OC,) or None
     # out (B, Lout, OC): out[b,t,o] = bias[o] + sum_{c, j} weight[o,c,j] inp[b, t stride + j dil - pad, g Cg + c]
     #   Cg = C / groups input channels per group, g = o // (OC / groups) the group of output channel o
-    _conv_walk(out, None, None, None, None, inp, weight, bias, B, L, C, Lout, OC, KS, stride, pad, dil, groups)
+    _conv_walk(out, None, None, None, None, inp, weight, bias, (B, L, C, Lout, OC, KS, stride, pad, dil, groups))
 
 
 def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, KS, stride, pad, dil, groups):
@@ -885,7 +887,7 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, L, C, Lout, OC, 
     # dbias (OC,) += sum_{b,t} dout[b,t,o]                                  (accumulated; skipped when None)
     if dinp is not None:
         zero(dinp, B * L * C)
-    _conv_walk(None, dinp, dweight, dbias, dout, inp, weight, None, B, L, C, Lout, OC, KS, stride, pad, dil, groups)
+    _conv_walk(None, dinp, dweight, dbias, dout, inp, weight, None, (B, L, C, Lout, OC, KS, stride, pad, dil, groups))
 
 
 def _pool_walk(dst, idx, src, pool, back):
