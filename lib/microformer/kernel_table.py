@@ -92,6 +92,8 @@ def rows():
 def kernels(column=None, value=None):
     """The kernels' names, in order; with column 'viper' or 'native', those whose entry there is
     `value` ('-': the portable kernel on that backend)."""
+    if column not in (None, "viper", "native"):
+        raise ValueError("kernel_table.kernels: column must be 'viper', 'native' or None, got %r" % (column,))
     i = (None, "viper", "native").index(column)
     for line in TABLE.split("\n"):
         if line:
@@ -100,20 +102,11 @@ def kernels(column=None, value=None):
                 yield f[0]
 
 
-def where(name, column):
-    """The table's entry for kernel `name` in column 'viper' or 'native', None when no kernel
-    has that name."""
-    i = ("viper", "native").index(column) + 1
-    for line in TABLE.split("\n"):
-        if line.startswith(name + " "):
-            return line.split(" ", 3)[i]
-    return None
-
-
 def check(mod, backend, names=None):
-    """Raise KernelTableError (a ValueError) naming the kernel, the backend and expected vs received when module `mod`
-    (the kernels of `backend`) lacks a kernel of the table (of `names` when given), or, where the
-    interpreter says how many arguments a function takes (CPython), takes another number."""
+    """Raise KernelTableError (a ValueError) naming the kernel, the backend and expected vs
+    received when module `mod` (the kernels of `backend`) lacks a kernel of the table (of `names`
+    when given), or, where the interpreter says how many arguments a function takes (CPython),
+    takes another number."""
     names = set(names) if names is not None else None
     for line in TABLE.split("\n"):
         if not line:

@@ -124,6 +124,12 @@ def test_the_table_is_well_formed():
         assert args[0] not in ("B", "N", "n", "C"), "%s: outputs first, sizes last" % name
 
 
+def test_columns_are_named():
+    assert list(kernel_table.kernels("viper", "rows")) == ["argmax", "gather_rows"]
+    with pytest.raises(ValueError, match="column must be 'viper', 'native' or None, got 'vipr'"):
+        list(kernel_table.kernels("vipr", "-"))
+
+
 def test_portable_kernels_match_the_table():
     assert mismatches("python", python_signatures(_read("kernels.py"))) == []
     extra = sorted(set(python_signatures(_read("kernels.py"))) - set(TABLE))
