@@ -38,6 +38,8 @@ HOT = {
     "train.py": ["train_step", "_backward", "_correct", "argmax", "Trainer.step", "Trainer._batch",
                  "Trainer._accumulate", "Trainer._part", "Trainer._back", "Trainer._view", "Trainer._labels_of"],
     "pool.py": ["GlobalAvgPool.forward", "GlobalAvgPool.backward"],
+    # the 1-D pools pass their sizes as one tuple (kernel_table.py: pool)
+    "pool1d.py": ["MaxPool1D.forward", "MaxPool1D.backward", "AvgPool1D.forward", "AvgPool1D.backward"],
     "decoder.py": ["DecoderBlock.forward", "DecoderBlock._check_pair", "DecoderBlock._run", "DecoderBlock._self_fwd",
                    "DecoderBlock._cross_fwd", "DecoderBlock._ffn_fwd", "DecoderBlock.backward", "DecoderBlock._back",
                    "DecoderBlock._ffn_back", "DecoderBlock._cross_back", "DecoderBlock._self_back",
