@@ -5,14 +5,15 @@
 # The session lives in mf_session.py, the user-example store in mf_examples.py, the drift demo
 # in mf_demo.py and mf_drift.py (imported on first use). `make deploy` sends them precompiled
 # (.mpy, which drops docstrings): the help text below is a string, so help() works on the board too.
-from mf_session import (CHECKPOINT, DATA_DIR, USER_DATA, FIT_EPOCHS, FIT_LR, KINDS, PARTS,  # noqa: F401
+from mf_session import (CHECKPOINT, DATA_DIR, USER_DATA, FIT_EPOCHS, FIT_LR,  # noqa: F401
                         SELECTIONS, Session)
 
-# The drift demo's names, imported on first use: a session that never runs the demo keeps its
-# modules off the heap (a board without PSRAM has a small one).
+# The drift demo's names and the kinds of parts freeze takes, imported on first use: a session
+# that never runs the demo or freezes keeps their modules off the heap (a board without PSRAM
+# has a small one).
 _LAZY = {"DEMO_DIR": "mf_demo", "DEMO_PRETRAINED": "mf_demo", "FREEZE": "mf_demo", "demo": "mf_demo",
          "demo_session": "mf_demo", "DRIFT_SCALE": "mf_drift", "DRIFT_OFFSET": "mf_drift",
-         "drift": "mf_drift"}
+         "drift": "mf_drift", "KINDS": "microformer.parts", "PARTS": "microformer.parts"}
 
 
 def __getattr__(name):
@@ -22,8 +23,10 @@ def __getattr__(name):
     try:                           # import statements: host/package.py follows them
         if mod == "mf_demo":
             import mf_demo as m
-        else:
+        elif mod == "mf_drift":
             import mf_drift as m
+        else:
+            from microformer import parts as m
     except ImportError as e:       # the text says what failed: MicroPython keeps no chained cause
         raise ImportError("%s (for finetune.%s) failed to import: %s" % (mod, name, e))
     v = globals()[name] = getattr(m, name)      # bound here once: later uses skip this function

@@ -146,5 +146,5 @@ def capture(session, read, label, n=None, rate_hz=RATE_HZ, count=1, verbose=None
               "readings; lower rate_hz or make read() faster)"
               % (rate_hz, slow, "" if slow == 1 else "s", L))
     session.add_examples(pairs)
-    from mf_extra import Pairs              # a list the REPL shows in one line
+    from mf_commands import Pairs           # a list the REPL shows in one line
     return Pairs(pairs)

@@ -13,11 +13,8 @@ from microformer.finite import float32_row
 
 _CHUNK = 512       # bytes per read when copying the old file
 
-# ---- shared by the session's modules: mf_session and mf_extra (which mf_session imports on
-# first use, and which never imports mf_session)
-# kinds of parameters freeze/unfreeze take besides names, globs and layer indices
-KINDS = ("embedding", "attention", "norm", "ffn", "head", "input", "bias", "all")
-ALIASES = {"embed": "input"}       # the name 'input' had before kinds came from the model
+# ---- shared by the session's modules: mf_session and those it imports on first use
+# (mf_commands, mf_adapter, mf_guard, mf_drift), which never import mf_session
 SELECTIONS = ("train", "test", "base", "user", "all")
 
 

@@ -60,11 +60,11 @@ except ImportError as e:
 
 
 def _broken_run(tmp_path, iris_flash, exe):
-    # board files where mf_demo.py and mf_extra.py fail to import (a name they import is missing);
+    # board files where mf_demo.py and mf_commands.py fail to import (a name they import is missing);
     # exe None: CPython
     board = tmp_path / "board"
     shutil.copytree(helpers.BOARD, str(board))
-    for name in ("mf_demo.py", "mf_extra.py"):
+    for name in ("mf_demo.py", "mf_commands.py"):
         p = board / name
         p.write_text("from mf_examples import no_such_function\n" + p.read_text())
     script = tmp_path / "broken.py"
@@ -83,7 +83,7 @@ def _broken_run(tmp_path, iris_flash, exe):
     extra = _lines(proc.stdout, "EXTRA")
     assert len(demo) == 1 and demo[0].startswith("mf_demo (for finetune.demo) failed to import: "), proc.stdout
     assert "no_such_function" in demo[0], proc.stdout
-    assert len(extra) == 1 and extra[0].startswith("mf_extra (the session's commands beyond fit and "
+    assert len(extra) == 1 and extra[0].startswith("mf_commands (the session's commands beyond fit and "
                                                    "evaluate) failed to import: "), proc.stdout
     assert "no_such_function" in extra[0], proc.stdout
 
