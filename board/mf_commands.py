@@ -14,6 +14,33 @@ from microformer.tensor import Tensor
 from mf_examples import SELECTIONS, Result, _is_number, _n, fmt
 
 
+# finetune.HELP: the module's commands (finetune.help() prints it)
+HELP = """finetune: fine-tune the checkpoint on flash, from the REPL
+  s = finetune.Session(checkpoint='model.mfck', data=None, user_data='data/user.csv',
+                       lr=0.02, batch_size=16, root=None, backend=None, verbose=True,
+                       adapter=None)
+  s = finetune.Session('iris.mfck')   another checkpoint on flash
+  s = finetune.Session(adapter='model.adapter.mfck')
+                                  the checkpoint + a LoRA adapter saved for it (s.save_adapter)
+  s.help()                        the session's commands
+  finetune.capture(s, read, label, n=None, rate_hz=50, count=1)
+                                  examples from a sensor: read() returns one reading (a number
+                                  or C numbers); a window model's example is L readings
+  finetune.demo(root=None, n=24, epochs=10, seed=0)
+                                  the Iris drift story in /demo (your files are not touched)
+  finetune.demo_session(fresh=True, root=None, verbose=True)
+                                  a Session on the demo's own files
+Files on flash (relative to the board's cwd '/'; Session(root=...) prefixes them):
+  model.mfck        the checkpoint `make deploy CHECKPOINT=path` copies: weights + meta (spec,
+                    task, classes or targets, input_shape, features, mean/std, data, split seed,
+                    n_train, history of on-board fits)
+  data/<meta data>  the base data the model was trained on (header line, label last), when the
+                    metadata names it ('data'); Session(data='data/x.csv') names another
+  data/user.csv     your examples, raw units; add_example appends, clear_examples() moves the
+                    file to data/user.csv.bak (then .bak2, ...)
+  model.adapter.mfck  s.save_adapter()'s file: only the trained tensors, for model.mfck alone
+  demo/             demo()'s own files (its checkpoint and examples)"""
+
 SESSION_HELP = """Session commands (s = finetune.Session(); raw units; labels by name or index,
 regression targets as numbers):
   s.info()                              what the session holds

@@ -8,7 +8,7 @@ import gc
 import os
 from array import array
 
-from microformer.checkpoint import _replace
+from microformer.checkpoint import replace_file
 from microformer.finite import float32_row
 
 _CHUNK = 512       # bytes per read when copying the old file
@@ -158,7 +158,7 @@ class Examples:
         tmp = self.path + ".tmp"
         try:
             repaired = self._write(tmp, old, text.encode())
-            _replace(tmp, self.path)
+            replace_file(tmp, self.path)
         except BaseException as e:          # a write error, a full flash, Ctrl-C: the file stays
             try:
                 os.remove(tmp)

@@ -13,7 +13,6 @@ from microformer import checkpoint
 from microformer import meta as _meta
 from microformer.data import Dataset, read_rows
 from microformer.finite import NonFiniteError, hyper
-from microformer.spec import from_spec
 from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import Trainer, duration
 
@@ -79,11 +78,12 @@ SETTLE_GC_BYTES = 8192
 # 4 KB gained nothing more and made loading several times slower).
 LOAD_GC_BYTES = 32768
 _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
-# Modules only loading needs: microformer.specplan, the checkpoint's check of what its spec would
-# allocate before anything is built (functions only, no classes). Session() drops them once the
-# load is done (and after a failed one) when the load imported them: their code's heap goes back
-# to the fit (10 KB on the 32-bit port); whatever needs them later imports them again.
-LOAD_ONLY = ("microformer.specplan",)
+# Modules only loading needs, functions and constants only (no classes): microformer.spec (the
+# model from its spec), specformat, and specplan (the checkpoint's check of what its spec would
+# allocate, before anything is built). On MicroPython, Session() drops those its load imported
+# once the load is done (or failed): their code's heap goes back to the fit (18 KB on the 32-bit
+# port); whatever needs them later (s.lora, s.save) imports them again. CPython keeps them.
+LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan")
 
 
 def _drop(names):
@@ -219,7 +219,7 @@ class Session:
         self._dirty = False                   # base weights fitted since the checkpoint was read
         old = _threshold() if _threshold else None
         self._reading = self.checkpoint_path    # the file a MemoryError while loading is about
-        loaded = [m for m in LOAD_ONLY if m not in sys.modules]     # what this load imports, it drops
+        loaded = [m for m in LOAD_ONLY if m not in sys.modules] if _threshold else ()    # this load's, dropped
         try:
             if _threshold:
                 _threshold(LOAD_GC_BYTES)        # reading leaves garbage among what stays
@@ -292,6 +292,7 @@ class Session:
         for _, shape in head["tensors"]:
             self._params_in_file += shape_size(shape)
         mf.seed(meta.get("init_seed", 1))
+        from microformer.spec import from_spec      # a module only loading needs: LOAD_ONLY
         self.model = from_spec(spec)
         self._shape, self.need = self._model_input(where)
         checkpoint.load(path, self.model)     # verified before any weight changes
