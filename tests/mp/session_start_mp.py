@@ -24,6 +24,9 @@ s = finetune.Session(root=sys.argv[1], verbose=False)
 s.fit(epochs=1, data="train", verbose=False)
 r = s.evaluate(verbose=False)
 print("LOADED session", loaded())
+# the modules only loading needs: dropped on MicroPython once the session is loaded, kept by CPython
+print("LOADONLY", sys.implementation.name,
+      sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan") if m in sys.modules))
 print("ACCURACY", r["accuracy"])
 p = s.predict([5.1, 3.5, 1.4, 0.2], verbose=False)
 import mf_commands  # noqa: E402
