@@ -106,6 +106,27 @@ def fit_count(meta):
     return len(meta.get("history") or [])
 
 
+def check_label(task, classes, targets, label, who, index=None):
+    """A label for a model of `task`: a class name or index of `classes` -> the class index; a
+    regression's target(s) (`targets` names them) -> a tuple of floats. ValueError naming `who`
+    and what was expected otherwise (NaN / inf refused)."""
+    if task == "regress":
+        T = len(targets)
+        v = label if isinstance(label, (list, tuple)) else [label]
+        if len(v) != T or not all(_is_number(t) for t in v):
+            raise ValueError("%s: %sthe target must be %s (%s), got %r"
+                             % (who, "" if index is None else "example %d: " % index,
+                                "a number" if T == 1 else "%d numbers" % T, ", ".join(targets), label))
+        v = [float(t) for t in v]
+        float32_row(who, v, targets, index)
+        return tuple(v)
+    if isinstance(label, int) and not isinstance(label, bool) and 0 <= label < len(classes):
+        return label
+    if label in classes:
+        return classes.index(label)
+    raise ValueError("%s: unknown label %r (expected one of %s)" % (who, label, ", ".join(classes)))
+
+
 class Inputs:
     """What one example of a model is, and its checks (raw units): `task` 'classify' or
     'regress', `input_shape` [F] or [L, C], `features` the channel names, `columns` one name per
@@ -164,22 +185,7 @@ class Inputs:
 
     def label(self, label, who, index=None):
         """A class name or index -> the class index; a regression's target(s) -> a tuple of floats."""
-        if self.task == "regress":
-            T = len(self.targets)
-            v = label if isinstance(label, (list, tuple)) else [label]
-            if len(v) != T or not all(_is_number(t) for t in v):
-                raise ValueError("%s: %sthe target must be %s (%s), got %r"
-                                 % (who, "" if index is None else "example %d: " % index,
-                                    "a number" if T == 1 else "%d numbers" % T, ", ".join(self.targets), label))
-            v = [float(t) for t in v]
-            float32_row(who, v, self.targets, index)
-            return tuple(v)
-        if isinstance(label, int) and not isinstance(label, bool) and 0 <= label < len(self.classes):
-            return label
-        if label in self.classes:
-            return self.classes.index(label)
-        raise ValueError("%s: unknown label %r (expected one of %s)"
-                         % (who, label, ", ".join(self.classes)))
+        return check_label(self.task, self.classes, self.targets, label, who, index)
 
     def rows(self, pairs, who):
         """(features, label) pairs -> the user-data file's rows [(numbers, label index)], every

@@ -539,10 +539,6 @@ class Session:
                                               self.classes, self.targets, self._labels)
         return self._inputs
 
-    def _check_label(self, label, who, index=None):
-        # mf_capture: an unknown label is refused before any sampling
-        return self._checks().label(label, who, index)
-
     def num_examples(self):
         """The number of user examples."""
         return len(self._examples.y)
