@@ -106,9 +106,9 @@ def capture(session, read, label, n=None, rate_hz=RATE_HZ, count=1, verbose=None
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError("capture: count must be an int >= 1, got %r" % (count,))
     rate_hz = hyper("capture", "rate_hz", rate_hz, 0.0, None, True)
-    check_label = getattr(session, "_check_label", None)
-    if check_label is not None:
-        check_label(label, "capture")           # an unknown label: refused before any sampling
+    if hasattr(session, "task"):                # an unknown label: refused before any sampling
+        from mf_commands import check_label
+        check_label(session.task, session.classes, session.targets, label, "capture")
     if verbose is None:
         verbose = getattr(session, "verbose", True)
     period = int(1000000 / rate_hz)
@@ -146,5 +146,5 @@ def capture(session, read, label, n=None, rate_hz=RATE_HZ, count=1, verbose=None
               "readings; lower rate_hz or make read() faster)"
               % (rate_hz, slow, "" if slow == 1 else "s", L))
     session.add_examples(pairs)
-    from mf_extra import Pairs              # a list the REPL shows in one line
+    from mf_commands import Pairs           # a list the REPL shows in one line
     return Pairs(pairs)

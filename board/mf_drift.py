@@ -14,31 +14,33 @@ def drift(features, scale=DRIFT_SCALE, offset=DRIFT_OFFSET):
     return [features[j] * scale[j] + offset[j] for j in range(len(features))]
 
 
-def drifted_examples(self, n=None, part="train", scale=None, offset=None, seed=0):
+def drifted_examples(task, input_shape, classes, raw, n=None, part="train", scale=None, offset=None,
+                     seed=0):
     """(features, label) pairs as the drifted sensor reads base rows (raw units).
 
-    self: a Session. part: 'train', 'test' or 'base' rows; n: how many (None: all), picked
+    task, input_shape, classes: the session's model; raw(part) -> (flat raw rows, class
+    indices): the session's rows of a selection. part: 'train', 'test' or 'base' rows; n: how many (None: all), picked
     with `seed` and balanced over the classes; scale, offset: the drift (None: DRIFT_SCALE,
     DRIFT_OFFSET).
     """
-    if self.task != "classify" or len(self.input_shape) != 1:
+    if task != "classify" or len(input_shape) != 1:
         raise ValueError("drifted_examples: the drift demo needs a classifier over flat features "
                          "(the Iris model); this one is a %s model with input %s"
-                         % (self.task, self.input_shape))
+                         % (task, input_shape))
     scale = DRIFT_SCALE if scale is None else scale
     offset = DRIFT_OFFSET if offset is None else offset
     if part not in ("train", "test", "base"):
         raise ValueError("drifted_examples: part must be 'train', 'test' or 'base', got %r" % (part,))
-    if len(scale) != self.num_features or len(offset) != self.num_features:
-        raise ValueError("drifted_examples: scale and offset need %d values each" % self.num_features)
-    X, y = self._raw(part)
-    F = self.num_features
+    F = input_shape[0]
+    if len(scale) != F or len(offset) != F:
+        raise ValueError("drifted_examples: scale and offset need %d values each" % F)
+    X, y = raw(part)
     order = list(range(len(y)))
     if n is not None:
         if not isinstance(n, int) or not 0 < n <= len(y):
             raise ValueError("drifted_examples: n must be an int in 1..%d, got %r" % (len(y), n))
         Rng(seed + 1).shuffle(order)
-        per = [[i for i in order if y[i] == c] for c in range(len(self.classes))]
+        per = [[i for i in order if y[i] == c] for c in range(len(classes))]
         order = []
         k = 0
         while len(order) < n:                   # round robin over the classes
@@ -49,5 +51,5 @@ def drifted_examples(self, n=None, part="train", scale=None, offset=None, seed=0
     out = []
     for i in order:
         raw = [X[i * F + j] for j in range(F)]
-        out.append(([float(fmt(v)) for v in drift(raw, scale, offset)], self.classes[y[i]]))
+        out.append(([float(fmt(v)) for v in drift(raw, scale, offset)], classes[y[i]]))
     return out

@@ -8,16 +8,13 @@ import gc
 import os
 from array import array
 
-from microformer.checkpoint import _replace
+from microformer.checkpoint import replace_file
 from microformer.finite import float32_row
 
 _CHUNK = 512       # bytes per read when copying the old file
 
-# ---- shared by the session's modules: mf_session and mf_extra (which mf_session imports on
-# first use, and which never imports mf_session)
-# kinds of parameters freeze/unfreeze take besides names, globs and layer indices
-KINDS = ("embedding", "attention", "norm", "ffn", "head", "input", "bias", "all")
-ALIASES = {"embed": "input"}       # the name 'input' had before kinds came from the model
+# ---- shared by the session's modules: mf_session and those it imports on first use
+# (mf_commands, mf_adapter, mf_guard, mf_drift), which never import mf_session
 SELECTIONS = ("train", "test", "base", "user", "all")
 
 
@@ -161,7 +158,7 @@ class Examples:
         tmp = self.path + ".tmp"
         try:
             repaired = self._write(tmp, old, text.encode())
-            _replace(tmp, self.path)
+            replace_file(tmp, self.path)
         except BaseException as e:          # a write error, a full flash, Ctrl-C: the file stays
             try:
                 os.remove(tmp)

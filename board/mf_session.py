@@ -5,6 +5,7 @@
 # checks them), the names of its parts from the model itself (state_dict names).
 import gc
 import os
+import sys
 from array import array
 
 import microformer as mf
@@ -12,28 +13,26 @@ from microformer import checkpoint
 from microformer import meta as _meta
 from microformer.data import Dataset, read_rows
 from microformer.finite import NonFiniteError, hyper
-from microformer.spec import from_spec
 from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import Trainer, duration
 
-from mf_examples import ALIASES, KINDS, SELECTIONS, Examples, Result, _mem_free, _n, exists, foreign, user_data_for  # noqa: F401
+from mf_examples import SELECTIONS, Examples, Result, _mem_free, _n, exists, foreign, user_data_for  # noqa: F401
 
 
-
-def _extra():
-    # mf_extra: the commands a session that loads, fits and evaluates does not need (examples,
-    # freezing, predict, save, info, help), imported on first use to keep the start small
+def _commands():
+    # mf_commands: the objects behind the commands a session that loads, fits and evaluates does
+    # not need (example checks, predict, help, ...), imported on first use to keep the start small
     try:
-        import mf_extra
+        import mf_commands
     except ImportError as e:      # the text says what failed: MicroPython keeps no chained cause
-        raise ImportError("mf_extra (the session's commands beyond fit and evaluate) failed to import: %s" % e)
-    return mf_extra
+        raise ImportError("mf_commands (the session's commands beyond fit and evaluate) failed to import: %s" % e)
+    return mf_commands
 
 
 def __getattr__(name):
-    # mf_session.SESSION_HELP, as before it moved to mf_extra
+    # mf_session.SESSION_HELP, kept in mf_commands
     if name == "SESSION_HELP":
-        return _extra().SESSION_HELP
+        return _commands().SESSION_HELP
     raise AttributeError("module 'mf_session' has no attribute '%s'" % name)
 
 
@@ -42,8 +41,6 @@ DATA_DIR = "data"                  # base data: DATA_DIR/<meta['data']>
 USER_DATA = "data/user.csv"       # model.mfck's examples; another checkpoint's: mf_examples.user_data_for
 FIT_EPOCHS = 10
 FIT_LR = 0.02
-
-PARTS = KINDS + tuple(ALIASES)
 
 
 class FitResult(Result):
@@ -67,103 +64,6 @@ class FitResult(Result):
         return iter(self.history)
 
 
-# ---- the model's parts ------------------------------------------------------------------
-
-class Part:
-    """One named parameter of the model, as model.state_dict() names it ('3.self_attn.in_proj_weight',
-    '5.bias'): its tensors (in_proj_weight is Wq, Wk, Wv), the layer that owns them, its kinds
-    and the index of its top-level layer."""
-
-    def __init__(self, name, tensors, layer, top):
-        self.name = name
-        self.tensors = tensors
-        self.layer = layer
-        self.top = top
-        self.kinds = []
-        self.size = 0
-        for t in tensors:
-            self.size += t.size
-
-    def shape(self):
-        s = list(self.tensors[0].shape)
-        for t in self.tensors[1:]:
-            s[0] += t.shape[0]
-        return s
-
-
-def _walk(layer, above, out):
-    # (leaf layer, type names of the layers above it) for every layer holding parameters itself
-    subs = layer.sublayers() if hasattr(layer, "sublayers") else ()
-    if subs:
-        here = above + [type(layer).__name__]
-        for sub in subs:
-            _walk(sub, here, out)
-    elif hasattr(layer, "params") and layer.params():
-        out.append((layer, above))
-    return out
-
-
-def model_parts(model):
-    """[Part] of a Sequential, in state_dict order, each with its kinds:
-    embedding  Embedding / positional embedding tables
-    attention  attention projections (an Attention layer, a block's self_attn / cross-attention)
-    norm       LayerNorm scale and shift
-    ffn        the feed-forward layers of a block (linear1, linear2) or a FeedForward
-    head       the last Dense of the Sequential (the output layer)
-    input      everything before the first layer holding attention (the input stem)
-    bias       every bias, and the LayerNorms (bias-only fine-tuning)
-    """
-    L = model.layers
-    owner = {}
-    leaves = []
-    for i in range(len(L)):
-        for leaf, above in _walk(L[i], [], []):
-            leaves.append((i, leaf, above))
-            for p, _ in leaf.params():
-                owner[id(p)] = (i, leaf, above)
-    parts = []
-    seen = {}
-    for name, tensors in model.state_parts():
-        k = owner.get(id(tensors[0]))
-        if k is None:
-            continue
-        parts.append(Part(name, tensors, k[1], k[0]))
-        for t in tensors:
-            seen[id(t)] = 1
-    for i, leaf, above in leaves:          # a layer of one's own without state_parts: its own names
-        for p, _ in leaf.params():
-            if id(p) not in seen:
-                parts.append(Part("%d.%s" % (i, p.name or "param"), [p], leaf, i))
-    first_att = len(L)
-    for i, leaf, above in leaves:
-        if type(leaf).__name__ == "Attention":
-            first_att = i
-            break
-    head = -1
-    for i in range(len(L)):
-        if type(L[i]).__name__ == "Dense":
-            head = i
-    for p in parts:
-        kind = type(p.layer).__name__
-        above = owner[id(p.tensors[0])][2]
-        k = p.kinds
-        if kind in ("Embedding", "LearnedPositionalEmbedding", "PositionalEncoding"):
-            k.append("embedding")
-        if kind == "Attention":
-            k.append("attention")
-        if "Norm" in kind:
-            k.append("norm")
-        if "FeedForward" in above or kind == "FeedForward":
-            k.append("ffn")
-        if p.top == head and p.layer is L[head]:
-            k.append("head")
-        if p.top < first_att and "head" not in k:
-            k.append("input")
-        if "Norm" in kind or p.name.endswith("bias"):
-            k.append("bias")
-    return parts
-
-
 # The first training step makes the model's buffers (activations, grads, the kernels' scratch),
 # each float32 array copied from a zeroed bytes object of its size that is garbage right after.
 # Without a collection in between, the arrays end up spaced by holes of their own size, and a
@@ -178,6 +78,22 @@ SETTLE_GC_BYTES = 8192
 # 4 KB gained nothing more and made loading several times slower).
 LOAD_GC_BYTES = 32768
 _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
+# Modules only loading needs, functions and constants only (no classes): microformer.spec (the
+# model from its spec), specformat, and specplan (the checkpoint's check of what its spec would
+# allocate, before anything is built). On MicroPython, Session() drops those its load imported
+# once the load is done (or failed): their code's heap goes back to the fit (18 KB on the 32-bit
+# port); whatever needs them later (s.lora, s.save) imports them again. CPython keeps them.
+LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan")
+
+
+def _drop(names):
+    # forget modules: sys.modules and the package's attribute hold the only references
+    for full in names:
+        if sys.modules.pop(full, None) is not None:
+            pkg, _, attr = full.rpartition(".")
+            owner = sys.modules.get(pkg)
+            if owner is not None:
+                owner.__dict__.pop(attr, None)
 
 
 class _Regression:
@@ -277,7 +193,7 @@ class Session:
         if backend:
             mf.set_backend(backend)
         else:
-            mf.backend._default()
+            mf.backend.use_default()
             if before[0] != mf.get_backend():
                 self._backend_note = ("; %r, set before this session, is not kept: Session(backend=%r) "
                                       "keeps it" % (before[0], before[0]))
@@ -296,11 +212,14 @@ class Session:
         self.need = None
         self._fits = 0
         self._cache = {}
-        self._frozen = {}
+        self._frozen = {}                     # {name: 1} of the frozen parameters
+        self._parts = None                    # microformer.parts' Parts, made on first use
+        self._inputs = None                   # mf_commands.Inputs, made on first use
         self._adapter_ids = {}                # ids of the LoRA tensors (s.lora, s.load_adapter)
         self._dirty = False                   # base weights fitted since the checkpoint was read
         old = _threshold() if _threshold else None
         self._reading = self.checkpoint_path    # the file a MemoryError while loading is about
+        loaded = [m for m in LOAD_ONLY if m not in sys.modules] if _threshold else ()    # this load's, dropped
         try:
             if _threshold:
                 _threshold(LOAD_GC_BYTES)        # reading leaves garbage among what stays
@@ -320,6 +239,7 @@ class Session:
         finally:
             if _threshold:
                 _threshold(old)
+            _drop(loaded)
 
     def _own_backend(self):
         # this session's backend, also after another session (or set_backend) chose another one
@@ -327,8 +247,8 @@ class Session:
             mf.set_backend(*self._backend)
 
     def help(self):
-        """Print the session's commands (mf_extra.SESSION_HELP)."""
-        print(_extra().SESSION_HELP)
+        """Print the session's commands (mf_commands.SESSION_HELP)."""
+        print(_commands().SESSION_HELP)
 
     def _path(self, p):
         if not self.root or p.startswith("/"):
@@ -341,25 +261,10 @@ class Session:
 
     # ---- loading ------------------------------------------------------------------------
 
-    def _missing(self):
-        # no checkpoint: say which ones this folder has and how to open one
-        path = self.checkpoint_path
-        d = path.rsplit("/", 1)[0] if "/" in path else ""
-        try:
-            have = sorted(n for n in os.listdir(d or ".") if n.endswith(".mfck"))
-        except OSError:
-            have = []
-        if have:
-            how = ("; %s has %s: open one with finetune.Session(%r)"
-                   % ("this board" if not d else d, ", ".join(have), have[0]))
-        else:
-            how = " (make deploy CHECKPOINT=path copies yours to the board as %s)" % CHECKPOINT
-        return OSError(2, "Session: no checkpoint at %r%s" % (path, how))
-
     def _load(self):
         path = self.checkpoint_path
         if not (exists(path) or exists(path + ".tmp")):
-            raise self._missing()
+            raise _commands().missing(path, CHECKPOINT)
         head = checkpoint.read_header(path)   # CheckpointError names the file
         where = "checkpoint %r" % path
         meta = head["meta"]
@@ -387,10 +292,10 @@ class Session:
         for _, shape in head["tensors"]:
             self._params_in_file += shape_size(shape)
         mf.seed(meta.get("init_seed", 1))
+        from microformer.spec import from_spec      # a module only loading needs: LOAD_ONLY
         self.model = from_spec(spec)
         self._shape, self.need = self._model_input(where)
         checkpoint.load(path, self.model)     # verified before any weight changes
-        self._find_parts()
         self._labels = []                     # regression: the last target's texts in the files
         self._loss = mf.CrossEntropyLoss() if self.task == "classify" else _MSE(len(self.targets))
         self._make_net()
@@ -421,12 +326,8 @@ class Session:
             meta["split"] = m["split"] = {"test": test}
             for i in range(len(notes)):
                 if notes[i].startswith("n_train"):
-                    notes[i] = ("split: the checkpoint gives none ('split' or 'n_train'): the board chose "
-                                "%d of the %d rows of %s as 'test' (%d%%, shuffled with split_seed %d) and "
-                                "keeps them in the checkpoint's metadata: s.save() writes them, and every "
-                                "later session uses the same rows" % (len(test), rows, self.data_path,
-                                                                      100 - int(100 * _meta.TRAIN_FRACTION),
-                                                                      m["split_seed"]))
+                    notes[i] = _commands().split_note(len(test), rows, self.data_path,
+                                                      100 - int(100 * _meta.TRAIN_FRACTION), m["split_seed"])
         e = foreign(self.user_path, len(self._file_columns()) + 1, path, self._path, m)
         if e is not None:
             raise e
@@ -476,13 +377,14 @@ class Session:
                          % (where, self.input_shape, "; ".join(why)))
 
     def _named(self):
+        # [(name, tensor)] for the optimizer's messages: state_dict names ('3.self_attn.in_proj_weight[0]')
         out = []
-        for p in self._parts:
-            if len(p.tensors) == 1:
-                out.append((p.name, p.tensors[0]))
+        for name, tensors in self.model.state_parts():
+            if len(tensors) == 1:
+                out.append((name, tensors[0]))
             else:
-                for k in range(len(p.tensors)):
-                    out.append(("%s[%d]" % (p.name, k), p.tensors[k]))
+                for k in range(len(tensors)):
+                    out.append(("%s[%d]" % (name, k), tensors[k]))
         return out
 
     def _file_columns(self):
@@ -624,16 +526,18 @@ class Session:
             return data, ds
         if isinstance(data, (Dataset, _Regression)):
             return "dataset", data
-        return _extra().select_list(self, data, who)
+        X, y = self._checks().pairs(data, who)
+        return "list of %d" % len(y), self._standardized(X, y)
 
-    # ---- the rarer commands: mf_extra, imported on first use ---------------------------
+    # ---- the rarer commands: objects of mf_commands and microformer.parts, loaded on first use
 
-    def _check_features(self, x, who, index=None):
-        # one example (raw units) -> list of floats
-        return _extra()._check_features(self, x, who, index)
-
-    def _check_label(self, label, who, index=None):
-        return _extra()._check_label(self, label, who, index)
+    def _checks(self):
+        # what one example of this model is, and its checks (mf_commands.Inputs: example(x, who)
+        # -> floats, label(y, who) -> class index or targets); made on first use
+        if self._inputs is None:
+            self._inputs = _commands().Inputs(self.task, self.input_shape, self.features, self.columns,
+                                              self.classes, self.targets, self._labels)
+        return self._inputs
 
     def num_examples(self):
         """The number of user examples."""
@@ -645,51 +549,85 @@ class Session:
 
     def add_examples(self, pairs, who="add_examples"):
         """Append (features, label) pairs (raw units); checked first, then written in one go."""
-        return _extra().add_examples(self, pairs, who)
+        self._examples.append(self._checks().rows(pairs, who))
+        self._cache.pop("user", None)
+        self._cache.pop("all", None)
+        n = len(self._examples.y)
+        self._say("%s in %s" % (_n(n, "user example"), self.user_path))
+        return n
 
     def clear_examples(self):
         """Forget the user examples; the user data file is kept as a backup (user.csv.bak, then
         .bak2, ...), never deleted. Returns the backup's path (None if there was no file)."""
-        return _extra().clear_examples(self)
+        n = len(self._examples.y)
+        kept = self._examples.clear()
+        self._cache.pop("user", None)
+        self._cache.pop("all", None)
+        if kept:
+            self._say("user examples cleared: %s moved to %s (to restore: os.rename(%r, %r))"
+                      % (_n(n, "example"), kept, kept, self.user_path))
+        else:
+            self._say("no user examples to clear (%s does not exist)" % self.user_path)
+        return kept
 
     def drifted_examples(self, n=None, part="train", scale=None, offset=None, seed=0):
         """(features, label) pairs as the demo's drifted sensor reads base rows (raw units);
         see mf_drift.drifted_examples."""
         from mf_drift import drifted_examples
-        return _extra().Pairs(drifted_examples(self, n, part, scale, offset, seed))
+        return _commands().Pairs(drifted_examples(self.task, self.input_shape, self.classes, self._raw,
+                                                  n, part, scale, offset, seed))
 
-    # ---- the model's parts and freezing -------------------------------------------------
+    # ---- the model's parts and freezing: microformer.parts --------------------------------
+
+    def _model_parts(self):
+        # the model's Parts (made on first use, and again after adapters came or went)
+        if self._parts is None:
+            from microformer.parts import model_parts
+            self._parts = model_parts(self.model)
+        return self._parts
 
     def parts(self, verbose=None):
         """The model's parameters as freeze/unfreeze name them: [(name, shape, kinds, frozen)];
         prints one line each."""
-        return _extra().parts(self, verbose)
-
-    def _apply_frozen(self):
-        return _extra()._apply_frozen(self)
+        return _commands().parts_table(self._model_parts(), self._frozen,
+                                       self.verbose if verbose is None else verbose)
 
     def freeze(self, *parts):
         """Keep these parts' weights fixed in fit(): kinds ('embedding' 'attention' 'norm' 'ffn'
         'head' 'input' 'bias' 'all'), state_dict names or prefixes ('3.self_attn', '5.weight'),
         globs ('3.*', '*.bias') or layer indices. Prints what changed; returns the names."""
-        return _extra()._set_trainable(self, parts, False, "freeze")
+        return self._set_trainable(parts, False, "freeze")
 
     def unfreeze(self, *parts):
         """Train these parts again (no argument: everything). Prints what changed."""
-        return _extra()._set_trainable(self, parts, True, "unfreeze")
+        return self._set_trainable(parts, True, "unfreeze")
+
+    def _set_trainable(self, parts, flag, who):
+        from microformer.parts import freeze
+        self._frozen, changed = freeze(self._model_parts(), self.model, parts, self._frozen, flag, who)
+        self._apply_frozen()
+        if self.verbose:
+            print(_commands().changed_text(who, changed, flag))
+            print(self.trainable_summary())
+        return [p.name for p in changed]
+
+    def _apply_frozen(self):
+        # the layers' flags as the frozen set says; the optimizer's parameters change: a new trainer
+        from microformer.parts import apply
+        self._make_net(apply(self._model_parts(), self._frozen, self._adapter_ids))
 
     def frozen(self):
         """The names of the frozen parameters."""
-        return [p.name for p in self._parts if p.name in self._frozen]
+        if not self._frozen:
+            return []
+        return [p.name for p in self._model_parts() if p.name in self._frozen]
 
     def trainable_summary(self):
-        n = 0
-        frozen = []
-        for p in self._parts:
-            if p.name in self._frozen:
-                frozen.append(p.name)
-            else:
-                n += p.size
+        if self._frozen:
+            from microformer.parts import trainable
+            n, frozen = trainable(self._model_parts(), self._frozen)
+        else:
+            n, frozen = self.model.param_count(), ()
         return "trainable params %d of %d; frozen: %s" % (n, self.model.param_count(),
                                                             ", ".join(frozen) if frozen else "none")
 
@@ -748,7 +686,9 @@ class Session:
             import mf_guard
             guard = (guard[0],) + mf_guard.check(*guard)
             try:
-                ds, val, why = mf_guard.plan(self, data, name, ds, why, guard[1])
+                ds, val, why = mf_guard.plan(data, name, ds, why, guard[1], self._fits + 1, self.num_features,
+                                             self._raw, self._base is not None, self._standardized,
+                                             self._select)
             except MemoryError:
                 raise self._oom("in fit, making its training set (your examples and the replayed "
                                 "rows) and validation sets (rehearse=0 replays none)")
@@ -770,7 +710,8 @@ class Session:
         if mf_guard is not None:
             lr0, dirty0 = self.lr, self._dirty    # a rollback puts back weights, optimizer state, lr
             try:
-                g = mf_guard.make(self, t, val, guard[0], guard[2], None if on_error != "rollback" else
+                loss = mf.CrossEntropyLoss() if self.task == "classify" else _MSE(len(self.targets))
+                g = mf_guard.make(t, loss, val, guard[0], guard[2], self.batch_size, None if on_error != "rollback" else
                                   (lambda: (t.restore(), setattr(self, "lr", lr0), setattr(self, "_dirty", dirty0))))
                 g.start(ds)
             except MemoryError:
@@ -824,24 +765,8 @@ class Session:
         # the optimizer's count: a Ctrl-C that lands after an epoch's last step but before the
         # trainer records that epoch leaves the history one epoch short, never the steps
         steps = opt.steps - steps0
-        if g is not None and log.interrupted and g.diverged is None:
-            # Ctrl-C: you chose to stop; the weights of the last full step stay, unjudged
-            what, text = "interrupted", ("interrupted: the guard chose no epoch (the weights of the last "
-                                         "full step stay; s.evaluate() shows what they do)")
-            if verbose:
-                print("fit: " + text)
-        elif g is not None:
-            used = self.lr           # a rollback puts back the lr from before this call
-            what, text = g.finish()
-            if verbose or what == "rollback":
-                print("fit: %s%s" % (text, "" if what != "rollback" else
-                                     "; rolled back: the weights, optimizer state and lr are those from "
-                                     "before this call" if on_error == "rollback" else
-                                     "; rolled back: the weights are those from before this call (with "
-                                     "on_error='keep' there is no copy of the optimizer state: Adam's "
-                                     "moments and lr are this fit's)"))
-                if g.diverged is not None:
-                    print("fit: lr %g is too high for this model: try fit(lr=%g)" % (used, used / 10))
+        if g is not None:           # what the guard keeps (a rollback puts back the lr from before this call)
+            what = mf_guard.finish(g, log.interrupted, verbose, on_error, self.lr)
         rec = _fit_record(self, name, len(ds), log, steps)
         if g is not None:
             rec["guard"] = what
@@ -993,21 +918,31 @@ class Session:
         return out
 
     def _evaluate_regress(self, name, ds, verbose):
-        return _extra()._evaluate_regress(self, name, ds, verbose)
-
+        try:
+            return _commands().evaluate_regress(self._trainer, ds, self.batch_size, self.targets, name,
+                                                self.verbose if verbose is None else verbose)
+        except MemoryError:
+            raise self._oom("in evaluate")
+        finally:
+            self.model.train()
 
     def predict(self, features, verbose=None):
         """(label, [probability per class]) for one example in raw units; for a regression model
         a result whose .values are the predicted targets."""
-        return _extra().predict(self, features, verbose)
+        return _commands().predict(self._checks(), self._trainer, self.mean, self.std, features,
+                                   self.verbose if verbose is None else verbose)
 
     def save(self, path=None):
         """Write the checkpoint atomically (default: the one this session loaded)."""
-        return _extra().save(self, path)
-
-    def _find_parts(self):
-        # the model's parts by state_dict name (again after adapters came or went: mf_adapter)
-        self._parts = model_parts(self.model)
+        if path is not None and not (isinstance(path, str) and path):
+            raise ValueError("save: path must be a file name (a non-empty str) or None, got %r" % (path,))
+        path = self._path(path) if path else self.checkpoint_path
+        self.meta["user_examples"] = len(self._examples.y)
+        n = checkpoint.save(path, self.model, self.meta)
+        if path == self.checkpoint_path:
+            self._dirty = False
+        self._say("saved %s (%d bytes)" % (path, n))
+        return n
 
     def _make_net(self, exclude=None):
         # the trainer of fit, over the model as it is now (exclude: ids of frozen tensors inside
@@ -1020,41 +955,88 @@ class Session:
 
     # ---- LoRA adapters: mf_adapter.py (and microformer.lora), imported on first use ----------
 
+    def _adapted(self, before, what):
+        # after adapters came or went: the parts, the frozen set (every base tensor when `before`
+        # is None, else the names frozen before), a new trainer and the memory a fit needs
+        from mf_adapter import adapted, memory_text
+        self._parts = None
+        self._adapter_ids, self._frozen, spec = adapted(self.model, self._model_parts(), before,
+                                                        "spec" in self.meta)
+        if spec is not None:
+            self.meta["spec"] = spec
+        self._apply_frozen()
+        full = self.need
+        self.need = self.model.summary((self.batch_size,) + self._shape, show=False)
+        if self.verbose:
+            print(what)
+            print(self.trainable_summary())
+            print(memory_text(self.batch_size, self.need, full))
+
+    def _adapter_path(self, path, who):
+        from mf_adapter import adapter_path
+        return adapter_path(self._path(path) if isinstance(path, str) and path else path,
+                            self.checkpoint_path, who)
+
     def lora(self, rank=4, alpha=8, targets=None):
         """Add LoRA adapters (rank, alpha: scaling alpha/rank) to the linear maps `targets` names
         (kinds 'attention' 'ffn' 'dense', or names / globs; None: 'attention' and 'ffn', those
         the model has), freeze everything else, and print the adapted maps, the trainable
-        parameters and the memory the fine-tune needs. Returns the adapted maps' names."""
+        parameters and the memory the fine-tune needs. s.unfreeze('head') trains the head too.
+        Returns the adapted maps' names."""
         from mf_adapter import lora
-        return lora(self, rank, alpha, targets)
+        names, what = lora(self.model, rank, alpha, targets, self._dirty)
+        self._adapted(None, what)
+        return names
 
     def save_adapter(self, path=None):
         """Write only the trained tensors (adapters, or what is unfrozen) atomically, naming this
         session's checkpoint as their base; default path: model.adapter.mfck beside it."""
         from mf_adapter import save_adapter
-        return save_adapter(self, path)
+        path = self._adapter_path(path, "save_adapter")
+        n = save_adapter(path, self.model, self.checkpoint_path, len(self._examples.y), self._dirty)
+        self._say("saved adapter %s (%d bytes) for %s" % (path, n, self.checkpoint_path))
+        return n
 
     def load_adapter(self, path):
-        """Load an adapter file on top of this session's checkpoint, which must be its base
-        (else CheckpointError naming both CRCs)."""
+        """Load an adapter file on top of this session's checkpoint, which must be the base it
+        was saved for (else CheckpointError naming both CRCs); refused after a fit that was not
+        saved. Both files are checked whole before anything changes."""
         from mf_adapter import load_adapter
-        return load_adapter(self, path)
+        path = self._adapter_path(path, "load_adapter")
+        what = load_adapter(path, self.model, self.checkpoint_path, self._dirty)
+        self._dirty = False
+        self._opt = None
+        self._adapted(None, what)
 
     def merge(self):
-        """Fold the adapters into the weights (W += (alpha/r) B A) and remove them."""
+        """Fold the adapters into the weights (W += (alpha/r) B A) and remove them: a plain model
+        (s.save() then writes it whole). Frozen parts stay frozen. Returns how many."""
         from mf_adapter import merge
-        return merge(self)
+        before = dict(self._frozen)
+        n, what = merge(self.model, bool(self._adapter_ids))
+        self._opt = None
+        self._dirty = True
+        self._adapted(before, what)
+        return n
 
     def int8(self, parts=None):
         """Store the frozen weight matrices (Dense, attention, FFN; or those `parts` names, which
         must be frozen) as int8 with a scale per row (microformer.quant); prints the weight memory
         before and after. s.save() writes them so. Returns the names converted."""
         from mf_adapter import int8
-        return int8(self, parts)
+        names, what, short = int8(self.model, parts, self.verbose)
+        self._adapted(dict(self._frozen), what)
+        if not self.verbose:
+            print(short)
+        return names
 
     def info(self):
         """Print what this session holds."""
-        return _extra().info(self)
+        print(_commands().info_text(self.checkpoint_path, self.meta, self.model.param_count(), self.task,
+                                    self.outputs, self._input_text(), self.data_path,
+                                    len(self._base[1]) if self._base else 0, self.user_path,
+                                    len(self._examples.y), self.trainable_summary(), self.batch_size,
+                                    self.need["total_bytes"], _mem_free()))
 
     def __repr__(self):
         return "<finetune.Session %s: %d user examples>" % (self.checkpoint_path, len(self._examples.y))

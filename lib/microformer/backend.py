@@ -84,7 +84,9 @@ def set_backend(which, reason=None):
     _let_table_go()
 
 
-def _default():
+def use_default():
+    """Select the interpreter's default backend (what `import microformer` chose), whatever an
+    earlier set_backend left; `why` says why it is the one."""
     # MicroPython trains on the C kernels when mf_native.mpy for its architecture is on sys.path,
     # else on the viper kernels (with the native emitter); CPython with NumPy on the NumPy kernels;
     # without them on the portable ones, and `why` says what was missing
@@ -127,4 +129,4 @@ def available():
     return out
 
 
-_default()
+use_default()

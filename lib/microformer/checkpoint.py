@@ -379,7 +379,7 @@ def save(path, model, meta=None, tag=None, spec="auto"):
         _remove_quietly(tmp)
         raise
     try:
-        _replace(tmp, path)
+        replace_file(tmp, path)
     except OSError as e:
         if _exists(path):           # the old file is still there: drop the new copy
             _remove_quietly(tmp)
@@ -420,7 +420,7 @@ def _promote(path, tmp):
     else:
         what = "%r is missing and %r holds the last complete checkpoint" % (path, tmp)
     try:
-        _replace(tmp, path)
+        replace_file(tmp, path)
     except OSError as e:
         raise OSError(_errno(e), "checkpoint.save: %s; renaming it to %r failed (%s), so nothing was "
                       "written and %r is kept" % (what, path, e, tmp))
@@ -487,7 +487,9 @@ def _write(tmp, size, tag_b, meta_b, named, version):
         f.close()
 
 
-def _replace(src, dst):
+def replace_file(src, dst):
+    """Rename src over dst: atomic where the filesystem renames over a file; elsewhere dst is
+    removed first (a reader then finds dst missing and the complete src beside it)."""
     rep = getattr(os, "replace", None)      # CPython: atomic on POSIX and Windows
     if rep is not None:
         rep(src, dst)

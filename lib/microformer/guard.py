@@ -31,7 +31,8 @@ class Diverged(Exception):
     """Raised from on_epoch to stop train.fit when the loss ran away; the guard then rolls back."""
 
 
-def _check(who, name, v, lo, hi, kind=float):
+def check(who, name, v, lo, hi, kind=float):
+    """v when it is a number (an int for kind int) in [lo, hi], else ValueError naming who and name."""
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and lo <= v <= hi
     if kind is int:
         ok = ok and isinstance(v, int)
@@ -45,7 +46,7 @@ def rehearsal(n_base, n_user, ratio, seed):
     """Indices (sorted) of the base training rows to replay beside n_user user examples:
     min(n_base, round(ratio * n_user)) rows drawn without replacement (seeded: the same on
     every port)."""
-    _check("rehearsal", "ratio", ratio, 0, 1000)
+    check("rehearsal", "ratio", ratio, 0, 1000)
     k = min(n_base, int(ratio * n_user + 0.5))
     if k <= 0:
         return []
@@ -58,7 +59,7 @@ def holdout(n_user, share, seed, least=HOLDOUT_MIN):
     """(train indices, validation indices) of n_user user examples: int(share * n_user) of them,
     drawn seeded, kept for validation; none below `least` examples (each one is then worth
     more trained on than held out)."""
-    _check("holdout", "share", share, 0, 0.5)
+    check("holdout", "share", share, 0, 0.5)
     k = int(share * n_user) if n_user >= least else 0
     idx = Rng(seed).shuffle(list(range(n_user)))
     val = sorted(idx[:k])
@@ -133,8 +134,8 @@ class Guard:
         if on_worse not in ON_WORSE:
             raise ValueError("fit: on_worse must be one of %s, got %r"
                              % (", ".join(repr(v) for v in ON_WORSE), on_worse))
-        _check("fit", "tol", tol, 0, 1)
-        _check("fit", "diverge", diverge, 1, 1e30)
+        check("fit", "tol", tol, 0, 1)
+        check("fit", "diverge", diverge, 1, 1e30)
         self.model = model
         self.loss_fn = loss_fn
         self.tol = tol
@@ -287,15 +288,16 @@ class Guard:
             last = self.last
             return "rollback", ("every epoch left validation worse than before the fit by more than "
                                 "the tolerance of %s (before: %s; last epoch: %s)"
-                                % (self._tol_text(), self.before.text(), last.text()))
+                                % (self.tol_text(), self.before.text(), last.text()))
         self._put()
         worse = self.best.worse_than(self.before, self.tol)
         return "best", ("kept epoch %d of %d: validation %s (before the fit: %s%s)"
                         % (self.best_epoch, self.epoch, self.best.text(), self.before.text(),
-                           "; worse by more than %s, kept: on_worse='keep'" % self._tol_text()
+                           "; worse by more than %s, kept: on_worse='keep'" % self.tol_text()
                            if worse else ""))
 
-    def _tol_text(self):
+    def tol_text(self):
+        """The tolerance in words (accuracy points, or RMSE relative to before)."""
         if self.classifies:
             return "%.1f points" % (100 * self.tol)
         return "%g%% RMSE" % (100 * self.tol)

@@ -36,12 +36,11 @@ class WindowSession:
     def __init__(self):
         self.meta = {"input_shape": [5, 3]}
         self.features = ["ax", "ay", "az"]
+        self.task = "classify"
+        self.classes = ["wave", "rest"]
+        self.targets = []
         self.verbose = False
         self.added = []
-
-    def _check_label(self, label, who):
-        if label not in ("wave", "rest"):
-            raise ValueError("%s: unknown label %r (expected one of wave, rest)" % (who, label))
 
     def add_examples(self, pairs):
         self.added.extend(pairs)

@@ -6,11 +6,11 @@
 import sys
 
 # modules a session on a Dense/attention classifier that only fits and evaluates never needs
-RARE = ("mf_demo", "mf_drift", "mf_extra", "mf_adapter", "mf_capture",
+RARE = ("mf_demo", "mf_drift", "mf_commands", "mf_adapter", "mf_capture",
         "microformer.viper_norm", "microformer.viper_conv", "microformer.viper_sequence", "microformer.viper_q8",
         "microformer.decoder", "microformer.block",
         "microformer.conv", "microformer.pool1d", "microformer.lora", "microformer.quant",
-        "microformer.heatmap", "microformer.norm", "microformer.feedforward", "microformer.embedding",
+        "microformer.heatmap", "microformer.parts", "microformer.norm", "microformer.feedforward", "microformer.embedding",
         "microformer.posenc", "microformer.posembed", "microformer.stream", "microformer.golden")
 
 
@@ -24,13 +24,16 @@ s = finetune.Session(root=sys.argv[1], verbose=False)
 s.fit(epochs=1, data="train", verbose=False)
 r = s.evaluate(verbose=False)
 print("LOADED session", loaded())
+# the modules only loading needs: dropped on MicroPython once the session is loaded, kept by CPython
+print("LOADONLY", sys.implementation.name,
+      sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan") if m in sys.modules))
 print("ACCURACY", r["accuracy"])
 p = s.predict([5.1, 3.5, 1.4, 0.2], verbose=False)
-import mf_extra  # noqa: E402
+import mf_commands  # noqa: E402
 import mf_demo  # noqa: E402
 import mf_drift  # noqa: E402
 print("SAME", finetune.demo is mf_demo.demo, finetune.DEMO_DIR is mf_demo.DEMO_DIR,
-      finetune.drift is mf_drift.drift, type(p) is mf_extra.Prediction, p.label in s.classes)
+      finetune.drift is mf_drift.drift, type(p) is mf_commands.Prediction, p.label in s.classes)
 try:
     finetune.no_such_name
 except AttributeError as e:

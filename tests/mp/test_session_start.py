@@ -1,7 +1,8 @@
 """A smaller start for a fine-tune session (tests/mp/session_start_mp.py): `import finetune` and a
 session that loads, fits and evaluates leave the rarer modules unloaded (the drift demo, the
 session's other commands, the viper kernels and layers Iris does not use), and each resolves on
-first use; a lazy board module that fails to import says which one and why; and the session runs
+first use; on MicroPython the modules only its load needed (spec, specformat, specplan) are gone
+once it is loaded; a lazy board module that fails to import says which one and why; and the session runs
 in the heap `make bench` reports for the 32-bit port (host/bench.py smallest_session_heap), so a
 change that makes it need more fails here."""
 import os
@@ -19,8 +20,8 @@ from test_finetune import board_mpy
 # `make deploy` sends them; mpy=False: the .py sources), plus a few KB: where arrays land moves
 # with any change to the code and with the paths the modules come from (a run from another folder
 # needed up to 10 KB more), so a margin keeps this about the need, not the layout.
-HEAP_MPY_KB = 266
-HEAP_PY_KB = 290
+HEAP_MPY_KB = 257
+HEAP_PY_KB = 291
 MARGIN_KB = 14
 
 
@@ -30,6 +31,9 @@ def _lines(out, tag):
 
 def _check_loaded(out):
     assert _lines(out, "LOADED") == ["import []", "session []"], out
+    # MicroPython drops what only the load needed (mf_session.LOAD_ONLY); CPython keeps it
+    assert _lines(out, "LOADONLY") in (["micropython []"], ["cpython ['microformer.spec', 'microformer.specformat', "
+                                                           "'microformer.specplan']"]), out
     assert _lines(out, "SAME") == ["True True True True True"], out
     assert _lines(out, "ATTR") == ["True"], out
 
@@ -60,11 +64,11 @@ except ImportError as e:
 
 
 def _broken_run(tmp_path, iris_flash, exe):
-    # board files where mf_demo.py and mf_extra.py fail to import (a name they import is missing);
+    # board files where mf_demo.py and mf_commands.py fail to import (a name they import is missing);
     # exe None: CPython
     board = tmp_path / "board"
     shutil.copytree(helpers.BOARD, str(board))
-    for name in ("mf_demo.py", "mf_extra.py"):
+    for name in ("mf_demo.py", "mf_commands.py"):
         p = board / name
         p.write_text("from mf_examples import no_such_function\n" + p.read_text())
     script = tmp_path / "broken.py"
@@ -83,7 +87,7 @@ def _broken_run(tmp_path, iris_flash, exe):
     extra = _lines(proc.stdout, "EXTRA")
     assert len(demo) == 1 and demo[0].startswith("mf_demo (for finetune.demo) failed to import: "), proc.stdout
     assert "no_such_function" in demo[0], proc.stdout
-    assert len(extra) == 1 and extra[0].startswith("mf_extra (the session's commands beyond fit and "
+    assert len(extra) == 1 and extra[0].startswith("mf_commands (the session's commands beyond fit and "
                                                    "evaluate) failed to import: "), proc.stdout
     assert "no_such_function" in extra[0], proc.stdout
 
