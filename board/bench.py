@@ -3,7 +3,7 @@
 #   >>> bench.memory()                      # heap after import, after the first Iris step, per step
 #   >>> bench.session()                     # an Iris fine-tune session (needs /model.mfck, /data)
 #   >>> import bench_sustained; bench_sustained.main()   # the same rates without a collection per round
-# Prints one table; host/bench.py runs this file under the unix port and parses the RESULT/MEM lines.
+# Prints one table; host/bench/bench_all.py runs this file under the unix port and parses the RESULT/MEM lines.
 import gc
 import sys
 import time
@@ -260,7 +260,7 @@ def fit_heap(path="datasets/iris.csv", warm=2, epochs=3, batch=16):
 
 def opt_steps(kind, n):
     """n optimizer steps (after one) of Adam or SGD (momentum 0.9) on the Iris model's gradients:
-    what host/bench.py counts instructions of (two runs, n and 0 steps)."""
+    what host/bench/bench_all.py counts instructions of (two runs, n and 0 steps)."""
     model, shape, classes = _iris()
     opt = mf.Adam(model, lr=1e-3) if kind == "adam" else mf.SGD(model, lr=1e-2, momentum=0.9)
     x, labels = _batch(shape, classes)
@@ -329,7 +329,7 @@ if __name__ == "__main__":
         opt_steps(argv[3], int(argv[4]) if len(argv) > 4 else 0)
     elif len(argv) >= 2 and argv[1] == "session":    # bench.py session ROOT: one fine-tune session
         session(argv[2] if len(argv) > 2 else None)
-    elif len(argv) >= 3:                 # bench.py MODEL BACKEND [STEPS [ROUNDS]]: one row (host/bench.py)
+    elif len(argv) >= 3:                 # bench.py MODEL BACKEND [STEPS [ROUNDS]]: one row (host/bench/bench_all.py)
         run(argv[1], argv[2], int(argv[3]) if len(argv) > 3 else None,
             rounds=int(argv[4]) if len(argv) > 4 else None)
     else:

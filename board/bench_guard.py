@@ -11,8 +11,8 @@
 #   plain    a fit on the 5 examples given as a list (data=pairs): no rehearsal, no validation,
 #            the last epoch stays (what s.fit() did before the guard)
 #   lr50     s.fit(lr=50): what the guard did and the accuracy after
-# and prints one line `GUARD {json}`. host/bench_quality.py runs it over seeds and writes
-# host/QUALITY.md.
+# and prints one line `GUARD {json}`. host/bench/bench_quality.py runs it over seeds and writes
+# host/results/QUALITY.md.
 import json
 import os
 import sys

@@ -7,7 +7,7 @@
 #   micropython budget.py goal encoder|gesture|decode [MODE]   (the memory goals: action_goal)
 # MODEL: sensor (board/sensor.py: BasicMotions windows, Conv1D + EncoderBlock, 16 wide) or
 # encoder (two EncoderBlocks, E=64, H=4, S=32, about 100k parameters, on ENCODER's synthetic task).
-# MODE: full, head, bias_norm, lora, lora_int8 (see MODES). host/bench_budget.py runs this file in
+# MODE: full, head, bias_norm, lora, lora_int8 (see MODES). host/bench/bench_budget.py runs this file in
 # the unix ports and parses the lines that start with BUDGET.
 import gc
 import sys
@@ -255,7 +255,7 @@ def action_peak(model_name, mode, checkpoint, data_dir=None):
 
 
 def action_steps(model_name, mode, checkpoint, n, data_dir=None):
-    """n training steps of BATCH rows (cycling over the data): host/bench_budget.py counts the
+    """n training steps of BATCH rows (cycling over the data): host/bench/bench_budget.py counts the
     instructions of runs of n and 2n steps (of the encoder's data only one batch is made)."""
     model, _, d, opt, loss_fn = setup(model_name, mode, checkpoint, data_dir, BATCH)
     k = 0
@@ -314,7 +314,7 @@ def action_accuracy(model_name, mode, checkpoint, epochs, data_dir=None, adapter
             trains=",".join(trains) if len(trains) < 4 else "%d_names" % len(trains))
 
 
-# ---- the memory goals (host/bench_budget.py goals) -------------------------------------------
+# ---- the memory goals (host/bench/bench_budget.py goals) -------------------------------------------
 # Each goal runs from a model made here (random weights: memory does not depend on their values):
 # encoder MODE: two fit steps of the encoder at an effective batch of BATCH rows through
 #   microformer.train.Trainer with micro_batch='auto' (the largest micro-batch whose memory plan

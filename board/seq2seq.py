@@ -1,7 +1,7 @@
 # seq2seq.py: reversing digit strings with the encoder-decoder Transformer (board REPL, MicroPython
 # or CPython). "31415" -> "51413": the decoder writes the source backwards, one digit per step,
 # then an end token.
-#   >>> import seq2seq; seq2seq.main("seq2seq.mfck")   # a host-trained checkpoint (host/train_seq2seq.py):
+#   >>> import seq2seq; seq2seq.main("seq2seq.mfck")   # a host-trained checkpoint (host/tools/train_seq2seq.py):
 #                                                      # greedy-decode the held-out strings through the
 #                                                      # caches; exact match and tokens/s per backend
 # Tokens. Source: 0 pad, 1 + d for digit d, END_SRC after the last digit.

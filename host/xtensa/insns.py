@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "host"))
+sys.path.insert(0, str(ROOT / "host" / "bench"))
 import run as xrun  # noqa: E402
 
 MP32 = ROOT / "build" / "mp32" / "micropython32-sp"
@@ -71,7 +71,7 @@ def x86_count(script, args, native=False):
     C-kernel module on its path when native), or (None, why)."""
     if not MP32.is_file() or not shutil.which("valgrind"):
         return None, "no 32-bit port or no valgrind"
-    import bench
+    import bench_common as bench
     path = [str(ROOT / "lib"), str(ROOT / "board")] + ([str(NATIVE_X86)] if native else [])
     env = dict(os.environ, MICROPYPATH=os.pathsep.join(path),
                PYTHONHASHSEED="0")

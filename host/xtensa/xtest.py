@@ -313,7 +313,7 @@ def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
     the golden selftest on the native backend; board/iris.py on native from five seeds (accuracy
     mean +- std, each seed learning the task and within one test sample of the x86 module's run of
     the same seed on the 32-bit port)."""
-    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp"), str(ROOT / "host")]
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp"), str(ROOT / "tests" / "oracles")]
     from test_native import TOL_PORTABLE
     same, detail = native_same_for_emulator()
     results.append(("native build", same, detail))

@@ -17,7 +17,7 @@ from microformer.data import read_csv
 import sensor  # noqa: E402
 import ts_to_csv  # noqa: E402
 
-HOST_SENSOR = os.path.join(helpers.HOST, "train_sensor.py")
+HOST_SENSOR = os.path.join(helpers.TOOLS, "train_sensor.py")
 DATA = os.path.join(helpers.ROOT, "datasets")
 
 
@@ -144,7 +144,7 @@ def test_on_the_virtual_board(tmp_path, checkpoint):
 
 
 def test_session_on_the_sensor_checkpoint(tmp_path, checkpoint):
-    """host/train_sensor.py writes what finetune.Session needs: the session scores the training
+    """host/tools/train_sensor.py writes what finetune.Session needs: the session scores the training
     file as the host did, predicts as board/sensor.py does, and names the model's parts."""
     import shutil
     import finetune

@@ -2,7 +2,7 @@
 session that loads, fits and evaluates leave the rarer modules unloaded (the drift demo, the
 session's other commands, the viper kernels and layers Iris does not use), and each resolves on
 first use; a lazy board module that fails to import says which one and why; and the session runs
-in the heap `make bench` reports for the 32-bit port (host/bench.py smallest_session_heap), so a
+in the heap `make bench` reports for the 32-bit port (host/bench/bench_common.py smallest_session_heap), so a
 change that makes it need more fails here."""
 import os
 import shutil
@@ -15,7 +15,7 @@ import helpers
 from test_finetune import board_mpy
 
 # The smallest -X heapsize (KB) from which every larger one ran the bench's session on the 32-bit
-# port, measured with host/bench.py smallest_session_heap (mpy=True: the modules compiled as
+# port, measured with host/bench/bench_common.py smallest_session_heap (mpy=True: the modules compiled as
 # `make deploy` sends them; mpy=False: the .py sources), plus a few KB: where arrays land moves
 # with any change to the code and with the paths the modules come from (a run from another folder
 # needed up to 10 KB more), so a margin keeps this about the need, not the layout.

@@ -1,4 +1,4 @@
-"""What deploy decides from a board's survey (host/deploy.py plan_deploy), without a board: a file
+"""What deploy decides from a board's survey (host/tools/deploy.py plan_deploy), without a board: a file
 the user changed or wrote is kept as .bak, never overwritten; a manifest deploy cannot read
 (not UTF-8, a folder, too big, not a manifest) counts as absent, so every file in deploy's way is
 kept as the user's."""

@@ -1,4 +1,5 @@
-"""No import circles among the package's modules (lib/microformer) and the board's files (board/):
+"""No import circles among the package's modules (lib/microformer), the board's files (board/ and
+its folders, imported by their bare names on a board) and the benchmarks (host/bench/):
 every import counts, the ones inside functions too (a lazy import only hides a circle until the
 function runs). A circle fails the test naming its modules in order."""
 import ast
@@ -65,6 +66,13 @@ def test_package_has_no_import_circles():
 def test_board_files_have_no_import_circles():
     g = _graph(os.path.join(helpers.ROOT, "board"), None)
     assert "mf_session" in g and "mf_examples" in g["mf_session"], "the graph misses mf_session's imports"
+    assert _cycles(g) == [], "import circles: %s" % [" -> ".join(c) for c in _cycles(g)]
+
+
+def test_benchmarks_have_no_import_circles():
+    # the benchmarks share one module (bench_common) and import each other only through it
+    g = _graph(os.path.join(helpers.ROOT, "host", "bench"), None)
+    assert "bench_budget" in g and "bench_common" in g["bench_budget"], "the graph misses bench_budget's imports"
     assert _cycles(g) == [], "import circles: %s" % [" -> ".join(c) for c in _cycles(g)]
 
 

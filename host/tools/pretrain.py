@@ -1,6 +1,6 @@
 """Pretrain the seed's Iris attention model on the host and write a checkpoint for the board.
 
-    python host/pretrain.py --data datasets/iris.csv --epochs 100 --out build/iris.mfck
+    python host/tools/pretrain.py --data datasets/iris.csv --epochs 100 --out build/iris.mfck
 
 CPython only (a host tool), but it trains with lib/microformer itself, so the weights are the
 ones the board would compute. The model and the 120/30 split come from microformer.models.
@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LIB = os.path.join(_ROOT, "lib")
 if _LIB not in sys.path:
     sys.path.insert(0, _LIB)

@@ -1,6 +1,6 @@
 """PNG plots of the sequence demos: training curves and every head's attention map.
 
-    python host/plots.py [--out build/plots] [--epochs 10] [--steps 300] [--cpython]
+    python host/tools/plots.py [--out build/plots] [--epochs 10] [--steps 300] [--cpython]
 
 The demos train inside real MicroPython (viper backend: seconds, not minutes) unless --cpython;
 the script there prints the history and the attention weights as JSON, and matplotlib draws them:
@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 RUNNER = r"""
 import json, sys

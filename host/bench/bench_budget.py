@@ -2,10 +2,10 @@
 sensor model (build/sensor.mfck) and on a two-EncoderBlock encoder (E=64, H=4, S=32, about 100k
 parameters; build/encoder.mfck), each on a drift task (board/budget.py documents both).
 
-    python host/bench_budget.py                      # the table (make bench-budget)
-    python host/bench_budget.py --models sensor --modes head,lora --no-callgrind
-    python host/bench_budget.py pretrain --out build/encoder.mfck    # the encoder checkpoint
-    python host/bench_budget.py goals [encoder,gesture,decode]       # the memory goals (make bench-budget)
+    python host/bench/bench_budget.py                      # the table (make bench-budget)
+    python host/bench/bench_budget.py --models sensor --modes head,lora --no-callgrind
+    python host/bench/bench_budget.py pretrain --out build/encoder.mfck    # the encoder checkpoint
+    python host/bench/bench_budget.py goals [encoder,gesture,decode]       # the memory goals (make bench-budget)
 
 Per model and mode (full, head only, bias + LayerNorm only, LoRA r=4 on attention + FFN with the
 head, the same with int8 frozen weights), on the 32-bit single-precision port (build/mp32, the
@@ -30,10 +30,10 @@ import subprocess
 import sys
 import tempfile
 
-import bench
+import bench_common as bench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 DRIVER = os.path.join(ROOT, "board", "budget.py")
 MP32 = bench.MP32
 CHECKPOINTS = {"sensor": os.path.join(ROOT, "build", "sensor.mfck"),
@@ -281,7 +281,7 @@ def table(exe=MP32, models=MODELS, modes=None, callgrind=True, heap=True):
             print(format_row(row, full), flush=True)
     for line in notes(rows):
         print("  " + line, flush=True)
-    print("command: python host/bench_budget.py (make bench-budget)", flush=True)
+    print("command: python host/bench/bench_budget.py (make bench-budget)", flush=True)
     return rows
 
 

@@ -1,7 +1,7 @@
-# host/checkpoint_np.py: the microformer checkpoint format (MFCK v1 and v2) with NumPy, written from the
+# tests/oracles/checkpoint_np.py: the microformer checkpoint format (MFCK v1 and v2) with NumPy, written from the
 # byte layout documented in lib/microformer/checkpoint.py without importing lib/.
 #
-#   python host/checkpoint_np.py info FILE      # header, metadata and every tensor
+#   python tests/oracles/checkpoint_np.py info FILE      # header, metadata and every tensor
 #
 # Layout (little-endian): "MFCK" u16 version=1 u16 flags=0 u32 file_size u32 crc32(bytes 0..11)
 # | u16 T, tag | u32 M, meta JSON | u32 N | N x (u16 L, name, u8 R, R x u32 dims, float32 data)
@@ -134,7 +134,7 @@ def read_int8(path):
 
 def main(argv):
     if len(argv) != 3 or argv[1] != "info":
-        print("usage: python host/checkpoint_np.py info FILE")
+        print("usage: python tests/oracles/checkpoint_np.py info FILE")
         return 2
     tag, meta, tensors = read(argv[2])
     print("tag:  %s" % tag)

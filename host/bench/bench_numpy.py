@@ -1,5 +1,5 @@
-# host/bench_numpy.py: the NumPy backend's training step against PyTorch's, one thread each.
-#   python host/bench_numpy.py [rounds]
+# host/bench/bench_numpy.py: the NumPy backend's training step against PyTorch's, one thread each.
+#   python host/bench/bench_numpy.py [rounds]
 # The model is make bench's E=64 block: Dense(16,64) -> Attention(64,4) -> GlobalAvgPool ->
 # Dense(64,4), batch 8 x 32 tokens, cross-entropy, Adam (lr 1e-3): forward, backward and the
 # optimizer step. Both run in this process with one thread (OpenBLAS/MKL/OMP and torch's own);
@@ -13,7 +13,7 @@ for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import sys  # noqa: E402
 import time  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "lib"))
 
 B, S, F, E, H, C = 8, 32, 16, 64, 4, 4

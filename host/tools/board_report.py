@@ -1,6 +1,6 @@
 """make board-report: selftest, bench and a short fine-tune on a board, in one file to share.
 
-    python host/board_report.py [--port /dev/ttyUSB0] [--checkpoint build/iris.mfck] [--epochs 2]
+    python host/tools/board_report.py [--port /dev/ttyUSB0] [--checkpoint build/iris.mfck] [--epochs 2]
                                 [--no-deploy] [--out build/board-report-DATE.md]
 
 Deploys (unless --no-deploy), then over mpremote: what the board is (firmware, machine, unique id,
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "bench"))
 from board_link import ROOT, mpremote, resolve_port  # noqa: E402
 import perfpage  # noqa: E402
 
@@ -88,7 +89,7 @@ def render(when, port, info, selftest, bench, finetune, version, commit, epochs)
             ("microformer on the board", info.get("microformer", "?")),
             ("package version (host)", version), ("commit (host)", commit), ("port", port)]
     md = ["# microformer board report, %s" % when, "",
-          "Made by `make board-report` (host/board_report.py). Selftest: **%s**." % verdict, "",
+          "Made by `make board-report` (host/tools/board_report.py). Selftest: **%s**." % verdict, "",
           "| | |", "|---|---|"] + ["| %s | %s |" % r for r in rows]
     for title, text in (("Selftest (board/selftest.py)", selftest), ("Bench (board/bench.py, Iris)", bench),
                         ("Fine-tune (/model.mfck, %d epochs, not saved)" % epochs, finetune)):

@@ -1,7 +1,7 @@
 """make deploy: precompile lib/microformer and board/*.py for the board's architecture and copy
 them, the data and your checkpoint to the board's flash.
 
-    python host/deploy.py [--port /dev/ttyACM0] [--checkpoint build/mine.mfck] [--data "a.csv b.csv"] [--force]
+    python host/tools/deploy.py [--port /dev/ttyACM0] [--checkpoint build/mine.mfck] [--data "a.csv b.csv"] [--force]
 
 Without --port (or PORT) the virtual board is the target, started when needed.
 
@@ -38,6 +38,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "viper"))
 from board_link import ROOT, board_lib_files, board_mpy, mpremote, resolve_port, tool  # noqa: E402
 from gen_viper import MODULES as _VIPER_MODULES  # noqa: E402
 

@@ -1,10 +1,9 @@
-# host/bench.py: `make bench` — board/bench.py run INSIDE MicroPython unix ports, both backends:
-# the stock 64-bit port and, when built (`make mp32`), the 32-bit single-precision port, whose heap
-# figures are the ESP32-like ones (object sizes, float width).
-#   python host/bench.py [--heap 64M] [--callgrind] [--checkpoint build/iris.mfck]
-# One micropython process per (model, backend) run so each peak-heap figure is its own; the iris
-# rows are the faster of two alternating runs per backend (the machine may be shared). One line is
-# printed per item as it is measured.
+# host/bench/bench_common.py: what the benchmarks share (host/bench/bench_all.py runs them all for
+# `make bench`): board/bench.py run INSIDE MicroPython unix ports, both backends: the stock 64-bit
+# port and, when built (`make mp32`), the 32-bit single-precision port, whose heap figures are the
+# ESP32-like ones (object sizes, float width). The interpreters, callgrind, one run per
+# (model, backend) so each peak-heap figure is its own, the smallest session heap. It imports no
+# other benchmark: they import it.
 import os
 import re
 import shutil
@@ -12,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STOCK = os.environ.get("MICROPYTHON") or os.path.join(ROOT, ".venv", "bin", "micropython")
 MP32 = os.environ.get("MICROPYTHON32") or os.path.join(ROOT, "build", "mp32", "micropython32-sp")
 PEER = ("plain C++ of the seed's math (g++ -O2, see the README): Iris 54.3k instructions per training sample"
@@ -153,7 +152,7 @@ def _session_runs(exe, flash, kb, path=None):
     path = path or [os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")]
     env = dict(os.environ, MICROPYPATH=os.pathsep.join(path))
     cmd = [exe, "-X", "heapsize=%dK" % kb, "-c", "import bench; bench.session(%r)" % flash]
-    # cwd: the flash folder (-c puts the cwd first on sys.path: host/bench.py must not be found)
+    # cwd: the flash folder (-c puts the cwd first on sys.path: only board/bench.py may answer to `bench`)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=flash)
     if out.returncode == 0 and re.search(r"^SESSION ok ", out.stdout, re.M):
         return True
@@ -166,6 +165,8 @@ def _session_runs(exe, flash, kb, path=None):
 def compiled_modules(exe, build):
     """lib/ and board/ compiled to .mpy for interpreter `exe` (its native arch, as `make deploy`
     compiles them for a board) under `build`; returns the two folders for MICROPYPATH."""
+    if os.path.join(ROOT, "host", "tools") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "host", "tools"))
     import deploy
     from board_link import ARCHS
     out = subprocess.run([exe, "-c", "import sys; print(sys.implementation._mpy)"], capture_output=True, text=True)
@@ -287,92 +288,16 @@ def cpython_table():
 
 
 def numpy_vs_torch():
-    """The NumPy backend's E=64 block step against PyTorch's, one thread each (host/bench_numpy.py,
+    """The NumPy backend's E=64 block step against PyTorch's, one thread each (host/bench/bench_numpy.py,
     in a process of its own: it pins the BLAS libraries to one thread before they load). Returns
     NumPy's time / PyTorch's, or what the script said instead of a figure (no torch)."""
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "host", "bench_numpy.py")], capture_output=True,
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "host", "bench", "bench_numpy.py")], capture_output=True,
                          text=True, timeout=1800)
     if out.returncode:
         raise SystemExit("bench numpy vs torch failed:\n%s%s" % (out.stdout, out.stderr))
     print(out.stdout.strip(), flush=True)
     m = re.search(r"NumPy backend (\S+) ms, PyTorch (\S+) ms", out.stdout)
     return float(m.group(1)) / float(m.group(2)) if m else out.stdout.strip()
-
-
-def main(argv):
-    heap = "64M"
-    if "--heap" in argv:
-        heap = argv[argv.index("--heap") + 1]
-    checkpoint = os.path.join(ROOT, "build", "iris.mfck")
-    if "--checkpoint" in argv:
-        checkpoint = argv[argv.index("--checkpoint") + 1]
-    if not os.path.exists(checkpoint):
-        raise SystemExit("bench: no pretrained checkpoint at %s (make pretrain)" % checkpoint)
-    goals = {}                          # the figures host/bench_goals.py holds against the goals
-    for name, exe, bits in interpreters():
-        print("== %s: %s" % (name, exe), flush=True)
-        table(exe, heap, bits)
-        decode_table(exe)
-        print("Iris heap (viper backend, gc.mem_alloc after a collection):", flush=True)
-        m = memory(exe)
-        print("  heap after import microformer: %s (the import added %s)" % (
-            _kb(int(m["import"][0])), _kb(int(m["import"][1]))), flush=True)
-        print("  heap after model + Adam + the first Iris step: %s" % _kb(int(m["first_step"][0])), flush=True)
-        print("  garbage per steady-state step: %.0f B (mean over %s steps, GC off)" % (
-            float(m["per_step"][0]), m["per_step"][1]), flush=True)
-        steps, per = fit_heap(exe)
-        print("  garbage per step of train.fit (Iris, batch 16, each epoch ending with a batch of 8):"
-              " %.0f B (mean over %d steps = 3 whole epochs, GC off)" % (per, steps), flush=True)
-        for mpy, kind in ((True, ".mpy modules, as make deploy installs them"), (False, ".py sources")):
-            kb, tried = smallest_session_heap(exe, checkpoint, mpy=mpy)
-            above = sorted(k for k in tried if k > kb)
-            print("  smallest -X heapsize from which every larger size runs an Iris fine-tune session (%s): %d KB"
-                  " (bisection, then %d larger sizes verified: every KB up to %d, and up to %d KB; %d runs)" % (
-                      kind, kb, len(above), kb + 32, max(above), len(tried)), flush=True)
-            if bits == 32:
-                goals["session_kb" if mpy else "session_kb_py"] = kb
-        key = "adam_mp32" if bits == 32 else "adam_stock"
-        if shutil.which("valgrind"):
-            ir = opt_instructions("adam", "viper", exe=exe)
-            goals[key] = ir if ir else "callgrind gave no count"
-            print("  Adam (viper): %s instructions per parameter per opt.step() (callgrind, Iris model)"
-                  % ("%.0f" % ir if ir else "no count"), flush=True)
-        else:
-            goals[key] = "valgrind is not installed"
-    cpython_table()
-    goals["numpy_x"] = numpy_vs_torch()
-    decode_table(None, ("python", "numpy"))
-    if "--callgrind" in argv and shutil.which("valgrind"):
-        callgrind_table(heap)
-    if os.path.exists(MP32):                   # what a user's loop sustains (host/bench_sustained.py)
-        import bench_sustained
-        goals.update(bench_sustained.goals(bench_sustained.main(["--callgrind"] if shutil.which("valgrind") else [])))
-    else:
-        goals.update(dict.fromkeys(("decode_sustained", "decode_512k", "iris_x", "block_x", "session_kb",
-                                    "session_kb_py", "adam_mp32"),
-                                   "the 32-bit port is not built (make mp32)"))
-    xtensa_table()                        # a section of its own: after the x86 figures it compares with
-    import bench_native                   # the C kernels beside viper (make native builds them)
-    goals.update(bench_native.main())
-    import bench_budget                   # fine-tuning within a budget: its own table (make bench-budget)
-    bench_budget.main([] if "--callgrind" in argv else ["--no-callgrind"])
-    import bench_goals                    # the speed goals against this run's figures, last
-    bench_goals.table(goals)
-
-
-def xtensa_table():
-    """Xtensa instructions of real runs on the emulated core (host/xtensa/insns.py; make xtensa-port),
-    next to the 32-bit port's x86 count of the same runs: the board-time figure that replaces
-    make xtensa-report's estimate (whose assumed cycle costs stay in that report). Viper's rows and
-    the native backend's (the board's build/native/xtensawin/mf_native.mpy there, x86's module on
-    the 32-bit port; make bench builds them first)."""
-    print("== Xtensa instructions (emulated core)", flush=True)
-    if not os.path.exists(os.path.join(ROOT, "build", "xtensa", "firmware.elf")):
-        print("not counted: build/xtensa/firmware.elf is missing (make xtensa-port)", flush=True)
-        return None
-    sys.path.insert(0, os.path.join(ROOT, "host", "xtensa"))
-    import insns
-    return insns.table(with_x86=bool(shutil.which("valgrind")))
 
 
 def callgrind_table(heap="64M"):
@@ -396,9 +321,3 @@ def callgrind_table(heap="64M"):
                   "update into the shadow with its checks, then the copy; Iris model)"
                   % (kind, "%.0f" % ir if ir else "no count"), flush=True)
     print("peer: " + PEER)
-
-
-if __name__ == "__main__":
-    import perfpage                     # host/PERFORMANCE.md from what this run prints
-    with perfpage.recorded([exe for _, exe, _ in interpreters()], command=" ".join(["host/bench.py"] + sys.argv[1:])):
-        main(sys.argv[1:])

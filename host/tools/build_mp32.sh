@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# host/build_mp32.sh SRC OUT: an ESP32-like MicroPython on this machine. Builds OUT/micropython32-sp,
+# host/tools/build_mp32.sh SRC OUT: an ESP32-like MicroPython on this machine. Builds OUT/micropython32-sp,
 # the MicroPython unix port as a static 32-bit (i386) program with single-precision floats, so that
 # viper `int` is a 32-bit word that wraps mod 2^32, floats are float32 and objects have a board's
 # sizes (the stock unix port from requirements.txt is 64-bit with double-precision floats).
@@ -32,8 +32,8 @@
 # commit as its version), SOURCE_DATE_EPOCH (build date baked in). About 15-30 s on 2 cores.
 set -euo pipefail
 
-SRC=${1:?usage: host/build_mp32.sh MICROPYTHON_SRC OUT_DIR (SRC: a source tree or a .tar.gz)}
-OUT=${2:?usage: host/build_mp32.sh MICROPYTHON_SRC OUT_DIR (SRC: a source tree or a .tar.gz)}
+SRC=${1:?usage: host/tools/build_mp32.sh MICROPYTHON_SRC OUT_DIR (SRC: a source tree or a .tar.gz)}
+OUT=${2:?usage: host/tools/build_mp32.sh MICROPYTHON_SRC OUT_DIR (SRC: a source tree or a .tar.gz)}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 PARTS="py extmod shared ports/unix lib/littlefs lib/oofatfs lib/re1.5 lib/uzlib lib/crypto-algorithms"
 

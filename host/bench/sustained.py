@@ -1,5 +1,5 @@
-# host/bench_sustained.py: the rates a user's own loop sustains (`make bench` prints this table).
-#   python host/bench_sustained.py [--callgrind]
+# host/bench/sustained.py: the rates a user's own loop sustains (`make bench` prints this table).
+#   python host/bench/sustained.py [--callgrind]
 # board/bench_sustained.py under the 32-bit port at the board's 512K heap: decode tokens/s and
 # Iris training steps/s with a collection before each timed round (as bench.py measures) and
 # without (as a user's loop runs), and the heap bytes each allocates; with --callgrind, the
@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-import bench
+import bench_common as bench
 
 SEED = {"iris": 54.3e3, "block": 16.0e6}     # the seed's C++ per training sample (shared/FACTS.md)
 _BIG = "2M"                                  # the heap a run that does not fit the board's is repeated in
@@ -69,7 +69,7 @@ def instructions(exe=bench.MP32, heaps=("512K", "64M")):
 
 
 def goals(result):
-    """host/bench_goals.py's figures from what main() returned: the sustained decode ratio and
+    """host/bench/bench_goals.py's figures from what main() returned: the sustained decode ratio and
     whether decoding ran at all at the 512K heap, Iris (512K) and the E=64 block (64M) against the
     seed's C++; a string where there is no figure."""
     col, sus, _, err = result["rates"]["decode"]

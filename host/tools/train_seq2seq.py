@@ -2,7 +2,7 @@
 and write the checkpoint board/seq2seq.py decodes: its metadata carries the model spec
 (mf.load_model rebuilds it) and the task it was trained for.
 
-    python host/train_seq2seq.py --steps 1500 --out build/seq2seq.mfck
+    python host/tools/train_seq2seq.py --steps 1500 --out build/seq2seq.mfck
 """
 import argparse
 import os
@@ -10,7 +10,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 for p in (os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")):
     if p not in sys.path:
         sys.path.insert(0, p)

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 LIB = ROOT / "lib" / "microformer"
 
@@ -32,7 +32,7 @@ def resolve_port(port=None, heap=None, quiet=False):
     port = port or os.environ.get("PORT") or ""
     if port:
         return port
-    sys.path.insert(0, str(ROOT / "host"))
+    sys.path.insert(0, str(ROOT / "host" / "tools"))
     import vboard
     # no HEAP asked for: a running board keeps its heap; a new one gets vboard.DEFAULT_HEAP
     board = vboard.VirtualBoard(heap=heap or os.environ.get("HEAP") or None)
@@ -70,7 +70,7 @@ def board_mpy(port):
 
 
 if __name__ == "__main__":
-    # `python host/board_link.py port`: the port to talk to (starts the virtual board if PORT is empty)
+    # `python host/tools/board_link.py port`: the port to talk to (starts the virtual board if PORT is empty)
     if sys.argv[1:] == ["port"]:
         print(resolve_port(quiet=True))
     else:

@@ -1,6 +1,6 @@
 """make selftest: deploy, then run board/selftest.py on the board; exit 1 if any check fails.
 
-    python host/selftest.py [--port /dev/ttyACM0]
+    python host/tools/board_selftest.py [--port /dev/ttyACM0]
 """
 import argparse
 import sys

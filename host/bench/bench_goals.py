@@ -1,5 +1,5 @@
-# host/bench_goals.py: the speed goals, what this run of `make bench` measured for each, met or not.
-# host/bench.py collects the figures its sections return into a dict and calls table() last; a
+# host/bench/bench_goals.py: the speed goals, what this run of `make bench` measured for each, met or not.
+# host/bench/bench_all.py collects the figures its sections return into a dict and calls table() last; a
 # goal this run did not measure (no valgrind, no 32-bit port, no torch) says so instead of a figure.
 # The seed's C++ figures are bench_sustained.SEED (shared/FACTS.md).
 
@@ -10,7 +10,7 @@ def _yes(x):
 
 GOALS = (
     ("decode_sustained", "sustained decode rate / collected rate, 32-bit port, viper, 512K heap "
-     "(host/bench_sustained.py)", 0.80, ">=", "{:.0%}"),
+     "(host/bench/sustained.py)", 0.80, ">=", "{:.0%}"),
     ("decode_512k", "the decode stack runs in a 512K heap, 32-bit port", 1, ">=", _yes),
     ("iris_x", "Iris instructions per training sample / the seed's C++, 32-bit port, 512K heap "
      "(callgrind)", 8.0, "<=", "x{:.2f}"),
@@ -22,7 +22,7 @@ GOALS = (
      "(as make deploy installs them)", 256, "<=", "{:.0f}"),
     ("session_kb_py", "the same with the .py sources (compiling them takes heap too)", 256, "<=", "{:.0f}"),
     ("numpy_x", "NumPy backend E=64 step time / PyTorch's, one thread", 1.2, "<=", "x{:.2f}"),
-    # the native backend (the C kernels, make native; host/bench_native.py): 32-bit port, x86 module
+    # the native backend (the C kernels, make native; host/bench/bench_native.py): 32-bit port, x86 module
     ("iris_native_x", "native: Iris instructions per training sample / the seed's C++, 32-bit port, 512K heap "
      "(callgrind)", 2.0, "<=", "x{:.2f}"),
     ("block_native_x", "native: E=64 block instructions per training sample / the seed's C++, 32-bit port "
@@ -52,7 +52,7 @@ def rows(measured):
 
 
 def table(measured):
-    """The goals as a Markdown table (host/PERFORMANCE.md keeps it as a table)."""
+    """The goals as a Markdown table (host/results/PERFORMANCE.md keeps it as a table)."""
     print("## Speed goals", flush=True)
     print("| measured | goal | this run | |", flush=True)
     print("|---|---|---|---|", flush=True)

@@ -3,7 +3,7 @@ microformer.data.read_csv reads: one row per series, the values time-major
 (t0_d0, t0_d1, ..., t0_d{D-1}, t1_d0, ...: [B, L*D] reshapes to channels-last [B, L, D]), the
 label last. Values are copied as written in the .ts file (no rounding).
 
-    python host/ts_to_csv.py BasicMotions_TRAIN.ts datasets/basicmotions_train.csv
+    python host/tools/ts_to_csv.py BasicMotions_TRAIN.ts datasets/basicmotions_train.csv
 """
 import argparse
 import os

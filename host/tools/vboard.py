@@ -3,8 +3,8 @@ unmodified ``mpremote`` drives exactly as it drives an ESP32 over USB serial.
 
 Usage::
 
-    python host/vboard.py up [--dir STATE_DIR] [--heap 512K] [--flash FLASH_DIR] [--micropython EXE]
-    python host/vboard.py down|status|path [--dir STATE_DIR]
+    python host/tools/vboard.py up [--dir STATE_DIR] [--heap 512K] [--flash FLASH_DIR] [--micropython EXE]
+    python host/tools/vboard.py down|status|path [--dir STATE_DIR]
     mpremote connect build/vboard/port exec "print('hi')"
     make mpremote ARGS="cp :model.mfck tuned.mfck"     # the same, the board started when needed
 
@@ -87,7 +87,7 @@ import time
 import tty
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STATE_DIR = REPO_ROOT / "build" / "vboard"
 DEFAULT_HEAP = "512K"
 

@@ -1,6 +1,6 @@
 """make demo: a host-pretrained Iris model meets a drifting sensor, and is fine-tuned on the board.
 
-    python host/demo.py [--port /dev/ttyACM0] [--checkpoint build/iris.mfck]
+    python host/tools/demo.py [--port /dev/ttyACM0] [--checkpoint build/iris.mfck]
 
 Deploys to the board (the virtual board when no port is given), then drives the REPL session in
 board/finetune.py over mpremote, step by step: accuracy on the drifted sensor before, on-board
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from board_link import mpremote, resolve_port  # noqa: E402
 from deploy import deploy  # noqa: E402
 
-sys.path[:0] = [str(Path(__file__).resolve().parent.parent / d) for d in ("lib", "board")]
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / d) for d in ("lib", "board")]
 from finetune import DEMO_DIR, DEMO_PRETRAINED  # noqa: E402  (the board's own names)
 
 STEPS = [

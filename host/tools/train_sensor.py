@@ -2,15 +2,15 @@
 checkpoint board/sensor.py fine-tunes: its metadata carries the model spec (mf.load_model rebuilds
 it), the class names and the per-channel standardization of the training split.
 
-    python host/train_sensor.py --epochs 60 --out build/sensor.mfck
-    python host/train_sensor.py --baselines     # 1-NN Euclidean and 1-NN DTW on the same split, for comparison
+    python host/tools/train_sensor.py --epochs 60 --out build/sensor.mfck
+    python host/tools/train_sensor.py --baselines     # 1-NN Euclidean and 1-NN DTW on the same split, for comparison
 """
 import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 for p in (os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")):
     if p not in sys.path:
         sys.path.insert(0, p)

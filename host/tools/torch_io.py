@@ -5,12 +5,12 @@
     module = to_torch(model)               # a torch module computing what the model computes
     load_into(my_module, "tuned.mfck")     # a checkpoint's weights back into YOUR torch module
 
-    python host/torch_io.py model.pt --model mymodel.py:build --out model.mfck --meta meta.json
+    python host/tools/torch_io.py model.pt --model mymodel.py:build --out model.mfck --meta meta.json
         model.pt: torch.save(module.state_dict(), 'model.pt'); mymodel.py:build: your Python file
         and the function in it that builds the module (that file is imported and runs: it is
         yours). Writes a checkpoint carrying its spec (mf.load_model rebuilds it on the board) and
         the metadata, checked with microformer.meta.check (defaults are printed, errors refused).
-    python host/torch_io.py tuned.mfck --model mymodel.py:build --out tuned.pt
+    python host/tools/torch_io.py tuned.mfck --model mymodel.py:build --out tuned.pt
         the reverse: a state_dict in your module's layout (torch.load(..., weights_only=True)).
     Nothing from a .pt runs: it is read with torch.load(weights_only=True). A whole pickled module
     (torch.save(module)) needs --trust, which runs code from the file.
@@ -55,7 +55,7 @@ import torch
 from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "lib"))
 import microformer as mf  # noqa: E402
 from microformer import checkpoint  # noqa: E402
 from microformer import meta as session_meta  # noqa: E402
