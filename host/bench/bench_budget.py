@@ -1,6 +1,6 @@
 """Fine-tuning within a budget: one table of what each fine-tuning mode costs and recovers, on the
 sensor model (build/sensor.mfck) and on a two-EncoderBlock encoder (E=64, H=4, S=32, about 100k
-parameters; build/encoder.mfck), each on a drift task (board/budget.py documents both).
+parameters; build/encoder.mfck), each on a drift task (board/bench/budget.py documents both).
 
     python host/bench/bench_budget.py                      # the table (make bench-budget)
     python host/bench/bench_budget.py --models sensor --modes head,lora --no-callgrind
@@ -11,10 +11,10 @@ Per model and mode (full, head only, bias + LayerNorm only, LoRA r=4 on attentio
 head, the same with int8 frozen weights), on the 32-bit single-precision port (build/mp32, the
 ESP32-like object sizes), viper backend:
 - heap KB: the smallest -X heapsize from which every larger size tried runs one fine-tuning epoch
-  (board/budget.py epoch: load the checkpoint, make the drifted data, fit one epoch);
+  (board/bench/budget.py epoch: load the checkpoint, make the drifted data, fit one epoch);
 - peak KB: the heap that epoch holds at its peak: gc.mem_alloc() after the first step and a
   collection (model, data, grads, optimizer state and every buffer, all kept), plus the most any
-  later step allocates with the GC off (board/budget.py peak);
+  later step allocates with the GC off (board/bench/budget.py peak);
 - Ir/sample: callgrind instructions per training sample, (runs of 2N steps - runs of N) / (N * batch);
 - accuracy on the drifted held-out split before and after the fine-tune, and its difference from
   the full fine-tune's;
@@ -34,7 +34,7 @@ import bench_common as bench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-DRIVER = os.path.join(ROOT, "board", "budget.py")
+DRIVER = os.path.join(ROOT, "board", "bench", "budget.py")
 MP32 = bench.MP32
 CHECKPOINTS = {"sensor": os.path.join(ROOT, "build", "sensor.mfck"),
                "encoder": os.path.join(ROOT, "build", "encoder.mfck")}
@@ -44,7 +44,7 @@ CALLGRIND_STEPS = {"sensor": 4, "encoder": 1}   # N of the runs of N and 2N step
 
 
 def _board_import():
-    for p in (os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")):
+    for p in [os.path.join(ROOT, "lib")] + bench.BOARD_PATH:
         if p not in sys.path:
             sys.path.insert(0, p)
     import budget
@@ -76,7 +76,7 @@ def pretrain(out, epochs=5, verbose=True):
 
 
 def _env():
-    return dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")]),
+    return dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(ROOT, "lib")] + bench.BOARD_PATH),
                 PYTHONHASHSEED="0")
 
 
@@ -286,7 +286,7 @@ def table(exe=MP32, models=MODELS, modes=None, callgrind=True, heap=True):
 
 
 # ---- the memory goals ------------------------------------------------------------------------
-# (name, board/budget.py goal arguments, goal KB, what): the smallest -X heapsize (KB, bisected)
+# (name, board/bench/budget.py goal arguments, goal KB, what): the smallest -X heapsize (KB, bisected)
 # from which two fit steps (or the decode) run on the 32-bit port, against the goal
 GOALS = (
     ("encoder full", ("encoder", "full"), 2500, "E=64 encoder, full fine-tune, effective batch 8"),

@@ -12,6 +12,24 @@ LIB = ROOT / "lib" / "microformer"
 HOST_ONLY = ("kernels_numpy.py",)
 
 
+# the folders whose .py files a board gets in its root folder, imported there by their bare names:
+# the session (board/), the demos (board/demos/), the benchmarks and checks (board/bench/)
+BOARD_DIRS = (ROOT / "board", ROOT / "board" / "demos", ROOT / "board" / "bench")
+
+
+def board_files():
+    """board/*.py, board/demos/*.py and board/bench/*.py, sorted by name: all land in the board's
+    root folder, so a name may be in one folder only (a second one stops here)."""
+    files = {}
+    for d in BOARD_DIRS:
+        for p in d.glob("*.py"):
+            if p.name in files:
+                raise SystemExit("board files: %s and %s share a name; a board's root folder holds one"
+                                 % (files[p.name].relative_to(ROOT), p.relative_to(ROOT)))
+            files[p.name] = p
+    return [files[n] for n in sorted(files)]
+
+
 def board_lib_files():
     """The lib/microformer/*.py files a board gets, sorted."""
     return [p for p in sorted(LIB.glob("*.py")) if p.name not in HOST_ONLY]

@@ -1,11 +1,11 @@
-"""make deploy: precompile lib/microformer and board/*.py for the board's architecture and copy
+"""make deploy: precompile lib/microformer and board/ (session, demos/, bench/) for the board's architecture and copy
 them, the data and your checkpoint to the board's flash.
 
     python host/tools/deploy.py [--port /dev/ttyACM0] [--checkpoint build/mine.mfck] [--data "a.csv b.csv"] [--force]
 
 Without --port (or PORT) the virtual board is the target, started when needed.
 
-Where things go: lib/microformer/*.py as .mpy to /lib/microformer/, board/*.py as .mpy to the
+Where things go: lib/microformer/*.py as .mpy to /lib/microformer/, board/*.py, board/demos/*.py and board/bench/*.py as .mpy to the
 flash root (import finetune, import iris, ... work by name; .mpy files carry no docstrings, so the
 REPL entry points print their help from strings), the data to /data/, the golden vectors to
 /golden/, and the checkpoint to /model.mfck, which finetune.Session() opens.
@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "viper"))
-from board_link import ROOT, board_lib_files, board_mpy, mpremote, resolve_port, tool  # noqa: E402
+from board_link import ROOT, board_files, board_lib_files, board_mpy, mpremote, resolve_port, tool  # noqa: E402
 from gen_viper import MODULES as _VIPER_MODULES  # noqa: E402
 
 # where deploy compiles what it copies (emptied and refilled on every deploy); MF_DEPLOY_BUILD
@@ -80,14 +80,14 @@ def _mpy_cross(arch, src, name, out):
 
 
 def compile_board(arch, build=None):
-    """board/*.py -> build/deploy/<arch>/board/*.mpy (`build`: another folder than BUILD);
-    returns the .mpy files."""
+    """board/*.py, board/demos/*.py, board/bench/*.py -> build/deploy/<arch>/board/*.mpy, in one
+    folder as on the board (`build`: another folder than BUILD); returns the .mpy files."""
     out = Path(build or BUILD) / (arch or "bytecode") / "board"
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     files = []
-    for src in sorted((ROOT / "board").glob("*.py")):
+    for src in board_files():
         _mpy_cross(arch, src, src.name, out / (src.stem + ".mpy"))
         files.append(out / (src.stem + ".mpy"))
     return files
@@ -564,7 +564,7 @@ def deploy(port, checkpoint=None, data=None, force=False, checkpoint_mode=None, 
     for src in board_lib_files():
         if (libdir / (src.stem + ".mpy")).exists():
             shadows[LIB_DIR + "/" + src.name] = sha256_file(src)
-    for src in sorted((ROOT / "board").glob("*.py")):
+    for src in board_files():
         shadows["/" + src.name] = sha256_file(src)
 
     plan = plan_deploy(port, want, shadows, BOARD_CHECKPOINT if checkpoint else None,

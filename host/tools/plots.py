@@ -53,7 +53,7 @@ print("PLOTDATA " + json.dumps({"digits": dig, "charlm": ch}))
 
 
 def collect(epochs, steps, cpython=False):
-    board = os.path.join(ROOT, "board")
+    board = os.path.join(ROOT, "board", "demos")
     lib = os.path.join(ROOT, "lib")
     if cpython:
         cmd = [sys.executable, "-c", "import sys; sys.path.insert(0, %r)\n" % lib + RUNNER, board,

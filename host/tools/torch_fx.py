@@ -707,8 +707,8 @@ def _is_add(n):
     return (n.op == "call_function" and n.target in _ADD) or (n.op == "call_method" and n.target in ("add", "__add__"))
 
 
-def convert(module, ignore_dropout=False, torch_io=None):
-    """Conversion of a torch module with its own forward: .model is a NamedSequential without weights."""
-    if torch_io is None:
-        import torch_io
+def convert(module, ignore_dropout, torch_io):
+    """Conversion of a torch module with its own forward: .model is a NamedSequential without weights.
+    torch_io: the module calling (its helper classes are leaves); passed in, so that this module
+    imports nothing of torch_io's and the two make no import circle."""
     return Conversion(module, ignore_dropout, torch_io)

@@ -1,5 +1,5 @@
 """Train the BasicMotions sensor classifier on the host (CPython, NumPy backend) and write the
-checkpoint board/sensor.py fine-tunes: its metadata carries the model spec (mf.load_model rebuilds
+checkpoint board/demos/sensor.py fine-tunes: its metadata carries the model spec (mf.load_model rebuilds
 it), the class names and the per-channel standardization of the training split.
 
     python host/tools/train_sensor.py --epochs 60 --out build/sensor.mfck
@@ -11,7 +11,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-for p in (os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")):
+for p in (os.path.join(ROOT, "lib"), os.path.join(ROOT, "board", "demos")):
     if p not in sys.path:
         sys.path.insert(0, p)
 import microformer as mf  # noqa: E402

@@ -1,5 +1,5 @@
-"""Train the digit-reversal encoder-decoder (board/seq2seq.py) on the host (CPython, NumPy backend)
-and write the checkpoint board/seq2seq.py decodes: its metadata carries the model spec
+"""Train the digit-reversal encoder-decoder (board/demos/seq2seq.py) on the host (CPython, NumPy backend)
+and write the checkpoint board/demos/seq2seq.py decodes: its metadata carries the model spec
 (mf.load_model rebuilds it) and the task it was trained for.
 
     python host/tools/train_seq2seq.py --steps 1500 --out build/seq2seq.mfck
@@ -11,7 +11,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-for p in (os.path.join(ROOT, "lib"), os.path.join(ROOT, "board")):
+for p in (os.path.join(ROOT, "lib"), os.path.join(ROOT, "board", "demos")):
     if p not in sys.path:
         sys.path.insert(0, p)
 import microformer as mf  # noqa: E402

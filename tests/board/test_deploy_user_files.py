@@ -55,7 +55,7 @@ def test_deploy_keeps_every_byte_of_the_users_files(tmp_path, iris_checkpoint):
 
         # what a user does to a board between deploys
         user = {
-            "/sensor.py": b"import machine\nprint('my sensor')\n",               # clashes with board/sensor.py
+            "/sensor.py": b"import machine\nprint('my sensor')\n",               # clashes with board/demos/sensor.py
             "/finetune.py": (ROOT / "board" / "finetune.py").read_bytes() + b"# my change\n",
             "/lib/microformer/mylayer.py": b"class MyLayer:\n    pass\n",
             "/data/iris.csv": (flash / "data" / "iris.csv").read_bytes() + b"6.1,2.8,4.7,1.2,versicolor\n",

@@ -5,7 +5,7 @@
 # peak (the heap high-water of that epoch), steps N (N training steps: for instruction counts),
 # accuracy N (N epochs, then held-out accuracy, adapter size, weight memory).
 #   micropython budget.py goal encoder|gesture|decode [MODE]   (the memory goals: action_goal)
-# MODEL: sensor (board/sensor.py: BasicMotions windows, Conv1D + EncoderBlock, 16 wide) or
+# MODEL: sensor (board/demos/sensor.py: BasicMotions windows, Conv1D + EncoderBlock, 16 wide) or
 # encoder (two EncoderBlocks, E=64, H=4, S=32, about 100k parameters, on ENCODER's synthetic task).
 # MODE: full, head, bias_norm, lora, lora_int8 (see MODES). host/bench/bench_budget.py runs this file in
 # the unix ports and parses the lines that start with BUDGET.
