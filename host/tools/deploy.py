@@ -29,6 +29,7 @@ A second deploy with nothing changed writes nothing.
 """
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -38,9 +39,21 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "viper"))
 from board_link import ROOT, board_files, board_lib_files, board_mpy, mpremote, resolve_port, tool  # noqa: E402
-from gen_viper import MODULES as _VIPER_MODULES  # noqa: E402
+
+
+def viper_generator():
+    """host/viper/gen_viper.py as the module gen_viper, loaded by its path: its folder (the viper
+    templates, read as text) stays off sys.path."""
+    if "gen_viper" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("gen_viper", ROOT / "host" / "viper" / "gen_viper.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gen_viper"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["gen_viper"]
+
+
+_VIPER_MODULES = viper_generator().MODULES
 
 # where deploy compiles what it copies (emptied and refilled on every deploy); MF_DEPLOY_BUILD
 # names another folder, so that two deploys running at once (a test suite on several workers)

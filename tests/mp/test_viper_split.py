@@ -17,7 +17,8 @@ import pytest
 
 import helpers
 import deploy
-import gen_viper
+
+gen_viper = deploy.viper_generator()   # host/viper/gen_viper.py (its folder of templates stays off sys.path)
 
 KERNELS_PY = os.path.join(helpers.ROOT, "lib", "microformer", "kernels.py")
 HAND_WRITTEN = [os.path.join(helpers.ROOT, "host", "viper", n) for n in sorted(os.listdir(
