@@ -112,7 +112,7 @@ def test_session_runs_in_the_heap_the_bench_reports(tmp_path, iris_flash, mpy):
         path = board_mpy(tmp_path / "mpy", exe)       # as make deploy compiles them
         kb = HEAP_MPY_KB
     else:
-        path = os.pathsep.join([helpers.BOARD, helpers.LIB])
+        path = os.pathsep.join(helpers.BOARD_PATH + [helpers.LIB])
         kb = HEAP_PY_KB
     for size in range(kb + MARGIN_KB, kb + MARGIN_KB + 25, 3):
         ok, out = _session_runs(exe, path, flash, size)
