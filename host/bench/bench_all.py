@@ -1,6 +1,6 @@
 # host/bench/bench_all.py: `make bench` — every benchmark in turn, one line per item as it is
 # measured, recorded into host/results/bench-output.txt and rendered as host/results/PERFORMANCE.md
-# (perfpage.py). The training-step tables run board/bench/bench.py INSIDE the MicroPython unix ports,
+# (perfpage.py). The training-step tables run board/benchmarks/bench.py INSIDE the MicroPython unix ports,
 # both backends (bench_common.py); then CPython, what a user's loop sustains (sustained.py), the
 # Xtensa counts, the C kernels (bench_native.py), fine-tuning within a budget (bench_budget.py) and
 # the speed goals (bench_goals.py). The iris rows are the faster of two alternating runs per

@@ -1,6 +1,6 @@
 """Fine-tuning within a budget: one table of what each fine-tuning mode costs and recovers, on the
 sensor model (build/sensor.mfck) and on a two-EncoderBlock encoder (E=64, H=4, S=32, about 100k
-parameters; build/encoder.mfck), each on a drift task (board/bench/budget.py documents both).
+parameters; build/encoder.mfck), each on a drift task (board/benchmarks/budget.py documents both).
 
     python host/bench/bench_budget.py                      # the table (make bench-budget)
     python host/bench/bench_budget.py --models sensor --modes head,lora --no-callgrind
@@ -11,10 +11,10 @@ Per model and mode (full, head only, bias + LayerNorm only, LoRA r=4 on attentio
 head, the same with int8 frozen weights), on the 32-bit single-precision port (build/mp32, the
 ESP32-like object sizes), viper backend:
 - heap KB: the smallest -X heapsize from which every larger size tried runs one fine-tuning epoch
-  (board/bench/budget.py epoch: load the checkpoint, make the drifted data, fit one epoch);
+  (board/benchmarks/budget.py epoch: load the checkpoint, make the drifted data, fit one epoch);
 - peak KB: the heap that epoch holds at its peak: gc.mem_alloc() after the first step and a
   collection (model, data, grads, optimizer state and every buffer, all kept), plus the most any
-  later step allocates with the GC off (board/bench/budget.py peak);
+  later step allocates with the GC off (board/benchmarks/budget.py peak);
 - Ir/sample: callgrind instructions per training sample, (runs of 2N steps - runs of N) / (N * batch);
 - accuracy on the drifted held-out split before and after the fine-tune, and its difference from
   the full fine-tune's;
@@ -34,7 +34,7 @@ import bench_common as bench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-DRIVER = os.path.join(ROOT, "board", "bench", "budget.py")
+DRIVER = os.path.join(ROOT, "board", "benchmarks", "budget.py")
 MP32 = bench.MP32
 CHECKPOINTS = {"sensor": os.path.join(ROOT, "build", "sensor.mfck"),
                "encoder": os.path.join(ROOT, "build", "encoder.mfck")}
@@ -286,7 +286,7 @@ def table(exe=MP32, models=MODELS, modes=None, callgrind=True, heap=True):
 
 
 # ---- the memory goals ------------------------------------------------------------------------
-# (name, board/bench/budget.py goal arguments, goal KB, what): the smallest -X heapsize (KB, bisected)
+# (name, board/benchmarks/budget.py goal arguments, goal KB, what): the smallest -X heapsize (KB, bisected)
 # from which two fit steps (or the decode) run on the 32-bit port, against the goal
 GOALS = (
     ("encoder full", ("encoder", "full"), 2500, "E=64 encoder, full fine-tune, effective batch 8"),

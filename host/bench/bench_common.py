@@ -1,5 +1,5 @@
 # host/bench/bench_common.py: what the benchmarks share (host/bench/bench_all.py runs them all for
-# `make bench`): board/bench/bench.py run INSIDE MicroPython unix ports, both backends: the stock 64-bit
+# `make bench`): board/benchmarks/bench.py run INSIDE MicroPython unix ports, both backends: the stock 64-bit
 # port and, when built (`make mp32`), the 32-bit single-precision port, whose heap figures are the
 # ESP32-like ones (object sizes, float width). The interpreters, callgrind, one run per
 # (model, backend) so each peak-heap figure is its own, the smallest session heap. It imports no
@@ -15,14 +15,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 STOCK = os.environ.get("MICROPYTHON") or os.path.join(ROOT, ".venv", "bin", "micropython")
 MP32 = os.environ.get("MICROPYTHON32") or os.path.join(ROOT, "build", "mp32", "micropython32-sp")
 # what MICROPYPATH needs besides lib/ for the board's files: the session, the demos, the benchmarks
-BOARD_PATH = [os.path.join(ROOT, "board")] + [os.path.join(ROOT, "board", d) for d in ("demos", "bench")]
+BOARD_PATH = [os.path.join(ROOT, "board")] + [os.path.join(ROOT, "board", d) for d in ("demos", "benchmarks")]
 PEER = ("plain C++ of the seed's math (g++ -O2, see the README): Iris 54.3k instructions per training sample"
         " (a second such program: 41.5k), the E=64 block 13.4M")
 
 
 def _run(exe, model, backend, heap, steps=None, prefix=()):
     env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
-    cmd = list(prefix) + [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench", "bench.py"), model, backend]
+    cmd = list(prefix) + [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "benchmarks", "bench.py"), model, backend]
     if steps:
         cmd.append(str(steps))
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -49,7 +49,7 @@ def _callgrind_ir(model, backend, steps, heap, exe=STOCK):
     # total instructions of a whole run (startup + warmup + steps) under callgrind; None, with
     # the reason printed, when the run itself failed (a failed run's count measures nothing)
     env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"), PYTHONHASHSEED="0")
-    cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench", "bench.py"), model, backend, str(steps), "1"]
+    cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "benchmarks", "bench.py"), model, backend, str(steps), "1"]
     ir, r = callgrind(cmd, env, 3600)
     if r.returncode or not re.search(r"^RESULT ", r.stdout, re.M):
         text = r.stdout + r.stderr
@@ -83,10 +83,10 @@ def decode_table(exe=None, backends=("python", "viper"), heap="256M"):
         for b in backends:
             if exe is None:
                 env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
-                cmd = [sys.executable, os.path.join(ROOT, "board", "bench", "bench.py"), "decode", b]
+                cmd = [sys.executable, os.path.join(ROOT, "board", "benchmarks", "bench.py"), "decode", b]
             else:
                 env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
-                cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench", "bench.py"), "decode", b]
+                cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "benchmarks", "bench.py"), "decode", b]
             tps, hb = _decode_run(cmd, env)
             if b not in best or tps > best[b][0]:
                 best[b] = (tps, hb)
@@ -101,7 +101,7 @@ def decode_table(exe=None, backends=("python", "viper"), heap="256M"):
 def fit_heap(exe):
     """Heap bytes per step of train.fit on Iris (whole epochs, the partial batch included), viper."""
     env = dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(ROOT, "lib")] + BOARD_PATH))
-    cmd = [exe, "-X", "heapsize=8M", os.path.join(ROOT, "board", "bench", "bench.py"), "fitheap", "viper"]
+    cmd = [exe, "-X", "heapsize=8M", os.path.join(ROOT, "board", "benchmarks", "bench.py"), "fitheap", "viper"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     m = re.search(r"^FITHEAP \S+ (\d+) (\S+) ", out.stdout, re.M)
     if out.returncode or not m:
@@ -122,7 +122,7 @@ def opt_instructions(kind, backend="viper", n=20, exe=STOCK):
             out = os.path.join(d, "cg.out")
             env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"), PYTHONHASHSEED="0")
             cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, exe,
-                   os.path.join(ROOT, "board", "bench", "bench.py"), "opt", backend, kind, str(steps)]
+                   os.path.join(ROOT, "board", "benchmarks", "bench.py"), "opt", backend, kind, str(steps)]
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
             m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
             p = re.search(r"^OPT \S+ \d+ (\d+)$", r.stdout, re.M)
@@ -137,9 +137,9 @@ def _kb(n):
 
 
 def memory(exe):
-    """The MEM lines of board/bench/bench.py (viper, the board's default backend) on interpreter `exe`."""
+    """The MEM lines of board/benchmarks/bench.py (viper, the board's default backend) on interpreter `exe`."""
     env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"))
-    cmd = [exe, "-X", "heapsize=4M", os.path.join(ROOT, "board", "bench", "bench.py"), "memory"]
+    cmd = [exe, "-X", "heapsize=4M", os.path.join(ROOT, "board", "benchmarks", "bench.py"), "memory"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     got = dict((m.group(1), m.group(2).split()) for m in re.finditer(r"^MEM (\w+) (.*)$", out.stdout, re.M))
     if out.returncode or set(got) != {"import", "first_step", "per_step"}:
@@ -154,7 +154,7 @@ def _session_runs(exe, flash, kb, path=None):
     path = path or [os.path.join(ROOT, "lib")] + BOARD_PATH
     env = dict(os.environ, MICROPYPATH=os.pathsep.join(path))
     cmd = [exe, "-X", "heapsize=%dK" % kb, "-c", "import bench; bench.session(%r)" % flash]
-    # cwd: the flash folder (-c puts the cwd first on sys.path: only board/bench/bench.py may answer to `bench`)
+    # cwd: the flash folder (-c puts the cwd first on sys.path: only board/benchmarks/bench.py may answer to `bench`)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=flash)
     if out.returncode == 0 and re.search(r"^SESSION ok ", out.stdout, re.M):
         return True
@@ -276,7 +276,7 @@ def cpython_table():
     for model in ("iris", "block"):
         rows = {}
         for backend in ("python", "numpy"):
-            cmd = [sys.executable, os.path.join(ROOT, "board", "bench", "bench.py"), model, backend]
+            cmd = [sys.executable, os.path.join(ROOT, "board", "benchmarks", "bench.py"), model, backend]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
             m = re.search(r"^RESULT (.*)$", out.stdout, re.M)
             if out.returncode or not m:

@@ -1,9 +1,9 @@
 # host/bench/bench_native.py: the native backend (the C kernels of host/native/, `make native`) beside viper,
-# inside both unix ports: ms per training step (board/bench/bench.py), and with valgrind the instructions
+# inside both unix ports: ms per training step (board/benchmarks/bench.py), and with valgrind the instructions
 # callgrind counts on the 32-bit port with the x86 module, the figures of the speed goals:
 #   Iris instructions per training sample (a difference of two runs, 5 and 25 steps of batch 16),
 #   the E=64 block's (1 and 3 steps of batch 8), Adam per parameter per opt.step() on the Iris model
-#   (board/bench/bench.py opt: 475 parameters, so optim.py's per-step Python counts) and on a
+#   (board/benchmarks/bench.py opt: 475 parameters, so optim.py's per-step Python counts) and on a
 #   33k-parameter model (two Dense(128, 128)), where the kernel's own cost shows.
 #   python host/bench/bench_native.py            (make bench runs it; make native builds the modules)
 # main() returns {goal key: figure or the reason there is none} for host/bench/bench_goals.py.
@@ -44,8 +44,8 @@ def _env(folder):
 
 
 def step_ms(exe, folder, model, backend, heap="64M"):
-    """(ms per step, us per sample) of board/bench/bench.py MODEL BACKEND (fastest of its rounds)."""
-    cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench", "bench.py"), model, backend]
+    """(ms per step, us per sample) of board/benchmarks/bench.py MODEL BACKEND (fastest of its rounds)."""
+    cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "benchmarks", "bench.py"), model, backend]
     r = subprocess.run(cmd, env=_env(folder), capture_output=True, text=True, timeout=1800)
     m = re.search(r"^RESULT \S+ \S+ \d+ (\S+) \S+ \S+ \S+ \S+ \S+ (\S+)$", r.stdout, re.M)
     if r.returncode or not m:
@@ -57,7 +57,7 @@ def per_sample(exe, folder, model, backend, steps, batch, heap):
     """Instructions per training sample: the difference of two callgrind runs over their steps."""
     counts = []
     for s in steps:
-        cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "bench", "bench.py"), model, backend, str(s), "1"]
+        cmd = [exe, "-X", "heapsize=" + heap, os.path.join(ROOT, "board", "benchmarks", "bench.py"), model, backend, str(s), "1"]
         ir, r = bench.callgrind(cmd, _env(folder), 3600)
         if r.returncode or not ir or not re.search(r"^RESULT ", r.stdout, re.M):
             return None
@@ -72,7 +72,7 @@ def adam_per_param(exe, folder, backend, big, n=10):
         if big:
             cmd = [exe, "-X", "heapsize=16M", "-c", ADAM_33K, backend, str(s)]
         else:
-            cmd = [exe, os.path.join(ROOT, "board", "bench", "bench.py"), "opt", backend, "adam", str(s)]
+            cmd = [exe, os.path.join(ROOT, "board", "benchmarks", "bench.py"), "opt", backend, "adam", str(s)]
         ir, r = bench.callgrind(cmd, _env(folder), 3600)
         p = re.search(r"^OPT \S+ \d+ (\d+)$", r.stdout, re.M)
         if r.returncode or not ir or not p:
@@ -94,9 +94,9 @@ def main(argv=()):
         print("%s, module %s:" % (name, os.path.relpath(folder, ROOT)), flush=True)
         print("  %-6s %-7s %9s %10s %8s" % ("model", "backend", "ms/step", "us/sample", "speedup"), flush=True)
         for b in ("viper", "native"):
-            cmd = [exe, "-X", "heapsize=8M", os.path.join(ROOT, "board", "bench", "bench.py"), "decode", b]
+            cmd = [exe, "-X", "heapsize=8M", os.path.join(ROOT, "board", "benchmarks", "bench.py"), "decode", b]
             tps, per = bench._decode_run(cmd, _env(folder))
-            print("  decode %-7s %9.0f tokens/s, %s B per token (board/bench/bench.py decode: greedy, KV cache)"
+            print("  decode %-7s %9.0f tokens/s, %s B per token (board/benchmarks/bench.py decode: greedy, KV cache)"
                   % (b, tps, "%.0f" % per if per >= 0 else "n/a"), flush=True)
         for model in ("iris", "block"):
             rows = {b: step_ms(exe, folder, model, b) for b in ("viper", "native")}

@@ -1,6 +1,6 @@
 # host/bench/sustained.py: the rates a user's own loop sustains (`make bench` prints this table).
 #   python host/bench/sustained.py [--callgrind]
-# board/bench/bench_sustained.py under the 32-bit port at the board's 512K heap: decode tokens/s and
+# board/benchmarks/bench_sustained.py under the 32-bit port at the board's 512K heap: decode tokens/s and
 # Iris training steps/s with a collection before each timed round (as bench.py measures) and
 # without (as a user's loop runs), and the heap bytes each allocates; with --callgrind, the
 # instructions per training sample at a 512K and a 64M heap next to the seed's C++.
@@ -17,7 +17,7 @@ _BIG = "2M"                                  # the heap a run that does not fit 
 
 def _line(exe, heap, what, n):
     env = dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(bench.ROOT, "lib")] + bench.BOARD_PATH))
-    cmd = [exe, "-X", "heapsize=" + heap, os.path.join(bench.ROOT, "board", "bench", "bench_sustained.py"), what, "viper", str(n)]
+    cmd = [exe, "-X", "heapsize=" + heap, os.path.join(bench.ROOT, "board", "benchmarks", "bench_sustained.py"), what, "viper", str(n)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     m = re.search(r"^SUSTAINED \S+ \S+ \d+ (\S+) (\S+) (-?\d+)$", out.stdout, re.M)
     if m:

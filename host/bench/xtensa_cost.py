@@ -417,7 +417,7 @@ def callgrind_split(exe, model, steps, heap):
         out = os.path.join(d, "cg.out")
         env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, "lib"), PYTHONHASHSEED="0")
         cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, exe, "-X", "heapsize=" + heap,
-               os.path.join(ROOT, "board", "bench", "bench.py"), model, "viper", str(steps), "1"]
+               os.path.join(ROOT, "board", "benchmarks", "bench.py"), model, "viper", str(steps), "1"]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         if r.returncode or not os.path.exists(out):
             raise SystemExit("xtensa_cost: callgrind run failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))

@@ -13,12 +13,12 @@ HOST_ONLY = ("kernels_numpy.py",)
 
 
 # the folders whose .py files a board gets in its root folder, imported there by their bare names:
-# the session (board/), the demos (board/demos/), the benchmarks and checks (board/bench/)
-BOARD_DIRS = (ROOT / "board", ROOT / "board" / "demos", ROOT / "board" / "bench")
+# the session (board/), the demos (board/demos/), the benchmarks and checks (board/benchmarks/)
+BOARD_DIRS = (ROOT / "board", ROOT / "board" / "demos", ROOT / "board" / "benchmarks")
 
 
 def board_files():
-    """board/*.py, board/demos/*.py and board/bench/*.py, sorted by name: all land in the board's
+    """board/*.py, board/demos/*.py and board/benchmarks/*.py, sorted by name: all land in the board's
     root folder, so a name may be in one folder only (a second one stops here)."""
     files = {}
     for d in BOARD_DIRS:

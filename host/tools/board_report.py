@@ -4,7 +4,7 @@
                                 [--no-deploy] [--out build/board-report-DATE.md]
 
 Deploys (unless --no-deploy), then over mpremote: what the board is (firmware, machine, unique id,
-heap), board/bench/selftest.py, board/bench/bench.py on Iris, and a fine-tune of /model.mfck (evaluate, fit,
+heap), board/benchmarks/selftest.py, board/benchmarks/bench.py on Iris, and a fine-tune of /model.mfck (evaluate, fit,
 evaluate; nothing is saved, so the checkpoint on flash is unchanged). The report names the package
 version and the commit it was deployed from. Exit status 1 when the selftest failed (the report
 is written all the same: it is what to share).
@@ -91,7 +91,7 @@ def render(when, port, info, selftest, bench, finetune, version, commit, epochs)
     md = ["# microformer board report, %s" % when, "",
           "Made by `make board-report` (host/tools/board_report.py). Selftest: **%s**." % verdict, "",
           "| | |", "|---|---|"] + ["| %s | %s |" % r for r in rows]
-    for title, text in (("Selftest (board/bench/selftest.py)", selftest), ("Bench (board/bench/bench.py, Iris)", bench),
+    for title, text in (("Selftest (board/benchmarks/selftest.py)", selftest), ("Bench (board/benchmarks/bench.py, Iris)", bench),
                         ("Fine-tune (/model.mfck, %d epochs, not saved)" % epochs, finetune)):
         md += ["", "## " + title, "", "```", _clean(text), "```"]
     return "\n".join(md) + "\n", verdict.startswith("PASSED")

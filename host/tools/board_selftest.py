@@ -1,4 +1,4 @@
-"""make selftest: deploy, then run board/bench/selftest.py on the board; exit 1 if any check fails.
+"""make selftest: deploy, then run board/benchmarks/selftest.py on the board; exit 1 if any check fails.
 
     python host/tools/board_selftest.py [--port /dev/ttyACM0]
 """

@@ -5,7 +5,7 @@ them, the data and your checkpoint to the board's flash.
 
 Without --port (or PORT) the virtual board is the target, started when needed.
 
-Where things go: lib/microformer/*.py as .mpy to /lib/microformer/, board/*.py, board/demos/*.py and board/bench/*.py as .mpy to the
+Where things go: lib/microformer/*.py as .mpy to /lib/microformer/, board/*.py, board/demos/*.py and board/benchmarks/*.py as .mpy to the
 flash root (import finetune, import iris, ... work by name; .mpy files carry no docstrings, so the
 REPL entry points print their help from strings), the data to /data/, the golden vectors to
 /golden/, and the checkpoint to /model.mfck, which finetune.Session() opens.
@@ -93,7 +93,7 @@ def _mpy_cross(arch, src, name, out):
 
 
 def compile_board(arch, build=None):
-    """board/*.py, board/demos/*.py, board/bench/*.py -> build/deploy/<arch>/board/*.mpy, in one
+    """board/*.py, board/demos/*.py, board/benchmarks/*.py -> build/deploy/<arch>/board/*.mpy, in one
     folder as on the board (`build`: another folder than BUILD); returns the .mpy files."""
     out = Path(build or BUILD) / (arch or "bytecode") / "board"
     if out.exists():

@@ -4,7 +4,7 @@
     python host/xtensa/xtest.py [--epochs N] [--only NAME ...]
 
 Runs on build/xtensa/firmware.elf (make xtensa-port), each as a script through run.py:
-  selftest  board/bench/selftest.py with tests/golden/*.mfg (make selftest's checks), every line PASS
+  selftest  board/benchmarks/selftest.py with tests/golden/*.mfg (make selftest's checks), every line PASS
   kernels   host/xtensa/kernels_mp.py: a viper kernel or more from each lib/microformer/viper_*.py;
             each module's output bits equal the 32-bit unix port's (build/mp32/micropython32-sp)
   viper_tests  tests/mp/test_viper.py's kernel scripts (viper against the portable kernels on
@@ -47,7 +47,7 @@ def on_xtensa(script, args=(), files=(), timeout=900):
     return status, out
 
 
-def on_mp32(script, args=(), path="lib:board:board/demos:board/bench", timeout=600):
+def on_mp32(script, args=(), path="lib:board:board/demos:board/benchmarks", timeout=600):
     if not MP32.is_file():
         return None, "the 32-bit unix port %s is missing (make mp32)" % MP32
     env = dict(os.environ, MICROPYPATH=":".join(str(ROOT / p) for p in path.split(":")))
@@ -355,7 +355,7 @@ def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
         results.append(("native iris", False, detail + "; a seed did not learn (train < 90 % or test < 85 %)"))
         return
     x86 = NATIVE / "x86"
-    ref_status, ref = on_mp32(HERE / "iris_mp.py", args, path="lib:board:board/demos:board/bench:" + str(x86.relative_to(ROOT)))
+    ref_status, ref = on_mp32(HERE / "iris_mp.py", args, path="lib:board:board/demos:board/benchmarks:" + str(x86.relative_to(ROOT)))
     theirs = [json.loads(ln) for ln in lines(ref, "{")] if ref_status == 0 else []
     if len(theirs) != len(got) or any(r["backend"] != "native" for r in theirs):
         results.append(("native iris", False, detail + "; not compared with the x86 module on the 32-bit port: "

@@ -1,7 +1,7 @@
 # Accuracy with int8 frozen weights against float32 ones, on the demos (a measurement; the
 # figures go into lib/README.md "Fine-tuning within a budget"):
-#   MICROPYPATH=lib:board:board/demos:board/bench micropython tests/mp/int8_demo_mp.py FLASH [SENSOR_CKPT DATA_DIR]
-#   PYTHONPATH=lib:board:board/demos:board/bench python tests/mp/int8_demo_mp.py FLASH [SENSOR_CKPT DATA_DIR]
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks micropython tests/mp/int8_demo_mp.py FLASH [SENSOR_CKPT DATA_DIR]
+#   PYTHONPATH=lib:board:board/demos:board/benchmarks python tests/mp/int8_demo_mp.py FLASH [SENSOR_CKPT DATA_DIR]
 # FLASH: a folder as `make deploy` fills it (model.mfck: the pretrained Iris model, data/iris.csv).
 # Iris drift demo (board/mf_demo.py): the same fine-tune (freeze attention + head, 24 drifted
 # examples, the session's epochs), then LoRA r=4 on the attention, each with float32 and with

@@ -1,5 +1,5 @@
 # finetune.Session on models other than Iris, under CPython and inside MicroPython, directly
-#   MICROPYPATH=lib:board:board/demos:board/bench:tests/mp micropython tests/mp/session_models_mp.py FLASH
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/session_models_mp.py FLASH
 # FLASH: an empty folder; the script writes each model's checkpoint and data there itself. Prints
 # SESSION MODELS OK or raises AssertionError (tests/mp/test_session_models.py runs it everywhere).
 #   window  Dense(C,E) -> LearnedPositionalEmbedding -> EncoderBlock -> GlobalAvgPool -> Dense: a

@@ -2,7 +2,7 @@
 `make native` for x64 (the stock port) and x86 (the 32-bit port) and run inside each port:
 every kernel against the portable kernel of the same name (within 1e-5 relative), the layers,
 models and optimizers against the NumPy reference (tests/oracles/reference.py, through the driver's cases),
-the golden vectors (board/bench/selftest.py), an Iris fit, the backend switch and its reasons, and the
+the golden vectors (board/benchmarks/selftest.py), an Iris fit, the backend switch and its reasons, and the
 errors of bad arguments. The module is built when missing or older than its source; without
 MicroPython's source (../shared) the tests skip saying so, and under CI=true they fail instead."""
 import ast

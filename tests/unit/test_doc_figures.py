@@ -120,7 +120,7 @@ def test_iris_over_seeds_is_the_quality_pages():
 
 
 def test_quality_page_is_what_a_run_gives(tmp_path):
-    # the page's CPython rows for two seeds, run again here (board/bench/bench_guard.py is deterministic)
+    # the page's CPython rows for two seeds, run again here (board/benchmarks/bench_guard.py is deterministic)
     import bench_guard
     import bench_quality
     page = open(QUALITY).read()

@@ -61,6 +61,23 @@ def test_every_folder_on_the_suites_path_is_scanned():
         assert p in scanned, "%s is on the suite's path but not scanned for duplicate names" % p
 
 
+def test_no_folder_on_the_path_hides_a_module():
+    # MicroPython imports a folder without __init__.py as a namespace package, ahead of a module
+    # of that name in a later path entry: with board/ on the path before board/benchmarks/, a
+    # folder board/bench/ made `import bench` the folder. So no subfolder of a folder on the path
+    # may be named like a module imported by its bare name (the package's own modules are
+    # imported as microformer.NAME, not by their bare names).
+    package = os.path.join("lib", "microformer")
+    bare = {n for n, paths in _modules(_folders()).items() if any(os.path.dirname(p) != package for p in paths)}
+    assert "bench" in bare and "iris" in bare, "the scan misses board modules"
+    hiding = []
+    for top in sorted(set(helpers.IMPORT_PATH + helpers.SCRIPT_PATH)):
+        for d in sorted(os.listdir(top)):
+            if d in bare and os.path.isdir(os.path.join(top, d)):
+                hiding.append(os.path.relpath(os.path.join(top, d), helpers.ROOT))
+    assert not hiding, "folders on the import path named like a module, which MicroPython imports instead: %s" % hiding
+
+
 def test_the_viper_templates_are_never_imported():
     # the reason they are left out above: their folder is on no path (deploy loads the generator by
     # its file) and no module imports a template by name
