@@ -25,7 +25,7 @@ def main(argv):
         checkpoint = argv[argv.index("--checkpoint") + 1]
     if not os.path.exists(checkpoint):
         raise SystemExit("bench: no pretrained checkpoint at %s (make pretrain)" % checkpoint)
-    goals = {}                          # the figures host/bench_goals.py holds against the goals
+    goals = {}                          # the figures bench_goals.py holds against the goals
     for name, exe, bits in interpreters():
         print("== %s: %s" % (name, exe), flush=True)
         table(exe, heap, bits)
