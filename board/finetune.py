@@ -22,7 +22,7 @@ def __getattr__(name):
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError("module 'finetune' has no attribute '%s'" % name)
-    try:                           # import statements: host/package.py follows them
+    try:                           # import statements: host/tools/package.py follows them
         if mod == "mf_demo":
             import mf_demo as m
         elif mod == "mf_drift":

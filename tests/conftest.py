@@ -1,6 +1,6 @@
 """pytest fixtures shared by every test file (importing helpers sets the import path once).
 
-`pretrained_iris`: (path, stdout) of the Iris checkpoint host/pretrain.py writes (100 epochs, as
+`pretrained_iris`: (path, stdout) of the Iris checkpoint host/tools/pretrain.py writes (100 epochs, as
 `make pretrain`), made once per test run (pytest-xdist's workers share it). `iris_flash(folder)`:
 a folder holding what `make deploy` puts on a board's flash: model.mfck (that checkpoint) and
 data/iris.csv (the base data its metadata names).
@@ -13,7 +13,7 @@ missing one fails the run instead of shrinking it.
 
 Markers, set here at collection (`make test-fast` is `pytest -m "not board and not mp32 and not
 slow"`): `board` for every test that runs the virtual board (its file or its body uses
-host/vboard.py), `mp32` for every test
+host/tools/vboard.py), `mp32` for every test
 that runs the 32-bit port (the 'mp32' leg of `micropython`, or marked by hand), `slow` for the
 tests named in SLOW. Every test leaves the microformer backend as it found it (`_restore_backend`).
 A test file sits in the folder of what it runs (tests/unit, tests/mp, tests/board: FOLDERS);
@@ -43,7 +43,7 @@ def pytest_sessionstart(session):
 
 
 MARKERS = {
-    "board": "runs the virtual board (host/vboard.py): a MicroPython process behind a pty, mpremote",
+    "board": "runs the virtual board (host/tools/vboard.py): a MicroPython process behind a pty, mpremote",
     "mp32": "runs the 32-bit single-precision port (build/mp32, `make mp32`)",
     "slow": "takes 20 s or more by itself (a whole training run, a sweep); listed in SLOW",
 }
@@ -92,7 +92,7 @@ VBOARD_USE = re.compile(r"^\s*import vboard\b|\bvboard\.\w", re.M)
 
 
 def uses_vboard(item):
-    """A test runs the virtual board when its module imports host/vboard.py or its body does."""
+    """A test runs the virtual board when its module imports host/tools/vboard.py or its body does."""
     if getattr(getattr(item, "module", None), "vboard", None) is not None:
         return True
     try:
@@ -168,7 +168,7 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session", autouse=True)
 def _deploys_per_worker(tmp_path_factory):
-    """Under pytest-xdist each worker compiles what it deploys into a folder of its own: host/deploy.py
+    """Under pytest-xdist each worker compiles what it deploys into a folder of its own: host/tools/deploy.py
     empties and refills build/deploy/<arch>/ on every deploy, so two workers deploying at once
     would copy files from under each other (a board then misses modules). The same for a test that
     runs `make deploy` (MF_DEPLOY_BUILD)."""
@@ -210,7 +210,7 @@ def pretrained_iris(tmp_path_factory):
     with open(str(folder / "lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not log.exists():
-            proc = subprocess.run([sys.executable, os.path.join(helpers.HOST, "pretrain.py"),
+            proc = subprocess.run([sys.executable, os.path.join(helpers.TOOLS, "pretrain.py"),
                                    "--data", os.path.join(helpers.ROOT, "datasets", "iris.csv"),
                                    "--epochs", "100", "--out", str(out)],
                                   capture_output=True, text=True, timeout=600, cwd=helpers.ROOT)

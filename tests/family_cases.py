@@ -1,4 +1,4 @@
-"""Attention-family cases (inputs, weights, upstream grads) and expected results from host/reference.py."""
+"""Attention-family cases (inputs, weights, upstream grads) and expected results from tests/oracles/reference.py."""
 import numpy as np
 
 import reference as ref

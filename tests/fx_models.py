@@ -1,5 +1,5 @@
 """Eight torch models written as torch users write them, each with its own forward (what
-host/torch_fx.py converts), in one source text: the tests write it to a file and import it, as
+host/tools/torch_fx.py converts), in one source text: the tests write it to a file and import it, as
 `torch_io.py --model FILE.py:FACTORY` imports a user's file.
 
 CASES: name -> (class, the torch input for a batch from a generator, how microformer takes it,

@@ -1,11 +1,13 @@
 """Shared test helpers: paths, the script runners, numeric comparison.
 
 The import path is set here, once, for the whole suite (conftest.py imports this module): lib/
-(the package), board/ (what a board has in its root folder: finetune, iris, ...), host/, tests/
-(these helpers and the CPython-side case tables) and tests/mp/ (the MicroPython-side scripts,
-*_mp.py). Scripts run inside MicroPython or as a CPython subprocess get lib/, board/ and
-tests/mp/ (MICROPYPATH / PYTHONPATH), the way a board has them: run one by hand with
-    MICROPYPATH=lib:board:tests/mp micropython tests/mp/<name>_mp.py [args]
+(the package), board/, board/demos/ and board/benchmarks/ (what a board has in its root folder:
+finetune, iris, bench, ...), host/tools/,
+host/bench/, tests/ (these helpers and the CPython-side case tables), tests/oracles/ (the NumPy
+reference) and tests/mp/ (the MicroPython-side scripts,
+*_mp.py). Scripts run inside MicroPython or as a CPython subprocess get lib/, the three board
+folders and tests/mp/ (MICROPYPATH / PYTHONPATH), the way a board has them: run one by hand with
+    MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/<name>_mp.py [args]
 """
 import json
 import os
@@ -16,12 +18,20 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "lib")
-BOARD = os.path.join(ROOT, "board")
+BOARD = os.path.join(ROOT, "board")     # the session: finetune.py, mf_*.py
+DEMOS = os.path.join(BOARD, "demos")     # the demos a board runs: iris, digits, charlm, sensor, seq2seq
+BOARD_BENCH = os.path.join(BOARD, "benchmarks")  # the board's benchmarks and checks: bench, selftest, budget, ...
+BOARD_PATH = [BOARD, DEMOS, BOARD_BENCH]  # all three land in a board's root folder (make deploy)
 HOST = os.path.join(ROOT, "host")
+TOOLS = os.path.join(HOST, "tools")      # what a user runs on the host (torch_io, deploy, vboard, ...)
+BENCH = os.path.join(HOST, "bench")      # the benchmarks (bench_common: what they share)
+VIPER_GEN = os.path.join(HOST, "viper")  # gen_viper.py and the viper templates it reads
 TESTS = os.path.join(ROOT, "tests")
+ORACLES = os.path.join(TESTS, "oracles")  # the NumPy reference and the files it writes
 MP = os.path.join(TESTS, "mp")           # the MicroPython-side scripts (*_mp.py)
-SCRIPT_PATH = [LIB, BOARD, MP, TESTS]    # what a script sees, in MicroPython or a CPython subprocess
-for _p in (LIB, BOARD, HOST, TESTS, MP):
+SCRIPT_PATH = [LIB] + BOARD_PATH + [MP, TESTS]    # what a script sees, in MicroPython or a CPython subprocess
+IMPORT_PATH = [LIB] + BOARD_PATH + [TOOLS, BENCH, TESTS, ORACLES, MP]   # what the suite imports from (set once, here)
+for _p in IMPORT_PATH:
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
@@ -184,7 +194,7 @@ def check_outputs(got, want, tol, what):
 
 def user_module(folder, name, source):
     """(path, module): `source` written to folder/NAME.py and imported afresh, as a user's own
-    model file (what `host/torch_io.py --model FILE.py:FACTORY` imports)."""
+    model file (what `host/tools/torch_io.py --model FILE.py:FACTORY` imports)."""
     import importlib
     path = os.path.join(str(folder), name + ".py")
     with open(path, "w") as f:

@@ -1,4 +1,4 @@
-"""Layer cases (inputs, weights, upstream grads) and their expected results from host/reference.py."""
+"""Layer cases (inputs, weights, upstream grads) and their expected results from tests/oracles/reference.py."""
 import numpy as np
 
 import reference as ref

@@ -25,7 +25,7 @@
 //   |x| = 4); GELU-tanh, sigmoid: 8u relative; tanh: 8u relative.
 //   Adam: m, v, p within 4u of each term; sqrt and / are correctly rounded (x86: sqrtss, divss).
 //   LayerNorm: mean and variance as sums above, then elementwise 4u.
-// Each bound is checked against host/reference.py (float64 math) and the portable kernels in
+// Each bound is checked against tests/oracles/reference.py (float64 math) and the portable kernels in
 // tests/mp/test_native.py on both unix ports.
 //
 // NATMOD RULES (docs/develop/natmod.rst; the ESP32-S3 runs a module's code and read-only data

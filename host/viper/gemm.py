@@ -125,7 +125,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
 # The wrappers below are viper functions too: a bytecode function whose arguments, locals and
 # value stack exceed 11 words takes its frame from the GC heap on every call (MicroPython's
 # VM_MAX_STATE_ON_STACK), which slows down as garbage builds up; a viper function has no such
-# frame (host/frames.py lists the frames, tests/mp/test_frames.py guards the hot paths).
+# frame (host/tools/frames.py lists the frames, tests/mp/test_frames.py guards the hot paths).
 _NONE = None                            # viper compares objects with a global, not the literal
 
 

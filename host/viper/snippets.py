@@ -1,5 +1,5 @@
 # The code the viper kernels inline, each piece written once. A kernel uses a snippet by calling
-# it as a statement, `store(pw, oi, acc, e)`, and host/gen_viper.py puts the body there with the
+# it as a statement, `store(pw, oi, acc, e)`, and host/viper/gen_viper.py puts the body there with the
 # parameters renamed to the arguments. A snippet has no locals of its own: the caller's names it
 # reads or writes by their own names are declared after its docstring (`# in:`, `# out:`), and it
 # never leaves the caller's control flow (no return; break and continue only in its own loops).

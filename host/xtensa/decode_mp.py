@@ -1,4 +1,4 @@
-# A decode on viper: an untrained character model of board/charlm.py (embedding, decoder block,
+# A decode on viper: an untrained character model of board/demos/charlm.py (embedding, decoder block,
 # head; vocabulary 11, E=16), seeded, prefilled with 5 tokens, then 12 greedy decode steps. Prints
 # the tokens and the last logits' bits; `make xtensa-test` compares them with the 32-bit unix port.
 from binascii import hexlify

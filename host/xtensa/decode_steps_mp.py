@@ -1,4 +1,4 @@
-# argv[1] cached decode steps on board/bench.py's decode stack (viper), after one prefill and one
+# argv[1] cached decode steps on board/benchmarks/bench.py's decode stack (viper), after one prefill and one
 # warm-up round: what host/xtensa/insns.py counts instructions of (two runs, different step counts)
 import sys
 

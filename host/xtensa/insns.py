@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "host"))
+sys.path.insert(0, str(ROOT / "host" / "bench"))
 import run as xrun  # noqa: E402
 
 MP32 = ROOT / "build" / "mp32" / "micropython32-sp"
@@ -35,19 +35,19 @@ NATIVE_X86 = NATIVE / "x86"
 # name, script, (args of the smaller run, args of the larger), units of work between them, unit;
 # the native rows load build/native/xtensawin/mf_native.mpy there (and x86's on the 32-bit port)
 MEASURES = (
-    ("iris", "board/bench.py", (["iris", "viper", "5", "1"], ["iris", "viper", "25", "1"]), 20 * 16,
+    ("iris", "board/benchmarks/bench.py", (["iris", "viper", "5", "1"], ["iris", "viper", "25", "1"]), 20 * 16,
      "per Iris training sample (viper, batch 16)"),
-    ("iris_native", "board/bench.py", (["iris", "native", "5", "1"], ["iris", "native", "25", "1"]), 20 * 16,
+    ("iris_native", "board/benchmarks/bench.py", (["iris", "native", "5", "1"], ["iris", "native", "25", "1"]), 20 * 16,
      "per Iris training sample (native, batch 16)"),
-    ("block", "board/bench.py", (["block", "viper", "1", "1"], ["block", "viper", "3", "1"]), 2 * 8,
+    ("block", "board/benchmarks/bench.py", (["block", "viper", "1", "1"], ["block", "viper", "3", "1"]), 2 * 8,
      "per E=64 block training sample (viper, batch 8)"),
-    ("block_native", "board/bench.py", (["block", "native", "1", "1"], ["block", "native", "3", "1"]), 2 * 8,
+    ("block_native", "board/benchmarks/bench.py", (["block", "native", "1", "1"], ["block", "native", "3", "1"]), 2 * 8,
      "per E=64 block training sample (native, batch 8)"),
     ("decode", "host/xtensa/decode_steps_mp.py", (["8"], ["40"]), 32,
      "per decoded token (viper, bench.py's decode stack, KV cache)"),
-    ("adam", "board/bench.py", (["opt", "viper", "adam", "10"], ["opt", "viper", "adam", "20"]), None,
+    ("adam", "board/benchmarks/bench.py", (["opt", "viper", "adam", "10"], ["opt", "viper", "adam", "20"]), None,
      "per parameter per Adam step (viper, Iris model)"),
-    ("adam_native", "board/bench.py", (["opt", "native", "adam", "10"], ["opt", "native", "adam", "20"]), None,
+    ("adam_native", "board/benchmarks/bench.py", (["opt", "native", "adam", "10"], ["opt", "native", "adam", "20"]), None,
      "per parameter per Adam step (native, Iris model)"),
 )
 
@@ -71,8 +71,8 @@ def x86_count(script, args, native=False):
     C-kernel module on its path when native), or (None, why)."""
     if not MP32.is_file() or not shutil.which("valgrind"):
         return None, "no 32-bit port or no valgrind"
-    import bench
-    path = [str(ROOT / "lib"), str(ROOT / "board")] + ([str(NATIVE_X86)] if native else [])
+    import bench_common as bench
+    path = [str(ROOT / "lib")] + [str(ROOT / "board" / d) for d in ("", "demos", "benchmarks")] + ([str(NATIVE_X86)] if native else [])
     env = dict(os.environ, MICROPYPATH=os.pathsep.join(path),
                PYTHONHASHSEED="0")
     ir, r = bench.callgrind([str(MP32), "-X", "heapsize=8M", str(ROOT / script)] + list(args), env, 3600,

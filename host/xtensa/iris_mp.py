@@ -1,4 +1,4 @@
-# board/iris.py trained for argv[1] epochs from each seed of argv[2] (separated by colons: QEMU's
+# board/demos/iris.py trained for argv[1] epochs from each seed of argv[2] (separated by colons: QEMU's
 # command line takes no commas) on the backend argv[3] (default viper), one JSON line per seed;
 # host/xtensa/xtest.py runs it on the emulated core and on the 32-bit port
 import json

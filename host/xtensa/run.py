@@ -5,7 +5,7 @@
 
 The script and the files it needs are packed into a bundle that the firmware copies into a
 littlefs file system on a RAM disk (as a board's flash): --lib puts lib/microformer under
-/lib/microformer, --board puts board/*.py at /, --file SRC[:DEST] any other file (for example a
+/lib/microformer, --board puts board/*.py, board/demos/*.py and board/benchmarks/*.py at /, --file SRC[:DEST] any other file (for example a
 dynamic native module's .mpy: `--file build/mymod.mpy:/lib/mymod.mpy`, then `import mymod`).
 The script runs as /main.py with sys.path ['', '/lib', '.frozen'], as on a board. Its output is
 this program's output and its exit status is this program's (SystemExit, 1 for an uncaught
@@ -36,7 +36,8 @@ def bundle_files(script, lib=False, board=False, files=()):
         for p in sorted((ROOT / "lib" / "microformer").glob("*.py")):
             out.append(("/lib/microformer/" + p.name, p.read_bytes()))
     if board:
-        for p in sorted((ROOT / "board").glob("*.py")):
+        for p in sorted((p for d in ("", "demos", "benchmarks") for p in (ROOT / "board" / d).glob("*.py")),
+                        key=lambda p: p.name):
             out.append(("/" + p.name, p.read_bytes()))
     for spec in files:
         src, _, dest = spec.partition(":")

@@ -4,12 +4,12 @@
     python host/xtensa/xtest.py [--epochs N] [--only NAME ...]
 
 Runs on build/xtensa/firmware.elf (make xtensa-port), each as a script through run.py:
-  selftest  board/selftest.py with tests/golden/*.mfg (make selftest's checks), every line PASS
+  selftest  board/benchmarks/selftest.py with tests/golden/*.mfg (make selftest's checks), every line PASS
   kernels   host/xtensa/kernels_mp.py: a viper kernel or more from each lib/microformer/viper_*.py;
             each module's output bits equal the 32-bit unix port's (build/mp32/micropython32-sp)
   viper_tests  tests/mp/test_viper.py's kernel scripts (viper against the portable kernels on
             random, adversarial, worst-case and special inputs), judged as that file does
-  iris      board/iris.py trained on viper from seeds 1, 2, 3 (--epochs, default 40): test
+  iris      board/demos/iris.py trained on viper from seeds 1, 2, 3 (--epochs, default 40): test
             accuracy mean +- std, and each seed's loss and accuracies equal to the 32-bit port's
   decode    host/xtensa/decode_mp.py: prefill + 12 decode steps, tokens and logits equal to the
             32-bit port's
@@ -47,7 +47,7 @@ def on_xtensa(script, args=(), files=(), timeout=900):
     return status, out
 
 
-def on_mp32(script, args=(), path="lib:board", timeout=600):
+def on_mp32(script, args=(), path="lib:board:board/demos:board/benchmarks", timeout=600):
     if not MP32.is_file():
         return None, "the 32-bit unix port %s is missing (make mp32)" % MP32
     env = dict(os.environ, MICROPYPATH=":".join(str(ROOT / p) for p in path.split(":")))
@@ -310,10 +310,10 @@ def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
     on the emulated core: the same file as a build for the emulated core; chosen by default with
     backend.why naming it; every kernel against the
     portable kernel (tests/mp/native_kernels_mp.py, judged as tests/mp/test_native.py judges it);
-    the golden selftest on the native backend; board/iris.py on native from five seeds (accuracy
+    the golden selftest on the native backend; board/demos/iris.py on native from five seeds (accuracy
     mean +- std, each seed learning the task and within one test sample of the x86 module's run of
     the same seed on the 32-bit port)."""
-    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp"), str(ROOT / "host")]
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp"), str(ROOT / "tests" / "oracles")]
     from test_native import TOL_PORTABLE
     same, detail = native_same_for_emulator()
     results.append(("native build", same, detail))
@@ -355,7 +355,7 @@ def check_native(results, epochs=100, seeds=(1, 2, 3, 4, 5)):
         results.append(("native iris", False, detail + "; a seed did not learn (train < 90 % or test < 85 %)"))
         return
     x86 = NATIVE / "x86"
-    ref_status, ref = on_mp32(HERE / "iris_mp.py", args, path="lib:board:" + str(x86.relative_to(ROOT)))
+    ref_status, ref = on_mp32(HERE / "iris_mp.py", args, path="lib:board:board/demos:board/benchmarks:" + str(x86.relative_to(ROOT)))
     theirs = [json.loads(ln) for ln in lines(ref, "{")] if ref_status == 0 else []
     if len(theirs) != len(got) or any(r["backend"] != "native" for r in theirs):
         results.append(("native iris", False, detail + "; not compared with the x86 module on the 32-bit port: "

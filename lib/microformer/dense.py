@@ -54,7 +54,7 @@ class Dense(WeightBias):
     def _product(self):
         # y = x W^T + b for the x of forward(): alone in a method whose only local is self, so
         # its frame (arguments + locals + value stack) stays within the 11 words MicroPython keeps
-        # off the GC heap (host/frames.py)
+        # off the GC heap (host/tools/frames.py)
         if self.W.__class__ is not Tensor:
             return self._q8_product()
         backend.K.matmul_forward_kept(self._y.data, self._x.data, self.W.data,
@@ -105,7 +105,7 @@ class Dense(WeightBias):
                                self._x.size // self.in_features, train)
 
     # the kernel calls of backward, each alone in a method of few locals: their frames stay
-    # within the 11 words MicroPython keeps off the GC heap (host/frames.py)
+    # within the 11 words MicroPython keeps off the GC heap (host/tools/frames.py)
     def _grad_input(self, dy):
         if self.W.__class__ is not Tensor:
             return self._q8_backward(dy, self._dx.data, None)

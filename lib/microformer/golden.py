@@ -1,8 +1,8 @@
-# microformer.golden: read golden-vector files ("MFGV", written by host/golden.py) with readinto,
+# microformer.golden: read golden-vector files ("MFGV", written by tests/oracles/golden_vectors.py) with readinto,
 # and check the Attention layer against them stage by stage, the DecoderBlock and Conv1D layers
 # forward and backward (board selftest, tests, REPL).
 # Format (little-endian): b"MFGV", u16 version=1, u16 N; N records of
-#   u8 L + name, u8 R + R x u16 shape, float32 data. Record order: see host/golden.py.
+#   u8 L + name, u8 R + R x u16 shape, float32 data. Record order: see tests/oracles/golden_vectors.py.
 import struct
 
 from . import backend

@@ -7,7 +7,7 @@
 #                                   (torch.cat([self.cls.expand(B, -1, -1), x], dim=1))
 #   SeqReduce(kind)                 [B,S,E] -> [B,E], the sum ('sum') or maximum ('max') over S
 #   PositionTable(max_len, E)       x + P[:, :S], P a learned [1, max_len, E] table (x + self.pos)
-# host/torch_fx.py maps a traced torch module onto them; each has forward and backward, so a
+# host/tools/torch_fx.py maps a traced torch module onto them; each has forward and backward, so a
 # converted model trains on the board. The copies work a row (E floats) at a time.
 from . import backend
 from .layer import Layer, check_tensor, shape_error

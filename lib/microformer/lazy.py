@@ -1,6 +1,6 @@
 # microformer.lazy: the one way the package imports a module on first use, so that what a program
 # never needs stays off the heap (a board without PSRAM has a small one). The board session's
-# first-use imports stay `import` statements inside functions: host/package.py follows those to
+# first-use imports stay `import` statements inside functions: host/tools/package.py follows those to
 # list the session's files.
 #   module(full, what)       the module `full` (dotted), imported now if it is not yet
 #   sibling(name, what)      the module `name` of this package (microformer, or the package a copy

@@ -77,7 +77,7 @@ class CrossEntropyLoss(Buffered):
 
     def _loss(self, logits, labels):
         # the kernel call alone: forward's frame and this one stay within the 11 words
-        # MicroPython keeps off the GC heap (host/frames.py)
+        # MicroPython keeps off the GC heap (host/tools/frames.py)
         return backend.K.crossentropy_softmax(self._grad.data, logits.data, labels, logits.shape[0], logits.shape[1])
 
     def backward(self):

@@ -55,7 +55,7 @@ class Sequential(Layer):
         it calls backward(dy, False); a trainable one calls backward(dy), so a layer of your own
         needs the `grads` argument only to be frozen from outside."""
         # (split in parts so that each frame stays within the 11 words MicroPython keeps off
-        # the GC heap: host/frames.py)
+        # the GC heap: host/tools/frames.py)
         if not (grads and self.trainable):       # frozen: only the input gradient, if wanted
             return None if need_dx is False else self._frozen_backward(dy)
         return self._train_backward(dy, need_dx)

@@ -1,6 +1,6 @@
 # microformer.models: the seed's Iris attention model, written once as a spec.
 #   Dense(4,32)+ReLU -> [B,4,8] -> Attention(8,2) -> GlobalAvgPool -> Dense(8,3)
-# board/iris.py, board/bench.py, host/pretrain.py and the tests build it from here.
+# board/demos/iris.py, board/benchmarks/bench.py, host/tools/pretrain.py and the tests build it from here.
 from .spec import from_spec
 from .tensor import seed as _seed
 

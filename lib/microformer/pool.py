@@ -35,6 +35,6 @@ class GlobalAvgPool(Layer):
         if dy.shape != self._y.shape:
             raise shape_error("GlobalAvgPool", "dy", "[%d,%d]" % self._y.shape, dy.shape)
         self._buffers("_bwd", self._x.shape)
-        # (no locals: a frame within 11 words stays off the GC heap, host/frames.py)
+        # (no locals: a frame within 11 words stays off the GC heap, host/tools/frames.py)
         backend.K.avgpool_backward(self._dx.data, dy.data, self._x.shape[0], self._x.shape[1], self._x.shape[2])
         return self._dx

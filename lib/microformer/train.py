@@ -375,7 +375,7 @@ class Trainer:
             self.unsettle()
         return self._loss, self._correct
 
-    # The per-step methods keep their frames within MicroPython's 11 words (host/frames.py): the
+    # The per-step methods keep their frames within MicroPython's 11 words (host/tools/frames.py): the
     # batch, its micro-batch views and the totals travel on self.
     def _accumulate(self, B):
         # the batch's gradients; with micro_batch='auto', a MemoryError (the heap is never one

@@ -158,7 +158,7 @@ def test_mip_installs_the_board_session_from_a_server(tmp_path, local_server, ir
     the whole board session in /lib; a checkpoint copied to the board then opens and evaluates."""
     import package
     root = pathlib.Path(helpers.ROOT)
-    subprocess.run([sys.executable, "host/package.py", "--check"], cwd=helpers.ROOT, check=True)
+    subprocess.run([sys.executable, "host/tools/package.py", "--check"], cwd=helpers.ROOT, check=True)
     session = package.session_modules()
     assert {"finetune", "mf_session", "mf_examples"} <= set(session), session
     with vboard.VirtualBoard(tmp_path / "mip", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
@@ -184,10 +184,10 @@ def test_mip_installs_the_board_session_from_a_server(tmp_path, local_server, ir
 
 
 def test_package_json_files_are_current(tmp_path):
-    """lib/package.json and board/package.json are what host/package.py generates now; a board module
+    """lib/package.json and board/package.json are what host/tools/package.py generates now; a board module
     the session imports is listed in board/package.json without anyone editing it."""
     import package
-    r = subprocess.run([sys.executable, "host/package.py", "--check"], cwd=helpers.ROOT,
+    r = subprocess.run([sys.executable, "host/tools/package.py", "--check"], cwd=helpers.ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     on_disk = json.loads((pathlib.Path(helpers.ROOT) / "board" / "package.json").read_text())

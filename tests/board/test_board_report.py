@@ -1,4 +1,4 @@
-"""make board-report (host/board_report.py): selftest, bench and a fine-tune on a board, one file.
+"""make board-report (host/tools/board_report.py): selftest, bench and a fine-tune on a board, one file.
 
 Run against the virtual board; each fact in the report is checked against the same fact asked
 another way (the interpreter itself, the package source, git)."""

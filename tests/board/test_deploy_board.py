@@ -13,7 +13,7 @@ MICROPYTHON = helpers.interpreter_path(helpers.interpreters()[-1])
 
 
 def test_board_files_go_as_mpy(tmp_path, pretrained_iris):
-    board_py = sorted(f[:-3] for f in os.listdir(helpers.BOARD) if f.endswith(".py"))
+    board_py = sorted(p.stem for p in board_link.board_files())
     assert {"finetune", "mf_session", "mf_examples", "mf_demo", "iris", "selftest"} <= set(board_py)
     with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
         (b.flash / "finetune.py").write_text("raise ImportError('an older finetune.py')\n")

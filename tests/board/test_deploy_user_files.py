@@ -55,7 +55,7 @@ def test_deploy_keeps_every_byte_of_the_users_files(tmp_path, iris_checkpoint):
 
         # what a user does to a board between deploys
         user = {
-            "/sensor.py": b"import machine\nprint('my sensor')\n",               # clashes with board/sensor.py
+            "/sensor.py": b"import machine\nprint('my sensor')\n",               # clashes with board/demos/sensor.py
             "/finetune.py": (ROOT / "board" / "finetune.py").read_bytes() + b"# my change\n",
             "/lib/microformer/mylayer.py": b"class MyLayer:\n    pass\n",
             "/data/iris.csv": (flash / "data" / "iris.csv").read_bytes() + b"6.1,2.8,4.7,1.2,versicolor\n",
@@ -160,7 +160,7 @@ def test_make_never_builds_or_overwrites_a_named_checkpoint(tmp_path):
     assert r.returncode != 0 and "CHECKPOINT %s is not a loadable checkpoint" % mine in r.stderr, r.stderr
     assert mine.read_bytes() == b"the user's bytes"
     # the project's own default is the one file pretraining makes
-    r = _make("-n", "-W", "host/pretrain.py", "pretrain", "CHECKPOINT=%s" % mine)   # -W: as if pretrain.py changed
+    r = _make("-n", "-W", "host/tools/pretrain.py", "pretrain", "CHECKPOINT=%s" % mine)   # -W: as if pretrain.py changed
     assert "--out build/iris.mfck" in r.stdout and str(mine) not in r.stdout, r.stdout
 
 
@@ -208,7 +208,7 @@ def test_deploy_cli_names_a_damaged_checkpoint(tmp_path, iris_checkpoint):
     data = bytearray(iris_checkpoint.read_bytes())
     data[len(data) // 2] ^= 0x10
     bad.write_bytes(bytes(data))
-    r = subprocess.run([sys.executable, "host/deploy.py", "--port", "/nonexistent", "--checkpoint", str(bad)],
+    r = subprocess.run([sys.executable, "host/tools/deploy.py", "--port", "/nonexistent", "--checkpoint", str(bad)],
                        cwd=helpers.ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "CHECKPOINT %s is not a loadable checkpoint" % bad in r.stderr, r.stderr
 

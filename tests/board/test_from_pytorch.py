@@ -1,5 +1,5 @@
 """The README's "From PyTorch" story, end to end on the virtual board: train in torch -> save the
-state_dict -> host/torch_io.py with the user's model file -> deploy (the board's :/model.mfck) ->
+state_dict -> host/tools/torch_io.py with the user's model file -> deploy (the board's :/model.mfck) ->
 fine-tune on the board -> copy back -> the weights back into the user's own torch module."""
 import json
 import os
@@ -19,7 +19,7 @@ import board_link  # noqa: E402
 import deploy  # noqa: E402
 import vboard  # noqa: E402
 
-TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
+TORCH_IO = os.path.join(helpers.TOOLS, "torch_io.py")
 DATA = os.path.join(helpers.ROOT, "datasets", "iris.csv")
 SPLIT_SEED = 7
 
@@ -37,7 +37,7 @@ def _xy(ds, mean, std):
     return torch.tensor((x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)), torch.tensor(ds.y)
 
 
-# the user's own model file (host/torch_io.py --model mymodel.py:build imports it)
+# the user's own model file (host/tools/torch_io.py --model mymodel.py:build imports it)
 MYMODEL_PY = """
 import torch_io
 from torch import nn

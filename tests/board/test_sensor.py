@@ -1,7 +1,7 @@
 """The sensor demo's pieces: the converted BasicMotions files, the .ts converter, a short host
 training run (held-out accuracy far above chance), and the saved checkpoint giving the same
 predictions under CPython and inside MicroPython (both interpreters, portable and viper kernels),
-where board/sensor.py also fine-tunes it."""
+where board/demos/sensor.py also fine-tunes it."""
 import json
 import os
 import subprocess
@@ -17,7 +17,7 @@ from microformer.data import read_csv
 import sensor  # noqa: E402
 import ts_to_csv  # noqa: E402
 
-HOST_SENSOR = os.path.join(helpers.HOST, "train_sensor.py")
+HOST_SENSOR = os.path.join(helpers.TOOLS, "train_sensor.py")
 DATA = os.path.join(helpers.ROOT, "datasets")
 
 
@@ -110,7 +110,7 @@ def test_same_predictions_in_micropython_and_fine_tune(tmp_path, micropython, ch
     want, truth, meta = _host_predictions(checkpoint)
     script = tmp_path / "sensor_mp.py"
     script.write_text(MP_SCRIPT)
-    out = helpers.run_micropython(str(script), checkpoint, backend, os.path.join(helpers.ROOT, "board"), DATA,
+    out = helpers.run_micropython(str(script), checkpoint, backend, helpers.DEMOS, DATA,
                                   heap="24M", exe=micropython)
     got = json.loads(out.strip().splitlines()[-1])
     assert got["preds"] == want, "MicroPython (%s) predicts %s, CPython %s" % (backend, got["preds"], want)
@@ -120,7 +120,7 @@ def test_same_predictions_in_micropython_and_fine_tune(tmp_path, micropython, ch
 
 def test_on_the_virtual_board(tmp_path, checkpoint):
     """make deploy's path: the checkpoint (as /model.mfck) and both CSVs copied to the (virtual) board's
-    flash over mpremote, then board/sensor.py reads /data/ there, evaluates and fine-tunes one epoch."""
+    flash over mpremote, then board/demos/sensor.py reads /data/ there, evaluates and fine-tunes one epoch."""
     import board_link
     import deploy
     import vboard
@@ -144,8 +144,8 @@ def test_on_the_virtual_board(tmp_path, checkpoint):
 
 
 def test_session_on_the_sensor_checkpoint(tmp_path, checkpoint):
-    """host/train_sensor.py writes what finetune.Session needs: the session scores the training
-    file as the host did, predicts as board/sensor.py does, and names the model's parts."""
+    """host/tools/train_sensor.py writes what finetune.Session needs: the session scores the training
+    file as the host did, predicts as board/demos/sensor.py does, and names the model's parts."""
     import shutil
     import finetune
     _, _, meta = _host_predictions(checkpoint)

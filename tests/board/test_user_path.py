@@ -1,7 +1,7 @@
 """A new user's own model, end to end, as the README's "From PyTorch" section tells it: two torch
 models of shapes the project never shipped (a sequence classifier with a TransformerEncoderLayer
 on [B, L, C] windows, and a channels-first Conv1d sensor model on [B, C, L]) are trained in
-torch, saved as a state_dict, converted with `host/torch_io.py --model FILE.py:FACTORY` and a
+torch, saved as a state_dict, converted with `host/tools/torch_io.py --model FILE.py:FACTORY` and a
 minimal meta.json, deployed with `make deploy CHECKPOINT=...` to the virtual board, opened with
 `finetune.Session()`, frozen by name, fine-tuned on windows captured from a simulated sensor
 (`mf_capture.capture`), saved, copied back with mpremote, converted back into the user's own
@@ -27,7 +27,7 @@ from test_trust_board import STOCK_REASON, Term  # noqa: E402
 
 pytestmark = pytest.mark.board
 
-TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
+TORCH_IO = os.path.join(helpers.TOOLS, "torch_io.py")
 MICROPYTHON = helpers.interpreter_path(helpers.interpreters()[-1])
 C, L, K = 3, 16, 3
 CLASSES = ["still", "walk", "run"]

@@ -1,4 +1,4 @@
-"""The virtual board (host/vboard.py) driven by unmodified mpremote, as a real board would be.
+"""The virtual board (host/tools/vboard.py) driven by unmodified mpremote, as a real board would be.
 
 Every mpremote call has a timeout: mpremote can block forever on a confused port.
 Each board lives in a pytest tmp dir and is stopped in teardown.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import serial
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "host"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "host" / "tools"))
 import vboard  # noqa: E402
 import helpers  # noqa: E402
 

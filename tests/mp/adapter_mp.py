@@ -1,5 +1,5 @@
 # LoRA in the board session, under CPython and inside MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/adapter_mp.py FLASH_A FLASH_B
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/adapter_mp.py FLASH_A FLASH_B
 # FLASH_A, FLASH_B: folders holding what `make deploy` puts on a board (the Iris model.mfck and
 # data/iris.csv). Prints ADAPTER OK or raises AssertionError (tests/mp/test_adapter_session.py).
 import gc

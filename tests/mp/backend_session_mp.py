@@ -1,7 +1,7 @@
 # A session's backend does not leak: Session() takes the interpreter's default whatever an earlier
 # set_backend chose (as in a REPL kept with `mpremote resume`) and says so; each session keeps its
 # own backend for fit and evaluate; a session that fails to start leaves the backend as it was.
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/backend_session_mp.py FLASH
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/backend_session_mp.py FLASH
 # Prints BACKEND SESSION OK or raises AssertionError (tests/mp/test_backend_session.py).
 import sys
 

@@ -2,7 +2,7 @@
 # a simulated sensor (a list iterator) feeds capture; every bad reading, a read() that fails,
 # Ctrl-C and a failed write leave data/user.csv byte for byte as it was.
 # Runs under CPython and MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/capture_mp.py FLASH_DIR OUT.json
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/capture_mp.py FLASH_DIR OUT.json
 import json
 import os
 import sys

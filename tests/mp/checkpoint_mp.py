@@ -2,7 +2,7 @@
 # loaded and saved again, the pure-Python CRC fallback, damage refused with the model untouched,
 # saves that die part way leaving the old checkpoint. Run directly:
 #   MICROPYPATH=lib:tests/mp micropython tests/mp/checkpoint_mp.py DIR
-# DIR holds np.mfck (host/checkpoint_np.py's file); prints what it did (test_checkpoint.py compares
+# DIR holds np.mfck (tests/oracles/checkpoint_np.py's file); prints what it did (test_checkpoint.py compares
 # the files it writes with the host's bytes) and raises AssertionError on a failure.
 import sys
 

@@ -2,7 +2,7 @@
 (residual add, positions, embedding, LayerNorm, GELU, KV cache, decoding attention, kept GEMMs,
 argmax), each case through the portable kernels (P) and the viper ones (V); hex float32 bits.
 
-    MICROPYPATH=lib:board:tests/mp micropython tests/mp/decode_cases_mp.py CASES.json RESULTS.json [CHECKED_DIR]
+    MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/decode_cases_mp.py CASES.json RESULTS.json [CHECKED_DIR]
 """
 from kernel_cases_mp import P, V, f32, hx, main, z  # noqa: F401
 

@@ -1,4 +1,4 @@
-# tests/mp/decode_heap_mp.py: the bench's decode stack (board/bench.py decode_setup) decoding
+# tests/mp/decode_heap_mp.py: the bench's decode stack (board/benchmarks/bench.py decode_setup) decoding
 # greedily in the heap it is given: ROUNDS rounds of prefill + NEW tokens (as bench.decode runs
 # them: the second prompt reuses the first one's buffers). Prints the tokens and the heap in use
 # (gc.mem_alloc after a collection) after the model, the first prefill and the last round.

@@ -1,11 +1,11 @@
 """The MicroPython side of tests/mp/test_attention_frames.py::test_a_decode_step_allocates_one_kernel_frame:
 heap bytes (micropython.mem_total: every allocation, freed or not, heap frames included) per
-decode step of the bench's decode stack (board/bench.py decode_setup: Embedding ->
+decode step of the bench's decode stack (board/benchmarks/bench.py decode_setup: Embedding ->
 PositionalEncoding -> EncoderBlock -> LayerNorm -> Dense), over the steps after a prompt's first
 (after a warm-up round), next to the bytes per call of a function whose frame is the size the test chose (the probe module,
 made by the test and passed by name, measures that when imported: PROBE).
 
-    MICROPYPATH=lib:board micropython tests/mp/decode_step_heap_mp.py DIR PROBE_MODULE
+    MICROPYPATH=lib:board:board/demos:board/benchmarks micropython tests/mp/decode_step_heap_mp.py DIR PROBE_MODULE
 """
 import sys
 

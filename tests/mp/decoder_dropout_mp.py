@@ -1,7 +1,7 @@
 # DecoderBlock(dropout=p)'s masks from one seed, printed so that CPython and every MicroPython port
 # can be compared line by line (tests/mp/test_decoder_dropout.py); also checks eval() is the dropout=0
 # block bit for bit.
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/decoder_dropout_mp.py [backend]
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/decoder_dropout_mp.py [backend]
 import sys
 
 import microformer as mf

@@ -1,5 +1,5 @@
-# The sequence demos (board/digits.py, board/charlm.py) checked inside MicroPython and CPython:
-#   MICROPYPATH=lib:board:tests/mp micropython -X heapsize=8M tests/mp/demos_mp.py [backend]
+# The sequence demos (board/demos/digits.py, board/demos/charlm.py) checked inside MicroPython and CPython:
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython -X heapsize=8M tests/mp/demos_mp.py [backend]
 # digits: rows as tokens through an EncoderBlock; charlm: a causal character model generating
 # through the KV cache. Prints DEMOS OK and the figures, raises AssertionError on a failure.
 import sys

@@ -1,6 +1,6 @@
 # Dropout's masks and numbers from one seed, printed so that CPython and every MicroPython port can
 # be compared line by line (tests/mp/test_dropout.py); also checks eval() is the identity bit for bit.
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/dropout_mp.py [backend]
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/dropout_mp.py [backend]
 import sys
 
 import microformer as mf

@@ -1,7 +1,7 @@
 # board/finetune.py's REPL session, checked under CPython and inside MicroPython, directly
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/finetune_session_mp.py FLASH_A FLASH_B
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/finetune_session_mp.py FLASH_A FLASH_B
 # FLASH_A and FLASH_B: folders holding what `make deploy` puts on a board (model.mfck from
-# host/pretrain.py and data/iris.csv); the session writes into them. Prints FINETUNE OK or
+# host/tools/pretrain.py and data/iris.csv); the session writes into them. Prints FINETUNE OK or
 # raises AssertionError (tests/mp/test_finetune.py runs it on every interpreter).
 import gc
 import sys

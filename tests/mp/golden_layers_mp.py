@@ -1,5 +1,5 @@
 # The DecoderBlock and Conv1D golden vectors (tests/golden/decoder.mfg, conv1d.mfg, written by
-# host/golden.py from the NumPy reference) checked by lib inside MicroPython, on both backends:
+# tests/oracles/golden_vectors.py from the NumPy reference) checked by lib inside MicroPython, on both backends:
 #   MICROPYPATH=lib:tests/mp micropython tests/mp/golden_layers_mp.py tests/golden
 # prints the worst error per backend and layer and GOLDEN LAYERS OK; AssertionError on a failure.
 import sys

@@ -1,4 +1,4 @@
-# The golden vectors (tests/golden/attention.mfg, written by host/golden.py from the NumPy
+# The golden vectors (tests/golden/attention.mfg, written by tests/oracles/golden_vectors.py from the NumPy
 # reference) checked by lib's Attention inside MicroPython, on both backends. Run directly:
 #   MICROPYPATH=lib:tests/mp micropython tests/mp/golden_mp.py tests/golden/attention.mfg
 # prints the worst error per backend and GOLDEN OK, raises AssertionError on a failure.

@@ -1,5 +1,5 @@
 # microformer.guard on a tiny classifier, under CPython and inside MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/guard_mp.py
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/guard_mp.py
 # Prints GUARD OK or raises AssertionError (tests/mp/test_guard.py runs it on every interpreter).
 import microformer as mf
 from microformer import guard

@@ -1,8 +1,8 @@
 # Seeded Xavier init as float32 bits, under CPython and inside MicroPython (test_init_float32.py
 # checks them against the math and across interpreters). Run directly:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/init_float32_mp.py '[[1, 1], [4, 32]]' 64
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/init_float32_mp.py '[[1, 1], [4, 32]]' 64
 # prints a JSON list: per (fan_in, fan_out) pair the hex of the bound and of N weights drawn with
-# Rng(1000 + index), then the weights of board/iris.py's model seeded with 3.
+# Rng(1000 + index), then the weights of board/demos/iris.py's model seeded with 3.
 import json
 import sys
 from array import array

@@ -1,11 +1,11 @@
 # Accuracy with int8 frozen weights against float32 ones, on the demos (a measurement; the
 # figures go into lib/README.md "Fine-tuning within a budget"):
-#   MICROPYPATH=lib:board micropython tests/mp/int8_demo_mp.py FLASH [SENSOR_CKPT DATA_DIR]
-#   PYTHONPATH=lib:board python tests/mp/int8_demo_mp.py FLASH [SENSOR_CKPT DATA_DIR]
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks micropython tests/mp/int8_demo_mp.py FLASH [SENSOR_CKPT DATA_DIR]
+#   PYTHONPATH=lib:board:board/demos:board/benchmarks python tests/mp/int8_demo_mp.py FLASH [SENSOR_CKPT DATA_DIR]
 # FLASH: a folder as `make deploy` fills it (model.mfck: the pretrained Iris model, data/iris.csv).
 # Iris drift demo (board/mf_demo.py): the same fine-tune (freeze attention + head, 24 drifted
 # examples, the session's epochs), then LoRA r=4 on the attention, each with float32 and with
-# int8 frozen weights. Sensor demo (board/sensor.py's checkpoint): held-out accuracy, then a
+# int8 frozen weights. Sensor demo (board/demos/sensor.py's checkpoint): held-out accuracy, then a
 # 3-epoch fine-tune of the head with everything else frozen, float32 and int8.
 import sys
 

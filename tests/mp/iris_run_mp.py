@@ -1,5 +1,5 @@
-# Runs board/iris.py's main() and prints its result as JSON (MicroPython or CPython).
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/iris_run_mp.py [python|viper] [epochs]
+# Runs board/demos/iris.py's main() and prints its result as JSON (MicroPython or CPython).
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/iris_run_mp.py [python|viper] [epochs]
 import json
 import sys
 

@@ -1,6 +1,6 @@
 # Key-tiled attention against the standard path, and the streaming encoder against the full
 # forward, inside MicroPython (and CPython): prints one line per check with its relative error.
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/longseq_mp.py [backend]
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/longseq_mp.py [backend]
 import sys
 
 import microformer as mf

@@ -1,5 +1,5 @@
 # LoRA adapters and partial backward inside MicroPython (and CPython, for the reference):
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/lora_mp.py python|viper
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/lora_mp.py python|viper
 # prints one JSON line per case ("CASE {...}": seeded layers with LoRA adapters, their forward
 # output, input gradient and adapter gradients), then runs checks that hold on any backend and
 # raises AssertionError on the first failure:

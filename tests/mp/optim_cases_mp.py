@@ -2,7 +2,7 @@
 sgd_step, params_commit) of the viper backend on each case; new weights and state as hex float32
 bits, the flag, and whether the live buffers stayed as they were.
 
-    MICROPYPATH=lib:board:tests/mp micropython tests/mp/optim_cases_mp.py CASES.json RESULTS.json [CHECKED_DIR]
+    MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/optim_cases_mp.py CASES.json RESULTS.json [CHECKED_DIR]
 """
 from array import array
 

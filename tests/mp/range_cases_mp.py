@@ -2,7 +2,7 @@
 layer kernels, GEMMs, pooling, Adam and activations, each case run through the portable kernels
 (P) and the viper ones (V) on the same float32 inputs; results as hex float32 bits.
 
-    MICROPYPATH=lib:board:tests/mp micropython tests/mp/range_cases_mp.py CASES.json RESULTS.json [CHECKED_DIR]
+    MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/range_cases_mp.py CASES.json RESULTS.json [CHECKED_DIR]
 """
 import microformer as mf
 from array import array

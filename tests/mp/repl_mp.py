@@ -1,5 +1,5 @@
 # What a REPL user sees from board/finetune.py, under CPython and inside MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/repl_mp.py FLASH
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/repl_mp.py FLASH
 # FLASH: a folder as `make deploy` fills it. Prints one JSON line: every result's repr, the
 # lines each command printed, the help texts and the Session's public methods.
 import json

@@ -1,5 +1,5 @@
 # The seq2seq demo's greedy decoding of the first N held-out strings from a checkpoint, on one backend:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/seq2seq_mp.py model.mfck N backend out.json
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/seq2seq_mp.py model.mfck N backend out.json
 import json
 import sys
 

@@ -1,10 +1,10 @@
 # finetune.Session on models other than Iris, under CPython and inside MicroPython, directly
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/session_models_mp.py FLASH
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/session_models_mp.py FLASH
 # FLASH: an empty folder; the script writes each model's checkpoint and data there itself. Prints
 # SESSION MODELS OK or raises AssertionError (tests/mp/test_session_models.py runs it everywhere).
 #   window  Dense(C,E) -> LearnedPositionalEmbedding -> EncoderBlock -> GlobalAvgPool -> Dense: a
 #           TransformerEncoderLayer-style classifier over [L, C] windows, fed [B, L, C]
-#   sensor  board/sensor.py's model (Reshape, Conv1D, ReLU, MaxPool1D, LearnedPositionalEmbedding,
+#   sensor  board/demos/sensor.py's model (Reshape, Conv1D, ReLU, MaxPool1D, LearnedPositionalEmbedding,
 #           EncoderBlock, GlobalAvgPool, Dense) on 100 x 6 windows
 #   regress a window [4, 2] taken flat by Dense(8, 16): two targets, MSE
 import gc

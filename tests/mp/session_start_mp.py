@@ -1,7 +1,7 @@
 # What a plain fine-tune session loads: `import finetune`, then Session on the Iris checkpoint,
 # a one-epoch fit and evaluate leave the rarer modules unloaded; each still resolves on first
 # use, to the object its module defines. Runs under CPython and inside MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/session_start_mp.py FLASH
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/session_start_mp.py FLASH
 # FLASH holds model.mfck and data/iris.csv. Prints LOADED / SAME lines (tests/mp/test_session_start.py).
 import sys
 

@@ -2,7 +2,7 @@
 # the checkpoint's metadata ('split': the rows by number, never reshuffled), and when the
 # checkpoint gives none it chooses one once and keeps it in the metadata. Under CPython and
 # inside MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/split_mp.py FLASH
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/split_mp.py FLASH
 # FLASH: an empty folder. Prints SPLIT OK or raises AssertionError (tests/mp/test_split.py).
 import os
 import sys

@@ -10,7 +10,7 @@ import sys
 
 import helpers
 
-sys.path.insert(0, os.path.join(helpers.ROOT, "host"))
+sys.path.insert(0, os.path.join(helpers.ROOT, "host", "tools"))
 import frames  # noqa: E402
 
 
@@ -40,7 +40,7 @@ BYTES = (micropython.mem_total() - t0) / 100
 
 def test_a_decode_step_allocates_one_kernel_frame(tmp_path, micropython):
     # The bound: Attention._decode_attend passes attention_decode its 10 arguments, which need 12
-    # words of value stack, so its frame (host/frames.py) is above the limit and comes from the
+    # words of value stack, so its frame (host/tools/frames.py) is above the limit and comes from the
     # heap once per step. Every other function a step runs through, in every layer of the stack,
     # stays within the limit and allocates nothing. So a step allocates at most what one call of a
     # function with a frame of that size allocates, measured in the same interpreter (a probe with

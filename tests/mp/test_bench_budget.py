@@ -1,4 +1,4 @@
-"""The fine-tuning-within-a-budget bench (host/bench_budget.py driving board/budget.py) on
+"""The fine-tuning-within-a-budget bench (host/bench/bench_budget.py driving board/benchmarks/budget.py) on
 the stock port, one small model: its figures agree with what they count, computed here another
 way. No timing is asserted (the figures are `make bench-budget`'s)."""
 import os
@@ -8,12 +8,12 @@ import pytest
 
 import helpers
 
-sys.path.insert(0, os.path.join(helpers.ROOT, "host"))
+sys.path.insert(0, os.path.join(helpers.ROOT, "host", "bench"))
 import bench_budget as host_bb  # noqa: E402
 import microformer as mf  # noqa: E402
 import sensor  # noqa: E402
 
-DRIVER = os.path.join(helpers.ROOT, "board", "budget.py")
+DRIVER = os.path.join(helpers.ROOT, "board", "benchmarks", "budget.py")
 DATA = os.path.join(helpers.ROOT, "datasets")
 FILTERS = 8                        # a narrower sensor model than the demo's 16: a faster test
 

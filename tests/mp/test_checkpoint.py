@@ -119,7 +119,7 @@ def test_lib_save_numpy_read(saved):
 
 def test_numpy_cli(saved):
     path, m = saved
-    out = subprocess.run([sys.executable, os.path.join(helpers.HOST, "checkpoint_np.py"), "info", path],
+    out = subprocess.run([sys.executable, os.path.join(helpers.ORACLES, "checkpoint_np.py"), "info", path],
                          capture_output=True, text=True, check=True).stdout
     assert "3.Wq" in out and "%d tensors" % len(m.named_params()) in out
 

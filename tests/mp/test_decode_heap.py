@@ -1,4 +1,4 @@
-"""The bench's decode stack (board/bench.py decode_setup: Embedding -> PositionalEncoding ->
+"""The bench's decode stack (board/benchmarks/bench.py decode_setup: Embedding -> PositionalEncoding ->
 EncoderBlock -> LayerNorm -> Dense, a 16-token prompt) prefills and decodes in a board's 512K heap
 on the 32-bit port (objects, ints and floats of an ESP32's sizes), and picks the same tokens there
 as in a 16 MB heap: a small heap changes where arrays are placed, never what they compute."""

@@ -1,4 +1,4 @@
-"""The survey deploy runs on the board (host/deploy.py SURVEY), run by both MicroPython ports on a
+"""The survey deploy runs on the board (host/tools/deploy.py SURVEY), run by both MicroPython ports on a
 sandboxed flash: a manifest of invalid UTF-8 bytes, a folder, or 1 MB of forged entries is
 reported as unreadable (and read no further), never an error that stops every deploy."""
 import json

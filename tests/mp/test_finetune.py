@@ -2,7 +2,7 @@
 
 tests/mp/finetune_session_mp.py holds the session checks; they run in both interpreters against
 flash folders in tmp_path that hold what `make deploy` puts on the board (the `iris_flash`
-fixture: model.mfck from host/pretrain.py, data/iris.csv).
+fixture: model.mfck from host/tools/pretrain.py, data/iris.csv).
 """
 import os
 import subprocess
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import helpers
-import bench  # noqa: E402  (host/ is on the path: helpers)
+import bench_common as bench  # noqa: E402  (host/bench/ is on the path: helpers)
 import finetune_session_mp
 
 
@@ -21,7 +21,7 @@ def test_session_cpython(tmp_path, iris_flash):
 
 def board_mpy(folder, exe):
     """board/*.py and lib/microformer/*.py compiled into `folder` for interpreter `exe` as `make
-    deploy` compiles them for a board (host/bench.py compiled_modules, through host/deploy.py).
+    deploy` compiles them for a board (host/bench/bench_common.py compiled_modules, through host/tools/deploy.py).
     Returns the MICROPYPATH that runs on them. Compiling the session and the library from source
     would take heap (and leave it fragmented) in a way a board never does."""
     return os.pathsep.join(bench.compiled_modules(exe, str(folder)) + [helpers.MP])

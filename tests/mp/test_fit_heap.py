@@ -1,12 +1,12 @@
 """Heap the user feels, inside MicroPython (both interpreters, viper backend):
-- train.fit on Iris over whole epochs, each ending with a smaller batch (board/bench.py fitheap:
+- train.fit on Iris over whole epochs, each ending with a smaller batch (board/benchmarks/bench.py fitheap:
   the figure make bench reports), allocates < 1 KB per step: a smaller batch runs on views of the
   largest batch's buffers, a batch shape seen before gets its buffers back;
 - a buffer switch cut short by a KeyboardInterrupt at any buffer it draws or zeroes leaves the
   model usable, with the weights of the steps counted (tests/mp/fit_heap_mp.py);
 - a Session fit of thousands of epochs on a 512K heap finishes, records and saves, and holds
   the same heap as a fit of 60 epochs: its history is bounded (tests/mp/fit_heap_mp.py longfit);
-- greedy decoding through the KV cache (the decode stack of board/bench.py) allocates < 1 KB per
+- greedy decoding through the KV cache (the decode stack of board/benchmarks/bench.py) allocates < 1 KB per
   token.
 """
 import re
@@ -15,7 +15,7 @@ import helpers
 
 
 def test_fit_heap_per_step(micropython):
-    out = helpers.run_micropython(str(helpers.ROOT) + "/board/bench.py", "fitheap", "viper",
+    out = helpers.run_micropython(str(helpers.ROOT) + "/board/benchmarks/bench.py", "fitheap", "viper",
                                   heap="8M", exe=micropython)
     m = re.search(r"^FITHEAP viper (\d+) (\S+) (\d+) (\d+) (\d+)$", out, re.M)
     assert m, out
@@ -34,7 +34,7 @@ def test_switch_interrupted_anywhere(micropython):
 
 
 def test_decode_heap_per_token(micropython):
-    out = helpers.run_micropython(str(helpers.ROOT) + "/board/bench.py", "decode", "viper", "gelu", "1",
+    out = helpers.run_micropython(str(helpers.ROOT) + "/board/benchmarks/bench.py", "decode", "viper", "gelu", "1",
                                   heap="8M", exe=micropython)
     m = re.search(r"^DECODE viper gelu (\S+) (\S+) ", out, re.M)
     assert m, out

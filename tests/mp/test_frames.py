@@ -1,7 +1,7 @@
 # Frames on the hot paths: every bytecode function a training step or a decode step runs
 # through (in the modules listed here) keeps its frame (arguments + locals + value stack) within
 # the 11 words MicroPython keeps off the GC heap; a larger frame is allocated on every call and
-# slows a loop down as garbage builds up. host/frames.py computes the frames from mpy-cross output.
+# slows a loop down as garbage builds up. host/tools/frames.py computes the frames from mpy-cross output.
 import os
 import subprocess
 import sys
@@ -10,7 +10,7 @@ import pytest
 
 import helpers
 
-sys.path.insert(0, os.path.join(helpers.ROOT, "host"))
+sys.path.insert(0, os.path.join(helpers.ROOT, "host", "tools"))
 import frames  # noqa: E402
 
 LIB = os.path.join(helpers.ROOT, "lib", "microformer")

@@ -1,17 +1,17 @@
-"""Golden vectors (host/golden.py -> tests/golden/attention.mfg): the file is current, its
+"""Golden vectors (tests/oracles/golden_vectors.py -> tests/golden/attention.mfg): the file is current, its
 invariants hold, and lib's Attention matches every stage on CPython and inside MicroPython."""
 
 import numpy as np
 
 import helpers
-import golden as host_golden
+import golden_vectors as host_golden
 
 PATH = host_golden.DEFAULT_PATH
 
 
 def test_golden_file_is_current():
     problems = host_golden.stale(PATH, host_golden.attention_case())
-    assert not problems, "tests/golden/attention.mfg is stale (%s): run python host/golden.py" % problems
+    assert not problems, "tests/golden/attention.mfg is stale (%s): run python tests/oracles/golden_vectors.py" % problems
 
 
 def test_a_stale_golden_file_is_seen(tmp_path):

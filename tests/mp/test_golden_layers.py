@@ -1,5 +1,5 @@
-"""Golden vectors of the DecoderBlock and Conv1D (host/golden.py -> tests/golden/decoder.mfg,
-conv1d.mfg, from host/reference.py): the files are current, and lib's layers match forward and every
+"""Golden vectors of the DecoderBlock and Conv1D (tests/oracles/golden_vectors.py -> tests/golden/decoder.mfg,
+conv1d.mfg, from tests/oracles/reference.py): the files are current, and lib's layers match forward and every
 gradient on CPython (both backends) and inside MicroPython (both interpreters, both backends)."""
 import os
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import helpers
-import golden as host_golden
+import golden_vectors as host_golden
 import microformer as mf
 from microformer import golden
 
@@ -19,11 +19,11 @@ CHECKS = {"decoder.mfg": golden.check_decoder, "conv1d.mfg": golden.check_conv1d
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden_file_is_current(name):
     problems = host_golden.stale(os.path.join(DIR, name), CASES[name]())
-    assert not problems, "tests/golden/%s is stale (%s): run python host/golden.py" % (name, problems)
+    assert not problems, "tests/golden/%s is stale (%s): run python tests/oracles/golden_vectors.py" % (name, problems)
 
 
 def test_cli_writes_every_case_and_refuses_a_file(tmp_path):
-    out = helpers.run_cpython(os.path.join(helpers.ROOT, "host", "golden.py"), str(tmp_path))
+    out = helpers.run_cpython(os.path.join(helpers.ORACLES, "golden_vectors.py"), str(tmp_path))
     for name in ("attention.mfg", "decoder.mfg", "conv1d.mfg"):
         assert not host_golden.stale(os.path.join(DIR, name), host_golden.read(str(tmp_path / name))), name
         assert name in out
@@ -31,7 +31,7 @@ def test_cli_writes_every_case_and_refuses_a_file(tmp_path):
     f.write_text("x")
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, os.path.join(helpers.ROOT, "host", "golden.py"), str(f)],
+    r = subprocess.run([sys.executable, os.path.join(helpers.ORACLES, "golden_vectors.py"), str(f)],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "is not a directory" in r.stderr and f.read_text() == "x"
 

@@ -1,6 +1,6 @@
 """A fine-tune that keeps what the model knew: microformer.guard (rehearsal sampling, validation,
 best epoch, rollback, divergence) and the session's fit on the user's examples (board/mf_guard.py),
-on a model and data of their own (board/bench_guard.py: a 3-class attention classifier over
+on a model and data of their own (board/benchmarks/bench_guard.py: a 3-class attention classifier over
 windows of 4 x 3 readings, 40 test rows, 5 examples of a class read by a shifted sensor).
 tests/mp/guard_mp.py holds the guard's checks; both run under CPython and inside MicroPython.
 """
@@ -10,7 +10,7 @@ import os
 import helpers
 import guard_mp
 
-BENCH = os.path.join(helpers.ROOT, "board", "bench_guard.py")
+BENCH = os.path.join(helpers.ROOT, "board", "benchmarks", "bench_guard.py")
 
 
 def test_guard_cpython():

@@ -1,13 +1,13 @@
 """int8 frozen weights (microformer.quant).
 
 Against NumPy written from the math (w = q * scale, never calling lib): tests/mp/int8_mp.py's cases
-(an int8 Dense, an int8 Attention through host/reference.py, a LoRA adapter on an int8 base
+(an int8 Dense, an int8 Attention through tests/oracles/reference.py, a LoRA adapter on an int8 base
 with one SGD step, the worst-case operands of the viper kernels) on CPython (portable and NumPy
 backends) and inside both MicroPython ports (portable and viper): portable and NumPy within 1e-5;
 viper within the GEMM bound of README "Tolerances" (2^-11 K max|a| max|w|, plus 2^-11 of an
 addend), which the worst-case operands drive to its limits (an overflow of the 32-bit
 accumulators would be off by far more). The checkpoint a MicroPython port writes reloads bit for
-bit there (the script asserts it) and host/checkpoint_np.py reads the same int8 rows and scales.
+bit there (the script asserts it) and tests/oracles/checkpoint_np.py reads the same int8 rows and scales.
 Refusals: a trainable weight, a part matching nothing, a non-finite weight, merge_lora onto an int8
 base, a float32 tensor from a file for a weight held as int8, a version-1 reader given a version-2
 file.
@@ -22,7 +22,7 @@ import pytest
 
 import helpers
 
-sys.path.insert(0, helpers.ROOT + "/host")
+sys.path.insert(0, helpers.ORACLES)
 import checkpoint_np  # noqa: E402
 import reference as R  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The 32-bit interpreter leg: `make test` without a MicroPython source (one-line notice; a failure
-under CI), host/build_mp32.sh refusing a source its patches do not fit, and the patched Ctrl-C of
+under CI), host/tools/build_mp32.sh refusing a source its patches do not fit, and the patched Ctrl-C of
 the 32-bit port (a second SIGINT while one is pending does not kill the process, as on an ESP32)."""
 import os
 import signal
@@ -10,7 +10,7 @@ import pytest
 
 import helpers
 
-BUILD = os.path.join(helpers.ROOT, "host", "build_mp32.sh")
+BUILD = os.path.join(helpers.TOOLS, "build_mp32.sh")
 
 
 def _make_test(ci):

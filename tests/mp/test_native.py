@@ -1,8 +1,8 @@
 """The native backend: the C kernels of host/native/mf_native.c as a MicroPython natmod, built by
 `make native` for x64 (the stock port) and x86 (the 32-bit port) and run inside each port:
 every kernel against the portable kernel of the same name (within 1e-5 relative), the layers,
-models and optimizers against the NumPy reference (host/reference.py, through the driver's cases),
-the golden vectors (board/selftest.py), an Iris fit, the backend switch and its reasons, and the
+models and optimizers against the NumPy reference (tests/oracles/reference.py, through the driver's cases),
+the golden vectors (board/benchmarks/selftest.py), an Iris fit, the backend switch and its reasons, and the
 errors of bad arguments. The module is built when missing or older than its source; without
 MicroPython's source (../shared) the tests skip saying so, and under CI=true they fail instead."""
 import json
@@ -131,21 +131,21 @@ def test_golden_vectors(native):
     probe = "import selftest\nassert selftest.run()\n"
     out = subprocess.run([exe, "-X", "heapsize=8M", "-c", probe], capture_output=True, text=True, timeout=600,
                          cwd=ROOT, env=dict(os.environ, MICROPYPATH=os.pathsep.join(
-                             [os.path.join(ROOT, "lib"), os.path.join(ROOT, "board"), folder])))
+                             [os.path.join(ROOT, "lib")] + helpers.BOARD_PATH + [folder])))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("native ")]
     assert len(lines) >= 20 and all(ln.endswith("PASS") for ln in lines), out.stdout
 
 
 def _iris(exe, folder, runs, epochs):
-    # {(seed, backend): (train accuracy, test accuracy)} of board/iris.py's fit
+    # {(seed, backend): (train accuracy, test accuracy)} of board/demos/iris.py's fit
     probe = ("import iris\n"
              "for seed, b in %r:\n"
              "    r = iris.main(epochs=%d, backend=b, seed=seed, verbose=False)\n"
              "    print('IRIS', seed, b, r['train_acc'], r['test_acc'])\n" % (tuple(runs), epochs))
     p = subprocess.run([exe, "-X", "heapsize=8M", "-c", probe], capture_output=True, text=True, timeout=900,
                        cwd=ROOT, env=dict(os.environ, MICROPYPATH=os.pathsep.join(
-                           [os.path.join(ROOT, "lib"), os.path.join(ROOT, "board"), folder])))
+                           [os.path.join(ROOT, "lib")] + helpers.BOARD_PATH + [folder])))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     acc = {}
     for ln in p.stdout.splitlines():
@@ -157,7 +157,7 @@ def _iris(exe, folder, runs, epochs):
 
 
 def test_iris_fit(native):
-    # the seed's Iris model trained from scratch on the C kernels (100 epochs, as board/iris.py),
+    # the seed's Iris model trained from scratch on the C kernels (100 epochs, as board/demos/iris.py),
     # five seeds: every run learns the task (the seed's C++: 99.17 % train / 93.33 % test), and the
     # figures host/native/README.md gives are these
     exe, folder = native

@@ -11,7 +11,7 @@ import microformer as mf
 import seq2seq
 import seq2seq_mp
 
-HOST_SEQ2SEQ = os.path.join(helpers.HOST, "train_seq2seq.py")
+HOST_SEQ2SEQ = os.path.join(helpers.TOOLS, "train_seq2seq.py")
 N_MP = 30
 
 

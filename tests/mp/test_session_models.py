@@ -1,5 +1,5 @@
 """finetune.Session on models other than Iris: windows ([L, C] inputs, a TransformerEncoderLayer-
-style block and board/sensor.py's Conv1D model), regression, parts by state_dict name / glob / kind,
+style block and board/demos/sensor.py's Conv1D model), regression, parts by state_dict name / glob / kind,
 metadata checked at session start. tests/mp/session_models_mp.py holds the checks; it runs under
 CPython and inside MicroPython (both interpreters). The printouts are checked here, on CPython.
 """

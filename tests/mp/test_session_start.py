@@ -3,7 +3,7 @@ session that loads, fits and evaluates leave the rarer modules unloaded (the dri
 session's other commands, the viper kernels and layers Iris does not use), and each resolves on
 first use; on MicroPython the modules only its load needed (spec, specformat, specplan) are gone
 once it is loaded; a lazy board module that fails to import says which one and why; and the session runs
-in the heap `make bench` reports for the 32-bit port (host/bench.py smallest_session_heap), so a
+in the heap `make bench` reports for the 32-bit port (host/bench/bench_common.py smallest_session_heap), so a
 change that makes it need more fails here."""
 import os
 import shutil
@@ -16,7 +16,7 @@ import helpers
 from test_finetune import board_mpy
 
 # The smallest -X heapsize (KB) from which every larger one ran the bench's session on the 32-bit
-# port, measured with host/bench.py smallest_session_heap (mpy=True: the modules compiled as
+# port, measured with host/bench/bench_common.py smallest_session_heap (mpy=True: the modules compiled as
 # `make deploy` sends them; mpy=False: the .py sources), plus a few KB: where arrays land moves
 # with any change to the code and with the paths the modules come from (a run from another folder
 # needed up to 10 KB more), so a margin keeps this about the need, not the layout.
@@ -116,7 +116,7 @@ def test_session_runs_in_the_heap_the_bench_reports(tmp_path, iris_flash, mpy):
         path = board_mpy(tmp_path / "mpy", exe)       # as make deploy compiles them
         kb = HEAP_MPY_KB
     else:
-        path = os.pathsep.join([helpers.BOARD, helpers.LIB])
+        path = os.pathsep.join(helpers.BOARD_PATH + [helpers.LIB])
         kb = HEAP_PY_KB
     for size in range(kb + MARGIN_KB, kb + MARGIN_KB + 25, 3):
         ok, out = _session_runs(exe, path, flash, size)

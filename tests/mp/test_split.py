@@ -1,5 +1,5 @@
 """The split belongs to the model: the checkpoint's metadata names the base data's test rows
-('split'), the board never reshuffles them, and host/torch_io.py --meta stores the user's own
+('split'), the board never reshuffles them, and host/tools/torch_io.py --meta stores the user's own
 split. tests/mp/split_mp.py holds the session's checks (CPython and both MicroPython ports)."""
 import json
 import os
@@ -44,7 +44,7 @@ def test_torch_io_meta_keeps_the_users_split(tmp_path):
     test_rows = [29, 3, 17, 8, 11, 0]
     (tmp_path / "meta.json").write_text(json.dumps({"classes": split_mp.CLASSES, "features": ["a", "b"],
                                                     "data": "pts.csv", "split": {"test": test_rows}}))
-    r = subprocess.run([sys.executable, os.path.join(helpers.HOST, "torch_io.py"), str(tmp_path / "m.pt"),
+    r = subprocess.run([sys.executable, os.path.join(helpers.TOOLS, "torch_io.py"), str(tmp_path / "m.pt"),
                         "--model", "%s:build" % (tmp_path / "m.py"), "--meta", str(tmp_path / "meta.json"),
                         "--out", str(tmp_path / "model.mfck")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

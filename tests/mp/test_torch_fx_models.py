@@ -1,5 +1,5 @@
 """Eight torch models with their own forward (tests/fx_models.py), converted by graph capture
-(host/torch_fx.py through torch_io): each computes what torch computes (forward <= 1e-5 on the
+(host/tools/torch_fx.py through torch_io): each computes what torch computes (forward <= 1e-5 on the
 portable and NumPy backends; the gradients of every parameter by its torch name and of the input),
 keeps the module's state_dict names, round-trips through a checkpoint back into the user's own
 class (load_into, and the CLI both ways), and runs on both MicroPython ports."""
@@ -17,7 +17,7 @@ import microformer as mf
 from torch_compare import close, torch
 import torch_io  # noqa: E402
 
-TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
+TORCH_IO = os.path.join(helpers.TOOLS, "torch_io.py")
 CASES = fx_models.CASES
 
 

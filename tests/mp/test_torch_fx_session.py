@@ -15,7 +15,7 @@ import helpers
 from torch_compare import torch
 import torch_io  # noqa: E402
 
-TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
+TORCH_IO = os.path.join(helpers.TOOLS, "torch_io.py")
 CLASSES = ["still", "wave", "shake", "tap", "swipe"]
 L, C = 50, 3
 

@@ -1,4 +1,4 @@
-"""host/torch_io.py: torch modules <-> microformer models, torch files <-> checkpoints that
+"""host/tools/torch_io.py: torch modules <-> microformer models, torch files <-> checkpoints that
 mf.load_model opens inside MicroPython."""
 import json
 import os
@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch") if not os.environ.get("CI") else __import__
 import torch_io  # noqa: E402
 from torch import nn  # noqa: E402
 
-TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
+TORCH_IO = os.path.join(helpers.TOOLS, "torch_io.py")
 
 
 def _rel(a, b):

@@ -18,7 +18,7 @@ import microformer as mf
 from torch_compare import close, torch
 import torch_io  # noqa: E402
 
-TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
+TORCH_IO = os.path.join(helpers.TOOLS, "torch_io.py")
 C, L, E, K, FILT = 3, 8, 8, 4, 6
 
 # the user's own model file: what --model FILE.py:FACTORY imports

@@ -78,7 +78,7 @@ def test_non_finite_weights_refused_naming_tensor_and_index(good, value):
 
 
 def test_numpy_writer_refuses_the_same(tmp_path):
-    """host/checkpoint_np.py writes the same format: the same metadata rules, atomically."""
+    """tests/oracles/checkpoint_np.py writes the same format: the same metadata rules, atomically."""
     path = tmp_path / "np.mfck"
     checkpoint_np.write(str(path), {"w": np.ones((2, 3))}, "T", {"v": 1})
     before = path.read_bytes()

@@ -504,14 +504,14 @@ def test_everything_compiles_for_xtensawin(tmp_path):
 # ---- the whole thing: Iris on both backends ---------------------------------------------------
 
 def test_iris_viper_matches_portable_accuracy(tmp_path, micropython):
-    if not os.path.exists(os.path.join(ROOT, "board", "iris.py")):
-        pytest.fail("board/iris.py is missing")
+    if not os.path.exists(os.path.join(ROOT, "board", "demos", "iris.py")):
+        pytest.fail("board/demos/iris.py is missing")
     out = run_mp(micropython, r'''
 import iris
 for b in ("python", "viper"):
     r = iris.main(epochs=100, backend=b, verbose=False)
     print("IRIS %s %.6f %.6f" % (b, r["train_acc"], r["test_acc"]))
-''', tmp_path, path=("lib", "board"), timeout=900)
+''', tmp_path, path=("lib", "board/demos"), timeout=900)
     acc = {}
     for line in out.splitlines():
         if line.startswith("IRIS "):

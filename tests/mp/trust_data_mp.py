@@ -1,6 +1,6 @@
 # Data boundaries: every NaN / inf / malformed reading is refused with a message naming where it is.
 # Runs under CPython and MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/trust_data_mp.py FLASH_DIR BACKEND OUT.json
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/trust_data_mp.py FLASH_DIR BACKEND OUT.json
 # (FLASH_DIR: an empty folder; the script writes an untrained Iris checkpoint and the CSVs there).
 import json
 import os

@@ -1,7 +1,7 @@
 # Loaders check the whole file, then apply it: a refused checkpoint, adapter, int8 record or
 # metadata leaves the model exactly as it was, and the refusal names the file and the field.
 # Runs under CPython and MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/trust_loaders_mp.py FOLDER OUT.json
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/trust_loaders_mp.py FOLDER OUT.json
 # (FOLDER: an empty folder for the files it writes and forges). The model is a small gesture
 # classifier (6 features, 4 classes; learned positions, attention), not the Iris demo.
 import json

@@ -1,7 +1,7 @@
 # The board session's loaders: an adapter after an unsaved fit, user data with an invalid UTF-8
 # byte or too big for the heap, a missing data file. Every refusal leaves the session as it was
 # and names the file (and the line). Runs under CPython and MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/trust_session_mp.py FOLDER OUT.json [BIG]
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/trust_session_mp.py FOLDER OUT.json [BIG]
 # (FOLDER: an empty folder; BIG: also a user.csv of 10 MB, for a heap it cannot fit in).
 import json
 import os

@@ -3,7 +3,7 @@
 # own examples and both sessions start; a user-data file that does not fit the model is never
 # offered for deletion: the error names the checkpoint it belongs to and how to open that one.
 # Under CPython and inside MicroPython:
-#   MICROPYPATH=lib:board:tests/mp micropython tests/mp/user_data_mp.py FLASH
+#   MICROPYPATH=lib:board:board/demos:board/benchmarks:tests/mp micropython tests/mp/user_data_mp.py FLASH
 # Prints USER DATA OK or raises AssertionError (tests/mp/test_user_data.py).
 import sys
 

@@ -1,4 +1,4 @@
-"""host/torch_io.apply_adapter: an adapter file trained in microformer merged into the torch model
+"""host/tools/torch_io.apply_adapter: an adapter file trained in microformer merged into the torch model
 of its base (one add per adapter, q/k/v into in_proj_weight rows, trained plain tensors copied)
 equals microformer's merged model within 1e-5, weights and outputs."""
 import numpy as np

@@ -1,13 +1,13 @@
-"""`make bench` ends with the speed goals against the figures of the same run (host/bench_goals.py):
+"""`make bench` ends with the speed goals against the figures of the same run (host/bench/bench_goals.py):
 each goal met or missed by its own comparison, a goal the run did not measure said as such, and
-the sustained-rate section's result turned into those figures (host/bench_sustained.goals)."""
+the sustained-rate section's result turned into those figures (host/bench/sustained.goals)."""
 import contextlib
 import io
 
 import helpers  # noqa: F401  (host/ is on the path)
-import bench
+import bench_common as bench
 import bench_goals
-import bench_sustained
+import sustained as bench_sustained
 import perfpage
 
 
@@ -55,7 +55,7 @@ def test_the_table_lands_on_the_performance_page_as_a_table():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         bench_goals.table({"numpy_x": 1.1, "session_kb": 300})
-    page = perfpage.render("STAMP date=d ; commit=c ; command=host/bench.py ; cpython=3\n" + out.getvalue())
+    page = perfpage.render("STAMP date=d ; commit=c ; command=host/bench/bench_all.py ; cpython=3\n" + out.getvalue())
     lines = [x for x in page.splitlines() if x.startswith("| ")]
     assert len(lines) == 1 + len(bench_goals.GOALS)
     numpy_line = [x for x in lines if x.startswith("| " + _goal("numpy_x")[1])][0]

@@ -1,6 +1,6 @@
 """Conv1D, MaxPool1D, AvgPool1D, LearnedPositionalEmbedding against real torch modules through
 state_dict (forward, input gradients, parameter gradients <= 1e-5 relative; CPython, portable and
-NumPy backends), and host/torch_io.py converting them both ways. Needs torch (host only)."""
+NumPy backends), and host/tools/torch_io.py converting them both ways. Needs torch (host only)."""
 import pytest
 
 import helpers  # noqa: F401  (paths)

@@ -57,7 +57,7 @@ def test_transformer_decoder_layer(backend, act, kind, padded):
 
 
 def test_torch_io_round_trip():
-    """host/torch_io converts nn.TransformerDecoderLayer to a DecoderBlock and back, weights and all;
+    """host/tools/torch_io converts nn.TransformerDecoderLayer to a DecoderBlock and back, weights and all;
     a post-norm layer is refused by name."""
     import torch_io
     tm = _layer("gelu", 8)

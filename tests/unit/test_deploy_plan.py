@@ -1,4 +1,4 @@
-"""What deploy decides from a board's survey (host/deploy.py plan_deploy), without a board: a file
+"""What deploy decides from a board's survey (host/tools/deploy.py plan_deploy), without a board: a file
 the user changed or wrote is kept as .bak, never overwritten; a manifest deploy cannot read
 (not UTF-8, a folder, too big, not a manifest) counts as absent, so every file in deploy's way is
 kept as the user's."""
@@ -80,7 +80,7 @@ def test_a_full_deploys_manifest_is_well_within_the_bound():
     import helpers
     names = [deploy.LIB_DIR + "/" + f[:-3] + ".mpy" for f in os.listdir(os.path.join(helpers.LIB, "microformer"))
              if f.endswith(".py")]
-    names += ["/" + f[:-3] + ".mpy" for f in os.listdir(helpers.BOARD) if f.endswith(".py")]
+    names += ["/" + f[:-3] + ".mpy" for d in helpers.BOARD_PATH for f in os.listdir(d) if f.endswith(".py")]
     names += ["/golden/" + f for f in os.listdir(os.path.join(helpers.TESTS, "golden"))]
     names += ["/data/iris.csv", deploy.BOARD_CHECKPOINT]
     text = json.dumps({"version": 1, "files": dict((n, "ab" * 32) for n in names)}, indent=1, sort_keys=True)

@@ -1,4 +1,4 @@
-"""host/plots.py: trains the demos briefly inside MicroPython and writes the four PNGs."""
+"""host/tools/plots.py: trains the demos briefly inside MicroPython and writes the four PNGs."""
 import os
 import subprocess
 import sys
@@ -8,7 +8,7 @@ import helpers
 
 def test_plots_write_pngs(tmp_path):
     out = tmp_path / "plots"
-    proc = subprocess.run([sys.executable, os.path.join(helpers.HOST, "plots.py"), "--out", str(out),
+    proc = subprocess.run([sys.executable, os.path.join(helpers.TOOLS, "plots.py"), "--out", str(out),
                            "--epochs", "1", "--steps", "10"], capture_output=True, text=True, timeout=300,
                           cwd=helpers.ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,6 +1,6 @@
 """microformer.graph's layers (a residual, a CLS position, a learned token before the sequence, a
 sum / maximum over the sequence, a NamedSequential keeping torch's names) against the NumPy
-reference written from the math (host/reference.py), the reference against finite differences and
+reference written from the math (tests/oracles/reference.py), the reference against finite differences and
 against torch's autograd, on the portable and NumPy backends; their specs, plans and checkpoints."""
 import numpy as np
 import pytest

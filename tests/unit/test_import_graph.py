@@ -1,4 +1,5 @@
-"""No import circles among the package's modules (lib/microformer) and the board's files (board/):
+"""No import circles among the package's modules (lib/microformer), the board's files (board/ and
+its folders, imported by their bare names on a board) and the benchmarks (host/bench/):
 every import counts, the ones inside functions too (a lazy import only hides a circle until the
 function runs). A circle fails the test naming its modules in order."""
 import ast
@@ -8,12 +9,15 @@ import helpers
 
 
 def _graph(folder, package):
-    # {module: {module it imports}} for the .py files of `folder`; `package` is the dotted name a
-    # file's relative imports resolve against (None: board files, imported by their bare names)
-    names = {f[:-3] for f in os.listdir(folder) if f.endswith(".py")}
+    # {module: {module it imports}} for the .py files of `folder` (or of a list of folders whose
+    # modules import each other by bare name); `package` is the dotted name a file's relative
+    # imports resolve against (None: board files, imported by their bare names)
+    folders = [folder] if isinstance(folder, str) else folder
+    where = {f[:-3]: d for d in folders for f in os.listdir(d) if f.endswith(".py")}
+    names = set(where)
     graph = {}
     for name in sorted(names):
-        with open(os.path.join(folder, name + ".py")) as f:
+        with open(os.path.join(where[name], name + ".py")) as f:
             tree = ast.parse(f.read())
         deps = set()
         for node in ast.walk(tree):
@@ -63,8 +67,23 @@ def test_package_has_no_import_circles():
 
 
 def test_board_files_have_no_import_circles():
-    g = _graph(os.path.join(helpers.ROOT, "board"), None)
+    # the session, the demos and the benchmarks share a board's root folder: one graph
+    g = _graph(helpers.BOARD_PATH, None)
     assert "mf_session" in g and "mf_examples" in g["mf_session"], "the graph misses mf_session's imports"
+    assert "iris" in g.get("bench", ()), "the graph misses bench's imports across the board's folders"
+    assert _cycles(g) == [], "import circles: %s" % [" -> ".join(c) for c in _cycles(g)]
+
+
+def test_benchmarks_have_no_import_circles():
+    # the benchmarks share one module (bench_common) and import each other only through it
+    g = _graph(os.path.join(helpers.ROOT, "host", "bench"), None)
+    assert "bench_budget" in g and "bench_common" in g["bench_budget"], "the graph misses bench_budget's imports"
+    assert _cycles(g) == [], "import circles: %s" % [" -> ".join(c) for c in _cycles(g)]
+
+
+def test_host_tools_have_no_import_circles():
+    g = _graph(os.path.join(helpers.ROOT, "host", "tools"), None)
+    assert "torch_fx" in g.get("torch_io", ()) and "vboard" in g["board_link"], "the graph misses the tools' imports"
     assert _cycles(g) == [], "import circles: %s" % [" -> ".join(c) for c in _cycles(g)]
 
 

@@ -24,7 +24,7 @@ def test_flash_refuses_without_firmware():
 
 
 def test_deploy_refuses_unknown_data():
-    r = subprocess.run([sys.executable, "host/deploy.py", "--port", "/nonexistent", "--data", "nope.csv"],
+    r = subprocess.run([sys.executable, "host/tools/deploy.py", "--port", "/nonexistent", "--data", "nope.csv"],
                        cwd=helpers.ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "DATA nope.csv: no such file (tried nope.csv and " in r.stderr, r.stderr

@@ -1,4 +1,4 @@
-"""host/PERFORMANCE.md is made by `make bench` from what the bench printed (host/perfpage.py).
+"""host/results/PERFORMANCE.md is made by `make bench` from what the bench printed (host/bench/perfpage.py).
 
 Every figure on the page must be one the bench printed: the committed page is exactly what the
 committed bench output renders to, and rendering never writes a number the output lacks. Sections
@@ -16,7 +16,7 @@ import perfpage  # noqa: E402  (host/ is on the path: helpers)
 
 NUMBER = re.compile(r"\d[\d,.]*")
 
-OUTPUT = """STAMP date=2026-12-01 19:00 UTC ; commit=abc1234 ; command=host/bench.py ; cpython=3.11.2 ; interpreter=.venv/bin/micropython: micropython 3.4.0; MicroPython v1.29.0
+OUTPUT = """STAMP date=2026-12-01 19:00 UTC ; commit=abc1234 ; command=host/bench/bench_all.py ; cpython=3.11.2 ; interpreter=.venv/bin/micropython: micropython 3.4.0; MicroPython v1.29.0
 == stock 64-bit, double floats: /x/micropython
 microformer training step inside /x/micropython (64M heap)
   measuring iris / python ...
@@ -86,7 +86,7 @@ def test_the_committed_page_is_the_committed_bench_output():
         raw = f.read()
     with open(perfpage.PAGE) as f:
         page = f.read()
-    assert page == perfpage.render(raw), "host/PERFORMANCE.md was edited by hand or is stale: make bench"
-    r = subprocess.run([sys.executable, os.path.join(helpers.HOST, "perfpage.py"), "--check"],
+    assert page == perfpage.render(raw), "host/results/PERFORMANCE.md was edited by hand or is stale: make bench"
+    r = subprocess.run([sys.executable, os.path.join(helpers.BENCH, "perfpage.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

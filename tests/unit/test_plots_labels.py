@@ -1,4 +1,4 @@
-"""host/plots.py: every PNG has a title, axis labels, and a labelled colour bar where it shows a
+"""host/tools/plots.py: every PNG has a title, axis labels, and a labelled colour bar where it shows a
 colour map (check_labels refuses a figure without them); the PNGs are written one by one, each
 announced as it is written."""
 import pytest

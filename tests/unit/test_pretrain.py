@@ -1,4 +1,4 @@
-"""host/pretrain.py: the CLI writes a checkpoint the board can rebuild the model from."""
+"""host/tools/pretrain.py: the CLI writes a checkpoint the board can rebuild the model from."""
 import os
 import re
 

@@ -1,4 +1,4 @@
-"""The judge is checked too: host/reference.py gradients vs central finite differences."""
+"""The judge is checked too: tests/oracles/reference.py gradients vs central finite differences."""
 import numpy as np
 import pytest
 

@@ -12,7 +12,7 @@ import helpers
 from torch_compare import torch
 import torch_io  # noqa: E402
 
-TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
+TORCH_IO = os.path.join(helpers.TOOLS, "torch_io.py")
 
 # each forward line the refusal must point at carries a marker comment
 BAD_PY = '''

@@ -1,4 +1,4 @@
-"""host/torch_io.py on the command line, given files it must not trust: nothing from a .pt runs
+"""host/tools/torch_io.py on the command line, given files it must not trust: nothing from a .pt runs
 without --trust (a crafted pickle that would write a marker file never does), whole pickled
 modules need --trust, corrupt / empty files and broken metadata give one line naming the file,
 and the metadata is checked with microformer.meta (errors refused with key, expected and got;
@@ -19,7 +19,7 @@ from torch_compare import torch
 import torch_io  # noqa: E402
 from torch import nn  # noqa: E402
 
-TORCH_IO = os.path.join(helpers.HOST, "torch_io.py")
+TORCH_IO = os.path.join(helpers.TOOLS, "torch_io.py")
 
 MODELS_PY = '''
 import torch_io
@@ -46,7 +46,7 @@ CLASSES = ["a", "b", "c"]
 
 
 def _cli_process(*args):
-    """host/torch_io.py as a user runs it: a process of its own."""
+    """host/tools/torch_io.py as a user runs it: a process of its own."""
     return subprocess.run([sys.executable, TORCH_IO] + [str(a) for a in args], capture_output=True, text=True)
 
 

@@ -1,6 +1,6 @@
 """The whole encoder-decoder Transformer against torch: nn.Transformer(norm_first=True,
 batch_first=True, dropout=0) with token embeddings, sinusoidal positional encodings and the output
-projection (host/torch_io.Seq2SeqTransformer, whose state_dict names are microformer's). Forward,
+projection (host/tools/torch_io.Seq2SeqTransformer, whose state_dict names are microformer's). Forward,
 every parameter gradient (<= 1e-5 relative, CPython, portable and NumPy backends), with and
 without source/target padding; from_torch / to_torch round trip. Needs torch (host only)."""
 import numpy as np

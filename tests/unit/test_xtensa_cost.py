@@ -1,4 +1,4 @@
-"""host/xtensa_cost.py: the board's machine code of the viper kernels, read from mpy-cross's .mpy.
+"""host/bench/xtensa_cost.py: the board's machine code of the viper kernels, read from mpy-cross's .mpy.
 
 Each figure the tool reports is checked against something it did not compute itself: the machine
 code it takes out of the .mpy is in the file byte for byte, the loop it counts is the objdump text
@@ -16,7 +16,7 @@ import pytest
 
 import helpers
 
-sys.path.insert(0, os.path.join(helpers.ROOT, "host"))
+sys.path.insert(0, os.path.join(helpers.ROOT, "host", "bench"))
 import xtensa_cost  # noqa: E402
 
 pytestmark = pytest.mark.skipif(

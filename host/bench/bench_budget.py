@@ -1,0 +1,391 @@
+"""Fine-tuning within a budget: one table of what each fine-tuning mode costs and recovers, on the
+sensor model (build/sensor.mfck) and on a two-EncoderBlock encoder (E=64, H=4, S=32, about 100k
+parameters; build/encoder.mfck), each on a drift task (board/benchmarks/budget.py documents both).
+
+    python host/bench/bench_budget.py                      # the table (make bench-budget)
+    python host/bench/bench_budget.py --models sensor --modes head,lora --no-callgrind
+    python host/bench/bench_budget.py pretrain --out build/encoder.mfck    # the encoder checkpoint
+    python host/bench/bench_budget.py goals [encoder,gesture,decode]       # the memory goals (make bench-budget)
+
+Per model and mode (full, head only, bias + LayerNorm only, LoRA r=4 on attention + FFN with the
+head, the same with int8 frozen weights), on the 32-bit single-precision port (build/mp32, the
+ESP32-like object sizes), viper backend:
+- heap KB: the smallest -X heapsize from which every larger size tried runs one fine-tuning epoch
+  (board/benchmarks/budget.py epoch: load the checkpoint, make the drifted data, fit one epoch);
+- peak KB: the heap that epoch holds at its peak: gc.mem_alloc() after the first step and a
+  collection (model, data, grads, optimizer state and every buffer, all kept), plus the most any
+  later step allocates with the GC off (board/benchmarks/budget.py peak);
+- Ir/sample: callgrind instructions per training sample, (runs of 2N steps - runs of N) / (N * batch);
+- accuracy on the drifted held-out split before and after the fine-tune, and its difference from
+  the full fine-tune's;
+- the adapter file (checkpoint.save_adapter) against the full checkpoint, and with int8 the weight
+  memory against float32.
+A mode whose package part is missing (int8 needs microformer.quant) prints why in its row.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import bench_common as bench
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DRIVER = os.path.join(ROOT, "board", "benchmarks", "budget.py")
+MP32 = bench.MP32
+CHECKPOINTS = {"sensor": os.path.join(ROOT, "build", "sensor.mfck"),
+               "encoder": os.path.join(ROOT, "build", "encoder.mfck")}
+MODELS = ("sensor", "encoder")
+EPOCHS = {"sensor": 10, "encoder": 6}          # fine-tuning epochs for the accuracy column
+CALLGRIND_STEPS = {"sensor": 4, "encoder": 1}   # N of the runs of N and 2N steps
+
+
+def _board_import():
+    for p in [os.path.join(ROOT, "lib")] + bench.BOARD_PATH:
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    import budget
+    return budget
+
+
+def pretrain(out, epochs=5, verbose=True):
+    """Train the encoder on its undrifted task (CPython, NumPy backend when importable) and save
+    it with its metadata; returns the result dict (accuracy undrifted and drifted)."""
+    bb = _board_import()
+    import microformer as mf
+    from microformer.train import evaluate, fit_and_evaluate
+    tr = bb.encoder_data(bb.ENC_PRETRAIN, False)
+    te = bb.encoder_data(bb.ENC_PRETEST, False)
+    model = bb.encoder_model()
+    r = fit_and_evaluate(model, tr, te, epochs=epochs, batch_size=16, lr=1e-3, seed=1, verbose=verbose)
+    drifted, _ = evaluate(model, bb.encoder_data(bb.ENC_TEST, True))
+    meta = {"spec": mf.to_spec(model), "task": "classify", "classes": bb.ENC_CLASSES,
+            "input_shape": [bb.ENC_S, bb.ENC_C], "epochs": epochs, "host_train_acc": r["train_acc"],
+            "host_test_acc": r["test_acc"], "host_drifted_acc": drifted}
+    d = os.path.dirname(os.path.abspath(out))
+    os.makedirs(d, exist_ok=True)
+    mf.save_checkpoint(out, model, meta=meta)
+    print("encoder: %d parameters, accuracy %.1f %% (train %.1f %%), %.1f %% on the drifted test split; wrote %s"
+          % (sum(p.size for p, _ in model.params()), 100 * r["test_acc"], 100 * r["train_acc"],
+             100 * drifted, out))
+    r["drifted_acc"] = drifted
+    return r
+
+
+def _env():
+    return dict(os.environ, MICROPYPATH=os.pathsep.join([os.path.join(ROOT, "lib")] + bench.BOARD_PATH),
+                PYTHONHASHSEED="0")
+
+
+def _cmd(exe, heap, action, model, mode, extra=()):
+    return [exe, "-X", "heapsize=" + heap, DRIVER, action, model, mode, CHECKPOINTS[model]] + [str(a) for a in extra]
+
+
+def _parse(stdout, tag):
+    m = re.search(r"^BUDGET %s (.*)$" % tag, stdout, re.M)
+    if not m:
+        return None
+    return dict(kv.split("=", 1) for kv in m.group(1).split())
+
+
+def missing(stdout):
+    """The reason a mode cannot run in this package (the driver's 'BUDGET missing' line), or None."""
+    m = re.search(r"^BUDGET missing (.*)$", stdout, re.M)
+    return m.group(1) if m else None
+
+
+def run(exe, heap, action, model, mode, extra=(), timeout=3600):
+    """The driver's BUDGET fields of one run; {'missing': why} for a mode this package lacks.
+    Any failure stops the bench with the command and its output."""
+    cmd = _cmd(exe, heap, action, model, mode, extra)
+    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    why = missing(out.stdout)
+    if out.returncode == 0 and why:
+        return {"missing": why}
+    got = _parse(out.stdout, action)
+    if out.returncode or got is None:
+        raise SystemExit("bench-budget failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    return got
+
+
+def _epoch_runs(exe, model, mode, kb):
+    cmd = _cmd(exe, "%dK" % kb, "epoch", model, mode, (os.path.join(ROOT, "datasets"),))
+    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    if out.returncode == 0 and _parse(out.stdout, "epoch"):
+        return True
+    if "MemoryError" in out.stdout + out.stderr:
+        return False
+    raise SystemExit("bench-budget epoch failed (not a MemoryError): %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+
+
+def smallest_heap(exe, model, mode, guess_kb):
+    """The smallest -X heapsize (KB) from which every larger size tried runs one fine-tuning epoch:
+    bisection between a size that fails and one that runs (from guess_kb, the measured peak), to
+    a step of 1/64 of the size, then sizes 1, 2, 4 and 8 steps over it are verified
+    (a failure there moves the answer above it: fragmentation makes the smallest heap no clean
+    threshold). Returns (kb, runs)."""
+    tried = {}
+
+    def runs(kb):
+        if kb not in tried:
+            tried[kb] = _epoch_runs(exe, model, mode, kb)
+        return tried[kb]
+    lo = max(8, guess_kb // 2)
+    while runs(lo):
+        lo //= 2
+        if lo < 8:
+            raise SystemExit("bench-budget: %s/%s runs an epoch in under 8 KB" % (model, mode))
+    hi = max(lo + 1, guess_kb * 3 // 2)
+    while not runs(hi):
+        lo, hi = hi, hi * 2
+    step = max(1, hi // 64)
+    while hi - lo > step:
+        mid = (lo + hi) // 2
+        if runs(mid):
+            hi = mid
+        else:
+            lo = mid
+    while True:
+        bad = [hi + k * step for k in (1, 2, 4, 8) if not runs(hi + k * step)]
+        if not bad:
+            return hi, len(tried)
+        hi = max(bad) + step
+        while not runs(hi):
+            hi += step
+
+
+def callgrind_ir(exe, model, mode, steps):
+    """Total instructions of a driver run of `steps` training steps under callgrind (heap 16M)."""
+    cmd = _cmd(exe, "16M", "steps", model, mode, (steps, os.path.join(ROOT, "datasets")))
+    n, r = bench.callgrind(cmd, _env(), 7200, cwd=ROOT)
+    why = missing(r.stdout)
+    if why:
+        return None, why
+    got = _parse(r.stdout, "steps")
+    if r.returncode or n is None or not got:
+        raise SystemExit("bench-budget callgrind failed: valgrind %s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+    return n, int(got["batch"])
+
+
+def ir_per_sample(exe, model, mode, n):
+    """Instructions per training sample: (run of 2n steps - run of n steps) / (n * batch); the
+    setup (import, checkpoint, data) cancels. (None, why) when the mode cannot run."""
+    a, batch = callgrind_ir(exe, model, mode, n)
+    if a is None:
+        return None, batch
+    b, _ = callgrind_ir(exe, model, mode, 2 * n)
+    return (b - a) / float(n * batch), None
+
+
+def measure(exe, model, mode, callgrind=True, heap=True):
+    """Every figure of one (model, mode) row: a dict; {'missing': why} when the mode cannot run."""
+    data_dir = os.path.join(ROOT, "datasets")
+    row = {"model": model, "mode": mode}
+    with tempfile.TemporaryDirectory() as d:
+        acc = run(exe, "16M", "accuracy", model, mode, (EPOCHS[model], data_dir, os.path.join(d, "a.mfck")))
+    if "missing" in acc:
+        row["missing"] = acc["missing"]
+        return row
+    row.update(acc)
+    peak = run(exe, "16M", "peak", model, mode, (data_dir,))
+    row["peak"] = int(peak["peak"])
+    row["ready"] = int(peak["ready"])
+    if heap:
+        row["heap_kb"], row["heap_runs"] = smallest_heap(exe, model, mode, row["peak"] // 1024)
+    if callgrind:
+        if shutil.which("valgrind"):
+            row["ir"], _ = ir_per_sample(exe, model, mode, CALLGRIND_STEPS[model])
+        else:
+            row["ir_missing"] = "valgrind not found"
+    return row
+
+
+def _pct(a, b):
+    return "%.0f %%" % (100.0 * a / b) if b else "-"
+
+
+HEADER = "%-8s %-38s %9s %9s %12s %8s %8s %8s %8s %10s" % (
+    "model", "mode", "heap KB", "peak KB", "Ir/sample", "Ir/full", "before", "after", "vs full", "trainable")
+
+
+def format_row(row, full):
+    """One line of the table; `full`: the same model's full fine-tune row (or None)."""
+    bb = _board_import()
+    what = bb.WHAT[row["mode"]]
+    if "missing" in row:
+        return "%-8s %-38s %s" % (row["model"], what, row["missing"])
+    ir = row.get("ir")
+    acc1 = float(row["after"])
+    return "%-8s %-38s %9s %9.1f %12s %8s %7.1f%% %7.1f%% %8s %10s" % (
+        row["model"], what, row.get("heap_kb", "-"), row["peak"] / 1024.0,
+        "%.2fM" % (ir / 1e6) if ir else row.get("ir_missing", "-"),
+        _pct(ir, full.get("ir")) if ir and full and full.get("ir") else "-",
+        100 * float(row["before"]), 100 * acc1,
+        "%+.1f" % (100 * (acc1 - float(full["after"]))) if full and "after" in full else "-",
+        "%s/%s" % (row["trainable"], row["params"]))
+
+
+def notes(rows):
+    """The lines under the table: adapter sizes, weight memory with int8, peak ratios."""
+    out = []
+    by = dict(((r["model"], r["mode"]), r) for r in rows)
+    for model in MODELS:
+        full = by.get((model, "full"))
+        for mode in ("head", "bias_norm", "lora", "lora_int8"):
+            r = by.get((model, mode))
+            if not r or "missing" in r or int(r["adapter"]) < 0:
+                continue
+            out.append("%s %s: adapter file %d bytes, %s of the %d-byte checkpoint" % (
+                model, mode, int(r["adapter"]), _pct(int(r["adapter"]), int(r["checkpoint"])), int(r["checkpoint"])))
+        lo = by.get((model, "lora"))
+        if full and lo and "missing" not in lo:
+            out.append("%s: peak heap full / LoRA = %.2fx%s" % (
+                model, full["peak"] / float(lo["peak"]),
+                ", smallest heap full / LoRA = %.2fx" % (full["heap_kb"] / float(lo["heap_kb"]))
+                if "heap_kb" in full and "heap_kb" in lo else ""))
+        q = by.get((model, "lora_int8"))
+        if q and "missing" not in q:
+            fw, qw, saved = int(q["frozen_w"]), int(q["q_w"]), int(q["q_saved"])
+            out.append("%s: frozen weight matrices %.1f KB in float32, %.1f KB as int8 (%.2fx less); the heap "
+                       "the conversion freed: %.1f KB; accuracy %+.1f points against LoRA in float32" % (
+                           model, fw / 1024.0, qw / 1024.0, fw / float(max(1, qw)), saved / 1024.0,
+                           100 * (float(q["after"]) - float(lo["after"])) if lo and "after" in lo else float("nan")))
+    return out
+
+
+def table(exe=MP32, models=MODELS, modes=None, callgrind=True, heap=True):
+    """Measure and print the table, one line per row as it is measured. Returns the rows."""
+    bb = _board_import()
+    modes = modes or bb.MODES
+    for m in models:
+        if not os.path.exists(CHECKPOINTS[m]):
+            raise SystemExit("bench-budget: no checkpoint %s (make %s)" % (CHECKPOINTS[m], os.path.relpath(CHECKPOINTS[m], ROOT)))
+    print("fine-tuning within a budget: %s, viper backend, batch %d, Adam lr %s; heap KB: smallest -X heapsize"
+          " running one epoch; peak KB: gc.mem_alloc after the first step and a collection, plus the most a later"
+          " step allocates (GC off); Ir/sample: callgrind; accuracy on the drifted held-out"
+          " split before / after the fine-tune (sensor %d epochs on 40 series, encoder %d epochs on %d sequences)"
+          % (os.path.relpath(exe, ROOT), bb.BATCH, " ".join("%s %g" % (m, bb.LR[m]) for m in bb.MODES), EPOCHS["sensor"], EPOCHS["encoder"], bb.ENC_FINETUNE[1]),
+          flush=True)
+    print(HEADER, flush=True)
+    rows = []
+    for model in models:
+        full = None
+        for mode in modes:
+            row = measure(exe, model, mode, callgrind, heap)
+            if mode == "full":
+                full = row
+            rows.append(row)
+            print(format_row(row, full), flush=True)
+    for line in notes(rows):
+        print("  " + line, flush=True)
+    print("command: python host/bench/bench_budget.py (make bench-budget)", flush=True)
+    return rows
+
+
+# ---- the memory goals ------------------------------------------------------------------------
+# (name, board/benchmarks/budget.py goal arguments, goal KB, what): the smallest -X heapsize (KB, bisected)
+# from which two fit steps (or the decode) run on the 32-bit port, against the goal
+GOALS = (
+    ("encoder full", ("encoder", "full"), 2500, "E=64 encoder, full fine-tune, effective batch 8"),
+    ("encoder lora", ("encoder", "lora"), 1000, "E=64 encoder, LoRA r=4 + head, effective batch 8"),
+    ("encoder lora+int8", ("encoder", "lora_int8"), 512, "E=64 encoder, LoRA r=4 + head, int8 frozen weights"),
+    ("gesture", ("gesture",), 512, "Conv1D + EncoderBlock over 50x3 windows, fit at batch 16"),
+    ("decode", ("decode",), 512, "causal E=32 char model, 318-token cache, not frozen: prefill + decode"),
+)
+
+
+def _goal_run(exe, args, kb):
+    cmd = [exe, "-X", "heapsize=%dK" % kb, DRIVER, "goal"] + list(args)
+    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    got = _parse(out.stdout, "goal")
+    if out.returncode == 0 and got:
+        return got
+    if "MemoryError" in out.stdout + out.stderr:
+        return None
+    raise SystemExit("bench-budget goal failed (not a MemoryError): %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+
+
+def goal_heap(exe, args, lo=64, hi=16384):
+    """The smallest -X heapsize (KB) from which every size tried above it runs the goal: bisection
+    to 1/64 of the size, then 1, 2, 4 and 8 steps over it verified (fragmentation). Returns
+    (kb, the BUDGET fields of the run at 16M: the plan's peak at the micro-batch it chose)."""
+    at16 = _goal_run(exe, args, 16384)
+    if at16 is None:
+        raise SystemExit("bench-budget: goal %s does not run in 16M" % " ".join(args))
+    tried = {}
+
+    def runs(kb):
+        if kb not in tried:
+            tried[kb] = _goal_run(exe, args, kb) is not None
+        return tried[kb]
+    while hi - lo > max(1, hi // 64):
+        mid = (lo + hi) // 2
+        if runs(mid):
+            hi = mid
+        else:
+            lo = mid
+    step = max(1, hi // 64)
+    while True:
+        bad = [hi + k * step for k in (1, 2, 4, 8) if not runs(hi + k * step)]
+        if not bad:
+            return hi, at16
+        hi = max(bad) + step
+
+
+def goals(exe=MP32, names=None, iris=True):
+    """Print each memory goal with its measured figure, met/missed, and the plan's peak beside it."""
+    print("memory goals, %s, viper: smallest -X heapsize for two fit steps (bisected; micro_batch='auto'), "
+          "the plan's peak at the micro-batch chosen in a 16M heap" % os.path.relpath(exe, ROOT), flush=True)
+    for name, args, kb_goal, what in GOALS:
+        if names and name.split()[0] not in names:
+            continue
+        kb, got = goal_heap(exe, args)
+        plan = int(got["plan_peak"])
+        print("  %-18s %6d KB  goal <= %5d KB  %-6s  %s%s" % (
+            name, kb, kb_goal, "met" if kb <= kb_goal else "missed", what,
+            "; plan %d KB at micro-batch %s of %s (whole batch: %d KB)" % (
+                plan // 1024, got["micro"], got["batch"], int(got["plan_whole"]) // 1024) if plan >= 0 else ""),
+            flush=True)
+    if iris:
+        ck = os.path.join(ROOT, "build", "iris.mfck")
+        if os.path.exists(ck):
+            kb, _ = bench.smallest_session_heap(exe, ck, mpy=True)
+            print("  %-18s %6d KB  goal <= %5d KB  %-6s  %s" % ("iris session", kb, 200, "met" if kb <= 200 else "missed",
+                                                               "Iris fine-tune session, .mpy modules"), flush=True)
+        else:
+            print("  iris session: not measured: no %s (make pretrain)" % os.path.relpath(ck, ROOT), flush=True)
+    print("  instructions per training sample at micro-batch = batch: not measured by the goals (make bench "
+          "counts them; the trainer's step at micro = batch runs the same kernels as train_step)", flush=True)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "goals":
+        if not os.path.exists(MP32):
+            raise SystemExit("bench-budget: no interpreter at %s (make mp32 builds the 32-bit port)" % MP32)
+        goals(MP32, argv[1].split(",") if len(argv) > 1 else None)
+        return
+    if argv and argv[0] == "pretrain":
+        p = argparse.ArgumentParser(prog="bench_budget.py pretrain")
+        p.add_argument("--out", default=CHECKPOINTS["encoder"])
+        p.add_argument("--epochs", type=int, default=5)
+        a = p.parse_args(argv[1:])
+        pretrain(a.out, a.epochs)
+        return
+    p = argparse.ArgumentParser(prog="bench_budget.py")
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--modes", default=None)
+    p.add_argument("--exe", default=MP32)
+    p.add_argument("--no-callgrind", action="store_true")
+    p.add_argument("--no-heap", action="store_true", help="skip the smallest-heap bisection")
+    a = p.parse_args(argv)
+    if not os.path.exists(a.exe):
+        raise SystemExit("bench-budget: no interpreter at %s (make mp32 builds the 32-bit port)" % a.exe)
+    table(a.exe, a.models.split(","), a.modes.split(",") if a.modes else None, not a.no_callgrind, not a.no_heap)
+
+
+if __name__ == "__main__":
+    main()
