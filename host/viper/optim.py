@@ -386,6 +386,31 @@ def _commit() -> int:
     return 0
 
 
+@micropython.viper
+def _max_exponent(buf, n: int) -> int:
+    # the largest exponent field (0 .. 255) of the float32 values buf[0 .. n): 255 for a NaN or
+    # inf, where the scan stops
+    B = ptr32(buf)
+    e = 0
+    i = 0
+    while i < n:
+        x = (B[i] >> 23) & 0xFF
+        if x > e:
+            e = x
+            if e == 255:
+                break
+        i += 1
+    return e
+
+
+def max_exponent(buf, n):
+    # every |x| of buf[0 .. n) is below 2^(e - 126) for the answer e; 255: a NaN or inf (the
+    # optimizer's bound, optim.py)
+    if n > len(buf):
+        raise ValueError("max_exponent: n must be at most len(buf) = %d, got %d" % (len(buf), n))
+    return _max_exponent(buf, n)
+
+
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)

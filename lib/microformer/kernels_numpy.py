@@ -537,6 +537,13 @@ def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
 
 # ---------------------------------------------------------------- guards of the training step
 
+def max_exponent(buf, n):
+    # the largest exponent field of buf[0 .. n) (kernels.max_exponent): 255 for a NaN or inf
+    if n == 0:
+        return 0
+    return int(((_v(buf, n).view(np.uint32) >> 23) & 0xFF).max())
+
+
 def first_nonfinite(buf, n):
     # index of the first NaN or +-inf in buf (n,), or -1
     bad = np.flatnonzero(~np.isfinite(_v(buf, n)))

@@ -977,6 +977,33 @@ def _commit() -> int:
 
 
 # from host/viper/optim.py:389
+@micropython.viper
+def _max_exponent(buf, n: int) -> int:
+    # the largest exponent field (0 .. 255) of the float32 values buf[0 .. n): 255 for a NaN or
+    # inf, where the scan stops
+    B = ptr32(buf)
+    e = 0
+    i = 0
+    while i < n:
+        x = (B[i] >> 23) & 0xFF
+        if x > e:
+            e = x
+            if e == 255:
+                break
+        i += 1
+    return e
+
+
+# from host/viper/optim.py:406
+def max_exponent(buf, n):
+    # every |x| of buf[0 .. n) is below 2^(e - 126) for the answer e; 255: a NaN or inf (the
+    # optimizer's bound, optim.py)
+    if n > len(buf):
+        raise ValueError("max_exponent: n must be at most len(buf) = %d, got %d" % (len(buf), n))
+    return _max_exponent(buf, n)
+
+
+# from host/viper/optim.py:414
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)
@@ -989,7 +1016,7 @@ def _pair15(x):
 _AMLAST = [None] * 6
 
 
-# from host/viper/optim.py:401
+# from host/viper/optim.py:426
 def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
     C = _AM
     m, e = _pair15(1.0 - beta1)
@@ -1018,7 +1045,7 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-# from host/viper/optim.py:429
+# from host/viper/optim.py:454
 def _adam_setup(h):
     # the hyperparameters h = [lr, beta1, beta2, eps, weight_decay, decoupled, ...] in fixed point,
     # made again (_adam_remake) only when one of them is another object than last time (a
@@ -1029,7 +1056,7 @@ def _adam_setup(h):
         _adam_remake(h)
 
 
-# from host/viper/optim.py:439
+# from host/viper/optim.py:464
 def _adam_remake(h):
     _adam_hyper(h[0], h[1], h[2], h[4], h[5])
     F = _AMF
@@ -1039,7 +1066,7 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-# from host/viper/optim.py:448
+# from host/viper/optim.py:473
 def _job(newp, news, params, olds):
     # the whole-step kernels' job into _REC (a plain function: list stores cost less than a call
     # into viper)
@@ -1054,7 +1081,7 @@ _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's b
 _SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 
 
-# from host/viper/optim.py:462
+# from host/viper/optim.py:487
 def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
@@ -1077,7 +1104,7 @@ def adam_step(newp, news, params, olds, hyper):
 _SGDLAST = [None, None, None]
 
 
-# from host/viper/optim.py:484
+# from host/viper/optim.py:509
 def _sgd_setup(h):
     # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
@@ -1098,7 +1125,7 @@ def _sgd_setup(h):
         L[2] = h[2]
 
 
-# from host/viper/optim.py:504
+# from host/viper/optim.py:529
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
@@ -1115,7 +1142,7 @@ def sgd_step(newp, news, params, olds, hyper):
     return _sgd_all()
 
 
-# from host/viper/optim.py:520
+# from host/viper/optim.py:545
 def params_commit(params, newp, count, seen=_NOSEEN):
     # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
     # the record of checked sizes (adam_step's hyper[7]) that the step just before filled, or none
@@ -1137,7 +1164,7 @@ _PAIR = [(_Holder(), _Holder())]
 _AUF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps of adam_update
 
 
-# from host/viper/optim.py:541
+# from host/viper/optim.py:566
 def _one(p, g, n):
     # the one-pair list for p, g (n,): their first n values (views when n is less than a length)
     if len(p) != n:
@@ -1154,7 +1181,7 @@ _UH = [None] * 7                        # adam_update's hyperparameters as adam_
 _UMV = [None, None]
 
 
-# from host/viper/optim.py:557
+# from host/viper/optim.py:582
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
@@ -1184,7 +1211,7 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         mv[0] = mv[1] = None            # the module keeps no buffer between calls
 
 
-# from host/viper/optim.py:586
+# from host/viper/optim.py:611
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     # p (n,) -= lr d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum.
     # sgd_step's element code on one tensor: the new weights go through scratch, buf in place
