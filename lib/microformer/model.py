@@ -132,8 +132,8 @@ class Sequential(Layer):
 
         optimizer_slots: per-parameter state floats of the optimizer (Adam 2, SGD+momentum 1).
         Grads and optimizer state count for the trainable parameters only. The optimizer also keeps a
-        scratch for the new weight and state of its largest trainable tensor (1 + optimizer_slots
-        floats per value of it: a step is all or nothing, optim.py): snapshot_bytes.
+        scratch for the new weights and state of a group of trainable tensors (1 + optimizer_slots
+        times optim.scratch_stretch floats: a step is all or nothing, optim.py): snapshot_bytes.
         Returns a dict with the totals.
         """
         if not isinstance(input_shape, (tuple, list)) or not input_shape:
@@ -152,16 +152,14 @@ class Sequential(Layer):
             rows.append((i, type(l).__name__, out, l.param_count(), l.cache_floats(shape)))
             shape = out
         params = self.param_count()
-        live = 0
-        big = 0
-        for p, _ in self.collect_params([]):
-            live += p.size
-            big = max(big, p.size)
+        from .optim import scratch_stretch
+        sizes = [p.size for p, _ in self.collect_params([])]
+        live = sum(sizes)
         acts = self.cache_floats(tuple(input_shape))
-        snap = 4 * big * (1 + optimizer_slots)
+        snap = 4 * scratch_stretch(sizes) * (1 + optimizer_slots)
         info = {"params": params, "trainable": live,
                 # weights; grads + optimizer state of the trainable ones (frozen ones have no grad
-                # buffer), and the step's scratch for the largest one's new weight and state
+                # buffer), and the step's scratch for a group's new weights and state
                 "param_bytes": 4 * (params + live * (1 + optimizer_slots)) + snap,
                 "snapshot_bytes": snap,
                 "activation_bytes": 4 * acts}

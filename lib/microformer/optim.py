@@ -1,21 +1,22 @@
 # microformer.optim: SGD and Adam(W) over (param, grad) pairs; gradient clipping by global norm.
 #
 # Memory: the optimizer state is one block per state slot (Adam's m and v, SGD's momentum), every
-# tensor end to end, and a scratch the size of the largest tensor for the new weight and state of
-# one tensor at a time: numel * slots + (1 + slots) * largest floats, where an all-or-nothing
-# step over shadow copies of the whole model would take numel * (1 + 2 * slots).
+# tensor end to end, and a scratch for the new weights and state of a group of consecutive tensors
+# at a time (GROUP floats, or the largest tensor): numel * slots + (1 + slots) * scratch_stretch
+# floats, where an all-or-nothing step over shadow copies of the whole model would take
+# numel * (1 + 2 * slots).
 #
 # A step is all or nothing. First it makes sure that no value it would write is NaN or inf: a
 # bound from the sums of squares of the gradients, weights and state proves it cheaply (every
 # value finite and far from the float range's end); when the bound cannot (huge or non-finite
 # values), a dry run computes each tensor's new weight and state into the scratch and checks them.
 # Refused (NaN / inf): NonFiniteError, and nothing was written, so every weight, moment and the
-# step counter are bit for bit what they were. Accepted: the commit updates one tensor at a time,
-# into the scratch, then copied over the live weight and state. A KeyboardInterrupt that lands
-# before the commit drops the step; one that lands during it makes the commit go on from where it
-# stopped (the live values of a tensor change only by the copy of its finished scratch, and
-# `_at` names the stage: even 2k, tensor k's update into the scratch, which reads only live
-# values that have not changed; odd 2k + 1, its copy, which can run again) and is raised once the
+# step counter are bit for bit what they were. Accepted: the commit updates one group of tensors
+# at a time, into the scratch, then copied over the live weights and state. A KeyboardInterrupt
+# that lands before the commit drops the step; one that lands during it makes the commit go on
+# from where it stopped (the live values of a group change only by the copy of its finished
+# scratch, and `_at` names the stage: even 2k, group k's update into the scratch, which reads
+# only live values that have not changed; odd 2k + 1, its copy, which can run again) and is raised once the
 # step is complete ("held and honoured right after"). After a Ctrl-C the weights are those of the
 # last full step.
 from math import frexp, sqrt
@@ -31,6 +32,22 @@ from .tensor import Tensor, zeros
 _P_LIM = 226                # |p| < 2^100
 _V_LIM = 246                # |v| < 2^120 (v' <= max(v, d^2) < 2^120)
 _D_LOG = 60                 # |d| (the gradient with its coupled decay) and |m'| below 2^60
+
+
+# The scratch holds the new weights and state of a group of consecutive tensors (one kernel call
+# and one copy per group, not per tensor): GROUP floats, or the largest tensor when larger.
+GROUP = 4096
+
+
+def scratch_stretch(sizes):
+    """Floats per slot of the step's scratch for tensors of these sizes (model.summary and the
+    memory plan count it with this): the largest, or GROUP (the total when smaller)."""
+    n = 0
+    big = 0
+    for k in sizes:
+        n += k
+        big = max(big, k)
+    return max(big, min(n, GROUP))
 
 
 def _exp2(x):
@@ -119,15 +136,12 @@ class _Optimizer:
                                                                        max_grad_norm, 0.0, None, True)
         self.steps = 0
         n = 0
-        big = 0
         self._offsets = []
         for p, _ in self.params:
             self._offsets.append(n)
             n += p.size
-            if p.size > big:
-                big = p.size
         self._n = n
-        self._big = big                  # floats of the largest tensor: the scratch's stretch
+        self._big = scratch_stretch([p.size for p, _ in self.params])   # the scratch's floats per slot
         self.numel = n                   # floats of the trainable parameters, end to end
         self._count = len(self.params)
         self._at = 0                     # the commit's stage (see the top of this file)
@@ -143,35 +157,46 @@ class _Optimizer:
 
     def _guard(self, slots):
         # the state: one block per state slot (numel floats, every tensor end to end) and its
-        # per-tensor views; the scratch: the largest tensor's size for the new weight and again
-        # per slot. Per tensor, what its kernel call takes (made once: a step allocates no lists):
-        # the one-pair list, the live state views, the scratch's views of its size (weight,
-        # state), the record of checked sizes. The names of what a step writes, per tensor: the
-        # weight, then its state slots.
+        # per-tensor views; the scratch: _big floats for the new weights and again per slot. The
+        # tensors in groups of consecutive ones that fit the scratch; per group, what its kernel
+        # call takes (made once: a step allocates no lists): its pairs, the live state views of
+        # its stretch, the scratch's views of its size (weights, state), the record of checked
+        # sizes, its tensor count. The names of what a step writes, per tensor: the weight, then
+        # its state slots.
         n = self._n
         big = self._big
         self._blocks = [zeros(n) for _ in slots]
         self._scratch = [zeros(big) for _ in range(1 + len(slots))]
         self._views = [[] for _ in slots]
+        for i in range(self._count):
+            p = self.params[i][0]
+            o = self._offsets[i]
+            for j in range(len(slots)):
+                self._views[j].append(Tensor(p.shape, memoryview(self._blocks[j])[o:o + p.size]))
+        self._first = []                 # per group: its first tensor
         self._one = []
         self._lv = []
         self._sp = []
         self._sv = []
         self._seenk = []
+        self._gn = []
         sm = [memoryview(b) for b in self._scratch]
-        for i in range(self._count):
-            p = self.params[i][0]
-            o = self._offsets[i]
-            live = []
-            for j in range(len(slots)):
-                mv = memoryview(self._blocks[j])[o:o + p.size]
-                live.append(mv)
-                self._views[j].append(Tensor(p.shape, mv))
-            self._one.append([self.params[i]])
-            self._lv.append(live)
-            self._sp.append(sm[0][:p.size])
-            self._sv.append([sm[j + 1][:p.size] for j in range(len(slots))])
-            self._seenk.append([None] * 3)
+        i = 0
+        while i < self._count:
+            a = i
+            o = self._offsets[a]
+            size = 0
+            while i < self._count and (i == a or size + self.params[i][0].size <= big):
+                size += self.params[i][0].size
+                i += 1
+            self._first.append(a)
+            self._one.append(self.params[a:i])
+            self._lv.append([memoryview(b)[o:o + size] for b in self._blocks])
+            self._sp.append(sm[0][:size])
+            self._sv.append([sm[j + 1][:size] for j in range(len(slots))])
+            self._seenk.append([None] * (3 * (i - a)))
+            self._gn.append(i - a)
+        self._groups = len(self._first)
         what = []
         for i in range(self._count):
             what.append(self.names[i])
@@ -191,7 +216,7 @@ class _Optimizer:
         return self._n * len(self._blocks) + self.snapshot_floats()
 
     def snapshot_floats(self):
-        """Floats of the step's scratch (the largest tensor's new weight and state): the price of
+        """Floats of the step's scratch (a group of tensors' new weights and state): the price of
         an all-or-nothing step."""
         return self._big * len(self._scratch)
 
@@ -247,10 +272,10 @@ class _Optimizer:
             raise
 
     def _run(self):
-        # from stage _at to the end: tensor k's update into the scratch (stage 2k), its copy over
-        # the live weight and state (2k + 1); _at moves on only once a stage is complete
+        # from stage _at to the end: group k's update into the scratch (stage 2k), its copy over
+        # the live weights and state (2k + 1); _at moves on only once a stage is complete
         K = backend.K
-        end = 2 * self._count
+        end = 2 * self._groups
         at = self._at
         while at < end:
             if at & 1:
@@ -261,12 +286,12 @@ class _Optimizer:
             self._at = at
 
     def _copy(self, K, k):
-        K.params_commit(self._one[k], self._sp[k], 1, self._seenk[k])
+        K.params_commit(self._one[k], self._sp[k], self._gn[k], self._seenk[k])
         _state_copy(K, self._lv[k], self._sv[k])
 
     def _broken(self, k):
         raise RuntimeError("%s: the update of %s turned non-finite during the commit after the "
-                           "check passed (a parameter listed twice?)" % (self.who, self.names[k]))
+                           "check passed (a parameter listed twice?)" % (self.who, self.names[self._first[k]]))
 
     def _held(self, t):
         # an interrupt landed during the commit: go on from the stage it stopped at; _commit then
@@ -303,12 +328,12 @@ class _Optimizer:
         return 126 + b, lp
 
     def _dry(self, K):
-        # every tensor's update into the scratch, checked: -1, the first flagged tensor, or
-        # kernels.STEP_FROZEN
-        for k in range(self._count):
-            bad = self._update(K, k)
+        # every group's update into the scratch, checked: -1, the first flagged tensor (its
+        # group's results in the scratch), or kernels.STEP_FROZEN
+        for g in range(self._groups):
+            bad = self._update(K, g)
             if bad != -1:
-                return k if bad >= 0 else bad
+                return self._first[g] + bad if bad >= 0 else bad
         return -1
 
     def _check_grads(self, K):
@@ -324,7 +349,7 @@ class _Optimizer:
 
     def _refuse(self, K, k):
         # the dry run flagged tensor k (the first with a non-finite gradient, weight or result;
-        # its results are in the scratch), or a parameter without a grad buffer (k < 0:
+        # its group's results are in the scratch), or a parameter without a grad buffer (k < 0:
         # kernels.STEP_FROZEN); nothing was written. Name the frozen parameter, else the first
         # non-finite gradient of any tensor, else the first of tensor k's new weight and state
         # that holds a non-finite value.
@@ -334,7 +359,11 @@ class _Optimizer:
                              "parameter has a grad buffer" % (self.who, k))
         self._check_grads(K)
         n = self.params[k][0].size
-        bufs = [self._sp[k]] + self._sv[k]
+        g = 0
+        while g + 1 < self._groups and self._first[g + 1] <= k:
+            g += 1
+        o = self._offsets[k] - self._offsets[self._first[g]]
+        bufs = [self._sp[g][o:o + n]] + [b[o:o + n] for b in self._sv[g]]
         for j in range(len(bufs)):
             if K.first_nonfinite(bufs[j], n) >= 0:
                 raise NonFiniteError("%s: step refused: it would make %s non-finite (lr %g); weights "
@@ -389,7 +418,8 @@ class SGD(_Optimizer):
         return L
 
     def _update(self, K, k):
-        # tensor k's new weight (and momentum) into the scratch; -1, 0 (flagged) or STEP_FROZEN
+        # group k's new weights (and momentum) into the scratch; -1, a flagged tensor of the
+        # group (its index there) or STEP_FROZEN
         h = self._hyper
         h[3] = self._seenk[k]
         return K.sgd_step(self._sp[k], self._sv[k], self._one[k], self._lv[k], h)
@@ -465,7 +495,8 @@ class Adam(_Optimizer):
         return L
 
     def _update(self, K, k):
-        # tensor k's new weight and moments into the scratch; -1, 0 (flagged) or STEP_FROZEN
+        # group k's new weights and moments into the scratch; -1, a flagged tensor of the group
+        # (its index there) or STEP_FROZEN
         h = self._hyper
         h[7] = self._seenk[k]
         return K.adam_step(self._sp[k], self._sv[k], self._one[k], self._lv[k], h)

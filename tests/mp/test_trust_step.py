@@ -47,8 +47,8 @@ def _check(r):
 
     for opt in ("adam", "sgd"):
         res = r["interrupt_" + opt]
-        # one params_commit per tensor per step, each in the commit, after the check
-        assert res["writes"] == res["tensors"] and res["calls"] > res["writes"], res
+        # one params_commit per group of tensors that fits the scratch (all 12 of this model)
+        assert res["writes"] == 1 and res["calls"] > res["writes"], res
         assert res["other"] == [], (opt, res["other"])           # never a third state
         assert res["no_interrupt"] == [], (opt, res["no_interrupt"])
         assert res["write_not_completed"] == [], (opt, res["write_not_completed"])
@@ -59,9 +59,11 @@ def _check(r):
     assert r["fit_hist"] == [[1, 2, True]], r["fit_hist"]
     assert r["fit_steps"] == 2 and r["fit_after_is_last_full_step"] and r["fit_differs_from_3"]
 
-    # the step's scratch (the largest tensor's new weight + Adam m + v) is in the memory estimate
-    assert r["snapshot_floats"] == 3 * r["largest"]
-    assert r["state_floats"] == 2 * r["params"] + 3 * r["largest"]
+    # the step's scratch (new weights + Adam m + v of a group of tensors: all of this small model,
+    # 4096 floats or the largest tensor for larger ones) is in the memory estimate
+    assert r["params"] < 4096
+    assert r["snapshot_floats"] == 3 * r["params"]
+    assert r["state_floats"] == 2 * r["params"] + 3 * r["params"]
     assert r["summary"]["snapshot_bytes"] == 4 * r["snapshot_floats"]
     assert r["summary"]["param_bytes"] == 4 * r["params"] * 4 + r["summary"]["snapshot_bytes"]
 

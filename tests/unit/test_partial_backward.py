@@ -216,11 +216,10 @@ def test_summary_counts_grads_of_trainable_parameters_only():
     assert head["params"] == full["params"]
     assert head["trainable"] == n_head
     # weights of every parameter; grads and 2 Adam slots of trainable ones; the step's scratch
-    # (1 + 2) of the largest trainable tensor
-    big_head = max(p.size for p, _ in model.layers[-1].collect_params([]))
-    big_full = max(p.size for _, p in model.named_params())
-    assert head["param_bytes"] == 4 * (head["params"] + n_head * (1 + 2) + big_head * (1 + 2))
-    assert full["snapshot_bytes"] == 4 * big_full * (1 + 2)
+    # (1 + 2) of a group of trainable tensors (all of them in a model this small)
+    assert full["params"] < 4096
+    assert head["param_bytes"] == 4 * (head["params"] + n_head * (1 + 2) + n_head * (1 + 2))
+    assert full["snapshot_bytes"] == 4 * full["params"] * (1 + 2)
     assert full["param_bytes"] == 4 * full["params"] * (2 + 2) + full["snapshot_bytes"]
 
 
