@@ -438,6 +438,15 @@ def max_exponent(buf, n):
     return e
 
 
+def max_exponent_pairs(params, j):
+    # max_exponent over the weights (j = 0) or the gradients (j = 1) of (param, grad) Tensor pairs
+    e = 0
+    for pair in params:
+        t = pair[j]
+        e = max(e, max_exponent(t.data, t.size))
+    return e
+
+
 def scale_inplace(g, n, factor):
     for i in range(n):
         g[i] *= factor

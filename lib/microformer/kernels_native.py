@@ -34,6 +34,7 @@ NATIVE = (
 
 PORTABLE = (
     "mse", "sum_squares", "scale_inplace", "max_exponent",           # loss and optimizer odds and ends
+    "max_exponent_pairs",
     "q8_matmul_forward", "q8_matmul_backward_input",                 # int8 frozen weights
     "maxpool1d_forward", "maxpool1d_backward", "avgpool1d_forward", "avgpool1d_backward",
     "posenc_table",                                                  # built once per layer (sin, cos)

@@ -132,7 +132,7 @@ PORTABLE = (
 # (viper_common._sibling imports them by full name: `from . import` would come back here through
 # __getattr__; this module can also be a package's __init__, as in the tests' instrumented copy.)
 _LAZY = {"adam_step": "viper_optim", "adam_update": "viper_optim", "params_commit": "viper_optim",
-         "max_exponent": "viper_optim",
+         "max_exponent": "viper_optim", "max_exponent_pairs": "viper_optim",
          "sgd_step": "viper_optim", "sgd_update": "viper_optim",
          "conv1d_forward": "viper_conv", "conv1d_backward": "viper_conv",
          "layernorm_forward": "viper_norm", "layernorm_backward": "viper_norm",

@@ -306,17 +306,7 @@ class _Optimizer:
 
     def _within(self, K, lg, lp):
         # every gradient's exponent field at most lg, every weight's at most lp
-        k = self._count
-        while k:
-            k -= 1
-            if self._exp(K, k, 1) > lg or self._exp(K, k, 0) > lp:
-                return False
-        return True
-
-    def _exp(self, K, k, j):
-        # the largest exponent field of pair k's weight (j = 0) or gradient (j = 1)
-        t = self.params[k][j]
-        return K.max_exponent(t.data, t.size)
+        return K.max_exponent_pairs(self.params, 1) <= lg and K.max_exponent_pairs(self.params, 0) <= lp
 
     def _limit(self, lim):
         # (lg, lp): the exponent-field limits of gradients and weights for |d| < 2^b (lim[0] = b)

@@ -77,6 +77,17 @@ def run(name):
     r["oracle"] = [max([0] + [field(x) for x in vals[:k]]) for k in range(len(vals) + 1)]
     r["nonfinite"] = [K.max_exponent(array("f", [1.0, x, 2.0]), 3) for x in (float("nan"), float("inf"), -float("inf"))]
 
+    pw = mf.Tensor.from_list([[0.5, -3.0], [1e-40, 2.0]])
+    pg = mf.Tensor.from_list([[7e20, 0.0], [1.0, -1.0]])
+    qw = mf.Tensor.from_list([1e30, 0.0])
+    qg = mf.Tensor.from_list([0.25, -0.125])
+    pairs = [(pw, pg), (qw, qg)]
+    r["pairs"] = [K.max_exponent_pairs(pairs, 0), K.max_exponent_pairs(pairs, 1)]
+    r["pairs_oracle"] = [max([field(x) for x in list(pw.data) + list(qw.data)]),
+                         max([field(x) for x in list(pg.data) + list(qg.data)])]
+    pg.data[3] = float("nan")
+    r["pairs_nan"] = K.max_exponent_pairs(pairs, 1)
+
     # grouping: one group per tensor, the default groups, one group of all: the same bits
     for tag, make in (("adam", lambda m: mf.Adam(m, lr=0.01)),
                       ("adamw", lambda m: mf.Adam(m, lr=0.01, weight_decay=0.1, decoupled=True)),

@@ -5,6 +5,7 @@ the bound covers calls the update kernel once per group, one it cannot cover (a 
 gradient) runs the dry run first and is still taken, and any grouping of the tensors gives the
 same bits."""
 import json
+import struct
 
 import pytest
 
@@ -13,10 +14,16 @@ import helpers
 SCRIPT = helpers.script("optim_block_mp.py")
 
 
+def field(x):
+    return (struct.unpack("<I", struct.pack("<f", x))[0] >> 23) & 0xFF
+
+
 def _check(r):
     assert r["fields"] == r["oracle"], (r["fields"], r["oracle"])
     assert r["oracle"][3] == 0 and r["oracle"][4] == 127 and r["oracle"][-1] == 254   # subnormals, 1.0, 3e38
     assert r["nonfinite"] == [255, 255, 255]
+    assert r["pairs"] == r["pairs_oracle"] and r["pairs_oracle"] == [field(1e30), field(7e20)], r["pairs"]
+    assert r["pairs_nan"] == 255
     for tag in ("adam", "adamw", "sgd"):
         g = r["groups_" + tag]
         assert g[0] > g[1] > g[2] == 1, (tag, g)      # GROUP 1 (the largest tensor), 4096, all

@@ -67,7 +67,7 @@ def batch(seed=5, B=6):
 
 
 # ---- a kernel namespace that raises KeyboardInterrupt on chosen calls ------------------------
-READ_ONLY = ("first_nonfinite", "sum_squares", "max_exponent")     # kernels whose first argument is an input
+READ_ONLY = ("first_nonfinite", "sum_squares", "max_exponent", "max_exponent_pairs")     # kernels whose first argument is an input
 
 
 class Interrupting:
