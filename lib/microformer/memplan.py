@@ -15,7 +15,7 @@
 import gc
 
 from .layer import Buffered, _epoch, drop_scratch, train_backward
-from .tensor import Rng, Tensor, shape_size
+from .tensor import Rng, Tensor, has_grad, shape_size
 
 
 def _count(who, what, v):
@@ -151,16 +151,16 @@ def _params(t):
     grads = 0
     for p, g in t.model.params():
         weights += _bytes(p)
-        if g.data is not None:
+        if has_grad(g):                         # held, or made by the first backward
             grads += 4 * g.size
     return weights, grads
 
 
 def held(t):
     """Bytes of what a plan counts that exists already: weights, grads, the optimizer and its
-    rollback copy."""
-    weights, grads = _params(t)
-    h = weights + grads
+    rollback copy. Grad buffers count once made (the first backward makes them)."""
+    from .layer import grad_floats
+    h = _params(t)[0] + 4 * grad_floats(t.model)
     opt = t.optimizer
     if opt is not None:
         h += 4 * opt.state_floats()

@@ -23,7 +23,7 @@ from math import frexp, sqrt
 
 from . import backend
 from .finite import NonFiniteError, hyper, show
-from .tensor import Tensor, zeros
+from .tensor import Tensor, has_grad, zeros
 
 # The bound (see _Optimizer._bounded): from the largest exponent field of the gradients, weights
 # and state (kernels.max_exponent: every |x| is below 2^(e - 126)), limits that keep every
@@ -71,7 +71,7 @@ def _pairs(params, who, names=None):
             raise ValueError("%s: params must be a model or (param, grad) Tensor pairs of equal shape, got %r"
                              % (who, p))
     for i in range(len(params)):
-        if params[i][1].data is None:
+        if not has_grad(params[i][1]):
             raise ValueError("%s: param %d (%s) is frozen (it has no grad buffer): pass model.parameters() "
                              "(the ones that train)" % (who, i, params[i][0].name))
     out = []
@@ -223,13 +223,13 @@ class _Optimizer:
     def _check_live(self):
         # a parameter frozen after the optimizer was made has no grad buffer any more
         for pair in self.params:
-            if pair[1].data is None:
+            if not has_grad(pair[1]):
                 self._frozen()
 
     def _frozen(self):
         params = self.params
         for i in range(len(params)):
-            if params[i][1].data is None:
+            if not has_grad(params[i][1]):
                 raise ValueError("%s: %s was frozen after the optimizer was made (it has no grad "
                                  "buffer): make a new optimizer for the parameters that train now"
                                  % (self.who, self.names[i]))
