@@ -22,6 +22,7 @@
 from math import frexp, sqrt
 
 from . import backend
+from .layer import _epoch
 from .finite import NonFiniteError, hyper, show
 from .tensor import Tensor, has_grad, zeros
 
@@ -145,6 +146,7 @@ class _Optimizer:
         self.numel = n                   # floats of the trainable parameters, end to end
         self._count = len(self.params)
         self._at = 0                     # the commit's stage (see the top of this file)
+        self._live_at = -1               # layer._epoch when every parameter last had a grad
 
     @property
     def lr(self):
@@ -247,7 +249,9 @@ class _Optimizer:
     def step(self):
         """One update of every parameter, all or nothing (see the top of this file)."""
         K = backend.K
-        self._check_live()
+        if self._live_at != _epoch[0]:         # a freeze since the last check: check again
+            self._check_live()
+            self._live_at = _epoch[0]
         if self.max_grad_norm is not None:
             self._check_grads(K)               # before clipping scales them
             self._clip()
