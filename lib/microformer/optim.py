@@ -163,18 +163,12 @@ class _Optimizer:
         # tensors in groups of consecutive ones that fit the scratch; per group, what its kernel
         # call takes (made once: a step allocates no lists): its pairs, the live state views of
         # its stretch, the scratch's views of its size (weights, state), the record of checked
-        # sizes, its tensor count. The names of what a step writes, per tensor: the weight, then
-        # its state slots.
+        # sizes, its tensor count.
         n = self._n
         big = self._big
         self._blocks = [zeros(n) for _ in slots]
         self._scratch = [zeros(big) for _ in range(1 + len(slots))]
-        self._views = [[] for _ in slots]
-        for i in range(self._count):
-            p = self.params[i][0]
-            o = self._offsets[i]
-            for j in range(len(slots)):
-                self._views[j].append(Tensor(p.shape, memoryview(self._blocks[j])[o:o + p.size]))
+        self._views = [None] * len(slots)     # per-tensor views of each block, made on first use
         self._first = []                 # per group: its first tensor
         self._one = []
         self._lv = []
@@ -199,12 +193,20 @@ class _Optimizer:
             self._seenk.append([None] * (3 * (i - a)))
             self._gn.append(i - a)
         self._groups = len(self._first)
-        what = []
-        for i in range(self._count):
-            what.append(self.names[i])
-            for name in slots:
-                what.append("%s of %s" % (name, self.names[i]))
-        self._what = what
+        self._slots = slots                  # their names, for _refuse's message
+
+    def _state(self, j):
+        # per-tensor Tensor views on state block j (made on first use: opt.m, opt.v, opt.buffers)
+        views = self._views[j]
+        if views is None:
+            views = []
+            mv = memoryview(self._blocks[j])
+            for i in range(self._count):
+                p = self.params[i][0]
+                o = self._offsets[i]
+                views.append(Tensor(p.shape, mv[o:o + p.size]))
+            self._views[j] = views
+        return views
 
     def state_blocks(self):
         """The optimizer state: one array per state slot (Adam: m, v; SGD: the momentum, if any),
@@ -360,9 +362,10 @@ class _Optimizer:
         bufs = [self._sp[g][o:o + n]] + [b[o:o + n] for b in self._sv[g]]
         for j in range(len(bufs)):
             if K.first_nonfinite(bufs[j], n) >= 0:
+                what = self.names[k] if j == 0 else "%s of %s" % (self._slots[j - 1], self.names[k])
                 raise NonFiniteError("%s: step refused: it would make %s non-finite (lr %g); weights "
                                      "and optimizer state are unchanged (lower lr, or set "
-                                     "max_grad_norm)" % (self.who, self._what[k * len(bufs) + j], self.lr))
+                                     "max_grad_norm)" % (self.who, what, self.lr))
         raise NonFiniteError("%s: step refused: %s holds a non-finite value; weights and optimizer "
                              "state are unchanged" % (self.who, self.names[k]))
 
@@ -381,7 +384,7 @@ class SGD(_Optimizer):
     @property
     def buffers(self):
         """The momentum buffers, per tensor (None without momentum): views on the state block."""
-        return self._views[0] if self.momentum else None
+        return self._state(0) if self.momentum else None
 
     def _set(self, t):
         # the hyperparameters of step t, in the list the kernel calls take (five references)
@@ -441,12 +444,12 @@ class Adam(_Optimizer):
     @property
     def m(self):
         """The first moments, per tensor: views on the m block."""
-        return self._views[0]
+        return self._state(0)
 
     @property
     def v(self):
         """The second moments, per tensor: views on the v block."""
-        return self._views[1]
+        return self._state(1)
 
     def _set(self, t):
         # the hyperparameters of step t, in the list the kernel calls take (five references)
