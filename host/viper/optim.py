@@ -386,6 +386,55 @@ def _commit() -> int:
     return 0
 
 
+@micropython.viper
+def _max_exponent(buf, n: int) -> int:
+    # the largest exponent field (0 .. 255) of the float32 values buf[0 .. n): 255 for a NaN or
+    # inf, where the scan stops. The fields are compared in place (bits & the field's mask).
+    a = int(ptr32(buf))
+    end = a + 4 * n
+    mask = 255
+    mask = mask << 23                   # (a variable: the literal would be a bigint)
+    e = 0
+    while a < end:
+        x = ptr32(a)[0] & mask
+        if x > e:
+            e = x
+            if e == mask:
+                break
+        a += 4
+    return e >> 23
+
+
+def max_exponent(buf, n):
+    # every |x| of buf[0 .. n) is below 2^(e - 126) for the answer e; 255: a NaN or inf (the
+    # optimizer's bound, optim.py)
+    if n > len(buf):
+        raise ValueError("max_exponent: n must be at most len(buf) = %d, got %d" % (len(buf), n))
+    return _max_exponent(buf, n)
+
+
+@micropython.viper
+def max_exponent_pairs(params, j: int) -> int:
+    # max_exponent over the weights (j = 0) or the gradients (j = 1) of (param, grad) Tensor
+    # pairs, each its whole buffer: one call for every tensor
+    mask = 255
+    mask = mask << 23
+    e = 0
+    count = int(len(params))
+    for k in range(count):
+        buf = params[k][j].data
+        a = int(ptr32(buf))
+        end = a + 4 * int(len(buf))
+        while a < end:
+            x = ptr32(a)[0] & mask
+            if x > e:
+                e = x
+                if e == mask:
+                    return 255
+            a += 4
+    return e >> 23
+
+
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)

@@ -4,7 +4,7 @@
 from . import backend
 from .layer import Layer, check_tensor, shape_error
 from .dropout import check_p
-from .tensor import Rng, Tensor, default_rng, dropout_seed, xavier_uniform
+from .tensor import Grad, Rng, Tensor, default_rng, dropout_seed, xavier_uniform
 
 
 class _Proj:
@@ -186,10 +186,10 @@ class Attention(Layer):
         rng = rng or default_rng()
         for n in ("q", "k", "v", "o"):
             setattr(self, "W" + n, xavier_uniform(Tensor((E, E), name="W" + n), E, E, rng))  # (E, E)
-            setattr(self, "dW" + n, Tensor.zeros((E, E), "dW" + n))
+            setattr(self, "dW" + n, Grad((E, E), "dW" + n))
             if use_bias:
                 setattr(self, "b" + n, Tensor.zeros((E,), "b" + n))                       # (E,)
-                setattr(self, "db" + n, Tensor.zeros((E,), "db" + n))
+                setattr(self, "db" + n, Grad((E,), "db" + n))
             else:
                 setattr(self, "b" + n, None)
                 setattr(self, "db" + n, None)

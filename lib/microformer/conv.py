@@ -3,7 +3,7 @@
 #   y[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] x[b, t stride + j dilation - padding, g C_in/groups + c]
 from . import backend
 from .layer import WeightBias, check_tensor, shape_error
-from .tensor import Tensor, default_rng, xavier_bound
+from .tensor import Grad, Tensor, default_rng, xavier_bound
 
 
 class Conv1D(WeightBias):
@@ -40,13 +40,13 @@ class Conv1D(WeightBias):
         d = self.W.data
         for i in range(len(d)):
             d[i] = bound * rng.signed_unit()
-        self.dW = Tensor.zeros(self.W.shape, "dW")
+        self.dW = Grad(self.W.shape, "dW")
         self.b = self.db = None
         if use_bias:
             self.b = Tensor((out_channels,), name="b")
             for i in range(out_channels):
                 self.b.data[i] = bound * rng.signed_unit()
-            self.db = Tensor.zeros((out_channels,), "db")
+            self.db = Grad((out_channels,), "db")
         self._x = None
 
     def out_length(self, L):

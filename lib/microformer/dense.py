@@ -1,7 +1,7 @@
 # microformer.dense: fully connected layer, y = x W^T + b (torch.nn.Linear layout).
 from . import backend
 from .layer import WeightBias, check_tensor, shape_error
-from .tensor import Tensor, default_rng, shape_size, xavier_uniform
+from .tensor import Grad, Tensor, default_rng, shape_size, xavier_uniform
 
 
 class Dense(WeightBias):
@@ -21,9 +21,9 @@ class Dense(WeightBias):
         self.use_bias = use_bias
         self.W = xavier_uniform(Tensor((out_features, in_features), name="W"),
                                 in_features, out_features, rng or default_rng())   # (OC, C)
-        self.dW = Tensor.zeros((out_features, in_features), "dW")
+        self.dW = Grad((out_features, in_features), "dW")
         self.b = Tensor.zeros((out_features,), "b") if use_bias else None    # (OC,)
-        self.db = Tensor.zeros((out_features,), "db") if use_bias else None
+        self.db = Grad((out_features,), "db") if use_bias else None
         self._x = None
         self._wkeep = [None]      # a backend's prepared copy of W for one-token calls (decoding)
 

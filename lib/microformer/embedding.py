@@ -1,7 +1,7 @@
 # microformer.embedding: token ids -> learned vectors (a lookup table, trained by row).
 from . import backend
 from .layer import Layer, shape_error
-from .tensor import Tensor, default_rng, shape_size, xavier_uniform
+from .tensor import Grad, Tensor, default_rng, shape_size, xavier_uniform
 
 
 class Embedding(Layer):
@@ -20,7 +20,7 @@ class Embedding(Layer):
         self.embed_dim = embed_dim
         self.W = xavier_uniform(Tensor((vocab, embed_dim), name="W"), vocab, embed_dim,
                                 rng or default_rng())                  # (V, E)
-        self.dW = Tensor.zeros((vocab, embed_dim), "dW")
+        self.dW = Grad((vocab, embed_dim), "dW")
         self._ids = None
 
     def params(self):

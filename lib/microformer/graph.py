@@ -13,7 +13,7 @@ from . import backend
 from .layer import Layer, check_tensor, shape_error
 from .model import Sequential
 from .posembed import LearnedPositionalEmbedding
-from .tensor import Tensor, zeros
+from .tensor import Grad, Tensor, zeros
 
 
 def _seq(who, x):
@@ -221,7 +221,7 @@ class PrependToken(Layer):
             raise ValueError("PrependToken: embed_dim must be a positive int, got %r" % (embed_dim,))
         self.embed_dim = embed_dim
         self.W = Tensor((1, 1, embed_dim), name="")     # zeros, as torch's usual nn.Parameter(torch.zeros(1, 1, E))
-        self.dW = Tensor.zeros((1, 1, embed_dim), "d")
+        self.dW = Grad((1, 1, embed_dim), "d")
         self._x = None
 
     def params(self):
@@ -391,7 +391,7 @@ class PositionTable(LearnedPositionalEmbedding):
     def __init__(self, max_len, embed_dim):
         LearnedPositionalEmbedding.__init__(self, max_len, embed_dim)
         self.W = Tensor((1, max_len, embed_dim), self.W.data, "")
-        self.dW = Tensor((1, max_len, embed_dim), self.dW.data, "d")
+        self.dW = Grad((1, max_len, embed_dim), "d")
 
     def params(self):
         return ((self.W, self.dW),)

@@ -2,7 +2,7 @@
 # Every kernel takes its outputs first, then inputs, then sizes; none allocates.
 # Buffers are flat float32 arrays (array('f')); shape comments name their layout.
 # kernels_viper.py holds the same functions with the same signatures.
-from math import exp, log as _log, sqrt, tanh
+from math import exp, frexp, log as _log, sqrt, tanh
 from .actkind import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH, erf  # noqa: F401
 _GELU_C = 0.7978845608028654  # sqrt(2/pi)
 _RSQRT2 = 0.7071067811865476  # 1/sqrt(2)
@@ -421,6 +421,30 @@ def sum_squares(g, n):
         x = g[i]
         s += x * x
     return s
+
+
+def max_exponent(buf, n):
+    # the largest exponent field (0 .. 255) of buf[0 .. n) as float32 values: every |x| is below
+    # 2^(e - 126); 255 when one is NaN or inf (the optimizer's bound, optim.py)
+    e = 0
+    for i in range(n):
+        x = buf[i]
+        if x - x != 0.0:
+            return 255
+        if x != 0.0:
+            f = frexp(x)[1] + 126          # |x| = m 2^f', m in [0.5, 1): field f' + 126
+            if f > e:
+                e = f
+    return e
+
+
+def max_exponent_pairs(params, j):
+    # max_exponent over the weights (j = 0) or the gradients (j = 1) of (param, grad) Tensor pairs
+    e = 0
+    for pair in params:
+        t = pair[j]
+        e = max(e, max_exponent(t.data, t.size))
+    return e
 
 
 def scale_inplace(g, n, factor):

@@ -537,6 +537,22 @@ def attention_scores(out, q, k, mask, B, Tq, Tk, C, NH, scale, causal, hidden):
 
 # ---------------------------------------------------------------- guards of the training step
 
+def max_exponent(buf, n):
+    # the largest exponent field of buf[0 .. n) (kernels.max_exponent): 255 for a NaN or inf
+    if n == 0:
+        return 0
+    return int(((_v(buf, n).view(np.uint32) >> 23) & 0xFF).max())
+
+
+def max_exponent_pairs(params, j):
+    # max_exponent over the weights (j = 0) or gradients (j = 1) of (param, grad) pairs
+    e = 0
+    for pair in params:
+        t = pair[j]
+        e = max(e, max_exponent(t.data, t.size))
+    return e
+
+
 def first_nonfinite(buf, n):
     # index of the first NaN or +-inf in buf (n,), or -1
     bad = np.flatnonzero(~np.isfinite(_v(buf, n)))

@@ -3,7 +3,7 @@
 
 from . import backend
 from . import tensor as _tensor
-from .tensor import Tensor
+from .tensor import Tensor, has_grad
 
 try:
     from collections import OrderedDict as _Ordered
@@ -352,7 +352,7 @@ class Layer(Buffered):
                     return True
             return False
         for _, g in self.params():
-            if g.data is not None:
+            if has_grad(g):
                 return True
         return False
 
@@ -381,7 +381,7 @@ class Layer(Buffered):
                     l.collect_params(groups)
             else:
                 for pair in self.params():
-                    if pair[1].data is not None:      # a frozen parameter has no grad buffer
+                    if has_grad(pair[1]):             # a frozen parameter has no grad buffer
                         groups.append(pair)
         return groups
 
@@ -600,18 +600,34 @@ def changed():
 
 
 def release_grad(g):
-    """Drop a parameter's grad buffer: the parameter is frozen."""
-    if g.data is not None:
+    """Drop a parameter's grad buffer (or the one its first use would make): the parameter is
+    frozen."""
+    if has_grad(g):
         g.data = None
         changed()
 
 
 def ensure_grad(p, g):
-    """Give a frozen parameter a zeroed grad buffer again (no-op for a trainable one, and for an
-    int8 weight, which never trains: quant.py)."""
-    if g.data is None and getattr(p, "int8", False) is not True:
-        g.data = _tensor.zeros(p.size)
+    """Let a frozen parameter train again: its grad buffer (zeros) is made on first use (a Grad:
+    the next backward or step), or now for a plain Tensor. No-op for a trainable one, and for an
+    int8 weight, which never trains: quant.py."""
+    if not has_grad(g) and getattr(p, "int8", False) is not True:
+        if hasattr(g, "wake"):
+            g.wake()
+        else:
+            g.data = _tensor.zeros(p.size)
         changed()
+
+
+def grad_floats(layer):
+    """Floats of the gradient buffers layer (a model) holds now: a Grad has one only from its
+    first use (the first backward that trains it, or a step) until it is frozen."""
+    n = 0
+    for _, g in layer.params():
+        d = g._d if hasattr(g, "lazy") else g.data
+        if d is not None:
+            n += len(d)
+    return n
 
 
 def _grads_on(layer):

@@ -20,7 +20,7 @@
 # Decoding (decode_step, cross_step) runs on the base weights: merge before generating.
 from . import backend
 from .layer import Buffered, changed, release_grad, scratch
-from .tensor import Tensor, default_rng, xavier_uniform
+from .tensor import Grad, Tensor, default_rng, has_grad, xavier_uniform
 
 _SLOTS = ("q", "k", "v", "o")
 _SLOT_NAMES = {"q": "q_proj.", "k": "k_proj.", "v": "v_proj.", "o": "out_proj."}
@@ -67,9 +67,9 @@ class LoRA(Buffered):
         # kaiming_uniform_(a=sqrt(5)) bound 1/sqrt(in) = sqrt(6 / (in + 5 in)): exact on every port
         self.A = xavier_uniform(Tensor((rank, in_features), name="lora_A"), in_features, 5 * in_features,
                                 rng or default_rng())
-        self.dA = Tensor.zeros((rank, in_features), "dlora_A")
+        self.dA = Grad((rank, in_features), "dlora_A")
         self.B = Tensor.zeros((out_features, rank), "lora_B")
-        self.dB = Tensor.zeros((out_features, rank), "dlora_B")
+        self.dB = Grad((out_features, rank), "dlora_B")
 
     def params(self):
         return ((self.A, self.dA), (self.B, self.dB))
@@ -421,7 +421,7 @@ def _settle(layer):
         pairs = layer.params()
         if pairs and getattr(layer, "trainable", False):
             for _, g in pairs:
-                if g.data is not None:
+                if has_grad(g):
                     return
             layer.trainable = False
 

@@ -15,7 +15,7 @@
 import gc
 
 from .layer import Buffered, _epoch, drop_scratch, train_backward
-from .tensor import Rng, Tensor, shape_size
+from .tensor import Rng, Tensor, has_grad, shape_size
 
 
 def _count(who, what, v):
@@ -35,7 +35,7 @@ def plan(t, batch=None, micro=None, show=False):
     """The plan of a step of trainer `t` over `batch` rows (None: t.batch_size) in micro-batches
     of `micro` rows (None: t.micro_batch, else the whole batch), in bytes: a dict with batch,
     micro, weights, grads (the grad buffers that exist or that the optimizer will use),
-    optimizer (its state, the step's shadow state and new weights: optim.state_floats),
+    optimizer (its state blocks and the step's scratch: optim.state_floats),
     snapshot (the rollback copy of the trainable weights and state, when the trainer has one or
     takes one: t.rollback), activations
     (the layers' output, cache and gradient buffers at the micro-batch: cache_floats),
@@ -52,11 +52,11 @@ def plan(t, batch=None, micro=None, show=False):
         slots = len(opt.state_blocks())
         state = 4 * opt.state_floats()
     else:
-        n = 0
-        for p, _ in t.params():
-            n += p.size
+        from .optim import scratch_stretch
+        sizes = [p.size for p, _ in t.params()]
+        n = sum(sizes)
         slots = 2                                    # Adam: m and v
-        state = 4 * n * (1 + 2 * slots)
+        state = 4 * (n * slots + scratch_stretch(sizes) * (1 + slots))   # as optim.state_floats
     acts = activations(t, micro, shape)
     # the rollback copy: the one there is, or the one a trainer with rollback on will take
     snap = 4 * n * (1 + slots) if (t.rollback or t.has_snapshot()) else 0
@@ -151,16 +151,16 @@ def _params(t):
     grads = 0
     for p, g in t.model.params():
         weights += _bytes(p)
-        if g.data is not None:
+        if has_grad(g):                         # held, or made by the first backward
             grads += 4 * g.size
     return weights, grads
 
 
 def held(t):
     """Bytes of what a plan counts that exists already: weights, grads, the optimizer and its
-    rollback copy."""
-    weights, grads = _params(t)
-    h = weights + grads
+    rollback copy. Grad buffers count once made (the first backward makes them)."""
+    from .layer import grad_floats
+    h = _params(t)[0] + 4 * grad_floats(t.model)
     opt = t.optimizer
     if opt is not None:
         h += 4 * opt.state_floats()

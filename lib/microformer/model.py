@@ -131,9 +131,9 @@ class Sequential(Layer):
         """Parameter count and the bytes a training batch of `input_shape` needs (float32).
 
         optimizer_slots: per-parameter state floats of the optimizer (Adam 2, SGD+momentum 1).
-        Grads and optimizer state count for the trainable parameters only. The optimizer also keeps a shadow copy of the weights and that state (1 + optimizer_slots
-        floats per parameter: a step is computed into it, so that it is all or nothing, optim.py):
-        snapshot_bytes.
+        Grads and optimizer state count for the trainable parameters only. The optimizer also keeps a
+        scratch for the new weights and state of a group of trainable tensors (1 + optimizer_slots
+        times optim.scratch_stretch floats: a step is all or nothing, optim.py): snapshot_bytes.
         Returns a dict with the totals.
         """
         if not isinstance(input_shape, (tuple, list)) or not input_shape:
@@ -152,14 +152,14 @@ class Sequential(Layer):
             rows.append((i, type(l).__name__, out, l.param_count(), l.cache_floats(shape)))
             shape = out
         params = self.param_count()
-        live = 0
-        for p, _ in self.collect_params([]):
-            live += p.size
+        from .optim import scratch_stretch
+        sizes = [p.size for p, _ in self.collect_params([])]
+        live = sum(sizes)
         acts = self.cache_floats(tuple(input_shape))
-        snap = 4 * live * (1 + optimizer_slots)
+        snap = 4 * scratch_stretch(sizes) * (1 + optimizer_slots)
         info = {"params": params, "trainable": live,
                 # weights; grads + optimizer state of the trainable ones (frozen ones have no grad
-                # buffer), and the step's snapshot of their weights and state
+                # buffer), and the step's scratch for a group's new weights and state
                 "param_bytes": 4 * (params + live * (1 + optimizer_slots)) + snap,
                 "snapshot_bytes": snap,
                 "activation_bytes": 4 * acts}
@@ -169,7 +169,7 @@ class Sequential(Layer):
             for i, name, out, n, c in rows:
                 print("%-3d %-16s %-16s %8d %12d" % (i, name, str(list(out)), n, 4 * c))
             print("params: %d, %d trainable (%d bytes with grads, optimizer state and the step's "
-                  "snapshot of %d bytes)" % (params, live, info["param_bytes"], snap))
+                  "scratch of %d bytes)" % (params, live, info["param_bytes"], snap))
             print("activations for input %r: %d bytes; total %d bytes"
                   % (list(input_shape), info["activation_bytes"], info["total_bytes"]))
         return info

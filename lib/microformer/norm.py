@@ -3,7 +3,7 @@
 from . import backend
 from .finite import hyper
 from .layer import Layer, check_tensor, shape_error
-from .tensor import Tensor, shape_size
+from .tensor import Grad, Tensor, shape_size
 
 
 class LayerNorm(Layer):
@@ -16,8 +16,8 @@ class LayerNorm(Layer):
         self.eps = hyper("LayerNorm", "eps", eps, 0.0, None, True)
         self.gamma = Tensor.zeros((dim,), "gamma").fill(1.0)   # (E,)
         self.beta = Tensor.zeros((dim,), "beta")               # (E,)
-        self.dgamma = Tensor.zeros((dim,), "dgamma")
-        self.dbeta = Tensor.zeros((dim,), "dbeta")
+        self.dgamma = Grad((dim,), "dgamma")
+        self.dbeta = Grad((dim,), "dbeta")
         self._x = None
         # the arrays the kernels take as one argument (few arguments keep forward's and
         # backward's frames off the heap): [gamma, beta, mean, rstd, dgamma, dbeta], set for a

@@ -1,22 +1,59 @@
 # microformer.optim: SGD and Adam(W) over (param, grad) pairs; gradient clipping by global norm.
 #
-# A step is all or nothing. One kernel call computes the new weights and optimizer state of every
-# tensor into shadow buffers (allocated once, with the optimizer) and reports a non-finite
-# gradient, weight or result; the live weights and state are only read. Refused (NaN / inf):
-# NonFiniteError, and nothing was written, so every weight, moment and the step counter are bit
-# for bit what they were. Accepted: the new weights are copied in (params_commit) and the state
-# buffers trade places: the optimizer keeps two of each state (Adam's m and v, SGD's momentum),
-# the live one and the shadow, and a step's new state becomes the live one without a copy. A
-# KeyboardInterrupt that lands while the commit runs makes it run again from the start (the
-# shadow is complete and the trade names its side, so the commit is idempotent) and is raised
-# once the step is complete ("held and honoured right after"); one that lands before drops the
-# step. After a Ctrl-C the weights are those of the last full step.
-from math import sqrt
+# Memory: the optimizer state is one block per state slot (Adam's m and v, SGD's momentum), every
+# tensor end to end, and a scratch for the new weights and state of a group of consecutive tensors
+# at a time (GROUP floats, or the largest tensor): numel * slots + (1 + slots) * scratch_stretch
+# floats, where an all-or-nothing step over shadow copies of the whole model would take
+# numel * (1 + 2 * slots).
+#
+# A step is all or nothing. First it makes sure that no value it would write is NaN or inf: a
+# bound from the sums of squares of the gradients, weights and state proves it cheaply (every
+# value finite and far from the float range's end); when the bound cannot (huge or non-finite
+# values), a dry run computes each tensor's new weight and state into the scratch and checks them.
+# Refused (NaN / inf): NonFiniteError, and nothing was written, so every weight, moment and the
+# step counter are bit for bit what they were. Accepted: the commit updates one group of tensors
+# at a time, into the scratch, then copied over the live weights and state. A KeyboardInterrupt
+# that lands before the commit drops the step; one that lands during it makes the commit go on
+# from where it stopped (the live values of a group change only by the copy of its finished
+# scratch, and `_at` names the stage: even 2k, group k's update into the scratch, which reads
+# only live values that have not changed; odd 2k + 1, its copy, which can run again) and is raised once the
+# step is complete ("held and honoured right after"). After a Ctrl-C the weights are those of the
+# last full step.
+from math import frexp, sqrt
 
 from . import backend
+from .layer import _epoch
 from .finite import NonFiniteError, hyper, show
-from .tensor import Tensor, zeros
+from .tensor import Tensor, has_grad, zeros
 
+# The bound (see _Optimizer._bounded): from the largest exponent field of the gradients, weights
+# and state (kernels.max_exponent: every |x| is below 2^(e - 126)), limits that keep every
+# intermediate and result of the update below 2^101 (float32 goes to 2^128; the viper kernels'
+# rounding, a relative 2^-11, is far inside that margin). Integers only: a step boxes no float.
+_P_LIM = 226                # |p| < 2^100
+_V_LIM = 246                # |v| < 2^120 (v' <= max(v, d^2) < 2^120)
+_D_LOG = 60                 # |d| (the gradient with its coupled decay) and |m'| below 2^60
+
+
+# The scratch holds the new weights and state of a group of consecutive tensors (one kernel call
+# and one copy per group, not per tensor): GROUP floats, or the largest tensor when larger.
+GROUP = 4096
+
+
+def scratch_stretch(sizes):
+    """Floats per slot of the step's scratch for tensors of these sizes (model.summary and the
+    memory plan count it with this): the largest, or GROUP (the total when smaller)."""
+    n = 0
+    big = 0
+    for k in sizes:
+        n += k
+        big = max(big, k)
+    return max(big, min(n, GROUP))
+
+
+def _exp2(x):
+    # k with x < 2^k for x > 0 (math.frexp: x = f 2^k, f in [0.5, 1))
+    return frexp(x)[1]
 
 def _pairs(params, who, names=None):
     # names: None, or {id(param): name} for the messages (a list of (name, param) pairs works too)
@@ -35,7 +72,7 @@ def _pairs(params, who, names=None):
             raise ValueError("%s: params must be a model or (param, grad) Tensor pairs of equal shape, got %r"
                              % (who, p))
     for i in range(len(params)):
-        if params[i][1].data is None:
+        if not has_grad(params[i][1]):
             raise ValueError("%s: param %d (%s) is frozen (it has no grad buffer): pass model.parameters() "
                              "(the ones that train)" % (who, i, params[i][0].name))
     out = []
@@ -82,6 +119,14 @@ def _scaled_norm(params):
     return amax * sqrt(total)
 
 
+def _state_copy(K, live, new):
+    # each live state view = its scratch view (a function of its own: a small frame)
+    j = len(live)
+    while j:
+        j -= 1
+        K.copy(live[j], new[j], len(new[j]))
+
+
 class _Optimizer:
     def __init__(self, who, params, lr, weight_decay, max_grad_norm, names=None):
         self.who = who
@@ -97,10 +142,11 @@ class _Optimizer:
             self._offsets.append(n)
             n += p.size
         self._n = n
+        self._big = scratch_stretch([p.size for p, _ in self.params])   # the scratch's floats per slot
         self.numel = n                   # floats of the trainable parameters, end to end
         self._count = len(self.params)
-        # the buffers whose sizes a step checked, 3 entries per pair (the step kernels fill it)
-        self._seen = [None] * (3 * self._count)
+        self._at = 0                     # the commit's stage (see the top of this file)
+        self._live_at = -1               # layer._epoch when every parameter last had a grad
 
     @property
     def lr(self):
@@ -112,68 +158,82 @@ class _Optimizer:
         self._lr = hyper(self.who, "lr", v, 0.0, None, True)
 
     def _guard(self, slots):
-        # the state and the shadow: a buffer for the new weights and two sets of one buffer per
-        # state slot (each N floats, every tensor end to end), the live set and the shadow, which
-        # trade places at each step; the names of what a step writes, per tensor: the weight, then
-        # its state slots
-        self._newp = zeros(self._n)
-        self._sets = [[zeros(self._n) for _ in slots] for _ in range(2)]
-        self._views = [None] * (2 * len(slots))
-        self._use(0)
-        self._to = 0
-        what = []
-        for i in range(len(self.params)):
-            what.append(self.names[i])
-            for name in slots:
-                what.append("%s of %s" % (name, self.names[i]))
-        self._what = what
+        # the state: one block per state slot (numel floats, every tensor end to end) and its
+        # per-tensor views; the scratch: _big floats for the new weights and again per slot. The
+        # tensors in groups of consecutive ones that fit the scratch; per group, what its kernel
+        # call takes (made once: a step allocates no lists): its pairs, the live state views of
+        # its stretch, the scratch's views of its size (weights, state), the record of checked
+        # sizes, its tensor count.
+        n = self._n
+        big = self._big
+        self._blocks = [zeros(n) for _ in slots]
+        self._scratch = [zeros(big) for _ in range(1 + len(slots))]
+        self._views = [None] * len(slots)     # per-tensor views of each block, made on first use
+        self._first = []                 # per group: its first tensor
+        self._one = []
+        self._lv = []
+        self._sp = []
+        self._sv = []
+        self._seenk = []
+        self._gn = []
+        sm = [memoryview(b) for b in self._scratch]
+        i = 0
+        while i < self._count:
+            a = i
+            o = self._offsets[a]
+            size = 0
+            while i < self._count and (i == a or size + self.params[i][0].size <= big):
+                size += self.params[i][0].size
+                i += 1
+            self._first.append(a)
+            self._one.append(self.params[a:i])
+            self._lv.append([memoryview(b)[o:o + size] for b in self._blocks])
+            self._sp.append(sm[0][:size])
+            self._sv.append([sm[j + 1][:size] for j in range(len(slots))])
+            self._seenk.append([None] * (3 * (i - a)))
+            self._gn.append(i - a)
+        self._groups = len(self._first)
+        self._slots = slots                  # their names, for _refuse's message
 
-    def _use(self, j):
-        # set j of the state buffers is the live one, the other the shadow (idempotent)
-        self._cur = j
-        self._live = self._sets[j]
-        self._news = self._sets[1 - j]
-
-    def _state(self, slot):
-        # the live state of `slot` as per-tensor views (made on first use, per set)
-        k = 2 * slot + self._cur
-        views = self._views[k]
+    def _state(self, j):
+        # per-tensor Tensor views on state block j (made on first use: opt.m, opt.v, opt.buffers)
+        views = self._views[j]
         if views is None:
             views = []
-            mv = memoryview(self._live[slot])
-            for i in range(len(self.params)):
+            mv = memoryview(self._blocks[j])
+            for i in range(self._count):
                 p = self.params[i][0]
                 o = self._offsets[i]
                 views.append(Tensor(p.shape, mv[o:o + p.size]))
-            self._views[k] = views
+            self._views[j] = views
         return views
 
     def state_blocks(self):
-        """The live optimizer state: one array per state slot (Adam: m, v; SGD: the momentum, if
-        any), each `numel` floats, every tensor end to end in the order of `params`. A step
-        replaces these arrays by the shadow ones (ask again after a step); writing into them
-        (a rollback copy put back) changes the state."""
-        return self._live
+        """The optimizer state: one array per state slot (Adam: m, v; SGD: the momentum, if any),
+        each `numel` floats, every tensor end to end in the order of `params`. The same arrays for
+        the optimizer's life; writing into them (a rollback copy put back) changes the state."""
+        return self._blocks
 
     def state_floats(self):
-        """Floats the optimizer holds besides the weights and grads: its live state, the step's
-        shadow state and the new weights (the price of an all-or-nothing step)."""
-        return self._n * (1 + 2 * len(self._live))
+        """Floats the optimizer holds besides the weights and grads: its state blocks and the
+        scratch for one tensor's new weight and state (the price of an all-or-nothing step)."""
+        return self._n * len(self._blocks) + self.snapshot_floats()
 
     def snapshot_floats(self):
-        """Floats the step's shadow holds (new weights and state): the price of an atomic step."""
-        return self._n * (1 + len(self._news))
+        """Floats of the step's scratch (a group of tensors' new weights and state): the price of
+        an all-or-nothing step."""
+        return self._big * len(self._scratch)
 
     def _check_live(self):
         # a parameter frozen after the optimizer was made has no grad buffer any more
         for pair in self.params:
-            if pair[1].data is None:
+            if not has_grad(pair[1]):
                 self._frozen()
 
     def _frozen(self):
         params = self.params
         for i in range(len(params)):
-            if params[i][1].data is None:
+            if not has_grad(params[i][1]):
                 raise ValueError("%s: %s was frozen after the optimizer was made (it has no grad "
                                  "buffer): make a new optimizer for the parameters that train now"
                                  % (self.who, self.names[i]))
@@ -191,38 +251,86 @@ class _Optimizer:
     def step(self):
         """One update of every parameter, all or nothing (see the top of this file)."""
         K = backend.K
-        if self.max_grad_norm is not None:
+        if self._live_at != _epoch[0]:         # a freeze since the last check: check again
             self._check_live()
+            self._live_at = _epoch[0]
+        if self.max_grad_norm is not None:
             self._check_grads(K)               # before clipping scales them
             self._clip()
-        t = self.steps
-        bad = self._update(K, t + 1)           # the shadow only: an interrupt drops the step
-        if bad != -1:
-            self._refuse(K, bad)
-        self._to = 1 - self._cur               # the shadow's set: live once the step commits
+        t = self.steps + 1
+        self._set(t)
+        if not self._bounded(K):
+            bad = self._dry(K)                 # the scratch only: an interrupt drops the step
+            if bad != -1:
+                self._refuse(K, bad)
+        self._at = 0                           # before the try: an interrupt here drops the step
         self._commit(t)
 
-    # step, _update, _commit and _write keep their frames within the interpreter's 11 words
+    # step, _commit, _run and the kernel calls keep their frames within the interpreter's 11 words
     # (arguments, locals, value stack and try blocks): a larger frame is allocated from the heap on
-    # every call. The rare paths (_held, _refuse, _check_grads) are functions of their own for that.
+    # every call. The rare paths (_held, _refuse, _check_grads, _dry) are functions of their own.
     def _commit(self, t):
         try:
-            self.steps = t + 1
-            self._write()
+            self._run()
+            self.steps = t
         except KeyboardInterrupt:           # not `as e`: that adds a hidden try block to the frame
             self._held(t)
             raise
 
+    def _run(self):
+        # from stage _at to the end: group k's update into the scratch (stage 2k), its copy over
+        # the live weights and state (2k + 1); _at moves on only once a stage is complete
+        K = backend.K
+        end = 2 * self._groups
+        at = self._at
+        while at < end:
+            if at & 1:
+                self._copy(K, at >> 1)
+            elif self._update(K, at >> 1) != -1:
+                self._broken(at >> 1)
+            at += 1
+            self._at = at
+
+    def _copy(self, K, k):
+        K.params_commit(self._one[k], self._sp[k], self._gn[k], self._seenk[k])
+        _state_copy(K, self._lv[k], self._sv[k])
+
+    def _broken(self, k):
+        raise RuntimeError("%s: the update of %s turned non-finite during the commit after the "
+                           "check passed (a parameter listed twice?)" % (self.who, self.names[self._first[k]]))
+
     def _held(self, t):
-        # an interrupt landed while the shadow was copied in: complete the copy; _commit then
+        # an interrupt landed during the commit: go on from the stage it stopped at; _commit then
         # honours the interrupt
         while True:
             try:
-                self._write()
+                self._run()
                 break
             except KeyboardInterrupt:
                 pass
-        self.steps = t + 1
+        self.steps = t
+
+    def _within(self, K, lg, lp):
+        # every gradient's exponent field at most lg, every weight's at most lp
+        return K.max_exponent_pairs(self.params, 1) <= lg and K.max_exponent_pairs(self.params, 0) <= lp
+
+    def _limit(self, lim):
+        # (lg, lp): the exponent-field limits of gradients and weights for |d| < 2^b (lim[0] = b)
+        # with d = g + wd p (+ momentum buf): each term below 2^(b - lim[1])
+        b = lim[0] - lim[1]
+        lp = _P_LIM
+        if self.weight_decay and not getattr(self, "decoupled", False):
+            lp = min(lp, 126 + b - _exp2(self.weight_decay))
+        return 126 + b, lp
+
+    def _dry(self, K):
+        # every group's update into the scratch, checked: -1, the first flagged tensor (its
+        # group's results in the scratch), or kernels.STEP_FROZEN
+        for g in range(self._groups):
+            bad = self._update(K, g)
+            if bad != -1:
+                return self._first[g] + bad if bad >= 0 else bad
+        return -1
 
     def _check_grads(self, K):
         params = self.params
@@ -236,30 +344,30 @@ class _Optimizer:
                                      % (self.who, self.names[i], show(g.data[j]), j))
 
     def _refuse(self, K, k):
-        # the step kernel flagged tensor k (the first with a non-finite gradient, weight or
-        # result), or a parameter without a grad buffer (k < 0: kernels.STEP_FROZEN); nothing
-        # was written. Name the frozen parameter, else the first non-finite gradient of any
-        # tensor, else the first of tensor k's new weight and state buffers that holds a
-        # non-finite value.
+        # the dry run flagged tensor k (the first with a non-finite gradient, weight or result;
+        # its group's results are in the scratch), or a parameter without a grad buffer (k < 0:
+        # kernels.STEP_FROZEN); nothing was written. Name the frozen parameter, else the first
+        # non-finite gradient of any tensor, else the first of tensor k's new weight and state
+        # that holds a non-finite value.
         self._check_live()
         if k < 0:
             raise ValueError("%s: the step kernel answered %d for a frozen parameter, but every "
                              "parameter has a grad buffer" % (self.who, k))
         self._check_grads(K)
-        o = self._offsets[k]
         n = self.params[k][0].size
-        bufs = [self._newp] + self._news
+        g = 0
+        while g + 1 < self._groups and self._first[g + 1] <= k:
+            g += 1
+        o = self._offsets[k] - self._offsets[self._first[g]]
+        bufs = [self._sp[g][o:o + n]] + [b[o:o + n] for b in self._sv[g]]
         for j in range(len(bufs)):
-            if K.first_nonfinite(memoryview(bufs[j])[o:o + n], n) >= 0:
+            if K.first_nonfinite(bufs[j], n) >= 0:
+                what = self.names[k] if j == 0 else "%s of %s" % (self._slots[j - 1], self.names[k])
                 raise NonFiniteError("%s: step refused: it would make %s non-finite (lr %g); weights "
                                      "and optimizer state are unchanged (lower lr, or set "
-                                     "max_grad_norm)" % (self.who, self._what[k * len(bufs) + j], self.lr))
+                                     "max_grad_norm)" % (self.who, what, self.lr))
         raise NonFiniteError("%s: step refused: %s holds a non-finite value; weights and optimizer "
                              "state are unchanged" % (self.who, self.names[k]))
-
-    def _write(self):
-        backend.K.params_commit(self.params, self._newp, self._count, self._seen)
-        self._use(self._to)
 
 
 class SGD(_Optimizer):
@@ -271,22 +379,47 @@ class SGD(_Optimizer):
         self.momentum = hyper("SGD", "momentum", momentum, 0.0, 1.0, False, True)
         self._guard(("momentum",) if self.momentum else ())
         self._hyper = [None] * 4
-        self._hyper[3] = self._seen
+        self._lims = [None] * 6
 
     @property
     def buffers(self):
-        """The momentum buffers after the last step, per tensor (None without momentum): views
-        on the live set, which a step replaces (read it again after a step)."""
+        """The momentum buffers, per tensor (None without momentum): views on the state block."""
         return self._state(0) if self.momentum else None
 
-    def _update(self, K, t):
-        # the new weights (and momentum buffers) of step t into the shadow; -1 or a flagged tensor.
-        # The hyperparameters go in a list kept for it: the kernel call passes five references.
+    def _set(self, t):
+        # the hyperparameters of step t, in the list the kernel calls take (five references)
         h = self._hyper
         h[0] = self._lr
         h[1] = self.momentum
         h[2] = self.weight_decay
-        return K.sgd_step(self._newp, self._news, self.params, self._live, h)
+
+    def _bounded(self, K):
+        # True when every value is finite and small enough that no update can overflow:
+        # |d| <= |g| + wd |p| + momentum |buf| < 3 2^(b - 2) with 2^b lr <= 2^100, b <= _D_LOG
+        # (each term below 2^(b - 2)), so the new buffer d and p' = p - lr d stay below 2^101
+        lim = self._limits()
+        if not self._within(K, lim[2], lim[3]):
+            return False
+        return not self.momentum or K.max_exponent(self._blocks[0], self._n) <= lim[2]
+
+    def _limits(self):
+        # [b, 2, lg, lp] for the current lr and weight decay: made again only when one is another
+        # object than last time (no float is boxed by a step that changes neither)
+        L = self._lims
+        if not (L[4] is self._lr and L[5] is self.weight_decay):
+            L[0] = min(_D_LOG, 100 - _exp2(self._lr))
+            L[1] = 2
+            L[2], L[3] = self._limit(L)
+            L[4] = self._lr
+            L[5] = self.weight_decay
+        return L
+
+    def _update(self, K, k):
+        # group k's new weights (and momentum) into the scratch; -1, a flagged tensor of the
+        # group (its index there) or STEP_FROZEN
+        h = self._hyper
+        h[3] = self._seenk[k]
+        return K.sgd_step(self._sp[k], self._sv[k], self._one[k], self._lv[k], h)
 
 
 class Adam(_Optimizer):
@@ -306,22 +439,20 @@ class Adam(_Optimizer):
         self.decoupled = bool(decoupled)
         self._guard(("Adam m", "Adam v"))       # the moments of every tensor end to end
         self._hyper = [None] * 8
-        self._hyper[7] = self._seen
+        self._lims = [None] * 9
 
     @property
     def m(self):
-        """The first moments after the last step, per tensor: views on the live set, which a
-        step replaces (read opt.m again after a step)."""
+        """The first moments, per tensor: views on the m block."""
         return self._state(0)
 
     @property
     def v(self):
-        """The second moments after the last step, per tensor (as m)."""
+        """The second moments, per tensor: views on the v block."""
         return self._state(1)
 
-    def _update(self, K, t):
-        # the new weights and moments of step t into the shadow; -1 or a flagged tensor. The
-        # hyperparameters go in a list kept for it: the kernel call passes five references.
+    def _set(self, t):
+        # the hyperparameters of step t, in the list the kernel calls take (five references)
         h = self._hyper
         h[0] = self._lr
         h[1] = self.beta1
@@ -330,4 +461,39 @@ class Adam(_Optimizer):
         h[4] = self.weight_decay
         h[5] = 1 if self.decoupled else 0
         h[6] = t
-        return K.adam_step(self._newp, self._news, self.params, self._live, h)
+
+    def _bounded(self, K):
+        # True when every value is finite and small enough that no update can overflow:
+        # |d| <= |g| + wd |p| < 2^b (each term below 2^(b - 1)), |m| < 2^b, so |m'| < 2^b, and
+        # the step, at most lr |m'| / (bc1 eps) with bc1 >= 1 - beta1, is below 2^100 when
+        # 2^b lr / ((1 - beta1) eps) <= 2^100, b <= _D_LOG; v' <= max(v, d^2) < 2^120
+        lim = self._limits()
+        if not self._within(K, lim[2], lim[3]):
+            return False
+        f = K.max_exponent
+        return f(self._blocks[0], self._n) <= 126 + lim[0] and f(self._blocks[1], self._n) <= _V_LIM
+
+    def _limits(self):
+        # [b, 1, lg, lp] for the current hyperparameters: made again only when one is another
+        # object than last time (no float is boxed by a step that changes none)
+        L = self._lims
+        if not (L[4] is self._lr and L[5] is self.weight_decay and L[6] is self.eps
+                and L[7] is self.beta1 and L[8] is self.decoupled):
+            # lr / ((1 - beta1) eps) < 2^(a - c - e + 2) for lr < 2^a, 1 - beta1 >= 2^(c - 1),
+            # eps >= 2^(e - 1): integers, so no quotient overflows
+            L[0] = min(_D_LOG, 100 - (_exp2(self._lr) - _exp2(1.0 - self.beta1) - _exp2(self.eps) + 2))
+            L[1] = 1
+            L[2], L[3] = self._limit(L)
+            L[4] = self._lr
+            L[5] = self.weight_decay
+            L[6] = self.eps
+            L[7] = self.beta1
+            L[8] = self.decoupled
+        return L
+
+    def _update(self, K, k):
+        # group k's new weights and moments into the scratch; -1, a flagged tensor of the group
+        # (its index there) or STEP_FROZEN
+        h = self._hyper
+        h[7] = self._seenk[k]
+        return K.adam_step(self._sp[k], self._sv[k], self._one[k], self._lv[k], h)

@@ -4,7 +4,7 @@
 from . import backend
 from .dropout import Dropout
 from .posenc import PositionalEncoding
-from .tensor import Tensor, default_rng
+from .tensor import Grad, Tensor, default_rng
 
 
 class LearnedPositionalEmbedding(PositionalEncoding):
@@ -27,7 +27,7 @@ class LearnedPositionalEmbedding(PositionalEncoding):
         d = self.W.data
         for i in range(len(d)):
             d[i] = self.INIT * rng.signed_unit()
-        self.dW = Tensor.zeros((max_len, embed_dim), "dW")
+        self.dW = Grad((max_len, embed_dim), "dW")
         self.drop = Dropout(0.0)          # (no dropout here: the seed has it on the sinusoidal table)
         self.dropout = 0.0
         self._x = None

@@ -20,7 +20,7 @@ from array import array
 
 from . import backend
 from .layer import changed
-from .tensor import _MICROPYTHON, Tensor, zeros
+from .tensor import _MICROPYTHON, Tensor, has_grad, zeros
 
 _Q = 127
 
@@ -221,7 +221,7 @@ def int8(model, parts=None, show=True):
         w = getattr(layer, attr)
         if isinstance(w, Int8Weight):
             continue
-        if _grad(layer, attr).data is not None:
+        if has_grad(_grad(layer, attr)):
             if named:
                 raise ValueError("quant.int8: %s (%s.%s) is trainable: only frozen weights are stored "
                                  "as int8 (freeze it first: layer.trainable = False, mf.add_lora or "
@@ -338,7 +338,7 @@ def install(swaps):
         setattr(layer, attr, qw)
         _forget_kept(layer, attr)
         g = _grad(layer, attr)
-        if g.data is not None:
+        if has_grad(g):
             g.data = None
     if swaps:
         changed()

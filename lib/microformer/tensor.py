@@ -289,3 +289,46 @@ def xavier_uniform(t, fan_in, fan_out, rng):
     for i in range(len(d)):
         d[i] = a * rng.signed_unit()
     return t
+
+
+class Grad(Tensor):
+    """A parameter's gradient: its buffer (zeros) is made on the first use of `.data` (the first
+    backward that trains the parameter, or an optimizer step), none before, so a model used only
+    for inference holds no gradient buffers. `.data = None` drops it (the parameter is frozen;
+    layer.release_grad) and `wake()` lets the next use make it again (layer.ensure_grad)."""
+
+    def __init__(self, shape, name=""):
+        self.shape = _check_shape(shape, "Grad")
+        self.name = name
+        self._d = None
+        self.lazy = True                 # no buffer yet; one is made on first use
+
+    def _get(self):
+        d = self._d
+        if d is None and self.lazy:
+            d = self._d = zeros(shape_size(self.shape))
+            self.lazy = False
+        return d
+
+    def _set(self, v):
+        self._d = v
+        self.lazy = False
+
+    data = property(_get, _set)
+
+    @property
+    def size(self):
+        return shape_size(self.shape)
+
+    def wake(self):
+        """A frozen gradient (no buffer) gets one again on its next use."""
+        if self._d is None:
+            self.lazy = True
+
+
+def has_grad(g):
+    """Does gradient g train: a buffer held, or one made on first use (Grad)? Reads no `.data`
+    of a Grad that has none, so asking allocates nothing."""
+    if getattr(g, "lazy", False):
+        return True
+    return g.data is not None

@@ -977,6 +977,58 @@ def _commit() -> int:
 
 
 # from host/viper/optim.py:389
+@micropython.viper
+def _max_exponent(buf, n: int) -> int:
+    # the largest exponent field (0 .. 255) of the float32 values buf[0 .. n): 255 for a NaN or
+    # inf, where the scan stops. The fields are compared in place (bits & the field's mask).
+    a = int(ptr32(buf))
+    end = a + 4 * n
+    mask = 255
+    mask = mask << 23                   # (a variable: the literal would be a bigint)
+    e = 0
+    while a < end:
+        x = ptr32(a)[0] & mask
+        if x > e:
+            e = x
+            if e == mask:
+                break
+        a += 4
+    return e >> 23
+
+
+# from host/viper/optim.py:408
+def max_exponent(buf, n):
+    # every |x| of buf[0 .. n) is below 2^(e - 126) for the answer e; 255: a NaN or inf (the
+    # optimizer's bound, optim.py)
+    if n > len(buf):
+        raise ValueError("max_exponent: n must be at most len(buf) = %d, got %d" % (len(buf), n))
+    return _max_exponent(buf, n)
+
+
+# from host/viper/optim.py:416
+@micropython.viper
+def max_exponent_pairs(params, j: int) -> int:
+    # max_exponent over the weights (j = 0) or the gradients (j = 1) of (param, grad) Tensor
+    # pairs, each its whole buffer: one call for every tensor
+    mask = 255
+    mask = mask << 23
+    e = 0
+    count = int(len(params))
+    for k in range(count):
+        buf = params[k][j].data
+        a = int(ptr32(buf))
+        end = a + 4 * int(len(buf))
+        while a < end:
+            x = ptr32(a)[0] & mask
+            if x > e:
+                e = x
+                if e == mask:
+                    return 255
+            a += 4
+    return e >> 23
+
+
+# from host/viper/optim.py:438
 def _pair15(x):
     # (m, e) with x = m 2^e, m in [2^14, 2^15] and e <= -15 for 0 < x <= 1 (1.0 as 2^15 2^-15)
     m, e = _mant15(x)
@@ -989,7 +1041,7 @@ def _pair15(x):
 _AMLAST = [None] * 6
 
 
-# from host/viper/optim.py:401
+# from host/viper/optim.py:450
 def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
     C = _AM
     m, e = _pair15(1.0 - beta1)
@@ -1018,7 +1070,7 @@ def _adam_hyper(lr, beta1, beta2, weight_decay, decoupled):
         C[_AM_WDM] = m
 
 
-# from host/viper/optim.py:429
+# from host/viper/optim.py:478
 def _adam_setup(h):
     # the hyperparameters h = [lr, beta1, beta2, eps, weight_decay, decoupled, ...] in fixed point,
     # made again (_adam_remake) only when one of them is another object than last time (a
@@ -1029,7 +1081,7 @@ def _adam_setup(h):
         _adam_remake(h)
 
 
-# from host/viper/optim.py:439
+# from host/viper/optim.py:488
 def _adam_remake(h):
     _adam_hyper(h[0], h[1], h[2], h[4], h[5])
     F = _AMF
@@ -1039,7 +1091,7 @@ def _adam_remake(h):
         L[j] = h[j]
 
 
-# from host/viper/optim.py:448
+# from host/viper/optim.py:497
 def _job(newp, news, params, olds):
     # the whole-step kernels' job into _REC (a plain function: list stores cost less than a call
     # into viper)
@@ -1054,7 +1106,7 @@ _ADAM_BAD = "adam_step: a parameter or gradient does not match the optimizer's b
 _SGD_BAD = "sgd_step: a parameter or gradient does not match the optimizer's buffers (was a Tensor's data replaced?)"
 
 
-# from host/viper/optim.py:462
+# from host/viper/optim.py:511
 def adam_step(newp, news, params, olds, hyper):
     # Adam (decoupled: AdamW) step t >= 1 of every tensor into shadow buffers; the live ones are
     # read only. params: (param, grad) Tensor pairs; olds = [m, v] (N,): their moments end to end
@@ -1077,7 +1129,7 @@ def adam_step(newp, news, params, olds, hyper):
 _SGDLAST = [None, None, None]
 
 
-# from host/viper/optim.py:484
+# from host/viper/optim.py:533
 def _sgd_setup(h):
     # [lr, momentum, weight_decay] in fixed point (_SGDC), made again only when one changed
     L = _SGDLAST
@@ -1098,7 +1150,7 @@ def _sgd_setup(h):
         L[2] = h[2]
 
 
-# from host/viper/optim.py:504
+# from host/viper/optim.py:553
 def sgd_step(newp, news, params, olds, hyper):
     # SGD of every tensor into shadow buffers: newp (N,) the new weights; news = [newbuf] (N,) the
     # new momentum buffers and olds = [buf] (N,) the live ones, end to end, or both [] (no
@@ -1115,7 +1167,7 @@ def sgd_step(newp, news, params, olds, hyper):
     return _sgd_all()
 
 
-# from host/viper/optim.py:520
+# from host/viper/optim.py:569
 def params_commit(params, newp, count, seen=_NOSEEN):
     # params' weights = newp (N,), the `count` (param, grad) pairs' stretches end to end; seen:
     # the record of checked sizes (adam_step's hyper[7]) that the step just before filled, or none
@@ -1137,7 +1189,7 @@ _PAIR = [(_Holder(), _Holder())]
 _AUF = array("f", [0.0] * 4)            # lr, bc1, bc2, eps of adam_update
 
 
-# from host/viper/optim.py:541
+# from host/viper/optim.py:590
 def _one(p, g, n):
     # the one-pair list for p, g (n,): their first n values (views when n is less than a length)
     if len(p) != n:
@@ -1154,7 +1206,7 @@ _UH = [None] * 7                        # adam_update's hyperparameters as adam_
 _UMV = [None, None]
 
 
-# from host/viper/optim.py:557
+# from host/viper/optim.py:606
 def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, decoupled):
     # Adam (decoupled: AdamW), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: adam_step's element code on
     # one tensor, in place (each element is read before it is written); same bound
@@ -1184,7 +1236,7 @@ def adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, de
         mv[0] = mv[1] = None            # the module keeps no buffer between calls
 
 
-# from host/viper/optim.py:586
+# from host/viper/optim.py:635
 def sgd_update(p, g, buf, n, lr, momentum, weight_decay):
     # p (n,) -= lr d, d = g + wd p (+ momentum buf, and buf = d); buf None: no momentum.
     # sgd_step's element code on one tensor: the new weights go through scratch, buf in place

@@ -47,17 +47,23 @@ def _check(r):
 
     for opt in ("adam", "sgd"):
         res = r["interrupt_" + opt]
-        assert res["writes"] == 1 and res["calls"] > res["writes"], res    # one params_commit per step
+        # one params_commit per group of tensors that fits the scratch (all 12 of this model)
+        assert res["writes"] == 1 and res["calls"] > res["writes"], res
         assert res["other"] == [], (opt, res["other"])           # never a third state
         assert res["no_interrupt"] == [], (opt, res["no_interrupt"])
         assert res["write_not_completed"] == [], (opt, res["write_not_completed"])
+        assert res["commit_not_completed"] == [], (opt, res["commit_not_completed"])
+        assert res["commit_kernel"] == opt + "_step", res["commit_kernel"]
         assert res["pre"] > 0 and res["post"] > 0, res
 
     assert r["fit_hist"] == [[1, 2, True]], r["fit_hist"]
     assert r["fit_steps"] == 2 and r["fit_after_is_last_full_step"] and r["fit_differs_from_3"]
 
-    # the snapshot (weights + Adam m + v) is in the memory estimate
+    # the step's scratch (new weights + Adam m + v of a group of tensors: all of this small model,
+    # 4096 floats or the largest tensor for larger ones) is in the memory estimate
+    assert r["params"] < 4096
     assert r["snapshot_floats"] == 3 * r["params"]
+    assert r["state_floats"] == 2 * r["params"] + 3 * r["params"]
     assert r["summary"]["snapshot_bytes"] == 4 * r["snapshot_floats"]
     assert r["summary"]["param_bytes"] == 4 * r["params"] * 4 + r["summary"]["snapshot_bytes"]
 

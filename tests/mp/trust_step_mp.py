@@ -67,7 +67,7 @@ def batch(seed=5, B=6):
 
 
 # ---- a kernel namespace that raises KeyboardInterrupt on chosen calls ------------------------
-READ_ONLY = ("first_nonfinite", "sum_squares")     # kernels whose first argument is an input
+READ_ONLY = ("first_nonfinite", "sum_squares", "max_exponent", "max_exponent_pairs")     # kernels whose first argument is an input
 
 
 class Interrupting:
@@ -123,8 +123,11 @@ def interrupt_everywhere(r, make_opt, tag):
     s1 = state(model, opt)
     total = counter.calls
     writes = [i for i in range(total) if counter.names[i] == "params_commit"]   # the step's write
-    res = {"calls": total, "writes": len(writes), "pre": 0, "post": 0, "other": [], "no_interrupt": [],
-           "write_not_completed": []}
+    # the commit starts with the update of the first tensor, the call before its first write
+    commit = writes[0] - 1
+    res = {"calls": total, "writes": len(writes), "tensors": len(opt.params), "pre": 0, "post": 0,
+           "other": [], "no_interrupt": [], "write_not_completed": [], "commit_not_completed": [],
+           "commit_kernel": counter.names[commit]}
     cases = [((i,), m) for i in range(total + 1) for m in ("before", "after", "torn")]
     # a second interrupt while the first is being handled (the restore and the redo)
     for i in writes[:2]:
@@ -153,6 +156,8 @@ def interrupt_everywhere(r, make_opt, tag):
             res["no_interrupt"].append([list(at), mode])
         if at[0] in writes and s != s1:
             res["write_not_completed"].append([list(at), mode])
+        if commit <= at[0] < total and s != s1:
+            res["commit_not_completed"].append([list(at), mode])
     r["interrupt_" + tag] = res
 
 
@@ -348,7 +353,9 @@ def run(backend_name):
     opt = mf.Adam(model)
     r["summary"] = info
     r["snapshot_floats"] = opt.snapshot_floats()
+    r["state_floats"] = opt.state_floats()
     r["params"] = model.param_count()
+    r["largest"] = max([p.size for _, p in model.named_params()])
     return r
 
 

@@ -215,8 +215,11 @@ def test_summary_counts_grads_of_trainable_parameters_only():
     n_head = model.layers[-1].param_count()
     assert head["params"] == full["params"]
     assert head["trainable"] == n_head
-    # weights of every parameter; grads, 2 Adam slots and the step's shadow (1 + 2) of trainable ones
+    # weights of every parameter; grads and 2 Adam slots of trainable ones; the step's scratch
+    # (1 + 2) of a group of trainable tensors (all of them in a model this small)
+    assert full["params"] < 4096
     assert head["param_bytes"] == 4 * (head["params"] + n_head * (1 + 2) + n_head * (1 + 2))
+    assert full["snapshot_bytes"] == 4 * full["params"] * (1 + 2)
     assert full["param_bytes"] == 4 * full["params"] * (2 + 2) + full["snapshot_bytes"]
 
 
