@@ -349,7 +349,7 @@ STOCK_REASON = ("the stock unix port raises KeyboardInterrupt from its SIGINT ha
 
 
 @pytest.mark.parametrize("backend", ["python", "viper"])
-def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend):
+def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, deployed_flash, micropython, backend):
     """>= 30 Ctrl-C at random moments of Session.fit, typed into the REPL over the pty: after
     each one the board is alive, the session and a REPL variable survive, no MemoryError, the
     weights are finite and equal an uninterrupted replay of as many steps as the optimizer
@@ -361,8 +361,9 @@ def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend
     tally = {}
     late = 0
     problems = []
+    deployed_flash(tmp_path, micropython)
     with vboard.VirtualBoard(tmp_path, heap=helpers.board_heap(micropython), micropython=micropython) as b:
-        deploy.deploy(b.port, str(iris_checkpoint))
+        deploy.deploy(b.port, str(iris_checkpoint))         # current already: copies nothing
         t = Term(b.port)
         children = len(child_pids(b))
         log0 = len(b.log_path.read_text())
