@@ -168,13 +168,16 @@ def test_ctrl_c_while_the_handler_comes_and_goes_never_kills_the_board(tmp_path,
 # ---- redeploys, the demo and clear_examples keep the user's work ---------------------------------
 
 @pytest.fixture(scope="module")
-def boards(tmp_path_factory):
-    """One deployed virtual board per interpreter, shared by this module's tests."""
+def boards(tmp_path_factory, deployed_flash):
+    """One deployed virtual board per interpreter, shared by this module's tests (started from
+    conftest.deployed_flash: its deploy finds the board current)."""
     made = {}
 
     def get(micropython, iris_checkpoint):
         if micropython not in made:
-            b = vboard.VirtualBoard(tmp_path_factory.mktemp("vb"), heap=helpers.board_heap(micropython), micropython=micropython)
+            folder = tmp_path_factory.mktemp("vb")
+            deployed_flash(folder, micropython)
+            b = vboard.VirtualBoard(folder, heap=helpers.board_heap(micropython), micropython=micropython)
             b.start()
             made[micropython] = b
             deploy.deploy(b.port, str(iris_checkpoint))
