@@ -46,6 +46,8 @@ MARKERS = {
     "board": "runs the virtual board (host/vboard.py): a MicroPython process behind a pty, mpremote",
     "mp32": "runs the 32-bit single-precision port (build/mp32, `make mp32`)",
     "slow": "takes 20 s or more by itself (a whole training run, a sweep); listed in SLOW",
+    "xtensa": "runs on the emulated Xtensa core (host/xtensa): `make xtensa-test` runs these after "
+              "building the port, `make test` leaves them out",
 }
 # Tests that take 20 s or more each (measured on 2 busy cores with --durations): whole training
 # runs inside MicroPython, sweeps, torch statistics. `make test-fast` leaves them out.
