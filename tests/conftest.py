@@ -64,6 +64,12 @@ SLOW = (
     "test_torch_io.py::test_cli_to_checkpoint_loads_in_micropython",
     "test_torch_io.py::test_cli_refuses_to_overwrite_and_asks_for_the_architecture",
     "test_decoder_dropout.py::test_torch_train_statistics",
+    "test_torch_fx_models.py::test_cli_both_ways",
+    "test_torch_fx_refusals.py::test_out_in_a_missing_folder_or_naming_a_folder",
+    "test_torch_fx_refusals.py::test_the_way_back_without_the_module_says_to_name_it",
+    "test_torch_io_models.py::test_cli_minimal_meta_then_back_into_the_users_module",
+    "test_doc_figures.py::test_quality_page_is_what_a_run_gives",
+    "test_session_start.py::test_session_runs_in_the_heap_the_bench_reports",
 )
 
 
