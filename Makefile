@@ -69,6 +69,7 @@ lint: setup ## ruff: syntax errors, undefined names, unused imports (ruff.toml; 
 # The whole suite: CPython tests, tests run inside MicroPython (the stock 64-bit port and the 32-bit
 # single-precision port built from MICROPYTHON_SRC), the board path on the virtual board. Without a
 # source the 32-bit leg does not run and one line says so; under CI (CI=true) that is a failure.
+# The tests on the emulated Xtensa core (marker `xtensa`) are make xtensa-test's: they need its port.
 test: setup ## the whole suite: lint, then CPython, both MicroPython ports, the virtual board (JOBS=auto workers)
 	@if [ -n "$(MICROPYTHON_SRC)" ]; then $(MAKE) --no-print-directory mp32 || exit 1; \
 	elif [ ! -x $(MP32) ]; then \
@@ -78,7 +79,7 @@ test: setup ## the whole suite: lint, then CPython, both MicroPython ports, the 
 	  echo "make test: 32-bit MicroPython leg NOT run: no MicroPython source (set MICROPYTHON_SRC=path/to/micropython-src.tar.gz or a source tree)"; \
 	fi
 	$(LINT)
-	@$(call PYTEST,tests)
+	@$(call PYTEST,-m "not xtensa" tests)
 
 # What to run while you work: lint, CPython and the stock MicroPython port; no virtual board, no
 # 32-bit port, none of the tests that take 20 s or more (the pytest markers `board`, `mp32` and
@@ -218,8 +219,10 @@ xtensa-port: ## MicroPython for QEMU's emulated Xtensa core, from ../shared (bui
 	host/xtensa/build.sh "$(XTENSA_SHARED)" build/xtensa
 
 # The board's checks as Xtensa machine code: golden selftest, viper kernels against the 32-bit unix
-# port, an Iris fine-tune and a decode, on the emulated core; prints `N passed, M failed`.
+# port, an Iris fine-tune and a decode, on the emulated core; prints `N passed, M failed`. First
+# the suite's tests marked `xtensa` (tests/mp/test_xtensa_port.py), which make test leaves out.
 xtensa-test: setup xtensa-port $(if $(MICROPYTHON_SRC),$(MP32)) $(if $(MICROPYTHON_EXTRAS),native) ## board checks on the emulated Xtensa core (golden, viper kernels vs mp32, Iris, decode, the C kernels' module)
+	$(PY) -m pytest -q -m xtensa tests/mp/test_xtensa_port.py
 	$(PY) host/xtensa/xtest.py
 
 # selftest, bench (Iris) and a 2-epoch fine-tune on a board, after a deploy, in one file to share:

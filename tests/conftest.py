@@ -46,6 +46,8 @@ MARKERS = {
     "board": "runs the virtual board (host/tools/vboard.py): a MicroPython process behind a pty, mpremote",
     "mp32": "runs the 32-bit single-precision port (build/mp32, `make mp32`)",
     "slow": "takes 20 s or more by itself (a whole training run, a sweep); listed in SLOW",
+    "xtensa": "runs on the emulated Xtensa core (host/xtensa): `make xtensa-test` runs these after "
+              "building the port, `make test` leaves them out",
 }
 # Tests that take 20 s or more each (measured on 2 busy cores with --durations): whole training
 # runs inside MicroPython, sweeps, torch statistics. `make test-fast` leaves them out.
@@ -62,6 +64,12 @@ SLOW = (
     "test_torch_io.py::test_cli_to_checkpoint_loads_in_micropython",
     "test_torch_io.py::test_cli_refuses_to_overwrite_and_asks_for_the_architecture",
     "test_decoder_dropout.py::test_torch_train_statistics",
+    "test_torch_fx_models.py::test_cli_both_ways",
+    "test_torch_fx_refusals.py::test_out_in_a_missing_folder_or_naming_a_folder",
+    "test_torch_fx_refusals.py::test_the_way_back_without_the_module_says_to_name_it",
+    "test_torch_io_models.py::test_cli_minimal_meta_then_back_into_the_users_module",
+    "test_doc_figures.py::test_quality_page_is_what_a_run_gives",
+    "test_session_start.py::test_session_runs_in_the_heap_the_bench_reports",
 )
 
 
@@ -245,3 +253,41 @@ def iris_checkpoint(pretrained_iris):
     """pathlib.Path of the session's pretrained Iris checkpoint (read it, never change it)."""
     import pathlib
     return pathlib.Path(pretrained_iris[0])
+
+
+@pytest.fixture(scope="session")
+def deployed_flash(tmp_path_factory, pretrained_iris):
+    """flash(folder, micropython): fill folder/flash (a VirtualBoard(folder)'s flash) with what a
+    first `make deploy` of the pretrained Iris checkpoint wrote to a board run by `micropython`
+    (modules compiled for its architecture, the manifest, /model.mfck, /data/iris.csv). A test
+    whose subject is not the first deploy starts from there: its own deploy.deploy() then finds
+    the board current and copies only what differs (its checkpoint, its data), as a redeploy does.
+    Copying ~600 KB through mpremote takes about 35 s a board; this deploy runs once per
+    interpreter and test run (shared by the xdist workers, like pretrained_iris). First deploys
+    stay tested where they are the subject (test_deploy_*.py, test_board_e2e.py)."""
+    import fcntl
+    import vboard
+    import deploy
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+
+    def flash(folder, micropython):
+        name = os.path.basename(micropython)
+        made = shared / ("deployed-" + name)
+        made.mkdir(exist_ok=True)
+        template = made / "flash"
+        with open(str(made / "lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (made / "done").exists():
+                shutil.rmtree(str(made / "board"), ignore_errors=True)
+                with vboard.VirtualBoard(made / "board", heap=helpers.board_heap(micropython),
+                                         micropython=micropython) as b:
+                    deploy.deploy(b.port, pretrained_iris[0], say=lambda s: None)
+                shutil.rmtree(str(template), ignore_errors=True)
+                shutil.copytree(str(b.flash), str(template))
+                (made / "done").write_text(micropython)     # written last: the copy is complete
+        dst = os.path.join(str(folder), "flash")
+        shutil.copytree(str(template), dst)
+        return dst
+    return flash

@@ -113,10 +113,11 @@ def test_damaged_checkpoint_is_refused_on_the_board(board, damage, message):
     assert "REFUSED" in out and message in out, out
 
 
-def test_too_small_heap_names_the_memory_need(tmp_path, iris_checkpoint):
+def test_too_small_heap_names_the_memory_need(tmp_path, iris_checkpoint, deployed_flash):
     # a heap the package imports into but a whole batch of 120 does not fit: fit(micro_batch=None)
     # refuses naming the plan and a micro-batch that fits, which then runs; the default ('auto')
     # picks micro-batches by itself
+    deployed_flash(tmp_path / "small", MICROPYTHON)
     with vboard.VirtualBoard(tmp_path / "small", heap=helpers.board_heap(MICROPYTHON, 320), micropython=MICROPYTHON) as b:
         deploy.deploy(str(b.port), str(iris_checkpoint))
         out = board_link.mpremote(str(b.port), "exec",

@@ -23,8 +23,9 @@ def _version():
 
 
 @pytest.mark.board
-def test_the_report_holds_what_the_board_says(tmp_path, pretrained_iris):
+def test_the_report_holds_what_the_board_says(tmp_path, pretrained_iris, deployed_flash):
     out = tmp_path / "report.md"
+    deployed_flash(tmp_path / "vb", MICROPYTHON)       # the report's deploy then copies nothing
     with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap(MICROPYTHON, 2048), micropython=MICROPYTHON) as b:
         assert board_report.main(["--port", str(b.port), "--checkpoint", pretrained_iris[0],
                                   "--out", str(out), "--epochs", "1"]) == str(out)

@@ -95,7 +95,7 @@ def slow():
 """
 
 
-def test_capture_on_the_virtual_board(tmp_path, iris_checkpoint):
+def test_capture_on_the_virtual_board(tmp_path, iris_checkpoint, deployed_flash):
     """The REPL on the virtual board (32-bit port when built, 512K heap): capture from a simulated
     sensor appends to /data/user.csv; a NaN reading and a Ctrl-C typed during a slow capture
     write nothing; the session goes on."""
@@ -103,6 +103,7 @@ def test_capture_on_the_virtual_board(tmp_path, iris_checkpoint):
     import vboard
     from test_trust_board import Term
     mp = helpers.interpreter_path(helpers.interpreters()[-1])
+    deployed_flash(tmp_path, mp)         # a deployed board: this deploy copies nothing
     with vboard.VirtualBoard(tmp_path, heap=helpers.board_heap(mp), micropython=mp) as b:
         deploy.deploy(b.port, str(iris_checkpoint))
         user = b.flash / "data" / "user.csv"

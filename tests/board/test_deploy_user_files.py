@@ -240,10 +240,12 @@ def test_a_damaged_manifest_makes_every_file_the_users():
         assert deploy.MANIFEST in said[-1] and "every file on the board counts as yours" in said[-1], said
 
 
-def test_a_manifest_deploy_cannot_read_counts_as_absent(tmp_path, iris_checkpoint):
+def test_a_manifest_deploy_cannot_read_counts_as_absent(tmp_path, iris_checkpoint, deployed_flash):
     # invalid UTF-8, a folder, 12,000 forged entries (about 1 MB): each time the next deploy works,
     # keeps the user's changed file as .bak (nothing deploy cannot prove it wrote is overwritten)
-    # and writes a good manifest; a folder in the manifest's place is kept as .bak
+    # and writes a good manifest; a folder in the manifest's place is kept as .bak. The board starts
+    # deployed (conftest.deployed_flash): the first deploy below finds it current
+    deployed_flash(tmp_path / "vb", MICROPYTHON)
     with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON) as b:
         port, flash = str(b.port), b.flash
         deploy.deploy(port, str(iris_checkpoint), say=lambda s: None)

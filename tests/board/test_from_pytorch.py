@@ -58,7 +58,7 @@ def _build(tmp_path):
     return str(path) + ":build", scope["build"]
 
 
-def test_train_in_torch_finetune_on_the_board_and_back(tmp_path):
+def test_train_in_torch_finetune_on_the_board_and_back(tmp_path, deployed_flash):
     ds, train, test, mean, std, feats = _iris_split()
     factory, build = _build(tmp_path)
     torch.manual_seed(0)
@@ -84,7 +84,9 @@ def test_train_in_torch_finetune_on_the_board_and_back(tmp_path):
                         "--meta", str(tmp_path / "meta.json")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
-    with vboard.VirtualBoard(tmp_path / "board", heap="1M") as b:
+    board = vboard.VirtualBoard(tmp_path / "board", heap="1M")
+    deployed_flash(tmp_path / "board", board.micropython)       # deployed before: ck is what changes
+    with board as b:
         deploy.deploy(str(b.port), str(ck))
         out = board_link.mpremote(str(b.port), "exec",
                                   "import finetune\n"

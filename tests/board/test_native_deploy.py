@@ -13,9 +13,11 @@ ARCH = "x64" if helpers.traits(MICROPYTHON)["bits"] == 64 else "x86"
 
 
 @pytest.fixture(scope="module")
-def board(tmp_path_factory, iris_checkpoint):
+def board(tmp_path_factory, iris_checkpoint, deployed_flash):
     helpers.native_module(ARCH)
-    b = vboard.VirtualBoard(tmp_path_factory.mktemp("vboard"), heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON)
+    folder = tmp_path_factory.mktemp("vboard")
+    deployed_flash(folder, MICROPYTHON)     # deployed before without NATIVE=1: the module is what changes
+    b = vboard.VirtualBoard(folder, heap=helpers.board_heap(MICROPYTHON), micropython=MICROPYTHON)
     b.start()
     try:
         out = deploy.deploy(str(b.port), str(iris_checkpoint), native=True)

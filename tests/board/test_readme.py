@@ -233,7 +233,8 @@ def test_link_check_finds_missing_files_and_headings(tmp_path):
 @pytest.mark.parametrize("block, kind, interpreter", _params())
 def test_readme_block(block, kind, interpreter, tmp_path, request):
     if kind == "user":
-        return _user_story(block, tmp_path, request.getfixturevalue("monkeypatch"))
+        return _user_story(block, tmp_path, request.getfixturevalue("monkeypatch"),
+                           request.getfixturevalue("deployed_flash"))
     path = tmp_path / "readme_block.py"
     path.write_text(program(block))
     if kind == "cpython":
@@ -241,7 +242,8 @@ def test_readme_block(block, kind, interpreter, tmp_path, request):
     elif kind == "micropython":
         out = helpers.run_micropython(path, cwd=str(tmp_path), exe=helpers.interpreter_path(interpreter))
     elif kind == "board":
-        out = _on_board(path, tmp_path, request.getfixturevalue("iris_checkpoint"))
+        out = _on_board(path, tmp_path, request.getfixturevalue("iris_checkpoint"),
+                        request.getfixturevalue("deployed_flash"))
     else:
         env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         r = subprocess.run(["bash", "-eu", "-c", block.text], cwd=helpers.ROOT, env=env,
@@ -253,12 +255,15 @@ def test_readme_block(block, kind, interpreter, tmp_path, request):
         check_transcript(block, out)
 
 
-def _on_board(path, tmp_path, checkpoint):
-    """Run a script on a fresh virtual board after `make deploy` (the pretrained Iris checkpoint)."""
+def _on_board(path, tmp_path, checkpoint, deployed_flash):
+    """Run a script on a fresh virtual board after `make deploy` (the pretrained Iris checkpoint;
+    the board starts from a copy of a deployed flash, conftest.deployed_flash)."""
     import board_link
     import deploy
     import vboard
-    with vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap()) as b:
+    board = vboard.VirtualBoard(tmp_path / "vb", heap=helpers.board_heap())
+    deployed_flash(tmp_path / "vb", board.micropython)
+    with board as b:
         deploy.deploy(b.port, str(checkpoint))
         return board_link.mpremote(b.port, "run", str(path), timeout=600)     # a failure raises, with the output
 
@@ -331,7 +336,7 @@ def _windows(classes, L, C, per_class, seed):
     return np.asarray(X, np.float32), np.asarray(y)
 
 
-def _user_story(block, tmp_path, monkeypatch):
+def _user_story(block, tmp_path, monkeypatch, deployed_flash):
     """Run a From PyTorch block as a user would, line by line, in a folder laid out like a checkout
     (links to this one's host/, lib/, board/, datasets/, Makefile, .venv; a build/ of its own),
     holding what the block's comments say the user has: mymodel.py (the `def build()` the comment
@@ -393,7 +398,9 @@ def _user_story(block, tmp_path, monkeypatch):
     ran = []
     heap = re.search(r"make board-up HEAP=(\w+)", block.text)
     assert heap, "the block names no `make board-up HEAP=...` for a board without one"
-    with vboard.VirtualBoard(tmp_path / "vb", heap=heap.group(1)) as b:      # the block's board-up
+    board = vboard.VirtualBoard(tmp_path / "vb", heap=heap.group(1))
+    deployed_flash(tmp_path / "vb", board.micropython)      # the project deployed before (conftest)
+    with board as b:      # the block's board-up
         env["PORT"] = str(b.port)
         for line in lines:
             code = line.strip()

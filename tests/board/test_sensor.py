@@ -118,14 +118,16 @@ def test_same_predictions_in_micropython_and_fine_tune(tmp_path, micropython, ch
     assert got["epochs"] == 1 and got["after"] >= 0.75
 
 
-def test_on_the_virtual_board(tmp_path, checkpoint):
+def test_on_the_virtual_board(tmp_path, checkpoint, deployed_flash):
     """make deploy's path: the checkpoint (as /model.mfck) and both CSVs copied to the (virtual) board's
     flash over mpremote, then board/demos/sensor.py reads /data/ there, evaluates and fine-tunes one epoch."""
     import board_link
     import deploy
     import vboard
     _, _, meta = _host_predictions(checkpoint)
-    with vboard.VirtualBoard(tmp_path / "vb", heap="4M") as b:
+    board = vboard.VirtualBoard(tmp_path / "vb", heap="4M")
+    deployed_flash(tmp_path / "vb", board.micropython)   # deployed before: the checkpoint and data change
+    with board as b:
         deploy.deploy(str(b.port), checkpoint, data=(sensor.TRAIN, sensor.TEST))
         assert (b.flash / "data" / sensor.TEST).exists()
         out = board_link.mpremote(str(b.port), "exec", "import sensor\nsensor.main('model.mfck', epochs=1)",

@@ -168,13 +168,16 @@ def test_ctrl_c_while_the_handler_comes_and_goes_never_kills_the_board(tmp_path,
 # ---- redeploys, the demo and clear_examples keep the user's work ---------------------------------
 
 @pytest.fixture(scope="module")
-def boards(tmp_path_factory):
-    """One deployed virtual board per interpreter, shared by this module's tests."""
+def boards(tmp_path_factory, deployed_flash):
+    """One deployed virtual board per interpreter, shared by this module's tests (started from
+    conftest.deployed_flash: its deploy finds the board current)."""
     made = {}
 
     def get(micropython, iris_checkpoint):
         if micropython not in made:
-            b = vboard.VirtualBoard(tmp_path_factory.mktemp("vb"), heap=helpers.board_heap(micropython), micropython=micropython)
+            folder = tmp_path_factory.mktemp("vb")
+            deployed_flash(folder, micropython)
+            b = vboard.VirtualBoard(folder, heap=helpers.board_heap(micropython), micropython=micropython)
             b.start()
             made[micropython] = b
             deploy.deploy(b.port, str(iris_checkpoint))
@@ -289,6 +292,7 @@ def test_demo_works_in_its_own_files(boards, iris_checkpoint, micropython, capsy
 # ---- Ctrl-C at random moments during Session.fit -------------------------------------------------
 
 STRESS_HELPERS = '''import gc, time, binascii, finetune, microformer as mf
+from array import array
 from microformer.train import train_step
 from microformer.data import Batches
 from microformer.tensor import Rng
@@ -308,13 +312,15 @@ def finite(m):
 def fresh():
     gc.collect()
     return finetune.Session(verbose=False, backend=BACKEND)
-def replay(k):
-    # the first fit of a fresh Session, uninterrupted, stopped after k steps: train.fit's
-    # batches for seed 1 (Rng(seed + 1)), one Adam step per batch
+def replays(k):
+    # the first fit of a fresh Session, uninterrupted, for k steps: train.fit's batches for seed
+    # 1 (Rng(seed + 1)), one Adam step per batch; the weights' digest after 0, 1, ..., k steps
     r = fresh()
     opt = mf.Adam(r.model, lr=r.lr)
     name, ds = r._select('train', 'replay')
     b = Batches(ds, min(r.batch_size, len(ds)), Rng(2))
+    out = array('I', bytes(4 * (k + 1)))
+    out[0] = digest(r.model)
     n = 0
     while n < k:
         for X, y in b:
@@ -322,10 +328,10 @@ def replay(k):
                 break
             train_step(r.model, r._loss, opt, X, y)
             n += 1
-    d = digest(r.model)
+            out[n] = digest(r.model)
     del r, opt
     gc.collect()
-    return d
+    return out
 def summary(h):
     # what report needs of fit's result (its totals: the per-epoch records are the last few only)
     return (h.steps, int(bool(h.interrupted)))
@@ -336,7 +342,7 @@ def report(s, hx):
     rs = rec[-1]['steps'] if rec else -1
     d = digest(s.model)
     print('R', marker, st, hs, rs, hx[1] if hx else 0, int(finite(s.model)),
-          int(d == replay(st)))
+          int(0 <= st < len(REPLAY) and d == REPLAY[st]))
 '''
 
 STRESS_ROUNDS = int(os.environ.get("MF_STRESS_ROUNDS", "30"))
@@ -346,7 +352,7 @@ STOCK_REASON = ("the stock unix port raises KeyboardInterrupt from its SIGINT ha
 
 
 @pytest.mark.parametrize("backend", ["python", "viper"])
-def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend):
+def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, deployed_flash, micropython, backend):
     """>= 30 Ctrl-C at random moments of Session.fit, typed into the REPL over the pty: after
     each one the board is alive, the session and a REPL variable survive, no MemoryError, the
     weights are finite and equal an uninterrupted replay of as many steps as the optimizer
@@ -358,8 +364,9 @@ def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend
     tally = {}
     late = 0
     problems = []
+    deployed_flash(tmp_path, micropython)
     with vboard.VirtualBoard(tmp_path, heap=helpers.board_heap(micropython), micropython=micropython) as b:
-        deploy.deploy(b.port, str(iris_checkpoint))
+        deploy.deploy(b.port, str(iris_checkpoint))         # current already: copies nothing
         t = Term(b.port)
         children = len(child_pids(b))
         log0 = len(b.log_path.read_text())
@@ -368,9 +375,13 @@ def test_ctrl_c_storm_during_fit(tmp_path, iris_checkpoint, micropython, backend
         fit = ("t0 = time.ticks_ms(); h = s.fit(epochs=%d, data='train', verbose=False); "
                "hx = summary(h); h = None; print('MS', time.ticks_diff(time.ticks_ms(), t0), hx[1])")
         out = t.line("s = fresh(); " + fit % 2)
-        epochs = max(3, int(2 * 4000 / max(1, int(re.search(r"MS (\d+)", out).group(1)))))
-        out = t.line("s = fresh(); " + fit % epochs, timeout=120)     # uninterrupted: ~4 s
+        epochs = max(3, int(2 * 2000 / max(1, int(re.search(r"MS (\d+)", out).group(1)))))
+        out = t.line("s = fresh(); " + fit % epochs, timeout=120)     # uninterrupted: ~2 s
         full = int(re.search(r"MS (\d+)", out).group(1)) / 1000
+        # the weights after every step of that fit, replayed once outside the session
+        out = t.line("s = None; h = None; REPLAY = replays(hx[0]); print('REPLAYS', len(REPLAY) - 1)",
+                     timeout=120)
+        assert re.search(r"REPLAYS [1-9]", out), out
         r = 0
         while sum(tally.values()) < STRESS_ROUNDS:
             r += 1

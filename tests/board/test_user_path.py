@@ -2,7 +2,8 @@
 models of shapes the project never shipped (a sequence classifier with a TransformerEncoderLayer
 on [B, L, C] windows, and a channels-first Conv1d sensor model on [B, C, L]) are trained in
 torch, saved as a state_dict, converted with `host/tools/torch_io.py --model FILE.py:FACTORY` and a
-minimal meta.json, deployed with `make deploy CHECKPOINT=...` to the virtual board, opened with
+minimal meta.json, deployed with `make deploy CHECKPOINT=...` to the virtual board (one the project
+was deployed to before, as a redeploy finds it: conftest.deployed_flash), opened with
 `finetune.Session()`, frozen by name, fine-tuned on windows captured from a simulated sensor
 (`mf_capture.capture`), saved, copied back with mpremote, converted back into the user's own
 module, and run in torch: its outputs equal the board's (<= 1e-5 on the portable backend, within
@@ -118,24 +119,41 @@ def board_probs(t):
     return np.asarray(got)
 
 
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """kind -> (the model file, its module, the torch model trained, the checkpoint torch_io.py
+    made of it): trained and converted once per kind, shared by the backends and fits below."""
+    made = {}
+
+    def get(kind):
+        if kind not in made:
+            folder = tmp_path_factory.mktemp("user-" + kind)
+            path, mods = user_models(folder)
+            module = train_in_torch(kind, getattr(mods, kind)())
+            torch.save(module.state_dict(), folder / "mine.pt")
+            (folder / "meta.json").write_text(json.dumps({"classes": CLASSES}))
+            ck = folder / "mine.mfck"
+            out = run([sys.executable, TORCH_IO, str(folder / "mine.pt"), "--model", "%s:%s" % (path, kind),
+                       "--meta", str(folder / "meta.json"), "--input-shape", "%d,%d" % (L, C), "--out", str(ck)])
+            assert "metadata default: mean" in out, out      # the defaults it filled in are said
+            made[kind] = (path, mods, module, ck)
+        return made[kind]
+    return get
+
+
 @pytest.mark.parametrize("kind", ["sequence", "conv"])
 @pytest.mark.parametrize("backend", ["python", "viper"])
 @pytest.mark.parametrize("interrupt", [False, True], ids=["whole-fit", "ctrl-c"])
-def test_your_model_on_the_board_and_back(tmp_path, kind, backend, interrupt):
-    path, mods = user_models(tmp_path)
-    module = train_in_torch(kind, getattr(mods, kind)())
-    torch.save(module.state_dict(), tmp_path / "mine.pt")
-    (tmp_path / "meta.json").write_text(json.dumps({"classes": CLASSES}))
-    ck = tmp_path / "mine.mfck"
-    out = run([sys.executable, TORCH_IO, str(tmp_path / "mine.pt"), "--model", "%s:%s" % (path, kind),
-               "--meta", str(tmp_path / "meta.json"), "--input-shape", "%d,%d" % (L, C), "--out", str(ck)])
-    assert "metadata default: mean" in out, out      # the defaults it filled in are said
+def test_your_model_on_the_board_and_back(tmp_path, converted, deployed_flash, kind, backend, interrupt):
+    path, mods, module, ck = converted(kind)
 
     if interrupt and MICROPYTHON == helpers.micropython_path():
         print("\nnot run on the stock port: " + STOCK_REASON, file=sys.__stderr__)
         pytest.skip(STOCK_REASON)
     # 1M on the 32-bit port; the stock port's 64-bit objects take about twice that
     heap = "2M" if MICROPYTHON == helpers.micropython_path() else "1M"
+    # a board that had the project deployed (make deploy then copies the new checkpoint)
+    deployed_flash(tmp_path / "board", MICROPYTHON)
     with vboard.VirtualBoard(tmp_path / "board", heap=heap, micropython=MICROPYTHON) as b:
         out = run(["make", "--no-print-directory", "-o", ".venv/.installed", "deploy",
                    "CHECKPOINT=%s" % ck, "PORT=%s" % b.port], timeout=600)
@@ -174,9 +192,9 @@ def test_your_model_on_the_board_and_back(tmp_path, kind, backend, interrupt):
                 assert "interrupted" in out, out[-2000:]
                 assert t.line("print('I', h.interrupted, h.steps > 0)").count("I True True") == 1
             else:
-                out = t.line("h = s.fit(epochs=5, verbose=False, rehearse=0, on_worse='keep'); "
+                out = t.line("h = s.fit(epochs=2, verbose=False, rehearse=0, on_worse='keep'); "
                              "print('S', h.steps)", timeout=300)
-                assert "S 5" in out, out          # 9 examples in one batch (16 at most): a step an epoch
+                assert "S 2" in out, out          # 9 examples in one batch (16 at most): a step an epoch
             after = board_probs(t)
             assert np.abs(after - before).max() > 1e-4      # the fine-tune changed the model
             out = t.line("s.save()")

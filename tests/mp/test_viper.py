@@ -509,7 +509,7 @@ def test_iris_viper_matches_portable_accuracy(tmp_path, micropython):
     out = run_mp(micropython, r'''
 import iris
 for b in ("python", "viper"):
-    r = iris.main(epochs=100, backend=b, verbose=False)
+    r = iris.main(epochs=40, backend=b, verbose=False)
     print("IRIS %s %.6f %.6f" % (b, r["train_acc"], r["test_acc"]))
 ''', tmp_path, path=("lib", "board/demos"), timeout=900)
     acc = {}

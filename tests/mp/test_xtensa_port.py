@@ -1,8 +1,8 @@
 """MicroPython on the emulated Xtensa core (host/xtensa, `make xtensa-port`): the host side's
-helpers, and a small selection run on the emulator (the rest is `make xtensa-test`). The
-emulator tests build the port first when it is missing (about 4 minutes; one build for all
-workers) and skip, saying why, when it cannot be built: no ../shared next to the project, or
-no Debian packages."""
+helpers, and a small selection run on the emulator (marker `xtensa`: `make xtensa-test` runs them
+before host/xtensa/xtest.py's checks; `make test` leaves them out). The emulator tests build the
+port first when it is missing (about 4 minutes; one build for all workers) and skip, saying why,
+when it cannot be built: no ../shared next to the project, or no Debian packages."""
 import fcntl
 import os
 import struct
@@ -150,6 +150,7 @@ def on_xtensa(script, args=(), **kw):
 
 
 @pytest.mark.slow
+@pytest.mark.xtensa
 def test_viper_runs_as_xtensa_code(firmware, tmp_path):
     script = tmp_path / "v.py"
     script.write_text(
@@ -183,6 +184,7 @@ def test_viper_runs_as_xtensa_code(firmware, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xtensa
 def test_float_division_is_ieee_single(firmware, tmp_path):
     # the port's own __divsf3 (host/xtensa/helpers.c) against NumPy's float32 division, bit for
     # bit: random bit patterns over the whole range, subnormals, powers of two, infinities
@@ -211,6 +213,7 @@ def test_float_division_is_ieee_single(firmware, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xtensa
 @pytest.mark.mp32
 def test_a_viper_kernel_equals_the_32bit_port(firmware):
     if not os.path.exists(helpers.interpreter_file("mp32")):
@@ -223,6 +226,7 @@ def test_a_viper_kernel_equals_the_32bit_port(firmware):
 
 
 @pytest.mark.slow
+@pytest.mark.xtensa
 def test_viper_code_needs_nothing_the_emulated_core_lacks(firmware, monkeypatch):
     # the board's viper machine code (mpy-cross -march=xtensawin, as make deploy builds it),
     # disassembled with the full ESP32-S3 core description: the emitter multiplies with mull only,
@@ -240,6 +244,7 @@ def test_viper_code_needs_nothing_the_emulated_core_lacks(firmware, monkeypatch)
 
 
 @pytest.mark.slow
+@pytest.mark.xtensa
 @pytest.mark.mp32
 def test_native_module_runs_on_the_emulated_core(firmware):
     # the C kernels' module a board gets (build/native/xtensawin/mf_native.mpy) on the emulated
