@@ -444,6 +444,51 @@ KERNEL(k_first_nonfinite) {
 }
 #undef KN
 
+// the largest exponent field (0 .. 255) of p[0 .. n): every |x| is below 2^(e - 126); 255 as soon
+// as one value is NaN or inf (the optimizer's bound, lib/microformer/optim.py). A subnormal's field
+// is 0, as kernels.max_exponent's frexp gives it.
+static mp_int_t max_field(const float *p, mp_int_t n, mp_int_t e) {
+    const u32 *q = (const u32 *)p;
+    for (mp_int_t i = 0; i < n; i++) {
+        mp_int_t f = (mp_int_t)((q[i] >> 23) & 0xffu);
+        if (f == 255) {
+            return 255;
+        }
+        if (f > e) {
+            e = f;
+        }
+    }
+    return e;
+}
+
+#define KN MP_QSTR_max_exponent
+KERNEL(k_max_exponent) {
+    // max_exponent(buf, n): the largest exponent field of buf[0 .. n); 255 for a NaN or inf
+    nargs(self, n_args, n_kw, 2, KN);
+    mp_int_t n = SZ(1, MP_QSTR_n);
+    return mp_obj_new_int(max_field(F(0, n, MP_QSTR_buf), n, 0));
+}
+#undef KN
+
+#define KN MP_QSTR_max_exponent_pairs
+KERNEL(k_max_exponent_pairs) {
+    // max_exponent_pairs(params, j): max_exponent over the .data of element j (0: the weights, 1:
+    // the gradients) of each (param, grad) pair of Tensors, over .size floats each
+    nargs(self, n_args, n_kw, 2, KN);
+    mp_int_t j = SZ(1, MP_QSTR_j);
+    size_t len;
+    mp_obj_t *pairs;
+    mp_obj_get_array(args[0], &len, &pairs);
+    mp_int_t e = 0;
+    for (size_t i = 0; i < len && e < 255; i++) {
+        mp_obj_t t = item(pairs[i], j);
+        mp_int_t n = size_arg(self, mp_load_attr(t, MP_QSTR_size), KN, MP_QSTR_size);
+        e = max_field(fbuf(self, mp_load_attr(t, MP_QSTR_data), n, KN, MP_QSTR_params), n, e);
+    }
+    return mp_obj_new_int(e);
+}
+#undef KN
+
 #define KN MP_QSTR_add_forward
 KERNEL(k_add_forward) {
     // add_forward(out, a, b, n): out = a + b (out may be a or b)
@@ -1647,6 +1692,8 @@ mp_obj_t mpy_init(mp_obj_fun_bc_t *self, size_t n_args, size_t n_kw, mp_obj_t *a
     REG(MP_QSTR_zero, k_zero);
     REG(MP_QSTR_copy, k_copy);
     REG(MP_QSTR_first_nonfinite, k_first_nonfinite);
+    REG(MP_QSTR_max_exponent, k_max_exponent);
+    REG(MP_QSTR_max_exponent_pairs, k_max_exponent_pairs);
     REG(MP_QSTR_add_forward, k_add_forward);
     REG(MP_QSTR_argmax, k_argmax);
     REG(MP_QSTR_gather_rows, k_gather_rows);

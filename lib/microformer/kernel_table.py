@@ -52,8 +52,8 @@ adam_update optim C p g m v n lr beta1 beta2 eps weight_decay bc1 bc2 decoupled
 adam_step optim C newp news params olds hyper
 sgd_step optim C newp news params olds hyper
 params_commit optim C params newp count seen
-max_exponent optim - buf n
-max_exponent_pairs optim - params j
+max_exponent optim C buf n
+max_exponent_pairs optim C params j
 add_forward sequence C out a b n
 layernorm_forward norm C out inp ln N C eps
 layernorm_backward norm C dinp dout inp ln N C

@@ -60,6 +60,24 @@ bad[13] = float("inf")
 print("ERR first_nonfinite/return %d" % (abs(N.first_nonfinite(bad, 20) - P.first_nonfinite(bad, 20))
                                           + abs(N.first_nonfinite(buf, 37) - P.first_nonfinite(buf, 37))))
 count += 1
+# the optimizer's exponent bound: huge, tiny, subnormal, zero, NaN and inf values, and pairs of Tensors
+ex = rand(40, 1e30)
+ex[3], ex[4], ex[5], ex[6] = 1e-40, 0.0, -3.4e38, 1.5e-45
+nan = rand(9)
+nan[7] = float("nan")
+d = 0
+for v in (ex, buf, nan, bad, zeros(5), rand(11, 1e-30)):
+    d += abs(N.max_exponent(v, len(v)) - P.max_exponent(v, len(v)))
+d += abs(N.max_exponent(ex, 3) - P.max_exponent(ex, 3))
+ts = [(tensor.Tensor((6,), rand(6, 1e5)), tensor.Tensor((6,), rand(6, 1e-3))),
+      (tensor.Tensor((3, 3), rand(9)), tensor.Tensor((3, 3), rand(9, 1e20)))]
+for j in (0, 1):
+    d += abs(N.max_exponent_pairs(ts, j) - P.max_exponent_pairs(ts, j))
+d += abs(N.max_exponent_pairs([], 0) - P.max_exponent_pairs([], 0))
+print("ERR max_exponent/return %d" % d)
+count += 1
+print("ERR max_exponent_pairs/return %d" % d)
+count += 1
 a, b = rand(29), rand(29)
 both("add_forward", [zeros(29)], lambda K, o: K.add_forward(o[0], a, b, 29))
 

@@ -1,5 +1,5 @@
 # A smaller start: `import microformer` leaves the checkpoint module, the sequence layers and
-# decoding, and the viper optimizer and convolution kernels unloaded until first use; every
+# decoding, the optimizers, and the viper optimizer and convolution kernels unloaded until first use; every
 # name still resolves, to the same object the module defines.
 import pytest
 
@@ -10,13 +10,16 @@ import sys
 import microformer as mf
 from microformer import backend
 LAZY = ("microformer.checkpoint", "microformer.block", "microformer.norm", "microformer.feedforward",
-        "microformer.embedding", "microformer.posenc", "microformer.viper_optim", "microformer.viper_conv")
+        "microformer.embedding", "microformer.posenc", "microformer.viper_optim", "microformer.viper_conv",
+        "microformer.optim")
 print("LOADED", sorted(m for m in LAZY if m in sys.modules))
 import microformer.checkpoint as ck
 import microformer.block as bl
 print("SAME", mf.save_checkpoint is ck.save, mf.load_checkpoint is ck.load, mf.CheckpointError is ck.CheckpointError,
       mf.checkpoint is ck, mf.EncoderBlock is bl.EncoderBlock, mf.prefill is bl.prefill,
       mf.decode_step is bl.decode_step, mf.LayerNorm is sys.modules["microformer.norm"].LayerNorm)
+import microformer.optim as op
+print("OPTIM", mf.Adam is op.Adam, mf.SGD is op.SGD, mf.clip_grad_norm is op.clip_grad_norm)
 try:
     mf.no_such_name
 except AttributeError as e:
@@ -42,6 +45,7 @@ def test_import_leaves_the_rarer_parts_for_later(tmp_path, micropython):
     out = helpers.run_micropython(p, exe=micropython)
     assert "LOADED []" in out, out
     assert "SAME True True True True True True True True" in out, out
+    assert "OPTIM True True True" in out, out
     assert "ATTR True" in out, out
     assert "VIPER False False" in out, out          # set_backend alone loads neither
     assert "KERNELS True True True" in out, out
@@ -53,10 +57,11 @@ def test_lazy_names_on_cpython(tmp_path):
     p.write_text(_SCRIPT)
     out = helpers.run_cpython(p)
     assert "SAME True True True True True True True True" in out, out
+    assert "OPTIM True True True" in out, out
     assert "ATTR True" in out, out
 
 
-@pytest.mark.parametrize("name", ["save_checkpoint", "EncoderBlock"])
+@pytest.mark.parametrize("name", ["save_checkpoint", "EncoderBlock", "Adam"])
 def test_a_lazy_name_is_bound_once(tmp_path, micropython, name):
     # after the first use the name is an attribute of the package (later uses skip __getattr__)
     p = tmp_path / "once.py"
