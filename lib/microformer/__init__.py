@@ -1,6 +1,6 @@
 # microformer: train and fine-tune small attention models on a microcontroller.
 # Forward and backward passes on array('f') buffers; the same code under CPython and MicroPython.
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 from .tensor import Tensor, Rng, seed, xavier_uniform
 from .backend import set_backend, get_backend, available as available_backends
