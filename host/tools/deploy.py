@@ -127,7 +127,8 @@ def sha256_file(path):
 
 # Runs on the board first: what is there. %(paths)r: files to hash; %(dirs)r: folders to list
 # (every file of LIB_DIR is hashed too). Prints one line 'SURVEY {json}'.
-SURVEY = """import os, json, hashlib, binascii
+SURVEY = """import os, json, hashlib, binascii, gc
+gc.collect()
 def _sha(p):
     h = hashlib.sha256()
     b = bytearray(512)
@@ -167,8 +168,9 @@ if st is not None:
         r['manifest_bad'] = str(st[6]) + ' bytes, more than the %(max)d a manifest may have'
     else:
         try:
+            gc.collect()
             with open(%(manifest)r, 'rb') as f:
-                r['manifest'] = f.read(%(max)d).decode()
+                r['manifest'] = f.read(st[6]).decode()   # its own size: one buffer of %(max)d would not fit a busy heap
         except UnicodeError:
             r['manifest_bad'] = 'not UTF-8 text'
         except OSError as e:

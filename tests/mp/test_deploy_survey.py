@@ -44,3 +44,17 @@ def test_survey_reads_the_manifest_defensively(tmp_path, micropython, kind):
         assert r["manifest"] == good and "manifest_bad" not in r
     else:
         assert r["manifest"] is None and want in r["manifest_bad"], r
+
+
+def test_survey_reads_a_full_manifest_in_a_busy_heap(tmp_path, micropython):
+    """A full deploy's manifest (about 8 KB) is read with a buffer of its own size: a survey after a
+    fine-tune on the board has little contiguous heap left, and one 32 KB buffer stopped every deploy."""
+    flash = tmp_path / "flash"
+    flash.mkdir()
+    (flash / "finetune.mpy").write_bytes(b"M\x06")
+    m = flash / deploy.MANIFEST.lstrip("/")
+    text = json.dumps({"version": 1, "files": dict(("/f%03d.mpy" % i, "ab" * 32) for i in range(100))})
+    m.write_text(text)
+    assert 7000 < len(text) < deploy.MANIFEST_MAX // 2
+    r = _survey(micropython, flash, heap="32K")
+    assert r["manifest"] == text and "manifest_bad" not in r
