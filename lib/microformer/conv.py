@@ -3,7 +3,7 @@
 #   y[b,t,o] = bias[o] + sum_{c,j} weight[o,c,j] x[b, t stride + j dilation - padding, g C_in/groups + c]
 from . import backend
 from .layer import WeightBias, check_tensor, shape_error
-from .tensor import Grad, Tensor, default_rng, xavier_bound
+from .tensor import Grad, Tensor, default_rng, fill_signed, xavier_bound
 
 
 class Conv1D(WeightBias):
@@ -36,10 +36,7 @@ class Conv1D(WeightBias):
         # with integers only) times an exact signed_unit(): the same bits on every port
         bound = xavier_bound(3 * cg * kernel_size, 3 * cg * kernel_size)
         rng = rng or default_rng()
-        self.W = Tensor((out_channels, cg, kernel_size), name="W")
-        d = self.W.data
-        for i in range(len(d)):
-            d[i] = bound * rng.signed_unit()
+        self.W = fill_signed(Tensor((out_channels, cg, kernel_size), name="W"), bound, rng)
         self.dW = Grad(self.W.shape, "dW")
         self.b = self.db = None
         if use_bias:

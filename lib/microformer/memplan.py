@@ -169,20 +169,29 @@ def held(t):
     return h
 
 
-# A plan fits when what it adds to the heap, times HEADROOM, is free: the heap is never one free
-# block, and the largest arrays of a step (a layer's output at the micro-batch) need room in one
-# piece (on the 32-bit port, Iris at 120 rows in micro-batches of 60 failed with 12 % and with
-# 25 % to spare after a failed fit).
+# A plan fits when what it adds to the heap is free, its activations and batch rows counted
+# HEADROOM times: the heap is never one free block, and the largest arrays of a step (a layer's
+# output at the micro-batch) need room in one piece (on the 32-bit port, Iris at 120 rows in
+# micro-batches of 60 failed with 12 % and with 25 % to spare after a failed fit). The optimizer's
+# state blocks and the grads are made before the micro-batch is picked (choose_micro), so they
+# are held, not planned, when it is.
 HEADROOM = 1.5
 
 
+def fits(info, have, free):
+    """Does plan `info` fit `free` bytes when `have` bytes of it are held already: what it adds,
+    its activations and batch rows counted HEADROOM times?"""
+    big = info["activations"] + info["batch_rows"]
+    return info["peak"] - have - big + big * HEADROOM <= free
+
+
 def pick_micro(t, batch, free):
-    """The largest micro-batch (rows <= batch: batch, batch/2, ... 1) whose plan, less what
-    exists already, fits in `free` bytes with HEADROOM; None when not even one row does."""
+    """The largest micro-batch (rows <= batch: batch, batch/2, ... 1) whose plan fits in `free`
+    bytes (fits()); None when not even one row does."""
     have = held(t)
     m = batch
     while m >= 1:
-        if (plan(t, batch, m)["peak"] - have) * HEADROOM <= free:
+        if fits(plan(t, batch, m), have, free):
             return m
         m //= 2
     return None
@@ -194,16 +203,26 @@ def _free():
 
 
 def choose_micro(t, B, verbose):
-    # fit(micro_batch='auto') on MicroPython: the largest micro-batch that fits the free heap
-    # (once the layers' buffers of an earlier pass are given back, when needed)
-    free = _free()
-    m = pick_micro(t, B, free)
-    if m is None:
-        t.release()
+    # fit(micro_batch='auto') on MicroPython: the optimizer's blocks and the grads first (every
+    # micro-batch needs them; made now they are contiguous before the step's buffers come), then
+    # the largest micro-batch that fits the free heap (once the layers' buffers of an earlier
+    # pass are given back, when needed). Refused: the optimizer made here is dropped again.
+    made = t.optimizer is None
+    try:
+        t.make_optimizer().zero_grad()
         free = _free()
         m = pick_micro(t, B, free)
+        if m is None:
+            t.release()
+            free = _free()
+            m = pick_micro(t, B, free)
+    except MemoryError:
+        m = None
     if m is None:
-        raise MemoryError(refusal(plan(t, B, 1), free))
+        if made:
+            t.optimizer = None
+        t.release()
+        raise MemoryError(refusal(t, B))
     if verbose and m < B:
         print("fit: batch %d in micro-batches of %d (the plan of a whole batch needs %d bytes more, "
               "%d are free)" % (B, m, plan(t, B, B)["peak"] - held(t), free))
@@ -218,7 +237,15 @@ def plan_text(info):
                info["snapshot"], info["activations"], info["how"], info["batch_rows"], info["peak"]))
 
 
-def refusal(info, free):
+def refusal(t, B):
+    """The message of a fit refused before its first step: the plan at micro-batches of 1 row
+    (or why there is none) and the free heap."""
+    free = _free()
+    try:
+        text = plan_text(plan(t, B, 1))
+    except MemoryError:
+        t.release()
+        free = _free()
+        text = "no room left to make the memory plan"
     return ("fit refused before its first step: even micro-batches of 1 row need more than the "
-            "free heap (%s; free %d bytes). Freeze more, use LoRA, or free memory"
-            % (plan_text(info), free))
+            "free heap (%s; free %d bytes). Freeze more, use LoRA, or free memory" % (text, free))

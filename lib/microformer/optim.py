@@ -2,7 +2,7 @@
 #
 # Memory: the optimizer state is one block per state slot (Adam's m and v, SGD's momentum), every
 # tensor end to end, and a scratch for the new weights and state of a group of consecutive tensors
-# at a time (GROUP floats, or the largest tensor): numel * slots + (1 + slots) * scratch_stretch
+# at a time (GROUP floats; a larger tensor in pieces): numel * slots + (1 + slots) * scratch_stretch
 # floats, where an all-or-nothing step over shadow copies of the whole model would take
 # numel * (1 + 2 * slots).
 #
@@ -35,20 +35,43 @@ _V_LIM = 246                # |v| < 2^120 (v' <= max(v, d^2) < 2^120)
 _D_LOG = 60                 # |d| (the gradient with its coupled decay) and |m'| below 2^60
 
 
-# The scratch holds the new weights and state of a group of consecutive tensors (one kernel call
-# and one copy per group, not per tensor): GROUP floats, or the largest tensor when larger.
+# The scratch holds the new weights and state of a group of consecutive pieces of tensors (one
+# kernel call and one copy per group, not per tensor): GROUP floats (the total when smaller). A
+# tensor larger than GROUP is updated in pieces of at most GROUP floats (views on its weight and
+# gradient, _Piece): the update is elementwise, so the pieces give the same values as the whole.
 GROUP = 4096
 
 
 def scratch_stretch(sizes):
     """Floats per slot of the step's scratch for tensors of these sizes (model.summary and the
-    memory plan count it with this): the largest, or GROUP (the total when smaller)."""
+    memory plan count it with this): GROUP, or the total when smaller."""
     n = 0
-    big = 0
     for k in sizes:
         n += k
-        big = max(big, k)
-    return max(big, min(n, GROUP))
+    return min(n, GROUP)
+
+
+class _Piece:
+    """Floats a .. a + size of a weight or gradient Tensor, as the step kernels read a Tensor:
+    `.data` is a view on the source's current data (made again when the source's array is
+    another one: a gradient made on first use, dropped by a freeze, made again), None when the
+    source has none (a frozen gradient: the kernel answers STEP_FROZEN)."""
+
+    def __init__(self, src, a, n):
+        self.src = src
+        self.a = a
+        self.size = n
+        self.shape = (n,)
+        self._of = None
+        self._v = None
+
+    @property
+    def data(self):
+        d = self.src.data
+        if d is not self._of:
+            self._v = None if d is None else memoryview(d)[self.a:self.a + self.size]
+            self._of = d
+        return self._v
 
 
 def _exp2(x):
@@ -169,7 +192,7 @@ class _Optimizer:
         self._blocks = [zeros(n) for _ in slots]
         self._scratch = [zeros(big) for _ in range(1 + len(slots))]
         self._views = [None] * len(slots)     # per-tensor views of each block, made on first use
-        self._first = []                 # per group: its first tensor
+        self._pc = []                    # per group: its pieces, [tensor index, offset in the group]
         self._one = []
         self._lv = []
         self._sp = []
@@ -177,22 +200,37 @@ class _Optimizer:
         self._seenk = []
         self._gn = []
         sm = [memoryview(b) for b in self._scratch]
-        i = 0
-        while i < self._count:
-            a = i
-            o = self._offsets[a]
+        pieces = []                          # (tensor index, first float, floats), end to end
+        for i in range(self._count):
+            s = self.params[i][0].size
+            a = 0
+            while a < s:
+                n = min(big, s - a)
+                pieces.append((i, a, n))
+                a += n
+        k = 0
+        while k < len(pieces):
+            pairs = []
+            pc = []
+            o = self._offsets[pieces[k][0]] + pieces[k][1]
             size = 0
-            while i < self._count and (i == a or size + self.params[i][0].size <= big):
-                size += self.params[i][0].size
-                i += 1
-            self._first.append(a)
-            self._one.append(self.params[a:i])
+            while k < len(pieces) and size + pieces[k][2] <= big:
+                i, a, n = pieces[k]
+                pair = self.params[i]
+                if n != pair[0].size:
+                    pair = (_Piece(pair[0], a, n), _Piece(pair[1], a, n))
+                pairs.append(pair)
+                pc.append([i, size])
+                size += n
+                k += 1
+            self._pc.append(pc)
+            self._one.append(pairs)
             self._lv.append([memoryview(b)[o:o + size] for b in self._blocks])
             self._sp.append(sm[0][:size])
             self._sv.append([sm[j + 1][:size] for j in range(len(slots))])
-            self._seenk.append([None] * (3 * (i - a)))
-            self._gn.append(i - a)
-        self._groups = len(self._first)
+            self._seenk.append([None] * (3 * len(pairs)))
+            self._gn.append(len(pairs))
+        self._groups = len(self._pc)
         self._slots = slots                  # their names, for _refuse's message
 
     def _state(self, j):
@@ -297,7 +335,7 @@ class _Optimizer:
 
     def _broken(self, k):
         raise RuntimeError("%s: the update of %s turned non-finite during the commit after the "
-                           "check passed (a parameter listed twice?)" % (self.who, self.names[self._first[k]]))
+                           "check passed (a parameter listed twice?)" % (self.who, self.names[self._pc[k][0][0]]))
 
     def _held(self, t):
         # an interrupt landed during the commit: go on from the stage it stopped at; _commit then
@@ -324,12 +362,12 @@ class _Optimizer:
         return 126 + b, lp
 
     def _dry(self, K):
-        # every group's update into the scratch, checked: -1, the first flagged tensor (its
-        # group's results in the scratch), or kernels.STEP_FROZEN
+        # every group's update into the scratch, checked: -1, kernels.STEP_FROZEN, or the first
+        # flagged piece as [group, piece in the group] (its group's results in the scratch)
         for g in range(self._groups):
             bad = self._update(K, g)
             if bad != -1:
-                return self._first[g] + bad if bad >= 0 else bad
+                return [g, bad] if bad >= 0 else bad
         return -1
 
     def _check_grads(self, K):
@@ -344,21 +382,19 @@ class _Optimizer:
                                      % (self.who, self.names[i], show(g.data[j]), j))
 
     def _refuse(self, K, k):
-        # the dry run flagged tensor k (the first with a non-finite gradient, weight or result;
-        # its group's results are in the scratch), or a parameter without a grad buffer (k < 0:
-        # kernels.STEP_FROZEN); nothing was written. Name the frozen parameter, else the first
-        # non-finite gradient of any tensor, else the first of tensor k's new weight and state
-        # that holds a non-finite value.
+        # the dry run flagged piece k = [group, piece] (the first with a non-finite gradient,
+        # weight or result; its group's results are in the scratch), or a parameter without a
+        # grad buffer (k < 0: kernels.STEP_FROZEN); nothing was written. Name the frozen
+        # parameter, else the first non-finite gradient of any tensor, else the first of the
+        # piece's new weight and state that holds a non-finite value (named by its tensor).
         self._check_live()
-        if k < 0:
+        if not isinstance(k, list):
             raise ValueError("%s: the step kernel answered %d for a frozen parameter, but every "
                              "parameter has a grad buffer" % (self.who, k))
         self._check_grads(K)
-        n = self.params[k][0].size
-        g = 0
-        while g + 1 < self._groups and self._first[g + 1] <= k:
-            g += 1
-        o = self._offsets[k] - self._offsets[self._first[g]]
+        g, j = k
+        n = self._one[g][j][0].size
+        k, o = self._pc[g][j]
         bufs = [self._sp[g][o:o + n]] + [b[o:o + n] for b in self._sv[g]]
         for j in range(len(bufs)):
             if K.first_nonfinite(bufs[j], n) >= 0:

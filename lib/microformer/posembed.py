@@ -4,7 +4,7 @@
 from . import backend
 from .dropout import Dropout
 from .posenc import PositionalEncoding
-from .tensor import Grad, Tensor, default_rng
+from .tensor import Grad, Tensor, default_rng, fill_signed
 
 
 class LearnedPositionalEmbedding(PositionalEncoding):
@@ -23,10 +23,7 @@ class LearnedPositionalEmbedding(PositionalEncoding):
         self.max_len = max_len
         self.embed_dim = embed_dim
         rng = rng or default_rng()
-        self.W = Tensor((max_len, embed_dim), name="W")
-        d = self.W.data
-        for i in range(len(d)):
-            d[i] = self.INIT * rng.signed_unit()
+        self.W = fill_signed(Tensor((max_len, embed_dim), name="W"), self.INIT, rng)
         self.dW = Grad((max_len, embed_dim), "dW")
         self.drop = Dropout(0.0)          # (no dropout here: the seed has it on the sinusoidal table)
         self.dropout = 0.0

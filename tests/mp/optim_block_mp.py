@@ -92,7 +92,7 @@ def run(name):
     for tag, make in (("adam", lambda m: mf.Adam(m, lr=0.01)),
                       ("adamw", lambda m: mf.Adam(m, lr=0.01, weight_decay=0.1, decoupled=True)),
                       ("sgd", lambda m: mf.SGD(m, lr=0.05, momentum=0.9, weight_decay=0.01))):
-        runs = [steps(make, g) for g in (1, optim.GROUP, 10 ** 6)]
+        runs = [steps(make, g) for g in (500, optim.GROUP, 10 ** 6)]
         r["groups_" + tag] = [o._groups for _, o in runs]
         r["same_" + tag] = runs[0][0] == runs[1][0] == runs[2][0]
 
@@ -132,7 +132,55 @@ def run(name):
     r["scratch"] = [len(b) for b in opt._scratch]
     r["stretch"] = optim.scratch_stretch([p.size for _, p in m.named_params()])
     r["largest"] = max([p.size for _, p in m.named_params()])
+    big_pieces(r)
     return r
+
+
+def big_model():
+    mf.seed(4)
+    return mf.Sequential([mf.Dense(100, 50), mf.ActivationLayer("relu"), mf.Dense(50, 3)])   # 5,000 + 203
+
+
+def big_pieces(r):
+    # a tensor larger than GROUP is updated in pieces: the scratch stays GROUP floats per slot,
+    # the bits are those of one group of everything, and a piece's non-finite result names its
+    # tensor and leaves every weight and moment as it was
+    X = mf.Tensor.from_list([[((i * 7 + j) % 11) / 5.0 - 1.0 for j in range(100)] for i in range(4)])
+    y = [0, 1, 2, 1]
+    out = []
+    for group in (optim.GROUP, 10 ** 6):
+        old = optim.GROUP
+        optim.GROUP = group
+        try:
+            m = big_model()
+            opt = mf.Adam(m, lr=0.01)
+        finally:
+            optim.GROUP = old
+        for _ in range(2):
+            train_step(m, mf.CrossEntropyLoss(), opt, X, y)
+        out.append((state(m, opt), opt))
+    r["big_same"] = out[0][0] == out[1][0]
+    opt = out[0][1]
+    r["big_scratch"] = [len(b) for b in opt._scratch]
+    r["big_largest"] = max([p.size for p, _ in opt.params])
+    m = big_model()
+    opt = mf.Adam(m, lr=0.01)
+    train_step(m, mf.CrossEntropyLoss(), opt, X, y)
+    opt.zero_grad()
+    lf = mf.CrossEntropyLoss()
+    lf.forward(m.forward(X), y)
+    m.backward(lf.backward())
+    w = opt.params[0][0]
+    for k in range(4096, 5000):           # the weight's second piece: near the float32 limit,
+        w.data[k] = 3e38 if k & 1 else -3e38    # and a step of lr 3e38 takes some beyond it
+    opt.lr = 3e38
+    before = state(m, opt)
+    try:
+        opt.step()
+        r["big_refused"] = "taken"
+    except Exception as e:
+        r["big_refused"] = "%s: %s" % (type(e).__name__, e)
+    r["big_unchanged"] = state(m, opt) == before and opt.steps == 1
 
 
 if __name__ == "__main__":

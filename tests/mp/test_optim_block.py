@@ -3,7 +3,8 @@ shadow copies of the model (tests/mp/optim_block_mp.py, under CPython and both M
 the exponent bound that lets a step skip its dry run is checked against the float32 bits, a step
 the bound covers calls the update kernel once per group, one it cannot cover (a huge finite
 gradient) runs the dry run first and is still taken, and any grouping of the tensors gives the
-same bits."""
+same bits, a tensor larger than the group included (updated in pieces: the scratch stays the
+group's size; a piece's non-finite result names its tensor and changes nothing)."""
 import json
 import struct
 
@@ -26,7 +27,7 @@ def _check(r):
     assert r["pairs_nan"] == 255
     for tag in ("adam", "adamw", "sgd"):
         g = r["groups_" + tag]
-        assert g[0] > g[1] > g[2] == 1, (tag, g)      # GROUP 1 (the largest tensor), 4096, all
+        assert g[0] > g[1] > g[2] == 1, (tag, g)      # GROUP 500 (the 40 x 40 weights in pieces), 4096, all
         assert r["same_" + tag], tag
     assert r["calls_covered"] == r["groups"] > 1
     assert r["huge_step"] == "taken" and r["calls_huge"] == 2 * r["groups"], r
@@ -34,6 +35,11 @@ def _check(r):
     assert r["blocks"] == [r["numel"], r["numel"]]
     assert r["scratch"] == [r["stretch"]] * 3
     assert r["largest"] < 4096 == r["stretch"] < r["numel"]
+    # a tensor of 5,000 floats: pieces of at most 4096, the same bits as one group of everything
+    assert r["big_largest"] == 5000 and r["big_scratch"] == [4096] * 3, r
+    assert r["big_same"]
+    assert r["big_refused"].startswith("NonFiniteError") and "make 0.W non-finite" in r["big_refused"], r["big_refused"]
+    assert r["big_unchanged"]
 
 
 def test_optim_block_cpython():

@@ -137,6 +137,16 @@ def test_a_failed_fit_gives_its_memory_back(micropython):
     assert int(m.group(1)) <= 1024, out
 
 
+def test_a_refused_auto_fit_drops_the_optimizer_it_made(micropython):
+    """fit(micro_batch='auto') makes the optimizer's blocks before it picks the micro-batch; when
+    not even one row fits, the refusal drops them again: no optimizer, the heap within 1 KB, and
+    the next fit runs."""
+    out = helpers.run_micropython(SCRIPT, "refuse", exe=micropython, heap="4M")
+    assert "REFUSED True" in out and "OPTIMIZER True" in out and "FITTED 1" in out, out
+    m = re.search(r"^KEPT (-?\d+)$", out, re.M)
+    assert m and int(m.group(1)) <= 1024, out
+
+
 def test_a_rolled_back_session_fit_leaves_the_session_as_it_was(tmp_path, iris_flash):
     """A fit that fails at its first step: the weights, no optimizer (none before), the fit
     count, lr and the fitted-and-unsaved flag as before, so s.lora() still works."""

@@ -129,6 +129,34 @@ def release():
     print("RELEASE %d" % (f0 - gc.mem_free()))
 
 
+def refuse():
+    # a fit(micro_batch='auto') whose optimizer is made but no micro-batch of which fits (the
+    # plan's verdict stood in for by memplan.pick_micro answering None): refused before its
+    # first step, with no optimizer left and the heap as before
+    from microformer import memplan
+    model, shape, C = _model("conv")
+    ds = _data(shape, C, 32)
+    t = Trainer(model, mf.CrossEntropyLoss(), None, batch_size=32, input_shape=shape)
+    t.plan(32, 1)                      # loads the kernels a step needs (code, kept); grads made
+    t.release()
+    gc.collect()
+    f0 = gc.mem_free()
+    pick = memplan.pick_micro
+    memplan.pick_micro = lambda t, batch, free: None
+    try:
+        t.fit(ds, epochs=1, micro_batch="auto", verbose=False)
+        print("NO FAILURE")
+    except MemoryError as e:
+        print("REFUSED", "refused before its first step" in str(e))
+    finally:
+        memplan.pick_micro = pick
+    gc.collect()
+    print("OPTIMIZER", t.optimizer is None)
+    print("KEPT %d" % (f0 - gc.mem_free()))
+    t.fit(ds, epochs=1, micro_batch="auto", verbose=False)      # and the next fit runs
+    print("FITTED", t.optimizer.steps)
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
     if what in ("micro", "calls") and len(sys.argv) > 2:
@@ -141,5 +169,7 @@ if __name__ == "__main__":
         calls()
     elif what == "plan":
         plan(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif what == "refuse":
+        refuse()
     else:
         release()
