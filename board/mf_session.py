@@ -64,15 +64,6 @@ class FitResult(Result):
         return iter(self.history)
 
 
-# The first training step makes the model's buffers (activations, grads, the kernels' scratch),
-# each float32 array copied from a zeroed bytes object of its size that is garbage right after.
-# Without a collection in between, the arrays end up spaced by holes of their own size, and a
-# larger block later finds no room: a 318K heap on the 32-bit port had 66 KB free, none of it
-# 3.4 KB in one piece. So fit (its optimizer and rollback copy included) has the GC collect after
-# every SETTLE_GC_BYTES of allocation (gc.threshold; train.Trainer.settle) until its first step
-# is done, then puts the threshold back: for a whole fit it would cost time (a 4 KB threshold: 50 % more per Iris step on
-# the 32-bit port). Thresholds of 2, 4, 8 and 16 KB all ran from the same heap (275 KB).
-SETTLE_GC_BYTES = 8192
 # Reading the checkpoint and the data files leaves garbage among what the session keeps: Session()
 # collects every LOAD_GC_BYTES meanwhile (the 32-bit session then ran from a 10 KB smaller heap;
 # 4 KB gained nothing more and made loading several times slower).
@@ -672,7 +663,7 @@ class Session:
             from mf_guard import check             # loaded when a guarded fit needs it
             guard = (on_worse,) + check(on_worse, rehearse, tol)
         t = self._trainer
-        t.settle()              # the optimizer and rollback copy too (see SETTLE_GC_BYTES)
+        t.settle()              # the optimizer and rollback copy too (train.SETTLE_GC_BYTES)
         try:
             return self._fit(epochs, data, lr, verbose, on_error, batch_size or self.batch_size,
                              micro_batch, guard)
@@ -949,7 +940,6 @@ class Session:
         # partly frozen layers, which the optimizer leaves out); a new one has no optimizer yet
         t = Trainer(self.model, self._loss, None, self.batch_size, None, self._shape, self.lr,
                     exclude or {}, self._named())
-        t.settle_gc_bytes = SETTLE_GC_BYTES
         t.rollback = True                     # fit(on_error='rollback'), the default, takes its copy
         self._trainer = t
 

@@ -311,16 +311,15 @@ def _goal_run(exe, args, kb):
 def goal_heap(exe, args, lo=64, hi=16384):
     """The smallest -X heapsize (KB) from which every size tried above it runs the goal: bisection
     to 1/64 of the size, then 1, 2, 4 and 8 steps over it verified (fragmentation). Returns
-    (kb, the BUDGET fields of the run at 16M: the plan's peak at the micro-batch it chose)."""
-    at16 = _goal_run(exe, args, 16384)
-    if at16 is None:
-        raise SystemExit("bench-budget: goal %s does not run in 16M" % " ".join(args))
+    (kb, the BUDGET fields of the run at kb: the plan's peak at the micro-batch it chose there)."""
     tried = {}
 
     def runs(kb):
         if kb not in tried:
-            tried[kb] = _goal_run(exe, args, kb) is not None
-        return tried[kb]
+            tried[kb] = _goal_run(exe, args, kb)
+        return tried[kb] is not None
+    if not runs(hi):
+        raise SystemExit("bench-budget: goal %s does not run in %dK" % (" ".join(args), hi))
     while hi - lo > max(1, hi // 64):
         mid = (lo + hi) // 2
         if runs(mid):
@@ -331,14 +330,14 @@ def goal_heap(exe, args, lo=64, hi=16384):
     while True:
         bad = [hi + k * step for k in (1, 2, 4, 8) if not runs(hi + k * step)]
         if not bad:
-            return hi, at16
+            return hi, tried[hi]
         hi = max(bad) + step
 
 
 def goals(exe=MP32, names=None, iris=True):
     """Print each memory goal with its measured figure, met/missed, and the plan's peak beside it."""
     print("memory goals, %s, viper: smallest -X heapsize for two fit steps (bisected; micro_batch='auto'), "
-          "the plan's peak at the micro-batch chosen in a 16M heap" % os.path.relpath(exe, ROOT), flush=True)
+          "and the plan's peak at the micro-batch the fit chose in that heap" % os.path.relpath(exe, ROOT), flush=True)
     for name, args, kb_goal, what in GOALS:
         if names and name.split()[0] not in names:
             continue

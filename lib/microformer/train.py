@@ -11,6 +11,18 @@ from .loss import CrossEntropyLoss
 from .optim import Adam
 from .tensor import Rng, Tensor, zeros
 
+
+# The first training step makes the model's buffers (activations, grads, the kernels' scratch),
+# each float32 array copied from a zeroed bytes object of its size that is garbage right after.
+# Without a collection in between, the arrays end up spaced by holes of their own size, and a
+# larger block later finds no room: a 318K heap on the 32-bit port had 66 KB free, none of it
+# 3.4 KB in one piece. So a fit (the memory plan's probes, the optimizer and rollback copy
+# included) has the GC collect after every SETTLE_GC_BYTES of allocation (gc.threshold;
+# Trainer.settle) until its first step is done, then puts the threshold back: for a whole fit it
+# would cost time (a 4 KB threshold: 50 % more per Iris step on the 32-bit port). Thresholds of
+# 2, 4, 8 and 16 KB all ran the Iris session from the same heap (275 KB).
+SETTLE_GC_BYTES = 8192
+
 def _us():
     # microseconds: ticks_us on MicroPython (ticks_ms is too coarse for a step of ~1 ms)
     try:
@@ -214,7 +226,7 @@ class Trainer:
         self.lr = lr
         self.exclude = exclude or {}
         self.names = names
-        self.settle_gc_bytes = None      # MicroPython: collect every so many bytes until the first step is done
+        self.settle_gc_bytes = SETTLE_GC_BYTES   # MicroPython: collect every so many bytes until the first step is done (None: never)
         self.rollback = False            # the caller takes a snapshot() before each fit (the plan counts it)
         self._views = {}
         self._snap = None
@@ -491,7 +503,13 @@ class Trainer:
             _check_count("fit", "micro_batch", micro_batch)
         self.use_data(data)
         B = min(B, len(data)) if len(data) else B
-        self._micro = self.choose_micro(B, micro_batch, verbose)
+        self.settle()                    # the plan's probes and the optimizer too (SETTLE_GC_BYTES)
+        try:
+            self._micro = self.choose_micro(B, micro_batch, verbose)
+        except BaseException:            # refused: the threshold as it was
+            self.unsettle()
+            self._labels = None
+            raise
         self.last_rows = self._micro or B
         self._auto = micro_batch == "auto"
         self._verbose = verbose
