@@ -801,7 +801,7 @@ class Session:
         free = _mem_free()
         try:                  # the plan's probes allocate: this message must not stop the rollback
             from microformer.memplan import plan_text
-            m = t.pick_micro(batch, free) if free is not None else None
+            m = t.tried_micro(batch, free) if free is not None else None
             plan = plan_text(t.plan(batch, m or 1))
         except MemoryError:
             t.release()

@@ -197,6 +197,33 @@ def pick_micro(t, batch, free):
     return None
 
 
+def tried_micro(t, batch, free):
+    """The largest micro-batch whose plan fits `free` bytes (pick_micro) and whose forward +
+    backward then runs in the heap as it is (a probe over that many zero rows, halved on a
+    MemoryError: a plan that fits the free bytes may find no room for one of its arrays in a
+    fragmented heap); None when none does. For a message that names a micro-batch to retry with:
+    the probe leaves the weights and the dropout generators as they were, and its buffers and
+    gradients go (the next step zeroes the gradients)."""
+    m = pick_micro(t, batch, free)
+    shape = t.input_shape if t.input_shape is not None else t._row_shape
+    rngs = []
+    _rngs(t.model, rngs, {})
+    states = [r.state for r in rngs]
+    try:
+        while m:
+            try:
+                probe(t, m, shape)
+                return m
+            except MemoryError:
+                t.release()
+                m //= 2
+        return None
+    finally:
+        for i in range(len(rngs)):
+            rngs[i].state = states[i]
+        t.release()
+
+
 def _free():
     gc.collect()
     return gc.mem_free()

@@ -361,6 +361,12 @@ class Trainer:
         from .memplan import pick_micro
         return pick_micro(self, batch, free)
 
+    def tried_micro(self, batch, free):
+        """pick_micro, then checked by a forward + backward of that many rows in the heap as it
+        is (memplan.tried_micro): a micro-batch to name in an out-of-memory message."""
+        from .memplan import tried_micro
+        return tried_micro(self, batch, free) or None
+
     def release(self):
         """Drop the layers' and the loss's buffers and the batch views (made again on the next
         pass): what a failed fit gives back."""
