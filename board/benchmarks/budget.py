@@ -364,14 +364,20 @@ def action_goal(model_name, mode):
             plan_whole=t.plan(batch, batch)["peak"])
 
 
-def _goal_decode():
-    from microformer.train import argmax
+def decode_model():
+    """The decode goal's model (eval mode, not frozen) and its vocabulary size."""
     mf.seed(4)
     E, V = 32, 32
     model = mf.Sequential([mf.Embedding(V, E), mf.PositionalEncoding(DECODE_CACHE, E),
                            mf.EncoderBlock(E, 2, 2 * E, causal=True, max_len=DECODE_CACHE),
                            mf.LayerNorm(E), mf.Dense(E, V)])
     model.eval()
+    return model, V
+
+
+def _goal_decode():
+    from microformer.train import argmax
+    model, V = decode_model()
     P = 16
     prompt = Tensor((1, P))
     for i in range(P):
