@@ -638,7 +638,6 @@ class Attention(Layer):
         self._check_decoding("prefill")
         self._check_x(x, "x")
         shape = self._cache_shape(x, max_len)
-        self._prompted = False              # until the prompt is in the cache: no decode_step
         self._reserve(shape)
         y = self._eval_forward(x, None, None)
         self._store_prompt(x)
@@ -647,12 +646,22 @@ class Attention(Layer):
         self._prompted = True
         return y
 
+    def reserve_cache(self, B, S, max_len=None):
+        """Make the KV cache of B sequences (capacity max_len, or the layer's) and what a decoding
+        step keeps, now, for a prompt of S tokens (mf.prefill does, before the kept weight copies);
+        prefill() then finds them. Sizes prefill would refuse make nothing (prefill says why);
+        decode_step is refused from here until a prefill completes."""
+        cap = max_len if max_len is not None else self.max_len
+        if (isinstance(B, int) and B >= 1 and isinstance(S, int) and isinstance(cap, int) and 1 <= S <= cap):
+            self._reserve((B, cap, self.embed_dim))
+
     def _reserve(self, shape):
         # what decoding keeps, made before the prompt's buffers (the long-lived arrays low in the
         # heap, the prompt's above them): the cache (B, L, E), a decoding step's buffers and the
         # backend's scratch for a step over the full cache (at its largest from the start: grown
         # token by token it would leave a hole in the heap at each growth)
         B, L, E = shape
+        self._prompted = False              # until a prompt is in the cache: no decode_step
         self._buffers("_kv", shape)
         self._buffers("_dec", (B, 1, E), L)
         make = getattr(backend.K, "reserve_decode", None)
