@@ -288,7 +288,19 @@ def xavier_uniform(t, fan_in, fan_out, rng):
     d = t.data
     for i in range(len(d)):
         d[i] = a * rng.signed_unit()
+    settle()
     return t
+
+
+def settle():
+    """On MicroPython, collect the garbage a fill loop leaves (a float and an int per value drawn
+    or computed) before anything long-lived is made: what the model makes next then takes the
+    lowest free blocks, next to what it made before, instead of landing among that garbage and
+    staying there as islands that cut the free heap into pieces once it is collected (a layer's
+    arrays and the KV cache need blocks in one piece). Nothing on CPython."""
+    if _MICROPYTHON:
+        import gc
+        gc.collect()
 
 
 class Grad(Tensor):
