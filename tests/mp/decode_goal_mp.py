@@ -1,9 +1,14 @@
 # tests/mp/decode_goal_mp.py: the decode goal of make bench-budget (board/benchmarks/budget.py
 # decode_model: a causal E=32 model, not frozen, a 318-token cache) prefilling 16 tokens and
 # decoding greedily to the end of its cache. Prints the heap in use (gc.mem_alloc after a
-# collection) after the prefill, after the first step and after the last one, and the tokens.
+# collection) after the prefill, after the first step and after the last one, and the tokens;
+# before them, micropython.mem_info() once the model is built, and whether building it loaded the
+# portable kernels (microformer.kernels: PORTABLE 1).
 #   micropython -X heapsize=16M tests/mp/decode_goal_mp.py
 import gc
+import sys
+
+import micropython
 
 import budget
 
@@ -12,6 +17,9 @@ from microformer import backend
 from microformer.tensor import Tensor
 
 model, V = budget.decode_model()
+gc.collect()
+micropython.mem_info()                 # "max free sz": the largest free run of blocks the model left
+print("PORTABLE", 1 if "microformer.kernels" in sys.modules else 0)
 L = budget.DECODE_CACHE
 P = 16
 prompt = Tensor((1, P))
