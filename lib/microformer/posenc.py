@@ -1,10 +1,9 @@
 # microformer.posenc: fixed sinusoidal positional encoding added to token vectors.
 #   pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i * ln(10000) / E)
-from math import cos, exp, log, sin
-
 from . import backend
 from .dropout import Dropout, check_p
 from .layer import Layer, check_tensor, shape_error
+from .sinusoid import sinusoid
 from .tensor import Tensor, settle
 
 
@@ -25,6 +24,7 @@ class PositionalEncoding(Layer):
         self.embed_dim = embed_dim
         self.pe = Tensor.zeros((max_len, embed_dim), "pe")      # (L, E), not a parameter
         _table_kernel()(self.pe.data, max_len, embed_dim)
+        settle()                                                # the loop's floats: collected now
         self._x = None
         self.pos = 0
         self.drop = Dropout(dropout)
@@ -91,20 +91,6 @@ class PositionalEncoding(Layer):
         y = self._add(x, self.pos)
         self.pos += x.shape[1]
         return y
-
-
-def sinusoid(pe, L, C):
-    # pe (L, C): pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i ln(10000) / C)
-    # (the portable kernel posenc_table of kernels.py runs this loop)
-    k = -log(10000.0) / C
-    for i in range(0, C, 2):
-        div = exp(i * k)
-        for p in range(L):
-            a = p * div
-            pe[p * C + i] = sin(a)
-            if i + 1 < C:
-                pe[p * C + i + 1] = cos(a)
-    settle()
 
 
 def _table_kernel():
