@@ -1,5 +1,5 @@
-# tests/mp/decode_goal_mp.py: the decode goal of make bench-budget (board/benchmarks/budget.py
-# decode_model: a causal E=32 model, not frozen, a 318-token cache) prefilling 16 tokens and
+# tests/mp/decode_goal_mp.py: the decode goal of make bench-budget (board/benchmarks/decode_goal.py:
+# a causal E=32 model, not frozen, a 318-token cache) prefilling 16 tokens and
 # decoding greedily to the end of its cache. Prints the heap in use (gc.mem_alloc after a
 # collection) after the prefill, after the first step and after the last one, and the tokens;
 # before them, micropython.mem_info() once the model is built, and whether building it loaded the
@@ -10,21 +10,19 @@ import sys
 
 import micropython
 
-import budget
+import decode_goal
 
 import microformer as mf
 from microformer import backend
 from microformer.tensor import Tensor
 
-model, V = budget.decode_model()
+model, V = decode_goal.model()
 gc.collect()
 micropython.mem_info()                 # "max free sz": the largest free run of blocks the model left
 print("PORTABLE", 1 if "microformer.kernels" in sys.modules else 0)
-L = budget.DECODE_CACHE
-P = 16
-prompt = Tensor((1, P))
-for i in range(P):
-    prompt.data[i] = (3 * i + 1) % V
+L = decode_goal.CACHE
+P = decode_goal.PROMPT
+prompt = decode_goal.prompt(V)
 x = Tensor((1, 1))
 gc.collect()
 logits = mf.prefill(model, prompt, L)
