@@ -3,7 +3,6 @@
 # Buffers are flat float32 arrays (array('f')); shape comments name their layout.
 # kernels_viper.py holds the same functions with the same signatures.
 from math import exp, frexp, log as _log, sqrt, tanh
-from .sinusoid import sinusoid as _sinusoid
 from .actkind import GELU, GELU_TANH, LEAKY_RELU, LEAKY_SLOPE, RELU, SIGMOID, TANH, erf  # noqa: F401
 _GELU_C = 0.7978845608028654  # sqrt(2/pi)
 _RSQRT2 = 0.7071067811865476  # 1/sqrt(2)
@@ -724,8 +723,10 @@ def embedding_backward(dtable, dout, ids, N, C):
 
 def posenc_table(pe, L, C):
     # pe (L, C): pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i ln(10000) / C)
-    # (the loop is sinusoid.py's: PositionalEncoding runs it without loading this module)
-    _sinusoid(pe, L, C)
+    # (the loop is sinusoid.py's, loaded here on first use: PositionalEncoding runs it without
+    # loading this module)
+    from .sinusoid import sinusoid
+    sinusoid(pe, L, C)
 
 
 def posenc_forward(out, inp, pe, B, S, C, start):
