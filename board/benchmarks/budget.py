@@ -321,11 +321,9 @@ def action_accuracy(model_name, mode, checkpoint, epochs, data_dir=None, adapter
 #   fits the free heap), MODE full, lora or lora_int8;
 # gesture: two fit steps at GESTURE_BATCH of the Conv1D(3, 16, 5) + EncoderBlock(16, 2, 32) model
 #   over 50 x 3 windows (5 classes), as the board session's fit runs them (the same trainer);
-# decode: a causal E=32 character model (Embedding, positions, one EncoderBlock, DECODE_CACHE
-#   tokens of KV cache; not frozen: it holds its grad buffers) prefilling 16 tokens and decoding
-#   to the end of its cache.
+# decode: decode_goal.py (a causal E=32 character model prefilling 16 tokens and decoding to the
+#   end of its 318-token cache); bench_budget.py runs that file itself, without this one's imports.
 GESTURE_BATCH = 16
-DECODE_CACHE = 318
 
 
 def gesture_model():
@@ -365,28 +363,8 @@ def action_goal(model_name, mode):
 
 
 def _goal_decode():
-    from microformer.train import argmax
-    mf.seed(4)
-    E, V = 32, 32
-    model = mf.Sequential([mf.Embedding(V, E), mf.PositionalEncoding(DECODE_CACHE, E),
-                           mf.EncoderBlock(E, 2, 2 * E, causal=True, max_len=DECODE_CACHE),
-                           mf.LayerNorm(E), mf.Dense(E, V)])
-    model.eval()
-    P = 16
-    prompt = Tensor((1, P))
-    for i in range(P):
-        prompt.data[i] = (3 * i + 1) % V
-    x = Tensor((1, 1))
-    gc.collect()
-    logits = mf.prefill(model, prompt, DECODE_CACHE)
-    nxt = argmax(logits.data, (P - 1) * V, V)
-    n = 0
-    for _ in range(DECODE_CACHE - P):
-        x.data[0] = nxt
-        logits = mf.decode_step(model, x)
-        nxt = argmax(logits.data, 0, V)
-        n += 1
-    _report("goal", steps=n, micro=1, batch=1, plan_peak=-1, plan_whole=-1)
+    import decode_goal
+    decode_goal.run()
 
 
 def main(argv):

@@ -3,7 +3,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _BL, _S, _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _BL, _S, _filled, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
 from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
@@ -16,6 +16,7 @@ _MASKED = const(4)      # 1: a padding mask is given
 _B = const(5)           # batch size
 _RS = const(6)          # row stride of att (Tk, or the cache length L when decoding)
 _D = array("i", [0] * 7)
+_NO = array("i")               # an empty operand: _gemm asked only for the scratch it needs
 _SCALE = {}                    # head size -> (mantissa Q15, exponent) of 1/sqrt(hs)
 
 
@@ -291,6 +292,22 @@ def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: in
     _head_mm(att, q, kc, DECODE_SCORES, B, T, L, C, NH)
     _softmax_rows(att, None, B, 1, T, L, NH, 0, C // NH)
     _head_mm(out, att, vc, DECODE_CONTEXT, B, T, L, C, NH)
+
+
+def reserve_decode(B, L, C, NH):
+    # not a kernel: the module scratch attention_decode needs at its largest (T = L, a full cache
+    # of L tokens), made now at its exact size, so that decoding never grows it token by token
+    # (each growth leaves the old block as a hole in the heap). _gemm reports what a product needs
+    # when its scratch is smaller, computing nothing; the softmax takes 2 T ints.
+    n = L + L
+    for kind in (DECODE_SCORES, DECODE_CONTEXT):
+        k = int(_gemm(0, 0, 0, _NO, _NO, _NO, _NO, _NO, kind, B, L, L, C, NH))
+        if k > n:
+            n = k
+    if len(_S[0]) < n:
+        _S[0] = None                    # the old one can go before the new one is made
+        _S[0] = _filled("i", n, 0)
+    return n
 
 
 @micropython.viper

@@ -143,6 +143,7 @@ class Attention(Layer):
     lora_q = lora_k = lora_v = lora_o = None    # LoRA adapters on the projections (lora.py)
     backward_stops = True
     _recompute = False
+    _prompted = False          # prefill has put a prompt in the KV cache (decode_step may run)
 
     def _get_recompute(self):
         return self._recompute
@@ -637,12 +638,35 @@ class Attention(Layer):
         self._check_decoding("prefill")
         self._check_x(x, "x")
         shape = self._cache_shape(x, max_len)
+        self._reserve(shape)
         y = self._eval_forward(x, None, None)
-        self._buffers("_kv", shape)                         # the cache: (B, L, E)
         self._store_prompt(x)
         self._pos = x.shape[1]
         self._padded = False
+        self._prompted = True
         return y
+
+    def reserve_cache(self, B, S, max_len=None):
+        """Make the KV cache of B sequences (capacity max_len, or the layer's) and what a decoding
+        step keeps, now, for a prompt of S tokens (mf.prefill does, before the kept weight copies);
+        prefill() then finds them. Sizes prefill would refuse make nothing (prefill says why);
+        decode_step is refused from here until a prefill completes."""
+        cap = max_len if max_len is not None else self.max_len
+        if (isinstance(B, int) and B >= 1 and isinstance(S, int) and isinstance(cap, int) and 1 <= S <= cap):
+            self._reserve((B, cap, self.embed_dim))
+
+    def _reserve(self, shape):
+        # what decoding keeps, made before the prompt's buffers (the long-lived arrays low in the
+        # heap, the prompt's above them): the cache (B, L, E), a decoding step's buffers and the
+        # backend's scratch for a step over the full cache (at its largest from the start: grown
+        # token by token it would leave a hole in the heap at each growth)
+        B, L, E = shape
+        self._prompted = False              # until a prompt is in the cache: no decode_step
+        self._buffers("_kv", shape)
+        self._buffers("_dec", (B, 1, E), L)
+        make = getattr(backend.K, "reserve_decode", None)
+        if make is not None:
+            make(B, L, E, self.num_heads)
 
     def _cache_shape(self, x, max_len):
         B, S, E = x.shape
@@ -710,7 +734,7 @@ class Attention(Layer):
     def decode_step(self, x):
         """One new token per sequence, x [B,1,E] -> y [B,1,E], attending to every cached token."""
         self._check_decoding("decode_step")
-        if self._kc is None:
+        if self._kc is None or not self._prompted:
             raise RuntimeError("Attention: decode_step() called before prefill()")
         self._check_token(x, "decode_step")
         self._decode_qkv(x)
@@ -817,7 +841,7 @@ class Attention(Layer):
     def decode_step_padded(self, x):
         """decode_step() after prefill_padded(): the new token sees its own prompt's keys only."""
         self._check_decoding("decode_step_padded")
-        if self._kc is None or not getattr(self, "_padded", False):
+        if self._kc is None or not self._prompted or not getattr(self, "_padded", False):
             raise RuntimeError("Attention: decode_step_padded() called before prefill_padded()")
         self._check_token(x, "decode_step_padded")
         self._decode_qkv(x)

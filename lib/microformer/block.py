@@ -286,7 +286,13 @@ def _keep_weights(layer):
 def prefill(model, x, max_len=None):
     """Run a prompt through a Sequential (or one layer): layers with a KV cache or a position
     (Attention, EncoderBlock, PositionalEncoding) remember it; the others just run forward.
-    The backend's kept weight copies for decode_step are made first (Dense.keep_weights)."""
+    The caches (KV cache, a decoding step's buffers, the backend's scratch for a step over the
+    full cache) are made first, then the backend's kept weight copies for decode_step
+    (Dense.keep_weights): the largest long-lived arrays before the smaller ones."""
+    for l in _layers(model):
+        a = l.attn if isinstance(l, EncoderBlock) else l
+        if isinstance(a, Attention) and a.causal and len(getattr(x, "shape", ())) >= 2:
+            a.reserve_cache(x.shape[0], x.shape[1], max_len)
     for l in _layers(model):
         _keep_weights(l)
     for l in _layers(model):

@@ -601,7 +601,6 @@ def params_commit(params, newp, count, seen=None):
 # ---------------------------------------------------------------- attention family
 # LayerNorm, residual adds, embedding lookup, sinusoidal positions, the KV cache and the
 # attention stages the golden vectors check. Same conventions: outputs first, no allocation.
-from math import cos, sin  # noqa: E402
 
 
 def add_forward(out, a, b, n):
@@ -724,14 +723,10 @@ def embedding_backward(dtable, dout, ids, N, C):
 
 def posenc_table(pe, L, C):
     # pe (L, C): pe[p, 2i] = sin(p * div_i), pe[p, 2i+1] = cos(p * div_i), div_i = exp(-2i ln(10000) / C)
-    k = -_log(10000.0) / C
-    for i in range(0, C, 2):
-        div = exp(i * k)
-        for p in range(L):
-            a = p * div
-            pe[p * C + i] = sin(a)
-            if i + 1 < C:
-                pe[p * C + i + 1] = cos(a)
+    # (the loop is sinusoid.py's, loaded here on first use: PositionalEncoding runs it without
+    # loading this module)
+    from .sinusoid import sinusoid
+    sinusoid(pe, L, C)
 
 
 def posenc_forward(out, inp, pe, B, S, C, start):

@@ -161,6 +161,7 @@ for _n, _w, _, _ in _sibling("kernel_table").rows():
         _LAZY.append("%s=%s" % (_n, "kernels" if _w == "-" else _w))
 _LAZY = " " + " ".join(_LAZY) + " "
 keep_weight = _sibling("viper_gemm").keep_weight     # not a kernel: Dense's copy of its weight for decoding
+reserve_decode = _sibling("viper_softmax").reserve_decode   # not a kernel: decoding's scratch, made at prefill
 del _w, _m, _n, _, _self
 
 # The kernels that are portable by design on this backend (the table's '-' in the viper column):

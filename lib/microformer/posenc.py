@@ -3,7 +3,8 @@
 from . import backend
 from .dropout import Dropout, check_p
 from .layer import Layer, check_tensor, shape_error
-from .tensor import Tensor
+from .sinusoid import sinusoid
+from .tensor import Tensor, settle
 
 
 class PositionalEncoding(Layer):
@@ -22,7 +23,8 @@ class PositionalEncoding(Layer):
         self.max_len = max_len
         self.embed_dim = embed_dim
         self.pe = Tensor.zeros((max_len, embed_dim), "pe")      # (L, E), not a parameter
-        backend.K.posenc_table(self.pe.data, max_len, embed_dim)
+        _table_kernel()(self.pe.data, max_len, embed_dim)
+        settle()                                                # the loop's floats: collected now
         self._x = None
         self.pos = 0
         self.drop = Dropout(dropout)
@@ -89,6 +91,15 @@ class PositionalEncoding(Layer):
         y = self._add(x, self.pos)
         self.pos += x.shape[1]
         return y
+
+
+def _table_kernel():
+    # the backend's own posenc_table when it has one at hand (numpy's; the portable one once it is
+    # loaded), else sinusoid: on a backend that binds its portable kernels on first use (viper,
+    # native) asking for posenc_table would load every portable kernel (kernels.py) for one call
+    d = getattr(backend.K, "__dict__", None)
+    t = d.get("posenc_table") if d is not None else None
+    return sinusoid if t is None else t
 
 
 def _start_error(who, start, S, max_len):

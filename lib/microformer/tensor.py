@@ -1,6 +1,5 @@
 # microformer.tensor: flat row-major float32 buffers with a shape, a seeded PRNG, Xavier init.
 # Runs unchanged under CPython and MicroPython.
-import gc
 import sys
 from array import array
 
@@ -291,7 +290,6 @@ def xavier_uniform(t, fan_in, fan_out, rng):
 # MicroPython: a tensor of at least this many values filled from the Rng is followed by a
 # collection (fill_signed)
 SETTLE_FLOATS = 1024
-_collect = gc.collect if hasattr(gc, "mem_free") else None
 
 
 def fill_signed(t, a, rng):
@@ -304,9 +302,20 @@ def fill_signed(t, a, rng):
     d = t.data
     for i in range(len(d)):
         d[i] = a * rng.signed_unit()
-    if _collect is not None and len(d) >= SETTLE_FLOATS:
-        _collect()
+    if len(d) >= SETTLE_FLOATS:
+        settle()
     return t
+
+
+def settle():
+    """On MicroPython, collect the garbage a fill loop leaves (a float and an int per value drawn
+    or computed) before anything long-lived is made: what the model makes next then takes the
+    lowest free blocks, next to what it made before, instead of landing among that garbage and
+    staying there as islands that cut the free heap into pieces once it is collected (a layer's
+    arrays and the KV cache need blocks in one piece). Nothing on CPython."""
+    if _MICROPYTHON:
+        import gc
+        gc.collect()
 
 
 class Grad(Tensor):

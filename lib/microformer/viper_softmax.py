@@ -6,7 +6,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _BL, _S, _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _BL, _S, _filled, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
 from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
@@ -19,10 +19,11 @@ _MASKED = const(4)      # 1: a padding mask is given
 _B = const(5)           # batch size
 _RS = const(6)          # row stride of att (Tk, or the cache length L when decoding)
 _D = array("i", [0] * 7)
+_NO = array("i")               # an empty operand: _gemm asked only for the scratch it needs
 _SCALE = {}                    # head size -> (mantissa Q15, exponent) of 1/sqrt(hs)
 
 
-# from host/viper/softmax.py:22
+# from host/viper/softmax.py:23
 def _scale_of(hs):
     sc = _SCALE.get(hs)
     if sc is None:
@@ -35,7 +36,7 @@ def _scale_of(hs):
 #   within 2e-4 w_j + 2e-5 (y_j + 1) w_j of the softmax of the same scores (relative to the
 #   element), y_j = (max - s_j) * scale, and 0 where w_j < 2^-126; rows sum to 1 within 4e-4.
 #   Scores are never clamped: only the difference y_j >= 128 (weight < 3e-56, 0 in float32) is.
-# from host/viper/softmax.py:34
+# from host/viper/softmax.py:35
 @micropython.viper
 def _softmax(att, mask, d, s, NH: int, Tq: int):
     # att (B, NH, Tq, Tk): raw scores in, softmax(scores * scale) out, in place  [B3]
@@ -108,7 +109,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     # from host/viper/snippets.py:413 (snippet softmax_max)
                     if ex == 0:
                         ex = 1
-                # from host/viper/softmax.py:68
+                # from host/viper/softmax.py:69
                 # pass 2: y_j = (max - s_j) scale in Q16; e_j = exp(-y_j) = p_j 2^(-15 - k_j)
                 # with p_j in [2^14, 2^15) kept apart from k_j; Z = sum_j e_j in Q(15 + zs)
                 z = 0
@@ -146,7 +147,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                         if sh <= 24:
                             dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                         de = e
-                    # from host/viper/softmax.py:77
+                    # from host/viper/softmax.py:78
                     y = 0
                     if dv > 0:
                         # dv cut to < 2^16 (rounded): n = bit length of dv >> 16
@@ -168,7 +169,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                                 y = v << sh
                         elif sh > 0 - 31:
                             y = ((v >> (0 - sh - 1)) + 1) >> 1
-                    # from host/viper/softmax.py:91
+                    # from host/viper/softmax.py:92
                     if y >= ycap:
                         continue                    # weight 0 (below float32 range)
                     # from host/viper/snippets.py:253 (snippet expq15)
@@ -184,7 +185,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     p = 32768 - ((((r * p) >> 16) * 43691) >> 17)
                     p = 32768 - (((r * p) >> 16) >> 1)
                     p = 32768 - ((r * p) >> 16)
-                    # from host/viper/softmax.py:94
+                    # from host/viper/softmax.py:95
                     if p > 32767:
                         p = 32767
                     S[j] = p
@@ -202,7 +203,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                     zn = 8 + bl[z >> 8]
                 else:
                     zn = bl[z]
-                # from host/viper/softmax.py:102
+                # from host/viper/softmax.py:103
                 zn -= 15
                 if zn < 0:
                     zn = 0
@@ -232,7 +233,7 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
                 ab += rs
 
 
-# from host/viper/softmax.py:131
+# from host/viper/softmax.py:132
 @micropython.viper
 def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int):
     # j x ab: the hottest locals; as the first three they live in registers (callers pass 0s)
@@ -307,7 +308,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     md = md << 6
                 if (y >> 31) & 1:
                     md = 0 - md
-            # from host/viper/softmax.py:199
+            # from host/viper/softmax.py:200
             me = ed - 156
             o = dot
             if pmax == 0:
@@ -341,14 +342,14 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     # from host/viper/snippets.py:308 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = de
-            # from host/viper/softmax.py:212
+            # from host/viper/softmax.py:213
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
             # from host/viper/snippets.py:116 (snippet unsign)
             neg = 0
             if v < 0:
                 neg = 1
                 v = 0 - v
-            # from host/viper/softmax.py:214
+            # from host/viper/softmax.py:215
             if v >= 0x8000:             # truncated to 15 bits: n = bit length - 15
                 # from host/viper/snippets.py:93 (snippet bitlen)
                 if v >= 0x10000:
@@ -360,7 +361,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     n = 8 + bl[v >> 8]
                 else:
                     n = bl[v]
-                # from host/viper/softmax.py:216
+                # from host/viper/softmax.py:217
                 n -= 15
                 v = v >> n
                 e += n
@@ -404,7 +405,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     pd[ab + j] = 0
                 else:
                     pd[ab + j] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/softmax.py:227
+        # from host/viper/softmax.py:228
         ab += Tk
 
 
@@ -413,7 +414,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
 # slows as garbage builds up between collections); a viper function has no such frame, and it
 # calls _gemm, _softmax and _softmax_back directly. The arithmetic is that of the kernels below
 # (the same calls in the same order as before, so the results are bit-identical).
-# from host/viper/softmax.py:235
+# from host/viper/softmax.py:236
 @micropython.viper
 def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
     # one per-head product of _gemm (`kind`: HEAD_* / DECODE_*) with the module scratch, grown on demand
@@ -422,12 +423,12 @@ def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
         _gemm(0, 0, 0, out, a, b, out, _iscratch(n), kind, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:243
+# from host/viper/softmax.py:244
 def _keys_error(name, n):
     raise ValueError("%s: Tk must be < 65536 keys, got %d" % (name, n))
 
 
-# from host/viper/softmax.py:247
+# from host/viper/softmax.py:248
 @micropython.viper
 def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal: int, hs: int):
     # _softmax over att (B, NH, Tq, rs), the first Tk columns of each row, head size hs;
@@ -448,7 +449,7 @@ def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal:
     _softmax(att, m, _D, _iscratch(Tk + Tk), NH, Tq)
 
 
-# from host/viper/softmax.py:267
+# from host/viper/softmax.py:268
 @micropython.viper
 def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int, NH: int, causal: int):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
@@ -465,7 +466,7 @@ def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int,
     _head_mm(out, att, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
-# from host/viper/softmax.py:283
+# from host/viper/softmax.py:284
 @micropython.viper
 def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: int):
     # one causal query per sequence against the first T cached keys (itself included):
@@ -479,7 +480,24 @@ def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: in
     _head_mm(out, att, vc, DECODE_CONTEXT, B, T, L, C, NH)
 
 
-# from host/viper/softmax.py:296
+# from host/viper/softmax.py:297
+def reserve_decode(B, L, C, NH):
+    # not a kernel: the module scratch attention_decode needs at its largest (T = L, a full cache
+    # of L tokens), made now at its exact size, so that decoding never grows it token by token
+    # (each growth leaves the old block as a hole in the heap). _gemm reports what a product needs
+    # when its scratch is smaller, computing nothing; the softmax takes 2 T ints.
+    n = L + L
+    for kind in (DECODE_SCORES, DECODE_CONTEXT):
+        k = int(_gemm(0, 0, 0, _NO, _NO, _NO, _NO, _NO, kind, B, L, L, C, NH))
+        if k > n:
+            n = k
+    if len(_S[0]) < n:
+        _S[0] = None                    # the old one can go before the new one is made
+        _S[0] = _filled("i", n, 0)
+    return n
+
+
+# from host/viper/softmax.py:313
 @micropython.viper
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
@@ -491,7 +509,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:307
+# from host/viper/softmax.py:324
 @micropython.viper
 def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
@@ -508,7 +526,7 @@ def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:323
+# from host/viper/softmax.py:340
 @micropython.viper
 def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: int, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
@@ -518,7 +536,7 @@ def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: i
     _head_mm(out, G, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:332
+# from host/viper/softmax.py:349
 @micropython.viper
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B: int, Tq: int, Tk: int, C: int,
                                NH: int, pscale):
@@ -537,7 +555,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B:
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:350
+# from host/viper/softmax.py:367
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -592,7 +610,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:285 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:385
+    # from host/viper/softmax.py:402
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
@@ -609,7 +627,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:391
+    # from host/viper/softmax.py:408
     _store(lf, 0, v, e)
 
 
@@ -619,7 +637,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:400
+# from host/viper/softmax.py:417
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -656,7 +674,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:430
+            # from host/viper/softmax.py:447
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -675,7 +693,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:175 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:437
+        # from host/viper/softmax.py:454
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -712,7 +730,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:445
+            # from host/viper/softmax.py:462
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -724,7 +742,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:449
+            # from host/viper/softmax.py:466
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -756,7 +774,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:285 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:461
+                # from host/viper/softmax.py:478
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -773,7 +791,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:465
+            # from host/viper/softmax.py:482
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -791,7 +809,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             zre = 8 + bl[z >> 8]
         else:
             zre = bl[z]
-        # from host/viper/softmax.py:473
+        # from host/viper/softmax.py:490
         zre -= 16
         if zre < 0:
             zre = 0
@@ -850,7 +868,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     pdl[lb + j] = 0
                 else:
                     pdl[lb + j] = (wsg << 31) | (wbe << 23) | (wv & 0x7FFFFF)
-        # from host/viper/softmax.py:478
+        # from host/viper/softmax.py:495
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
         while z >= 32768:
@@ -865,7 +883,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:492
+# from host/viper/softmax.py:509
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
@@ -876,14 +894,14 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     return _LF[0]
 
 
-# from host/viper/softmax.py:502
+# from host/viper/softmax.py:519
 @micropython.viper
 def _xent_run(dlogits, logits, labels, B: int, V: int) -> int:
     ib = _xent_ib(B, V)
     return int(_xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF))
 
 
-# from host/viper/softmax.py:508
+# from host/viper/softmax.py:525
 def _xent_ib(B, V):
     # 1 / B as (15-bit mantissa, exponent), after the int32 limits of _xent [B3]: the sum z needs
     # V <= 2^14, the log of the product of the B sums (N ln2 in Q16) B log2(V) < 45000
