@@ -73,6 +73,8 @@ def main(argv):
     goals.update(bench_native.main())
     import bench_budget                   # fine-tuning within a budget: its own table (make bench-budget)
     bench_budget.main([] if "--callgrind" in argv else ["--no-callgrind"])
+    if os.path.exists(MP32):              # the memory goals (the Iris session's heap is measured above)
+        bench_budget.goals(MP32, iris=False)
     import bench_goals                    # the speed goals against this run's figures, last
     bench_goals.table(goals)
 
