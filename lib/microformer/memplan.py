@@ -178,23 +178,26 @@ def held(t):
 HEADROOM = 1.5
 
 
-def fits(info, have, free):
+def fits(info, have, free, headroom=HEADROOM):
     """Does plan `info` fit `free` bytes when `have` bytes of it are held already: what it adds,
-    its activations and batch rows counted HEADROOM times?"""
+    its activations and batch rows counted `headroom` times?"""
     big = info["activations"] + info["batch_rows"]
-    return info["peak"] - have - big + big * HEADROOM <= free
+    return info["peak"] - have - big + big * headroom <= free
 
 
 def pick_micro(t, batch, free):
     """The largest micro-batch (rows <= batch: batch, batch/2, ... 1) whose plan fits in `free`
-    bytes (fits()); None when not even one row does."""
+    bytes (fits()); else 1 when one row's plan fits without the headroom (a heap that has the
+    bytes may well have the room: the step tells, and a failed step gives its memory back);
+    None when not even that."""
     have = held(t)
     m = batch
     while m >= 1:
-        if fits(plan(t, batch, m), have, free):
+        info = plan(t, batch, m)
+        if fits(info, have, free):
             return m
         m //= 2
-    return None
+    return 1 if fits(info, have, free, 1.0) else None
 
 
 def tried_micro(t, batch, free):
