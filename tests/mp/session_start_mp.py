@@ -27,6 +27,11 @@ print("LOADED session", loaded())
 # the modules only loading needs: dropped on MicroPython once the session is loaded, kept by CPython
 print("LOADONLY", sys.implementation.name,
       sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan") if m in sys.modules))
+# the modules only a successful load needs (mf_session.LOAD_ONLY_AFTER) and the memory plan fit
+# chose its micro-batch with (mf_session.FIT_ONLY): dropped on MicroPython, kept by CPython
+# (which never plans a micro-batch: no memplan)
+print("AFTERLOAD", sys.implementation.name,
+      sorted(m for m in ("microformer.checkpoint", "microformer.meta", "microformer.memplan") if m in sys.modules))
 print("ACCURACY", r["accuracy"])
 p = s.predict([5.1, 3.5, 1.4, 0.2], verbose=False)
 import mf_commands  # noqa: E402
@@ -38,3 +43,12 @@ try:
     finetune.no_such_name
 except AttributeError as e:
     print("ATTR", "no_such_name" in str(e))
+# a load that fails on the checkpoint keeps its modules: the error is the class the package names
+# (the checkpoint module dropped by the session above is imported again by this one)
+import microformer as mf  # noqa: E402
+with open(sys.argv[1].rstrip("/") + "/bad.mfck", "wb") as f:
+    f.write(b"MFCK" + bytes(40))
+try:
+    finetune.Session(checkpoint="bad.mfck", root=sys.argv[1], verbose=False)
+except mf.CheckpointError as e:
+    print("CAUGHT", "bad.mfck" in str(e))
