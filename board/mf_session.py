@@ -79,9 +79,10 @@ _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has 
 # Modules only loading needs, functions and constants only (no classes): microformer.spec (the
 # model from its spec), specformat, and specplan (the checkpoint's check of what its spec would
 # allocate, before anything is built). On MicroPython, Session() drops those its load imported
-# as soon as the checkpoint's weights are read (or the load failed), before the data files are
-# read: their code's heap goes back to the data and the fit; whatever needs them later (s.lora,
-# s.save) imports them again. CPython keeps them.
+# as soon as it is past them (specplan once the spec is checked, the others once the checkpoint's
+# weights are read, all of them when the load fails), before the model's weights are read and
+# the data files: their code's heap goes back to the data and the fit; whatever needs them later
+# (s.lora, s.save) imports them again. CPython keeps them.
 LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan")
 # Modules only loading needs that define an exception class: microformer.checkpoint (the file's
 # reader; s.save imports it again) and microformer.meta (the metadata's checks; the session
@@ -278,8 +279,8 @@ class Session:
         if not (exists(path) or exists(path + ".tmp")):
             raise _commands().missing(path, CHECKPOINT)
         from microformer import checkpoint              # LOAD_ONLY_AFTER, as meta
-        from microformer import meta as _meta
         head = checkpoint.read_header(path)   # CheckpointError names the file
+        from microformer import meta as _meta           # after the header: not beside specplan's peak
         where = "checkpoint %r" % path
         meta = head["meta"]
         # what a session needs, checked in one place (microformer.meta); notes: the defaults
@@ -287,6 +288,7 @@ class Session:
         # the model comes from meta['spec']; checkpoints older than specs: from meta['layers'] or
         # arch 'iris-attention-v1' (spec_of says which), and save() then writes the spec
         spec = checkpoint.spec_of(meta, where)
+        _drop([m for m in loaded if m.endswith(".specplan")])     # the spec is checked: no more plans
         self.meta = meta
         self.task = m["task"]
         self.classes = list(m["classes"]) if self.task == "classify" else []

@@ -18,9 +18,26 @@ def loaded():
     return sorted(m for m in RARE if m in sys.modules)
 
 
+# which loaders are still there when the session builds the model from its spec (it imports
+# microformer.spec for that): specplan, which only checked the spec, is gone on MicroPython
+import builtins  # noqa: E402
+_import = builtins.__import__
+AT_SPEC = []
+
+
+def _watch(name, *args):
+    if name == "microformer.spec" and not AT_SPEC:
+        AT_SPEC.append(sorted(m for m in ("microformer.checkpoint", "microformer.meta", "microformer.specplan")
+                              if m in sys.modules))
+    return _import(name, *args)
+
+
 import finetune  # noqa: E402
 print("LOADED import", loaded())
+builtins.__import__ = _watch
 s = finetune.Session(root=sys.argv[1], verbose=False)
+builtins.__import__ = _import
+print("ATSPEC", sys.implementation.name, AT_SPEC)
 s.fit(epochs=1, data="train", verbose=False)
 r = s.evaluate(verbose=False)
 print("LOADED session", loaded())
