@@ -85,11 +85,13 @@ _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has 
 # (s.lora, s.save) imports them again. CPython keeps them.
 LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan")
 # Modules only loading needs that define an exception class: microformer.checkpoint (the file's
-# reader; s.save imports it again) and microformer.meta (the metadata's checks; the session
-# keeps the train/test split they give). Dropped the same way once the load is past its last use
-# of each (the weights read; the split made), never when that part fails: the error it raises
-# stays an instance of the class `except mf.CheckpointError` (MetaError) names.
-LOAD_ONLY_AFTER = ("microformer.checkpoint", "microformer.meta")
+# reader; s.save imports it again), dropped the same way once the weights are read, never when
+# that part fails: the error it raises stays an instance of the class `except mf.CheckpointError`
+# names. microformer.meta (the metadata's checks, imported by the load too) stays: dropping it
+# as well freed 5 KB more, but the holes it left split the free heap so that a large fit's
+# micro-batch named by an out-of-memory message then found no room in a 420K heap
+# (tests/mp/test_trainer.py); the session keeps the train/test split, so fit needs no meta.
+LOAD_ONLY_AFTER = ("microformer.checkpoint",)
 # The memory plan (microformer.memplan), which fit imports to choose its micro-batch: dropped
 # again before the first step on MicroPython when that fit loaded it (its code's heap goes to the
 # step's buffers); a plan asked for later (s.plan(), an out-of-memory message) imports it again.
@@ -278,7 +280,7 @@ class Session:
         path = self.checkpoint_path
         if not (exists(path) or exists(path + ".tmp")):
             raise _commands().missing(path, CHECKPOINT)
-        from microformer import checkpoint              # LOAD_ONLY_AFTER, as meta
+        from microformer import checkpoint              # LOAD_ONLY_AFTER
         head = checkpoint.read_header(path)   # CheckpointError names the file
         from microformer import meta as _meta           # after the header: not beside specplan's peak
         where = "checkpoint %r" % path
@@ -312,7 +314,7 @@ class Session:
         self.model = from_spec(spec)
         self._shape, self.need = self._model_input(where)
         checkpoint.load(path, self.model)     # verified before any weight changes
-        _drop(loaded + [m for m in after if m.endswith(".checkpoint")])     # no CheckpointError from here on
+        _drop(loaded + after)                 # no CheckpointError from here on
         del checkpoint, from_spec, spec, head   # nothing here holds them: their heap goes back now
         self._labels = []                     # regression: the last target's texts in the files
         self._loss = mf.CrossEntropyLoss() if self.task == "classify" else _MSE(len(self.targets))
@@ -349,7 +351,6 @@ class Session:
                                                       100 - int(100 * _meta.TRAIN_FRACTION), m["split_seed"])
         if self._base:
             self._split = self._split_idx(_meta)      # (train rows, test rows): fit needs no meta
-        _drop(after)                                  # no MetaError from here on
         e = foreign(self.user_path, len(self._file_columns()) + 1, path, self._path, m)
         if e is not None:
             raise e
