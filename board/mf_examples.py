@@ -8,7 +8,6 @@ import gc
 import os
 from array import array
 
-from microformer.checkpoint import replace_file
 from microformer.finite import float32_row
 
 _CHUNK = 512       # bytes per read when copying the old file
@@ -158,6 +157,7 @@ class Examples:
         tmp = self.path + ".tmp"
         try:
             repaired = self._write(tmp, old, text.encode())
+            from microformer.checkpoint import replace_file    # imported here: a session drops it after loading
             replace_file(tmp, self.path)
         except BaseException as e:          # a write error, a full flash, Ctrl-C: the file stays
             try:

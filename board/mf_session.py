@@ -9,8 +9,6 @@ import sys
 from array import array
 
 import microformer as mf
-from microformer import checkpoint
-from microformer import meta as _meta
 from microformer.data import Dataset, read_rows
 from microformer.finite import NonFiniteError, hyper
 from microformer.tensor import Rng, Tensor, shape_size
@@ -72,9 +70,23 @@ _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has 
 # Modules only loading needs, functions and constants only (no classes): microformer.spec (the
 # model from its spec), specformat, and specplan (the checkpoint's check of what its spec would
 # allocate, before anything is built). On MicroPython, Session() drops those its load imported
-# once the load is done (or failed): their code's heap goes back to the fit (18 KB on the 32-bit
-# port); whatever needs them later (s.lora, s.save) imports them again. CPython keeps them.
+# as soon as it is past them (specplan once the spec is checked, the others once the checkpoint's
+# weights are read, all of them when the load fails), before the model's weights are read and
+# the data files: their code's heap goes back to the data and the fit; whatever needs them later
+# (s.lora, s.save) imports them again. CPython keeps them.
 LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan")
+# Modules only loading needs that define an exception class: microformer.checkpoint (the file's
+# reader; s.save imports it again), dropped the same way once the weights are read, never when
+# that part fails: the error it raises stays an instance of the class `except mf.CheckpointError`
+# names. microformer.meta (the metadata's checks, imported by the load too) stays: dropping it
+# as well freed 5 KB more, but the holes it left split the free heap so that a large fit's
+# micro-batch named by an out-of-memory message then found no room in a 420K heap
+# (tests/mp/test_trainer.py); the session keeps the train/test split, so fit needs no meta.
+LOAD_ONLY_AFTER = ("microformer.checkpoint",)
+# The memory plan (microformer.memplan), which fit imports to choose its micro-batch: dropped
+# again before the first step on MicroPython when that fit loaded it (its code's heap goes to the
+# step's buffers); a plan asked for later (s.plan(), an out-of-memory message) imports it again.
+FIT_ONLY = ("microformer.memplan",)
 
 
 def _drop(names):
@@ -210,11 +222,12 @@ class Session:
         self._dirty = False                   # base weights fitted since the checkpoint was read
         old = _threshold() if _threshold else None
         self._reading = self.checkpoint_path    # the file a MemoryError while loading is about
-        loaded = [m for m in LOAD_ONLY if m not in sys.modules] if _threshold else ()    # this load's, dropped
+        loaded = [m for m in LOAD_ONLY if m not in sys.modules] if _threshold else []    # this load's, dropped
+        after = [m for m in LOAD_ONLY_AFTER if m not in sys.modules] if _threshold else []
         try:
             if _threshold:
                 _threshold(LOAD_GC_BYTES)        # reading leaves garbage among what stays
-            self._load()
+            self._load(loaded, after)
             if adapter is not None:
                 self._reading = self._path(adapter)
                 self.load_adapter(adapter)
@@ -252,11 +265,15 @@ class Session:
 
     # ---- loading ------------------------------------------------------------------------
 
-    def _load(self):
+    def _load(self, loaded, after):
+        # loaded, after: the modules of LOAD_ONLY and LOAD_ONLY_AFTER this load imports (dropped
+        # once it is past them; on MicroPython, else empty)
         path = self.checkpoint_path
         if not (exists(path) or exists(path + ".tmp")):
             raise _commands().missing(path, CHECKPOINT)
+        from microformer import checkpoint              # LOAD_ONLY_AFTER
         head = checkpoint.read_header(path)   # CheckpointError names the file
+        from microformer import meta as _meta           # after the header: not beside specplan's peak
         where = "checkpoint %r" % path
         meta = head["meta"]
         # what a session needs, checked in one place (microformer.meta); notes: the defaults
@@ -264,6 +281,7 @@ class Session:
         # the model comes from meta['spec']; checkpoints older than specs: from meta['layers'] or
         # arch 'iris-attention-v1' (spec_of says which), and save() then writes the spec
         spec = checkpoint.spec_of(meta, where)
+        _drop([m for m in loaded if m.endswith(".specplan")])     # the spec is checked: no more plans
         self.meta = meta
         self.task = m["task"]
         self.classes = list(m["classes"]) if self.task == "classify" else []
@@ -287,6 +305,8 @@ class Session:
         self.model = from_spec(spec)
         self._shape, self.need = self._model_input(where)
         checkpoint.load(path, self.model)     # verified before any weight changes
+        _drop(loaded + after)                 # no CheckpointError from here on
+        del checkpoint, from_spec, spec, head   # nothing here holds them: their heap goes back now
         self._labels = []                     # regression: the last target's texts in the files
         self._loss = mf.CrossEntropyLoss() if self.task == "classify" else _MSE(len(self.targets))
         self._make_net()
@@ -310,15 +330,18 @@ class Session:
                 else:
                     notes.append("base data: %s holds no rows" % self.data_path)
         self._m = m
+        self._split = None
         if self._base and "n_train" not in meta and "split" not in meta:
             # no split given: the board chooses one, once, and the checkpoint keeps it (s.save())
             rows = len(self._base[1])
-            test = sorted(self._split_idx()[1])
+            test = sorted(self._split_idx(_meta)[1])
             meta["split"] = m["split"] = {"test": test}
             for i in range(len(notes)):
                 if notes[i].startswith("n_train"):
                     notes[i] = _commands().split_note(len(test), rows, self.data_path,
                                                       100 - int(100 * _meta.TRAIN_FRACTION), m["split_seed"])
+        if self._base:
+            self._split = self._split_idx(_meta)      # (train rows, test rows): fit needs no meta
         e = foreign(self.user_path, len(self._file_columns()) + 1, path, self._path, m)
         if e is not None:
             raise e
@@ -466,7 +489,8 @@ class Session:
             return Dataset(Tensor((len(y), n), d), y, self.classes, self.columns)
         return _Regression(Tensor((len(y), n), d), y)
 
-    def _split_idx(self):
+    def _split_idx(self, _meta):
+        # (train rows, test rows) of the base data, from microformer.meta (module `_meta`)
         n = len(self._base[1])
         given = _meta.split_rows(self._m, n)       # the model's own split: never reshuffled
         if given is not None:
@@ -489,7 +513,7 @@ class Session:
             return self._rows(X, y)
         if which == "all":
             return self._rows(X + self._examples.X, y + self._examples.y)
-        train, test = self._split_idx()
+        train, test = self._split
         idx = train if which == "train" else test
         w = len(self._file_columns())
         out = array("f")
@@ -689,11 +713,13 @@ class Session:
         t = self._trainer
         before = (t.optimizer, t.has_snapshot(), self.lr, self._fits, self._dirty)
         self._fit_state(t, on_error)
+        planned = [m for m in FIT_ONLY if m not in sys.modules] if _threshold else ()
         try:
             log = _fit_log()        # the history's records: allocated before any state changes
             batch = min(batch, len(ds))
             t.use_data(ds)
             micro = t.choose_micro(batch, micro)
+            _drop(planned)
         except MemoryError as e:
             self._undo(t, before)
             raise MemoryError("%s; fit changed nothing" % (self._fit_oom(t, batch, e, "before training")))
@@ -928,6 +954,7 @@ class Session:
         if path is not None and not (isinstance(path, str) and path):
             raise ValueError("save: path must be a file name (a non-empty str) or None, got %r" % (path,))
         path = self._path(path) if path else self.checkpoint_path
+        from microformer import checkpoint
         self.meta["user_examples"] = len(self._examples.y)
         n = checkpoint.save(path, self.model, self.meta)
         if path == self.checkpoint_path:

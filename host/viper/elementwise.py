@@ -1,6 +1,7 @@
 # microformer.viper_elementwise: elementwise kernels: ReLU, leaky ReLU and GELU (exact and tanh
-# form), forward and backward (tanh and sigmoid stay portable); dropout's masked scale; the
-# training step's guards: a NaN / inf scan, a bit copy.
+# form), forward and backward (tanh and sigmoid stay portable); dropout's masked scale, and the
+# same product unmasked (scale_inplace: a micro-batch's loss gradient); the training step's
+# guards: a NaN / inf scan, a bit copy.
 import micropython
 from array import array
 from math import exp, sqrt, tanh
@@ -277,6 +278,21 @@ def dropout_apply(out, inp, keep, n, scale):
     # (inp = dy: the same mask and scale)
     _SCALE[0] = scale
     _drop(out, inp, keep, _SCALE, n)
+
+
+_KEEP = [b"\x01" * 64]     # a mask that keeps every element (bytes), grown on demand
+
+
+def scale_inplace(g, n, factor):
+    # g (n,) *= factor, each element the float32 product of g[i] and float32(factor) (_drop with
+    # every element kept, in place: element i is read before it is written); a micro-batch's
+    # loss gradient (train.py) on the viper kernels, without loading the portable module
+    keep = _KEEP[0]
+    if len(keep) < n:
+        _KEEP[0] = None                 # the old one can go before the new one is made
+        keep = _KEEP[0] = b"\x01" * (n + n // 4 + 16)
+    _SCALE[0] = factor
+    _drop(g, g, keep, _SCALE, n)
 
 
 # ---- guards of the training step: a scan for NaN / inf and a bit copy (finite.py, optim.py) ----

@@ -46,7 +46,7 @@ avgpool_forward gemm C out inp B T C
 avgpool_backward gemm C dinp dout B T C
 mse - - dpred pred target N
 sum_squares - - g n
-scale_inplace - - g n factor
+scale_inplace elementwise - g n factor
 sgd_update optim C p g buf n lr momentum weight_decay
 adam_update optim C p g m v n lr beta1 beta2 eps weight_decay bc1 bc2 decoupled
 adam_step optim C newp news params olds hyper

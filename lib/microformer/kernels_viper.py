@@ -9,7 +9,8 @@
 #   viper_gemm         the block-float GEMM: Dense, the attention products, mean pooling
 #   viper_softmax      attention softmax and its backward, softmax cross-entropy
 #   viper_optim        Adam / AdamW, SGD: per tensor, and the whole step of every tensor into shadow buffers
-#   viper_elementwise  ReLU, leaky ReLU, GELU (both forms); first_nonfinite and copy (the training step's guards)
+#   viper_elementwise  ReLU, leaky ReLU, GELU (both forms); dropout's masked scale and scale_inplace;
+#                      first_nonfinite and copy (the training step's guards)
 #   viper_conv         Conv1D forward and backward: im2col gathers of raw bits, then _gemm
 #   viper_norm         LayerNorm forward and backward
 #   viper_sequence     residual add, positional encoding add (and the learned positions' gradient),
@@ -90,7 +91,7 @@
 #   add, posenc add, embedding gradient,
 #   learned-position gradient:           element       2^-24 |a + b| + 2^-30 max(|a|, |b|)
 #   embedding lookup, KV store:          element       exact (bit copies)
-#   dropout (masked scale):              element       exact (the float32 product; subnormals flush)
+#   dropout (masked scale), scale_inplace: element     exact (the float32 product; subnormals flush)
 #   gelu, gelu_tanh:                     element       1e-5 |x| + 1e-4 |y|; gradient 5e-5 |dout| + 1e-4 |dinp|
 #   layernorm forward:                   element       4e-4 |xhat w| + 2^(1-P) max|x| rstd |w| + 2^-23 |y|,
 #                                                      P = min(24, 29 - clog2 C); rstd 2e-4; mean 2^-23 max|x|
@@ -167,7 +168,7 @@ del _w, _m, _n, _, _self
 # The kernels that are portable by design on this backend (the table's '-' in the viper column):
 # the same functions as the 'python' backend (boxed floats; they allocate), bound from kernels.py
 # on first use, so a model that needs none of them does not load the portable kernels. Why each:
-#   mse, sum_squares, scale_inplace      loss and optimizer odds and ends
+#   mse, sum_squares                     loss and optimizer odds and ends
 #   posenc_table                         built once per layer (sin, cos)
 #   attention_scores                     the golden vectors' stages
 #   maxpool1d_*, avgpool1d_*             the 1-D pools

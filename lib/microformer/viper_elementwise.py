@@ -2,8 +2,9 @@
 # do not edit; edit those and run `make viper` (tests/mp/test_viper_split.py checks it is current).
 # from host/viper/elementwise.py:1
 # microformer.viper_elementwise: elementwise kernels: ReLU, leaky ReLU and GELU (exact and tanh
-# form), forward and backward (tanh and sigmoid stay portable); dropout's masked scale; the
-# training step's guards: a NaN / inf scan, a bit copy.
+# form), forward and backward (tanh and sigmoid stay portable); dropout's masked scale, and the
+# same product unmasked (scale_inplace: a micro-batch's loss gradient); the training step's
+# guards: a NaN / inf scan, a bit copy.
 import micropython
 from array import array
 from math import exp, sqrt, tanh
@@ -12,7 +13,7 @@ from .lazy import sibling as _sibling
 from .viper_common import _store
 
 
-# from host/viper/elementwise.py:12
+# from host/viper/elementwise.py:13
 @micropython.viper
 def _relu(out, inp, n: int, leaky: int):
     # out (n,) = relu(inp): x > 0 iff the sign bit is clear and the bits are not 0 (subnormals
@@ -34,13 +35,13 @@ def _relu(out, inp, n: int, leaky: int):
             if e == 255:
                 m = 0xFFFFFF
                 e = 254
-            # from host/viper/elementwise.py:29
+            # from host/viper/elementwise.py:30
             _store(out, i, 0 - (m >> 9) * 20972, e - 141 - 21)   # 0.01 ~ 20972 * 2^-21
         else:
             po[i] = 0
 
 
-# from host/viper/elementwise.py:34
+# from host/viper/elementwise.py:35
 @micropython.viper
 def _relu_back(dinp, dout, inp, n: int, leaky: int):
     # dinp (n,) = dout where inp > 0, else 0 (or 0.01 dout), as torch: relu passes dout where
@@ -63,7 +64,7 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
             if e == 255:
                 m = 0xFFFFFF
                 e = 254
-            # from host/viper/elementwise.py:52
+            # from host/viper/elementwise.py:53
             v = (m >> 9) * 20972
             if (g >> 31) & 1:
                 v = 0 - v
@@ -84,7 +85,7 @@ def _relu_back(dinp, dout, inp, n: int, leaky: int):
 _TABLES = {}                # kind -> (Phi, D): array('i') of 385 Q29 values each
 
 
-# from host/viper/elementwise.py:72
+# from host/viper/elementwise.py:73
 def _tables(kind):
     t = _TABLES.get(kind)
     if t is None:
@@ -106,7 +107,7 @@ def _tables(kind):
     return t
 
 
-# from host/viper/elementwise.py:93
+# from host/viper/elementwise.py:94
 @micropython.viper
 def _gelu(out, inp, n: int, tab, nan, dout, back: int):
     # back 0: out (n,) = inp Phi(inp); back 1: out (n,) = dout D(inp)
@@ -157,7 +158,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
             f = tq & 0xFFFF
             dl = T[k + 1] - T[k]                            #!chk dl
             ph = T[k] + ((dl * (f >> 8) + ((dl * (f & 0xFF)) >> 8)) >> 8)   #!chk ph
-        # from host/viper/elementwise.py:125
+        # from host/viper/elementwise.py:126
         if neg:
             ph = one - ph                       # 1 - Phi(|x|), 1 - D(|x|) (may be < 0)
         sg = (y >> 31) & 1
@@ -175,7 +176,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
         while ph < 0x4000:
             ph = ph << 1
             pe -= 1
-        # from host/viper/elementwise.py:136
+        # from host/viper/elementwise.py:137
         v = (((y & 0x7FFFFF) | 0x800000) >> 8) * ph                 #!chk v
         e = ey - 142 + pe
         # from host/viper/snippets.py:30 (snippet pack_by)
@@ -234,7 +235,7 @@ def _gelu(out, inp, n: int, tab, nan, dout, back: int):
                 po[i] = 0
             else:
                 po[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-# from host/viper/elementwise.py:139
+# from host/viper/elementwise.py:140
 
 
 _NAN = array("f", [float("nan")])
@@ -246,7 +247,7 @@ _NAN = array("f", [float("nan")])
 _NONE = None                # viper compares objects with a global, not the literal
 
 
-# from host/viper/elementwise.py:150
+# from host/viper/elementwise.py:151
 @micropython.viper
 def _table(kind: int, back: int):
     # the GELU table of kind (forward: Phi, back: D), built on first use
@@ -256,7 +257,7 @@ def _table(kind: int, back: int):
     return t[back]
 
 
-# from host/viper/elementwise.py:159
+# from host/viper/elementwise.py:160
 @micropython.viper
 def act_forward(out, inp, N: int, kind: int):
     # out (N,) = f(inp (N,)); RELU, LEAKY_RELU, GELU, GELU_TANH in viper, TANH and SIGMOID portable
@@ -268,7 +269,7 @@ def act_forward(out, inp, N: int, kind: int):
         _sibling("kernels").act_forward(out, inp, N, kind)
 
 
-# from host/viper/elementwise.py:170
+# from host/viper/elementwise.py:171
 @micropython.viper
 def act_backward(dinp, dout, inp, out, N: int, kind: int):
     # in the forward pass this was out = f(inp); dinp (N,) = f'(inp) * dout (written)
@@ -288,7 +289,7 @@ def act_backward(dinp, dout, inp, out, N: int, kind: int):
 # How: the 24-bit mantissas as 12-bit halves, P = hh 2^24 + mid 2^12 + ll with hh, ll < 2^24 and
 #   mid < 2^25 [B8]; low = ll + (mid mod 2^12) 2^12 < 2^25, high = hh + mid / 2^12 + low / 2^24
 #   < 2^24 + 2^13 + 2: the 48-bit product as high 2^24 + low (mod 2^24), then rounded once.
-# from host/viper/elementwise.py:189
+# from host/viper/elementwise.py:190
 @micropython.viper
 def _drop(out, inp, keep, sc, n: int):
     # out (n,) = inp * sc[0] where keep[i] (bytes, 1 = kept), else 0
@@ -352,7 +353,7 @@ def _drop(out, inp, keep, sc, n: int):
 
 
 # ---- dropout's keep mask: xorshift32 in 16-bit halves (exactly kernels.dropout_mask's draws) ----
-# from host/viper/elementwise.py:252
+# from host/viper/elementwise.py:253
 @micropython.viper
 def _dmask(keep, state, n: int, threshold: int):
     # keep (n,) bytes: 1 where the top 24 bits of the next draw are >= threshold; state: the
@@ -376,7 +377,7 @@ dropout_mask = _dmask
 _SCALE = array("f", [0.0])
 
 
-# from host/viper/elementwise.py:275
+# from host/viper/elementwise.py:276
 def dropout_apply(out, inp, keep, n, scale):
     # out (n,) = inp * scale where keep[i], else 0: dropout's forward (inp = x) and its backward
     # (inp = dy: the same mask and scale)
@@ -384,8 +385,24 @@ def dropout_apply(out, inp, keep, n, scale):
     _drop(out, inp, keep, _SCALE, n)
 
 
+_KEEP = [b"\x01" * 64]     # a mask that keeps every element (bytes), grown on demand
+
+
+# from host/viper/elementwise.py:286
+def scale_inplace(g, n, factor):
+    # g (n,) *= factor, each element the float32 product of g[i] and float32(factor) (_drop with
+    # every element kept, in place: element i is read before it is written); a micro-batch's
+    # loss gradient (train.py) on the viper kernels, without loading the portable module
+    keep = _KEEP[0]
+    if len(keep) < n:
+        _KEEP[0] = None                 # the old one can go before the new one is made
+        keep = _KEEP[0] = b"\x01" * (n + n // 4 + 16)
+    _SCALE[0] = factor
+    _drop(g, g, keep, _SCALE, n)
+
+
 # ---- guards of the training step: a scan for NaN / inf and a bit copy (finite.py, optim.py) ----
-# from host/viper/elementwise.py:283
+# from host/viper/elementwise.py:299
 @micropython.viper
 def _first_nonfinite(buf, n: int) -> int:
     # index of the first element whose exponent bits are all ones (NaN or +-inf), or -1
@@ -396,7 +413,7 @@ def _first_nonfinite(buf, n: int) -> int:
     return -1
 
 
-# from host/viper/elementwise.py:293
+# from host/viper/elementwise.py:309
 @micropython.viper
 def _copy(dst, src, n: int):
     # dst (n,) = src (n,) as raw 32-bit words: four words per turn through a moving address
@@ -415,7 +432,7 @@ def _copy(dst, src, n: int):
     while a < end:
         ptr32(a + off)[0] = ptr32(a)[0]
         a += 4
-# from host/viper/elementwise.py:300
+# from host/viper/elementwise.py:316
 
 
 first_nonfinite = _first_nonfinite

@@ -26,6 +26,11 @@ def run(c):
             o = f32(c["x"])                     # every output written: no stale value may pass
             V.dropout_apply(o, x, keep, n, sc)
             r["v"].append(hx(o))
+        r["s"] = []                             # scale_inplace: the same product, unmasked, in place
+        for sc in f32(c["scales"]):
+            o = f32(c["x"])
+            V.scale_inplace(o, n, sc)
+            r["s"].append(hx(o))
     elif k == "embed":
         ids = f32(c["ids"]); t = f32(c["table"]); N = len(ids); C = c["C"]; Vn = c["V"]
         for tag, K in (("p", P), ("v", V)):

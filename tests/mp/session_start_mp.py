@@ -18,15 +18,37 @@ def loaded():
     return sorted(m for m in RARE if m in sys.modules)
 
 
+# which loaders are still there when the session builds the model from its spec (it imports
+# microformer.spec for that): specplan, which only checked the spec, is gone on MicroPython
+import builtins  # noqa: E402
+_import = builtins.__import__
+AT_SPEC = []
+
+
+def _watch(name, *args):
+    if name == "microformer.spec" and not AT_SPEC:
+        AT_SPEC.append(sorted(m for m in ("microformer.checkpoint", "microformer.meta", "microformer.specplan")
+                              if m in sys.modules))
+    return _import(name, *args)
+
+
 import finetune  # noqa: E402
 print("LOADED import", loaded())
+builtins.__import__ = _watch
 s = finetune.Session(root=sys.argv[1], verbose=False)
+builtins.__import__ = _import
+print("ATSPEC", sys.implementation.name, AT_SPEC)
 s.fit(epochs=1, data="train", verbose=False)
 r = s.evaluate(verbose=False)
 print("LOADED session", loaded())
 # the modules only loading needs: dropped on MicroPython once the session is loaded, kept by CPython
 print("LOADONLY", sys.implementation.name,
       sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan") if m in sys.modules))
+# the modules only a successful load needs (mf_session.LOAD_ONLY_AFTER: the checkpoint; meta
+# stays) and the memory plan fit chose its micro-batch with (mf_session.FIT_ONLY): dropped on
+# MicroPython, kept by CPython (which never plans a micro-batch: no memplan)
+print("AFTERLOAD", sys.implementation.name,
+      sorted(m for m in ("microformer.checkpoint", "microformer.meta", "microformer.memplan") if m in sys.modules))
 print("ACCURACY", r["accuracy"])
 p = s.predict([5.1, 3.5, 1.4, 0.2], verbose=False)
 import mf_commands  # noqa: E402
@@ -38,3 +60,12 @@ try:
     finetune.no_such_name
 except AttributeError as e:
     print("ATTR", "no_such_name" in str(e))
+# a load that fails on the checkpoint keeps its modules: the error is the class the package names
+# (the checkpoint module dropped by the session above is imported again by this one)
+import microformer as mf  # noqa: E402
+with open(sys.argv[1].rstrip("/") + "/bad.mfck", "wb") as f:
+    f.write(b"MFCK" + bytes(40))
+try:
+    finetune.Session(checkpoint="bad.mfck", root=sys.argv[1], verbose=False)
+except mf.CheckpointError as e:
+    print("CAUGHT", "bad.mfck" in str(e))

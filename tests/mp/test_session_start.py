@@ -1,8 +1,8 @@
 """A smaller start for a fine-tune session (tests/mp/session_start_mp.py): `import finetune` and a
 session that loads, fits and evaluates leave the rarer modules unloaded (the drift demo, the
 session's other commands, the viper kernels and layers Iris does not use), and each resolves on
-first use; on MicroPython the modules only its load needed (spec, specformat, specplan) are gone
-once it is loaded; a lazy board module that fails to import says which one and why; and the session runs
+first use; on MicroPython the modules only its load needed (spec, specformat, specplan; checkpoint
+once its part of the load succeeded) and fit's memory plan (memplan) are gone once they are done; a lazy board module that fails to import says which one and why; and the session runs
 in the heap `make bench` reports for the 32-bit port (host/bench/bench_common.py smallest_session_heap), so a
 change that makes it need more fails here."""
 import os
@@ -20,8 +20,8 @@ from test_finetune import board_mpy
 # `make deploy` sends them; mpy=False: the .py sources), plus a few KB: where arrays land moves
 # with any change to the code and with the paths the modules come from (a run from another folder
 # needed up to 10 KB more), so a margin keeps this about the need, not the layout.
-HEAP_MPY_KB = 257
-HEAP_PY_KB = 291
+HEAP_MPY_KB = 230
+HEAP_PY_KB = 283
 MARGIN_KB = 14
 
 
@@ -34,8 +34,17 @@ def _check_loaded(out):
     # MicroPython drops what only the load needed (mf_session.LOAD_ONLY); CPython keeps it
     assert _lines(out, "LOADONLY") in (["micropython []"], ["cpython ['microformer.spec', 'microformer.specformat', "
                                                            "'microformer.specplan']"]), out
+    # and what only a successful load needs (checkpoint; meta stays) and fit's memory plan once it chose
+    assert _lines(out, "AFTERLOAD") in (["micropython ['microformer.meta']"],
+                                        ["cpython ['microformer.checkpoint', 'microformer.meta']"]), out
     assert _lines(out, "SAME") == ["True True True True True"], out
     assert _lines(out, "ATTR") == ["True"], out
+    # the spec's checks (specplan) are gone before the model is built from the spec, on MicroPython
+    assert _lines(out, "ATSPEC") in (["micropython [['microformer.checkpoint', 'microformer.meta']]"],
+                                     ["cpython [['microformer.checkpoint', 'microformer.meta', "
+                                      "'microformer.specplan']]"]), out
+    # a failed load's CheckpointError is caught by `except mf.CheckpointError`
+    assert _lines(out, "CAUGHT") == ["True"], out
 
 
 def test_plain_session_leaves_the_rarer_modules_for_later(tmp_path, iris_flash, micropython):

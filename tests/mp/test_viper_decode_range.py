@@ -16,7 +16,7 @@
 #                                      dbias the float32 sums; a non-finite row gives NaN
 #   gelu, gelu_tanh                    y within 1e-5 |x| + 1e-4 |y*|; dinp within
 #                                      5e-5 |dout| + 1e-4 |dinp*|
-#   dropout_apply                      the float32 product bit for bit (a subnormal factor as 0,
+#   dropout_apply, scale_inplace       the float32 product bit for bit (a subnormal factor as 0,
 #                                      products below 2^-126 flushed); dropped outputs +0
 # and the int32 bounds (#!chk lines) of those kernels hold on the same inputs (instrumented copy).
 import math
@@ -481,6 +481,11 @@ def test_dropout_is_the_float32_product(micropython, tmp_path):
         want = f32_product(x, sc)                      # the scale as float32, as the board holds it
         want[~keep] = 0.0                              # a dropped output is +0
         same_bits(unhx(r["v"][j]), want, "viper dropout_apply scale %r" % sc)
+    # scale_inplace (a micro-batch's loss gradient) is the same product with every element kept,
+    # in place: no element is zeroed
+    assert len(r["s"]) == len(DROP_SCALES)
+    for j, sc in enumerate(DROP_SCALES):
+        same_bits(unhx(r["s"][j]), f32_product(x, sc), "viper scale_inplace scale %r" % sc)
 
 
 # ---- 9. the int32 bounds of these kernels hold on the same inputs (every #!chk line) -------------
