@@ -718,6 +718,7 @@ class Session:
             log = _fit_log()        # the history's records: allocated before any state changes
             batch = min(batch, len(ds))
             t.use_data(ds)
+            auto = micro == "auto"       # a step out of memory halves it (Trainer.fit shrink)
             micro = t.choose_micro(batch, micro)
             _drop(planned)
         except MemoryError as e:
@@ -754,7 +755,8 @@ class Session:
             self._dirty = True
         try:
             t.fit(ds, epochs=epochs, batch_size=batch, micro_batch=micro, seed=self._fits,
-                  verbose=verbose, log=log, on_epoch=None if g is None else g.on_epoch)
+                  verbose=verbose, log=log, on_epoch=None if g is None else g.on_epoch,
+                  shrink=auto)
         except KeyboardInterrupt:
             # between steps (the trainer catches it inside one); no update is ever half done
             log.interrupted = True

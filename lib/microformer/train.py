@@ -495,11 +495,14 @@ class Trainer:
     # ---- fit ----------------------------------------------------------------------------
 
     def fit(self, data, epochs=1, batch_size=None, micro_batch=None, seed=0, verbose=True,
-            on_epoch=None, progress_s=5, keep=None, log=None):
+            on_epoch=None, progress_s=5, keep=None, log=None, shrink=False):
         """Train on a Dataset (X [N, n], y) for `epochs`; see train.fit for the arguments and
         what it returns. batch_size / micro_batch: this fit's (None: the trainer's); micro_batch
         'auto' picks the largest micro-batch whose plan fits the free heap (MicroPython; under
         CPython the whole batch) and says so; when none fits, MemoryError names the numbers.
+        A MemoryError inside a step of an 'auto' fit (or of any fit with shrink=True: a caller
+        that chose the micro-batch with choose_micro itself) halves the micro-batch and runs the
+        batch again.
         on_epoch(record) is called after each epoch; returning True stops the fit there.
         A fit that fails (any exception) drops the buffers it made, so the heap is as before."""
         if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
@@ -517,7 +520,7 @@ class Trainer:
             self._labels = None
             raise
         self.last_rows = self._micro or B
-        self._auto = micro_batch == "auto"
+        self._auto = micro_batch == "auto" or bool(shrink)
         self._verbose = verbose
         try:
             return self._fit(data, epochs, B, seed, verbose, on_epoch, progress_s, keep, log)

@@ -215,6 +215,34 @@ def test_auto_micro_batches_halve_on_a_memory_error():
         run(12, True)
 
 
+def test_a_session_fit_halves_its_micro_batch_on_a_memory_error(tmp_path, iris_flash):
+    """The session chooses its micro-batch itself (Trainer.choose_micro) and passes it on: with
+    micro_batch='auto' (its default) a MemoryError inside a step still halves it (Trainer.fit
+    shrink=True) instead of failing the fit; with an explicit micro-batch the error goes up."""
+    import finetune
+
+    def failing_once(model):
+        forward = model.forward
+        calls = [0]
+
+        def f(x):
+            calls[0] += 1
+            if calls[0] == 2:
+                raise MemoryError("memory allocation failed")
+            return forward(x)
+        model.forward = f
+        return forward
+
+    s = finetune.Session(root=iris_flash(tmp_path / "a"), verbose=False)
+    forward = failing_once(s.model)
+    r = s.fit(epochs=1, data="train")
+    assert r["steps"] > 1 and s._trainer.last_rows == s.batch_size // 2, (r["steps"], s._trainer.last_rows)
+    s.model.forward = forward
+    failing_once(s.model)
+    with pytest.raises(MemoryError):
+        s.fit(epochs=1, data="train", micro_batch=None)
+
+
 def test_session_plan_is_the_sum_of_its_parts(tmp_path, iris_flash, capsys):
     """s.plan(): the parts and the peak of a fit step (CPython: the layers' declared activations,
     said as such), the rollback copy counted, more activations for a larger batch."""
