@@ -48,7 +48,11 @@ class EncoderBlock(Layer):
         # its forward frames they are scratch buffers (layer.Scratch)
         self.attn._out_scratch = True
         self.ffn.fc2._out_scratch = True
-        self.ffn._in_block = True             # blk.ffn.recompute may make the activation's output scratch
+        self.ffn._in_block = True
+        # the FFN's activation output is scratch too, computed again in backward (FeedForward.recompute;
+        # the same values): one [B,S,hidden] buffer less per block; blk.ffn.recompute = False keeps it.
+        # Not for tanh and sigmoid, whose backward reads the output: it would need a buffer of its own
+        self.ffn.recompute = activation != "tanh" and activation != "sigmoid"
         for prefix, layer in (("ln1.", self.ln1), ("attn.", self.attn), ("ln2.", self.ln2), ("ffn.", self.ffn)):
             for p, g in layer.params():
                 p.name = prefix + p.name

@@ -1,0 +1,143 @@
+# What an EncoderBlock's FeedForward keeps for backward (FeedForward.recompute, on by default in a
+# block): runs under CPython and inside MicroPython, directly
+#   MICROPYPATH=lib:tests/mp micropython tests/mp/ffn_keep_mp.py [BACKEND]
+# prints one line per case and raises AssertionError on the first failure.
+#
+# Per activation kind, norm_first, and mode (full, LoRA, the second linear frozen, dropout): two
+# steps of a model whose block computes its activation output again in backward give bit for bit
+# the output, the input gradient and every parameter gradient of the same model with the output
+# kept (recompute=False); the floats the layers keep in arrays of their own are B*S*hidden fewer,
+# and with the shared scratch arena fewer in all; cache_floats declares the difference. A block
+# recomputes by default, but for tanh and sigmoid (their backward reads the output: recomputing it
+# saves nothing there; it is still allowed and bit-identical).
+import sys
+
+import microformer as mf
+from microformer import layer as L
+
+if len(sys.argv) > 1:
+    mf.set_backend(sys.argv[1])          # else the interpreter's default (viper, numpy)
+
+KINDS = ("relu", "leaky_relu", "gelu", "gelu_tanh", "tanh", "sigmoid")
+MODES = ("full", "lora", "frozen_fc2", "dropout")
+S = 5
+E = 8
+F = 24
+
+
+def _x(shape, seed):
+    rng = mf.Rng(seed)
+    t = mf.Tensor(shape)
+    for i in range(t.size):
+        t.data[i] = rng.uniform(-1.5, 1.5)
+    return t
+
+
+def _model(kind, norm_first, mode, recompute):
+    mf.seed(11)
+    blk = mf.EncoderBlock(E, 2, F, activation=kind, norm_first=norm_first,
+                          dropout=0.25 if mode == "dropout" else 0.0)
+    m = mf.Sequential([mf.Dense(3, S * E), mf.Reshape((S, E)), blk, mf.GlobalAvgPool(), mf.Dense(E, 4)])
+    if mode == "lora":
+        mf.add_lora(m, rank=2, alpha=4)
+        m[-1].trainable = True
+        for p, _ in m.params():            # nonzero adapters: their gradients reach every part
+            if p.name.endswith("lora_B"):
+                for i in range(p.size):
+                    p.data[i] = 0.1 * ((i % 5) - 2)
+    elif mode == "frozen_fc2":
+        blk.ffn.fc2.trainable = False
+    if recompute is not None:               # None: the block's default
+        blk.ffn.recompute = recompute
+    return m
+
+
+def _steps(m):
+    # two steps (batch 3, then 2): the bytes of the output, the input gradient and every gradient
+    out = []
+    for k, B in enumerate((3, 2)):
+        for _, g in m.params():
+            if g.data is not None:
+                g.fill(0.0)
+        y = m.forward(_x((B, 3), 10 + k))
+        dx = m.backward(_x(y.shape, 20 + k), need_dx=True)
+        got = [bytes(y.data), bytes(dx.data)]
+        for _, g in m.params():
+            got.append(None if g.data is None else bytes(g.data))
+        out.append(got)
+    return out
+
+
+def own_floats(obj, seen=None):
+    """Floats of the arrays of its own that every stage of every layer (and adapter) inside obj
+    holds (Buffered._stages: what a layer keeps between passes; scratch views are the arena's)."""
+    if seen is None:
+        seen = {}
+    if id(obj) in seen:
+        return 0
+    seen[id(obj)] = 1
+    n = 0
+    st = getattr(obj, "_stages", None)
+    if st:
+        for stage in st:
+            for a in st[stage][0]:
+                n += len(a)
+    d = getattr(obj, "__dict__", None) or {}
+    for name in d:
+        v = d[name]
+        if isinstance(v, L.Buffered):
+            n += own_floats(v, seen)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                if isinstance(x, L.Buffered):
+                    n += own_floats(x, seen)
+    return n
+
+
+def _run(kind, norm_first, mode, recompute):
+    L.scratch.free()
+    m = _model(kind, norm_first, mode, recompute)
+    got = _steps(m)
+    return got, own_floats(m), L.scratch.nbytes() // 4, m[2].ffn.cache_floats((2, S, E)), m
+
+
+def check(kind, norm_first, mode):
+    name = "%s norm_first=%s %s" % (kind, norm_first, mode)
+    ref, own_off, arena_off, decl_off, _ = _run(kind, norm_first, mode, False)
+    got, own_on, arena_on, decl_on, m = _run(kind, norm_first, mode, True)
+    assert m[2].ffn.recompute and not m[2].ffn.act._fwd.floats, "%s: the activation output is kept" % name
+    for s in range(len(ref)):
+        for i in range(len(ref[s])):
+            assert got[s][i] == ref[s][i], "%s: step %d, value %d differs from the kept output's" % (name, s, i)
+    hidden = 3 * S * F                      # the largest batch's [B,S,hidden]
+    assert own_on == own_off - hidden, "%s: own floats %d with recompute, %d without" % (name, own_on, own_off)
+    out = kind in ("tanh", "sigmoid")
+    default = _model(kind, norm_first, mode, None)[2].ffn.recompute
+    assert default is not out, "%s: recompute is %r by default in a block" % (name, default)
+    if out:                                 # allowed and right, but no smaller
+        print("ffn keep %s: bit-identical (not the default)" % name)
+        return
+    # the arena is a list of chunks placed first fit (layer.Scratch): the order of the buffers moves
+    # its size a little; own arrays and arena together hold fewer floats (tanh, sigmoid: not more)
+    assert own_on + arena_on < own_off + arena_off, \
+        "%s: own + arena floats %d + %d with recompute, %d + %d without" % (name, own_on, arena_on, own_off,
+                                                                           arena_off)
+    want = 2 * S * F                        # declared at B=2
+    assert decl_off - decl_on == want, "%s: cache_floats %d with recompute, %d without" % (name, decl_on, decl_off)
+    print("ffn keep %s: bit-identical, own floats %d -> %d, arena %d -> %d" % (name, own_off, own_on,
+                                                                               arena_off, arena_on))
+
+
+def main():
+    n = 0
+    for kind in KINDS:
+        if kind == "gelu" and mf.actkind.erf is None:
+            continue
+        for norm_first in (True, False):
+            for mode in MODES:
+                check(kind, norm_first, mode)
+                n += 1
+    print("FFN KEEP OK %d (%s)" % (n, mf.get_backend()))
+
+
+main()
