@@ -99,6 +99,8 @@ class FeedForward(Layer):
         grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
         if self.act._out_scratch:
             self._rerun_act(grads)
+        if self._norm is not None and grads and trains(self.fc1):
+            self._norm_again()
         if not need_dx and not (grads and trains(self.fc1)):
             self.fc2.backward(dy, grads, False)
             return None
@@ -152,6 +154,19 @@ class FeedForward(Layer):
         if self.fc2._x is a._y:
             self.fc2._x = self._h
 
+    _norm = None    # a pre-norm EncoderBlock's LayerNorm2, whose output (this FFN's input) is not kept
+
+    def _norm_again(self):
+        # the input computed again by the LayerNorm before this FFN (a pre-norm block wrote it into
+        # a buffer that its residual sum overwrote) into a scratch buffer, for the first linear's
+        # weight and adapter grads (the same kernel and input: the same values)
+        self._buffers("_in", self.fc1._x.shape)
+        self.fc1._x = self._norm.output_again(self._xin)
+
     def _allocate(self, stage, shape, other, bufs):
-        # '_bwd': the activation's output computed again (_rerun_act), [..., hidden]
+        # '_bwd': the activation's output computed again (_rerun_act), [..., hidden]; '_in': the
+        # input computed again (_norm_again), [..., E]
+        if stage == "_in":
+            self._xin = bufs.scratch("_xin", shape)
+            return
         self._h = bufs.scratch("_h", shape)

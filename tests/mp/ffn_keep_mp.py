@@ -128,6 +128,75 @@ def check(kind, norm_first, mode):
                                                                                arena_off, arena_on))
 
 
+def _composed(blk):
+    # the pre-norm block's math from parts of their own, with the block's weights: LayerNorms that
+    # keep their outputs, an Attention and a FeedForward outside any block (it keeps the activation
+    # output); the same kernels in the same order
+    ln1 = mf.LayerNorm(E)
+    ln2 = mf.LayerNorm(E)
+    attn = mf.Attention(E, 2)
+    ffn = mf.FeedForward(E, F, blk.ffn.kind)
+    for mine, theirs in ((ln1, blk.ln1), (attn, blk.attn), (ln2, blk.ln2), (ffn, blk.ffn)):
+        mine.load_state_dict(theirs.state_dict())
+        mine.trainable = theirs.trainable
+    ffn.fc1.trainable = blk.ffn.fc1.trainable
+    return ln1, attn, ln2, ffn
+
+
+def _composed_step(parts, x, dy):
+    ln1, attn, ln2, ffn = parts
+    K = mf.backend.K
+    x1 = mf.Tensor(x.shape)
+    K.add_forward(x1.data, x.data, attn.forward(ln1.forward(x)).data, x.size)
+    y = mf.Tensor(x.shape)
+    K.add_forward(y.data, x1.data, ffn.forward(ln2.forward(x1)).data, x.size)
+    dx1 = mf.Tensor(x.shape)
+    K.add_forward(dx1.data, dy.data, ln2.backward(ffn.backward(dy)).data, x.size)
+    dx = mf.Tensor(x.shape)
+    K.add_forward(dx.data, dx1.data, ln1.backward(attn.backward(dx1)).data, x.size)
+    got = [bytes(y.data), bytes(dx.data)]
+    for part in parts:
+        for _, g in part.params():
+            got.append(None if g.data is None else bytes(g.data))
+    return got
+
+
+def check_prenorm(kind, mode):
+    # a pre-norm block keeps no LayerNorm output (its forward writes them into its x1 and y buffers,
+    # its backward computes them again where a part's grads read them): outputs and gradients bit
+    # for bit those of the same math from parts that keep theirs; cache_floats declares it
+    name = "pre-norm %s %s" % (kind, mode)
+    L.scratch.free()
+    mf.seed(13)
+    blk = mf.EncoderBlock(E, 2, F, activation=kind)
+    if mode == "frozen_attn":
+        blk.attn.trainable = False
+    elif mode == "frozen_fc1":
+        blk.ffn.fc1.trainable = False
+    parts = _composed(blk)
+    for k, B in enumerate((3, 2, 3)):
+        for p in [blk] + list(parts):
+            for _, g in p.params():
+                if g.data is not None:
+                    g.fill(0.0)
+        x = _x((B, S, E), 30 + k)
+        dy = _x((B, S, E), 40 + k)
+        y = blk.forward(x)
+        dx = blk.backward(dy)
+        got = [bytes(y.data), bytes(dx.data)] + [None if g.data is None else bytes(g.data) for _, g in blk.params()]
+        want = _composed_step(parts, x, dy)
+        assert len(got) == len(want), name
+        for i in range(len(got)):
+            assert got[i] == want[i], "%s: step %d, value %d differs from the parts' that keep their outputs" % (
+                name, k, i)
+    for ln in (blk.ln1, blk.ln2):
+        assert "_out" not in ln._stages, "%s: a LayerNorm keeps an output buffer of its own" % name
+    n = 2 * S * E
+    post = mf.EncoderBlock(E, 2, F, activation=kind, norm_first=False)
+    assert post.cache_floats((2, S, E)) - blk.cache_floats((2, S, E)) == n, name
+    print("ffn keep %s: bit-identical, no LayerNorm output kept" % name)
+
+
 def main():
     n = 0
     for kind in KINDS:
@@ -137,6 +206,10 @@ def main():
             for mode in MODES:
                 check(kind, norm_first, mode)
                 n += 1
+    for kind in ("relu", "gelu_tanh", "sigmoid"):
+        for mode in ("full", "frozen_attn", "frozen_fc1"):
+            check_prenorm(kind, mode)
+            n += 1
     print("FFN KEEP OK %d (%s)" % (n, mf.get_backend()))
 
 

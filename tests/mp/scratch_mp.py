@@ -140,7 +140,7 @@ def check_frozen_dense():
     fc1 = blk.ffn.fc1
     x = _x((2, 4, 8), 60)
     y = blk.forward(x)
-    assert fc1._x is blk.ln2._y, "the frozen Dense holds something else than its input itself"
+    assert fc1._x is blk._y, "the frozen Dense holds something else than its input itself (LayerNorm2 writes it into the block's _y)"
     assert fc1._fwd.names == ["_y"], fc1._fwd.names
     blk.backward(_x(y.shape, 61))
     k = fc1._bwd
