@@ -1,5 +1,5 @@
-# What an EncoderBlock's FeedForward keeps for backward (FeedForward.recompute, on by default in a
-# block): runs under CPython and inside MicroPython, directly
+# What an EncoderBlock's FeedForward and LayerNorms (and a first Conv1D) keep for backward
+# (FeedForward.recompute, on by default in a block): runs under CPython and inside MicroPython, directly
 #   MICROPYPATH=lib:tests/mp micropython tests/mp/ffn_keep_mp.py [BACKEND]
 # prints one line per case and raises AssertionError on the first failure.
 #
@@ -197,6 +197,23 @@ def check_prenorm(kind, mode):
     print("ffn keep %s: bit-identical, no LayerNorm output kept" % name)
 
 
+def check_conv_first():
+    # a Conv1D that is a model's first layer: train.fit's backward (need_dx=False) makes no input
+    # gradient and no buffer for it; the weight grads are bit for bit those of a backward that does
+    name = "Conv1D first layer"
+    grads = []
+    for need in (True, False):
+        mf.seed(17)
+        m = mf.Sequential([mf.Conv1D(3, 4, 3), mf.GlobalAvgPool(), mf.Dense(4, 2)])
+        y = m.forward(_x((2, 7, 3), 50))
+        dx = m.backward(_x(y.shape, 51), need_dx=need)
+        assert (dx is None) is (not need), name
+        assert ("_bwd" in (m[0]._stages or {})) is need, "%s: need_dx=%r, stages %r" % (name, need, m[0]._stages)
+        grads.append([bytes(g.data) for _, g in m.params()])
+    assert grads[0] == grads[1], "%s: the weight grads differ without the input gradient" % name
+    print("ffn keep %s: no input gradient and no buffer for it, the same weight grads" % name)
+
+
 def main():
     n = 0
     for kind in KINDS:
@@ -210,6 +227,8 @@ def main():
         for mode in ("full", "frozen_attn", "frozen_fc1"):
             check_prenorm(kind, mode)
             n += 1
+    check_conv_first()
+    n += 1
     print("FFN KEEP OK %d (%s)" % (n, mf.get_backend()))
 
 
