@@ -1,4 +1,5 @@
-# What an EncoderBlock's FeedForward and LayerNorms (and a first Conv1D) keep for backward
+# What an EncoderBlock's FeedForward and LayerNorms (and a first Conv1D, an Attention's backward
+# item by item) keep for backward
 # (FeedForward.recompute, on by default in a block): runs under CPython and inside MicroPython, directly
 #   MICROPYPATH=lib:tests/mp micropython tests/mp/ffn_keep_mp.py [BACKEND]
 # prints one line per case and raises AssertionError on the first failure.
@@ -214,6 +215,34 @@ def check_conv_first():
     print("ffn keep %s: no input gradient and no buffer for it, the same weight grads" % name)
 
 
+def check_attention_items():
+    # the stored path's backward item by item: gradients bit for bit those of one call over the
+    # batch (Attention._back_items False), with and without a padding mask, causal or not; on viper
+    # the kernels' dA / dS block is one item's, not the batch's
+    import sys as _sys
+    for causal in (False, True):
+        for masked in (False, True):
+            name = "Attention items causal=%s mask=%s" % (causal, masked)
+            got = []
+            for items in (False, True):
+                L.drop_scratch()
+                mf.seed(19)
+                a = mf.Attention(E, 2, causal=causal)
+                if not items:
+                    a._back_items = False         # one call over the batch (the default: item by item)
+                x = _x((3, S, E), 60)
+                mask = [[0] * S, [0] * (S - 2) + [1, 1], [0] + [1] * (S - 1)] if masked else None
+                y = a.forward(x, key_padding_mask=mask)
+                dx = a.backward(_x(y.shape, 61))
+                got.append([bytes(y.data), bytes(dx.data)] + [bytes(g.data) for _, g in a.params()])
+                vc = _sys.modules.get("microformer.viper_common")
+                if items and vc is not None and mf.get_backend() == "viper":
+                    n = len(vc._F[0])
+                    assert n < 3 * 2 * S * S, "%s: the viper dA block holds %d floats for a batch of 3" % (name, n)
+            assert got[0] == got[1], "%s: the item-by-item backward differs from the batch's" % name
+            print("ffn keep %s: bit-identical to the batch's backward" % name)
+
+
 def main():
     n = 0
     for kind in KINDS:
@@ -228,7 +257,8 @@ def main():
             check_prenorm(kind, mode)
             n += 1
     check_conv_first()
-    n += 1
+    check_attention_items()
+    n += 5
     print("FFN KEEP OK %d (%s)" % (n, mf.get_backend()))
 
 

@@ -16,10 +16,10 @@ SCRIPT = helpers.script("ffn_keep_mp.py")
 
 def test_ffn_keep_cpython(backend):
     out = helpers.run_cpython(SCRIPT, backend)
-    assert "FFN KEEP OK 58 (%s)" % backend in out, out
+    assert "FFN KEEP OK 62 (%s)" % backend in out, out
 
 
 @pytest.mark.parametrize("kernels", ["viper", "python"])
 def test_ffn_keep_micropython(micropython, kernels):
     out = helpers.run_micropython(SCRIPT, kernels, exe=micropython)
-    assert "FFN KEEP OK 58 (%s)" % kernels in out, out
+    assert "FFN KEEP OK 62 (%s)" % kernels in out, out
