@@ -60,6 +60,7 @@ class LayerNorm(Layer):
         check_tensor("LayerNorm", "x", x)
         if len(x.shape) < 2 or x.shape[-1] != self.dim:
             raise shape_error("LayerNorm", "x", "[..., %d]" % self.dim, x.shape)
+        check_tensor("LayerNorm", "out", out)
         if out.shape != x.shape:
             raise shape_error("LayerNorm", "out", repr(x.shape), out.shape)
         self._buffers("_fwd", x.shape)

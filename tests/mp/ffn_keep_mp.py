@@ -192,6 +192,12 @@ def check_prenorm(kind, mode):
                 name, k, i)
     for ln in (blk.ln1, blk.ln2):
         assert "_out" not in ln._stages, "%s: a LayerNorm keeps an output buffer of its own" % name
+    for bad, what in ((mf.Tensor((3, S, E + 1)), "out must be"), ([0.0], "out must be a Tensor")):
+        try:
+            blk.ln1.forward_into(_x((3, S, E), 70), bad)
+            raise AssertionError("%s: forward_into took %r" % (name, bad))
+        except ValueError as e:
+            assert what in str(e), str(e)
     n = 2 * S * E
     post = mf.EncoderBlock(E, 2, F, activation=kind, norm_first=False)
     assert post.cache_floats((2, S, E)) - blk.cache_floats((2, S, E)) == n, name
