@@ -404,6 +404,13 @@ class Attention(Layer):
         c.append(views)
         return views
 
+    def _rebuffer(self, stage, shape, other):
+        # another key: the items' views (on the buffers of the key in use) are made again when
+        # used, so that none keeps a replaced array alive
+        self._views = []
+        self._mview = None
+        Layer._rebuffer(self, stage, shape, other)
+
     def _mask_item(self, b):
         m = self._mask
         if m is None:
@@ -434,11 +441,26 @@ class Attention(Layer):
             self._attend_back_item(b)
             b += 1
 
+    # The stored path's backward also runs item by item (_back_items): the kernels' own temporaries
+    # (on viper the [B,H,S,Sk] dA / dS block) are then one item's; each item's gradients are
+    # those of the whole batch's call, bit for bit (tests/mp/test_ffn_keep.py)
+    _back_items = True
+
+    def _attend_back_stored(self):
+        b = 0
+        while b < self._Q.shape[0]:
+            self._attend_back_item(b)
+            b += 1
+
     def _attend_back_item(self, b):
         backend.K.attention_backward(self._item(self._dQ, b), self._item(self._dK, b), self._item(self._dV, b),
-                                     self._scratch.data, self._item(self._dctx, b), self._A.data,
+                                     self._scratch.data, self._item(self._dctx, b), self._weights_item(b),
                                      self._item(self._Q, b), self._item(self._Kt, b), self._item(self._V, b), 1,
                                      self._Q.shape[1], self._V.shape[1], self.embed_dim, self.num_heads)
+
+    def _weights_item(self, b):
+        # item b's weights: the one item recompute keeps, or item b's of the stored [B,H,S,Sk]
+        return self._A.data if self._A.shape[0] != self._Q.shape[0] else self._item(self._A, b)
 
     def _heads(self):
         # the tiled kernels' sizes: q [B,S,E], k and v [B,Sk,E]
@@ -547,6 +569,8 @@ class Attention(Layer):
             self._attend_back_items()
         elif self._dropped:
             self._attend_back_dropped()
+        elif self._back_items and self._Q.shape[0] > 1:
+            self._attend_back_stored()
         else:
             backend.K.attention_backward(self._dQ.data, self._dK.data, self._dV.data, self._scratch.data,
                                          self._dctx.data, self._A.data, self._Q.data, self._Kt.data, self._V.data,

@@ -48,7 +48,13 @@ class EncoderBlock(Layer):
         # its forward frames they are scratch buffers (layer.Scratch)
         self.attn._out_scratch = True
         self.ffn.fc2._out_scratch = True
-        self.ffn._in_block = True             # blk.ffn.recompute may make the activation's output scratch
+        self.ffn._in_block = True
+        # the FFN's activation output is scratch too, computed again in backward (FeedForward.recompute;
+        # the same values): one [B,S,hidden] buffer less per block; blk.ffn.recompute = False keeps it.
+        # Not for tanh and sigmoid, whose backward reads the output: it would need a buffer of its own
+        self.ffn.recompute = activation != "tanh" and activation != "sigmoid"
+        if norm_first:
+            self.ffn._norm = self.ln2         # the FFN's input, computed again in its backward
         for prefix, layer in (("ln1.", self.ln1), ("attn.", self.attn), ("ln2.", self.ln2), ("ffn.", self.ffn)):
             for p, g in layer.params():
                 p.name = prefix + p.name
@@ -73,6 +79,8 @@ class EncoderBlock(Layer):
         s = 4 * n      # x1 y dx1 dx
         for l in self.sublayers():
             s += l.cache_floats(in_shape)
+        if self.norm_first:
+            s -= n     # the LayerNorms' outputs: in x1 and y, and one scratch buffer in backward
         return s
 
     def _check(self, x, what):
@@ -88,7 +96,12 @@ class EncoderBlock(Layer):
         if not self.norm_first:
             mask = self.attn.forward(x, self._fm, None, self._fl)
             return self._post(x, self.drop1.forward(mask), 0)
-        mask = self.attn.forward(self.ln1.forward(x), self._fm, None, self._fl)   # (the attention's output)
+        # pre-norm: LayerNorm1's output is written into _x1, which the attention reads and the
+        # residual sum x1 = x + a overwrites after it (LayerNorm2's likewise into _y, read by the
+        # FFN's first linear, overwritten by y = x1 + f): the backward computes both again
+        # (_ln_again), so a block keeps no LayerNorm output of its own
+        self._buffers("_fwd", x.shape)
+        mask = self.attn.forward(self.ln1.forward_into(x, self._x1), self._fm, None, self._fl)   # (its output)
         return self._rest(x, self.drop1.forward(mask), 0)
 
     def _rest(self, x, a, mode):
@@ -97,7 +110,7 @@ class EncoderBlock(Layer):
         self._buffers(_RUN[mode], x.shape)
         x1 = getattr(self, _X1[mode])
         backend.K.add_forward(x1.data, x.data, a.data, x.size)
-        a = self.ffn.forward(self.ln2.forward(x1), mode == 0)
+        a = self.ffn.forward(self.ln2.forward_into(x1, self._y) if mode == 0 else self.ln2.forward(x1), mode == 0)
         if mode == 0:
             a = self.drop2.forward(a)
         return self._add(_Y[mode], x1, a)
@@ -142,6 +155,8 @@ class EncoderBlock(Layer):
         if stage == "_bwd":
             self._dx1 = bufs.scratch("_dx1", shape)     # read inside backward only
             self._dx = bufs.zeros("_dx", shape)         # the input gradient: read after it
+        elif stage == "_lnb":                           # pre-norm: LayerNorm1's output again
+            self._ln = bufs.scratch("_ln", shape)
         else:                         # one pair per mode: training forward, prefill, decode_step
             mode = _RUN.index(stage)
             for name in (_X1[mode], _Y[mode]):
@@ -209,10 +224,21 @@ class EncoderBlock(Layer):
     def _attn_back(self, dy, train, need):
         # ln1'(attn'(drop1'(dy))); need=False: the input gradient is not wanted (only the grads)
         dy = self.drop1.backward(dy)
+        if train and trains(self.attn):
+            self.attn._x = self._ln_again(self.ln1)
         if need or (train and trains(self.ln1)):
             return self.ln1.backward(self.attn.backward(dy, train), train)
         self.attn.backward(dy, train, False)
         return None
+
+    def _ln_again(self, ln):
+        # a LayerNorm's output computed again (pre-norm: its forward wrote it into a buffer that the
+        # residual sum overwrote) into the scratch buffer _ln of this backward's frame, for the
+        # attention's weight and adapter grads (the same kernel and input: the same values); only
+        # those read it: an attention that does not train gets none. (LayerNorm2's: the FFN's
+        # backward, FeedForward._norm)
+        self._buffers("_lnb", self._x.shape)
+        return ln.output_again(self._ln)
 
     def _backward_post(self, dy, train):
         # y = ln2(s2), s2 = x1 + ffn(x1): ds2 = ln2'(dy), dx1 = ds2 + ffn'(ds2)

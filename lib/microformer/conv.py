@@ -77,17 +77,22 @@ class Conv1D(WeightBias):
         self._x = x
         return y
 
-    def backward(self, dy, grads=True):
+    backward_stops = True
+
+    def backward(self, dy, grads=True, need_dx=True):
+        # need_dx=False (a first layer, train.fit): no input gradient (returns None) and no buffer for it
         self._need_forward(self._x)
         check_tensor("Conv1D", "dy", dy)
         if dy.shape != self._y.shape:
             raise shape_error("Conv1D", "dy", repr(self._y.shape), dy.shape)
         x = self._x
         B, L, C = x.shape
-        self._buffers("_bwd", x.shape)
-        dx = self._dx
+        dx = None
+        if need_dx:
+            self._buffers("_bwd", x.shape)
+            dx = self._dx
         train = grads and self.trainable
-        backend.K.conv1d_backward(dx.data, self.dW.data if train else None,
+        backend.K.conv1d_backward(None if dx is None else dx.data, self.dW.data if train else None,
                                   self.db.data if (train and self.use_bias) else None,
                                   dy.data, x.data, self.W.data, B, L, C, self._y.shape[1],
                                   self.out_channels, self.kernel_size, self.stride, self.padding,

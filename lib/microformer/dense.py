@@ -100,6 +100,32 @@ class Dense(WeightBias):
             self._lora_backward(dy, dx, grads)
         return dx
 
+    def backward_over_input(self, dy, grads=True):
+        """backward(dy, grads) for an input that nothing reads after it (FeedForward's activation
+        output computed again for this backward): the weight and adapter grads first, then the
+        input gradient written over the input's buffer (no buffer of its own). The same kernels,
+        so the same values as backward(); returns the input gradient (the input Tensor)."""
+        self._need_forward(self._x)
+        check_tensor("Dense", "dy", dy)
+        if dy.shape != self._y.shape:
+            raise shape_error("Dense", "dy", repr(self._y.shape), dy.shape)
+        grads = grads and self.trainable
+        if grads:
+            self._grad_weight(dy)
+        if self.lora is not None:
+            self.lora.backward_grads(dy.data, self._x.data, self._x.size // self.in_features, grads)
+        self._input_over(dy)
+        if self.lora is not None:
+            self.lora.input_acc(self._x.data, self._x.size // self.in_features)
+        return self._x
+
+    def _input_over(self, dy):
+        if self.W.__class__ is not Tensor:
+            return self.W.backward(self._x.data, None, None, dy.data, None, dy.size // self.out_features,
+                                   self.in_features, self.out_features)
+        backend.K.matmul_backward_input(self._x.data, dy.data, self.W.data, dy.size // self.out_features,
+                                        self.in_features, self.out_features)
+
     def _lora_backward(self, dy, dx, train):
         self.lora.backward_add(dy.data, self._x.data, None if dx is None else dx.data,
                                self._x.size // self.in_features, train)

@@ -1,6 +1,6 @@
 # microformer.feedforward: the position-wise feed-forward network of a transformer block.
 #   y = act(x W1^T + b1) W2^T + b2, applied to every token alike
-from . import backend
+from . import actkind, backend
 from .activation import ActivationLayer
 from .dense import Dense
 from .dropout import Dropout, check_p
@@ -45,10 +45,13 @@ class FeedForward(Layer):
 
     def cache_floats(self, in_shape):
         h = tuple(in_shape[:-1]) + (self.hidden,)
-        # the activation's backward runs in place: its output only (inside a block a scratch
-        # buffer, computed again in backward)
-        return (self.fc1.cache_floats(in_shape) + self.act.cache_floats(h) // 2 + self.drop.cache_floats(h)
-                + self.fc2.cache_floats(h))
+        # the activation's backward runs in place: its output only; with recompute (inside a block)
+        # not even that, unless its backward reads the output (tanh, sigmoid): the output computed
+        # again in backward holds the second linear's input gradient (Dense.backward_over_input)
+        act = self.act.cache_floats(h) // 2
+        if self.recompute and self.act._code != actkind.TANH and self.act._code != actkind.SIGMOID:
+            act = 0
+        return self.fc1.cache_floats(in_shape) + act + self.drop.cache_floats(h) + self.fc2.cache_floats(h)
 
     def forward(self, x, dropout=True):
         check_tensor("FeedForward", "x", x)
@@ -95,12 +98,24 @@ class FeedForward(Layer):
             raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
         grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
         if self.act._out_scratch:
-            self._rerun_act()
+            self._rerun_act(grads)
+        if self._norm is not None and grads and trains(self.fc1):
+            self._norm_again()
         if not need_dx and not (grads and trains(self.fc1)):
             self.fc2.backward(dy, grads, False)
             return None
-        dy = self.drop.backward(self.fc2.backward(dy, grads))     # (no new locals: a frame within 11 words)
+        dy = self.drop.backward(self._fc2_back(dy, grads))     # (no new locals: a frame within 11 words)
         return self.fc1.backward(self._act_back(dy), grads, need_dx)
+
+    def _fc2_back(self, dy, grads):
+        # the second linear's backward; over its input when that is the activation's output computed
+        # again (_h: nothing reads it after, unless a tanh / sigmoid backward does): no [..., hidden]
+        # buffer of its own for the hidden gradient
+        if self._hx is not None and self.fc2._x is self._hx and self.act._code != actkind.TANH \
+                and self.act._code != actkind.SIGMOID:
+            self._hx = None
+            return self.fc2.backward_over_input(dy, grads)
+        return self.fc2.backward(dy, grads)
 
     def _act_back(self, d):
         # the activation's backward in place on d, the hidden gradient (fc2's or the dropout's input
@@ -113,20 +128,45 @@ class FeedForward(Layer):
         return d
 
     def _act_out(self):
-        return self._h if self.act._out_scratch else self.act._y
+        # the activation's output for its backward (read by tanh and sigmoid only; the others'
+        # derivative is a function of the input, and their kernels never read this argument)
+        if not self.act._out_scratch:
+            return self.act._y
+        return self._hx if self._hx is not None else self.act._x
 
-    def _rerun_act(self):
+    _hx = None                  # the output computed again by the last backward, or None
+
+    def _rerun_act(self, grads):
         # inside a block the activation's output is a scratch buffer of the block's forward (the
         # second linear reads it there, layer.Scratch): computed again here from its input (the
         # same kernel, the same values) into _h, which the second linear's backward reads as its
-        # input (unless the dropout between them gave it its own)
+        # input (unless the dropout between them gave it its own), and only when something reads
+        # it: the second linear's weight or adapter grads, or a tanh / sigmoid backward
         a = self.act
         a._need_forward(a._x)
+        self._hx = None
+        if a._code != actkind.TANH and a._code != actkind.SIGMOID and not (
+                grads and self.fc2._x is a._y and trains(self.fc2)):
+            return
         self._buffers("_bwd", a._x.shape)
         backend.K.act_forward(self._h.data, a._x.data, self._h.size, a._code)
+        self._hx = self._h
         if self.fc2._x is a._y:
             self.fc2._x = self._h
 
+    _norm = None    # a pre-norm EncoderBlock's LayerNorm2, whose output (this FFN's input) is not kept
+
+    def _norm_again(self):
+        # the input computed again by the LayerNorm before this FFN (a pre-norm block wrote it into
+        # a buffer that its residual sum overwrote) into a scratch buffer, for the first linear's
+        # weight and adapter grads (the same kernel and input: the same values)
+        self._buffers("_in", self.fc1._x.shape)
+        self.fc1._x = self._norm.output_again(self._xin)
+
     def _allocate(self, stage, shape, other, bufs):
-        # '_bwd': the activation's output computed again (_rerun_act), [..., hidden]
+        # '_bwd': the activation's output computed again (_rerun_act), [..., hidden]; '_in': the
+        # input computed again (_norm_again), [..., E]
+        if stage == "_in":
+            self._xin = bufs.scratch("_xin", shape)
+            return
         self._h = bufs.scratch("_h", shape)

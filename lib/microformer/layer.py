@@ -536,6 +536,9 @@ def release_buffers(layer, _keep=None, _all=False):
         elif isinstance(v, (list, tuple)):
             if name == "_wkeep":                # a backend's prepared copies of weights (boxes)
                 _empty(v)
+            elif name == "_views" or name == "_mview":   # views on the buffers (Attention's items)
+                setattr(layer, name, [] if name == "_views" else None)
+                continue
             for x in v:
                 if isinstance(x, Buffered):
                     release_buffers(x, _keep)

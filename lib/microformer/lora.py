@@ -124,6 +124,23 @@ class LoRA(Buffered):
         if dx is not None:
             K.matmul_backward_input_acc(dx, dh, self.A.data, N, C, r)
 
+    def backward_grads(self, dy, x, N, train):
+        """backward_add's first half (Dense.backward_over_input): dh = (alpha/r) dy B, kept for
+        input_acc, and dB += dy^T h, dA += dh^T x when train (the same kernels, the same values)."""
+        K = backend.K
+        r = self.rank
+        self._buffers("_bwd", N)
+        dh = self._dh.data
+        K.matmul_backward(dh, self.dB.data if train else None, None, dy, self._h.data, self.B.data, N, r,
+                          self.out_features)
+        K.dropout_apply(dh, dh, _ones(N * r), N * r, self.scaling)     # dh *= alpha/r
+        if train and self.dA.data is not None:
+            K.matmul_backward(None, self.dA.data, None, dh, x, self.A.data, N, self.in_features, r)
+
+    def input_acc(self, dx, N):
+        """backward_add's second half: dx (N, in) += dh A, dh from backward_grads."""
+        backend.K.matmul_backward_input_acc(dx, self._dh.data, self.A.data, N, self.in_features, self.rank)
+
     def merge_into(self, W, row, write=True):
         """W += (alpha/r) B A, a row at a time through `row` (array('f') of in_features or more:
         each new value rounded to float32 as W stores it). write False: nothing is written, and

@@ -46,10 +46,36 @@ class LayerNorm(Layer):
         if len(x.shape) < 2 or x.shape[-1] != E:
             raise shape_error("LayerNorm", "x", "[..., %d]" % E, x.shape)
         self._buffers("_fwd", x.shape)
+        self._buffers("_out", x.shape)
         backend.K.layernorm_forward(self._y.data, x.data, self._arrays(False), x.size // E, E, self.eps)
         self._clear()
         self._x = x
         return self._y
+
+    def forward_into(self, x, out):
+        """forward(x) written into `out` (a Tensor of x's shape that the caller owns) instead of a
+        buffer of this layer's: a pre-norm EncoderBlock passes buffers of its own that nothing reads
+        until the norm's reader is done (the residual sums written after it), and computes the
+        output again for backward (output_again)."""
+        check_tensor("LayerNorm", "x", x)
+        if len(x.shape) < 2 or x.shape[-1] != self.dim:
+            raise shape_error("LayerNorm", "x", "[..., %d]" % self.dim, x.shape)
+        check_tensor("LayerNorm", "out", out)
+        if out.shape != x.shape:
+            raise shape_error("LayerNorm", "out", repr(x.shape), out.shape)
+        self._buffers("_fwd", x.shape)
+        self._x = x
+        return self.output_again(out)
+
+    def output_again(self, out):
+        """The last forward's output computed again from its kept input into `out` (x's shape):
+        the same kernel on the same input, so the same values (the row mean and 1/std are written
+        again, the same)."""
+        self._need_forward(self._x)
+        backend.K.layernorm_forward(out.data, self._x.data, self._arrays(False), self._x.size // self.dim,
+                                    self.dim, self.eps)
+        self._clear()
+        return out
 
     def _arrays(self, train):
         # self._ln for one kernel call; the gradients only when `train` (else None: not written)
@@ -69,11 +95,12 @@ class LayerNorm(Layer):
             a[i] = None
 
     def _allocate(self, stage, shape, other, bufs):
-        if stage == "_fwd":
+        if stage == "_fwd":                # the row statistics backward reads
             n = shape_size(shape[:-1])
-            self._y = bufs.zeros("_y", shape)
             self._mean = bufs.zeros("_mean", (n,))
             self._rstd = bufs.zeros("_rstd", (n,))
+        elif stage == "_out":              # the output (forward_into writes the caller's instead)
+            self._y = bufs.zeros("_y", shape)
         else:
             self._dx = bufs.scratch("_dx", shape)
 

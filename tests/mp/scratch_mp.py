@@ -2,7 +2,7 @@
 #   MICROPYPATH=lib:tests/mp micropython tests/mp/scratch_mp.py [BACKEND]
 # prints one line per case and raises AssertionError on the first failure.
 #
-# Per model (two EncoderBlocks, pre-norm and post-norm, the second with ffn.recompute, with and
+# Per model (two EncoderBlocks, pre-norm and post-norm, the second with ffn.recompute off, with and
 # without LoRA adapters, frozen parts): three training steps at batch 4, 3 and 4 give bit for bit the gradients (every
 # parameter's and the input's) of the same steps run with every buffer an array of its own (the
 # arena switched off). Two buffers that are live at once and share an element would change a
@@ -33,7 +33,8 @@ def _model(norm_first, lora, freeze):
                        mf.EncoderBlock(4, 2, 12, activation="relu", norm_first=norm_first),
                        mf.EncoderBlock(4, 2, 12, activation="relu", norm_first=norm_first),
                        mf.GlobalAvgPool(), mf.Dense(4, 3)])
-    m[2].ffn.recompute = True          # the lower block computes its activation output again in backward
+    m[3].ffn.recompute = False         # the upper block keeps its activation output (the lower one, by
+                                       # default, computes it again in backward)
     if lora:
         mf.add_lora(m, rank=2, alpha=4)
         m[-1].trainable = True
@@ -105,9 +106,9 @@ def check(norm_first, lora, freeze):
     arena = L.scratch.nbytes() // 4
     assert 0 < arena < own, "%s: the arena holds %d floats, the blocks' own buffers %d" % (name, arena, own)
     # steady state: the same scratch Tensors step after step (nothing placed again)
-    held = [m[2].attn._dQ, m[3].attn._dQ, m[2]._dx1, m[3].ffn.fc2._dx]
+    held = [m[2].attn._dQ, m[3].attn._dQ, m[2]._dx1, m[2].ffn._h]
     m.backward(_x(m[-1]._y.shape, 30), need_dx=True)
-    now = [m[2].attn._dQ, m[3].attn._dQ, m[2]._dx1, m[3].ffn.fc2._dx]
+    now = [m[2].attn._dQ, m[3].attn._dQ, m[2]._dx1, m[2].ffn._h]
     for a, b in zip(held, now):
         assert a is b, "%s: a scratch buffer was placed again in a steady-state step" % name
     print("scratch %s: bit-identical, arena %d floats for %d of own buffers" % (name, arena, own))
@@ -139,7 +140,7 @@ def check_frozen_dense():
     fc1 = blk.ffn.fc1
     x = _x((2, 4, 8), 60)
     y = blk.forward(x)
-    assert fc1._x is blk.ln2._y, "the frozen Dense holds something else than its input itself"
+    assert fc1._x is blk._y, "the frozen Dense holds something else than its input itself (LayerNorm2 writes it into the block's _y)"
     assert fc1._fwd.names == ["_y"], fc1._fwd.names
     blk.backward(_x(y.shape, 61))
     k = fc1._bwd
