@@ -334,6 +334,9 @@ def goal_heap(exe, args, lo=64, hi=16384):
             lo = mid
     step = max(1, hi // 64)
     while True:
+        if not runs(hi):                    # (a size above a failure, not run yet)
+            hi += step
+            continue
         bad = [hi + k * step for k in (1, 2, 4, 8) if not runs(hi + k * step)]
         if not bad:
             return hi, tried[hi]
