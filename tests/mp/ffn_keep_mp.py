@@ -223,7 +223,7 @@ def check_conv_first():
 
 def check_attention_items():
     # the stored path's backward item by item: gradients bit for bit those of one call over the
-    # batch (Attention._back_items False), with and without a padding mask, causal or not; on viper
+    # batch (Attention._back_items None), with and without a padding mask, causal or not; on viper
     # the kernels' dA / dS block is one item's, not the batch's
     import sys as _sys
     for causal in (False, True):
@@ -234,8 +234,7 @@ def check_attention_items():
                 L.drop_scratch()
                 mf.seed(19)
                 a = mf.Attention(E, 2, causal=causal)
-                if not items:
-                    a._back_items = False         # one call over the batch (the default: item by item)
+                a._back_items = 0 if items else None    # item by item whatever the size / one call
                 x = _x((3, S, E), 60)
                 mask = [[0] * S, [0] * (S - 2) + [1, 1], [0] + [1] * (S - 1)] if masked else None
                 y = a.forward(x, key_padding_mask=mask)
