@@ -83,9 +83,7 @@ def activations(t, rows, shape):
     pr = t._probed
     key = (tuple(shape), _epoch[0])         # again after a freeze or a new part (layer.changed)
     if pr is None or pr[0] != key:
-        rngs = []
-        _rngs(t.model, rngs, {})
-        states = [r.state for r in rngs]
+        rngs, states = _generators(t.model)
         try:
             probe(t, 1, shape)                    # warm-up: kernels loaded on first use
             one = probe(t, 1, shape)
@@ -100,8 +98,7 @@ def activations(t, rows, shape):
             if slope is None:
                 slope = one
         finally:
-            for i in range(len(rngs)):
-                rngs[i].state = states[i]
+            _put_back(rngs, states)
             t.release()
         pr = t._probed = (key, one, slope)
     return int(pr[1] + pr[2] * (rows - 1)), "measured"
@@ -123,6 +120,18 @@ def probe(t, rows, shape):
     logits = None
     gc.collect()
     return gc.mem_alloc() - a
+
+
+def _generators(model):
+    # the model's dropout generators and their states: a probe draws no mask training would see
+    rngs = []
+    _rngs(model, rngs, {})
+    return rngs, [r.state for r in rngs]
+
+
+def _put_back(rngs, states):
+    for i in range(len(rngs)):
+        rngs[i].state = states[i]
 
 
 def _rngs(obj, out, seen):
@@ -209,9 +218,7 @@ def tried_micro(t, batch, free):
     gradients go (the next step zeroes the gradients)."""
     m = pick_micro(t, batch, free)
     shape = t.input_shape if t.input_shape is not None else t._row_shape
-    rngs = []
-    _rngs(t.model, rngs, {})
-    states = [r.state for r in rngs]
+    rngs, states = _generators(t.model)
     try:
         while m:
             try:
@@ -222,8 +229,7 @@ def tried_micro(t, batch, free):
                 m //= 2
         return None
     finally:
-        for i in range(len(rngs)):
-            rngs[i].state = states[i]
+        _put_back(rngs, states)
         t.release()
 
 

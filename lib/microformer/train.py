@@ -365,7 +365,7 @@ class Trainer:
         """pick_micro, then checked by a forward + backward of that many rows in the heap as it
         is (memplan.tried_micro): a micro-batch to name in an out-of-memory message."""
         from .memplan import tried_micro
-        return tried_micro(self, batch, free) or None
+        return tried_micro(self, batch, free)
 
     def release(self):
         """Drop the layers' and the loss's buffers and the batch views (made again on the next
@@ -553,7 +553,6 @@ class Trainer:
         batches = Batches(data, B, Rng(seed + 1))
         n_batches = (len(data) + B - 1) // B
         every_us = int(progress_s * 1000000) if verbose and progress_s else 0
-        self.settle()
         for epoch in range(1, epochs + 1):
             interrupted = self._epoch(batches, log, epoch, epochs, n_batches, every_us)
             rec = log.record(log.epochs - 1) if (verbose or on_epoch) else None
