@@ -39,7 +39,10 @@ _D_LOG = 60                 # |d| (the gradient with its coupled decay) and |m'|
 # kernel call and one copy per group, not per tensor): GROUP floats (the total when smaller). A
 # tensor larger than GROUP is updated in pieces of at most GROUP floats (views on its weight and
 # gradient, _Piece): the update is elementwise, so the pieces give the same values as the whole.
-GROUP = 4096
+# 1024: the scratch is 12 KB with Adam whatever the model (4096 held 48 KB, a quarter of a LoRA
+# fine-tune's trainable state), for about 5 % more instructions per parameter on large tensors
+# (the calls per piece; host/bench/bench_native.py adam_per_param on two Dense(128, 128)).
+GROUP = 1024
 
 
 def scratch_stretch(sizes):

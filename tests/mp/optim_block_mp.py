@@ -171,7 +171,7 @@ def big_pieces(r):
     lf.forward(m.forward(X), y)
     m.backward(lf.backward())
     w = opt.params[0][0]
-    for k in range(4096, 5000):           # the weight's second piece: near the float32 limit,
+    for k in range(4096, 5000):           # the weight's last piece: near the float32 limit,
         w.data[k] = 3e38 if k & 1 else -3e38    # and a step of lr 3e38 takes some beyond it
     opt.lr = 3e38
     before = state(m, opt)
