@@ -298,14 +298,22 @@ GOALS = (
 )
 
 
-def _goal_run(exe, args, kb):
+def _goal_env(path):
+    # MICROPYPATH: lib/ and board/ as .py sources (path None) or the folders of their .mpy files
+    # (bench.compiled_modules: as make deploy installs them on a board); the drivers stay .py
+    if path is None:
+        return _env()
+    return dict(_env(), MICROPYPATH=os.pathsep.join(list(path) + [os.path.dirname(DRIVER)]))
+
+
+def _goal_run(exe, args, kb, path=None):
     # the decode goal runs alone (decode_goal.py: microformer and nothing else imported, as a
     # program that only decodes); the fit goals through budget.py
     if args[0] == "decode":
         cmd = [exe, "-X", "heapsize=%dK" % kb, DECODE_DRIVER]
     else:
         cmd = [exe, "-X", "heapsize=%dK" % kb, DRIVER, "goal"] + list(args)
-    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    out = subprocess.run(cmd, env=_goal_env(path), capture_output=True, text=True, timeout=1800, cwd=ROOT)
     got = _parse(out.stdout, "goal")
     if out.returncode == 0 and got:
         return got
@@ -314,15 +322,16 @@ def _goal_run(exe, args, kb):
     raise SystemExit("bench-budget goal failed (not a MemoryError): %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
 
 
-def goal_heap(exe, args, lo=64, hi=16384):
+def goal_heap(exe, args, lo=64, hi=16384, path=None):
     """The smallest -X heapsize (KB) from which every size tried above it runs the goal: bisection
-    to 1/64 of the size, then 1, 2, 4 and 8 steps over it verified (fragmentation). Returns
+    to 1/64 of the size, then 1, 2, 4 and 8 steps over it verified (fragmentation). path: the .mpy
+    folders to import lib/ and board/ from (compiled_modules), None: the .py sources. Returns
     (kb, the BUDGET fields of the run at kb: the plan's peak at the micro-batch it chose there)."""
     tried = {}
 
     def runs(kb):
         if kb not in tried:
-            tried[kb] = _goal_run(exe, args, kb)
+            tried[kb] = _goal_run(exe, args, kb, path)
         return tried[kb] is not None
     if not runs(hi):
         raise SystemExit("bench-budget: goal %s does not run in %dK" % (" ".join(args), hi))
@@ -345,18 +354,26 @@ def goal_heap(exe, args, lo=64, hi=16384):
 
 def goals(exe=MP32, names=None, iris=True):
     """Print each memory goal with its measured figure, met/missed, and the plan's peak beside it."""
-    print("memory goals, %s, viper: smallest -X heapsize for two fit steps (bisected; micro_batch='auto'), "
-          "and the plan's peak at the micro-batch the fit chose in that heap" % os.path.relpath(exe, ROOT), flush=True)
-    for name, args, kb_goal, what in GOALS:
-        if names and name.split()[0] not in names:
-            continue
-        kb, got = goal_heap(exe, args)
-        plan = int(got["plan_peak"])
-        print("  %-18s %6d KB  goal <= %5d KB  %-6s  %s%s" % (
-            name, kb, kb_goal, "met" if kb <= kb_goal else "missed", what,
-            "; plan %d KB at micro-batch %s of %s (whole batch: %d KB)" % (
-                plan // 1024, got["micro"], got["batch"], int(got["plan_whole"]) // 1024) if plan >= 0 else ""),
-            flush=True)
+    print("memory goals, %s, viper: smallest -X heapsize for two fit steps (bisected; micro_batch='auto') with "
+          "lib/ and board/ as .mpy files, as make deploy installs them (.py sources beside it: compiling them "
+          "at import takes heap and leaves it fragmented), and the plan's peak at the micro-batch the fit chose "
+          "in that heap" % os.path.relpath(exe, ROOT), flush=True)
+    flash = tempfile.mkdtemp(prefix="mf-goals-")
+    try:
+        path = bench.compiled_modules(exe, os.path.join(flash, "build"))
+        for name, args, kb_goal, what in GOALS:
+            if names and name.split()[0] not in names:
+                continue
+            kb, got = goal_heap(exe, args, path=path)
+            kb_py, _ = goal_heap(exe, args)
+            plan = int(got["plan_peak"])
+            print("  %-18s %6d KB  goal <= %5d KB  %-6s  %s (.py sources: %d KB)%s" % (
+                name, kb, kb_goal, "met" if kb <= kb_goal else "missed", what, kb_py,
+                "; plan %d KB at micro-batch %s of %s (whole batch: %d KB)" % (
+                    plan // 1024, got["micro"], got["batch"], int(got["plan_whole"]) // 1024) if plan >= 0 else ""),
+                flush=True)
+    finally:
+        shutil.rmtree(flash, ignore_errors=True)
     if iris:
         ck = os.path.join(ROOT, "build", "iris.mfck")
         if os.path.exists(ck):
