@@ -20,7 +20,7 @@
 # Decoding (decode_step, cross_step) runs on the base weights: merge before generating.
 from . import backend
 from .layer import Buffered, changed, release_grad, scratch
-from .tensor import Grad, Tensor, default_rng, has_grad, xavier_uniform
+from .tensor import Grad, Tensor, default_rng, has_grad, settle_gc, unsettle_gc, xavier_uniform
 
 _SLOTS = ("q", "k", "v", "o")
 _SLOT_NAMES = {"q": "q_proj.", "k": "k_proj.", "v": "v_proj.", "o": "out_proj."}
@@ -64,12 +64,14 @@ class LoRA(Buffered):
         self.scaling = alpha / rank
         self.in_features = in_features
         self.out_features = out_features
-        # kaiming_uniform_(a=sqrt(5)) bound 1/sqrt(in) = sqrt(6 / (in + 5 in)): exact on every port
-        self.A = xavier_uniform(Tensor((rank, in_features), name="lora_A"), in_features, 5 * in_features,
-                                rng or default_rng())
+        # every array first, then A's draws: the garbage the draws leave (MicroPython) comes after
+        # the adapter, not between its arrays, where it would leave holes once collected
+        self.A = Tensor((rank, in_features), name="lora_A")
         self.dA = Grad((rank, in_features), "dlora_A")
         self.B = Tensor.zeros((out_features, rank), "lora_B")
         self.dB = Grad((out_features, rank), "dlora_B")
+        # kaiming_uniform_(a=sqrt(5)) bound 1/sqrt(in) = sqrt(6 / (in + 5 in)): exact on every port
+        xavier_uniform(self.A, in_features, 5 * in_features, rng or default_rng())
 
     def params(self):
         return ((self.A, self.dA), (self.B, self.dB))
@@ -258,6 +260,17 @@ def add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"), rng=None):
     for _, g in model.params():          # freeze everything else, then the new adapters train
         if id(g) not in keep:
             release_grad(g)
+    old = settle_gc()                    # each adapter next to the last, not above its garbage
+    try:
+        out = _add(model, picked, rank, alpha, rng)
+    finally:
+        unsettle_gc(old)
+    _settle(model)
+    changed()
+    return out
+
+
+def _add(model, picked, rank, alpha, rng):
     out = []
     for name, _, layer, slot in picked:
         if slot is None:
@@ -270,8 +283,6 @@ def add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"), rng=None):
         _tensor_names(model, name, a)
         layer._trainable = True          # its base stays frozen (no grad buffer); the adapter trains
         out.append((name, a))
-    _settle(model)
-    changed()
     return out
 
 

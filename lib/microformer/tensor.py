@@ -307,6 +307,35 @@ def fill_signed(t, a, rng):
     return t
 
 
+# MicroPython: while a model is made or changed in many small steps (adapters added), the GC
+# collects every SETTLE_GC_BYTES of allocation (gc.threshold; settle_gc / unsettle_gc), and a
+# fit until its first step is done (train.Trainer.settle): garbage left to pile up pushes what
+# is made next above it, and once collected leaves holes between long-lived arrays. 8 KB: the
+# add_lora of the memory goals' encoder left its largest free block at 355 KB of 671 KB free
+# without it, 568 KB with it (32-bit port); for the Iris session thresholds of 2, 4, 8 and 16 KB
+# all ran from the same heap (275 KB). Not for a whole fit: a 4 KB threshold costs an Iris step
+# 50 % more time on the 32-bit port.
+SETTLE_GC_BYTES = 8192
+
+
+def settle_gc(nbytes=SETTLE_GC_BYTES):
+    """MicroPython: have the GC collect every `nbytes` of allocation; returns the threshold it
+    replaces, for unsettle_gc (None: nothing changed, as on CPython)."""
+    if not _MICROPYTHON:
+        return None
+    import gc
+    old = gc.threshold()
+    gc.threshold(nbytes)
+    return old
+
+
+def unsettle_gc(old):
+    """Put back the GC threshold settle_gc returned (None: nothing to put back)."""
+    if old is not None:
+        import gc
+        gc.threshold(old)
+
+
 def settle():
     """On MicroPython, collect the garbage a fill loop leaves (a float and an int per value drawn
     or computed) before anything long-lived is made: what the model makes next then takes the

@@ -9,7 +9,7 @@ from .data import Batches
 from .layer import drop_scratch, partial, release_buffers, train_backward as _down
 from .loss import CrossEntropyLoss
 from .optim import Adam
-from .tensor import Rng, Tensor, zeros
+from .tensor import SETTLE_GC_BYTES, Rng, Tensor, zeros
 
 
 # The first training step makes the model's buffers (activations, grads, the kernels' scratch),
@@ -18,10 +18,8 @@ from .tensor import Rng, Tensor, zeros
 # larger block later finds no room: a 318K heap on the 32-bit port had 66 KB free, none of it
 # 3.4 KB in one piece. So a fit (the memory plan's probes, the optimizer and rollback copy
 # included) has the GC collect after every SETTLE_GC_BYTES of allocation (gc.threshold;
-# Trainer.settle) until its first step is done, then puts the threshold back: for a whole fit it
-# would cost time (a 4 KB threshold: 50 % more per Iris step on the 32-bit port). Thresholds of
-# 2, 4, 8 and 16 KB all ran the Iris session from the same heap (275 KB).
-SETTLE_GC_BYTES = 8192
+# Trainer.settle) until its first step is done, then puts the threshold back (the value and why:
+# tensor.py, next to settle_gc).
 
 def _us():
     # microseconds: ticks_us on MicroPython (ticks_ms is too coarse for a step of ~1 ms)

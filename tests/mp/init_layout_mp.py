@@ -4,7 +4,7 @@ import gc
 import sys
 
 import microformer as mf
-from microformer import tensor
+from microformer import lora, tensor
 
 
 def largest():
@@ -22,10 +22,17 @@ def largest():
     return lo
 
 
-if len(sys.argv) > 1 and sys.argv[1] == "off":
+if "off" in sys.argv[1:]:
     tensor.SETTLE_FLOATS = 10 ** 9      # the init without its collection, for comparison
+if "lora-off" in sys.argv[1:]:
+    lora.settle_gc = lambda: None       # add_lora without its GC threshold, for comparison
 mf.seed(3)
 model = mf.Sequential([mf.Dense(6, 64), mf.LearnedPositionalEmbedding(32, 64), mf.EncoderBlock(64, 4, 256),
                        mf.EncoderBlock(64, 4, 256), mf.GlobalAvgPool(), mf.Conv1D(64, 8, 3)])
 gc.collect()
 print("FREE %d LARGEST %d" % (gc.mem_free(), largest()))
+# adapters added: every adapter next to the last, not above the garbage the last one left
+lora.add_lora(model, rank=4, alpha=8, targets=("attention", "ffn"))
+model.layers[-1].trainable = True
+gc.collect()
+print("LORA FREE %d LARGEST %d" % (gc.mem_free(), largest()))

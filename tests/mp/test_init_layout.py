@@ -3,7 +3,11 @@ heap in one piece on both MicroPython ports (tests/mp/init_layout_mp.py): the dr
 is collected after each large tensor (tensor.fill_signed), so the next tensor lands next to
 it. Without the collection the largest free block was a fraction of the free heap (on the
 32-bit port 593 KB of 2.4 MB for the encoder of the memory goals), and the optimizer's blocks
-found no room."""
+found no room.
+Adding LoRA adapters to it then keeps that piece: add_lora has the GC collect every
+SETTLE_GC_BYTES while it makes them (tensor.settle_gc), so each adapter lands next to the last
+and not above the garbage the last one left. Without it the largest free block shrank by 34 KB on
+the 64-bit port and 685 KB on the 32-bit one for 43-50 KB of adapters; with it, by nothing."""
 import re
 
 import helpers
@@ -11,8 +15,8 @@ import helpers
 SCRIPT = helpers.script("init_layout_mp.py")
 
 
-def _free(out):
-    m = re.search(r"^FREE (\d+) LARGEST (\d+)$", out, re.M)
+def _free(out, tag=""):
+    m = re.search(r"^%sFREE (\d+) LARGEST (\d+)$" % tag, out, re.M)
     assert m, out
     return int(m.group(1)), int(m.group(2))
 
@@ -20,3 +24,13 @@ def _free(out):
 def test_a_new_model_leaves_the_free_heap_in_one_piece(micropython):
     free, big = _free(helpers.run_micropython(SCRIPT, exe=micropython, heap="3M"))
     assert big >= 0.8 * free, (free, big)      # 0.2 without the collection (both ports)
+
+
+def test_adding_lora_adapters_keeps_the_free_heap_in_one_piece(micropython):
+    out = helpers.run_micropython(SCRIPT, exe=micropython, heap="3M")
+    free, big = _free(out)
+    free_lora, big_lora = _free(out, "LORA ")
+    took = free - free_lora                    # the adapters and their names
+    assert 0 < took < 64 * 1024, (free, free_lora)
+    # the adapters go into holes or at the edge of the free piece, not across it
+    assert big - big_lora <= took // 4, (big, big_lora, took)
