@@ -313,20 +313,21 @@ def reserve_decode(B, L, C, NH):
     return n
 
 
-# Above PIECE floats of weights per call the backward keeps no (B, NH, Tq, Tk) block of its own:
-# dv is computed first (the weights' last reader), then dA = dout . v for R query rows of every
-# head at a time (a piece of NH R Tk floats, R = PIECE // (NH Tk), at least 1) becomes dS over
-# those rows and is copied over the weights' rows; dq and dk then read dS from att. A row of dA
-# depends on its dout row and the rows of v only (the GEMM quantizes per row) and the softmax
-# backward is row by row, so every output is the one-block path's, bit for bit; the scratch is
-# one piece instead of the block (S = 46, 2 heads: 4 KB instead of 17 KB). att holds dS after it
-# (Attention.weights() refuses after a backward). At or below PIECE: one block, as always.
+# A call over one item (B = 1, as Attention's backward makes for large weights) of more than
+# PIECE floats of weights keeps no (NH, Tq, Tk) block of its own: dv is computed first (the
+# weights' last reader), then dA = dout . v for R query rows of every head at a time (a piece of
+# NH R Tk floats, R = PIECE // (NH Tk), at least 1; the piece's dout rows copied to the front of
+# the dropout scratch, so no view is made) becomes dS over those rows and is copied over the
+# weights' rows; dq and dk then read dS from att. A row of dA depends on its dout row and the rows
+# of v only (the GEMM quantizes per row) and the softmax backward goes row by row, so every
+# output is the one-block path's, bit for bit; the scratch is one piece instead of the block
+# (S = 46, 2 heads: 4 KB instead of 17 KB). att holds dS after it (Attention.weights() refuses
+# after a backward). Otherwise: one block, as always.
 PIECE = const(1024)
 
 
-def _rows_view(buf, start, n):
-    # n floats of buf from float `start` on (a view: no copy)
-    return memoryview(buf)[start:start + n]
+def _one_item(n):
+    raise ValueError("attention_backward_rows: B must be 1 (one batch item per call), got %d" % n)
 
 
 @micropython.viper
@@ -334,7 +335,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
     # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights (dS once done, above PIECE)
-    if B * NH * Tq * Tk > PIECE:
+    if B == 1 and NH * Tq * Tk > PIECE:
         attention_backward_rows(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
     else:
         attention_backward_block(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
@@ -342,11 +343,13 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
 
 @micropython.viper
 def attention_backward_rows(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
-    # attention_backward in pieces of rows (any size; att holds dS after it)
-    _head_mm(dv, att, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)  # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
-    _ds_rows(dout, att, v, B, Tq, Tk, C, NH)
-    _head_mm(dq, att, k, HEAD_CONTEXT, B, Tq, Tk, C, NH)       # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h]
-    _head_mm(dk, att, q, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)    # dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h]
+    # attention_backward of one item (B = 1) in pieces of rows, any size; att holds dS after it
+    if B != 1:
+        _one_item(B)
+    _head_mm(dv, att, dout, HEAD_TRANSPOSED, 1, Tq, Tk, C, NH)  # dv[j,h] = sum_t att[h,t,j] dout[t,h]
+    _ds_rows(dout, att, v, Tq, Tk, C, NH)
+    _head_mm(dq, att, k, HEAD_CONTEXT, 1, Tq, Tk, C, NH)       # dq[t,h] = sum_j dS[h,t,j] k[j,h]
+    _head_mm(dk, att, q, HEAD_TRANSPOSED, 1, Tq, Tk, C, NH)    # dk[j,h] = sum_t dS[h,t,j] q[t,h]
 
 
 @micropython.viper
@@ -359,31 +362,31 @@ def attention_backward_block(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk
 
 
 @micropython.viper
-def _ds_rows(dout, att, v, B: int, Tq: int, Tk: int, C: int, NH: int):
-    # att (B, NH, Tq, Tk): the weights A in, dS = A (dA - rowsum(dA A)) / sqrt(hs) out, dA =
-    # dout . v computed R rows of every head at a time in the module scratch
+def _ds_rows(dout, att, v, Tq: int, Tk: int, C: int, NH: int):
+    # att (NH, Tq, Tk): the weights A in, dS = A (dA - rowsum(dA A)) / sqrt(hs) out, dA = dout . v
+    # computed R rows of every head at a time in the module scratch
     R = PIECE // (NH * Tk)
     if R < 1:
         R = 1
     if R > Tq:
         R = Tq
     F = _fscratch(NH * R * Tk)          # (NH, r, Tk): one piece's dA, then its dS
+    D = _gscratch(R * C)                # (r, C): the piece's dout rows
     sc = _scale_of(C // NH)
     sm = int(sc[0])
     se = int(sc[1])
-    for b in range(B):
-        vb = _rows_view(v, b * Tk * C, Tk * C)
-        t0 = 0
-        while t0 < Tq:
-            r = R
-            if Tq - t0 < r:
-                r = Tq - t0
-            _head_mm(F, _rows_view(dout, (b * Tq + t0) * C, r * C), vb, HEAD_SCORES, 1, r, Tk, C, NH)
-            for h in range(NH):
-                a0 = ((b * NH + h) * Tq + t0) * Tk
-                _softmax_back(0, 0, 0, F, att, r, Tk, sm, se, h * r * Tk, a0)
-                _copy_rows(att, a0, F, h * r * Tk, r * Tk)
-            t0 += r
+    t0 = 0
+    while t0 < Tq:
+        r = R
+        if Tq - t0 < r:
+            r = Tq - t0
+        _copy_rows(D, 0, dout, t0 * C, r * C)
+        _head_mm(F, D, v, HEAD_SCORES, 1, r, Tk, C, NH)
+        for h in range(NH):
+            a0 = (h * Tq + t0) * Tk
+            _softmax_back(0, 0, 0, F, att, r, Tk, sm, se, h * r * Tk, a0)
+            _copy_rows(att, a0, F, h * r * Tk, r * Tk)
+        t0 += r
 
 
 @micropython.viper
