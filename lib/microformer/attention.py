@@ -126,7 +126,8 @@ class Attention(Layer):
       lengths: B ints, keys j >= lengths[b] are padding (the tail-padding shortcut);
       context [B,Sk,E] gives cross-attention (K and V from context).
     A masked weight is exactly 0; a query whose keys are all masked gets weights 0, context 0
-    (so its output is bo) and no gradient.
+    (so its output is bo) and no gradient. weights(b, h) / stages(): the last forward's weights,
+    until a backward runs (the viper backward of a large item writes their gradient over them).
 
     KV cache (causal self-attention): y = prefill(x [B,S,E]) then y_t = decode_step(x_t [B,1,E])
     per new token; capacity max_len (here or in prefill). kv_bytes_per_token() = 8 * E.
@@ -444,8 +445,9 @@ class Attention(Layer):
             b += 1
 
     # The stored path's backward also runs item by item when the batch's [B,H,S,Sk] weights hold
-    # more than _back_items floats: the kernels' own temporaries (on viper the dA / dS block) are
-    # then one item's; each item's gradients are those of the whole batch's call, bit for bit
+    # more than _back_items floats: the kernels' own temporaries (on viper the dA / dS block; for an
+    # item of more than viper_softmax.PIECE weights a piece of rows, dS written over the item's
+    # weights) are then one item's; each item's gradients are those of the whole batch's call, bit for bit
     # (tests/mp/test_ffn_keep.py). Below it one call over the batch: a kernel call per item costs
     # more than the small block saves (Iris, [16,2,4,4]: 21 % more instructions per training
     # sample item by item, 32-bit port). None: always one call.
