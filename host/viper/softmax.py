@@ -130,10 +130,11 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
 
 
 @micropython.viper
-def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int):
+def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int, do: int, ao: int):
     # j x ab: the hottest locals; as the first three they live in registers (callers pass 0s)
     # in the forward pass this was att = softmax(scores * scale), rows = B * NH * Tq
-    # ds (rows, Tk): dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in place.
+    # ds (rows, Tk) from float do on: dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in
+    # place; att (rows, Tk) from float ao on. Each row is computed from its own values only.
     # dA_j - dot cancels when attention is peaked, so dot is built from 30-bit products
     # (24x24-bit mantissas split in 12-bit halves) instead of block-float.  [B4]
     # ERROR BOUND (attention backward as a whole, dA and the dq/dk/dv GEMMs included): dv within
@@ -141,7 +142,9 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     #   column, G = max A hs max|dout| max|v| / sqrt(hs) of the query row (of the batch item and
     #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
     pd = ptr32(ds)
+    pd = ptr32(uint(pd) + (do << 2))
     pa = ptr32(att)
+    pa = ptr32(uint(pa) + (ao << 2))
     bl = ptr8(_BL)                      # bit lengths (the cut to 15 bits, the store)
     h = 1                               # headroom: 2^h >= 2 Tk
     while (1 << h) < Tk + Tk:
@@ -310,11 +313,48 @@ def reserve_decode(B, L, C, NH):
     return n
 
 
+# A call over one item (B = 1, as Attention's backward makes for large weights) of more than
+# PIECE floats of weights keeps no (NH, Tq, Tk) block of its own: dv is computed first (the
+# weights' last reader), then dA = dout . v for R query rows of every head at a time (a piece of
+# NH R Tk floats, R = PIECE // (NH Tk), at least 1; the piece's dout rows copied to the front of
+# the dropout scratch, so no view is made) becomes dS over those rows and is copied over the
+# weights' rows; dq and dk then read dS from att. A row of dA depends on its dout row and the rows
+# of v only (the GEMM quantizes per row) and the softmax backward goes row by row, so every
+# output is the one-block path's, bit for bit; the scratch is one piece instead of the block
+# (S = 46, 2 heads: 4 KB instead of 17 KB). att holds dS after it (Attention.weights() refuses
+# after a backward). Otherwise: one block, as always.
+PIECE = const(1024)
+
+
+def _one_item(n):
+    raise ValueError("attention_backward_rows: B must be 1 (one batch item per call), got %d" % n)
+
+
 @micropython.viper
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
-    # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights
+    # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights (dS once done, above PIECE)
+    if B == 1 and NH * Tq * Tk > PIECE:
+        attention_backward_rows(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
+    else:
+        attention_backward_block(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
+
+
+@micropython.viper
+def attention_backward_rows(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
+    # attention_backward of one item (B = 1) in pieces of rows, any size; att holds dS after it
+    if B != 1:
+        _one_item(B)
+    _head_mm(dv, att, dout, HEAD_TRANSPOSED, 1, Tq, Tk, C, NH)  # dv[j,h] = sum_t att[h,t,j] dout[t,h]
+    _ds_rows(dout, att, v, Tq, Tk, C, NH)
+    _head_mm(dq, att, k, HEAD_CONTEXT, 1, Tq, Tk, C, NH)       # dq[t,h] = sum_j dS[h,t,j] k[j,h]
+    _head_mm(dk, att, q, HEAD_TRANSPOSED, 1, Tq, Tk, C, NH)    # dk[j,h] = sum_t dS[h,t,j] q[t,h]
+
+
+@micropython.viper
+def attention_backward_block(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
+    # attention_backward in one (B, NH, Tq, Tk) block of the module scratch (any size; att kept)
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
     _head_mm(F, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)        # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
     _head_mm(dv, att, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)  # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
@@ -322,11 +362,48 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
 
 
 @micropython.viper
+def _ds_rows(dout, att, v, Tq: int, Tk: int, C: int, NH: int):
+    # att (NH, Tq, Tk): the weights A in, dS = A (dA - rowsum(dA A)) / sqrt(hs) out, dA = dout . v
+    # computed R rows of every head at a time in the module scratch
+    R = PIECE // (NH * Tk)
+    if R < 1:
+        R = 1
+    if R > Tq:
+        R = Tq
+    F = _fscratch(NH * R * Tk)          # (NH, r, Tk): one piece's dA, then its dS
+    D = _gscratch(R * C)                # (r, C): the piece's dout rows
+    sc = _scale_of(C // NH)
+    sm = int(sc[0])
+    se = int(sc[1])
+    t0 = 0
+    while t0 < Tq:
+        r = R
+        if Tq - t0 < r:
+            r = Tq - t0
+        _copy_rows(D, 0, dout, t0 * C, r * C)
+        _head_mm(F, D, v, HEAD_SCORES, 1, r, Tk, C, NH)
+        for h in range(NH):
+            a0 = (h * Tq + t0) * Tk
+            _softmax_back(0, 0, 0, F, att, r, Tk, sm, se, h * r * Tk, a0)
+            _copy_rows(att, a0, F, h * r * Tk, r * Tk)
+        t0 += r
+
+
+@micropython.viper
+def _copy_rows(dst, d0: int, src, s0: int, n: int):
+    # dst[d0 : d0 + n] = src[s0 : s0 + n], bit for bit
+    pd = ptr32(dst)
+    ps = ptr32(src)
+    for i in range(n):
+        pd[d0 + i] = ps[s0 + i]
+
+
+@micropython.viper
 def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
     # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
     sc = _scale_of(C // NH)
-    _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1])
+    _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1], 0, 0)
     _head_mm(dq, F, k, HEAD_CONTEXT, B, Tq, Tk, C, NH)
     _head_mm(dk, F, q, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)
 

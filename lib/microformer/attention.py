@@ -126,7 +126,8 @@ class Attention(Layer):
       lengths: B ints, keys j >= lengths[b] are padding (the tail-padding shortcut);
       context [B,Sk,E] gives cross-attention (K and V from context).
     A masked weight is exactly 0; a query whose keys are all masked gets weights 0, context 0
-    (so its output is bo) and no gradient.
+    (so its output is bo) and no gradient. weights(b, h) / stages(): the last forward's weights,
+    until a backward runs (the viper backward of a large item writes their gradient over them).
 
     KV cache (causal self-attention): y = prefill(x [B,S,E]) then y_t = decode_step(x_t [B,1,E])
     per new token; capacity max_len (here or in prefill). kv_bytes_per_token() = 8 * E.
@@ -144,6 +145,7 @@ class Attention(Layer):
     backward_stops = True
     _recompute = False
     _prompted = False          # prefill has put a prompt in the KV cache (decode_step may run)
+    _spent = False             # a backward has run since the forward: the weights buffer holds dS
 
     def _get_recompute(self):
         return self._recompute
@@ -373,6 +375,7 @@ class Attention(Layer):
             backend.K.attention_forward(self._ctx.data, self._A.data, self._Q.data, self._Kt.data, self._V.data,
                                         self._mask, self._Q.shape[0], self._Q.shape[1], self._V.shape[1],
                                         self.embed_dim, self.num_heads, 1 if self.causal else 0)
+        self._spent = False
         self._dropped = self.training and self.dropout > 0.0
         if self._dropped:
             self._drop_weights()
@@ -442,8 +445,9 @@ class Attention(Layer):
             b += 1
 
     # The stored path's backward also runs item by item when the batch's [B,H,S,Sk] weights hold
-    # more than _back_items floats: the kernels' own temporaries (on viper the dA / dS block) are
-    # then one item's; each item's gradients are those of the whole batch's call, bit for bit
+    # more than _back_items floats: the kernels' own temporaries (on viper the dA / dS block; for an
+    # item of more than viper_softmax.PIECE weights a piece of rows, dS written over the item's
+    # weights) are then one item's; each item's gradients are those of the whole batch's call, bit for bit
     # (tests/mp/test_ffn_keep.py). Below it one call over the batch: a kernel call per item costs
     # more than the small block saves (Iris, [16,2,4,4]: 21 % more instructions per training
     # sample item by item, 32-bit port). None: always one call.
@@ -544,6 +548,11 @@ class Attention(Layer):
         # output projection: dWo += dy^T ctx, dctx = dy Wo
         self._po.backward(dy, self._ctx, self._dctx, False)
         # per head: dV = A^T dctx, dA = dctx V^T, dS = A (dA - rowsum(dA A)) / sqrt(D), dQ = dS K, dK = dS^T Q
+        # (the viper kernel writes dS over the weights: weights() and stages() refuse until a
+        # forward, and a second backward of one forward computes them again first)
+        if self._spent:
+            self._weights_again()
+        self._spent = True
         self._attend_back()
         # input projections: dW += dProj^T x, dx (+)= dProj W
         if not need_dx and self._c is None:       # nothing below needs dx: weight grads only
@@ -580,6 +589,15 @@ class Attention(Layer):
                                          self._Q.shape[0], self._Q.shape[1], self._V.shape[1], self.embed_dim,
                                          self.num_heads)
 
+    def _weights_again(self):
+        # the stored weights of the last forward, computed again (the same kernel on the same Q K V:
+        # the same values; ctx is written with its own values); dropped or per-item weights are
+        # not written over by a backward, tiled ones are never stored
+        if self.kv_tile is None and not self._dropped and self._A.shape[0] == self._Q.shape[0]:
+            backend.K.attention_forward(self._ctx.data, self._A.data, self._Q.data, self._Kt.data, self._V.data,
+                                        self._mask, self._Q.shape[0], self._Q.shape[1], self._V.shape[1],
+                                        self.embed_dim, self.num_heads, 1 if self.causal else 0)
+
     def _attend_back_tiled(self):
         backend.K.attention_backward_tiled(self._dQ.data, self._dK.data, self._dV.data, self._tile.data,
                                            self._dctx.data, self._ctx.data, self._stats.data, self._Q.data,
@@ -611,6 +629,9 @@ class Attention(Layer):
         return 0.0 if self.dropout >= 1.0 else 1.0 / (1.0 - self.dropout)
 
     def _no_weights(self, what):
+        if self._spent:
+            raise ValueError("Attention: %s shows the last forward's weights, and a backward has run since "
+                             "(it may write their gradient over them): run a forward again" % what)
         A = getattr(self, "_A", None)
         if A is not None and A.shape[0] != self._Q.shape[0]:
             raise ValueError("Attention: %s needs the stored attention weights, which recompute=True keeps "

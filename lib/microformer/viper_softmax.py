@@ -235,10 +235,11 @@ def _softmax(att, mask, d, s, NH: int, Tq: int):
 
 # from host/viper/softmax.py:132
 @micropython.viper
-def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int):
+def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int, se: int, do: int, ao: int):
     # j x ab: the hottest locals; as the first three they live in registers (callers pass 0s)
     # in the forward pass this was att = softmax(scores * scale), rows = B * NH * Tq
-    # ds (rows, Tk): dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in place.
+    # ds (rows, Tk) from float do on: dA in, dS = A * (dA - sum_j dA_j A_j) * scale out, in
+    # place; att (rows, Tk) from float ao on. Each row is computed from its own values only.
     # dA_j - dot cancels when attention is peaked, so dot is built from 30-bit products
     # (24x24-bit mantissas split in 12-bit halves) instead of block-float.  [B4]
     # ERROR BOUND (attention backward as a whole, dA and the dq/dk/dv GEMMs included): dv within
@@ -246,7 +247,9 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
     #   column, G = max A hs max|dout| max|v| / sqrt(hs) of the query row (of the batch item and
     #   head): dS = A (dA - dot) cancels, so the bound is relative to its operands' block maxima.
     pd = ptr32(ds)
+    pd = ptr32(uint(pd) + (do << 2))
     pa = ptr32(att)
+    pa = ptr32(uint(pa) + (ao << 2))
     bl = ptr8(_BL)                      # bit lengths (the cut to 15 bits, the store)
     h = 1                               # headroom: 2^h >= 2 Tk
     while (1 << h) < Tk + Tk:
@@ -308,7 +311,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     md = md << 6
                 if (y >> 31) & 1:
                     md = 0 - md
-            # from host/viper/softmax.py:200
+            # from host/viper/softmax.py:203
             me = ed - 156
             o = dot
             if pmax == 0:
@@ -342,14 +345,14 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     # from host/viper/snippets.py:308 (snippet alignsub)
                     v = md - o                                       #!chk v
                     e = de
-            # from host/viper/softmax.py:213
+            # from host/viper/softmax.py:216
             # v * 2^e (|v| < 2^31) times a (15 bits) times scale (15 bits); |v| cut to < 2^15
             # from host/viper/snippets.py:116 (snippet unsign)
             neg = 0
             if v < 0:
                 neg = 1
                 v = 0 - v
-            # from host/viper/softmax.py:215
+            # from host/viper/softmax.py:218
             if v >= 0x8000:             # truncated to 15 bits: n = bit length - 15
                 # from host/viper/snippets.py:93 (snippet bitlen)
                 if v >= 0x10000:
@@ -361,7 +364,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     n = 8 + bl[v >> 8]
                 else:
                     n = bl[v]
-                # from host/viper/softmax.py:217
+                # from host/viper/softmax.py:220
                 n -= 15
                 v = v >> n
                 e += n
@@ -405,7 +408,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
                     pd[ab + j] = 0
                 else:
                     pd[ab + j] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-        # from host/viper/softmax.py:228
+        # from host/viper/softmax.py:231
         ab += Tk
 
 
@@ -414,7 +417,7 @@ def _softmax_back(j: int, x: int, ab: int, ds, att, rows: int, Tk: int, sm: int,
 # slows as garbage builds up between collections); a viper function has no such frame, and it
 # calls _gemm, _softmax and _softmax_back directly. The arithmetic is that of the kernels below
 # (the same calls in the same order as before, so the results are bit-identical).
-# from host/viper/softmax.py:236
+# from host/viper/softmax.py:239
 @micropython.viper
 def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
     # one per-head product of _gemm (`kind`: HEAD_* / DECODE_*) with the module scratch, grown on demand
@@ -423,12 +426,12 @@ def _head_mm(out, a, b, kind: int, B: int, Tq: int, Tk: int, C: int, NH: int):
         _gemm(0, 0, 0, out, a, b, out, _iscratch(n), kind, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:244
+# from host/viper/softmax.py:247
 def _keys_error(name, n):
     raise ValueError("%s: Tk must be < 65536 keys, got %d" % (name, n))
 
 
-# from host/viper/softmax.py:248
+# from host/viper/softmax.py:251
 @micropython.viper
 def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal: int, hs: int):
     # _softmax over att (B, NH, Tq, rs), the first Tk columns of each row, head size hs;
@@ -449,7 +452,7 @@ def _softmax_rows(att, mask, B: int, Tq: int, Tk: int, rs: int, NH: int, causal:
     _softmax(att, m, _D, _iscratch(Tk + Tk), NH, Tq)
 
 
-# from host/viper/softmax.py:268
+# from host/viper/softmax.py:271
 @micropython.viper
 def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int, NH: int, causal: int):
     # q (B, Tq, C), k v (B, Tk, C); head h owns columns h*hs .. (h+1)*hs, hs = C // NH
@@ -466,7 +469,7 @@ def attention_forward(out, att, q, k, v, mask, B: int, Tq: int, Tk: int, C: int,
     _head_mm(out, att, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)        # context out[b,t,h] = sum_j att[b,h,t,j] v[b,j,h]
 
 
-# from host/viper/softmax.py:284
+# from host/viper/softmax.py:287
 @micropython.viper
 def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: int):
     # one causal query per sequence against the first T cached keys (itself included):
@@ -480,7 +483,7 @@ def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: in
     _head_mm(out, att, vc, DECODE_CONTEXT, B, T, L, C, NH)
 
 
-# from host/viper/softmax.py:297
+# from host/viper/softmax.py:300
 def reserve_decode(B, L, C, NH):
     # not a kernel: the module scratch attention_decode needs at its largest (T = L, a full cache
     # of L tokens), made now at its exact size, so that decoding never grows it token by token
@@ -497,25 +500,104 @@ def reserve_decode(B, L, C, NH):
     return n
 
 
-# from host/viper/softmax.py:313
+# A call over one item (B = 1, as Attention's backward makes for large weights) of more than
+# PIECE floats of weights keeps no (NH, Tq, Tk) block of its own: dv is computed first (the
+# weights' last reader), then dA = dout . v for R query rows of every head at a time (a piece of
+# NH R Tk floats, R = PIECE // (NH Tk), at least 1; the piece's dout rows copied to the front of
+# the dropout scratch, so no view is made) becomes dS over those rows and is copied over the
+# weights' rows; dq and dk then read dS from att. A row of dA depends on its dout row and the rows
+# of v only (the GEMM quantizes per row) and the softmax backward goes row by row, so every
+# output is the one-block path's, bit for bit; the scratch is one piece instead of the block
+# (S = 46, 2 heads: 4 KB instead of 17 KB). att holds dS after it (Attention.weights() refuses
+# after a backward). Otherwise: one block, as always.
+PIECE = const(1024)
+
+
+# from host/viper/softmax.py:329
+def _one_item(n):
+    raise ValueError("attention_backward_rows: B must be 1 (one batch item per call), got %d" % n)
+
+
+# from host/viper/softmax.py:333
 @micropython.viper
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
-    # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights
+    # dout (B, Tq, C); att (B, NH, Tq, Tk) the forward's weights (dS once done, above PIECE)
+    if B == 1 and NH * Tq * Tk > PIECE:
+        attention_backward_rows(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
+    else:
+        attention_backward_block(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
+
+
+# from host/viper/softmax.py:344
+@micropython.viper
+def attention_backward_rows(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
+    # attention_backward of one item (B = 1) in pieces of rows, any size; att holds dS after it
+    if B != 1:
+        _one_item(B)
+    _head_mm(dv, att, dout, HEAD_TRANSPOSED, 1, Tq, Tk, C, NH)  # dv[j,h] = sum_t att[h,t,j] dout[t,h]
+    _ds_rows(dout, att, v, Tq, Tk, C, NH)
+    _head_mm(dq, att, k, HEAD_CONTEXT, 1, Tq, Tk, C, NH)       # dq[t,h] = sum_j dS[h,t,j] k[j,h]
+    _head_mm(dk, att, q, HEAD_TRANSPOSED, 1, Tq, Tk, C, NH)    # dk[j,h] = sum_t dS[h,t,j] q[t,h]
+
+
+# from host/viper/softmax.py:355
+@micropython.viper
+def attention_backward_block(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
+    # attention_backward in one (B, NH, Tq, Tk) block of the module scratch (any size; att kept)
     F = _fscratch(B * NH * Tq * Tk)    # (B, NH, Tq, Tk): dA, then dS
     _head_mm(F, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)        # dA[b,h,t,j] = dout[b,t,h] . v[b,j,h]
     _head_mm(dv, att, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)  # dv[b,j,h] = sum_t att[b,h,t,j] dout[b,t,h]
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:324
+# from host/viper/softmax.py:364
+@micropython.viper
+def _ds_rows(dout, att, v, Tq: int, Tk: int, C: int, NH: int):
+    # att (NH, Tq, Tk): the weights A in, dS = A (dA - rowsum(dA A)) / sqrt(hs) out, dA = dout . v
+    # computed R rows of every head at a time in the module scratch
+    R = PIECE // (NH * Tk)
+    if R < 1:
+        R = 1
+    if R > Tq:
+        R = Tq
+    F = _fscratch(NH * R * Tk)          # (NH, r, Tk): one piece's dA, then its dS
+    D = _gscratch(R * C)                # (r, C): the piece's dout rows
+    sc = _scale_of(C // NH)
+    sm = int(sc[0])
+    se = int(sc[1])
+    t0 = 0
+    while t0 < Tq:
+        r = R
+        if Tq - t0 < r:
+            r = Tq - t0
+        _copy_rows(D, 0, dout, t0 * C, r * C)
+        _head_mm(F, D, v, HEAD_SCORES, 1, r, Tk, C, NH)
+        for h in range(NH):
+            a0 = (h * Tq + t0) * Tk
+            _softmax_back(0, 0, 0, F, att, r, Tk, sm, se, h * r * Tk, a0)
+            _copy_rows(att, a0, F, h * r * Tk, r * Tk)
+        t0 += r
+
+
+# from host/viper/softmax.py:392
+@micropython.viper
+def _copy_rows(dst, d0: int, src, s0: int, n: int):
+    # dst[d0 : d0 + n] = src[s0 : s0 + n], bit for bit
+    pd = ptr32(dst)
+    ps = ptr32(src)
+    for i in range(n):
+        pd[d0 + i] = ps[s0 + i]
+
+
+# from host/viper/softmax.py:401
 @micropython.viper
 def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
     # dq[b,t,h] = sum_j dS[b,h,t,j] k[b,j,h] and dk[b,j,h] = sum_t dS[b,h,t,j] q[b,t,h] (written)
     sc = _scale_of(C // NH)
-    _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1])
+    _softmax_back(0, 0, 0, F, att, B * NH * Tq, Tk, sc[0], sc[1], 0, 0)
     _head_mm(dq, F, k, HEAD_CONTEXT, B, Tq, Tk, C, NH)
     _head_mm(dk, F, q, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)
 
@@ -526,7 +608,7 @@ def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:340
+# from host/viper/softmax.py:417
 @micropython.viper
 def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: int, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
@@ -536,7 +618,7 @@ def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: i
     _head_mm(out, G, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:349
+# from host/viper/softmax.py:426
 @micropython.viper
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B: int, Tq: int, Tk: int, C: int,
                                NH: int, pscale):
@@ -555,7 +637,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B:
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:367
+# from host/viper/softmax.py:444
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -610,7 +692,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:285 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:402
+    # from host/viper/softmax.py:479
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
@@ -627,7 +709,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:408
+    # from host/viper/softmax.py:485
     _store(lf, 0, v, e)
 
 
@@ -637,7 +719,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:417
+# from host/viper/softmax.py:494
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -674,7 +756,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:447
+            # from host/viper/softmax.py:524
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -693,7 +775,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:175 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:454
+        # from host/viper/softmax.py:531
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -730,7 +812,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:462
+            # from host/viper/softmax.py:539
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -742,7 +824,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:466
+            # from host/viper/softmax.py:543
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -774,7 +856,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:285 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:478
+                # from host/viper/softmax.py:555
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -791,7 +873,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:482
+            # from host/viper/softmax.py:559
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -809,7 +891,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             zre = 8 + bl[z >> 8]
         else:
             zre = bl[z]
-        # from host/viper/softmax.py:490
+        # from host/viper/softmax.py:567
         zre -= 16
         if zre < 0:
             zre = 0
@@ -868,7 +950,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     pdl[lb + j] = 0
                 else:
                     pdl[lb + j] = (wsg << 31) | (wbe << 23) | (wv & 0x7FFFFF)
-        # from host/viper/softmax.py:495
+        # from host/viper/softmax.py:572
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
         while z >= 32768:
@@ -883,7 +965,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:509
+# from host/viper/softmax.py:586
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
@@ -894,14 +976,14 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     return _LF[0]
 
 
-# from host/viper/softmax.py:519
+# from host/viper/softmax.py:596
 @micropython.viper
 def _xent_run(dlogits, logits, labels, B: int, V: int) -> int:
     ib = _xent_ib(B, V)
     return int(_xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF))
 
 
-# from host/viper/softmax.py:525
+# from host/viper/softmax.py:602
 def _xent_ib(B, V):
     # 1 / B as (15-bit mantissa, exponent), after the int32 limits of _xent [B3]: the sum z needs
     # V <= 2^14, the log of the product of the B sums (N ln2 in Q16) B log2(V) < 45000

@@ -74,4 +74,16 @@ for i in range(11):
         start()
     V.attention_decode(o1, a1, q1, kc, vc, B, 5, L, C, NH)
 report("attention_decode")
+# one item whose weights exceed the kernel's PIECE: the backward in pieces of query rows
+S1 = 46
+q2, k2, v2, d2 = ramp(S1 * C, 3), ramp(S1 * C, 5), ramp(S1 * C, 7), ramp(S1 * C, 11)
+o2, a2, a3 = z(S1 * C), z(NH * S1 * S1), z(NH * S1 * S1)
+dq2, dk2, dv2 = z(S1 * C), z(S1 * C), z(S1 * C)
+V.attention_forward(o2, a2, q2, k2, v2, None, 1, S1, S1, C, NH, 0)
+for i in range(11):
+    if i == 1:
+        start()
+    V.copy(a3, a2, NH * S1 * S1)         # (the backward writes dS over the weights)
+    V.attention_backward(dq2, dk2, dv2, None, d2, a3, q2, k2, v2, 1, S1, S1, C, NH)
+report("attention_backward (rows)")
 print("DONE")

@@ -18,7 +18,7 @@ def test_attention_kernels_take_no_heap_frame(micropython):
     out = helpers.run_micropython(helpers.script("attention_frames_mp.py"), heap="2M", exe=micropython)
     assert "DONE" in out, out
     got = dict((m.group(1), int(m.group(2))) for m in re.finditer(r"^ALLOC (.+) (\d+)$", out, re.M))
-    assert len(got) == 6, out
+    assert len(got) == 7, out
     assert all(n == 0 for n in got.values()), "bytes allocated by 10 calls: %r" % got
 
 
