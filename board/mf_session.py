@@ -63,9 +63,13 @@ class FitResult(Result):
 
 
 # Reading the checkpoint and the data files leaves garbage among what the session keeps: Session()
-# collects every LOAD_GC_BYTES meanwhile (the 32-bit session then ran from a 10 KB smaller heap;
-# 4 KB gained nothing more and made loading several times slower).
+# collects meanwhile, every LOAD_GC_SHARE-th of the heap allocated, at most every LOAD_GC_BYTES
+# (a collection's cost grows with the heap: a small heap collects often and cheaply, a PSRAM
+# heap as before). On the 32-bit port the Iris session then ran from a 6 KB smaller heap than
+# with every 32 KB, and loading took about twice as long there; every 32 KB had gained 10 KB
+# over no collections.
 LOAD_GC_BYTES = 32768
+LOAD_GC_SHARE = 16
 _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
 # Modules only loading needs, functions and constants only (no classes): microformer.spec (the
 # model from its spec), specformat, and specplan (the checkpoint's check of what its spec would
@@ -78,11 +82,11 @@ LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan
 # Modules only loading needs that define an exception class: microformer.checkpoint (the file's
 # reader; s.save imports it again), dropped the same way once the weights are read, never when
 # that part fails: the error it raises stays an instance of the class `except mf.CheckpointError`
-# names. microformer.meta (the metadata's checks, imported by the load too) stays: dropping it
-# as well freed 5 KB more, but the holes it left split the free heap so that a large fit's
-# micro-batch named by an out-of-memory message then found no room in a 420K heap
-# (tests/mp/test_trainer.py); the session keeps the train/test split, so fit needs no meta.
-LOAD_ONLY_AFTER = ("microformer.checkpoint",)
+# names. microformer.meta (the metadata's checks, imported by the load too) goes once the whole
+# load has succeeded, as its MetaError stays the class `except microformer.meta.MetaError` names;
+# the session keeps the train/test split, so fit needs no meta (the 32-bit Iris session then ran
+# from a 9 KB smaller heap).
+LOAD_ONLY_AFTER = ("microformer.checkpoint", "microformer.meta")
 # The memory plan (microformer.memplan), which fit imports to choose its micro-batch: dropped
 # again before the first step on MicroPython when that fit loaded it (its code's heap goes to the
 # step's buffers); a plan asked for later (s.plan(), an out-of-memory message) imports it again.
@@ -226,7 +230,7 @@ class Session:
         after = [m for m in LOAD_ONLY_AFTER if m not in sys.modules] if _threshold else []
         try:
             if _threshold:
-                _threshold(LOAD_GC_BYTES)        # reading leaves garbage among what stays
+                _threshold(min(LOAD_GC_BYTES, (gc.mem_alloc() + gc.mem_free()) // LOAD_GC_SHARE))
             self._load(loaded, after)
             if adapter is not None:
                 self._reading = self._path(adapter)
@@ -305,7 +309,7 @@ class Session:
         self.model = from_spec(spec)
         self._shape, self.need = self._model_input(where)
         checkpoint.load(path, self.model)     # verified before any weight changes
-        _drop(loaded + after)                 # no CheckpointError from here on
+        _drop(loaded + [m for m in after if m.endswith(".checkpoint")])    # no CheckpointError from here on
         del checkpoint, from_spec, spec, head   # nothing here holds them: their heap goes back now
         self._labels = []                     # regression: the last target's texts in the files
         self._loss = mf.CrossEntropyLoss() if self.task == "classify" else _MSE(len(self.targets))
@@ -347,6 +351,7 @@ class Session:
             raise e
         self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read,
                                   "label" if self.task == "classify" else self.targets[-1])
+        _drop(after)                          # no MetaError from here on
         # reading the files leaves garbage all over the heap: collected now, the buffers fit and
         # evaluate allocate next find large free blocks (on a 512K heap a fit failed without it)
         gc.collect()
