@@ -720,7 +720,7 @@ class Session:
         self._fit_state(t, on_error)
         planned = [m for m in FIT_ONLY if m not in sys.modules] if _threshold else ()
         try:
-            log = _fit_log()        # the history's records: allocated before any state changes
+            log = _fit_log(epochs)  # the history's records: allocated before any state changes
             batch = min(batch, len(ds))
             t.use_data(ds)
             auto = micro == "auto"       # a step out of memory halves it (Trainer.fit shrink)
@@ -810,7 +810,7 @@ class Session:
                               "epochs (free heap %s bytes): the %s are done, kept by the model and "
                               "recorded in s.meta['history']; only this call's per-epoch records are "
                               "lost. Free memory (del big objects, gc.collect())"
-                              % (log.keep, _mem_free(), _n(steps, "step")))
+                              % (FIT_KEEP_EPOCHS, _mem_free(), _n(steps, "step")))
         line = "<fit on %s: %s, %s%s, %s/step%s>" % (
             name, _n(steps, "step"), _n(rec["epochs"], "epoch"), "" if rec["loss"] is None else ", loss %.4f" % rec["loss"],
             duration(1000 * seconds / max(1, steps)), ", interrupted" if interrupted else "")
@@ -1076,9 +1076,10 @@ FIT_KEEP_FITS = 20
 FIT_ON_ERROR = ("rollback", "keep")
 
 
-def _fit_log():
+def _fit_log(epochs):
+    # room for the records of the last FIT_KEEP_EPOCHS epochs, or of every epoch of a shorter fit
     from microformer.train import FitLog
-    return FitLog(FIT_KEEP_EPOCHS)
+    return FitLog(min(epochs, FIT_KEEP_EPOCHS))
 
 
 def _fit_record(s, name, n, log, steps):
