@@ -9,7 +9,7 @@ import sys
 from array import array
 
 import microformer as mf
-from microformer.data import Dataset, read_rows
+from microformer.data import Dataset
 from microformer.finite import NonFiniteError, hyper
 from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import Trainer, duration
@@ -73,12 +73,13 @@ LOAD_GC_SHARE = 16
 _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
 # Modules only loading needs, functions and constants only (no classes): microformer.spec (the
 # model from its spec), specformat, and specplan (the checkpoint's check of what its spec would
-# allocate, before anything is built). On MicroPython, Session() drops those its load imported
+# allocate, before anything is built), and microformer.csvfile (the CSV reader: the data files,
+# the user's examples). On MicroPython, Session() drops those its load imported
 # as soon as it is past them (specplan once the spec is checked, the others once the checkpoint's
 # weights are read, all of them when the load fails), before the model's weights are read and
 # the data files: their code's heap goes back to the data and the fit; whatever needs them later
 # (s.lora, s.save) imports them again. CPython keeps them.
-LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan")
+LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile")
 # Modules only loading needs that define an exception class: microformer.checkpoint (the file's
 # reader; s.save imports it again), dropped the same way once the weights are read, never when
 # that part fails: the error it raises stays an instance of the class `except mf.CheckpointError`
@@ -419,6 +420,7 @@ class Session:
         # the reader's 'label' field). Returns the file's form (as mf_examples keeps it): X flat
         # with the columns before the last field, y indices into _file_labels().
         self._reading = path
+        from microformer.csvfile import read_rows       # LOAD_ONLY: the files are read while loading
         try:
             X, y, labels, _ = read_rows(path, self.classes or None, None, len(self._file_columns()),
                                         "Session")
