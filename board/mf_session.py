@@ -65,9 +65,9 @@ class FitResult(Result):
 # Reading the checkpoint and the data files leaves garbage among what the session keeps: Session()
 # collects meanwhile, every LOAD_GC_SHARE-th of the heap allocated, at most every LOAD_GC_BYTES
 # (a collection's cost grows with the heap: a small heap collects often and cheaply, a PSRAM
-# heap as before). On the 32-bit port the Iris session then ran from a 6 KB smaller heap than
-# with every 32 KB, and loading took about twice as long there; every 32 KB had gained 10 KB
-# over no collections.
+# heap as before). On the 32-bit port the Iris session then ran from a 4 KB smaller heap than
+# with every 32 KB (216 KB instead of 220 KB), and loading took about twice as long there;
+# every 32 KB had gained 10 KB over no collections.
 LOAD_GC_BYTES = 32768
 LOAD_GC_SHARE = 16
 _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
@@ -85,8 +85,8 @@ LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan
 # that part fails: the error it raises stays an instance of the class `except mf.CheckpointError`
 # names. microformer.meta (the metadata's checks, imported by the load too) goes once the whole
 # load has succeeded, as its MetaError stays the class `except microformer.meta.MetaError` names;
-# the session keeps the train/test split, so fit needs no meta (the 32-bit Iris session then ran
-# from a 9 KB smaller heap).
+# the session keeps the train/test split, so fit needs no meta (the 32-bit Iris session, modules
+# compiled to .mpy, then ran from 220 KB instead of 232 KB).
 LOAD_ONLY_AFTER = ("microformer.checkpoint", "microformer.meta")
 # The memory plan (microformer.memplan), which fit imports to choose its micro-batch: dropped
 # again before the first step on MicroPython when that fit loaded it (its code's heap goes to the
