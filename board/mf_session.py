@@ -9,7 +9,7 @@ import sys
 from array import array
 
 import microformer as mf
-from microformer.data import Dataset, read_rows
+from microformer.data import Dataset
 from microformer.finite import NonFiniteError, hyper
 from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import Trainer, duration
@@ -63,26 +63,31 @@ class FitResult(Result):
 
 
 # Reading the checkpoint and the data files leaves garbage among what the session keeps: Session()
-# collects every LOAD_GC_BYTES meanwhile (the 32-bit session then ran from a 10 KB smaller heap;
-# 4 KB gained nothing more and made loading several times slower).
+# collects meanwhile, every LOAD_GC_SHARE-th of the heap allocated, at most every LOAD_GC_BYTES
+# (a collection's cost grows with the heap: a small heap collects often and cheaply, a PSRAM
+# heap as before). On the 32-bit port the Iris session then ran from a 4 KB smaller heap than
+# with every 32 KB (216 KB instead of 220 KB), and loading took about twice as long there;
+# every 32 KB had gained 10 KB over no collections.
 LOAD_GC_BYTES = 32768
+LOAD_GC_SHARE = 16
 _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
 # Modules only loading needs, functions and constants only (no classes): microformer.spec (the
 # model from its spec), specformat, and specplan (the checkpoint's check of what its spec would
-# allocate, before anything is built). On MicroPython, Session() drops those its load imported
+# allocate, before anything is built), and microformer.csvfile (the CSV reader: the data files,
+# the user's examples). On MicroPython, Session() drops those its load imported
 # as soon as it is past them (specplan once the spec is checked, the others once the checkpoint's
 # weights are read, all of them when the load fails), before the model's weights are read and
 # the data files: their code's heap goes back to the data and the fit; whatever needs them later
 # (s.lora, s.save) imports them again. CPython keeps them.
-LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan")
+LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile")
 # Modules only loading needs that define an exception class: microformer.checkpoint (the file's
 # reader; s.save imports it again), dropped the same way once the weights are read, never when
 # that part fails: the error it raises stays an instance of the class `except mf.CheckpointError`
-# names. microformer.meta (the metadata's checks, imported by the load too) stays: dropping it
-# as well freed 5 KB more, but the holes it left split the free heap so that a large fit's
-# micro-batch named by an out-of-memory message then found no room in a 420K heap
-# (tests/mp/test_trainer.py); the session keeps the train/test split, so fit needs no meta.
-LOAD_ONLY_AFTER = ("microformer.checkpoint",)
+# names. microformer.meta (the metadata's checks, imported by the load too) goes once the whole
+# load has succeeded, as its MetaError stays the class `except microformer.meta.MetaError` names;
+# the session keeps the train/test split, so fit needs no meta (the 32-bit Iris session, modules
+# compiled to .mpy, then ran from 220 KB instead of 232 KB).
+LOAD_ONLY_AFTER = ("microformer.checkpoint", "microformer.meta")
 # The memory plan (microformer.memplan), which fit imports to choose its micro-batch: dropped
 # again before the first step on MicroPython when that fit loaded it (its code's heap goes to the
 # step's buffers); a plan asked for later (s.plan(), an out-of-memory message) imports it again.
@@ -226,7 +231,7 @@ class Session:
         after = [m for m in LOAD_ONLY_AFTER if m not in sys.modules] if _threshold else []
         try:
             if _threshold:
-                _threshold(LOAD_GC_BYTES)        # reading leaves garbage among what stays
+                _threshold(min(LOAD_GC_BYTES, (gc.mem_alloc() + gc.mem_free()) // LOAD_GC_SHARE))
             self._load(loaded, after)
             if adapter is not None:
                 self._reading = self._path(adapter)
@@ -305,7 +310,7 @@ class Session:
         self.model = from_spec(spec)
         self._shape, self.need = self._model_input(where)
         checkpoint.load(path, self.model)     # verified before any weight changes
-        _drop(loaded + after)                 # no CheckpointError from here on
+        _drop(loaded + [m for m in after if m.endswith(".checkpoint")])    # no CheckpointError from here on
         del checkpoint, from_spec, spec, head   # nothing here holds them: their heap goes back now
         self._labels = []                     # regression: the last target's texts in the files
         self._loss = mf.CrossEntropyLoss() if self.task == "classify" else _MSE(len(self.targets))
@@ -347,6 +352,7 @@ class Session:
             raise e
         self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read,
                                   "label" if self.task == "classify" else self.targets[-1])
+        _drop(after)                          # no MetaError from here on
         # reading the files leaves garbage all over the heap: collected now, the buffers fit and
         # evaluate allocate next find large free blocks (on a 512K heap a fit failed without it)
         gc.collect()
@@ -414,6 +420,7 @@ class Session:
         # the reader's 'label' field). Returns the file's form (as mf_examples keeps it): X flat
         # with the columns before the last field, y indices into _file_labels().
         self._reading = path
+        from microformer.csvfile import read_rows       # LOAD_ONLY: the files are read while loading
         try:
             X, y, labels, _ = read_rows(path, self.classes or None, None, len(self._file_columns()),
                                         "Session")
@@ -715,7 +722,7 @@ class Session:
         self._fit_state(t, on_error)
         planned = [m for m in FIT_ONLY if m not in sys.modules] if _threshold else ()
         try:
-            log = _fit_log()        # the history's records: allocated before any state changes
+            log = _fit_log(epochs)  # the history's records: allocated before any state changes
             batch = min(batch, len(ds))
             t.use_data(ds)
             auto = micro == "auto"       # a step out of memory halves it (Trainer.fit shrink)
@@ -805,7 +812,7 @@ class Session:
                               "epochs (free heap %s bytes): the %s are done, kept by the model and "
                               "recorded in s.meta['history']; only this call's per-epoch records are "
                               "lost. Free memory (del big objects, gc.collect())"
-                              % (log.keep, _mem_free(), _n(steps, "step")))
+                              % (FIT_KEEP_EPOCHS, _mem_free(), _n(steps, "step")))
         line = "<fit on %s: %s, %s%s, %s/step%s>" % (
             name, _n(steps, "step"), _n(rec["epochs"], "epoch"), "" if rec["loss"] is None else ", loss %.4f" % rec["loss"],
             duration(1000 * seconds / max(1, steps)), ", interrupted" if interrupted else "")
@@ -1071,9 +1078,10 @@ FIT_KEEP_FITS = 20
 FIT_ON_ERROR = ("rollback", "keep")
 
 
-def _fit_log():
+def _fit_log(epochs):
+    # room for the records of the last FIT_KEEP_EPOCHS epochs, or of every epoch of a shorter fit
     from microformer.train import FitLog
-    return FitLog(FIT_KEEP_EPOCHS)
+    return FitLog(min(epochs, FIT_KEEP_EPOCHS))
 
 
 def _fit_record(s, name, n, log, steps):

@@ -43,9 +43,10 @@ r = s.evaluate(verbose=False)
 print("LOADED session", loaded())
 # the modules only loading needs: dropped on MicroPython once the session is loaded, kept by CPython
 print("LOADONLY", sys.implementation.name,
-      sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan") if m in sys.modules))
-# the modules only a successful load needs (mf_session.LOAD_ONLY_AFTER: the checkpoint; meta
-# stays) and the memory plan fit chose its micro-batch with (mf_session.FIT_ONLY): dropped on
+      sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile")
+             if m in sys.modules))
+# the modules only a successful load needs (mf_session.LOAD_ONLY_AFTER: the checkpoint, the
+# metadata's checks) and the memory plan fit chose its micro-batch with (mf_session.FIT_ONLY): dropped on
 # MicroPython, kept by CPython (which never plans a micro-batch: no memplan)
 print("AFTERLOAD", sys.implementation.name,
       sorted(m for m in ("microformer.checkpoint", "microformer.meta", "microformer.memplan") if m in sys.modules))
@@ -69,3 +70,13 @@ try:
     finetune.Session(checkpoint="bad.mfck", root=sys.argv[1], verbose=False)
 except mf.CheckpointError as e:
     print("CAUGHT", "bad.mfck" in str(e))
+# a load that fails on the metadata once the data file is read (n_train 120 of 3 rows) keeps the
+# metadata's checks loaded: the error is the class `microformer.meta.MetaError` names
+with open(sys.argv[1].rstrip("/") + "/data/three.csv", "w") as f:
+    f.write("sepal_length,sepal_width,petal_length,petal_width,label\n"
+            + "5.1,3.5,1.4,0.2,setosa\n" * 3)
+try:
+    finetune.Session(data="data/three.csv", root=sys.argv[1], verbose=False)
+except Exception as e:
+    import microformer.meta  # noqa: E402
+    print("CAUGHTMETA", isinstance(e, microformer.meta.MetaError), "n_train" in str(e))

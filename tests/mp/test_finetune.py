@@ -197,3 +197,26 @@ def forward_failing(forward, n, exc):
             raise exc
         return forward(x)
     return f
+
+
+def test_fit_log_holds_room_for_the_epochs_it_keeps(tmp_path, iris_flash, monkeypatch):
+    """A fit's per-epoch store has room for the records it keeps: every epoch of a fit shorter
+    than FIT_KEEP_EPOCHS (one epoch: one record's room, not FIT_KEEP_EPOCHS'), the last
+    FIT_KEEP_EPOCHS of a longer one; the FitResult holds the same records either way."""
+    import finetune
+    import mf_session
+    from microformer import train
+    s = finetune.Session(root=iris_flash(tmp_path / "a"), verbose=False)
+    pairs = [([5.1, 3.5, 1.4, 0.2], "setosa"), ([6.4, 3.2, 4.5, 1.5], "versicolor")]
+    made = []
+    init = train.FitLog.__init__
+
+    def spy(self, keep=None):
+        made.append(keep)
+        init(self, keep)
+    monkeypatch.setattr(train.FitLog, "__init__", spy)
+    keep = mf_session.FIT_KEEP_EPOCHS
+    for epochs in (1, 3, keep + 5):
+        h = s.fit(epochs=epochs, data=pairs)
+        assert [r["epoch"] for r in h] == list(range(max(1, epochs - keep + 1), epochs + 1))
+    assert made == [1, 3, keep], made
