@@ -319,16 +319,47 @@ def action_accuracy(model_name, mode, checkpoint, epochs, data_dir=None, adapter
 # encoder MODE: two fit steps of the encoder at an effective batch of BATCH rows through
 #   microformer.train.Trainer with micro_batch='auto' (the largest micro-batch whose memory plan
 #   fits the free heap), MODE full, lora or lora_int8;
-# gesture: two fit steps at GESTURE_BATCH of the Conv1D(3, 16, 5) + EncoderBlock(16, 2, 32) model
-#   over 50 x 3 windows (5 classes), as the board session's fit runs them (the same trainer);
+# gesture: two fit steps at GESTURE_BATCH of the model of README.md's From PyTorch block (its
+#   GestureNet as microformer layers: Conv1D(3, 16, 5, padding 2), ReLU, EncoderBlock(16, 2, 32,
+#   ReLU, dropout 0.1), mean over time, Dense(16, 5)) over 50 x 3 windows, through the trainer the
+#   board session's fit runs; gesture_flash() makes the files for the same model's board session
+#   (bench_budget.py goals runs finetune.Session on them: the goal as the issue states it);
 # decode: decode_goal.py (a causal E=32 character model prefilling 16 tokens and decoding to the
 #   end of its 318-token cache); bench_budget.py runs that file itself, without this one's imports.
 GESTURE_BATCH = 16
 
 
+GESTURE_CLASSES = ["still", "wave", "shake", "tap", "swipe"]
+GESTURE_ROWS = 50                   # the data file's windows; the last 10 are the test split
+
+
 def gesture_model():
     mf.seed(5)
-    return mf.Sequential([mf.Conv1D(3, 16, 5), mf.EncoderBlock(16, 2, 32), mf.GlobalAvgPool(), mf.Dense(16, 5)])
+    return mf.Sequential([mf.Conv1D(3, 16, 5, padding=2), mf.ActivationLayer("relu"),
+                          mf.EncoderBlock(16, 2, 32, activation="relu", dropout=0.1), mf.GlobalAvgPool(),
+                          mf.Dense(16, 5)])
+
+
+def gesture_flash(folder):
+    """(checkpoint, data file) of the gesture model's board session in `folder` (CPython): the
+    model with the metadata torch_io gives the README's GestureNet (classes, data file, input
+    shape, the split the user names) and GESTURE_ROWS seeded windows, a row each (50 readings x 3
+    channels, time-major, then the label)."""
+    import os
+    from microformer import checkpoint
+    data = os.path.join(folder, "gesture.csv")
+    r = Rng(9)
+    with open(data, "w") as f:
+        f.write(",".join("t%d_c%d" % (t, c) for t in range(50) for c in range(3)) + ",label\n")
+        for i in range(GESTURE_ROWS):
+            f.write(",".join("%.4f" % r.signed_unit() for _ in range(150)) + ","
+                    + GESTURE_CLASSES[i % len(GESTURE_CLASSES)] + "\n")
+    ck = os.path.join(folder, "gesture.mfck")
+    checkpoint.save(ck, gesture_model(), meta={
+        "task": "classify", "classes": GESTURE_CLASSES, "data": "gesture.csv", "input_shape": [50, 3],
+        "features": ["x0", "x1", "x2"], "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0],
+        "split": {"test": list(range(GESTURE_ROWS - 10, GESTURE_ROWS))}})
+    return ck, data
 
 
 def _rows(n, F, C, seed=9):

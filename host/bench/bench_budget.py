@@ -298,6 +298,10 @@ GOALS = (
 )
 
 
+# the gesture goal for the board session (finetune.Session on budget.gesture_flash's files)
+GESTURE_SESSION_KB = 512
+
+
 def _goal_env(path):
     # MICROPYPATH: lib/ and board/ as .py sources (path None) or the folders of their .mpy files
     # (bench.compiled_modules: as make deploy installs them on a board); the drivers stay .py
@@ -371,6 +375,14 @@ def goals(exe=MP32, names=None, iris=True):
                 name, kb, kb_goal, "met" if kb <= kb_goal else "missed", what, kb_py,
                 "; plan %d KB at micro-batch %s of %s (whole batch: %d KB)" % (
                     plan // 1024, got["micro"], got["batch"], int(got["plan_whole"]) // 1024) if plan >= 0 else ""),
+                flush=True)
+        if not names or "gesture" in names:
+            # the gesture goal as stated: the model's board session, its default fit (batch 16)
+            ck, data = _board_import().gesture_flash(flash)
+            kb, _ = bench.smallest_session_heap(exe, ck, hi=4096, mpy=True, data=data)
+            print("  %-18s %6d KB  goal <= %5d KB  %-6s  %s" % (
+                "gesture session", kb, GESTURE_SESSION_KB, "met" if kb <= GESTURE_SESSION_KB else "missed",
+                "the gesture model's board session (finetune.Session, default fit at batch 16, .mpy modules)"),
                 flush=True)
     finally:
         shutil.rmtree(flash, ignore_errors=True)

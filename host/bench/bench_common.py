@@ -179,10 +179,11 @@ def compiled_modules(exe, build):
 
 
 def smallest_session_heap(exe, checkpoint, lo=8, hi=1024, above=tuple(range(1, 33)) + (48, 64, 96, 128, 256, 512),
-                          mpy=False):
-    """The smallest -X heapsize (KB) from which every larger size runs an Iris fine-tune session
-    (`import bench; bench.session(FLASH)`: Session on the pretrained checkpoint, a one-epoch fit,
-    evaluate). Bisection between `lo` (must fail) and `hi` (must run), then every size in `above`
+                          mpy=False, data=None):
+    """The smallest -X heapsize (KB) from which every larger size runs a fine-tune session
+    (`import bench; bench.session(FLASH)`: Session on `checkpoint`, a one-epoch fit at the
+    session's default batch on the checkpoint's training split, evaluate); data: the data file
+    the checkpoint's metadata names (None: datasets/iris.csv, for the Iris checkpoint). Bisection between `lo` (must fail) and `hi` (must run), then every size in `above`
     KB over the result is verified; a failure there moves the answer above it and the check starts
     again (the smallest working heap is not a clean threshold: fragmentation). Returns (kb, sizes
     tried). mpy=False imports the .py sources (their compilation takes heap too); mpy=True the
@@ -195,7 +196,8 @@ def smallest_session_heap(exe, checkpoint, lo=8, hi=1024, above=tuple(range(1, 3
                                             if mpy else ".py sources (compiled at import)"), flush=True)
         os.makedirs(os.path.join(flash, "data"))
         shutil.copy(checkpoint, os.path.join(flash, "model.mfck"))
-        shutil.copy(os.path.join(ROOT, "datasets", "iris.csv"), os.path.join(flash, "data", "iris.csv"))
+        data = data or os.path.join(ROOT, "datasets", "iris.csv")
+        shutil.copy(data, os.path.join(flash, "data", os.path.basename(data)))
         tried = {}
 
         def runs(kb):
