@@ -1,8 +1,10 @@
+# Code a training program never runs stays off its heap until first used.
 # An Attention layer's generation and inspection code (microformer/attndecode.py: the KV cache,
 # cross_step, padded decoding, weights() and stages()) stays off the heap of a program that only
 # trains: `import microformer`, building a model and a training step leave it unloaded; the first
 # prefill (or weights(), ...) loads it once and makes its functions the layer's methods, with the
-# same results and messages as before the split.
+# same results and messages as before the split. Layer.load_state_dict (microformer/statedict.py)
+# likewise: a session loading its checkpoint never imports it.
 import helpers
 
 _SCRIPT = r"""
@@ -20,7 +22,14 @@ dy = mf.Tensor.zeros(y.shape)
 for i in range(dy.size):
     dy.data[i] = 0.01 * i
 a.backward(dy)
-print("TRAIN", D in sys.modules)
+print("TRAIN", D in sys.modules, "microformer.statedict" in sys.modules)
+sd = a.state_dict()
+b = Attention(8, 2, causal=True)
+try:
+    b.load_state_dict({"in_proj_weight": [[0.0] * 8] * 24})
+except ValueError as e:
+    print("STRICT", str(e))
+print("SD", "microformer.statedict" in sys.modules, b.load_state_dict(sd), list(b.Wv.data) == list(a.Wv.data))
 try:
     Attention(8, 2).prefill(x, 4)
 except ValueError as e:
@@ -48,7 +57,11 @@ print("ROWS", len(a.weights(0, 1)), len(a.weights(0, 1)[0]))
 
 
 def _check(out):
-    assert "TRAIN False" in out, out                  # a training step never loads it
+    assert "TRAIN False False" in out, out            # a training step loads neither
+    assert ("STRICT Attention.load_state_dict: missing keys ['in_proj_bias', 'out_proj.weight', 'out_proj.bias'], "
+            "unexpected keys [] (expected exactly ['in_proj_weight', 'in_proj_bias', 'out_proj.weight', "
+            "'out_proj.bias'])") in out, out
+    assert "SD True ([], []) True" in out, out
     assert ("CAUSAL Attention: prefill needs causal=True self-attention (this layer has causal=False)"
             in out), out
     assert "EARLY Attention: decode_step() called before prefill()" in out, out
