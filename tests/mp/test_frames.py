@@ -63,16 +63,16 @@ HOT = {
                      "Attention._key_mask", "Attention._masks", "Attention._mask_bytes", "Attention._mask_row",
                      "Attention._lengths_mask", "Attention._length_row", "Attention._qkv",
                      "Attention._project_qkv", "Attention.backward", "Attention._check_dy", "Attention._kv_back",
-                     "Attention.prefill", "Attention._cache_shape", "Attention._eval_forward",
-                     "Attention._store_prompt", "Attention._check_decoding", "Attention.decode_step",
-                     "Attention._check_token", "Attention._decode_qkv", "Attention._no_lora", "Attention._adapted",
-                     "Attention.cache_context", "Attention.cross_step", "Attention._check_cross",
-                     "Attention.prefill_padded", "Attention._hide_padding", "Attention._hide_row",
-                     "Attention.decode_step_padded", "Attention._show_new", "Attention._drop_threshold",
+                     "Attention._check_decoding", "Attention._no_lora", "Attention._adapted",
+                     "Attention._drop_threshold",
                      "Attention._drop_scale",
                      "_Proj.forward", "_Proj.forward_kept", "_Proj._product", "_Proj._kept", "_Proj._bias",
                      "_Proj.backward", "_Proj._back", "_Proj._back_q8", "_Proj._adapter_back", "_Proj._dweight",
                      "_Proj._dbias", "_Proj._data"],
+    # prefill, decode_step, the padded and cross-attention steps (loaded on first use)
+    "attndecode.py": ["prefill", "_cache_shape", "_eval_forward", "_store_prompt", "decode_step", "_check_token",
+                      "_decode_qkv", "cache_context", "cross_step", "_check_cross", "prefill_padded",
+                      "_hide_padding", "_hide_row", "decode_step_padded", "_show_new"],
     # what a converted torch forward adds between layers (graph.py)
     "graph.py": ["SeqReduce._fmax", "SeqReduce._bmax", "Residual.forward", "Residual.backward", "Residual._add_inner", "SelectPosition.forward",
                  "SelectPosition._gather", "SelectPosition._ids", "SelectPosition.backward", "SelectPosition._scatter",
@@ -88,9 +88,8 @@ HOT = {
 # block)
 OVER = {
     "attention.py": ["Attention._attend", "Attention._attend_tiled", "Attention._drop_weights",
-                     "Attention._attend_back", "Attention._attend_back_tiled", "Attention._attend_back_dropped",
-                     "Attention._decode_attend", "Attention._decode_attend_padded", "Attention._cross_attend",
-                     "Attention._undropped"],
+                     "Attention._attend_back", "Attention._attend_back_tiled", "Attention._attend_back_dropped"],
+    "attndecode.py": ["_decode_attend", "_decode_attend_padded", "_cross_attend", "_undropped"],
 }
 
 

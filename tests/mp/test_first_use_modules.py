@@ -1,0 +1,83 @@
+# Code a training program never runs stays off its heap until first used.
+# An Attention layer's generation and inspection code (microformer/attndecode.py: the KV cache,
+# cross_step, padded decoding, weights() and stages()) stays off the heap of a program that only
+# trains: `import microformer`, building a model and a training step leave it unloaded; the first
+# prefill (or weights(), ...) loads it once and makes its functions the layer's methods, with the
+# same results and messages as before the split. Layer.load_state_dict (microformer/statedict.py)
+# likewise: a session loading its checkpoint never imports it.
+import helpers
+
+_SCRIPT = r"""
+import sys
+import microformer as mf
+from microformer.attention import Attention
+D = "microformer.attndecode"
+mf.seed(1)
+a = Attention(8, 2, causal=True, max_len=6)
+x = mf.Tensor.zeros((1, 3, 8))
+for i in range(x.size):
+    x.data[i] = ((i * 7) % 11 - 5) * 0.1
+y = a.forward(x)
+dy = mf.Tensor.zeros(y.shape)
+for i in range(dy.size):
+    dy.data[i] = 0.01 * i
+a.backward(dy)
+print("TRAIN", D in sys.modules, "microformer.statedict" in sys.modules)
+sd = a.state_dict()
+b = Attention(8, 2, causal=True)
+try:
+    b.load_state_dict({"in_proj_weight": [[0.0] * 8] * 24})
+except ValueError as e:
+    print("STRICT", str(e))
+print("SD", "microformer.statedict" in sys.modules, b.load_state_dict(sd), list(b.Wv.data) == list(a.Wv.data))
+try:
+    Attention(8, 2).prefill(x, 4)
+except ValueError as e:
+    print("CAUSAL", str(e))
+try:
+    a.decode_step(mf.Tensor.zeros((1, 1, 8)))
+except RuntimeError as e:
+    print("EARLY", str(e))
+print("LOADED", D in sys.modules)
+m = sys.modules[D]
+print("BOUND", Attention.prefill is m.prefill, Attention.decode_step is m.decode_step, Attention.weights is m.weights,
+      Attention.stages is m.stages, Attention.cross_step is m.cross_step)
+# the cache's steps equal the causal forward over the whole sequence
+full = mf.Tensor.zeros((1, 4, 8))
+for i in range(full.size):
+    full.data[i] = ((i * 5) % 13 - 6) * 0.1
+want = list(a.forward(full).data)
+p = a.prefill(mf.Tensor.from_list(list(full.data[:24]), (1, 3, 8)))
+got = list(p.data)
+t = a.decode_step(mf.Tensor.from_list(list(full.data[24:]), (1, 1, 8)))
+got += list(t.data)
+print("DECODE", max(abs(u - v) for u, v in zip(got, want)) < 1e-5)
+print("ROWS", len(a.weights(0, 1)), len(a.weights(0, 1)[0]))
+"""
+
+
+def _check(out):
+    assert "TRAIN False False" in out, out            # a training step loads neither
+    assert ("STRICT Attention.load_state_dict: missing keys ['in_proj_bias', 'out_proj.weight', 'out_proj.bias'], "
+            "unexpected keys [] (expected exactly ['in_proj_weight', 'in_proj_bias', 'out_proj.weight', "
+            "'out_proj.bias'])") in out, out
+    assert "SD True ([], []) True" in out, out
+    assert ("CAUSAL Attention: prefill needs causal=True self-attention (this layer has causal=False)"
+            in out), out
+    assert "EARLY Attention: decode_step() called before prefill()" in out, out
+    assert "LOADED True" in out, out
+    assert "BOUND True True True True True" in out, out
+    assert "DECODE True" in out, out
+    assert "ROWS 3 3" in out, out          # the prefill's forward: 3 queries by 3 keys
+
+
+def test_decoding_loads_on_first_use(tmp_path, micropython):
+    p = tmp_path / "attndecode_lazy.py"
+    p.write_text(_SCRIPT)
+    _check(helpers.run_micropython(p, exe=micropython))
+
+
+def test_decoding_loads_on_first_use_cpython(tmp_path):
+    p = tmp_path / "attndecode_lazy.py"
+    p.write_text(_SCRIPT)
+    _check(helpers.run_cpython(p))
