@@ -343,6 +343,35 @@ def goal_heap(exe, args, lo=64, hi=16384):
         hi = max(bad) + step
 
 
+# ---- instructions per training sample ---------------------------------------------------------
+# board/benchmarks/cost.py runs STEPS steps of a model at its batch (train.fit, micro-batch and
+# recompute as asked); callgrind counts runs of N and 2N steps, (2N - N) / (N * batch) per sample.
+COST_DRIVER = os.path.join(ROOT, "board", "benchmarks", "cost.py")
+COST_STEPS = {"iris": 10, "gesture": 2, "encoder-full": 1, "encoder-lora": 1}    # N: callgrind is slow
+
+
+def cost_ir(exe, model, steps, micro=0, recompute="auto", lib=None):
+    """Total instructions (callgrind) of a cost.py run of `steps` steps, and its COST fields; `lib`:
+    the microformer package's folder (another tree's, for a baseline), default this tree's lib/."""
+    env = dict(_env(), MICROPYPATH=os.pathsep.join([lib or os.path.join(ROOT, "lib")] + bench.BOARD_PATH))
+    cmd = [exe, "-X", "heapsize=16M", COST_DRIVER, model, str(steps), str(micro), recompute]
+    n, r = bench.callgrind(cmd, env, 7200, cwd=ROOT)
+    m = re.search(r"^COST (.*)$", r.stdout, re.M)
+    if r.returncode or n is None or not m:
+        raise SystemExit("bench-budget callgrind failed: valgrind %s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+    got = dict(kv.split("=", 1) for kv in m.group(1).split())
+    return n, got
+
+
+def cost_per_sample(exe, model, micro=0, recompute="auto", lib=None, n=None):
+    """(instructions per training sample, the COST fields of the longer run): (run of 2n steps -
+    run of n steps) / (n * batch); the setup (import, model, data, the memory plan) cancels."""
+    n = n or COST_STEPS[model]
+    a, _ = cost_ir(exe, model, n, micro, recompute, lib)
+    b, got = cost_ir(exe, model, 2 * n, micro, recompute, lib)
+    return (b - a) / float(n * int(got["batch"])), got
+
+
 def goals(exe=MP32, names=None, iris=True):
     """Print each memory goal with its measured figure, met/missed, and the plan's peak beside it."""
     print("memory goals, %s, viper: smallest -X heapsize for two fit steps (bisected; micro_batch='auto'), "
