@@ -279,8 +279,13 @@ HEADROOM = 1.5
 def fits(info, have, free, headroom=HEADROOM):
     """Does plan `info` fit `free` bytes when `have` bytes of it are held already: what it adds,
     its activations and batch rows counted `headroom` times?"""
+    return fits_need(info, have, headroom) <= free
+
+
+def fits_need(info, have, headroom=HEADROOM):
+    """The free bytes plan `info` needs to fit (fits()) when `have` bytes of it are held."""
     big = info["activations"] + info["batch_rows"]
-    return info["peak"] - have - big + big * headroom <= free
+    return info["peak"] - have - big + big * headroom
 
 
 def pick_micro(t, batch, free):
