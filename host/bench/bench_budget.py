@@ -5,7 +5,7 @@ parameters; build/encoder.mfck), each on a drift task (board/benchmarks/budget.p
     python host/bench/bench_budget.py                      # the table (make bench-budget)
     python host/bench/bench_budget.py --models sensor --modes head,lora --no-callgrind
     python host/bench/bench_budget.py pretrain --out build/encoder.mfck    # the encoder checkpoint
-    python host/bench/bench_budget.py goals [encoder,gesture,decode]       # the memory goals (make bench-budget)
+    python host/bench/bench_budget.py goals [encoder,gesture,decode,cost]  # the goals (make bench-budget)
 
 Per model and mode (full, head only, bias + LayerNorm only, LoRA r=4 on attention + FFN with the
 head, the same with int8 frozen weights), on the 32-bit single-precision port (build/mp32, the
@@ -356,6 +356,72 @@ def goal_heap(exe, args, lo=64, hi=16384, path=None):
         hi = max(bad) + step
 
 
+# ---- instructions per training sample ---------------------------------------------------------
+# board/benchmarks/cost.py runs STEPS steps of a model at its batch (train.fit, micro-batch and
+# recompute as asked); callgrind counts runs of N and 2N steps, (2N - N) / (N * batch) per sample.
+COST_DRIVER = os.path.join(ROOT, "board", "benchmarks", "cost.py")
+COST_STEPS = {"iris": 10, "gesture": 2, "encoder-full": 1, "encoder-lora": 1}    # N: callgrind is slow
+
+
+# Instructions per training sample of version 0.3.1 (commit 875ee1a: `git worktree add --detach
+# /tmp/base 875ee1a`), each model at micro-batch = batch, measured 2026-12-06 by
+#   cost_per_sample(MP32, model, lib="/tmp/base/lib")
+# i.e. valgrind --tool=callgrind build/mp32/micropython32-sp -X heapsize=16M board/benchmarks/cost.py
+# MODEL N (and 2N) with that tree's lib/ first on MICROPYPATH (this tree's cost.py and budget.py,
+# whose models that version builds too), N = COST_STEPS.
+COST_BASE_031 = {"iris": 534881.2, "gesture": 37399168.3, "encoder-lora": 284053663.1,
+                 "encoder-full": 309009043.9}
+COST_GOAL = 1.05                                  # at most 5 % above 0.3.1
+COST_MICROS = ("encoder-full", (4, 2, 1))         # the smaller micro-batches whose cost is stated
+
+
+def cost_goals(exe=MP32):
+    """Print instructions per training sample at micro-batch = batch against 0.3.1's (met / missed
+    at 5 %), then the cost of each smaller micro-batch of COST_MICROS against its whole batch.
+    Callgrind is slow: one and two steps of the encoder (8 samples each), minutes per figure."""
+    print("  instructions per training sample at micro-batch = batch (callgrind, %s, runs of N and 2N "
+          "steps, N = %s; against 0.3.1, commit 875ee1a, goal <= +%d %%):" % (
+              os.path.relpath(exe, ROOT), ", ".join("%s %d" % kv for kv in sorted(COST_STEPS.items())),
+              round(100 * (COST_GOAL - 1))), flush=True)
+    whole = {}
+    for model in ("iris", "gesture", "encoder-lora", "encoder-full"):
+        ir, got = cost_per_sample(exe, model)
+        whole[model] = ir
+        base = COST_BASE_031[model]
+        print("    %-13s %12.1fk  0.3.1 %12.1fk  %+6.1f %%  %-6s  (%s)" % (
+            model, ir / 1000.0, base / 1000.0, 100.0 * (ir / base - 1), "met" if ir <= COST_GOAL * base else "missed",
+            "activations kept" if got["recompute"] == "keep" else "recomputed" if got["recompute"] == "recompute"
+            else "no switch"), flush=True)
+    model, micros = COST_MICROS
+    for m in micros:
+        ir, got = cost_per_sample(exe, model, m)
+        print("    %s at micro-batch %d of %s: %.1fk per sample, %+.1f %% against the whole batch (%s)" % (
+            model, m, got["batch"], ir / 1000.0, 100.0 * (ir / whole[model] - 1),
+            "activations kept" if got["recompute"] == "keep" else "recomputed"), flush=True)
+
+
+def cost_ir(exe, model, steps, micro=0, recompute="auto", lib=None):
+    """Total instructions (callgrind) of a cost.py run of `steps` steps, and its COST fields; `lib`:
+    the microformer package's folder (another tree's, for a baseline), default this tree's lib/."""
+    env = dict(_env(), MICROPYPATH=os.pathsep.join([lib or os.path.join(ROOT, "lib")] + bench.BOARD_PATH))
+    cmd = [exe, "-X", "heapsize=16M", COST_DRIVER, model, str(steps), str(micro), recompute]
+    n, r = bench.callgrind(cmd, env, 7200, cwd=ROOT)
+    m = re.search(r"^COST (.*)$", r.stdout, re.M)
+    if r.returncode or n is None or not m:
+        raise SystemExit("bench-budget callgrind failed: valgrind %s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+    got = dict(kv.split("=", 1) for kv in m.group(1).split())
+    return n, got
+
+
+def cost_per_sample(exe, model, micro=0, recompute="auto", lib=None, n=None):
+    """(instructions per training sample, the COST fields of the longer run): (run of 2n steps -
+    run of n steps) / (n * batch); the setup (import, model, data, the memory plan) cancels."""
+    n = n or COST_STEPS[model]
+    a, _ = cost_ir(exe, model, n, micro, recompute, lib)
+    b, got = cost_ir(exe, model, 2 * n, micro, recompute, lib)
+    return (b - a) / float(n * int(got["batch"])), got
+
+
 def goals(exe=MP32, names=None, iris=True):
     """Print each memory goal with its measured figure, met/missed, and the plan's peak beside it."""
     print("memory goals, %s, viper: smallest -X heapsize for two fit steps (bisected; micro_batch='auto') with "
@@ -394,8 +460,12 @@ def goals(exe=MP32, names=None, iris=True):
                                                                "Iris fine-tune session, .mpy modules"), flush=True)
         else:
             print("  iris session: not measured: no %s (make pretrain)" % os.path.relpath(ck, ROOT), flush=True)
-    print("  instructions per training sample at micro-batch = batch: not measured by the goals (make bench "
-          "counts them; the trainer's step at micro = batch runs the same kernels as train_step)", flush=True)
+    if names and "cost" not in names:
+        return
+    if shutil.which("valgrind"):
+        cost_goals(exe)
+    else:
+        print("  instructions per training sample: not measured: valgrind not found", flush=True)
 
 
 def main(argv=None):

@@ -49,17 +49,39 @@ class EncoderBlock(Layer):
         self.attn._out_scratch = True
         self.ffn.fc2._out_scratch = True
         self.ffn._in_block = True
-        # the FFN's activation output is scratch too, computed again in backward (FeedForward.recompute;
-        # the same values): one [B,S,hidden] buffer less per block; blk.ffn.recompute = False keeps it.
-        # Not for tanh and sigmoid, whose backward reads the output: it would need a buffer of its own
-        self.ffn.recompute = activation != "tanh" and activation != "sigmoid"
-        if norm_first:
-            self.ffn._norm = self.ln2         # the FFN's input, computed again in its backward
+        # what the backward computes again instead of keeping (EncoderBlock.recompute)
+        self.recompute = True
         for prefix, layer in (("ln1.", self.ln1), ("attn.", self.attn), ("ln2.", self.ln2), ("ffn.", self.ffn)):
             for p, g in layer.params():
                 p.name = prefix + p.name
                 g.name = prefix + g.name
         self._x = None
+
+    def _get_recompute(self):
+        return self._recompute
+
+    def _set_recompute(self, flag):
+        if flag is not True and flag is not False:
+            raise ValueError("EncoderBlock: recompute must be True or False, got %r" % (flag,))
+        self._recompute = flag
+        # the FFN's activation output: a scratch buffer of the forward, computed again in backward
+        # (FeedForward.recompute; not for tanh and sigmoid, whose backward reads the output)
+        self.ffn.recompute = flag and self.ffn.kind != "tanh" and self.ffn.kind != "sigmoid"
+        # pre-norm: the LayerNorms' outputs written into buffers the residual sums overwrite, and
+        # computed again in backward (_ln_again, FeedForward._norm_again)
+        self.ffn._norm = self.ln2 if flag and self.norm_first else None
+        # the attention's stored-weights backward item by item above Attention._back_items floats
+        # (one item's kernel temporaries), or in one call over the batch
+        self.attn._back_items = Attention._back_items if flag else None
+
+    # recompute (a memory choice, not part of the model: specs and checkpoints do not carry it;
+    # a Trainer sets it from its memory plan, train.Trainer(recompute=...)):
+    #   True (as built): the FFN's activation output and, pre-norm, both LayerNorms' outputs are
+    #     computed again in backward (the same kernels on the same inputs: the same values), and
+    #     the attention's backward goes item by item over large batches: three [B,S,*] buffers
+    #     less per block, for more instructions per training sample;
+    #   False: all of them kept, the attention's backward one call: the same results, bit for bit.
+    recompute = property(_get_recompute, _set_recompute)
 
     def sublayers(self):
         return (self.ln1, self.attn, self.drop1, self.ln2, self.ffn, self.drop2)
@@ -79,7 +101,7 @@ class EncoderBlock(Layer):
         s = 4 * n      # x1 y dx1 dx
         for l in self.sublayers():
             s += l.cache_floats(in_shape)
-        if self.norm_first:
+        if self.norm_first and self._recompute:
             s -= n     # the LayerNorms' outputs: in x1 and y, and one scratch buffer in backward
         return s
 
@@ -101,8 +123,13 @@ class EncoderBlock(Layer):
         # FFN's first linear, overwritten by y = x1 + f): the backward computes both again
         # (_ln_again), so a block keeps no LayerNorm output of its own
         self._buffers("_fwd", x.shape)
-        mask = self.attn.forward(self.ln1.forward_into(x, self._x1), self._fm, None, self._fl)   # (its output)
+        mask = self.attn.forward(self._norm_out(self.ln1, x, self._x1), self._fm, None, self._fl)   # (its output)
         return self._rest(x, self.drop1.forward(mask), 0)
+
+    def _norm_out(self, ln, x, buf):
+        # a pre-norm LayerNorm's output in training: into buf (overwritten after its reader, computed
+        # again in backward) with recompute, else into the LayerNorm's own buffer (kept)
+        return ln.forward_into(x, buf) if self._recompute else ln.forward(x)
 
     def _rest(self, x, a, mode):
         # pre-norm after the attention a: x1 = x + a, y = x1 + ffn(ln2(x1)) in the mode's buffers
@@ -110,7 +137,7 @@ class EncoderBlock(Layer):
         self._buffers(_RUN[mode], x.shape)
         x1 = getattr(self, _X1[mode])
         backend.K.add_forward(x1.data, x.data, a.data, x.size)
-        a = self.ffn.forward(self.ln2.forward_into(x1, self._y) if mode == 0 else self.ln2.forward(x1), mode == 0)
+        a = self.ffn.forward(self._norm_out(self.ln2, x1, self._y) if mode == 0 else self.ln2.forward(x1), mode == 0)
         if mode == 0:
             a = self.drop2.forward(a)
         return self._add(_Y[mode], x1, a)
@@ -224,7 +251,7 @@ class EncoderBlock(Layer):
     def _attn_back(self, dy, train, need):
         # ln1'(attn'(drop1'(dy))); need=False: the input gradient is not wanted (only the grads)
         dy = self.drop1.backward(dy)
-        if train and trains(self.attn):
+        if train and trains(self.attn) and self._recompute:
             self.attn._x = self._ln_again(self.ln1)
         if need or (train and trains(self.ln1)):
             return self.ln1.backward(self.attn.backward(dy, train), train)

@@ -31,10 +31,12 @@ def _bytes(p):
     return 4 * p.size
 
 
-def plan(t, batch=None, micro=None, show=False):
+def plan(t, batch=None, micro=None, show=False, recompute=None):
     """The plan of a step of trainer `t` over `batch` rows (None: t.batch_size) in micro-batches
-    of `micro` rows (None: t.micro_batch, else the whole batch), in bytes: a dict with batch,
-    micro, weights, grads (the grad buffers that exist or that the optimizer will use),
+    of `micro` rows (None: t.micro_batch, else the whole batch), with the model's EncoderBlocks
+    recomputing in backward (recompute True) or keeping their buffers (False; None: as they are
+    set now), in bytes: a dict with batch, micro, recompute (None: the model has no such switch),
+    weights, grads (the grad buffers that exist or that the optimizer will use),
     optimizer (its state blocks and the step's scratch: optim.state_floats),
     snapshot (the rollback copy of the trainable weights and state, when the trainer has one or
     takes one: t.rollback), activations
@@ -57,10 +59,11 @@ def plan(t, batch=None, micro=None, show=False):
         n = sum(sizes)
         slots = 2                                    # Adam: m and v
         state = 4 * (n * slots + scratch_stretch(sizes) * (1 + slots))   # as optim.state_floats
-    acts = activations(t, micro, shape)
+    acts = activations(t, micro, shape, recompute)
     # the rollback copy: the one there is, or the one a trainer with rollback on will take
     snap = 4 * n * (1 + slots) if (t.rollback or t.has_snapshot()) else 0
-    info = {"batch": batch, "micro": micro, "weights": weights, "grads": grads, "optimizer": state,
+    info = {"batch": batch, "micro": micro, "recompute": acts[2], "weights": weights, "grads": grads,
+            "optimizer": state,
             "snapshot": snap, "activations": acts[0], "how": acts[1],
             "batch_rows": 4 * batch * shape_size(shape)}
     info["peak"] = (weights + grads + state + info["snapshot"] + info["activations"]
@@ -75,14 +78,33 @@ def plan(t, batch=None, micro=None, show=False):
 PROBE_ROWS = 4
 
 
-def activations(t, rows, shape):
-    """(bytes, how) of the buffers a forward + backward over `rows` rows makes: measured by two
-    probes on MicroPython ('measured'), the layers' cache_floats under CPython ('declared')."""
+def activations(t, rows, shape, recompute=None):
+    """(bytes, how, recompute) of the buffers a forward + backward over `rows` rows makes, with
+    the model's recompute switch set to `recompute` for the measure (None: as it is; it is put
+    back after): measured by two probes on MicroPython ('measured'), the layers' cache_floats under
+    CPython ('declared'). The probes are made once per switch setting, shape and model change."""
+    was = recompute_of(t.model)
+    if recompute is None or was is None:
+        recompute = was
+    elif recompute != was:
+        set_recompute(t.model, recompute)
+    try:
+        return _activations(t, rows, shape) + (recompute,)
+    finally:
+        if recompute != was:
+            set_recompute(t.model, was)
+
+
+def _activations(t, rows, shape):
     if not hasattr(gc, "mem_alloc"):
         return 4 * t.model.cache_floats((rows,) + tuple(shape)), "declared"
     pr = t._probed
-    key = (tuple(shape), _epoch[0])         # again after a freeze or a new part (layer.changed)
-    if pr is None or pr[0] != key:
+    if pr is None:
+        pr = t._probed = {}
+    # measured again after a freeze or a new part (layer.changed), per recompute setting
+    key = (tuple(shape), _epoch[0], recompute_of(t.model))
+    got = pr.get(key[2])
+    if got is None or got[0] != key:
         rngs, states = _generators(t.model)
         try:
             probe(t, 1, shape)                    # warm-up: kernels loaded on first use
@@ -100,8 +122,75 @@ def activations(t, rows, shape):
         finally:
             _put_back(rngs, states)
             t.release()
-        pr = t._probed = (key, one, slope)
-    return int(pr[1] + pr[2] * (rows - 1)), "measured"
+        got = pr[key[2]] = (key, one, slope)
+    return int(got[1] + got[2] * (rows - 1)), "measured"
+
+
+# ---- the recompute switch: what the model's EncoderBlocks compute again in backward ---------------
+
+def blocks(model):
+    """The EncoderBlocks inside `model` (their `recompute` switch is the trainer's memory choice)."""
+    import sys
+    m = sys.modules.get("microformer.block")      # not loaded: the model has none
+    out = []
+    if m is not None:
+        _blocks(model, m.EncoderBlock, out, {})
+    return out
+
+
+def _blocks(obj, cls, out, seen):
+    if id(obj) in seen:
+        return
+    seen[id(obj)] = 1
+    if isinstance(obj, cls):
+        out.append(obj)
+        return
+    for x in getattr(obj, "layers", None) or ():
+        _blocks(x, cls, out, seen)
+    sub = getattr(obj, "sublayers", None)
+    if sub is not None:
+        for x in sub():
+            _blocks(x, cls, out, seen)
+
+
+def recompute_of(model):
+    """True when the model's EncoderBlocks recompute in backward, False when they keep, None when
+    it has none. ValueError when they differ (a trainer sets them all alike)."""
+    got = None
+    for b in blocks(model):
+        if got is None:
+            got = b.recompute
+        elif b.recompute != got:
+            raise ValueError("memory plan: the model's EncoderBlocks differ in recompute (%r and %r); "
+                             "set them alike or let the trainer choose" % (got, b.recompute))
+    return got
+
+
+def set_recompute(model, flag):
+    """Every EncoderBlock of `model` to recompute = flag (a memory choice: the results are the same
+    bits either way)."""
+    for b in blocks(model):
+        b.recompute = flag
+
+
+def choose_recompute(t, B, micro, free):
+    """The recompute setting a step of B rows in micro-batches of `micro` runs with, and set it:
+    t.recompute when the user set it (True / False); else keep (False) when the plan with every
+    buffer kept fits `free` bytes (fits(); free None: no heap to measure, under CPython), and
+    recompute (True) when it does not. None when the model has no switch."""
+    if recompute_of(t.model) is None:
+        return None
+    flag = t.recompute
+    if flag is None and free is None:
+        flag = False
+    elif flag is None:
+        try:
+            flag = not fits(plan(t, B, micro, False, False), held(t), free)
+        except MemoryError:                       # no room to probe the kept buffers: recompute
+            t.release()
+            flag = True
+    set_recompute(t.model, flag)
+    return flag
 
 
 def probe(t, rows, shape):
@@ -190,8 +279,13 @@ HEADROOM = 1.5
 def fits(info, have, free, headroom=HEADROOM):
     """Does plan `info` fit `free` bytes when `have` bytes of it are held already: what it adds,
     its activations and batch rows counted `headroom` times?"""
+    return fits_need(info, have, headroom) <= free
+
+
+def fits_need(info, have, headroom=HEADROOM):
+    """The free bytes plan `info` needs to fit (fits()) when `have` bytes of it are held."""
     big = info["activations"] + info["batch_rows"]
-    return info["peak"] - have - big + big * headroom <= free
+    return info["peak"] - have - big + big * headroom
 
 
 def pick_micro(t, batch, free):
@@ -243,34 +337,73 @@ def choose_micro(t, B, verbose):
     # micro-batch needs them; made now they are contiguous before the step's buffers come), then
     # the largest micro-batch that fits the free heap (once the layers' buffers of an earlier
     # pass are given back, when needed). Refused: the optimizer made here is dropped again.
+    # With a recompute switch the trainer chooses (t.recompute None), the micro-batch is picked
+    # with the recomputes on (the smaller plan), then the buffers are kept when the whole batch
+    # fits with them kept (fewer instructions per sample, the same results).
     made = t.optimizer is None
+    was = recompute_of(t.model)
     try:
         t.make_optimizer().zero_grad()
+        if was is not None:
+            set_recompute(t.model, True if t.recompute is None else t.recompute)
         free = _free()
         m = pick_micro(t, B, free)
         if m is None:
             t.release()
             free = _free()
             m = pick_micro(t, B, free)
+        flag = None
+        if m is not None and was is not None:
+            if m == B:                            # keep, when the whole batch fits with it
+                flag = choose_recompute(t, B, m, free)
+            else:
+                flag = t.recompute is not False
     except MemoryError:
         m = None
     if m is None:
         if made:
             t.optimizer = None
         t.release()
-        raise MemoryError(refusal(t, B))
+        why = refusal(t, B)                       # (the plan with the switch as the pick had it)
+        if was is not None:
+            set_recompute(t.model, was)
+        raise MemoryError(why)
+    if flag is not None:
+        set_recompute(t.model, flag)
     if verbose and m < B:
-        print("fit: batch %d in micro-batches of %d (the plan of a whole batch needs %d bytes more, "
-              "%d are free)" % (B, m, plan(t, B, B)["peak"] - held(t), free))
+        print("fit: batch %d in micro-batches of %d%s (the plan of a whole batch needs %d bytes more, "
+              "%d are free)" % (B, m, _said(flag), plan(t, B, B)["peak"] - held(t), free))
+    elif verbose and flag is not None:
+        print("fit: batch %d in one pass%s (%s)" % (B, _said(flag), _why(t, B, flag, free)))
     return m
+
+
+def _why(t, B, flag, free):
+    # why a whole batch recomputes or keeps (a fit's line)
+    if t.recompute is not None:
+        return "as asked: recompute=%r" % (t.recompute,)
+    if not flag:
+        return "the plan with every buffer kept fits the free heap"
+    return ("the plan with every buffer kept needs %d bytes more, %d are free"
+            % (plan(t, B, B, False, False)["peak"] - held(t), free))
+
+
+def _said(flag):
+    # the recompute choice in a fit's line (None: the model has no switch)
+    if flag is None:
+        return ""
+    return ", activations recomputed in backward" if flag else ", activations kept (no recompute)"
 
 
 def plan_text(info):
     """The memory plan (plan()) as one line: each part, then the peak."""
+    r = info.get("recompute")
     return ("memory plan, batch %d in micro-batches of %d: weights %d, grads %d, optimizer %d, "
-            "rollback copy %d, activations %d (%s), batch %d; peak %d bytes"
+            "rollback copy %d, activations %d (%s%s), batch %d; peak %d bytes"
             % (info["batch"], info["micro"], info["weights"], info["grads"], info["optimizer"],
-               info["snapshot"], info["activations"], info["how"], info["batch_rows"], info["peak"]))
+               info["snapshot"], info["activations"], info["how"],
+               "" if r is None else "; recomputed in backward" if r else "; kept, no recompute",
+               info["batch_rows"], info["peak"]))
 
 
 def refusal(t, B):

@@ -167,7 +167,7 @@ class FitLog:
 
 
 def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbose=True, on_epoch=None,
-        progress_s=5, keep=None, log=None, micro_batch=None):
+        progress_s=5, keep=None, log=None, micro_batch=None, recompute=None):
     """Train on a Dataset; one progress line per epoch, and one at least every `progress_s`
     seconds within a long epoch (verbose). Ctrl-C stops after the current step.
 
@@ -177,8 +177,11 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
     fit raises, and the caller makes the records (log.records()) when, and if, it wants them.
     micro_batch: rows per forward/backward (the gradients of a batch's micro-batches add up to
     the batch's: Trainer); None: the whole batch. on_epoch(record) returning True stops the fit.
+    recompute: what the model's EncoderBlocks compute again in backward (Trainer); None: chosen
+    from the memory plan.
     """
-    t = Trainer(model, loss_fn, optimizer, batch_size=batch_size, micro_batch=micro_batch)
+    t = Trainer(model, loss_fn, optimizer, batch_size=batch_size, micro_batch=micro_batch,
+                recompute=recompute)
     return t.fit(data, epochs=epochs, seed=seed, verbose=verbose, on_epoch=on_epoch,
                  progress_s=progress_s, keep=keep, log=log)
 
@@ -208,18 +211,30 @@ class Trainer:
       summation order. None: the whole batch, unless fit(micro_batch='auto') picks one.
     input_shape: the model's input per example (a tuple); batches of flat rows [B, n] are viewed
       as [B, *input_shape] (no copy). None: as the data gives them.
+    recompute: a memory choice for the model's EncoderBlocks (EncoderBlock.recompute; the same
+      results, bit for bit): True computes the FFN's activation output and the pre-norm
+      LayerNorms' outputs again in backward (and runs a large attention backward item by item),
+      False keeps them (fewer instructions per sample, more activation memory). None: the fit
+      chooses from the memory plan: keep when the micro-batch's plan with everything kept fits
+      the free heap (always under CPython, where there is no heap to measure), else recompute;
+      with micro_batch='auto' the micro-batch is picked with the recomputes on and the buffers
+      are kept when the whole batch then fits with them. The fit's verbose line says which.
 
     fit(data, epochs, ...) trains; plan(batch) says what a step needs (bytes) before it runs;
     snapshot() / restore() copy the trainable state (weights, optimizer state, step count, lr)
     aside and back; logits(X) and evaluate(data) run the model in eval mode."""
 
     def __init__(self, model, loss_fn, optimizer=None, batch_size=16, micro_batch=None,
-                 input_shape=None, lr=1e-3, exclude=None, names=None):
+                 input_shape=None, lr=1e-3, exclude=None, names=None, recompute=None):
         self.model = model
         self.loss_fn = loss_fn
         self.optimizer = optimizer
         self.batch_size = _check_count("Trainer", "batch_size", batch_size)
         self.micro_batch = _check_count("Trainer", "micro_batch", micro_batch, True)
+        if recompute is not None and recompute is not True and recompute is not False:
+            raise ValueError("Trainer: recompute must be None, True or False, got %r" % (recompute,))
+        self.recompute = recompute       # None: chosen from the memory plan by each fit
+        self._chose = None               # (batch, micro) of choose_micro('auto'), for the fit after it
         self.input_shape = None if input_shape is None else tuple(input_shape)
         self.lr = lr
         self.exclude = exclude or {}
@@ -236,7 +251,7 @@ class Trainer:
         self._auto = False
         self._verbose = False
         self._row_shape = None
-        self._probed = None              # memplan: the activations measured at 1 and 4 rows
+        self._probed = None              # memplan: the activations measured at 1 and 4 rows, per recompute
         self.last_rows = None            # rows per forward of the last fit (its buffers' size)
         self._labels = None              # a data set's labels for those probes
 
@@ -334,11 +349,12 @@ class Trainer:
 
     # ---- memory: the plan (memplan.py, loaded on first use) -----------------------------
 
-    def plan(self, batch=None, micro=None, show=False):
+    def plan(self, batch=None, micro=None, show=False, recompute=None):
         """What a training step of `batch` rows in micro-batches of `micro` rows needs, in bytes,
-        before anything is allocated (memplan.plan): a dict of the parts and the peak."""
+        before anything is allocated (memplan.plan): a dict of the parts and the peak. recompute:
+        with the model's EncoderBlocks recomputing (True) or keeping (False); None: as set now."""
         from .memplan import plan
-        return plan(self, batch, micro, show)
+        return plan(self, batch, micro, show, recompute)
 
     def probe_labels(self, rows):
         """Labels (or targets) for `rows` probe rows of the plan: the data's first ones (repeated
@@ -536,12 +552,31 @@ class Trainer:
         """The micro-batch a fit of batch B runs: `micro` itself unless it is 'auto'; then the
         largest whose plan fits the free heap (None under CPython: the whole batch). MemoryError
         with the plan when not even one row fits."""
+        chose, self._chose = self._chose, None
         if micro != "auto":
+            if chose != (B, micro):               # not the micro-batch 'auto' chose just now
+                self._keep_or_recompute(B, micro or B, verbose)
             return micro
         if not hasattr(gc, "mem_free"):
+            self._keep_or_recompute(B, B, verbose)
             return None
         from .memplan import choose_micro
-        return choose_micro(self, B, verbose)
+        m = choose_micro(self, B, verbose)
+        self._chose = (B, m)
+        return m
+
+    def _keep_or_recompute(self, B, m, verbose):
+        # a fit at micro-batch m (given, or the whole batch): the model's EncoderBlocks keep their
+        # buffers or recompute (recompute: the user's; None: from the memory plan, memplan)
+        import sys
+        if "microformer.block" not in sys.modules:     # no EncoderBlock anywhere: nothing to choose
+            return
+        from . import memplan
+        free = memplan._free() if hasattr(gc, "mem_free") else None
+        flag = memplan.choose_recompute(self, B, m, free)
+        if verbose and flag is not None and free is not None:
+            print("fit: batch %d in %s%s" % (B, "one pass" if m >= B else "micro-batches of %d" % m,
+                                             memplan._said(flag)))
 
     def _fit(self, data, epochs, B, seed, verbose, on_epoch, progress_s, keep, log):
         given = log is not None
