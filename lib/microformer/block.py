@@ -137,10 +137,14 @@ class EncoderBlock(Layer):
         self._buffers(_RUN[mode], x.shape)
         x1 = getattr(self, _X1[mode])
         backend.K.add_forward(x1.data, x.data, a.data, x.size)
-        a = self.ffn.forward(self._norm_out(self.ln2, x1, self._y) if mode == 0 else self.ln2.forward(x1), mode == 0)
+        a = self._ffn_of(x1, mode)
         if mode == 0:
             a = self.drop2.forward(a)
         return self._add(_Y[mode], x1, a)
+
+    def _ffn_of(self, x1, mode):
+        # ffn(ln2(x1)) (a function of its own: _rest's frame within 11 words)
+        return self.ffn.forward(self._norm_out(self.ln2, x1, self._y) if mode == 0 else self.ln2.forward(x1), mode == 0)
 
     def _add(self, name, p, q):
         # the buffer self.<name> = p + q

@@ -39,14 +39,14 @@ BYTES = (micropython.mem_total() - t0) / 100
 
 
 def test_a_decode_step_allocates_one_kernel_frame(tmp_path, micropython):
-    # The bound: Attention._decode_attend passes attention_decode its 10 arguments, which need 12
+    # The bound: attndecode._decode_attend passes attention_decode its 10 arguments, which need 12
     # words of value stack, so its frame (host/tools/frames.py) is above the limit and comes from the
     # heap once per step. Every other function a step runs through, in every layer of the stack,
     # stays within the limit and allocates nothing. So a step allocates at most what one call of a
     # function with a frame of that size allocates, measured in the same interpreter (a probe with
     # words - 1 arguments: its frame is its arguments plus one word of stack).
     words = dict((n, w) for n, _, _, w in frames.frames(os.path.join(helpers.ROOT, "lib", "microformer",
-                                                                      "attention.py")))["Attention._decode_attend"]
+                                                                      "attndecode.py")))["_decode_attend"]
     assert words > frames.LIMIT, words            # (none at all once the kernel takes fewer arguments)
     args = ", ".join("a%d" % i for i in range(words - 1))
     (tmp_path / "frame_probe.py").write_text(_PROBE % (args, ", ".join("0" * (words - 1))))
