@@ -60,6 +60,13 @@ class EncoderBlock(Layer):
                 p.name = prefix + p.name
                 g.name = prefix + g.name
         self._x = None
+        # checkpoint=True: the parts' forward buffers (the attention's Q K V weights, the FFN's
+        # hidden, the LayerNorms' statistics, the adapters' x A^T) are placed in the scratch arena
+        # (layer.Scratch.every), which the next block's forward overwrites; the backward runs the
+        # forward again (the same kernels on the same input: the same values) in its own frame
+        # before it reads them. Every block then shares one set of those buffers, for one more
+        # block forward per step. Needs pre-norm and dropout=0 (a mask drawn again would differ).
+        self.checkpoint = False
 
     def sublayers(self):
         return (self.ln1, self.attn, self.drop1, self.ln2, self.ffn, self.drop2)
@@ -139,17 +146,41 @@ class EncoderBlock(Layer):
         self._check(x, "x")
         self._fm = key_padding_mask               # (as attributes: the frames within 11 words)
         self._fl = lengths
+        if self.checkpoint:
+            self._check_checkpoint()
         scratch.enter()
         y = self._run_framed(x)
-        self._fm = self._fl = None
+        if not self.checkpoint:           # a checkpointed block's backward runs with them again
+            self._fm = self._fl = None
         self._x = x
         return y
 
     def _run_framed(self, x):
         try:
+            if self.checkpoint:
+                return self._run_kept(x)
             return self._run(x)
         finally:
             scratch.leave()
+
+    def _check_checkpoint(self):
+        if self.checkpoint is not True:
+            raise ValueError("EncoderBlock: checkpoint must be True or False, got %r" % (self.checkpoint,))
+        if not self.norm_first:           # post-norm's output is LayerNorm2's own buffer
+            raise ValueError("EncoderBlock: checkpoint needs norm_first=True (pre-norm), got norm_first=False")
+        if self.dropout > 0.0 and self.training:
+            raise ValueError("EncoderBlock: checkpoint needs dropout=0 (its backward runs the forward "
+                             "again), got dropout=%r" % (self.dropout,))
+
+    def _run_kept(self, x):
+        # checkpoint: this block's own x1 and y first (y is the output: read after the frame),
+        # then every part's forward buffers in the arena (Scratch.every)
+        self._buffers("_fwd", x.shape)
+        scratch.every += 1
+        try:
+            return self._run(x)
+        finally:
+            scratch.every -= 1
 
     def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
@@ -190,6 +221,9 @@ class EncoderBlock(Layer):
             scratch.leave()
 
     def _backward(self, dy):
+        if self.checkpoint:               # the parts' forward buffers again, at the frame's start
+            self._run_kept(self._x)
+            self._fm = self._fl = None
         self._buffers("_bwd", dy.shape)
         scratch.mark(self)
         if not self.norm_first:
