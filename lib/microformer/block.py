@@ -5,7 +5,7 @@ from . import backend
 from .attention import Attention
 from .dropout import Dropout, check_p
 from .feedforward import FeedForward
-from .layer import Layer, check_tensor, prefixed, scratch, shape_error, trains
+from .layer import Layer, check_tensor, prefixed, release_buffers, scratch, shape_error, trains
 from .norm import LayerNorm
 from .tensor import shape_size
 
@@ -66,7 +66,9 @@ class EncoderBlock(Layer):
         # forward again (the same kernels on the same input: the same values) in its own frame
         # before it reads them. Every block then shares one set of those buffers, for one more
         # block forward per step. Needs pre-norm and dropout=0 (a mask drawn again would differ).
-        self.checkpoint = False
+        # Switching it drops the block's buffers (layer.release_buffers): they are made again, in
+        # the arena or not, by the next forward.
+        self._ckpt = False
 
     def sublayers(self):
         return (self.ln1, self.attn, self.drop1, self.ln2, self.ffn, self.drop2)
@@ -163,11 +165,22 @@ class EncoderBlock(Layer):
         finally:
             scratch.leave()
 
-    def _check_checkpoint(self):
-        if self.checkpoint is not True:
-            raise ValueError("EncoderBlock: checkpoint must be True or False, got %r" % (self.checkpoint,))
-        if not self.norm_first:           # post-norm's output is LayerNorm2's own buffer
+    def _get_checkpoint(self):
+        return self._ckpt
+
+    def _set_checkpoint(self, flag):
+        if flag is not True and flag is not False:
+            raise ValueError("EncoderBlock: checkpoint must be True or False, got %r" % (flag,))
+        if flag and not self.norm_first:  # post-norm's output is LayerNorm2's own buffer
             raise ValueError("EncoderBlock: checkpoint needs norm_first=True (pre-norm), got norm_first=False")
+        if flag != self._ckpt:            # buffers placed for the other setting: made again
+            release_buffers(self)
+            self._x = None
+        self._ckpt = flag
+
+    checkpoint = property(_get_checkpoint, _set_checkpoint)
+
+    def _check_checkpoint(self):
         if self.dropout > 0.0 and self.training:
             raise ValueError("EncoderBlock: checkpoint needs dropout=0 (its backward runs the forward "
                              "again), got dropout=%r" % (self.dropout,))

@@ -77,9 +77,9 @@ def test_checkpoint_switch():
     assert mf.EncoderBlock(16, 2, 32).checkpoint is False
     x = mf.Tensor.zeros((1, 4, 16))
     b = mf.EncoderBlock(16, 2, 32, norm_first=False)
-    b.checkpoint = True
     with pytest.raises(ValueError, match="norm_first=True"):
-        b.forward(x)
+        b.checkpoint = True
+    assert b.checkpoint is False
     b = mf.EncoderBlock(16, 2, 32, dropout=0.1)
     b.checkpoint = True
     with pytest.raises(ValueError, match="dropout=0"):
@@ -87,6 +87,22 @@ def test_checkpoint_switch():
     b.eval()
     b.forward(x)                      # no dropout in eval mode
     b = mf.EncoderBlock(16, 2, 32)
-    b.checkpoint = 1
     with pytest.raises(ValueError, match="True or False, got 1"):
-        b.forward(x)
+        b.checkpoint = 1
+    assert b.checkpoint is False
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["on-off", "off-on"])
+def test_checkpoint_switched_after_steps(first):
+    # buffers placed for one setting are not used under the other: the same bits as a model
+    # that always ran with the second setting
+    L.scratch.free()
+    want = _run(_model(True, not first))
+    L.scratch.free()
+    m = _model(True, first)
+    _run(m)
+    for b in m.layers[:2]:
+        b.checkpoint = not first
+    for _, g in m.collect_params([]):
+        g.data[:] = g.data.__class__("f", [0.0] * len(g.data))
+    assert _run(m) == want
