@@ -146,6 +146,7 @@ class Attention(Layer):
     _recompute = False
     _prompted = False          # prefill has put a prompt in the KV cache (decode_step may run)
     _spent = False             # a backward has run since the forward: the weights buffer holds dS
+    _shared = False            # the forward ran in a checkpointed block (EncoderBlock.checkpoint)
 
     def _get_recompute(self):
         return self._recompute
@@ -629,6 +630,10 @@ class Attention(Layer):
         return 0.0 if self.dropout >= 1.0 else 1.0 / (1.0 - self.dropout)
 
     def _no_weights(self, what):
+        if self._shared:
+            raise ValueError("Attention: %s: the last forward's weights were in the scratch arena of a "
+                             "checkpointed EncoderBlock, which the next block's forward writes over: set "
+                             "blk.checkpoint = False and run the forward again" % what)
         if self._spent:
             raise ValueError("Attention: %s shows the last forward's weights, and a backward has run since "
                              "(it may write their gradient over them): run a forward again" % what)

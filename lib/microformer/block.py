@@ -154,6 +154,7 @@ class EncoderBlock(Layer):
         y = self._run_framed(x)
         if not self.checkpoint:           # a checkpointed block's backward runs with them again
             self._fm = self._fl = None
+        self.attn._shared = self._ckpt    # its weights in the arena: weights() / stages() refuse
         self._x = x
         return y
 

@@ -106,3 +106,18 @@ def test_checkpoint_switched_after_steps(first):
     for _, g in m.collect_params([]):
         g.data[:] = g.data.__class__("f", [0.0] * len(g.data))
     assert _run(m) == want
+
+
+def test_checkpoint_attention_weights_refused():
+    # the weights sit in the arena the next block overwrites: weights() and stages() say so
+    # instead of showing another block's values; without checkpoint they are there again
+    L.scratch.free()
+    m = _model(False, True)
+    x = mf.Tensor.zeros((1, 5, 16))
+    m.forward(x)
+    for what in ("weights", "stages"):
+        with pytest.raises(ValueError, match="checkpointed EncoderBlock"):
+            getattr(m.layers[0].attn, what)()
+    m.layers[0].checkpoint = False
+    m.forward(x)
+    assert len(m.layers[0].attn.weights()) == 5
