@@ -155,6 +155,7 @@ class EncoderBlock(Layer):
         if not self.checkpoint:           # a checkpointed block's backward runs with them again
             self._fm = self._fl = None
         self.attn._shared = self._ckpt    # its weights in the arena: weights() / stages() refuse
+        self.ffn._fresh = False
         self._x = x
         return y
 
@@ -238,6 +239,7 @@ class EncoderBlock(Layer):
         if self.checkpoint:               # the parts' forward buffers again, at the frame's start
             self._run_kept(self._x)
             self._fm = self._fl = None
+            self.ffn._fresh = self.ffn.recompute    # its activation output is there: not again
         self._buffers("_bwd", dy.shape)
         scratch.mark(self)
         if not self.norm_first:

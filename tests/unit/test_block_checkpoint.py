@@ -121,3 +121,15 @@ def test_checkpoint_attention_weights_refused():
     m.layers[0].checkpoint = False
     m.forward(x)
     assert len(m.layers[0].attn.weights()) == 5
+
+
+def test_checkpoint_ffn_reads_the_forward_activation():
+    # the backward's forward left the activation's output in the frame: the FFN computes it
+    # neither again (no _h of its own) nor keeps a hidden gradient apart from it (fc2's input
+    # gradient written over it: no [.., hidden] backward buffer of the second linear)
+    L.scratch.free()
+    m = _model(True, True)
+    _run(m)
+    for b in m.layers[:2]:
+        assert "_bwd" not in (getattr(b.ffn, "_stages", None) or {})
+        assert "_bwd" not in (getattr(b.ffn.fc2, "_stages", None) or {})
