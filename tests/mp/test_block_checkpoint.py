@@ -1,6 +1,6 @@
 """EncoderBlock.checkpoint on both interpreters and every backend: tests/mp/block_checkpoint_mp.py
 (outputs and every gradient bit for bit those without it; the blocks' parts keep no forward
-arrays of their own). The switch's checks: tests/unit/test_block_checkpoint.py."""
+arrays of their own; on viper a steady step allocates no more than without it). The switch's checks: tests/unit/test_block_checkpoint.py."""
 import pytest
 
 import helpers
@@ -16,4 +16,5 @@ def test_block_checkpoint_cpython(backend):
 @pytest.mark.parametrize("kernels", ["viper", "python"])
 def test_block_checkpoint_micropython(micropython, kernels):
     out = helpers.run_micropython(SCRIPT, kernels, exe=micropython)
-    assert "BLOCK CHECKPOINT OK 2 (%s)" % kernels in out, out
+    n = 3 if kernels == "viper" else 2            # viper: the steady step's allocation too
+    assert "BLOCK CHECKPOINT OK %d (%s)" % (n, kernels) in out, out
