@@ -239,7 +239,7 @@ class EncoderBlock(Layer):
         if self.checkpoint:               # the parts' forward buffers again, at the frame's start
             self._run_kept(self._x)
             self._fm = self._fl = None
-            self.ffn._fresh = self.ffn.recompute    # its activation output is there: not again
+            self.ffn._fresh = True        # its activation output is there: not computed again
         self._buffers("_bwd", dy.shape)
         scratch.mark(self)
         if not self.norm_first:

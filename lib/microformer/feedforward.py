@@ -97,7 +97,7 @@ class FeedForward(Layer):
         if dy.shape != self.fc2._y.shape:
             raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
         grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
-        if self.act._out_scratch:
+        if self.act._out_scratch or self._fresh:
             self._rerun_act(grads)
         if self._norm is not None and grads and trains(self.fc1):
             self._norm_again()

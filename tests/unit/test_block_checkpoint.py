@@ -123,13 +123,22 @@ def test_checkpoint_attention_weights_refused():
     assert len(m.layers[0].attn.weights()) == 5
 
 
-def test_checkpoint_ffn_reads_the_forward_activation():
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "kept"])
+def test_checkpoint_ffn_reads_the_forward_activation(recompute):
     # the backward's forward left the activation's output in the frame: the FFN computes it
     # neither again (no _h of its own) nor keeps a hidden gradient apart from it (fc2's input
-    # gradient written over it: no [.., hidden] backward buffer of the second linear)
+    # gradient written over it: no [.., hidden] backward buffer of the second linear), whether
+    # the FFN recomputes its activation (blk.ffn.recompute) or keeps it; the same bits as without
+    L.scratch.free()
+    m = _model(True, False)
+    for b in m.layers[:2]:
+        b.ffn.recompute = recompute
+    want = _run(m)
     L.scratch.free()
     m = _model(True, True)
-    _run(m)
+    for b in m.layers[:2]:
+        b.ffn.recompute = recompute
+    assert _run(m) == want
     for b in m.layers[:2]:
         assert "_bwd" not in (getattr(b.ffn, "_stages", None) or {})
         assert "_bwd" not in (getattr(b.ffn.fc2, "_stages", None) or {})
