@@ -4,7 +4,7 @@
 # ACTION: epoch (one fine-tuning epoch, nothing measured: what the smallest heap must hold),
 # peak (the heap high-water of that epoch), steps N (N training steps: for instruction counts),
 # accuracy N (N epochs, then held-out accuracy, adapter size, weight memory).
-#   micropython budget.py goal encoder|gesture|decode [MODE]   (the memory goals: action_goal)
+#   micropython budget.py goal encoder|gesture|decode [MODE [checkpoint]]   (the memory goals: action_goal)
 # MODEL: sensor (board/demos/sensor.py: BasicMotions windows, Conv1D + EncoderBlock, 16 wide) or
 # encoder (two EncoderBlocks, E=64, H=4, S=32, about 100k parameters, on ENCODER's synthetic task).
 # MODE: full, head, bias_norm, lora, lora_int8 (see MODES). host/bench/bench_budget.py runs this file in
@@ -370,9 +370,10 @@ def _rows(n, F, C, seed=9):
     return Dataset(X, [i % C for i in range(n)], [str(c) for c in range(C)])
 
 
-def action_goal(model_name, mode):
+def action_goal(model_name, mode, checkpoint=False):
     """Two fit steps (encoder, gesture) or a decode (decode), then the plan's peak at the
-    micro-batch the fit ran and at the whole batch: BUDGET goal ..."""
+    micro-batch the fit ran and at the whole batch: BUDGET goal ... checkpoint: every
+    EncoderBlock's checkpoint switch on (its backward runs its forward again)."""
     from microformer.train import Trainer
     if model_name == "decode":
         return _goal_decode()
@@ -385,6 +386,9 @@ def action_goal(model_name, mode):
         if mode == "lora_int8":
             int8(model)
         d = encoder_data(ENC_FINETUNE, True, 2 * BATCH)
+    for l in model.layers:
+        if hasattr(l, "checkpoint"):
+            l.checkpoint = checkpoint
     gc.collect()
     t = Trainer(model, CrossEntropyLoss(), None, batch, None, shape, LR.get(mode, 1e-3))
     t.fit(d, epochs=1, micro_batch="auto", verbose=False)
@@ -400,7 +404,9 @@ def _goal_decode():
 
 def main(argv):
     if len(argv) >= 2 and argv[0] == "goal":
-        action_goal(argv[1], argv[2] if len(argv) > 2 else "full")
+        if len(argv) > 3 and argv[3] != "checkpoint":
+            raise SystemExit("usage: budget.py goal MODEL [MODE [checkpoint]], got %r" % (argv[3],))
+        action_goal(argv[1], argv[2] if len(argv) > 2 else "full", len(argv) > 3)
         return
     if len(argv) < 4:
         raise SystemExit("usage: budget.py epoch|peak|steps|accuracy MODEL MODE CHECKPOINT [N] [DATA_DIR]")

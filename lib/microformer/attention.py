@@ -147,6 +147,7 @@ class Attention(Layer):
     _recompute = False
     _prompted = False          # prefill has put a prompt in the KV cache (decode_step may run)
     _spent = False             # a backward has run since the forward: the weights buffer holds dS
+    _shared = False            # the forward ran in a checkpointed block (EncoderBlock.checkpoint)
 
     def _get_recompute(self):
         return self._recompute

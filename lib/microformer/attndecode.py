@@ -22,6 +22,10 @@ PUBLIC = ("weights", "stages", "keep_weights", "prefill", "reserve_cache", "deco
 
 
 def _no_weights(self, what):
+    if self._shared:
+        raise ValueError("Attention: %s: the last forward's weights were in the scratch arena of a "
+                         "checkpointed EncoderBlock, which the next block's forward writes over: set "
+                         "blk.checkpoint = False and run the forward again" % what)
     if self._spent:
         raise ValueError("Attention: %s shows the last forward's weights, and a backward has run since "
                          "(it may write their gradient over them): run a forward again" % what)

@@ -5,7 +5,7 @@ from . import backend
 from .attention import Attention
 from .dropout import Dropout, check_p
 from .feedforward import FeedForward
-from .layer import Layer, check_tensor, prefixed, scratch, shape_error, trains
+from .layer import Layer, check_tensor, prefixed, release_buffers, scratch, shape_error, trains
 from .norm import LayerNorm
 from .tensor import shape_size
 
@@ -56,6 +56,15 @@ class EncoderBlock(Layer):
                 p.name = prefix + p.name
                 g.name = prefix + g.name
         self._x = None
+        # checkpoint=True: the parts' forward buffers (the attention's Q K V weights, the FFN's
+        # hidden, the LayerNorms' statistics, the adapters' x A^T) are placed in the scratch arena
+        # (layer.Scratch.every), which the next block's forward overwrites; the backward runs the
+        # forward again (the same kernels on the same input: the same values) in its own frame
+        # before it reads them. Every block then shares one set of those buffers, for one more
+        # block forward per step. Needs pre-norm and dropout=0 (a mask drawn again would differ).
+        # Switching it drops the block's buffers (layer.release_buffers): they are made again, in
+        # the arena or not, by the next forward.
+        self._ckpt = False
 
     def _get_recompute(self):
         return self._recompute
@@ -170,17 +179,54 @@ class EncoderBlock(Layer):
         self._check(x, "x")
         self._fm = key_padding_mask               # (as attributes: the frames within 11 words)
         self._fl = lengths
+        if self.checkpoint:
+            self._check_checkpoint()
         scratch.enter()
         y = self._run_framed(x)
-        self._fm = self._fl = None
+        if not self.checkpoint:           # a checkpointed block's backward runs with them again
+            self._fm = self._fl = None
+        self.attn._shared = self._ckpt    # its weights in the arena: weights() / stages() refuse
+        self.ffn._fresh = False
         self._x = x
         return y
 
     def _run_framed(self, x):
         try:
+            if self.checkpoint:
+                return self._run_kept(x)
             return self._run(x)
         finally:
             scratch.leave()
+
+    def _get_checkpoint(self):
+        return self._ckpt
+
+    def _set_checkpoint(self, flag):
+        if flag is not True and flag is not False:
+            raise ValueError("EncoderBlock: checkpoint must be True or False, got %r" % (flag,))
+        if flag and not self.norm_first:  # post-norm's output is LayerNorm2's own buffer
+            raise ValueError("EncoderBlock: checkpoint needs norm_first=True (pre-norm), got norm_first=False")
+        if flag != self._ckpt:            # buffers placed for the other setting: made again
+            release_buffers(self)
+            self._x = None
+        self._ckpt = flag
+
+    checkpoint = property(_get_checkpoint, _set_checkpoint)
+
+    def _check_checkpoint(self):
+        if self.dropout > 0.0 and self.training:
+            raise ValueError("EncoderBlock: checkpoint needs dropout=0 (its backward runs the forward "
+                             "again), got dropout=%r" % (self.dropout,))
+
+    def _run_kept(self, x):
+        # checkpoint: this block's own x1 and y first (y is the output: read after the frame),
+        # then every part's forward buffers in the arena (Scratch.every)
+        self._buffers("_fwd", x.shape)
+        scratch.every += 1
+        try:
+            return self._run(x)
+        finally:
+            scratch.every -= 1
 
     def _allocate(self, stage, shape, other, bufs):
         if stage == "_bwd":
@@ -221,6 +267,10 @@ class EncoderBlock(Layer):
             scratch.leave()
 
     def _backward(self, dy):
+        if self.checkpoint:               # the parts' forward buffers again, at the frame's start
+            self._run_kept(self._x)
+            self._fm = self._fl = None
+            self.ffn._fresh = True        # its activation output is there: not computed again
         self._buffers("_bwd", dy.shape)
         scratch.mark(self)
         if not self.norm_first:

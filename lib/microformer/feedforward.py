@@ -97,7 +97,7 @@ class FeedForward(Layer):
         if dy.shape != self.fc2._y.shape:
             raise shape_error("FeedForward", "dy", repr(self.fc2._y.shape), dy.shape)
         grads = grads and self.trainable      # a part's own flag is its own: nothing is changed here
-        if self.act._out_scratch:
+        if self.act._out_scratch or self._fresh:
             self._rerun_act(grads)
         if self._norm is not None and grads and trains(self.fc1):
             self._norm_again()
@@ -135,6 +135,7 @@ class FeedForward(Layer):
         return self._hx if self._hx is not None else self.act._x
 
     _hx = None                  # the output computed again by the last backward, or None
+    _fresh = False              # the activation's output was made in the running backward's frame
 
     def _rerun_act(self, grads):
         # inside a block the activation's output is a scratch buffer of the block's forward (the
@@ -145,6 +146,10 @@ class FeedForward(Layer):
         a = self.act
         a._need_forward(a._x)
         self._hx = None
+        if self._fresh:             # a checkpointed block's backward ran the forward in its own frame:
+            self._fresh = False     # the output is still there (EncoderBlock.checkpoint)
+            self._hx = a._y
+            return
         if a._code != actkind.TANH and a._code != actkind.SIGMOID and not (
                 grads and self.fc2._x is a._y and trains(self.fc2)):
             return

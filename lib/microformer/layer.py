@@ -38,6 +38,8 @@ class Scratch:
         self.ci = 0               # the cursor: chunk index and offset in it
         self.off = 0
         self.gen = 0              # bumped when the chunks are dropped: every placement is stale
+        self.every = 0            # > 0 in a frame: every float32 buffer a key makes is placed in
+                                  # the arena (a checkpointed block's parts: EncoderBlock.checkpoint)
 
     def enter(self):
         if not self.depth:
@@ -122,7 +124,10 @@ class Buffers:
         return value
 
     def zeros(self, name, shape):
-        """A float32 Tensor of `shape`, zeros, named `name`: self.<name> holds it."""
+        """A float32 Tensor of `shape`, zeros, named `name`: self.<name> holds it (in the arena,
+        as `scratch` places it, while Scratch.every is set in a frame)."""
+        if scratch.every and scratch.depth:
+            return self.scratch(name, shape)
         shape = _tensor._check_shape(shape, "Buffers.zeros(%r)" % name)
         n = _tensor.shape_size(shape)
         arrays = self._stage[0]

@@ -83,6 +83,7 @@ class LoRA(Buffered):
         # keyed by the row count N (an int: no tuple made per call)
         if stage == "_fwd":
             self._h = bufs.zeros("_h", (N, self.rank))              # (alpha/r) x A^T
+        elif stage == "_fwu":
             if scratch.depth:                 # h B^T, given back as soon as it is added (forward_add)
                 self._u = bufs.scratch("_u", (N, self.out_features))
             else:
@@ -94,8 +95,9 @@ class LoRA(Buffered):
         """y (N, out) += (alpha/r) (x A^T) B^T; keeps (alpha/r) x A^T for backward."""
         K = backend.K
         r = self.rank
+        self._buffers("_fwd", N)              # h: kept for backward (before the mark)
         scratch.mark(self)
-        self._buffers("_fwd", N)
+        self._buffers("_fwu", N)
         h = self._h.data
         u = _scratch(N * self.out_features) if self._u is None else self._u.data   # its product with B^T
         K.matmul_forward(h, x, self.A.data, None, N, self.in_features, r)
