@@ -694,7 +694,7 @@ class Session:
             from mf_guard import check             # loaded when a guarded fit needs it
             guard = (on_worse,) + check(on_worse, rehearse, tol)
         t = self._trainer
-        t.settle()              # the optimizer and rollback copy too (train.SETTLE_GC_BYTES)
+        t.settle()              # the optimizer and rollback copy too (tensor.SETTLE_GC_BYTES)
         try:
             return self._fit(epochs, data, lr, verbose, on_error, batch_size or self.batch_size,
                              micro_batch, guard)

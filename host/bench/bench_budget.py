@@ -293,6 +293,8 @@ GOALS = (
     ("encoder full", ("encoder", "full"), 2500, "E=64 encoder, full fine-tune, effective batch 8"),
     ("encoder lora", ("encoder", "lora"), 1000, "E=64 encoder, LoRA r=4 + head, effective batch 8"),
     ("encoder lora+int8", ("encoder", "lora_int8"), 512, "E=64 encoder, LoRA r=4 + head, int8 frozen weights"),
+    ("encoder lora ckpt", ("encoder", "lora", "checkpoint"), 1000, "the LoRA fit with EncoderBlock.checkpoint on"),
+    ("encoder int8 ckpt", ("encoder", "lora_int8", "checkpoint"), 512, "the LoRA + int8 fit with EncoderBlock.checkpoint on"),
     ("gesture", ("gesture",), 512, "Conv1D + EncoderBlock over 50x3 windows, fit at batch 16"),
     ("decode", ("decode",), 512, "causal E=32 char model, 318-token cache, not frozen: prefill + decode"),
 )
