@@ -1,5 +1,5 @@
 # EncoderBlock.checkpoint inside MicroPython and under CPython, directly
-#   MICROPYPATH=lib:tests/mp micropython tests/mp/block_checkpoint_mp.py [BACKEND]
+#   MICROPYPATH=lib:tests/mp:tests micropython tests/mp/block_checkpoint_mp.py [BACKEND]
 # raises AssertionError on the first failure, then prints BLOCK CHECKPOINT OK n (backend).
 #
 # Two pre-norm blocks (LoRA on every linear, and full training), two steps each: with checkpoint
@@ -11,52 +11,10 @@ import sys
 
 import microformer as mf
 from microformer import layer as L
+from block_cases import model as _model, own_forward_floats as _own_fwd, run as _run
 
 if len(sys.argv) > 1:
     mf.set_backend(sys.argv[1])          # else the interpreter's default (viper, numpy)
-
-
-def _model(lora, ck):
-    mf.seed(5)
-    m = mf.Sequential([mf.EncoderBlock(16, 2, 32), mf.EncoderBlock(16, 2, 32), mf.GlobalAvgPool(),
-                       mf.Dense(16, 3)])
-    if lora:
-        mf.add_lora(m, rank=2, alpha=4)
-    for b in m.layers[:2]:
-        b.checkpoint = ck
-    return m
-
-
-def _run(m):
-    x = mf.Tensor.zeros((3, 5, 16))
-    r = mf.Rng(11)
-    for i in range(len(x.data)):
-        x.data[i] = r.uniform(-1.0, 1.0)
-    dy = mf.Tensor.zeros((3, 3))
-    for i in range(len(dy.data)):
-        dy.data[i] = (i % 7) * 0.1 - 0.3
-    out = []
-    for _ in range(2):
-        out.append(list(m.forward(x).data))
-        out.append(list(m.backward(dy).data))
-    for _, g in m.collect_params([]):
-        out.append(list(g.data))
-    return out
-
-
-def _own_fwd(layer):
-    n = 0
-    for s in layer.sublayers() if hasattr(layer, "sublayers") else ():
-        n += _own_fwd(s)
-    for name in ("lora", "lora_q", "lora_k", "lora_v", "lora_o"):
-        a = getattr(layer, name, None)
-        if a is not None:
-            n += _own_fwd(a)
-    st = getattr(layer, "_stages", None) or {}
-    if "_fwd" in st:
-        n += sum(len(a) for a in st["_fwd"][0])
-    return n
-
 
 n = 0
 for lora in (True, False):

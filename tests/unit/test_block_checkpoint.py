@@ -6,36 +6,7 @@ import pytest
 
 import microformer as mf
 from microformer import layer as L
-
-
-def _model(lora, ck, norm_first=True, dropout=0.0):
-    mf.seed(5)
-    m = mf.Sequential([mf.EncoderBlock(16, 2, 32, norm_first=norm_first, dropout=dropout),
-                       mf.EncoderBlock(16, 2, 32, norm_first=norm_first, dropout=dropout),
-                       mf.GlobalAvgPool(), mf.Dense(16, 3)])
-    if lora:
-        mf.add_lora(m, rank=2, alpha=4)
-    for b in m.layers[:2]:
-        b.checkpoint = ck
-    return m
-
-
-def _run(m):
-    # two steps (the second on the buffers the first made): outputs, input grads, then the grads
-    x = mf.Tensor.zeros((3, 5, 16))
-    r = mf.tensor.Rng(11)
-    for i in range(len(x.data)):
-        x.data[i] = r.uniform(-1.0, 1.0)
-    dy = mf.Tensor.zeros((3, 3))
-    for i in range(len(dy.data)):
-        dy.data[i] = (i % 7) * 0.1 - 0.3
-    out = []
-    for _ in range(2):
-        out.append(list(m.forward(x).data))
-        out.append(list(m.backward(dy).data))
-    for _, g in m.collect_params([]):
-        out.append(list(g.data))
-    return out
+from block_cases import model as _model, own_forward_floats as _own_fwd, run as _run
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
@@ -47,28 +18,13 @@ def test_checkpoint_bit_identical(lora):
     assert len(got) == len(want) and got == want
 
 
-def _own_forward_bytes(layer):
-    # float32 bytes of the forward stages the parts inside a block hold as their own arrays
-    n = 0
-    for s in layer.sublayers() if hasattr(layer, "sublayers") else ():
-        n += _own_forward_bytes(s)
-    for name in ("lora", "lora_q", "lora_k", "lora_v", "lora_o"):
-        a = getattr(layer, name, None)
-        if a is not None:
-            n += _own_forward_bytes(a)
-    for stage, st in (getattr(layer, "_stages", None) or {}).items():
-        if stage == "_fwd":
-            n += 4 * sum(len(a) for a in st[0])
-    return n
-
-
 def test_checkpoint_parts_keep_no_forward_buffers():
     kept = []
     for ck in (False, True):
         L.scratch.free()
         m = _model(True, ck)
         _run(m)
-        kept.append(sum(_own_forward_bytes(p) for b in m.layers[:2] for p in b.sublayers()))
+        kept.append(sum(4 * _own_fwd(p) for b in m.layers[:2] for p in b.sublayers()))
     # without: Q K V, the attention weights, the FFN's hidden, the LayerNorms' statistics ...
     assert kept[0] > 3 * 5 * 32 * 4 and kept[1] == 0
 
