@@ -6,7 +6,7 @@
 import sys
 
 # modules a session on a Dense/attention classifier that only fits and evaluates never needs
-RARE = ("mf_demo", "mf_drift", "mf_commands", "mf_adapter", "mf_capture",
+RARE = ("mf_demo", "mf_drift", "mf_commands", "mf_adapter", "mf_capture", "mf_methods", "microformer.attnpaths",
         "microformer.viper_norm", "microformer.viper_conv", "microformer.viper_sequence", "microformer.viper_q8",
         "microformer.decoder", "microformer.block",
         "microformer.conv", "microformer.pool1d", "microformer.lora", "microformer.quant",
@@ -55,6 +55,12 @@ p = s.predict([5.1, 3.5, 1.4, 0.2], verbose=False)
 import mf_commands  # noqa: E402
 import mf_demo  # noqa: E402
 import mf_drift  # noqa: E402
+# the session's rarer methods (mf_methods.py): the first one loads the module and binds them all to
+# Session, the plan it prints is the one a fit makes
+plan = s.plan(verbose=False)
+import mf_methods  # noqa: E402
+print("METHODS", all(getattr(finetune.Session, n) is getattr(mf_methods.Methods, n) for n in mf_methods.METHODS),
+      plan["batch"], plan["peak"] > 0, s.frozen(), len(s.parts(verbose=False)))
 print("SAME", finetune.demo is mf_demo.demo, finetune.DEMO_DIR is mf_demo.DEMO_DIR,
       finetune.drift is mf_drift.drift, type(p) is mf_commands.Prediction, p.label in s.classes)
 try:

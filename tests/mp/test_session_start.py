@@ -38,6 +38,8 @@ def _check_loaded(out):
     assert _lines(out, "AFTERLOAD") in (["micropython []"],
                                         ["cpython ['microformer.checkpoint', 'microformer.meta']"]), out
     assert _lines(out, "SAME") == ["True True True True True"], out
+    # the Iris model's parts: Dense W b, in_proj weight and bias, out_proj weight and bias, head W b
+    assert _lines(out, "METHODS") == ["True 16 True [] 8"], out
     assert _lines(out, "ATTR") == ["True"], out
     # the spec's checks (specplan) are gone before the model is built from the spec, on MicroPython
     assert _lines(out, "ATSPEC") in (["micropython [['microformer.checkpoint', 'microformer.meta']]"],
