@@ -12,14 +12,13 @@ from .reshape import Reshape
 from .model import Sequential
 from .finite import NonFiniteError
 from .loss import CrossEntropyLoss, MSELoss, NonFiniteLossError, softmax_cross_entropy, mse
-from .dropout import Dropout
 
 
 # Imported on first use (a board without PSRAM has a small heap): the names in _LAZY (modules
 # mf.data, mf.train, mf.spec, mf.checkpoint; the optimizers, which a program that only runs a model
 # never loads; functions, the checkpoint's save/load and error,
-# the sequence layers and decoding, and the rarer layers), and any other submodule.
-_LAZY = {"SGD": "optim", "Adam": "optim", "clip_grad_norm": "optim", "data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
+# the sequence layers and decoding, and the rarer layers, Dropout among them), and any other submodule.
+_LAZY = {"Dropout": "dropout", "SGD": "optim", "Adam": "optim", "clip_grad_norm": "optim", "data": "data", "train": "train", "spec": "spec", "to_spec": "spec", "from_spec": "spec",
          "load_model": "checkpoint", "StreamingEncoder": "stream", "show": "heatmap",
          "DecoderBlock": "decoder", "Transformer": "decoder", "Conv1D": "conv",
          "MaxPool1D": "pool1d", "AvgPool1D": "pool1d", "LearnedPositionalEmbedding": "posembed",

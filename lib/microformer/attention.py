@@ -3,7 +3,6 @@
 #   A_h = softmax(Q_h K_h^T / sqrt(D) + mask), ctx_h = A_h V_h, y = concat_h(ctx_h) Wo^T + bo
 from . import backend
 from .layer import Layer, check_tensor, shape_error
-from .dropout import check_p
 from .lazy import sibling
 from .tensor import Grad, Rng, Tensor, default_rng, dropout_seed, xavier_uniform
 
@@ -208,7 +207,9 @@ class Attention(Layer):
                 setattr(self, "b" + n, None)
                 setattr(self, "db" + n, None)
         self._x = None
-        self.dropout = check_p("Attention", dropout)
+        # no dropout (the float 0.0, the default): dropout.py, which checks any other value, stays unloaded
+        self.dropout = 0.0 if dropout.__class__ is float and dropout == 0.0 else \
+            sibling("dropout", "Attention").check_p("Attention", dropout)
         if kv_tile is not None and (isinstance(kv_tile, bool) or not isinstance(kv_tile, int) or kv_tile < 1):
             raise ValueError("Attention: kv_tile must be a positive int (keys per tile) or None, got %r"
                              % (kv_tile,))
