@@ -11,6 +11,7 @@ from array import array
 import microformer as mf
 from microformer.data import Dataset
 from microformer.finite import NonFiniteError, hyper
+from microformer.lazy import stub
 from microformer.tensor import Rng, Tensor, shape_size
 from microformer.train import Trainer, duration
 
@@ -170,22 +171,14 @@ def _data_oom(path):
 
 def _methods():
     # mf_methods (the commands a session that loads, fits and evaluates never runs), imported now
-    # if it is not yet; its functions become Session's methods
+    # if it is not yet; its functions become Session's methods. Returns its class Methods
     try:
         import mf_methods
     except ImportError as e:      # the text says what failed: MicroPython keeps no chained cause
         raise ImportError("mf_methods (the session's rarer commands) failed to import: %s" % e)
     for name in mf_methods.METHODS:
         setattr(Session, name, getattr(mf_methods.Methods, name))
-    return mf_methods
-
-
-def _later(name):
-    # a stub of Session: the first call loads mf_methods.py, whose functions replace every stub
-    # on the class; the call then runs the function of that name
-    def stub(s, *args, **kw):
-        return getattr(_methods().Methods, name)(s, *args, **kw)
-    return stub
+    return mf_methods.Methods
 
 
 class Session:
@@ -911,21 +904,21 @@ class Session:
     # loaded on first use (add_example, clear_examples, drifted_examples, parts, freeze,
     # unfreeze, plan, save, lora, save_adapter, load_adapter, merge, int8, info); its functions
     # replace these stubs on the class then
-    add_example = _later("add_example")
-    add_examples = _later("add_examples")
-    clear_examples = _later("clear_examples")
-    drifted_examples = _later("drifted_examples")
-    parts = _later("parts")
-    freeze = _later("freeze")
-    unfreeze = _later("unfreeze")
-    plan = _later("plan")
-    save = _later("save")
-    lora = _later("lora")
-    save_adapter = _later("save_adapter")
-    load_adapter = _later("load_adapter")
-    merge = _later("merge")
-    int8 = _later("int8")
-    info = _later("info")
+    add_example = stub(_methods, "add_example")
+    add_examples = stub(_methods, "add_examples")
+    clear_examples = stub(_methods, "clear_examples")
+    drifted_examples = stub(_methods, "drifted_examples")
+    parts = stub(_methods, "parts")
+    freeze = stub(_methods, "freeze")
+    unfreeze = stub(_methods, "unfreeze")
+    plan = stub(_methods, "plan")
+    save = stub(_methods, "save")
+    lora = stub(_methods, "lora")
+    save_adapter = stub(_methods, "save_adapter")
+    load_adapter = stub(_methods, "load_adapter")
+    merge = stub(_methods, "merge")
+    int8 = stub(_methods, "int8")
+    info = stub(_methods, "info")
 
     def __repr__(self):
         return "<finetune.Session %s: %d user examples>" % (self.checkpoint_path, len(self._examples.y))

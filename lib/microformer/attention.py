@@ -3,7 +3,7 @@
 #   A_h = softmax(Q_h K_h^T / sqrt(D) + mask), ctx_h = A_h V_h, y = concat_h(ctx_h) Wo^T + bo
 from . import backend
 from .layer import Layer, check_tensor, shape_error
-from .lazy import sibling
+from .lazy import sibling, stub
 from .tensor import Grad, Rng, Tensor, default_rng, dropout_seed, xavier_uniform
 
 
@@ -118,13 +118,12 @@ _NAMES = (("Wq", "bq", "dWq", "dbq", "lora_q"), ("Wk", "bk", "dWk", "dbk", "lora
           ("Wv", "bv", "dWv", "dbv", "lora_v"), ("Wo", "bo", "dWo", "dbo", "lora_o"))
 
 
-def _later(name):
-    # a stub of Attention: the first call loads attnpaths.py (the masked, cross-attention, tiled,
-    # dropped and per-item paths, which a plain self-attention step never runs), whose functions
-    # replace every stub on the class; the call then runs the function of that name
-    def stub(self, *args):
-        return getattr(_paths(), name)(self, *args)
-    return stub
+def _paths():
+    # attnpaths, imported now if it is not yet; its functions become Attention's methods
+    m = sibling("attnpaths", "Attention")
+    for name in m.METHODS:
+        setattr(Attention, name, getattr(m, name))
+    return m
 
 
 class Attention(Layer):
@@ -472,18 +471,19 @@ class Attention(Layer):
         if self._c is not None:
             self.dcontext = dc
 
-    # ---- the paths attnpaths.py holds (loaded on first use): a given key padding (mask or
-    # lengths), cross-attention's context check, kv_tile, the weights' dropout, per-item weights
-    # (recompute) and the stored weights' backward item by item
-    _check_context = _later("_check_context")
-    _given_mask = _later("_given_mask")
-    _attend_tiled = _later("_attend_tiled")
-    _attend_items = _later("_attend_items")
-    _drop_weights = _later("_drop_weights")
-    _attend_back_tiled = _later("_attend_back_tiled")
-    _attend_back_items = _later("_attend_back_items")
-    _attend_back_dropped = _later("_attend_back_dropped")
-    _attend_back_stored = _later("_attend_back_stored")
+    # ---- the paths attnpaths.py holds (loaded on first use: a plain self-attention step never
+    # runs them; its functions replace these stubs on the class then): a given key padding (mask
+    # or lengths), cross-attention's context check, kv_tile, the weights' dropout, per-item
+    # weights (recompute) and the stored weights' backward item by item
+    _check_context = stub(_paths, "_check_context")
+    _given_mask = stub(_paths, "_given_mask")
+    _attend_tiled = stub(_paths, "_attend_tiled")
+    _attend_items = stub(_paths, "_attend_items")
+    _drop_weights = stub(_paths, "_drop_weights")
+    _attend_back_tiled = stub(_paths, "_attend_back_tiled")
+    _attend_back_items = stub(_paths, "_attend_back_items")
+    _attend_back_dropped = stub(_paths, "_attend_back_dropped")
+    _attend_back_stored = stub(_paths, "_attend_back_stored")
 
     # ------------------------------------------------------------ KV cache (generation)
 
@@ -558,13 +558,5 @@ def _decoding():
     # attndecode, imported now if it is not yet; its public functions become Attention's methods
     m = sibling("attndecode", "Attention")
     for name in m.PUBLIC:
-        setattr(Attention, name, getattr(m, name))
-    return m
-
-
-def _paths():
-    # attnpaths, imported now if it is not yet; its functions become Attention's methods
-    m = sibling("attnpaths", "Attention")
-    for name in m.METHODS:
         setattr(Attention, name, getattr(m, name))
     return m

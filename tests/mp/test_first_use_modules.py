@@ -152,3 +152,53 @@ def test_attention_paths_load_on_first_use_cpython(tmp_path):
     p = tmp_path / "attnpaths_lazy.py"
     p.write_text(_PATHS)
     _check_paths(helpers.run_cpython(p))
+
+
+# The optimizer code a step that goes through never runs (microformer/optrare.py: SGD,
+# clip_grad_norm, the dry run, the refusals' messages) stays off the heap of Adam steps; a
+# refused step loads it and says what it always said, and SGD resolves through microformer.optim.
+_OPT = r"""
+import sys
+import microformer as mf
+from microformer import optim
+R = "microformer.optrare"
+mf.seed(2)
+d = mf.Dense(3, 2)
+opt = mf.Adam(d, lr=0.1)
+for _ in range(2):
+    opt.zero_grad()
+    for i in range(d.dW.size):
+        d.dW.data[i] = 0.1 * (i + 1)
+    opt.step()
+print("STEPS", opt.steps, R in sys.modules)
+w = list(d.W.data)
+d.dW.data[4] = float("nan")
+try:
+    opt.step()
+except mf.NonFiniteError as e:
+    print("REFUSED", str(e))
+print("KEPT", list(d.W.data) == w, opt.steps)
+m = sys.modules[R]
+print("BOUND", all(getattr(optim._Optimizer, n) is getattr(m, n) for n in m.METHODS),
+      optim.SGD is m.SGD is mf.SGD, optim.clip_grad_norm is m.clip_grad_norm)
+"""
+
+
+def _check_opt(out):
+    assert "STEPS 2 False" in out, out
+    assert ("REFUSED Adam: step refused: the gradient of param 0 (W) holds nan (element 4); weights and "
+            "optimizer state are unchanged (check the inputs, lower lr, or set max_grad_norm)") in out, out
+    assert "KEPT True 2" in out, out
+    assert "BOUND True True True" in out, out
+
+
+def test_optimizer_rarer_code_loads_on_first_use(tmp_path, micropython):
+    p = tmp_path / "optrare_lazy.py"
+    p.write_text(_OPT)
+    _check_opt(helpers.run_micropython(p, exe=micropython))
+
+
+def test_optimizer_rarer_code_loads_on_first_use_cpython(tmp_path):
+    p = tmp_path / "optrare_lazy.py"
+    p.write_text(_OPT)
+    _check_opt(helpers.run_cpython(p))
