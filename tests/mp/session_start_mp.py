@@ -6,7 +6,8 @@
 import sys
 
 # modules a session on a Dense/attention classifier that only fits and evaluates never needs
-RARE = ("mf_demo", "mf_drift", "mf_commands", "mf_adapter", "mf_capture", "mf_methods", "microformer.attnpaths",
+RARE = ("mf_demo", "mf_drift", "mf_commands", "mf_adapter", "mf_capture", "mf_methods", "mf_exfile",
+        "microformer.attnpaths",
         "microformer.dropout",
         "microformer.viper_norm", "microformer.viper_conv", "microformer.viper_sequence", "microformer.viper_q8",
         "microformer.decoder", "microformer.block",
