@@ -10,9 +10,9 @@ from array import array
 
 import microformer as mf
 from microformer.data import Dataset
-from microformer.finite import NonFiniteError, hyper
+from microformer.finite import hyper
 from microformer.lazy import stub
-from microformer.tensor import Rng, Tensor, shape_size
+from microformer.tensor import Tensor, shape_size
 from microformer.train import Trainer, duration
 
 from mf_examples import SELECTIONS, Examples, Result, _mem_free, _n, exists, foreign, user_data_for  # noqa: F401
@@ -74,13 +74,15 @@ LOAD_GC_SHARE = 16
 _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
 # Modules only loading needs, functions and constants only (no classes): microformer.spec (the
 # model from its spec), specformat, and specplan (the checkpoint's check of what its spec would
-# allocate, before anything is built), and microformer.csvfile (the CSV reader: the data files,
-# the user's examples). On MicroPython, Session() drops those its load imported
+# allocate, before anything is built), microformer.csvfile (the CSV reader: the data files,
+# the user's examples) and mf_load (the session's own load-only methods: the model's input,
+# reading the data files, the split). On MicroPython, Session() drops those its load imported
 # as soon as it is past them (specplan once the spec is checked, the others once the checkpoint's
 # weights are read, all of them when the load fails), before the model's weights are read and
 # the data files: their code's heap goes back to the data and the fit; whatever needs them later
 # (s.lora, s.save) imports them again. CPython keeps them.
-LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile")
+LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile",
+             "mf_load")
 # Modules only loading needs that define an exception class: microformer.checkpoint (the file's
 # reader; s.save imports it again), dropped the same way once the weights are read, never when
 # that part fails: the error it raises stays an instance of the class `except mf.CheckpointError`
@@ -289,6 +291,7 @@ class Session:
         path = self.checkpoint_path
         if not (exists(path) or exists(path + ".tmp")):
             raise _commands().missing(path, CHECKPOINT)
+        from mf_load import Load                        # LOAD_ONLY
         from microformer import checkpoint              # LOAD_ONLY_AFTER
         head = checkpoint.read_header(path)   # CheckpointError names the file
         from microformer import meta as _meta           # after the header: not beside specplan's peak
@@ -321,7 +324,7 @@ class Session:
         mf.seed(meta.get("init_seed", 1))
         from microformer.spec import from_spec      # a module only loading needs: LOAD_ONLY
         self.model = from_spec(spec)
-        self._shape, self.need = self._model_input(where)
+        self._shape, self.need = Load.model_input(self, where)
         checkpoint.load(path, self.model)     # verified before any weight changes
         _drop(loaded + [m for m in after if m.endswith(".checkpoint")])    # no CheckpointError from here on
         del checkpoint, from_spec, spec, head   # nothing here holds them: their heap goes back now
@@ -341,7 +344,7 @@ class Session:
                 notes.append("base data: none, %s does not exist (evaluate/fit need 'user' or a list)"
                              % self.data_path)
             else:
-                X, y = self._read(self.data_path)
+                X, y = Load.read(self, self.data_path)
                 if y:
                     self._base = (X, y)
                     m = _meta.check(meta, where, len(y))[0]      # n_train within the rows
@@ -352,18 +355,19 @@ class Session:
         if self._base and "n_train" not in meta and "split" not in meta:
             # no split given: the board chooses one, once, and the checkpoint keeps it (s.save())
             rows = len(self._base[1])
-            test = sorted(self._split_idx(_meta)[1])
+            test = sorted(Load.split_idx(self, _meta)[1])
             meta["split"] = m["split"] = {"test": test}
             for i in range(len(notes)):
                 if notes[i].startswith("n_train"):
                     notes[i] = _commands().split_note(len(test), rows, self.data_path,
                                                       100 - int(100 * _meta.TRAIN_FRACTION), m["split_seed"])
         if self._base:
-            self._split = self._split_idx(_meta)      # (train rows, test rows): fit needs no meta
+            self._split = Load.split_idx(self, _meta)   # (train rows, test rows): fit needs no meta
         e = foreign(self.user_path, len(self._file_columns()) + 1, path, self._path, m)
         if e is not None:
             raise e
-        self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read,
+        self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(),
+                                  lambda p: Load.read(self, p),
                                   "label" if self.task == "classify" else self.targets[-1])
         _drop(after)                          # no MetaError from here on
         # reading the files leaves garbage all over the heap: collected now, the buffers fit and
@@ -383,32 +387,6 @@ class Session:
                                                                    ", ".join(self.features))
         return "%d features (%s)" % (self.num_features, ", ".join(self.features))
 
-    def _model_input(self, where):
-        # the model's input for one example: [L, C] for a window, unless the model takes the
-        # L*C numbers flat (a spec starting with Reshape); its output must be one score per
-        # class / target. Returns (shape, memory need for a batch).
-        shape = tuple(self.input_shape)
-        tries = [shape]
-        if len(shape) == 2:
-            tries.append((self.num_features,))
-        why = []
-        for s in tries:
-            try:
-                need = self.model.summary((self.batch_size,) + s, show=False)
-                out = self.model.output_shape((1,) + s)
-            except (ValueError, IndexError, TypeError) as e:
-                why.append("[B, %s]: %s" % (", ".join(str(d) for d in s), e))
-                continue
-            n_out = len(self.outputs)
-            if len(out) != 2 or out[1] != n_out:
-                raise ValueError("Session: %s: the model gives %s per example, but its metadata "
-                                 "names %d %s (%s): expected [1, %d]"
-                                 % (where, list(out), n_out, "classes" if self.task == "classify" else "targets",
-                                    ", ".join(self.outputs), n_out))
-            return s, need
-        raise ValueError("Session: %s: the model does not take the metadata's input_shape %s (%s)"
-                         % (where, self.input_shape, "; ".join(why)))
-
     def _named(self):
         # [(name, tensor)] for the optimizer's messages: state_dict names ('3.self_attn.in_proj_weight[0]')
         out = []
@@ -426,36 +404,6 @@ class Session:
 
     def _file_labels(self):
         return self.classes if self.task == "classify" else self._labels
-
-    def _read(self, path):
-        # microformer.data's CSV reader; its error (file, line, column, value) says how to go on.
-        # A regression row: the example's numbers, then one number per target (the last one is
-        # the reader's 'label' field). Returns the file's form (as mf_examples keeps it): X flat
-        # with the columns before the last field, y indices into _file_labels().
-        self._reading = path
-        from microformer.csvfile import read_rows       # LOAD_ONLY: the files are read while loading
-        try:
-            X, y, labels, _ = read_rows(path, self.classes or None, None, len(self._file_columns()),
-                                        "Session")
-        except ValueError as e:
-            raise (NonFiniteError if isinstance(e, NonFiniteError) else ValueError)(
-                "%s. Fix or delete that line (from the host: mpremote edit :%s), then start a new "
-                "Session" % (e, path))
-        self._reading = self.checkpoint_path
-        if self.task == "classify":
-            return X, y
-        for s in labels:
-            try:
-                v = float(s)
-            except ValueError:
-                v = None
-            if v is None or v - v != 0.0:
-                raise ValueError("Session: %s: the target %s (the last field) must be a finite number, "
-                                 "got %r. Fix or delete that line (from the host: mpremote edit :%s), "
-                                 "then start a new Session" % (path, self.targets[-1], s, path))
-            if s not in self._labels:
-                self._labels.append(s)
-        return X, [self._labels.index(labels[k]) for k in y]
 
     def _rows(self, X, y):
         """(X flat [N * num_features], y: class indices or target tuples) from the file's form."""
@@ -508,16 +456,6 @@ class Session:
         if self.task == "classify":
             return Dataset(Tensor((len(y), n), d), y, self.classes, self.columns)
         return _Regression(Tensor((len(y), n), d), y)
-
-    def _split_idx(self, _meta):
-        # (train rows, test rows) of the base data, from microformer.meta (module `_meta`)
-        n = len(self._base[1])
-        given = _meta.split_rows(self._m, n)       # the model's own split: never reshuffled
-        if given is not None:
-            return given
-        idx = Rng(self._m["split_seed"]).shuffle(list(range(n)))
-        k = _meta.n_train(self._m, n)
-        return idx[:k], idx[k:]
 
     def _raw(self, which):
         """(flat raw examples, labels or target tuples) of a named selection."""

@@ -45,8 +45,8 @@ r = s.evaluate(verbose=False)
 print("LOADED session", loaded())
 # the modules only loading needs: dropped on MicroPython once the session is loaded, kept by CPython
 print("LOADONLY", sys.implementation.name,
-      sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile")
-             if m in sys.modules))
+      sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile",
+                         "mf_load") if m in sys.modules))
 # the modules only a successful load needs (mf_session.LOAD_ONLY_AFTER: the checkpoint, the
 # metadata's checks) and the memory plan fit chose its micro-batch with (mf_session.FIT_ONLY): dropped on
 # MicroPython, kept by CPython (which never plans a micro-batch: no memplan)
