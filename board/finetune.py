@@ -6,8 +6,17 @@
 # in mf_demo.py and mf_drift.py (imported on first use). `make deploy` sends them precompiled
 # (.mpy, which drops docstrings): the help texts are strings (mf_commands.HELP, loaded by
 # help()), so help() works on the board too.
-from mf_session import (CHECKPOINT, DATA_DIR, USER_DATA, FIT_EPOCHS, FIT_LR,  # noqa: F401
-                        SELECTIONS, Session)
+from microformer.tensor import settle_gc, unsettle_gc
+
+# the session's modules imported with the GC collecting every tensor.SETTLE_GC_BYTES (MicroPython;
+# as microformer's own imports): their code lands together, the free heap stays in large blocks
+_gc = settle_gc()
+try:
+    from mf_session import (CHECKPOINT, DATA_DIR, USER_DATA, FIT_EPOCHS, FIT_LR,  # noqa: F401
+                            SELECTIONS, Session)
+finally:
+    unsettle_gc(_gc)
+    del _gc
 
 # The drift demo's names, the kinds of parts freeze takes and the help text, imported on first
 # use: a session that never runs the demo, freezes or asks for help keeps their modules off the

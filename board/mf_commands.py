@@ -11,7 +11,8 @@ from microformer.data import Batches
 from microformer.finite import float32_row
 from microformer.tensor import Tensor
 
-from mf_examples import SELECTIONS, Result, _is_number, _n, fmt
+from mf_examples import SELECTIONS, Result, _is_number, _n
+from mf_exfile import fmt
 
 
 # finetune.HELP: the module's commands (finetune.help() prints it)

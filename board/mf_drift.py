@@ -1,7 +1,7 @@
 # mf_drift.py: the drift demo's sensor, whose readings drift by a fixed scale and offset per
 # feature, and the drifted examples a Session reads through it (s.drifted_examples). It imports
 # no session code: mf_session imports it on first use.
-from mf_examples import fmt
+from mf_exfile import fmt
 from microformer.tensor import Rng
 
 # The demo's drifting sensor: reading = true value * scale + offset, per feature (cm).

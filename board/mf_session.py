@@ -10,8 +10,9 @@ from array import array
 
 import microformer as mf
 from microformer.data import Dataset
-from microformer.finite import NonFiniteError, hyper
-from microformer.tensor import Rng, Tensor, shape_size
+from microformer.finite import hyper
+from microformer.lazy import stub
+from microformer.tensor import Tensor, shape_size
 from microformer.train import Trainer, duration
 
 from mf_examples import SELECTIONS, Examples, Result, _mem_free, _n, exists, foreign, user_data_for  # noqa: F401
@@ -73,13 +74,15 @@ LOAD_GC_SHARE = 16
 _threshold = getattr(gc, "threshold", None)          # MicroPython; CPython has no such heap
 # Modules only loading needs, functions and constants only (no classes): microformer.spec (the
 # model from its spec), specformat, and specplan (the checkpoint's check of what its spec would
-# allocate, before anything is built), and microformer.csvfile (the CSV reader: the data files,
-# the user's examples). On MicroPython, Session() drops those its load imported
+# allocate, before anything is built), microformer.csvfile (the CSV reader: the data files,
+# the user's examples) and mf_load (the session's own load-only methods: the model's input,
+# reading the data files, the split). On MicroPython, Session() drops those its load imported
 # as soon as it is past them (specplan once the spec is checked, the others once the checkpoint's
 # weights are read, all of them when the load fails), before the model's weights are read and
 # the data files: their code's heap goes back to the data and the fit; whatever needs them later
 # (s.lora, s.save) imports them again. CPython keeps them.
-LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile")
+LOAD_ONLY = ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile",
+             "mf_load")
 # Modules only loading needs that define an exception class: microformer.checkpoint (the file's
 # reader; s.save imports it again), dropped the same way once the weights are read, never when
 # that part fails: the error it raises stays an instance of the class `except mf.CheckpointError`
@@ -166,6 +169,18 @@ def _data_oom(path):
     return MemoryError("Session: out of memory reading %s (%s): its rows do not fit in the heap beside "
                        "the model (free heap %s bytes); move rows out of it (mpremote cp, then edit) "
                        "and start a new Session" % (path, size, _mem_free()))
+
+
+def _methods():
+    # mf_methods (the commands a session that loads, fits and evaluates never runs), imported now
+    # if it is not yet; its functions become Session's methods. Returns its class Methods
+    try:
+        import mf_methods
+    except ImportError as e:      # the text says what failed: MicroPython keeps no chained cause
+        raise ImportError("mf_methods (the session's rarer commands) failed to import: %s" % e)
+    for name in mf_methods.METHODS:
+        setattr(Session, name, getattr(mf_methods.Methods, name))
+    return mf_methods.Methods
 
 
 class Session:
@@ -276,6 +291,7 @@ class Session:
         path = self.checkpoint_path
         if not (exists(path) or exists(path + ".tmp")):
             raise _commands().missing(path, CHECKPOINT)
+        from mf_load import Load                        # LOAD_ONLY
         from microformer import checkpoint              # LOAD_ONLY_AFTER
         head = checkpoint.read_header(path)   # CheckpointError names the file
         from microformer import meta as _meta           # after the header: not beside specplan's peak
@@ -308,7 +324,7 @@ class Session:
         mf.seed(meta.get("init_seed", 1))
         from microformer.spec import from_spec      # a module only loading needs: LOAD_ONLY
         self.model = from_spec(spec)
-        self._shape, self.need = self._model_input(where)
+        self._shape, self.need = Load.model_input(self, where)
         checkpoint.load(path, self.model)     # verified before any weight changes
         _drop(loaded + [m for m in after if m.endswith(".checkpoint")])    # no CheckpointError from here on
         del checkpoint, from_spec, spec, head   # nothing here holds them: their heap goes back now
@@ -328,7 +344,7 @@ class Session:
                 notes.append("base data: none, %s does not exist (evaluate/fit need 'user' or a list)"
                              % self.data_path)
             else:
-                X, y = self._read(self.data_path)
+                X, y = Load.read(self, self.data_path)
                 if y:
                     self._base = (X, y)
                     m = _meta.check(meta, where, len(y))[0]      # n_train within the rows
@@ -339,18 +355,19 @@ class Session:
         if self._base and "n_train" not in meta and "split" not in meta:
             # no split given: the board chooses one, once, and the checkpoint keeps it (s.save())
             rows = len(self._base[1])
-            test = sorted(self._split_idx(_meta)[1])
+            test = sorted(Load.split_idx(self, _meta)[1])
             meta["split"] = m["split"] = {"test": test}
             for i in range(len(notes)):
                 if notes[i].startswith("n_train"):
                     notes[i] = _commands().split_note(len(test), rows, self.data_path,
                                                       100 - int(100 * _meta.TRAIN_FRACTION), m["split_seed"])
         if self._base:
-            self._split = self._split_idx(_meta)      # (train rows, test rows): fit needs no meta
+            self._split = Load.split_idx(self, _meta)   # (train rows, test rows): fit needs no meta
         e = foreign(self.user_path, len(self._file_columns()) + 1, path, self._path, m)
         if e is not None:
             raise e
-        self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(), self._read,
+        self._examples = Examples(self.user_path, self._file_columns(), self._file_labels(),
+                                  lambda p: Load.read(self, p),
                                   "label" if self.task == "classify" else self.targets[-1])
         _drop(after)                          # no MetaError from here on
         # reading the files leaves garbage all over the heap: collected now, the buffers fit and
@@ -370,32 +387,6 @@ class Session:
                                                                    ", ".join(self.features))
         return "%d features (%s)" % (self.num_features, ", ".join(self.features))
 
-    def _model_input(self, where):
-        # the model's input for one example: [L, C] for a window, unless the model takes the
-        # L*C numbers flat (a spec starting with Reshape); its output must be one score per
-        # class / target. Returns (shape, memory need for a batch).
-        shape = tuple(self.input_shape)
-        tries = [shape]
-        if len(shape) == 2:
-            tries.append((self.num_features,))
-        why = []
-        for s in tries:
-            try:
-                need = self.model.summary((self.batch_size,) + s, show=False)
-                out = self.model.output_shape((1,) + s)
-            except (ValueError, IndexError, TypeError) as e:
-                why.append("[B, %s]: %s" % (", ".join(str(d) for d in s), e))
-                continue
-            n_out = len(self.outputs)
-            if len(out) != 2 or out[1] != n_out:
-                raise ValueError("Session: %s: the model gives %s per example, but its metadata "
-                                 "names %d %s (%s): expected [1, %d]"
-                                 % (where, list(out), n_out, "classes" if self.task == "classify" else "targets",
-                                    ", ".join(self.outputs), n_out))
-            return s, need
-        raise ValueError("Session: %s: the model does not take the metadata's input_shape %s (%s)"
-                         % (where, self.input_shape, "; ".join(why)))
-
     def _named(self):
         # [(name, tensor)] for the optimizer's messages: state_dict names ('3.self_attn.in_proj_weight[0]')
         out = []
@@ -413,36 +404,6 @@ class Session:
 
     def _file_labels(self):
         return self.classes if self.task == "classify" else self._labels
-
-    def _read(self, path):
-        # microformer.data's CSV reader; its error (file, line, column, value) says how to go on.
-        # A regression row: the example's numbers, then one number per target (the last one is
-        # the reader's 'label' field). Returns the file's form (as mf_examples keeps it): X flat
-        # with the columns before the last field, y indices into _file_labels().
-        self._reading = path
-        from microformer.csvfile import read_rows       # LOAD_ONLY: the files are read while loading
-        try:
-            X, y, labels, _ = read_rows(path, self.classes or None, None, len(self._file_columns()),
-                                        "Session")
-        except ValueError as e:
-            raise (NonFiniteError if isinstance(e, NonFiniteError) else ValueError)(
-                "%s. Fix or delete that line (from the host: mpremote edit :%s), then start a new "
-                "Session" % (e, path))
-        self._reading = self.checkpoint_path
-        if self.task == "classify":
-            return X, y
-        for s in labels:
-            try:
-                v = float(s)
-            except ValueError:
-                v = None
-            if v is None or v - v != 0.0:
-                raise ValueError("Session: %s: the target %s (the last field) must be a finite number, "
-                                 "got %r. Fix or delete that line (from the host: mpremote edit :%s), "
-                                 "then start a new Session" % (path, self.targets[-1], s, path))
-            if s not in self._labels:
-                self._labels.append(s)
-        return X, [self._labels.index(labels[k]) for k in y]
 
     def _rows(self, X, y):
         """(X flat [N * num_features], y: class indices or target tuples) from the file's form."""
@@ -495,16 +456,6 @@ class Session:
         if self.task == "classify":
             return Dataset(Tensor((len(y), n), d), y, self.classes, self.columns)
         return _Regression(Tensor((len(y), n), d), y)
-
-    def _split_idx(self, _meta):
-        # (train rows, test rows) of the base data, from microformer.meta (module `_meta`)
-        n = len(self._base[1])
-        given = _meta.split_rows(self._m, n)       # the model's own split: never reshuffled
-        if given is not None:
-            return given
-        idx = Rng(self._m["split_seed"]).shuffle(list(range(n)))
-        k = _meta.n_train(self._m, n)
-        return idx[:k], idx[k:]
 
     def _raw(self, which):
         """(flat raw examples, labels or target tuples) of a named selection."""
@@ -565,40 +516,6 @@ class Session:
         """The number of user examples."""
         return len(self._examples.y)
 
-    def add_example(self, features, label):
-        """Append one labelled example (raw units) to the user data file and to this session."""
-        return self.add_examples([(features, label)], "add_example")
-
-    def add_examples(self, pairs, who="add_examples"):
-        """Append (features, label) pairs (raw units); checked first, then written in one go."""
-        self._examples.append(self._checks().rows(pairs, who))
-        self._cache.pop("user", None)
-        self._cache.pop("all", None)
-        n = len(self._examples.y)
-        self._say("%s in %s" % (_n(n, "user example"), self.user_path))
-        return n
-
-    def clear_examples(self):
-        """Forget the user examples; the user data file is kept as a backup (user.csv.bak, then
-        .bak2, ...), never deleted. Returns the backup's path (None if there was no file)."""
-        n = len(self._examples.y)
-        kept = self._examples.clear()
-        self._cache.pop("user", None)
-        self._cache.pop("all", None)
-        if kept:
-            self._say("user examples cleared: %s moved to %s (to restore: os.rename(%r, %r))"
-                      % (_n(n, "example"), kept, kept, self.user_path))
-        else:
-            self._say("no user examples to clear (%s does not exist)" % self.user_path)
-        return kept
-
-    def drifted_examples(self, n=None, part="train", scale=None, offset=None, seed=0):
-        """(features, label) pairs as the demo's drifted sensor reads base rows (raw units);
-        see mf_drift.drifted_examples."""
-        from mf_drift import drifted_examples
-        return _commands().Pairs(drifted_examples(self.task, self.input_shape, self.classes, self._raw,
-                                                  n, part, scale, offset, seed))
-
     # ---- the model's parts and freezing: microformer.parts --------------------------------
 
     def _model_parts(self):
@@ -607,36 +524,6 @@ class Session:
             from microformer.parts import model_parts
             self._parts = model_parts(self.model)
         return self._parts
-
-    def parts(self, verbose=None):
-        """The model's parameters as freeze/unfreeze name them: [(name, shape, kinds, frozen)];
-        prints one line each."""
-        return _commands().parts_table(self._model_parts(), self._frozen,
-                                       self.verbose if verbose is None else verbose)
-
-    def freeze(self, *parts):
-        """Keep these parts' weights fixed in fit(): kinds ('embedding' 'attention' 'norm' 'ffn'
-        'head' 'input' 'bias' 'all'), state_dict names or prefixes ('3.self_attn', '5.weight'),
-        globs ('3.*', '*.bias') or layer indices. Prints what changed; returns the names."""
-        return self._set_trainable(parts, False, "freeze")
-
-    def unfreeze(self, *parts):
-        """Train these parts again (no argument: everything). Prints what changed."""
-        return self._set_trainable(parts, True, "unfreeze")
-
-    def _set_trainable(self, parts, flag, who):
-        from microformer.parts import freeze
-        self._frozen, changed = freeze(self._model_parts(), self.model, parts, self._frozen, flag, who)
-        self._apply_frozen()
-        if self.verbose:
-            print(_commands().changed_text(who, changed, flag))
-            print(self.trainable_summary())
-        return [p.name for p in changed]
-
-    def _apply_frozen(self):
-        # the layers' flags as the frozen set says; the optimizer's parameters change: a new trainer
-        from microformer.parts import apply
-        self._make_net(apply(self._model_parts(), self._frozen, self._adapter_ids))
 
     def frozen(self):
         """The names of the frozen parameters."""
@@ -847,21 +734,6 @@ class Session:
                                             "s.fit(micro_batch=%d) fits that plan" % m if m else
                                             "Freeze more (s.freeze), use LoRA (s.lora()), or free memory"))
 
-    def plan(self, batch_size=None, micro_batch=None, data=None, verbose=None):
-        """The memory plan of a fit step (microformer.train.Trainer.plan): weights, grads,
-        optimizer state, rollback copy, activations, the batch, and the peak in bytes, with the
-        free heap beside it. batch_size: None: the session's; micro_batch: None: the whole batch;
-        data: what fit would train on (None: as fit picks it)."""
-        from microformer.memplan import plan_text
-        t = self._trainer
-        t.use_data(self._fit_data(data)[1])
-        info = t.plan(batch_size or self.batch_size, micro_batch)
-        t.use_data(None)
-        info["free"] = _mem_free()
-        if self.verbose if verbose is None else verbose:
-            print("%s; free heap %s bytes" % (plan_text(info), info["free"]))
-        return info
-
     def _fit_data(self, data):
         # fit's examples: (selection name, pairs, why fit trains on them)
         why = None
@@ -958,19 +830,6 @@ class Session:
         return _commands().predict(self._checks(), self._trainer, self.mean, self.std, features,
                                    self.verbose if verbose is None else verbose)
 
-    def save(self, path=None):
-        """Write the checkpoint atomically (default: the one this session loaded)."""
-        if path is not None and not (isinstance(path, str) and path):
-            raise ValueError("save: path must be a file name (a non-empty str) or None, got %r" % (path,))
-        path = self._path(path) if path else self.checkpoint_path
-        from microformer import checkpoint
-        self.meta["user_examples"] = len(self._examples.y)
-        n = checkpoint.save(path, self.model, self.meta)
-        if path == self.checkpoint_path:
-            self._dirty = False
-        self._say("saved %s (%d bytes)" % (path, n))
-        return n
-
     def _make_net(self, exclude=None):
         # the trainer of fit, over the model as it is now (exclude: ids of frozen tensors inside
         # partly frozen layers, which the optimizer leaves out); a new one has no optimizer yet
@@ -979,90 +838,25 @@ class Session:
         t.rollback = True                     # fit(on_error='rollback'), the default, takes its copy
         self._trainer = t
 
-    # ---- LoRA adapters: mf_adapter.py (and microformer.lora), imported on first use ----------
-
-    def _adapted(self, before, what):
-        # after adapters came or went: the parts, the frozen set (every base tensor when `before`
-        # is None, else the names frozen before), a new trainer and the memory a fit needs
-        from mf_adapter import adapted, memory_text
-        self._parts = None
-        self._adapter_ids, self._frozen, spec = adapted(self.model, self._model_parts(), before,
-                                                        "spec" in self.meta)
-        if spec is not None:
-            self.meta["spec"] = spec
-        self._apply_frozen()
-        full = self.need
-        self.need = self.model.summary((self.batch_size,) + self._shape, show=False)
-        if self.verbose:
-            print(what)
-            print(self.trainable_summary())
-            print(memory_text(self.batch_size, self.need, full))
-
-    def _adapter_path(self, path, who):
-        from mf_adapter import adapter_path
-        return adapter_path(self._path(path) if isinstance(path, str) and path else path,
-                            self.checkpoint_path, who)
-
-    def lora(self, rank=4, alpha=8, targets=None):
-        """Add LoRA adapters (rank, alpha: scaling alpha/rank) to the linear maps `targets` names
-        (kinds 'attention' 'ffn' 'dense', or names / globs; None: 'attention' and 'ffn', those
-        the model has), freeze everything else, and print the adapted maps, the trainable
-        parameters and the memory the fine-tune needs. s.unfreeze('head') trains the head too.
-        Returns the adapted maps' names."""
-        from mf_adapter import lora
-        names, what = lora(self.model, rank, alpha, targets, self._dirty)
-        self._adapted(None, what)
-        return names
-
-    def save_adapter(self, path=None):
-        """Write only the trained tensors (adapters, or what is unfrozen) atomically, naming this
-        session's checkpoint as their base; default path: model.adapter.mfck beside it."""
-        from mf_adapter import save_adapter
-        path = self._adapter_path(path, "save_adapter")
-        n = save_adapter(path, self.model, self.checkpoint_path, len(self._examples.y), self._dirty)
-        self._say("saved adapter %s (%d bytes) for %s" % (path, n, self.checkpoint_path))
-        return n
-
-    def load_adapter(self, path):
-        """Load an adapter file on top of this session's checkpoint, which must be the base it
-        was saved for (else CheckpointError naming both CRCs); refused after a fit that was not
-        saved. Both files are checked whole before anything changes."""
-        from mf_adapter import load_adapter
-        path = self._adapter_path(path, "load_adapter")
-        what = load_adapter(path, self.model, self.checkpoint_path, self._dirty)
-        self._dirty = False
-        self._opt = None
-        self._adapted(None, what)
-
-    def merge(self):
-        """Fold the adapters into the weights (W += (alpha/r) B A) and remove them: a plain model
-        (s.save() then writes it whole). Frozen parts stay frozen. Returns how many."""
-        from mf_adapter import merge
-        before = dict(self._frozen)
-        n, what = merge(self.model, bool(self._adapter_ids))
-        self._opt = None
-        self._dirty = True
-        self._adapted(before, what)
-        return n
-
-    def int8(self, parts=None):
-        """Store the frozen weight matrices (Dense, attention, FFN; or those `parts` names, which
-        must be frozen) as int8 with a scale per row (microformer.quant); prints the weight memory
-        before and after. s.save() writes them so. Returns the names converted."""
-        from mf_adapter import int8
-        names, what, short = int8(self.model, parts, self.verbose)
-        self._adapted(dict(self._frozen), what)
-        if not self.verbose:
-            print(short)
-        return names
-
-    def info(self):
-        """Print what this session holds."""
-        print(_commands().info_text(self.checkpoint_path, self.meta, self.model.param_count(), self.task,
-                                    self.outputs, self._input_text(), self.data_path,
-                                    len(self._base[1]) if self._base else 0, self.user_path,
-                                    len(self._examples.y), self.trainable_summary(), self.batch_size,
-                                    self.need["total_bytes"], _mem_free()))
+    # ---- the commands a session that loads, fits and evaluates never runs: mf_methods.py,
+    # loaded on first use (add_example, clear_examples, drifted_examples, parts, freeze,
+    # unfreeze, plan, save, lora, save_adapter, load_adapter, merge, int8, info); its functions
+    # replace these stubs on the class then
+    add_example = stub(_methods, "add_example")
+    add_examples = stub(_methods, "add_examples")
+    clear_examples = stub(_methods, "clear_examples")
+    drifted_examples = stub(_methods, "drifted_examples")
+    parts = stub(_methods, "parts")
+    freeze = stub(_methods, "freeze")
+    unfreeze = stub(_methods, "unfreeze")
+    plan = stub(_methods, "plan")
+    save = stub(_methods, "save")
+    lora = stub(_methods, "lora")
+    save_adapter = stub(_methods, "save_adapter")
+    load_adapter = stub(_methods, "load_adapter")
+    merge = stub(_methods, "merge")
+    int8 = stub(_methods, "int8")
+    info = stub(_methods, "info")
 
     def __repr__(self):
         return "<finetune.Session %s: %d user examples>" % (self.checkpoint_path, len(self._examples.y))

@@ -3,8 +3,7 @@
 #   A_h = softmax(Q_h K_h^T / sqrt(D) + mask), ctx_h = A_h V_h, y = concat_h(ctx_h) Wo^T + bo
 from . import backend
 from .layer import Layer, check_tensor, shape_error
-from .dropout import check_p
-from .lazy import sibling
+from .lazy import sibling, stub
 from .tensor import Grad, Rng, Tensor, default_rng, dropout_seed, xavier_uniform
 
 
@@ -119,6 +118,14 @@ _NAMES = (("Wq", "bq", "dWq", "dbq", "lora_q"), ("Wk", "bk", "dWk", "dbk", "lora
           ("Wv", "bv", "dWv", "dbv", "lora_v"), ("Wo", "bo", "dWo", "dbo", "lora_o"))
 
 
+def _paths():
+    # attnpaths, imported now if it is not yet; its functions become Attention's methods
+    m = sibling("attnpaths", "Attention")
+    for name in m.METHODS:
+        setattr(Attention, name, getattr(m, name))
+    return m
+
+
 class Attention(Layer):
     """Attention(embed_dim, num_heads, use_bias=True, causal=False): x [B,S,E] -> y [B,S,E].
 
@@ -199,7 +206,9 @@ class Attention(Layer):
                 setattr(self, "b" + n, None)
                 setattr(self, "db" + n, None)
         self._x = None
-        self.dropout = check_p("Attention", dropout)
+        # no dropout (the float 0.0, the default): dropout.py, which checks any other value, stays unloaded
+        self.dropout = 0.0 if dropout.__class__ is float and dropout == 0.0 else \
+            sibling("dropout", "Attention").check_p("Attention", dropout)
         if kv_tile is not None and (isinstance(kv_tile, bool) or not isinstance(kv_tile, int) or kv_tile < 1):
             raise ValueError("Attention: kv_tile must be a positive int (keys per tile) or None, got %r"
                              % (kv_tile,))
@@ -274,48 +283,6 @@ class Attention(Layer):
         if len(x.shape) != 3 or x.shape[2] != E:
             raise shape_error("Attention", what, "[B,S,%d]" % E, x.shape)
 
-    def _mask_bytes(self, mask, c, buf):
-        # a key_padding_mask [B,Sk] of the keys c [B,Sk,E] as B*Sk bytes: the caller's, or buf filled
-        if isinstance(mask, (bytes, bytearray)):
-            if len(mask) != c.shape[0] * c.shape[1]:
-                raise _mask_error(c, mask)
-            return mask
-        if not isinstance(mask, (list, tuple)) or len(mask) != c.shape[0]:
-            raise _mask_error(c, mask)
-        b = 0
-        while b < c.shape[0]:                     # (a `for` would hold its end on the stack: a word more)
-            self._mask_row(buf, b, mask[b], c)
-            b += 1
-        return buf
-
-    def _mask_row(self, buf, b, row, c):
-        if not isinstance(row, (list, tuple)) or len(row) != c.shape[1]:
-            raise _row_error(b, c.shape[1], row)
-        j = 0
-        b *= c.shape[1]
-        while j < c.shape[1]:
-            buf[b + j] = 1 if row[j] else 0
-            j += 1
-
-    def _lengths_mask(self, lengths, c, buf):
-        # lengths (B ints) of the keys c [B,Sk,E] as B*Sk bytes in buf (1: key j >= lengths[b])
-        if not isinstance(lengths, (list, tuple)) or len(lengths) != c.shape[0]:
-            raise _lengths_error(c, lengths, None)
-        b = 0
-        while b < c.shape[0]:
-            self._length_row(buf, b, lengths[b], c)
-            b += 1
-        return buf
-
-    def _length_row(self, buf, b, n, c):
-        if not isinstance(n, int) or n < 0 or n > c.shape[1]:
-            raise _lengths_error(c, n, b)
-        j = 0
-        b *= c.shape[1]
-        while j < c.shape[1]:
-            buf[b + j] = 1 if j >= n else 0
-            j += 1
-
     # forward, backward and the decoding steps are split so that each method's frame (arguments +
     # locals + value stack) stays within 11 words: a larger one comes from the GC heap on every
     # call on MicroPython. The attention kernels' own calls (10 to 17 arguments) cannot: each is
@@ -341,27 +308,15 @@ class Attention(Layer):
         self._buffers("_fwd", x.shape, context.shape)
         return context
 
-    def _check_context(self, x, context):
-        self._check_x(context, "context")
-        if context.shape[0] != x.shape[0]:
-            raise shape_error("Attention", "context", "[%d,Sk,%d]" % (x.shape[0], self.embed_dim), context.shape)
-        if self.causal and context.shape[1] < x.shape[1]:
-            raise ValueError("Attention: causal cross-attention needs Sk >= S, got Sk=%d S=%d"
-                             % (context.shape[1], x.shape[1]))
-
     def _key_mask(self, key_padding_mask, lengths, c):
         return self._masks(key_padding_mask, lengths, c, self._mbuf)
 
     def _masks(self, key_padding_mask, lengths, c, buf):
         # the padding of the keys c [B,Sk,E] as B*Sk bytes (nonzero = padded; buf filled, or the
-        # caller's bytes), or None
-        if lengths is not None:
-            if key_padding_mask is not None:
-                raise ValueError("Attention: give key_padding_mask or lengths, not both")
-            return self._lengths_mask(lengths, c, buf)
-        if key_padding_mask is None:
+        # caller's bytes), or None (a given mask or lengths: attnpaths._given_mask)
+        if key_padding_mask is None and lengths is None:
             return None
-        return self._mask_bytes(key_padding_mask, c, buf)
+        return self._given_mask(key_padding_mask, lengths, c, buf)
 
     def _qkv(self, x, c):
         self._project_qkv(self._Q, self._Kt, self._V, x, c)
@@ -385,66 +340,12 @@ class Attention(Layer):
     def _per_item(self, B):
         return self._recompute and B > 1 and self.dropout == 0.0
 
-    # ---- recompute: the weights of one batch item at a time -------------------------------------
-    # The kernels run on item b's rows (B = 1): views on the item's part of each buffer, made once
-    # per buffer (_item: kept until the buffer is another), so a step allocates nothing for them.
-
-    def _item(self, t, b):
-        # the view of t's data on batch item b (t [B, *]); a list per buffer, remade when t changes
-        c = self._views
-        i = 0
-        while i < len(c):
-            if c[i] is t.data:
-                return c[i + 1][b]
-            i += 2
-        return self._new_views(t)[b]
-
-    def _new_views(self, t):
-        n = t.size // t.shape[0]
-        views = [memoryview(t.data)[k * n:(k + 1) * n] for k in range(t.shape[0])]
-        c = self._views
-        if len(c) >= 24:                          # the buffers of a few keys: older ones go
-            del c[:2]
-        c.append(t.data)
-        c.append(views)
-        return views
-
     def _rebuffer(self, stage, shape, other):
         # another key: the items' views (on the buffers of the key in use) are made again when
         # used, so that none keeps a replaced array alive
         self._views = []
         self._mview = None
         Layer._rebuffer(self, stage, shape, other)
-
-    def _mask_item(self, b):
-        m = self._mask
-        if m is None:
-            return None
-        Sk = self._V.shape[1]
-        if self._mview is None or self._mview[0] is not m:
-            self._mview = [m] + [memoryview(m)[k * Sk:(k + 1) * Sk] for k in range(self._V.shape[0])]
-        return self._mview[b + 1]
-
-    def _attend_items(self):
-        b = 0
-        while b < self._Q.shape[0]:
-            self._attend_item(b, self._ctx)
-            b += 1
-
-    def _attend_item(self, b, ctx):
-        # item b: its weights into _A, its context into ctx (a kernel of 12 arguments: a heap frame
-        # per item)
-        backend.K.attention_forward(self._item(ctx, b), self._A.data, self._item(self._Q, b), self._item(self._Kt, b),
-                                    self._item(self._V, b), self._mask_item(b), 1, self._Q.shape[1],
-                                    self._V.shape[1], self.embed_dim, self.num_heads, 1 if self.causal else 0)
-
-    def _attend_back_items(self):
-        # per item: its weights again (and its context: the same values), then its backward
-        b = 0
-        while b < self._Q.shape[0]:
-            self._attend_item(b, self._ctx)
-            self._attend_back_item(b)
-            b += 1
 
     # The stored path's backward also runs item by item when the batch's [B,H,S,Sk] weights hold
     # more than _back_items floats: the kernels' own temporaries (on viper the dA / dS block; for an
@@ -454,38 +355,6 @@ class Attention(Layer):
     # more than the small block saves (Iris, [16,2,4,4]: 21 % more instructions per training
     # sample item by item, 32-bit port). None: always one call.
     _back_items = 4096
-
-    def _attend_back_stored(self):
-        b = 0
-        while b < self._Q.shape[0]:
-            self._attend_back_item(b)
-            b += 1
-
-    def _attend_back_item(self, b):
-        backend.K.attention_backward(self._item(self._dQ, b), self._item(self._dK, b), self._item(self._dV, b),
-                                     self._scratch.data, self._item(self._dctx, b), self._weights_item(b),
-                                     self._item(self._Q, b), self._item(self._Kt, b), self._item(self._V, b), 1,
-                                     self._Q.shape[1], self._V.shape[1], self.embed_dim, self.num_heads)
-
-    def _weights_item(self, b):
-        # item b's weights: the one item recompute keeps, or item b's of the stored [B,H,S,Sk]
-        return self._A.data if self._A.shape[0] != self._Q.shape[0] else self._item(self._A, b)
-
-    def _heads(self):
-        # the tiled kernels' sizes: q [B,S,E], k and v [B,Sk,E]
-        return (self._Q.shape[0], self._Q.shape[1], self._V.shape[1], self.embed_dim, self.num_heads,
-                1 if self.causal else 0, self.kv_tile)
-
-    def _attend_tiled(self):
-        backend.K.attention_forward_tiled(self._ctx.data, self._stats.data, self._tile.data, self._Q.data,
-                                          self._Kt.data, self._V.data, self._mask, self._heads())
-
-    def _drop_weights(self):
-        # dropout on the weights: ctx = (A * keep / (1-p)) V
-        B, H, S, Sk = self._A.shape
-        self._drop_rng.keep_mask(self._keep, self._A.size, self._drop_threshold(), backend.K)
-        backend.K.attention_context(self._ctx.data, self._A.data, self._keep, self._V.data, B, S, Sk,
-                                    self.embed_dim, H, self._drop_scale())
 
     def _allocate(self, stage, shape, other, bufs):
         B, S, E = shape
@@ -589,17 +458,6 @@ class Attention(Layer):
                                         self._mask, self._Q.shape[0], self._Q.shape[1], self._V.shape[1],
                                         self.embed_dim, self.num_heads, 1 if self.causal else 0)
 
-    def _attend_back_tiled(self):
-        backend.K.attention_backward_tiled(self._dQ.data, self._dK.data, self._dV.data, self._tile.data,
-                                           self._dctx.data, self._ctx.data, self._stats.data, self._Q.data,
-                                           self._Kt.data, self._V.data, self._mask, self._heads())
-
-    def _attend_back_dropped(self):
-        backend.K.attention_backward_dropout(self._dQ.data, self._dK.data, self._dV.data, self._scratch.data,
-                                             self._dctx.data, self._A.data, self._keep, self._Q.data,
-                                             self._Kt.data, self._V.data, self._Q.shape[0], self._Q.shape[1],
-                                             self._V.shape[1], self.embed_dim, self.num_heads, self._drop_scale())
-
     def _kv_back(self):
         # K and V: their weight grads, then their input grads added into dx (or the context's)
         c = self._x
@@ -613,11 +471,19 @@ class Attention(Layer):
         if self._c is not None:
             self.dcontext = dc
 
-    def _drop_threshold(self):
-        return int(self.dropout * 16777216 + 0.5)     # as Dropout: drop when the top 24 bits are below
-
-    def _drop_scale(self):
-        return 0.0 if self.dropout >= 1.0 else 1.0 / (1.0 - self.dropout)
+    # ---- the paths attnpaths.py holds (loaded on first use: a plain self-attention step never
+    # runs them; its functions replace these stubs on the class then): a given key padding (mask
+    # or lengths), cross-attention's context check, kv_tile, the weights' dropout, per-item
+    # weights (recompute) and the stored weights' backward item by item
+    _check_context = stub(_paths, "_check_context")
+    _given_mask = stub(_paths, "_given_mask")
+    _attend_tiled = stub(_paths, "_attend_tiled")
+    _attend_items = stub(_paths, "_attend_items")
+    _drop_weights = stub(_paths, "_drop_weights")
+    _attend_back_tiled = stub(_paths, "_attend_back_tiled")
+    _attend_back_items = stub(_paths, "_attend_back_items")
+    _attend_back_dropped = stub(_paths, "_attend_back_dropped")
+    _attend_back_stored = stub(_paths, "_attend_back_stored")
 
     # ------------------------------------------------------------ KV cache (generation)
 
@@ -694,28 +560,3 @@ def _decoding():
     for name in m.PUBLIC:
         setattr(Attention, name, getattr(m, name))
     return m
-
-
-# The errors of the mask checks, built here: their messages' arguments would take the checks'
-# frames (which run on every masked forward) above 11 words.
-def _mask_error(c, mask):
-    B, Sk = c.shape[0], c.shape[1]
-    if isinstance(mask, (bytes, bytearray)):
-        return ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d], got %d bytes" % (B, Sk, len(mask)))
-    if not isinstance(mask, (list, tuple)):
-        return ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] (nested lists or %d bytes), got %s"
-                          % (B, Sk, B * Sk, type(mask).__name__))
-    return ValueError("Attention: key_padding_mask must be [B,Sk] = [%d,%d] nested lists, got %d rows"
-                      % (B, Sk, len(mask)))
-
-
-def _row_error(b, Sk, row):
-    return ValueError("Attention: key_padding_mask row %d must have %d entries, got %r" % (b, Sk, row))
-
-
-def _lengths_error(c, got, b):
-    # b None: the list itself is wrong; else its item b
-    if b is None:
-        return ValueError("Attention: lengths must be a list of B=%d ints in [0, %d], got %r"
-                          % (c.shape[0], c.shape[1], got))
-    return ValueError("Attention: lengths[%d] must be an int in [0, %d], got %r" % (b, c.shape[1], got))

@@ -506,6 +506,9 @@ def release_buffers(layer, _keep=None, _all=False):
                 setattr(layer, name, None)
         elif isinstance(v, Buffered):
             release_buffers(v, _keep)
+        elif isinstance(v, bytearray):
+            if name[0] == "_":                  # a stage's byte buffer (Attention's mask bytes)
+                setattr(layer, name, None)
         elif isinstance(v, (list, tuple)):
             if name == "_wkeep":                # a backend's prepared copies of weights (boxes)
                 _empty(v)

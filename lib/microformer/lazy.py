@@ -10,6 +10,9 @@
 #   release(name)            forget the module `name` of this package, so that its heap goes back
 #                            once nothing else holds it; its next use imports it again (the kernel
 #                            table, read when a backend is chosen)
+#   stub(load, name)         a method whose first call runs load() (it imports a module and makes
+#                            that module's functions the class's methods, in place of its stubs)
+#                            and then the function `name` of what load() returned
 # An import that fails inside the module raises ImportError naming the module, what wanted it and
 # the module's own message (MicroPython keeps no chained cause). Modules are imported by their
 # full name: `from . import name` inside a package whose __getattr__ loads lazily would come back
@@ -50,3 +53,9 @@ def release(name):
             delattr(pkg, name)
         except (AttributeError, KeyError):         # MicroPython: KeyError when it is not there
             pass
+
+
+def stub(load, name):
+    def f(self, *args, **kw):
+        return getattr(load(), name)(self, *args, **kw)
+    return f

@@ -1,4 +1,6 @@
 # microformer.optim: SGD and Adam(W) over (param, grad) pairs; gradient clipping by global norm.
+# SGD, clip_grad_norm, the dry run and the refusals' messages live in optrare.py, imported on
+# first use (microformer.optim.SGD and .clip_grad_norm name them).
 #
 # Memory: the optimizer state is one block per state slot (Adam's m and v, SGD's momentum), every
 # tensor end to end, and a scratch for the new weights and state of a group of consecutive tensors
@@ -19,11 +21,12 @@
 # only live values that have not changed; odd 2k + 1, its copy, which can run again) and is raised once the
 # step is complete ("held and honoured right after"). After a Ctrl-C the weights are those of the
 # last full step.
-from math import frexp, sqrt
+from math import frexp
 
 from . import backend
 from .layer import _epoch
 from .finite import NonFiniteError, hyper, show
+from .lazy import sibling, stub
 from .tensor import Tensor, has_grad, zeros
 
 # The bound (see _Optimizer._bounded): from the largest exponent field of the gradients, weights
@@ -111,46 +114,20 @@ def _pairs(params, who, names=None):
     return params, out
 
 
-def clip_grad_norm(params, max_norm):
-    """Scale every grad so their global L2 norm is at most max_norm; return the norm before."""
-    K = backend.K
-    total = 0.0
-    for _, g in params:
-        total += K.sum_squares(g.data, g.size)
-    norm = sqrt(total)
-    if norm - norm != 0.0:
-        norm = _scaled_norm(params)
-    if norm > max_norm and norm > 0.0:
-        f = max_norm / norm
-        for _, g in params:
-            K.scale_inplace(g.data, g.size, f)
-    return norm
-
-
-def _scaled_norm(params):
-    # the global norm of finite grads whose squares overflow a float (single-precision ports):
-    # computed on grads divided by the largest |g|, which stays finite
-    amax = 0.0
-    for _, g in params:
-        for x in g.data:
-            if abs(x) > amax:
-                amax = abs(x)
-    if amax - amax != 0.0:
-        return amax                     # a non-finite grad: the step refuses it
-    total = 0.0
-    for _, g in params:
-        for x in g.data:
-            x = x / amax
-            total += x * x
-    return amax * sqrt(total)
-
-
 def _state_copy(K, live, new):
     # each live state view = its scratch view (a function of its own: a small frame)
     j = len(live)
     while j:
         j -= 1
         K.copy(live[j], new[j], len(new[j]))
+
+
+def _rare():
+    # optrare, imported now if it is not yet; its functions become _Optimizer's methods
+    m = sibling("optrare", "the optimizer")
+    for name in m.METHODS:
+        setattr(_Optimizer, name, getattr(m, name))
+    return m
 
 
 class _Optimizer:
@@ -271,13 +248,12 @@ class _Optimizer:
             if not has_grad(pair[1]):
                 self._frozen()
 
-    def _frozen(self):
-        params = self.params
-        for i in range(len(params)):
-            if not has_grad(params[i][1]):
-                raise ValueError("%s: %s was frozen after the optimizer was made (it has no grad "
-                                 "buffer): make a new optimizer for the parameters that train now"
-                                 % (self.who, self.names[i]))
+    # ---- optrare.py (loaded on first use: a step that goes through never runs them; its
+    # functions replace these stubs on the class then): the dry run, the refusals' messages
+    _frozen = stub(_rare, "_frozen")
+    _broken = stub(_rare, "_broken")
+    _dry = stub(_rare, "_dry")
+    _refuse = stub(_rare, "_refuse")
 
     def zero_grad(self):
         self._check_live()
@@ -287,7 +263,7 @@ class _Optimizer:
 
     def _clip(self):
         if self.max_grad_norm is not None:
-            return clip_grad_norm(self.params, self.max_grad_norm)
+            return _rare().clip_grad_norm(self.params, self.max_grad_norm)
 
     def step(self):
         """One update of every parameter, all or nothing (see the top of this file)."""
@@ -336,10 +312,6 @@ class _Optimizer:
         K.params_commit(self._one[k], self._sp[k], self._gn[k], self._seenk[k])
         _state_copy(K, self._lv[k], self._sv[k])
 
-    def _broken(self, k):
-        raise RuntimeError("%s: the update of %s turned non-finite during the commit after the "
-                           "check passed (a parameter listed twice?)" % (self.who, self.names[self._pc[k][0][0]]))
-
     def _held(self, t):
         # an interrupt landed during the commit: go on from the stage it stopped at; _commit then
         # honours the interrupt
@@ -364,15 +336,6 @@ class _Optimizer:
             lp = min(lp, 126 + b - _exp2(self.weight_decay))
         return 126 + b, lp
 
-    def _dry(self, K):
-        # every group's update into the scratch, checked: -1, kernels.STEP_FROZEN, or the first
-        # flagged piece as [group, piece in the group] (its group's results in the scratch)
-        for g in range(self._groups):
-            bad = self._update(K, g)
-            if bad != -1:
-                return [g, bad] if bad >= 0 else bad
-        return -1
-
     def _check_grads(self, K):
         params = self.params
         for i in range(len(params)):
@@ -383,83 +346,6 @@ class _Optimizer:
                                      "weights and optimizer state are unchanged (check the inputs, "
                                      "lower lr, or set max_grad_norm)"
                                      % (self.who, self.names[i], show(g.data[j]), j))
-
-    def _refuse(self, K, k):
-        # the dry run flagged piece k = [group, piece] (the first with a non-finite gradient,
-        # weight or result; its group's results are in the scratch), or a parameter without a
-        # grad buffer (k < 0: kernels.STEP_FROZEN); nothing was written. Name the frozen
-        # parameter, else the first non-finite gradient of any tensor, else the first of the
-        # piece's new weight and state that holds a non-finite value (named by its tensor).
-        self._check_live()
-        if not isinstance(k, list):
-            raise ValueError("%s: the step kernel answered %d for a frozen parameter, but every "
-                             "parameter has a grad buffer" % (self.who, k))
-        self._check_grads(K)
-        g, j = k
-        n = self._one[g][j][0].size
-        k, o = self._pc[g][j]
-        bufs = [self._sp[g][o:o + n]] + [b[o:o + n] for b in self._sv[g]]
-        for j in range(len(bufs)):
-            if K.first_nonfinite(bufs[j], n) >= 0:
-                what = self.names[k] if j == 0 else "%s of %s" % (self._slots[j - 1], self.names[k])
-                raise NonFiniteError("%s: step refused: it would make %s non-finite (lr %g); weights "
-                                     "and optimizer state are unchanged (lower lr, or set "
-                                     "max_grad_norm)" % (self.who, what, self.lr))
-        raise NonFiniteError("%s: step refused: %s holds a non-finite value; weights and optimizer "
-                             "state are unchanged" % (self.who, self.names[k]))
-
-
-class SGD(_Optimizer):
-    """SGD(params, lr, momentum=0, weight_decay=0, max_grad_norm=None, names=None); momentum in
-    [0, 1). names: {id(param): name} (or [(name, param)]) for the messages, when params is a list."""
-
-    def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, max_grad_norm=None, names=None):
-        _Optimizer.__init__(self, "SGD", params, lr, weight_decay, max_grad_norm, names)
-        self.momentum = hyper("SGD", "momentum", momentum, 0.0, 1.0, False, True)
-        self._guard(("momentum",) if self.momentum else ())
-        self._hyper = [None] * 4
-        self._lims = [None] * 6
-
-    @property
-    def buffers(self):
-        """The momentum buffers, per tensor (None without momentum): views on the state block."""
-        return self._state(0) if self.momentum else None
-
-    def _set(self, t):
-        # the hyperparameters of step t, in the list the kernel calls take (five references)
-        h = self._hyper
-        h[0] = self._lr
-        h[1] = self.momentum
-        h[2] = self.weight_decay
-
-    def _bounded(self, K):
-        # True when every value is finite and small enough that no update can overflow:
-        # |d| <= |g| + wd |p| + momentum |buf| < 3 2^(b - 2) with 2^b lr <= 2^100, b <= _D_LOG
-        # (each term below 2^(b - 2)), so the new buffer d and p' = p - lr d stay below 2^101
-        lim = self._limits()
-        if not self._within(K, lim[2], lim[3]):
-            return False
-        return not self.momentum or K.max_exponent(self._blocks[0], self._n) <= lim[2]
-
-    def _limits(self):
-        # [b, 2, lg, lp] for the current lr and weight decay: made again only when one is another
-        # object than last time (no float is boxed by a step that changes neither)
-        L = self._lims
-        if not (L[4] is self._lr and L[5] is self.weight_decay):
-            L[0] = min(_D_LOG, 100 - _exp2(self._lr))
-            L[1] = 2
-            L[2], L[3] = self._limit(L)
-            L[4] = self._lr
-            L[5] = self.weight_decay
-        return L
-
-    def _update(self, K, k):
-        # group k's new weights (and momentum) into the scratch; -1, a flagged tensor of the
-        # group (its index there) or STEP_FROZEN
-        h = self._hyper
-        h[3] = self._seenk[k]
-        return K.sgd_step(self._sp[k], self._sv[k], self._one[k], self._lv[k], h)
-
 
 class Adam(_Optimizer):
     """Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, decoupled=False).
@@ -536,3 +422,10 @@ class Adam(_Optimizer):
         h = self._hyper
         h[7] = self._seenk[k]
         return K.adam_step(self._sp[k], self._sv[k], self._one[k], self._lv[k], h)
+
+
+def __getattr__(name):
+    # SGD and clip_grad_norm live in optrare.py (imported on first use)
+    if name == "SGD" or name == "clip_grad_norm":
+        return getattr(_rare(), name)
+    raise AttributeError("module 'microformer.optim' has no attribute '%s'" % name)

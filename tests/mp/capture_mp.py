@@ -1,4 +1,5 @@
-# Examples from a sensor (board/mf_capture.py) and the user data file's appends (board/mf_examples.py):
+# Examples from a sensor (board/mf_capture.py) and the user data file's appends (board/mf_examples.py,
+# written by board/mf_exfile.py):
 # a simulated sensor (a list iterator) feeds capture; every bad reading, a read() that fails,
 # Ctrl-C and a failed write leave data/user.csv byte for byte as it was.
 # Runs under CPython and MicroPython:
@@ -8,7 +9,7 @@ import os
 import sys
 
 import mf_capture
-import mf_examples
+import mf_exfile
 import trust_data_mp
 from trust_data_mp import err, read
 
@@ -151,22 +152,22 @@ def run(root):
     before = read(user)
     n0 = s.num_examples()
     for tag, fail in (("enospc", OSError(28)), ("ctrl_c", KeyboardInterrupt())):
-        mf_examples.open = failing_open(fail)
+        mf_exfile.open = failing_open(fail)
         try:
             r["write_" + tag] = err(s.add_examples, [([5.0, 3.0, 1.0, 0.2], 0), ([6.0, 3.0, 4.0, 1.2], 1)])
         except KeyboardInterrupt:
             r["write_" + tag] = "KeyboardInterrupt"
         finally:
-            del mf_examples.open
+            del mf_exfile.open
         r["write_" + tag + "_unchanged"] = read(user) == before and s.num_examples() == n0
         r["write_" + tag + "_tmp"] = read(user + ".tmp")
     # a new file that fails: no file at all afterwards
     t = finetune.Session(root=root, user_data="data/new.csv", verbose=False)
-    mf_examples.open = failing_open(OSError(28))
+    mf_exfile.open = failing_open(OSError(28))
     try:
         r["write_new"] = err(t.add_example, [5.0, 3.0, 1.0, 0.2], 0)
     finally:
-        del mf_examples.open
+        del mf_exfile.open
     r["write_new_file"] = [read(root + "/data/new.csv"), read(root + "/data/new.csv.tmp")]
     # the same NaN refusal in the store itself
     r["store_nan"] = err(s._examples.append, [([5.0, nan, 1.0, 0.2], 0)])

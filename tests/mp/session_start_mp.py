@@ -6,7 +6,9 @@
 import sys
 
 # modules a session on a Dense/attention classifier that only fits and evaluates never needs
-RARE = ("mf_demo", "mf_drift", "mf_commands", "mf_adapter", "mf_capture",
+RARE = ("mf_demo", "mf_drift", "mf_commands", "mf_adapter", "mf_capture", "mf_methods", "mf_exfile",
+        "microformer.attnpaths",
+        "microformer.dropout",
         "microformer.viper_norm", "microformer.viper_conv", "microformer.viper_sequence", "microformer.viper_q8",
         "microformer.decoder", "microformer.block",
         "microformer.conv", "microformer.pool1d", "microformer.lora", "microformer.quant",
@@ -43,8 +45,8 @@ r = s.evaluate(verbose=False)
 print("LOADED session", loaded())
 # the modules only loading needs: dropped on MicroPython once the session is loaded, kept by CPython
 print("LOADONLY", sys.implementation.name,
-      sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile")
-             if m in sys.modules))
+      sorted(m for m in ("microformer.spec", "microformer.specformat", "microformer.specplan", "microformer.csvfile",
+                         "mf_load") if m in sys.modules))
 # the modules only a successful load needs (mf_session.LOAD_ONLY_AFTER: the checkpoint, the
 # metadata's checks) and the memory plan fit chose its micro-batch with (mf_session.FIT_ONLY): dropped on
 # MicroPython, kept by CPython (which never plans a micro-batch: no memplan)
@@ -55,6 +57,12 @@ p = s.predict([5.1, 3.5, 1.4, 0.2], verbose=False)
 import mf_commands  # noqa: E402
 import mf_demo  # noqa: E402
 import mf_drift  # noqa: E402
+# the session's rarer methods (mf_methods.py): the first one loads the module and binds them all to
+# Session, the plan it prints is the one a fit makes
+plan = s.plan(verbose=False)
+import mf_methods  # noqa: E402
+print("METHODS", all(getattr(finetune.Session, n) is getattr(mf_methods.Methods, n) for n in mf_methods.METHODS),
+      plan["batch"], plan["peak"] > 0, s.frozen(), len(s.parts(verbose=False)))
 print("SAME", finetune.demo is mf_demo.demo, finetune.DEMO_DIR is mf_demo.DEMO_DIR,
       finetune.drift is mf_drift.drift, type(p) is mf_commands.Prediction, p.label in s.classes)
 try:

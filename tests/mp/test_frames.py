@@ -60,16 +60,17 @@ HOT = {
     "posembed.py": ["LearnedPositionalEmbedding.backward", "LearnedPositionalEmbedding._grad"],
     # the attention's forward/backward (masks and cross-attention included), prefill, decode_step,
     # the padded and cross-attention steps, and its projections (_Proj)
-    "attention.py": ["Attention.forward", "Attention._inputs", "Attention._check_context", "Attention._check_x",
-                     "Attention._key_mask", "Attention._masks", "Attention._mask_bytes", "Attention._mask_row",
-                     "Attention._lengths_mask", "Attention._length_row", "Attention._qkv",
+    "attention.py": ["Attention.forward", "Attention._inputs", "Attention._check_x",
+                     "Attention._key_mask", "Attention._masks", "Attention._qkv",
                      "Attention._project_qkv", "Attention.backward", "Attention._check_dy", "Attention._kv_back",
                      "Attention._check_decoding", "Attention._no_lora", "Attention._adapted",
-                     "Attention._drop_threshold",
-                     "Attention._drop_scale",
                      "_Proj.forward", "_Proj.forward_kept", "_Proj._product", "_Proj._kept", "_Proj._bias",
                      "_Proj.backward", "_Proj._back", "_Proj._back_q8", "_Proj._adapter_back", "_Proj._dweight",
                      "_Proj._dbias", "_Proj._data"],
+    # the attention's masks, cross-attention's context check, dropout and per-item paths (loaded on first use)
+    "attnpaths.py": ["_check_context", "_given_mask", "_mask_bytes", "_mask_row", "_lengths_mask", "_length_row",
+                     "_drop_threshold", "_drop_scale", "_item", "_new_views", "_mask_item", "_attend_items",
+                     "_attend_back_items", "_attend_back_stored", "_weights_item", "_heads"],
     # prefill, decode_step, the padded and cross-attention steps (loaded on first use)
     "attndecode.py": ["prefill", "_cache_shape", "_eval_forward", "_store_prompt", "decode_step", "_check_token",
                       "_decode_qkv", "cache_context", "cross_step", "_check_cross", "prefill_padded",
@@ -88,8 +89,9 @@ HOT = {
 # forward, backward or decoding step) and the eval-mode forward of a prefill with dropout (its try
 # block)
 OVER = {
-    "attention.py": ["Attention._attend", "Attention._attend_tiled", "Attention._drop_weights",
-                     "Attention._attend_back", "Attention._attend_back_tiled", "Attention._attend_back_dropped"],
+    "attention.py": ["Attention._attend", "Attention._attend_back"],
+    "attnpaths.py": ["_attend_tiled", "_drop_weights", "_attend_back_tiled", "_attend_back_dropped",
+                     "_attend_item", "_attend_back_item"],
     "attndecode.py": ["_decode_attend", "_decode_attend_padded", "_cross_attend", "_undropped"],
 }
 

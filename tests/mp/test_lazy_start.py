@@ -1,5 +1,5 @@
 # A smaller start: `import microformer` leaves the checkpoint module, the sequence layers and
-# decoding, the optimizers, and the viper optimizer and convolution kernels unloaded until first use; every
+# decoding, the optimizers, Dropout, and the viper optimizer and convolution kernels unloaded until first use; every
 # name still resolves, to the same object the module defines.
 import pytest
 
@@ -11,7 +11,7 @@ import microformer as mf
 from microformer import backend
 LAZY = ("microformer.checkpoint", "microformer.block", "microformer.norm", "microformer.feedforward",
         "microformer.embedding", "microformer.posenc", "microformer.viper_optim", "microformer.viper_conv",
-        "microformer.optim")
+        "microformer.optim", "microformer.dropout")
 print("LOADED", sorted(m for m in LAZY if m in sys.modules))
 import microformer.checkpoint as ck
 import microformer.block as bl
@@ -20,6 +20,8 @@ print("SAME", mf.save_checkpoint is ck.save, mf.load_checkpoint is ck.load, mf.C
       mf.decode_step is bl.decode_step, mf.LayerNorm is sys.modules["microformer.norm"].LayerNorm)
 import microformer.optim as op
 print("OPTIM", mf.Adam is op.Adam, mf.SGD is op.SGD, mf.clip_grad_norm is op.clip_grad_norm)
+import microformer.dropout as dr
+print("DROPOUT", mf.Dropout is dr.Dropout, mf.Attention(8, 2, dropout=0.25).dropout, mf.Attention(8, 2).dropout)
 try:
     mf.no_such_name
 except AttributeError as e:
@@ -46,6 +48,7 @@ def test_import_leaves_the_rarer_parts_for_later(tmp_path, micropython):
     assert "LOADED []" in out, out
     assert "SAME True True True True True True True True" in out, out
     assert "OPTIM True True True" in out, out
+    assert "DROPOUT True 0.25 0.0" in out, out
     assert "ATTR True" in out, out
     assert "VIPER False False" in out, out          # set_backend alone loads neither
     assert "KERNELS True True True" in out, out
@@ -58,6 +61,7 @@ def test_lazy_names_on_cpython(tmp_path):
     out = helpers.run_cpython(p)
     assert "SAME True True True True True True True True" in out, out
     assert "OPTIM True True True" in out, out
+    assert "DROPOUT True 0.25 0.0" in out, out
     assert "ATTR True" in out, out
 
 

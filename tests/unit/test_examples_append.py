@@ -6,6 +6,7 @@ import builtins
 import pytest
 
 import mf_examples
+import mf_exfile
 from microformer.data import read_rows
 
 HEADER = "ax,ay,az,label\n"
@@ -46,7 +47,7 @@ def test_a_short_write_appends_nothing(tmp_path, monkeypatch):
     def short_open(name, mode="r", *a, **kw):
         f = builtins.open(name, mode, *a, **kw)
         return _Short(f) if "w" in mode else f
-    monkeypatch.setattr(mf_examples, "open", short_open, raising=False)
+    monkeypatch.setattr(mf_exfile, "open", short_open, raising=False)   # the module that writes
     with pytest.raises(OSError) as e:
         ex.append([([1.0, 2.0, 3.0], 1)])
     assert "user.csv" in str(e.value) and "as it was" in str(e.value), e.value
