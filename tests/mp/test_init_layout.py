@@ -6,8 +6,9 @@ it. Without the collection the largest free block was a fraction of the free hea
 found no room.
 Adding LoRA adapters to it then keeps that piece: add_lora has the GC collect every
 SETTLE_GC_BYTES while it makes them (tensor.settle_gc), so each adapter lands next to the last
-and not above the garbage the last one left. Without it the largest free block shrank by 34 KB on
-the 64-bit port and 685 KB on the 32-bit one for 43-50 KB of adapters; with it, by nothing."""
+and not above the garbage the last one left. Without it the largest free block shrinks by 200 KB on
+the 64-bit port and 790 KB on the 32-bit one for 44-50 KB of adapters; with it, by no more than
+the adapters take (the imports leave few holes: they land at the free piece's edge)."""
 import re
 
 import helpers
@@ -32,5 +33,7 @@ def test_adding_lora_adapters_keeps_the_free_heap_in_one_piece(micropython):
     free_lora, big_lora = _free(out, "LORA ")
     took = free - free_lora                    # the adapters and their names
     assert 0 < took < 64 * 1024, (free, free_lora)
-    # the adapters go into holes or at the edge of the free piece, not across it
-    assert big - big_lora <= took // 4, (big, big_lora, took)
+    # the adapters go into holes or at the edge of the free piece, not across it: the piece
+    # loses at most what they take (without the threshold: 200 KB on the 64-bit port, 790 KB on
+    # the 32-bit one, for 44-50 KB of adapters)
+    assert big - big_lora <= took, (big, big_lora, took)
