@@ -428,14 +428,16 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B:
                                NH: int, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
+    # One (B, NH, Tq, Tk) block of the module scratch (the one attention_context fills): A' for
+    # dv first (its only reader), then dA and dS over it, so no second block of that size exists
+    # (the two products are independent: the same bits as computing dA first)
     n = B * NH * Tq * Tk
-    F = _fscratch(n)
     G = _gscratch(n)
-    _head_mm(F, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)        # dout[b,t,h] . v[b,j,h]
-    dropout_apply(F, F, keep, n, pscale)                        # dA = keep pscale (dout . v)
     dropout_apply(G, att, keep, n, pscale)                      # A' = keep pscale A
     _head_mm(dv, G, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)    # dv[b,j,h] = sum_t A'[b,h,t,j] dout[b,t,h]
-    _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
+    _head_mm(G, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)         # dout[b,t,h] . v[b,j,h] over A'
+    dropout_apply(G, G, keep, n, pscale)                        # dA = keep pscale (dout . v)
+    _scores_back(dq, dk, G, att, q, k, B, Tq, Tk, C, NH)
 
 
 # ---- softmax cross-entropy -------------------------------------------------------------------

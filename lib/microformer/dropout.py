@@ -68,11 +68,13 @@ class Dropout(Layer):
         return x
 
     def _allocate(self, stage, shape, other, bufs):
+        # the input gradient is read by the part below only: inside an EncoderBlock's backward a
+        # buffer of its arena (layer.Scratch), outside every frame an array of its own
         if stage == "_fwd":
             self._y = bufs.zeros("_y", shape)
             self._keep = bufs.bytes("_keep", shape_size(shape))      # 1 = kept
         else:
-            self._dx = bufs.zeros("_dx", shape)
+            self._dx = bufs.scratch("_dx", shape)
 
     def mask(self):
         """The last training forward's keep mask (bytes, 1 = kept), or None if it dropped nothing."""
