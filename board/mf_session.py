@@ -700,6 +700,10 @@ class Session:
                              micro_batch, guard)
         finally:
             t.unsettle()
+            # the step's buffers (activations, their gradients, the kernels' scratch) go back to
+            # the heap: evaluate, predict and the next fit make what they need of them again
+            t.release()
+            gc.collect()
 
     def _fit(self, epochs, data, lr, verbose, on_error, batch, micro, guard):
         name, ds, why = self._fit_data(data)
