@@ -107,7 +107,8 @@ def __getattr__(name):
 
 
 class Batches:
-    """Iterates (X [B,F], labels) over a Dataset, reusing one buffer per batch size."""
+    """Iterates (X [B,F], labels) over a Dataset, reusing one buffer per batch size (a smaller last
+    batch: a view on the full batches' buffer). A batch is valid until the next one is drawn."""
 
     def __init__(self, data, batch_size, rng=None):
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -130,9 +131,17 @@ class Batches:
             B = min(self.batch_size, n - start)
             buf = self._bufs.get(B)
             if buf is None:
-                buf = self._bufs[B] = (Tensor((B, F)), [0] * B)
+                buf = self._bufs[B] = self._new(B, F)
             backend.K.gather_rows(buf[0].data, src, order, start, B, F)     # (row copies box no float)
             y = buf[1]
             for k in range(B):
                 y[k] = labels[order[start + k]]
             yield buf                     # the kept (X, y): no new tuple per batch
+
+    def _new(self, B, F):
+        # the (X, y) of batches of B rows: a smaller last batch's X is a view on the first rows of
+        # the full batches' buffer (read only until the next batch is drawn), not a block of its own
+        full = self._bufs.get(self.batch_size)
+        if full is not None and B < self.batch_size:
+            return (Tensor((B, F), memoryview(full[0].data)[:B * F]), [0] * B)
+        return (Tensor((B, F)), [0] * B)

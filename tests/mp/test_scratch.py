@@ -4,7 +4,8 @@ tests/mp/scratch_mp.py holds the checks (bit-identical gradients against every b
 its own, over pre-norm and post-norm blocks, LoRA and frozen parts, batch sizes that change; the
 arena smaller than the own buffers; no placement per steady-state step; no frame left open by an
 interrupted backward; one block or three hold the same arena; a frozen Dense keeps its input by
-reference and no buffer but its output; a block's dropouts' input gradients are the arena's); it runs under CPython and inside MicroPython and raises on the first failure.
+reference and no buffer but its output; a block's dropouts' input gradients are the arena's, the FFN's dropout
+backward runs in place); it runs under CPython and inside MicroPython and raises on the first failure.
 """
 import pytest
 
