@@ -76,7 +76,8 @@ def kernels():
 
 def _dropout_scratch(vc, vs):
     # the dropped weights' backward in one block of the module scratch, the one its forward
-    # (attention_context) fills: the float scratch of the other backward paths stays as it was.
+    # (attention_context) fills at exactly its size: the float scratch of the other backward
+    # paths stays as it was.
     # With every weight kept and a scale of 1 it is the one-block backward, bit for bit
     B, T, C, NH = 2, 30, 8, 2
     n = B * NH * T * T
@@ -84,6 +85,7 @@ def _dropout_scratch(vc, vs):
     att = array("f", [0.0] * n)
     vs.attention_forward(array("f", [0.0] * (B * T * C)), att, q, k, v, None, B, T, T, C, NH, 0)
     keep = bytearray(b"\x01" * n)
+    vc._G[0] = array("f", [0.0] * 64)
     vs.attention_context(array("f", [0.0] * (B * T * C)), att, keep, v, B, T, T, C, NH, 1.0)
     got = []
     for f in (vs.attention_backward_block, vs.attention_backward_dropout):
@@ -97,7 +99,8 @@ def _dropout_scratch(vc, vs):
     block, drop = got
     for i, name in enumerate(("dq", "dk", "dv")):
         assert drop[i] == block[i], "%s of the dropout backward (all kept, scale 1) differs from the block's" % name
-    assert block[3] >= n and drop[4] >= n, (block[3], drop[4])
+    assert block[3] >= n, block[3]
+    assert drop[4] == n, "the dropped weights' scratch _G holds %d floats for %d weights" % (drop[4], n)
     assert drop[3] == 64, "the dropout backward grew the float scratch _F to %d floats besides _G's %d" % (
         drop[3], drop[4])
     print("dropout backward: one block of scratch (_G %d floats, _F untouched), == the block path" % drop[4])
