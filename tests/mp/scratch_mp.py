@@ -180,7 +180,9 @@ def check_interrupted():
 def check_dropout():
     # a block with dropout: the input gradients of its two dropouts are the arena's (read by the
     # part below, inside the block's backward), the FFN's dropout backward runs in place on the
-    # second linear's input gradient (no buffer at all); the steps are those with own buffers
+    # second linear's input gradient (no buffer at all), and the block's two dropouts drop in place
+    # over the attention's and the FFN's outputs (no output buffer); the steps are those with own
+    # buffers
     for norm_first in (True, False):
         def make():
             mf.seed(5)
@@ -199,7 +201,8 @@ def check_dropout():
             assert k.scr and k.ci >= 0 and not k.floats, \
                 "dropout norm_first=%s: %s's input gradient is not the arena's" % (norm_first, name)
         assert getattr(blk.ffn.drop, "_bwd", None) is None, "the FFN's dropout made an input gradient buffer"
-    print("scratch dropout: the block's dropouts' input gradients in the arena (the FFN's: in place), bit-identical")
+        assert blk.drop1._y is None and blk.drop2._y is None, "the block's dropouts keep outputs of their own"
+    print("scratch dropout: the block's dropouts in place or in the arena, bit-identical")
 
 
 def main():
