@@ -65,7 +65,7 @@ def plan(t, batch=None, micro=None, show=False, recompute=None):
     info = {"batch": batch, "micro": micro, "recompute": acts[2], "weights": weights, "grads": grads,
             "optimizer": state,
             "snapshot": snap, "activations": acts[0], "how": acts[1],
-            "batch_rows": 4 * batch * shape_size(shape)}
+            "batch_rows": 4 * micro * shape_size(shape)}     # micro-batches: copied one at a time (train.py)
     info["peak"] = (weights + grads + state + info["snapshot"] + info["activations"]
                     + info["batch_rows"])
     if show:

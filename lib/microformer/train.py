@@ -465,7 +465,11 @@ class Trainer:
 
     def _view(self, s, k, B):
         # X rows s..s+k as the model's input shape, and their labels: views made once per
-        # (batch, rows) and source buffer (an int key: no tuple per step)
+        # (batch, rows) and source buffer (an int key: no tuple per step); a batch whose rows are
+        # not copied (data.BatchRows: micro-batches) copies these k rows into a buffer of k rows
+        if self._X.data is None:
+            self._gathered(s, k)
+            return
         if s == 0 and k == B and self.input_shape is None:
             self._xv = self._X
             self._yv = self._Y
@@ -475,6 +479,16 @@ class Trainer:
             v = self._new_view(self._X, s, k, B)
         self._xv = v[1]
         self._yv = self._Y if k == B else self._labels_of(v[2], s, k)
+
+    def _gathered(self, s, k):
+        v = self._views.get(-k)               # the buffer of k rows (a negative key: no view's)
+        if v is None:
+            X = self._X
+            v = [None, Tensor((k,) + (self.input_shape if self.input_shape is not None else X.shape[1:])), [0] * k]
+            self._views[-k] = v
+        self._X.gather(v[1].data, s, k)
+        self._xv = v[1]
+        self._yv = self._labels_of(v[2], s, k)
 
     def _labels_of(self, yv, s, k):
         y = self._Y
@@ -583,7 +597,9 @@ class Trainer:
         if not given:
             log = FitLog(keep)
         opt = self.make_optimizer()
-        batches = Batches(data, B, Rng(seed + 1))
+        # micro-batches: their rows are copied one micro-batch at a time (no batch-sized buffer)
+        m = self._micro or self.micro_batch
+        batches = Batches(data, B, Rng(seed + 1), not (m and m < B))
         n_batches = (len(data) + B - 1) // B
         every_us = int(progress_s * 1000000) if verbose and progress_s else 0
         for epoch in range(1, epochs + 1):

@@ -40,3 +40,44 @@ def test_batches_rows_and_the_last_batch_is_a_view():
                 assert full.data[0] == -1.0
         assert sorted(seen) == list(range(n))
     assert isinstance(full.data, array)
+
+
+def test_micro_batches_copy_their_rows_one_micro_batch_at_a_time():
+    # a fit in micro-batches copies each micro-batch's rows (in the batches' order) into a buffer
+    # of micro-batch rows; no buffer of the whole batch's rows is made
+    import microformer as mf
+    from microformer.train import Trainer
+    n, F, B, m = 12, 3, 8, 2
+    d = _data(n, F)
+    mf.seed(1)
+    model = mf.Sequential([mf.Dense(F, 4), mf.Dense(4, 3)])
+    seen = []
+    forward = model.forward
+
+    def spy(x):
+        seen.append((type(x.data), x.shape, list(x.data)))
+        return forward(x)
+    model.forward = spy
+    t = Trainer(model, mf.CrossEntropyLoss(), None, batch_size=B, micro_batch=m)
+    made = []
+    real = Tensor.__init__
+
+    def count(self, shape, data=None, name=None):
+        if data is None and len(shape) == 2 and shape[0] == B and shape[1] == F:
+            made.append(shape)
+        real(self, shape, data, name)
+    Tensor.__init__ = count
+    try:
+        t.fit(d, epochs=1, seed=4, verbose=False)
+    finally:
+        Tensor.__init__ = real
+    assert not made, "a buffer of the whole batch's rows was made: %r" % made
+    order = list(range(n))
+    Rng(5).shuffle(order)                     # the fit's Batches: Rng(seed + 1)
+    assert len(seen) == (B // m) + ((n - B) // m)
+    for i, (kind, shape, rows) in enumerate(seen):
+        assert kind is array and shape == (m, F)
+        want = []
+        for r in order[i * m:(i + 1) * m]:
+            want.extend(float(r * F + c) for c in range(F))
+        assert rows == want, "micro-batch %d holds other rows" % i
