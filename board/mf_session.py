@@ -583,10 +583,17 @@ class Session:
         t = self._trainer
         t.settle()              # the optimizer and rollback copy too (tensor.SETTLE_GC_BYTES)
         try:
-            return self._fit(epochs, data, lr, verbose, on_error, batch_size or self.batch_size,
-                             micro_batch, guard)
+            r = self._fit(epochs, data, lr, verbose, on_error, batch_size or self.batch_size,
+                          micro_batch, guard)
         finally:
             t.unsettle()
+        # the step's buffers (activations, their gradients, the kernels' scratch) go back to the
+        # heap: evaluate, predict and the next fit make what they need of them again (a failed fit
+        # gave them back before it raised)
+        gc.collect()
+        t.release()
+        gc.collect()
+        return r
 
     def _fit(self, epochs, data, lr, verbose, on_error, batch, micro, guard):
         name, ds, why = self._fit_data(data)

@@ -3,7 +3,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _BL, _S, _filled, _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _BL, _G, _S, _filled, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
 from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
@@ -414,11 +414,22 @@ def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
+def _dropped_block(n):
+    # not a kernel: the dropped weights' block of the module scratch _G, grown to exactly n floats
+    # (not the quarter more _gscratch adds for calls that grow a little at a time: a (B, NH, Tq, Tk)
+    # block keeps its size for a fit, and a quarter of it is KBs at S = 50)
+    g = _G[0]
+    if len(g) < n:
+        _G[0] = None                    # the old one can go before the new one is made
+        g = _G[0] = _filled("f", n, 0.0)
+    return g
+
+
 @micropython.viper
 def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: int, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
     n = B * NH * Tq * Tk
-    G = _gscratch(n)
+    G = _dropped_block(n)
     dropout_apply(G, att, keep, n, scale)
     _head_mm(out, G, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
@@ -428,14 +439,16 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B:
                                NH: int, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
+    # One (B, NH, Tq, Tk) block of the module scratch (the one attention_context fills): A' for
+    # dv first (its only reader), then dA and dS over it, so no second block of that size exists
+    # (the two products are independent: the same bits as computing dA first)
     n = B * NH * Tq * Tk
-    F = _fscratch(n)
-    G = _gscratch(n)
-    _head_mm(F, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)        # dout[b,t,h] . v[b,j,h]
-    dropout_apply(F, F, keep, n, pscale)                        # dA = keep pscale (dout . v)
+    G = _dropped_block(n)
     dropout_apply(G, att, keep, n, pscale)                      # A' = keep pscale A
     _head_mm(dv, G, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)    # dv[b,j,h] = sum_t A'[b,h,t,j] dout[b,t,h]
-    _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
+    _head_mm(G, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)         # dout[b,t,h] . v[b,j,h] over A'
+    dropout_apply(G, G, keep, n, pscale)                        # dA = keep pscale (dout . v)
+    _scores_back(dq, dk, G, att, q, k, B, Tq, Tk, C, NH)
 
 
 # ---- softmax cross-entropy -------------------------------------------------------------------

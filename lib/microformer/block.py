@@ -48,6 +48,8 @@ class EncoderBlock(Layer):
         # its forward frames they are scratch buffers (layer.Scratch)
         self.attn._out_scratch = True
         self.ffn.fc2._out_scratch = True
+        self.drop1._in_place = True               # their dropouts drop over them (Dropout._in_place)
+        self.drop2._in_place = True
         self.ffn._in_block = True
         # what the backward computes again instead of keeping (EncoderBlock.recompute)
         self.recompute = True

@@ -107,14 +107,18 @@ def __getattr__(name):
 
 
 class Batches:
-    """Iterates (X [B,F], labels) over a Dataset, reusing one buffer per batch size."""
+    """Iterates (X [B,F], labels) over a Dataset, reusing one buffer per batch size (a smaller last
+    batch: a view on the full batches' buffer). A batch is valid until the next one is drawn.
+    gather=False: X is a BatchRows (which rows of the data, not copied), for a trainer that copies
+    a micro-batch's rows at a time (train.Trainer) instead of the whole batch's."""
 
-    def __init__(self, data, batch_size, rng=None):
+    def __init__(self, data, batch_size, rng=None, gather=True):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError("Batches: batch_size must be a positive int, got %r" % (batch_size,))
         self.data = data
         self.batch_size = batch_size
         self.rng = rng
+        self.gather = gather
         self.order = list(range(len(data)))
         self._bufs = {}
 
@@ -130,9 +134,39 @@ class Batches:
             B = min(self.batch_size, n - start)
             buf = self._bufs.get(B)
             if buf is None:
-                buf = self._bufs[B] = (Tensor((B, F)), [0] * B)
-            backend.K.gather_rows(buf[0].data, src, order, start, B, F)     # (row copies box no float)
+                buf = self._bufs[B] = self._new(B, F)
+            if self.gather:
+                backend.K.gather_rows(buf[0].data, src, order, start, B, F)     # (row copies box no float)
+            else:
+                buf[0].start = start
             y = buf[1]
             for k in range(B):
                 y[k] = labels[order[start + k]]
             yield buf                     # the kept (X, y): no new tuple per batch
+
+    def _new(self, B, F):
+        # the (X, y) of batches of B rows: a smaller last batch's X is a view on the first rows of
+        # the full batches' buffer (read only until the next batch is drawn), not a block of its own
+        if not self.gather:
+            return (BatchRows(self.data.X.data, self.order, B, F), [0] * B)
+        full = self._bufs.get(self.batch_size)
+        if full is not None and B < self.batch_size:
+            return (Tensor((B, F), memoryview(full[0].data)[:B * F]), [0] * B)
+        return (Tensor((B, F)), [0] * B)
+
+
+class BatchRows:
+    """The rows of a batch, not copied: rows order[start .. start + B) of the data src [N, F]
+    (Batches(gather=False)); data is None (it is no Tensor). gather(dst, s, k) copies k of them,
+    from the batch's row s, into dst [k, F]."""
+
+    def __init__(self, src, order, B, F):
+        self.src = src
+        self.order = order
+        self.start = 0
+        self.shape = (B, F)
+        self.size = B * F
+        self.data = None
+
+    def gather(self, dst, s, k):
+        backend.K.gather_rows(dst, self.src, self.order, self.start + s, k, self.shape[1])

@@ -56,9 +56,14 @@ class Dropout(Layer):
         self._buffers("_fwd", x.shape)
         n = x.size
         self.rng.keep_mask(self._keep, n, self._threshold, backend.K)
-        y = self._y
+        y = x if self._in_place else self._y
         backend.K.dropout_apply(y.data, x.data, self._keep, n, self.scale)
         return y
+
+    # True (an EncoderBlock's own two dropouts): forward drops in place, over x, which is then its
+    # output: x is the attention's or the FFN's output, read by this dropout only (the block's
+    # residual add reads the result), so the dropout keeps no output buffer of its own
+    _in_place = False
 
     def identity(self, x):
         """forward without dropping, whatever the mode (generation): backward then passes dy on."""
@@ -68,11 +73,13 @@ class Dropout(Layer):
         return x
 
     def _allocate(self, stage, shape, other, bufs):
+        # the input gradient is read by the part below only: inside an EncoderBlock's backward a
+        # buffer of its arena (layer.Scratch), outside every frame an array of its own
         if stage == "_fwd":
-            self._y = bufs.zeros("_y", shape)
+            self._y = bufs.none("_y") if self._in_place else bufs.zeros("_y", shape)
             self._keep = bufs.bytes("_keep", shape_size(shape))      # 1 = kept
         else:
-            self._dx = bufs.zeros("_dx", shape)
+            self._dx = bufs.scratch("_dx", shape)
 
     def mask(self):
         """The last training forward's keep mask (bytes, 1 = kept), or None if it dropped nothing."""

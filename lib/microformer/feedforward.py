@@ -104,8 +104,18 @@ class FeedForward(Layer):
         if not need_dx and not (grads and trains(self.fc1)):
             self.fc2.backward(dy, grads, False)
             return None
-        dy = self.drop.backward(self._fc2_back(dy, grads))     # (no new locals: a frame within 11 words)
+        dy = self._drop_back(self._fc2_back(dy, grads))        # (no new locals: a frame within 11 words)
         return self.fc1.backward(self._act_back(dy), grads, need_dx)
+
+    def _drop_back(self, d):
+        # the dropout's backward in place on d, the second linear's input gradient (nothing reads
+        # it after this), so no [..., hidden] buffer of its own: the same kernel and mask that
+        # Dropout.backward runs, the same values
+        dr = self.drop
+        dr._need_forward(dr._x)
+        if dr._applied:
+            backend.K.dropout_apply(d.data, d.data, dr._keep, d.size, dr.scale)
+        return d
 
     def _fc2_back(self, dy, grads):
         # the second linear's backward; over its input when that is the activation's output computed

@@ -65,12 +65,18 @@ def plan(t, batch=None, micro=None, show=False, recompute=None):
     info = {"batch": batch, "micro": micro, "recompute": acts[2], "weights": weights, "grads": grads,
             "optimizer": state,
             "snapshot": snap, "activations": acts[0], "how": acts[1],
-            "batch_rows": 4 * batch * shape_size(shape)}
+            "batch_rows": 4 * _rows(batch, micro, shape) * shape_size(shape)}
     info["peak"] = (weights + grads + state + info["snapshot"] + info["activations"]
                     + info["batch_rows"])
     if show:
         print(plan_text(info))
     return info
+
+
+def _rows(batch, micro, shape):
+    # the rows a fit copies at a time: the batch's, or one micro-batch's (train.gathers_batch)
+    from .train import gathers_batch
+    return batch if gathers_batch(batch, micro, shape_size(shape)) else micro
 
 
 # rows of the second probe: a little non-linear (kernels that work in chunks of rows), the

@@ -186,6 +186,20 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
                  progress_s=progress_s, keep=keep, log=log)
 
 
+# A fit in micro-batches copies one micro-batch's rows at a time (data.BatchRows) when the rows of
+# the batch beyond one micro-batch hold more than LAZY_ROWS floats (the gesture model's 16 windows
+# of 150 floats: 9 KB less in micro-batches of 1); below that one buffer of the whole batch's rows
+# costs less than the micro-batches' own buffers, made again when a step halves the micro-batch
+# (Iris, 4 floats a row: its session needed 214 KB instead of 211 KB copying per micro-batch, 32-bit port)
+LAZY_ROWS = 1024
+
+
+def gathers_batch(B, micro, F):
+    """Does a fit of batches of B rows of F floats in micro-batches of `micro` rows (None: the whole
+    batch) copy each batch's rows whole (True), or one micro-batch's at a time (False)?"""
+    return not (micro and micro < B and (B - micro) * F > LAZY_ROWS)
+
+
 def _check_count(who, what, v, none_ok=False):
     if v is None and none_ok:
         return v
@@ -465,7 +479,11 @@ class Trainer:
 
     def _view(self, s, k, B):
         # X rows s..s+k as the model's input shape, and their labels: views made once per
-        # (batch, rows) and source buffer (an int key: no tuple per step)
+        # (batch, rows) and source buffer (an int key: no tuple per step); a batch whose rows are
+        # not copied (data.BatchRows: micro-batches) copies these k rows into a buffer of k rows
+        if self._X.data is None:
+            self._gathered(s, k)
+            return
         if s == 0 and k == B and self.input_shape is None:
             self._xv = self._X
             self._yv = self._Y
@@ -475,6 +493,16 @@ class Trainer:
             v = self._new_view(self._X, s, k, B)
         self._xv = v[1]
         self._yv = self._Y if k == B else self._labels_of(v[2], s, k)
+
+    def _gathered(self, s, k):
+        v = self._views.get(-k)               # the buffer of k rows (a negative key: no view's)
+        if v is None:
+            X = self._X
+            v = [None, Tensor((k,) + (self.input_shape if self.input_shape is not None else X.shape[1:])), [0] * k]
+            self._views[-k] = v
+        self._X.gather(v[1].data, s, k)
+        self._xv = v[1]
+        self._yv = self._labels_of(v[2], s, k)
 
     def _labels_of(self, yv, s, k):
         y = self._Y
@@ -583,7 +611,8 @@ class Trainer:
         if not given:
             log = FitLog(keep)
         opt = self.make_optimizer()
-        batches = Batches(data, B, Rng(seed + 1))
+        batches = Batches(data, B, Rng(seed + 1),
+                          gathers_batch(B, self._micro or self.micro_batch, data.X.shape[1]))
         n_batches = (len(data) + B - 1) // B
         every_us = int(progress_s * 1000000) if verbose and progress_s else 0
         for epoch in range(1, epochs + 1):

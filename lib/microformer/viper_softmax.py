@@ -6,7 +6,7 @@
 import micropython
 from array import array
 from micropython import const
-from .viper_common import _BL, _S, _filled, _fscratch, _gscratch, _iscratch, _mant15, _store
+from .viper_common import _BL, _G, _S, _filled, _fscratch, _gscratch, _iscratch, _mant15, _store
 from .viper_elementwise import dropout_apply
 from .viper_gemm import DECODE_CONTEXT, DECODE_SCORES, HEAD_CONTEXT, HEAD_SCORES, HEAD_TRANSPOSED, _gemm
 
@@ -609,35 +609,49 @@ def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int
 
 
 # from host/viper/softmax.py:417
+def _dropped_block(n):
+    # not a kernel: the dropped weights' block of the module scratch _G, grown to exactly n floats
+    # (not the quarter more _gscratch adds for calls that grow a little at a time: a (B, NH, Tq, Tk)
+    # block keeps its size for a fit, and a quarter of it is KBs at S = 50)
+    g = _G[0]
+    if len(g) < n:
+        _G[0] = None                    # the old one can go before the new one is made
+        g = _G[0] = _filled("f", n, 0.0)
+    return g
+
+
+# from host/viper/softmax.py:428
 @micropython.viper
 def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: int, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
     n = B * NH * Tq * Tk
-    G = _gscratch(n)
+    G = _dropped_block(n)
     dropout_apply(G, att, keep, n, scale)
     _head_mm(out, G, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:426
+# from host/viper/softmax.py:437
 @micropython.viper
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B: int, Tq: int, Tk: int, C: int,
                                NH: int, pscale):
     # in the forward pass this was out = (A * keep * pscale) . v, A = softmax(q.k^T * scale + mask)
     # dq (B, Tq, C), dk dv (B, Tk, C): written; scratch is unused (the module keeps its own)
+    # One (B, NH, Tq, Tk) block of the module scratch (the one attention_context fills): A' for
+    # dv first (its only reader), then dA and dS over it, so no second block of that size exists
+    # (the two products are independent: the same bits as computing dA first)
     n = B * NH * Tq * Tk
-    F = _fscratch(n)
-    G = _gscratch(n)
-    _head_mm(F, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)        # dout[b,t,h] . v[b,j,h]
-    dropout_apply(F, F, keep, n, pscale)                        # dA = keep pscale (dout . v)
+    G = _dropped_block(n)
     dropout_apply(G, att, keep, n, pscale)                      # A' = keep pscale A
     _head_mm(dv, G, dout, HEAD_TRANSPOSED, B, Tq, Tk, C, NH)    # dv[b,j,h] = sum_t A'[b,h,t,j] dout[b,t,h]
-    _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
+    _head_mm(G, dout, v, HEAD_SCORES, B, Tq, Tk, C, NH)         # dout[b,t,h] . v[b,j,h] over A'
+    dropout_apply(G, G, keep, n, pscale)                        # dA = keep pscale (dout . v)
+    _scores_back(dq, dk, G, att, q, k, B, Tq, Tk, C, NH)
 
 
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:444
+# from host/viper/softmax.py:457
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -692,7 +706,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:285 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:479
+    # from host/viper/softmax.py:492
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
@@ -709,7 +723,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:485
+    # from host/viper/softmax.py:498
     _store(lf, 0, v, e)
 
 
@@ -719,7 +733,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:494
+# from host/viper/softmax.py:507
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -756,7 +770,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:524
+            # from host/viper/softmax.py:537
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -775,7 +789,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:175 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:531
+        # from host/viper/softmax.py:544
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -812,7 +826,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:539
+            # from host/viper/softmax.py:552
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -824,7 +838,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:543
+            # from host/viper/softmax.py:556
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -856,7 +870,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:285 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:555
+                # from host/viper/softmax.py:568
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -873,7 +887,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:559
+            # from host/viper/softmax.py:572
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -891,7 +905,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             zre = 8 + bl[z >> 8]
         else:
             zre = bl[z]
-        # from host/viper/softmax.py:567
+        # from host/viper/softmax.py:580
         zre -= 16
         if zre < 0:
             zre = 0
@@ -950,7 +964,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     pdl[lb + j] = 0
                 else:
                     pdl[lb + j] = (wsg << 31) | (wbe << 23) | (wv & 0x7FFFFF)
-        # from host/viper/softmax.py:572
+        # from host/viper/softmax.py:585
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
         while z >= 32768:
@@ -965,7 +979,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:586
+# from host/viper/softmax.py:599
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
@@ -976,14 +990,14 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     return _LF[0]
 
 
-# from host/viper/softmax.py:596
+# from host/viper/softmax.py:609
 @micropython.viper
 def _xent_run(dlogits, logits, labels, B: int, V: int) -> int:
     ib = _xent_ib(B, V)
     return int(_xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF))
 
 
-# from host/viper/softmax.py:602
+# from host/viper/softmax.py:615
 def _xent_ib(B, V):
     # 1 / B as (15-bit mantissa, exponent), after the int32 limits of _xent [B3]: the sum z needs
     # V <= 2^14, the log of the product of the B sums (N ln2 in Q16) B log2(V) < 45000

@@ -65,12 +65,46 @@ def kernels():
             entry[3], NH * Tq * Tk)
         print("rows == block", Tq, Tk, C, NH, causal, masked, "scratch", entry[3], "of", block[3])
         n += 1
+    n += _dropout_scratch(vc, vs)
     try:
         vs.attention_backward_rows(None, None, None, None, None, None, None, None, 2, 4, 4, 4, 1)
         raise AssertionError("attention_backward_rows took B=2")
     except ValueError as e:
         assert "B must be 1" in str(e), e
     return n
+
+
+def _dropout_scratch(vc, vs):
+    # the dropped weights' backward in one block of the module scratch, the one its forward
+    # (attention_context) fills at exactly its size: the float scratch of the other backward
+    # paths stays as it was.
+    # With every weight kept and a scale of 1 it is the one-block backward, bit for bit
+    B, T, C, NH = 2, 30, 8, 2
+    n = B * NH * T * T
+    q, k, v, dout = _fill(B * T * C, 1), _fill(B * T * C, 2), _fill(B * T * C, 3), _fill(B * T * C, 4, 3.0)
+    att = array("f", [0.0] * n)
+    vs.attention_forward(array("f", [0.0] * (B * T * C)), att, q, k, v, None, B, T, T, C, NH, 0)
+    keep = bytearray(b"\x01" * n)
+    vc._G[0] = array("f", [0.0] * 64)
+    vs.attention_context(array("f", [0.0] * (B * T * C)), att, keep, v, B, T, T, C, NH, 1.0)
+    got = []
+    for f in (vs.attention_backward_block, vs.attention_backward_dropout):
+        grads = [array("f", [0.0] * (B * T * C)) for _ in range(3)]
+        vc._F[0] = array("f", [0.0] * 64)
+        if f is vs.attention_backward_block:
+            f(grads[0], grads[1], grads[2], dout, array("f", att), q, k, v, B, T, T, C, NH)
+        else:
+            f(grads[0], grads[1], grads[2], None, dout, array("f", att), keep, q, k, v, B, T, T, C, NH, 1.0)
+        got.append([bytes(g) for g in grads] + [len(vc._F[0]), len(vc._G[0])])
+    block, drop = got
+    for i, name in enumerate(("dq", "dk", "dv")):
+        assert drop[i] == block[i], "%s of the dropout backward (all kept, scale 1) differs from the block's" % name
+    assert block[3] >= n, block[3]
+    assert drop[4] == n, "the dropped weights' scratch _G holds %d floats for %d weights" % (drop[4], n)
+    assert drop[3] == 64, "the dropout backward grew the float scratch _F to %d floats besides _G's %d" % (
+        drop[3], drop[4])
+    print("dropout backward: one block of scratch (_G %d floats, _F untouched), == the block path" % drop[4])
+    return 1
 
 
 def _x(shape, seed):

@@ -177,6 +177,34 @@ def check_interrupted():
     print("scratch interrupted: no frame left open, next steps bit-identical")
 
 
+def check_dropout():
+    # a block with dropout: the input gradients of its two dropouts are the arena's (read by the
+    # part below, inside the block's backward), the FFN's dropout backward runs in place on the
+    # second linear's input gradient (no buffer at all), and the block's two dropouts drop in place
+    # over the attention's and the FFN's outputs (no output buffer); the steps are those with own
+    # buffers
+    for norm_first in (True, False):
+        def make():
+            mf.seed(5)
+            return mf.Sequential([mf.Dense(6, 16), mf.Reshape((4, 4)),
+                                  mf.EncoderBlock(4, 2, 12, activation="relu", norm_first=norm_first, dropout=0.25),
+                                  mf.GlobalAvgPool(), mf.Dense(4, 3)])
+        L.scratch.free()
+        ref = _own_buffers(lambda: _steps(make()))
+        L.scratch.free()
+        m = make()
+        got = _steps(m)
+        assert got == ref, "dropout norm_first=%s: the steps differ with the shared arena" % norm_first
+        blk = m[2]
+        for name, d in (("drop1", blk.drop1), ("drop2", blk.drop2)):
+            k = d._bwd
+            assert k.scr and k.ci >= 0 and not k.floats, \
+                "dropout norm_first=%s: %s's input gradient is not the arena's" % (norm_first, name)
+        assert getattr(blk.ffn.drop, "_bwd", None) is None, "the FFN's dropout made an input gradient buffer"
+        assert blk.drop1._y is None and blk.drop2._y is None, "the block's dropouts keep outputs of their own"
+    print("scratch dropout: the block's dropouts in place or in the arena, bit-identical")
+
+
 def main():
     n = 0
     for norm_first in (True, False):
@@ -187,7 +215,8 @@ def main():
     check_shared()
     check_frozen_dense()
     check_interrupted()
-    print("SCRATCH OK %d (%s)" % (n + 3, mf.get_backend()))
+    check_dropout()
+    print("SCRATCH OK %d (%s)" % (n + 4, mf.get_backend()))
 
 
 main()
