@@ -74,8 +74,8 @@ def plan(t, batch=None, micro=None, show=False, recompute=None):
 
 
 def _rows(batch, micro, shape):
-    # the rows a fit copies at a time: the batch's, or one micro-batch's (train.gathers_batch)
-    from .train import gathers_batch
+    # the rows a fit copies at a time: the batch's, or one micro-batch's (data.gathers_batch)
+    from .data import gathers_batch
     return batch if gathers_batch(batch, micro, shape_size(shape)) else micro
 
 

@@ -5,7 +5,7 @@ import time
 from array import array
 
 from . import backend
-from .data import Batches
+from .data import Batches, gathers_batch
 from .layer import drop_scratch, partial, release_buffers, train_backward as _down
 from .loss import CrossEntropyLoss
 from .optim import Adam
@@ -184,20 +184,6 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
                 recompute=recompute)
     return t.fit(data, epochs=epochs, seed=seed, verbose=verbose, on_epoch=on_epoch,
                  progress_s=progress_s, keep=keep, log=log)
-
-
-# A fit in micro-batches copies one micro-batch's rows at a time (data.BatchRows) when the rows of
-# the batch beyond one micro-batch hold more than LAZY_ROWS floats (the gesture model's 16 windows
-# of 150 floats: 9 KB less in micro-batches of 1); below that one buffer of the whole batch's rows
-# costs less than the micro-batches' own buffers, made again when a step halves the micro-batch
-# (Iris, 4 floats a row: its session needed 214 KB instead of 211 KB copying per micro-batch, 32-bit port)
-LAZY_ROWS = 1024
-
-
-def gathers_batch(B, micro, F):
-    """Does a fit of batches of B rows of F floats in micro-batches of `micro` rows (None: the whole
-    batch) copy each batch's rows whole (True), or one micro-batch's at a time (False)?"""
-    return not (micro and micro < B and (B - micro) * F > LAZY_ROWS)
 
 
 def _check_count(who, what, v, none_ok=False):

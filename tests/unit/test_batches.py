@@ -43,11 +43,12 @@ def test_batches_rows_and_the_last_batch_is_a_view():
 
 
 def test_micro_batches_copy_their_rows_one_micro_batch_at_a_time():
-    # a fit in micro-batches of rows large enough (train.gathers_batch) copies each micro-batch's
+    # a fit in micro-batches of rows large enough (data.gathers_batch) copies each micro-batch's
     # rows (in the batches' order) into a buffer of micro-batch rows; no buffer of the whole
     # batch's rows is made
     import microformer as mf
-    from microformer.train import LAZY_ROWS, Trainer, gathers_batch
+    from microformer.data import LAZY_ROWS, gathers_batch
+    from microformer.train import Trainer
     n, F, B, m = 12, 300, 8, 2
     assert not gathers_batch(B, m, F) and (B - m) * F > LAZY_ROWS
     assert gathers_batch(B, m, 3) and gathers_batch(B, None, F) and gathers_batch(B, B, F)
