@@ -16,8 +16,8 @@ HEAD_TRANSPOSED = const(7)  # (B, Tq, Tk, C, NH):   out[b,j,h] = sum_t att[b,h,t
 MEAN_POOL = const(8)        # (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
 DECODE_SCORES = const(9)    # (B, T, L, C, NH):     att[b,h,j] = a[b,h] . b[b,j,h], j < T  (a = q (B, C), b = cache (B, L, C), att (B, NH, L))
 DECODE_CONTEXT = const(10)  # (B, T, L, C, NH):     out[b,h] = sum_{j<T} att[b,h,j] b[b,j,h]   (A = att, b = cache)
-# the int scratch (ints) _gemm holds B's quantized rows in without growing it further: in pieces
-# when they need more (one row at least); 4096 ints, 16 KB
+# the int scratch (ints) _gemm holds B's quantized rows in without growing it further (or A's M
+# rows of KT4 when more; PIECES): in pieces when they need more (one row at least); 4096 ints, 16 KB
 _PIECE = const(4096)
 # what is added to each output
 _ADD_NONE = const(0)
@@ -30,12 +30,15 @@ _ADD_BIAS = const(2)        # bias[n]
 # single viper call (the Python wrappers cost more than the math at Iris sizes).
 # s: int scratch; if it needs more, nothing is computed and the size is returned (the caller
 # grows the scratch and calls again); 0 when done.
-# PIECES: B's quantized rows are held in pieces of rp rows, as many as fit in the scratch s (at
-# least _PIECE ints, so s is not grown past about _PIECE for a large operand; always at least one
-# row): each piece's outputs are computed for every A row, whose quantized row is made again per
-# piece. Each output is still one A row times one B row, quantized alike, so the result is bit
-# for bit the same whatever the piece size (tests/mp/test_viper_pieces.py); the cost is A's
-# quantization once more per extra piece.
+# PIECES: B's quantized rows are held in pieces of rp rows, as many as fit in the scratch s, taken
+# as at least _PIECE ints and at least A's M rows of KT4 (so s is not grown past the larger of
+# about _PIECE and the A operand's own size for a large B; always at least one row): each
+# piece's outputs are computed for every A row, whose quantized row is made again per piece.
+# Each output is still one A row times one B row, quantized alike, so the result is bit for bit
+# the same whatever the piece size (tests/mp/test_viper_pieces.py). The cost is A's quantization
+# once more per extra piece: with pieces of at least M rows' worth, at most as much again as
+# quantizing B, and none when B fits (a Dense layer's weight at a micro-batch of more rows than
+# it has outputs: the encoder's FFN at S = 32 from 8 samples on).
 # ERROR BOUND (relative to the block maxima): every operand is rounded to 14 bits of its block's
 #   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing KT products is within
 #   2^-11 KT max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated

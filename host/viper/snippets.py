@@ -1491,15 +1491,18 @@ def opt_sizes():
 # ---- _gemm's pieces of B rows (after the others: their line numbers stay) -----------------------
 def gemm_piece():
     """rp, the B rows per piece (PIECES in gemm.py): all NB rows when they fit in the scratch s
-    (taken as _PIECE ints when smaller) or when they are kept (MM_FORWARD with u = 1: the
-    caller's own scratch holds them whole), else as many as fit, at least one."""
-    # in: _PIECE, KT4, kind, MM_FORWARD, N, NB, s, u
+    (taken as the larger of _PIECE ints and A's M rows of KT4 when smaller) or when they are kept
+    (MM_FORWARD with u = 1: the caller's own scratch holds them whole), else as many as fit, at
+    least one."""
+    # in: _PIECE, KT4, kind, M, MM_FORWARD, N, NB, s, u
     # out: room, rp
     rp = NB
     if kind != MM_FORWARD or u == 0:
         room = int(len(s))
         if room < _PIECE:
             room = _PIECE
+        if room < M * KT4:
+            room = M * KT4
         if NB * (KT4 + 1) + KT4 + N + N > room:
             rp = (room - KT4 - N - N) // (KT4 + 1)
             if rp < 1:

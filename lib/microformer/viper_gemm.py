@@ -19,8 +19,8 @@ HEAD_TRANSPOSED = const(7)  # (B, Tq, Tk, C, NH):   out[b,j,h] = sum_t att[b,h,t
 MEAN_POOL = const(8)        # (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
 DECODE_SCORES = const(9)    # (B, T, L, C, NH):     att[b,h,j] = a[b,h] . b[b,j,h], j < T  (a = q (B, C), b = cache (B, L, C), att (B, NH, L))
 DECODE_CONTEXT = const(10)  # (B, T, L, C, NH):     out[b,h] = sum_{j<T} att[b,h,j] b[b,j,h]   (A = att, b = cache)
-# the int scratch (ints) _gemm holds B's quantized rows in without growing it further: in pieces
-# when they need more (one row at least); 4096 ints, 16 KB
+# the int scratch (ints) _gemm holds B's quantized rows in without growing it further (or A's M
+# rows of KT4 when more; PIECES): in pieces when they need more (one row at least); 4096 ints, 16 KB
 _PIECE = const(4096)
 # what is added to each output
 _ADD_NONE = const(0)
@@ -33,18 +33,21 @@ _ADD_BIAS = const(2)        # bias[n]
 # single viper call (the Python wrappers cost more than the math at Iris sizes).
 # s: int scratch; if it needs more, nothing is computed and the size is returned (the caller
 # grows the scratch and calls again); 0 when done.
-# PIECES: B's quantized rows are held in pieces of rp rows, as many as fit in the scratch s (at
-# least _PIECE ints, so s is not grown past about _PIECE for a large operand; always at least one
-# row): each piece's outputs are computed for every A row, whose quantized row is made again per
-# piece. Each output is still one A row times one B row, quantized alike, so the result is bit
-# for bit the same whatever the piece size (tests/mp/test_viper_pieces.py); the cost is A's
-# quantization once more per extra piece.
+# PIECES: B's quantized rows are held in pieces of rp rows, as many as fit in the scratch s, taken
+# as at least _PIECE ints and at least A's M rows of KT4 (so s is not grown past the larger of
+# about _PIECE and the A operand's own size for a large B; always at least one row): each
+# piece's outputs are computed for every A row, whose quantized row is made again per piece.
+# Each output is still one A row times one B row, quantized alike, so the result is bit for bit
+# the same whatever the piece size (tests/mp/test_viper_pieces.py). The cost is A's quantization
+# once more per extra piece: with pieces of at least M rows' worth, at most as much again as
+# quantizing B, and none when B fits (a Dense layer's weight at a micro-batch of more rows than
+# it has outputs: the encoder's FFN at S = 32 from 8 samples on).
 # ERROR BOUND (relative to the block maxima): every operand is rounded to 14 bits of its block's
 #   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing KT products is within
 #   2^-11 KT max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated
 #   gradient) and the final float32 rounding. A small element next to a large one in the same
 #   block keeps only the bits above 2^-14 of the large one (tests/mp/test_viper_range.py).
-# from host/viper/gemm.py:44
+# from host/viper/gemm.py:47
 @micropython.viper
 def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
@@ -102,7 +105,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     else:   # MEAN_POOL
         nb1 = x; M = z; N = 1; KT = y; asm = 1; ask = z; asb1 = y * z
         bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
-    # from host/viper/gemm.py:56
+    # from host/viper/gemm.py:59
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
     KT4 = (KT + 3) & (0 - 4)              # KT rounded up to a multiple of 4 (zero padded)
@@ -112,17 +115,19 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     if kind == MM_DWEIGHT and w:
         NB = N + 1
         fuse = 1
-    # from host/viper/snippets.py:1498 (snippet gemm_piece)
+    # from host/viper/snippets.py:1499 (snippet gemm_piece)
     rp = NB
     if kind != MM_FORWARD or u == 0:
         room = int(len(s))
         if room < _PIECE:
             room = _PIECE
+        if room < M * KT4:
+            room = M * KT4
         if NB * (KT4 + 1) + KT4 + N + N > room:
             rp = (room - KT4 - N - N) // (KT4 + 1)
             if rp < 1:
                 rp = 1
-    # from host/viper/gemm.py:66
+    # from host/viper/gemm.py:69
     xq = rp * KT4                        # S[0 : rp*KT4] a piece of B rows, S[xq : xq+rp] their exponents
     ex = xq + rp                        # S[ex : ex+KT4] the current A row
     bd = ex + KT4                        # S[bd : bd+2N] bias[n] decoded (_ADD_BIAS): mantissa, exponent
@@ -162,7 +167,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # from host/viper/snippets.py:175 (snippet decode)
                 if (v >> 31) & 1:
                     xm = 0 - xm
-            # from host/viper/gemm.py:94
+            # from host/viper/gemm.py:97
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
     for b1 in range(nb1):
@@ -183,7 +188,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 if same == 0:
                     for k in range(N * KT):
                         S[cp + k] = pb[k]
-            # from host/viper/gemm.py:104
+            # from host/viper/gemm.py:107
             n0 = 0
             while n0 < NB:                      # the pieces of B rows n0 <= n < n1
                 n1 = n0 + rp
@@ -192,7 +197,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 xn = xq - n0                    # B row n's exponent at S[xn + n]
                 # quantize the rows n0 .. n1 - 1 of B (block = row n, KT values; see
                 # kernels_viper.py), unless kept; row N is the ones row of a fused bias gradient
-                # from host/viper/snippets.py:1515 (snippet gemm_bpiece)
+                # from host/viper/snippets.py:1518 (snippet gemm_bpiece)
                 qb = ptr32(sa)
                 for n in range(n0, n1):
                     if same:
@@ -240,12 +245,12 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                 q = 0
                             qb[0] = q
                             qb = ptr32(uint(qb) + 4)
-                    # from host/viper/snippets.py:1527 (snippet gemm_bpiece)
+                    # from host/viper/snippets.py:1530 (snippet gemm_bpiece)
                     for k in range(KT, KT4):
                         qb[0] = 0
                         qb = ptr32(uint(qb) + 4)
                     S[xn + n] = emax
-                # from host/viper/gemm.py:113
+                # from host/viper/gemm.py:116
                 for m in range(M):
                     # quantize row m of A into S[ex : ex + KT]
                     i0 = ab + m * asm
@@ -286,7 +291,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             q = 0
                         qb[0] = q
                         qb = ptr32(uint(qb) + 4)
-                    # from host/viper/gemm.py:118
+                    # from host/viper/gemm.py:121
                     ea = emax - 252 - P - P + sh4
                     # from host/viper/snippets.py:588 (snippet gemm_arow)
                     if nc <= 2:
@@ -299,7 +304,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                             a5 = S[ex + 5]
                             a6 = S[ex + 6]
                             a7 = S[ex + 7]
-                    # from host/viper/gemm.py:120
+                    # from host/viper/gemm.py:123
                     pw = po
                     oi = ob + m * osm + n0 * osn
                     qb = ptr32(sa)              # B row n0; the MAC moves it to the next row
@@ -685,7 +690,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                                     pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
                             # from host/viper/snippets.py:725 (snippet gemm_put)
                             oi += osn
-                # from host/viper/gemm.py:124
+                # from host/viper/gemm.py:127
                 n0 = n1
     return 0
 
@@ -697,7 +702,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
 _NONE = None                            # viper compares objects with a global, not the literal
 
 
-# from host/viper/gemm.py:135
+# from host/viper/gemm.py:138
 @micropython.viper
 def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
@@ -722,7 +727,7 @@ _KEEP_N = const(4)
 _KEEP_PART = const(3072)
 
 
-# from host/viper/gemm.py:159
+# from host/viper/gemm.py:162
 def keep_weight(keep, weight, bias, C, OC):
     # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
     # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
@@ -739,14 +744,14 @@ def keep_weight(keep, weight, bias, C, OC):
     keep[0] = k
 
 
-# from host/viper/gemm.py:175
+# from host/viper/gemm.py:178
 def _keep_out(k, n):
     # the keep's output buffer, grown to n floats (more rows than before)
     k[3] = None
     k[3] = array("f", bytes(4 * n))
 
 
-# from host/viper/gemm.py:181
+# from host/viper/gemm.py:184
 @micropython.viper
 def _put_rows(out, o: int, OC: int, part, r: int, N: int):
     # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
@@ -757,7 +762,7 @@ def _put_rows(out, o: int, OC: int, part, r: int, N: int):
             po[m * OC + o + j] = pp[m * r + j]
 
 
-# from host/viper/gemm.py:191
+# from host/viper/gemm.py:194
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
@@ -781,7 +786,7 @@ def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
         i += 5
 
 
-# from host/viper/gemm.py:214
+# from host/viper/gemm.py:217
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -791,7 +796,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:223
+# from host/viper/gemm.py:226
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -807,14 +812,14 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:238
+# from host/viper/gemm.py:241
 @micropython.viper
 def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
     # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
 
 
-# from host/viper/gemm.py:244
+# from host/viper/gemm.py:247
 @micropython.viper
 def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
     # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
@@ -828,7 +833,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:257
+# from host/viper/gemm.py:260
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -840,7 +845,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:268
+# from host/viper/gemm.py:271
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -848,7 +853,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:275
+# from host/viper/gemm.py:278
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -856,7 +861,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:282
+# from host/viper/gemm.py:285
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -935,14 +940,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:305
+            # from host/viper/gemm.py:308
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:311
+# from host/viper/gemm.py:314
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -951,7 +956,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:319
+# from host/viper/gemm.py:322
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)

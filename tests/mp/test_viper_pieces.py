@@ -5,4 +5,4 @@ import helpers
 
 def test_gemm_pieces_bit_identical_and_bounded(micropython):
     out = helpers.run_micropython(helpers.script("viper_pieces_mp.py"), heap="16M", exe=micropython)
-    assert "PIECES ok 5" in out, out
+    assert "PIECES ok 6" in out, out

@@ -2,7 +2,8 @@
 # in pieces (an operand larger than the scratch cap _PIECE) against the same product computed whole
 # (a scratch large enough for every row): bit for bit, for each product kind that can have many B
 # rows (Dense forward with a bias, input gradient accumulated, weight gradient with the fused bias
-# row falling in the last piece, attention scores); and the module scratch stays near the cap.
+# row falling in the last piece, attention scores); a large A operand keeps B whole; and the
+# module scratch stays near the cap.
 # Runs in MicroPython only (viper): prints PIECES ok N or raises.
 from array import array
 
@@ -65,6 +66,12 @@ def main():
     n += 1
     # attention scores: B = 1, Tq = 2, Tk = 300, C = 32, 2 heads of 16: 300 B rows of 16
     run(vg.HEAD_SCORES, 1, 2, 300, 32, 2, 2 * 2 * 300, 2 * 32, 300 * 32, 0)
+    n += 1
+    # an A operand of as many ints as B's rows take: B whole (80 rows of 64 and their exponents,
+    # one A row, 80 decoded biases), no piece and no quantization of A again
+    z = array("f")
+    need = int(vg._gemm(0, 0, 0, z, z, z, z, array("i"), vg.MM_FORWARD, 100, 64, 80, 1, 0))
+    assert need == 80 * 64 + 80 + 64 + 2 * 80, need
     n += 1
     # through matmul_forward (the module scratch, as a layer calls it): grown to the cap, not to
     # the operand (256 x 64 weight rows: 16,704 ints whole)
