@@ -424,10 +424,11 @@ def choose_micro(t, B, verbose):
             free = _free()
             m = pick_micro(t, B, free)
         if t.checkpoint is None and can_checkpoint(t.model) and (m is None or not fits_now(t, B, m, free)):
-            # not even one row fits with its headroom: checkpointed blocks, when a micro-batch then does
+            # not even one row fits with its headroom: checkpointed blocks (a smaller plan), when a
+            # micro-batch then fits (pick_micro: one row without the headroom at least)
             set_checkpoint(t, True)
             c = pick_micro(t, B, free)
-            if c is not None and (m is None or fits_now(t, B, c, free)):
+            if c is not None:
                 m = c
             else:
                 set_checkpoint(t, False)

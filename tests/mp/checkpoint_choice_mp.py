@@ -6,8 +6,9 @@
 # choice (MicroPython: a heap to measure): free bytes between the plan with checkpointed blocks
 #   and the plan without switch them on, more or fewer leave them off, Trainer(checkpoint=False)
 #   and a model with dropout never; a fit whose free heap (memplan._free) fits only the
-#   checkpointed plan runs checkpointed, says so, the same bits, and ends with the blocks off:
-#   prints "CKPT CHOICE OK" and "CKPT FIT OK <micro-batch>".
+#   checkpointed plan runs checkpointed, says so, the same bits, and ends with the blocks off (also
+#   when one row fits either plan only without its headroom): prints "CKPT CHOICE OK" and
+#   "CKPT FIT OK <micro-batch>" for each.
 import gc
 import sys
 
@@ -94,16 +95,22 @@ def choice():
     print("CKPT CHOICE OK")
 
 
-def fit_tight(micro):
-    # a fit whose free heap (as memplan reads it) fits the checkpointed plan and not the other
+def fit_tight(micro, loose=False):
+    # a fit whose free heap (as memplan reads it) fits the checkpointed plan and not the other;
+    # loose: micro_batch='auto' with free bytes for one row of either plan only without the
+    # headroom (fits(..., 1.0)): the checkpointed one, the smaller, is chosen
     m = model()
     t = Trainer(m, mf.CrossEntropyLoss(), None, 8, None, None, 1e-3)
     t.use_data(data(16))
     t.make_optimizer().zero_grad()
     memplan.set_recompute(m, True)
     off, on = needs(t, 8, 1 if micro == "auto" else micro)
+    free = (on + off) // 2
+    if loose:
+        free = t.plan(8, 1)["peak"] - memplan.held(t)     # one row, blocks off, no headroom
+        assert free < on, "the checkpointed row fits with its headroom: %d >= %d" % (free, on)
     real = memplan._free
-    memplan._free = lambda: (on + off) // 2
+    memplan._free = lambda: free
     seen = []
     try:
         t.fit(data(16), epochs=1, verbose=True, micro_batch=micro, on_epoch=lambda r: seen.append(flags(m)))
@@ -122,3 +129,4 @@ if __name__ == "__main__":
         choice()
         fit_tight(8)
         fit_tight("auto")
+        fit_tight("auto", True)
