@@ -418,12 +418,20 @@ def choose_micro(t, B, verbose):
         if was is not None:
             set_recompute(t.model, True if t.recompute is None else t.recompute)
         free = _free()
-        m = pick_micro(t, B, free)
-        if m is None:
+        ck = t.checkpoint is None and can_checkpoint(t.model)
+        try:
+            m = pick_micro(t, B, free)
+            if m is None:
+                t.release()
+                free = _free()
+                m = pick_micro(t, B, free)
+        except MemoryError:                       # no room to probe one row: checkpointed, if it can
+            if not ck:
+                raise
             t.release()
             free = _free()
-            m = pick_micro(t, B, free)
-        if t.checkpoint is None and can_checkpoint(t.model) and (m is None or not fits_now(t, B, m, free)):
+            m = None
+        if ck and (m is None or not fits_now(t, B, m, free)):
             # not even one row fits with its headroom: checkpointed blocks (a smaller plan), when a
             # micro-batch then fits (pick_micro: one row without the headroom at least)
             set_checkpoint(t, True)

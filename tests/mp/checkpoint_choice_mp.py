@@ -8,7 +8,8 @@
 #   and a model with dropout never; a fit whose free heap (memplan._free) fits only the
 #   checkpointed plan runs checkpointed, says so, the same bits, and ends with the blocks off (also
 #   when one row fits either plan only without its headroom): prints "CKPT CHOICE OK" and
-#   "CKPT FIT OK <micro-batch>" for each.
+#   "CKPT FIT OK <micro-batch>" for each; a fit whose plan without checkpoint cannot be probed
+#   (a MemoryError) runs checkpointed: "CKPT NOPROBE OK <micro-batch>".
 import gc
 import sys
 
@@ -123,6 +124,26 @@ def fit_tight(micro, loose=False):
     print("CKPT FIT OK %s" % (t.last_rows,))
 
 
+def fit_no_room_to_probe():
+    # micro_batch='auto' where the blocks' buffers without checkpoint cannot even be probed (a
+    # MemoryError, made here): the checkpointed plan is probed and the fit runs with it
+    m = model()
+    t = Trainer(m, mf.CrossEntropyLoss(), None, 8, None, None, 1e-3)
+    real = memplan.probe
+
+    def probe(t, rows, shape):
+        if not any(memplan.checkpoints(t.model)):
+            raise MemoryError("no room to probe (made by the test)")
+        return real(t, rows, shape)
+    memplan.probe = probe
+    try:
+        t.fit(data(16), epochs=1, verbose=True, micro_batch="auto")
+    finally:
+        memplan.probe = real
+    assert t.last_checkpoint is True and flags(m) == [False, False], (t.last_checkpoint, flags(m))
+    print("CKPT NOPROBE OK %s" % (t.last_rows,))
+
+
 if __name__ == "__main__":
     bits()
     if hasattr(gc, "mem_free"):
@@ -130,3 +151,4 @@ if __name__ == "__main__":
         fit_tight(8)
         fit_tight("auto")
         fit_tight("auto", True)
+        fit_no_room_to_probe()
