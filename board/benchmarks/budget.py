@@ -393,8 +393,14 @@ def action_goal(model_name, mode, checkpoint=False):
     t = Trainer(model, CrossEntropyLoss(), None, batch, None, shape, LR.get(mode, 1e-3))
     t.fit(d, epochs=1, micro_batch="auto", verbose=False)
     m = t.last_rows
+    # the plan as the fit ran: with the blocks' checkpoint on when the memory plan switched it on
+    ck = t.last_checkpoint
+    if ck:
+        for l in model.layers:
+            if hasattr(l, "checkpoint"):
+                l.checkpoint = True
     _report("goal", steps=t.optimizer.steps, micro=m, batch=batch, plan_peak=t.plan(batch, m)["peak"],
-            plan_whole=t.plan(batch, batch)["peak"])
+            plan_whole=t.plan(batch, batch)["peak"], plan_ckpt=int(ck))
 
 
 def _goal_decode():

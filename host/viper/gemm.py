@@ -16,6 +16,9 @@ HEAD_TRANSPOSED = const(7)  # (B, Tq, Tk, C, NH):   out[b,j,h] = sum_t att[b,h,t
 MEAN_POOL = const(8)        # (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
 DECODE_SCORES = const(9)    # (B, T, L, C, NH):     att[b,h,j] = a[b,h] . b[b,j,h], j < T  (a = q (B, C), b = cache (B, L, C), att (B, NH, L))
 DECODE_CONTEXT = const(10)  # (B, T, L, C, NH):     out[b,h] = sum_{j<T} att[b,h,j] b[b,j,h]   (A = att, b = cache)
+# the int scratch (ints) _gemm holds B's quantized rows in without growing it further (or A's M
+# rows of KT4 when more; PIECES): in pieces when they need more (one row at least); 4096 ints, 16 KB
+_PIECE = const(4096)
 # what is added to each output
 _ADD_NONE = const(0)
 _ADD_OLD = const(1)         # the old value (accumulate)
@@ -27,6 +30,15 @@ _ADD_BIAS = const(2)        # bias[n]
 # single viper call (the Python wrappers cost more than the math at Iris sizes).
 # s: int scratch; if it needs more, nothing is computed and the size is returned (the caller
 # grows the scratch and calls again); 0 when done.
+# PIECES: B's quantized rows are held in pieces of rp rows, as many as fit in the scratch s, taken
+# as at least _PIECE ints and at least A's M rows of KT4 (so s is not grown past the larger of
+# about _PIECE and the A operand's own size for a large B; always at least one row): each
+# piece's outputs are computed for every A row, whose quantized row is made again per piece.
+# Each output is still one A row times one B row, quantized alike, so the result is bit for bit
+# the same whatever the piece size (tests/mp/test_viper_pieces.py). The cost is A's quantization
+# once more per extra piece: with pieces of at least M rows' worth, at most as much again as
+# quantizing B, and none when B fits (a Dense layer's weight at a micro-batch of more rows than
+# it has outputs: the encoder's FFN at S = 32 from 8 samples on).
 # ERROR BOUND (relative to the block maxima): every operand is rounded to 14 bits of its block's
 #   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing KT products is within
 #   2^-11 KT max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated
@@ -53,8 +65,9 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     if kind == MM_DWEIGHT and w:
         NB = N + 1
         fuse = 1
-    xq = NB * KT4                        # S[0 : NB*KT4] B rows, S[xq : xq+NB] B exponents
-    ex = xq + NB                        # S[ex : ex+KT4] the current A row
+    gemm_piece()                        # rp: B rows per piece (see PIECES)
+    xq = rp * KT4                        # S[0 : rp*KT4] a piece of B rows, S[xq : xq+rp] their exponents
+    ex = xq + rp                        # S[ex : ex+KT4] the current A row
     bd = ex + KT4                        # S[bd : bd+2N] bias[n] decoded (_ADD_BIAS): mantissa, exponent
     cp = bd + N + N                     # S[cp : cp + N*KT] the weight's bits (MM_FORWARD, u = 1)
     need = cp
@@ -83,42 +96,35 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
             decode(v, xm, xe)
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
-    if fuse:
-        for k in range(KT4):
-            S[N * KT4 + k] = 0
-        for k in range(KT):
-            S[N * KT4 + k] = 8192        # 1.0 quantized: 2^23 >> 10 with exponent 127
-        S[xq + N] = 127
     for b1 in range(nb1):
         for b2 in range(nb2):
             ab = b1 * asb1 + b2 * asb2
             bb = b1 * bsb1 + b2 * bsb2
             ob = b1 * osb1 + b2 * osb2
-            # quantize the N rows of B (block = row n, KT values; see kernels_viper.py), unless
-            # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
-            # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
+            # B's rows are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its
+            # copy of the weight's bits at S[cp ...] says the quantized rows are this weight's)
             kept(same)
-            qb = ptr32(sa)                      # B row n goes to S[n * KT4 ...]
-            for n in range(N):
-                if same:
-                    break
-                i0 = bb + n * bsn
-                quantize(pb, bsk)
-                for k in range(KT, KT4):
-                    qb[0] = 0
-                    qb = ptr32(uint(qb) + 4)
-                S[xq + n] = emax
-            for m in range(M):
-                # quantize row m of A into S[ex : ex + KT]
-                i0 = ab + m * asm
-                qb = ptr32(sa + (ex << 2))
-                quantize(pa, ask)
-                ea = emax - 252 - P - P + sh4
-                gemm_arow()
-                pw = po
-                oi = ob + m * osm
-                qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
-                gemm_outs(v)                    # the N outputs of row m (v: the accumulator)
+            n0 = 0
+            while n0 < NB:                      # the pieces of B rows n0 <= n < n1
+                n1 = n0 + rp
+                if n1 > NB:
+                    n1 = NB
+                xn = xq - n0                    # B row n's exponent at S[xn + n]
+                # quantize the rows n0 .. n1 - 1 of B (block = row n, KT values; see
+                # kernels_viper.py), unless kept; row N is the ones row of a fused bias gradient
+                gemm_bpiece()
+                for m in range(M):
+                    # quantize row m of A into S[ex : ex + KT]
+                    i0 = ab + m * asm
+                    qb = ptr32(sa + (ex << 2))
+                    quantize(pa, ask)
+                    ea = emax - 252 - P - P + sh4
+                    gemm_arow()
+                    pw = po
+                    oi = ob + m * osm + n0 * osn
+                    qb = ptr32(sa)              # B row n0; the MAC moves it to the next row
+                    gemm_outs(v)                # the outputs n0 .. n1 - 1 of row m (v: the accumulator)
+                n0 = n1
     return 0
 
 

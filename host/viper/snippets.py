@@ -671,33 +671,33 @@ def pair8(acc, o):
 
 
 def gemm_outs(acc):
-    """_gemm's outputs of A's row m: row m . B row n for the N rows n of B (and the ones row when
+    """_gemm's outputs of A's row m: row m . B row n for the rows n0 <= n < n1 of B (and the ones row when
     the bias gradient rides along), into pw[oi ...]. Short rows without an addend or with a bias
     have loops of their own, without the per-output tests of the general loop. acc is _gemm's
     register local v, the accumulator."""
     # in: _ADD_BIAS, _ADD_NONE, _ADD_OLD, a0, a1, a2, a3, a4, a5, a6, a7, bd, bl, ea, ex, m, mode
-    # in: N, NB, nc, osn, pbias, rh, S, s32, sa, sh4, xq
+    # in: N, n0, n1, nc, osn, pbias, rh, S, s32, sa, sh4, xn
     # out: be, c, e, n, oi, ov, pw, qa, qb, sg, sh, t, uu, xe, xm
     if mode == _ADD_NONE and nc <= 2:
         # short rows without an addend (the attention products, most input gradients)
         if nc == 1:
-            for n in range(N):
+            for n in range(n0, n1):
                 mac_c1(acc)
                 gemm_put0(acc)
         else:
-            for n in range(N):
+            for n in range(n0, n1):
                 mac_c2(acc)
                 gemm_put0(acc)
     elif mode == _ADD_BIAS and nc <= 2:
         # short rows plus a bias (the forward of Dense and of the projections)
-        for n in range(N):
+        for n in range(n0, n1):
             if nc == 1:
                 mac_c1(acc)
             else:
                 mac_c2(acc)
             gemm_putb(acc)
     else:
-        for n in range(NB):
+        for n in range(n0, n1):
             if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
                 pw = pbias
                 oi = m
@@ -707,9 +707,9 @@ def gemm_outs(acc):
 
 def gemm_put0(acc):
     """gemm_put without an addend (_ADD_NONE): acc * 2^e packed into pw[oi]; oi moves on."""
-    # in: bl, ea, n, osn, pw, S, xq
+    # in: bl, ea, n, osn, pw, S, xn
     # out: be, e, oi, sg, sh, t
-    e = ea + S[xq + n]                  # value = acc * 2^e
+    e = ea + S[xn + n]                  # value = acc * 2^e
     store_bl(pw, oi, acc, e)
     oi += osn
 
@@ -717,9 +717,9 @@ def gemm_put0(acc):
 def gemm_put(acc):
     """_gemm's output n of row m: acc * 2^e (e = ea + B row n's exponent) plus the addend, packed
     into pw[oi] as float32 bits; oi moves to the next output. acc is _gemm's register local v."""
-    # in: _ADD_NONE, _ADD_OLD, bd, bl, ea, mode, n, nc, osn, pw, S, s32, xq
+    # in: _ADD_NONE, _ADD_OLD, bd, bl, ea, mode, n, nc, osn, pw, S, s32, xn
     # out: be, e, oi, ov, sg, sh, t, uu, xe, xm
-    e = ea + S[xq + n]                  # value = acc * 2^e
+    e = ea + S[xn + n]                  # value = acc * 2^e
     addend(acc, e)
     store_bl(pw, oi, acc, e)
     oi += osn
@@ -805,9 +805,9 @@ def addto_acc(acc, e, xm, xe):
 def gemm_putb(acc):
     """gemm_put with the bias as the addend (_ADD_BIAS): acc * 2^e + bias[n] packed into pw[oi];
     oi moves on."""
-    # in: bd, bl, ea, n, nc, osn, pw, S, s32, xq
+    # in: bd, bl, ea, n, nc, osn, pw, S, s32, xn
     # out: be, e, oi, sg, sh, t, uu, xe, xm
-    e = ea + S[xq + n]                  # value = acc * 2^e
+    e = ea + S[xn + n]                  # value = acc * 2^e
     add_bias(acc, e)
     store_bl(pw, oi, acc, e)
     oi += osn
@@ -1486,3 +1486,48 @@ def opt_sizes():
             SEEN[kk] = pd
             SEEN[kk + 1] = gd
             SEEN[kk + 2] = n
+
+
+# ---- _gemm's pieces of B rows (after the others: their line numbers stay) -----------------------
+def gemm_piece():
+    """rp, the B rows per piece (PIECES in gemm.py): all NB rows when they fit in the scratch s
+    (taken as the larger of _PIECE ints and A's M rows of KT4 when smaller) or when they are kept
+    (MM_FORWARD with u = 1: the caller's own scratch holds them whole), else as many as fit, at
+    least one."""
+    # in: _PIECE, KT4, kind, M, MM_FORWARD, N, NB, s, u
+    # out: room, rp
+    rp = NB
+    if kind != MM_FORWARD or u == 0:
+        room = int(len(s))
+        if room < _PIECE:
+            room = _PIECE
+        if room < M * KT4:
+            room = M * KT4
+        if NB * (KT4 + 1) + KT4 + N + N > room:
+            rp = (room - KT4 - N - N) // (KT4 + 1)
+            if rp < 1:
+                rp = 1
+
+
+def gemm_bpiece():
+    """The B rows n0 <= n < n1 quantized into S[(n - n0) * KT4 ...] (block = row n, KT values; see
+    kernels_viper.py), their exponents at S[xn + n], unless kept (same); row N is the ones row of
+    a fused bias gradient (1.0 quantized: 2^23 >> 10 with exponent 127)."""
+    # in: bb, bsk, bsn, KT, KT4, lim, N, n0, n1, P, pb, S, sa, same, xn
+    # out: base, e, elo, emax, i0, k, n, q, qa, qb, sh, st4, v
+    qb = ptr32(sa)
+    for n in range(n0, n1):
+        if same:
+            break
+        if n == N:
+            for k in range(KT):
+                qb[0] = 8192
+                qb = ptr32(uint(qb) + 4)
+            emax = 127
+        else:
+            i0 = bb + n * bsn
+            quantize(pb, bsk)
+        for k in range(KT, KT4):
+            qb[0] = 0
+            qb = ptr32(uint(qb) + 4)
+        S[xn + n] = emax

@@ -36,6 +36,7 @@ def plan(t, batch=None, micro=None, show=False, recompute=None):
     of `micro` rows (None: t.micro_batch, else the whole batch), with the model's EncoderBlocks
     recomputing in backward (recompute True) or keeping their buffers (False; None: as they are
     set now), in bytes: a dict with batch, micro, recompute (None: the model has no such switch),
+    checkpoint (True when the model's EncoderBlocks run checkpointed: EncoderBlock.checkpoint),
     weights, grads (the grad buffers that exist or that the optimizer will use),
     optimizer (its state blocks and the step's scratch: optim.state_floats),
     snapshot (the rollback copy of the trainable weights and state, when the trainer has one or
@@ -62,7 +63,8 @@ def plan(t, batch=None, micro=None, show=False, recompute=None):
     acts = activations(t, micro, shape, recompute)
     # the rollback copy: the one there is, or the one a trainer with rollback on will take
     snap = 4 * n * (1 + slots) if (t.rollback or t.has_snapshot()) else 0
-    info = {"batch": batch, "micro": micro, "recompute": acts[2], "weights": weights, "grads": grads,
+    info = {"batch": batch, "micro": micro, "recompute": acts[2], "checkpoint": checkpoint_of(t.model),
+            "weights": weights, "grads": grads,
             "optimizer": state,
             "snapshot": snap, "activations": acts[0], "how": acts[1],
             "batch_rows": 4 * _rows(batch, micro, shape) * shape_size(shape)}
@@ -107,9 +109,10 @@ def _activations(t, rows, shape):
     pr = t._probed
     if pr is None:
         pr = t._probed = {}
-    # measured again after a freeze or a new part (layer.changed), per recompute setting
-    key = (tuple(shape), _epoch[0], recompute_of(t.model))
-    got = pr.get(key[2])
+    # measured again after a freeze or a new part (layer.changed), per recompute and checkpoint setting
+    sw = (recompute_of(t.model), checkpoints(t.model))
+    key = (tuple(shape), _epoch[0], sw)
+    got = pr.get(sw)
     if got is None or got[0] != key:
         rngs, states = _generators(t.model)
         try:
@@ -128,7 +131,7 @@ def _activations(t, rows, shape):
         finally:
             _put_back(rngs, states)
             t.release()
-        got = pr[key[2]] = (key, one, slope)
+        got = pr[sw] = (key, one, slope)
     return int(got[1] + got[2] * (rows - 1)), "measured"
 
 
@@ -177,6 +180,74 @@ def set_recompute(model, flag):
     bits either way)."""
     for b in blocks(model):
         b.recompute = flag
+
+
+# ---- the checkpoint switch: EncoderBlock.checkpoint (its backward runs its forward again; every
+# block shares one set of forward buffers) switched on by the trainer when a step fits the free
+# heap with it and not without it. Only the trainer's own switch is undone (at the fit's end), and
+# only blocks that can run checkpointed (pre-norm, no dropout) and are all off are switched.
+
+def checkpoints(model):
+    """The model's EncoderBlocks' checkpoint switches, a tuple (empty: it has none)."""
+    return tuple(b.checkpoint for b in blocks(model))
+
+
+def checkpoint_of(model):
+    """True when every EncoderBlock of the model runs checkpointed, False when none does, None when
+    it has none or they differ."""
+    c = checkpoints(model)
+    if not c:
+        return None
+    if all(c):
+        return True
+    return False if not any(c) else None
+
+
+def can_checkpoint(model):
+    """The EncoderBlocks the plan may switch checkpoint on in: every one of the model's, when each is
+    pre-norm, has no dropout and is off now; else []."""
+    bs = blocks(model)
+    for b in bs:
+        if b.checkpoint or not b.norm_first or b.dropout > 0.0:
+            return []
+    return bs
+
+
+def set_checkpoint(t, flag):
+    """Trainer t's checkpoint switch: True switches on every block can_checkpoint() gives (t._ckpt
+    holds them; True when it did), False switches the ones t switched back off."""
+    if flag:
+        bs = can_checkpoint(t.model)
+        for b in bs:
+            b.checkpoint = True
+        t._ckpt = bs
+        return bool(bs)
+    for b in t._ckpt:
+        b.checkpoint = False
+    t._ckpt = []
+    return False
+
+
+def fits_now(t, B, m, free):
+    """Does the plan of B rows in micro-batches of m fit `free` bytes (fits(), the headroom counted)
+    with the switches as they are? False when there is no room to probe."""
+    try:
+        return fits(plan(t, B, m), held(t), free)
+    except MemoryError:
+        t.release()
+        return False
+
+
+def checkpoint_if_needed(t, B, m, free):
+    """A fit of B rows at micro-batch m whose plan does not fit `free` bytes: EncoderBlock.checkpoint
+    switched on when the plan then fits (True), else left off (False). Only with
+    Trainer(checkpoint=None) and blocks that can (can_checkpoint)."""
+    if t.checkpoint is not None or not can_checkpoint(t.model) or fits_now(t, B, m, free):
+        return False
+    set_checkpoint(t, True)
+    if fits_now(t, B, m, free):
+        return True
+    return set_checkpoint(t, False)
 
 
 def choose_recompute(t, B, micro, free):
@@ -353,11 +424,28 @@ def choose_micro(t, B, verbose):
         if was is not None:
             set_recompute(t.model, True if t.recompute is None else t.recompute)
         free = _free()
-        m = pick_micro(t, B, free)
-        if m is None:
+        ck = t.checkpoint is None and can_checkpoint(t.model)
+        try:
+            m = pick_micro(t, B, free)
+            if m is None:
+                t.release()
+                free = _free()
+                m = pick_micro(t, B, free)
+        except MemoryError:                       # no room to probe one row: checkpointed, if it can
+            if not ck:
+                raise
             t.release()
             free = _free()
-            m = pick_micro(t, B, free)
+            m = None
+        if ck and (m is None or not fits_now(t, B, m, free)):
+            # not even one row fits with its headroom: checkpointed blocks (a smaller plan), when a
+            # micro-batch then fits (pick_micro: one row without the headroom at least)
+            set_checkpoint(t, True)
+            c = pick_micro(t, B, free)
+            if c is not None:
+                m = c
+            else:
+                set_checkpoint(t, False)
         flag = None
         if m is not None and was is not None:
             if m == B:                            # keep, when the whole batch fits with it
@@ -367,6 +455,7 @@ def choose_micro(t, B, verbose):
     except MemoryError:
         m = None
     if m is None:
+        set_checkpoint(t, False)
         if made:
             t.optimizer = None
         t.release()
@@ -378,9 +467,9 @@ def choose_micro(t, B, verbose):
         set_recompute(t.model, flag)
     if verbose and m < B:
         print("fit: batch %d in micro-batches of %d%s (the plan of a whole batch needs %d bytes more, "
-              "%d are free)" % (B, m, _said(flag), plan(t, B, B)["peak"] - held(t), free))
+              "%d are free)" % (B, m, _said(flag, t), plan(t, B, B)["peak"] - held(t), free))
     elif verbose and flag is not None:
-        print("fit: batch %d in one pass%s (%s)" % (B, _said(flag), _why(t, B, flag, free)))
+        print("fit: batch %d in one pass%s (%s)" % (B, _said(flag, t), _why(t, B, flag, free)))
     return m
 
 
@@ -394,21 +483,24 @@ def _why(t, B, flag, free):
             % (plan(t, B, B, False, False)["peak"] - held(t), free))
 
 
-def _said(flag):
-    # the recompute choice in a fit's line (None: the model has no switch)
+def _said(flag, t=None):
+    # the recompute choice in a fit's line (None: the model has no switch), and the checkpoint
+    # switch when the plan turned it on
     if flag is None:
         return ""
-    return ", activations recomputed in backward" if flag else ", activations kept (no recompute)"
+    return ((", activations recomputed in backward" if flag else ", activations kept (no recompute)")
+            + (", EncoderBlock.checkpoint on (the plan without it does not fit)" if t is not None and t._ckpt else ""))
 
 
 def plan_text(info):
     """The memory plan (plan()) as one line: each part, then the peak."""
     r = info.get("recompute")
     return ("memory plan, batch %d in micro-batches of %d: weights %d, grads %d, optimizer %d, "
-            "rollback copy %d, activations %d (%s%s), batch %d; peak %d bytes"
+            "rollback copy %d, activations %d (%s%s%s), batch %d; peak %d bytes"
             % (info["batch"], info["micro"], info["weights"], info["grads"], info["optimizer"],
                info["snapshot"], info["activations"], info["how"],
                "" if r is None else "; recomputed in backward" if r else "; kept, no recompute",
+               "; EncoderBlock.checkpoint on" if info.get("checkpoint") else "",
                info["batch_rows"], info["peak"]))
 
 

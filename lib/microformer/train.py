@@ -167,7 +167,7 @@ class FitLog:
 
 
 def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbose=True, on_epoch=None,
-        progress_s=5, keep=None, log=None, micro_batch=None, recompute=None):
+        progress_s=5, keep=None, log=None, micro_batch=None, recompute=None, checkpoint=None):
     """Train on a Dataset; one progress line per epoch, and one at least every `progress_s`
     seconds within a long epoch (verbose). Ctrl-C stops after the current step.
 
@@ -178,10 +178,11 @@ def fit(model, loss_fn, optimizer, data, epochs=1, batch_size=16, seed=0, verbos
     micro_batch: rows per forward/backward (the gradients of a batch's micro-batches add up to
     the batch's: Trainer); None: the whole batch. on_epoch(record) returning True stops the fit.
     recompute: what the model's EncoderBlocks compute again in backward (Trainer); None: chosen
-    from the memory plan.
+    from the memory plan. checkpoint: their EncoderBlock.checkpoint (Trainer); None: switched on
+    by the memory plan only when the step fits with it and not without.
     """
     t = Trainer(model, loss_fn, optimizer, batch_size=batch_size, micro_batch=micro_batch,
-                recompute=recompute)
+                recompute=recompute, checkpoint=checkpoint)
     return t.fit(data, epochs=epochs, seed=seed, verbose=verbose, on_epoch=on_epoch,
                  progress_s=progress_s, keep=keep, log=log)
 
@@ -219,13 +220,20 @@ class Trainer:
       the free heap (always under CPython, where there is no heap to measure), else recompute;
       with micro_batch='auto' the micro-batch is picked with the recomputes on and the buffers
       are kept when the whole batch then fits with them. The fit's verbose line says which.
+    checkpoint: the model's EncoderBlock.checkpoint for each fit (the same results, bit for bit;
+      one more block forward per step): True / False as asked; None: the blocks as they are,
+      and when they can run checkpointed (pre-norm, no dropout) and are off, the memory plan
+      switches them on for a fit whose step does not fit the free heap without it and does with
+      it (micro_batch='auto': when not even one row fits with its headroom otherwise), says so in
+      the fit's verbose line, and switches them back off when the fit ends (last_checkpoint: True
+      when the last fit ran so).
 
     fit(data, epochs, ...) trains; plan(batch) says what a step needs (bytes) before it runs;
     snapshot() / restore() copy the trainable state (weights, optimizer state, step count, lr)
     aside and back; logits(X) and evaluate(data) run the model in eval mode."""
 
     def __init__(self, model, loss_fn, optimizer=None, batch_size=16, micro_batch=None,
-                 input_shape=None, lr=1e-3, exclude=None, names=None, recompute=None):
+                 input_shape=None, lr=1e-3, exclude=None, names=None, recompute=None, checkpoint=None):
         self.model = model
         self.loss_fn = loss_fn
         self.optimizer = optimizer
@@ -234,6 +242,11 @@ class Trainer:
         if recompute is not None and recompute is not True and recompute is not False:
             raise ValueError("Trainer: recompute must be None, True or False, got %r" % (recompute,))
         self.recompute = recompute       # None: chosen from the memory plan by each fit
+        if checkpoint is not None and checkpoint is not True and checkpoint is not False:
+            raise ValueError("Trainer: checkpoint must be None, True or False, got %r" % (checkpoint,))
+        self.checkpoint = checkpoint     # None: the blocks' own, or switched on by the plan (memplan)
+        self._ckpt = []                  # the EncoderBlocks this trainer's plan switched checkpoint on in
+        self.last_checkpoint = False     # the last fit ran with them switched on by the plan
         self._chose = None               # (batch, micro) of choose_micro('auto'), for the fit after it
         self.input_shape = None if input_shape is None else tuple(input_shape)
         self.lr = lr
@@ -540,13 +553,16 @@ class Trainer:
             _check_count("fit", "micro_batch", micro_batch)
         self.use_data(data)
         B = min(B, len(data)) if len(data) else B
+        self._set_checkpoint()
         self.settle()                    # the plan's probes and the optimizer too (SETTLE_GC_BYTES)
         try:
             self._micro = self.choose_micro(B, micro_batch, verbose)
         except BaseException:            # refused: the threshold as it was
             self.unsettle()
             self._labels = None
+            self._unset_checkpoint()
             raise
+        self.last_checkpoint = bool(self._ckpt)
         self.last_rows = self._micro or B
         self._auto = micro_batch == "auto" or bool(shrink)
         self._verbose = verbose
@@ -561,6 +577,21 @@ class Trainer:
             self._micro = None
             self._auto = False
             self._labels = None
+            self._unset_checkpoint()
+
+    def _set_checkpoint(self):
+        # Trainer(checkpoint=True / False): every EncoderBlock's switch as asked, for each fit
+        import sys
+        if self.checkpoint is not None and "microformer.block" in sys.modules:
+            from .memplan import blocks
+            for b in blocks(self.model):
+                b.checkpoint = self.checkpoint
+
+    def _unset_checkpoint(self):
+        # the blocks the plan switched checkpoint on in, back off (the fit has ended)
+        if self._ckpt:
+            from .memplan import set_checkpoint
+            set_checkpoint(self, False)
 
     def choose_micro(self, B, micro, verbose=False):
         """The micro-batch a fit of batch B runs: `micro` itself unless it is 'auto'; then the
@@ -588,9 +619,11 @@ class Trainer:
         from . import memplan
         free = memplan._free() if hasattr(gc, "mem_free") else None
         flag = memplan.choose_recompute(self, B, m, free)
+        if free is not None:
+            memplan.checkpoint_if_needed(self, B, m, free)
         if verbose and flag is not None and free is not None:
             print("fit: batch %d in %s%s" % (B, "one pass" if m >= B else "micro-batches of %d" % m,
-                                             memplan._said(flag)))
+                                             memplan._said(flag, self)))
 
     def _fit(self, data, epochs, B, seed, verbose, on_epoch, progress_s, keep, log):
         given = log is not None

@@ -19,6 +19,9 @@ HEAD_TRANSPOSED = const(7)  # (B, Tq, Tk, C, NH):   out[b,j,h] = sum_t att[b,h,t
 MEAN_POOL = const(8)        # (B, T, C):            out[b,c] = sum_t inp[b,t,c] * b[t]     (b = 1/T)
 DECODE_SCORES = const(9)    # (B, T, L, C, NH):     att[b,h,j] = a[b,h] . b[b,j,h], j < T  (a = q (B, C), b = cache (B, L, C), att (B, NH, L))
 DECODE_CONTEXT = const(10)  # (B, T, L, C, NH):     out[b,h] = sum_{j<T} att[b,h,j] b[b,j,h]   (A = att, b = cache)
+# the int scratch (ints) _gemm holds B's quantized rows in without growing it further (or A's M
+# rows of KT4 when more; PIECES): in pieces when they need more (one row at least); 4096 ints, 16 KB
+_PIECE = const(4096)
 # what is added to each output
 _ADD_NONE = const(0)
 _ADD_OLD = const(1)         # the old value (accumulate)
@@ -30,12 +33,21 @@ _ADD_BIAS = const(2)        # bias[n]
 # single viper call (the Python wrappers cost more than the math at Iris sizes).
 # s: int scratch; if it needs more, nothing is computed and the size is returned (the caller
 # grows the scratch and calls again); 0 when done.
+# PIECES: B's quantized rows are held in pieces of rp rows, as many as fit in the scratch s, taken
+# as at least _PIECE ints and at least A's M rows of KT4 (so s is not grown past the larger of
+# about _PIECE and the A operand's own size for a large B; always at least one row): each
+# piece's outputs are computed for every A row, whose quantized row is made again per piece.
+# Each output is still one A row times one B row, quantized alike, so the result is bit for bit
+# the same whatever the piece size (tests/mp/test_viper_pieces.py). The cost is A's quantization
+# once more per extra piece: with pieces of at least M rows' worth, at most as much again as
+# quantizing B, and none when B fits (a Dense layer's weight at a micro-batch of more rows than
+# it has outputs: the encoder's FFN at S = 32 from 8 samples on).
 # ERROR BOUND (relative to the block maxima): every operand is rounded to 14 bits of its block's
 #   largest magnitude (|x - x~| <= 2^-13 max|x|), so an output summing KT products is within
 #   2^-11 KT max|a_row| max|b_row| of the exact sum, plus 2^-11 of an addend (bias, accumulated
 #   gradient) and the final float32 rounding. A small element next to a large one in the same
 #   block keeps only the bits above 2^-14 of the large one (tests/mp/test_viper_range.py).
-# from host/viper/gemm.py:35
+# from host/viper/gemm.py:47
 @micropython.viper
 def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y: int, z: int, w: int, u: int) -> int:
     # v qa qb: the hottest locals (the packed value, the A and B row pointers of the inner
@@ -93,7 +105,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     else:   # MEAN_POOL
         nb1 = x; M = z; N = 1; KT = y; asm = 1; ask = z; asb1 = y * z
         bsn = 0; bsk = 1; osm = 1; osn = 0; osb1 = z
-    # from host/viper/gemm.py:47
+    # from host/viper/gemm.py:59
     P = 14                              # bits per operand [B1]
     lim = 16383                         # 2^P - 1
     KT4 = (KT + 3) & (0 - 4)              # KT rounded up to a multiple of 4 (zero padded)
@@ -103,8 +115,21 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
     if kind == MM_DWEIGHT and w:
         NB = N + 1
         fuse = 1
-    xq = NB * KT4                        # S[0 : NB*KT4] B rows, S[xq : xq+NB] B exponents
-    ex = xq + NB                        # S[ex : ex+KT4] the current A row
+    # from host/viper/snippets.py:1499 (snippet gemm_piece)
+    rp = NB
+    if kind != MM_FORWARD or u == 0:
+        room = int(len(s))
+        if room < _PIECE:
+            room = _PIECE
+        if room < M * KT4:
+            room = M * KT4
+        if NB * (KT4 + 1) + KT4 + N + N > room:
+            rp = (room - KT4 - N - N) // (KT4 + 1)
+            if rp < 1:
+                rp = 1
+    # from host/viper/gemm.py:69
+    xq = rp * KT4                        # S[0 : rp*KT4] a piece of B rows, S[xq : xq+rp] their exponents
+    ex = xq + rp                        # S[ex : ex+KT4] the current A row
     bd = ex + KT4                        # S[bd : bd+2N] bias[n] decoded (_ADD_BIAS): mantissa, exponent
     cp = bd + N + N                     # S[cp : cp + N*KT] the weight's bits (MM_FORWARD, u = 1)
     need = cp
@@ -142,23 +167,16 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 # from host/viper/snippets.py:175 (snippet decode)
                 if (v >> 31) & 1:
                     xm = 0 - xm
-            # from host/viper/gemm.py:84
+            # from host/viper/gemm.py:97
             S[bd + n + n] = xm
             S[bd + n + n + 1] = xe - 150
-    if fuse:
-        for k in range(KT4):
-            S[N * KT4 + k] = 0
-        for k in range(KT):
-            S[N * KT4 + k] = 8192        # 1.0 quantized: 2^23 >> 10 with exponent 127
-        S[xq + N] = 127
     for b1 in range(nb1):
         for b2 in range(nb2):
             ab = b1 * asb1 + b2 * asb2
             bb = b1 * bsb1 + b2 * bsb2
             ob = b1 * osb1 + b2 * osb2
-            # quantize the N rows of B (block = row n, KT values; see kernels_viper.py), unless
-            # they are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its copy
-            # of the weight's bits at S[cp ...] says the quantized rows are those of this weight)
+            # B's rows are kept (MM_FORWARD with u = 1: s is the weight's own scratch, and its
+            # copy of the weight's bits at S[cp ...] says the quantized rows are this weight's)
             # from host/viper/snippets.py:733 (snippet kept)
             same = 0
             if kind == MM_FORWARD and u:
@@ -170,493 +188,510 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
                 if same == 0:
                     for k in range(N * KT):
                         S[cp + k] = pb[k]
-            # from host/viper/gemm.py:101
-            qb = ptr32(sa)                      # B row n goes to S[n * KT4 ...]
-            for n in range(N):
-                if same:
-                    break
-                i0 = bb + n * bsn
-                # from host/viper/snippets.py:352 (snippet quantize)
-                # qa walks the block (a register local of _gemm: each load has a constant offset)
-                st4 = bsk << 2
-                emax = 0
-                qa = ptr32(uint(pb) + (i0 << 2))
-                for k in range(KT):
-                    e = (qa[0] >> 23) & 0xFF
-                    if e > emax:
-                        emax = e
-                    qa = ptr32(uint(qa) + st4)
-                if emax == 255:
-                    emax = 254
-                base = emax + 24 - P
-                # the values that quantize to nonzero: e >= elo, i.e. a normal number (e >= 1) whose shift
-                # sh = base - e is at most 30 (one compare per value). +-inf and NaN (e = 255, only when the
-                # block's emax is 255, read as 254) get sh = 23 - P and a q of at least 2^P: clamped to lim,
-                # as FLT_MAX (the mantissa 2^24 - 1 at e = 254) would be.
-                elo = base - 30
-                if elo < 1:
-                    elo = 1
-                qa = ptr32(uint(pb) + (i0 << 2))
-                for k in range(KT):
-                    v = qa[0]
-                    qa = ptr32(uint(qa) + st4)
-                    e = (v >> 23) & 0xFF
-                    if e >= elo:
-                        sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
-                        q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
-                        if q > lim:
-                            q = lim
-                        if (v >> 31) & 1:
-                            q = 0 - q
+            # from host/viper/gemm.py:107
+            n0 = 0
+            while n0 < NB:                      # the pieces of B rows n0 <= n < n1
+                n1 = n0 + rp
+                if n1 > NB:
+                    n1 = NB
+                xn = xq - n0                    # B row n's exponent at S[xn + n]
+                # quantize the rows n0 .. n1 - 1 of B (block = row n, KT values; see
+                # kernels_viper.py), unless kept; row N is the ones row of a fused bias gradient
+                # from host/viper/snippets.py:1518 (snippet gemm_bpiece)
+                qb = ptr32(sa)
+                for n in range(n0, n1):
+                    if same:
+                        break
+                    if n == N:
+                        for k in range(KT):
+                            qb[0] = 8192
+                            qb = ptr32(uint(qb) + 4)
+                        emax = 127
                     else:
-                        q = 0
-                    qb[0] = q
-                    qb = ptr32(uint(qb) + 4)
-                # from host/viper/gemm.py:107
-                for k in range(KT, KT4):
-                    qb[0] = 0
-                    qb = ptr32(uint(qb) + 4)
-                S[xq + n] = emax
-            for m in range(M):
-                # quantize row m of A into S[ex : ex + KT]
-                i0 = ab + m * asm
-                qb = ptr32(sa + (ex << 2))
-                # from host/viper/snippets.py:352 (snippet quantize)
-                # qa walks the block (a register local of _gemm: each load has a constant offset)
-                st4 = ask << 2
-                emax = 0
-                qa = ptr32(uint(pa) + (i0 << 2))
-                for k in range(KT):
-                    e = (qa[0] >> 23) & 0xFF
-                    if e > emax:
-                        emax = e
-                    qa = ptr32(uint(qa) + st4)
-                if emax == 255:
-                    emax = 254
-                base = emax + 24 - P
-                # the values that quantize to nonzero: e >= elo, i.e. a normal number (e >= 1) whose shift
-                # sh = base - e is at most 30 (one compare per value). +-inf and NaN (e = 255, only when the
-                # block's emax is 255, read as 254) get sh = 23 - P and a q of at least 2^P: clamped to lim,
-                # as FLT_MAX (the mantissa 2^24 - 1 at e = 254) would be.
-                elo = base - 30
-                if elo < 1:
-                    elo = 1
-                qa = ptr32(uint(pa) + (i0 << 2))
-                for k in range(KT):
-                    v = qa[0]
-                    qa = ptr32(uint(qa) + st4)
-                    e = (v >> 23) & 0xFF
-                    if e >= elo:
-                        sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
-                        q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
-                        if q > lim:
-                            q = lim
-                        if (v >> 31) & 1:
-                            q = 0 - q
-                    else:
-                        q = 0
-                    qb[0] = q
-                    qb = ptr32(uint(qb) + 4)
+                        i0 = bb + n * bsn
+                        # from host/viper/snippets.py:352 (snippet quantize)
+                        # qa walks the block (a register local of _gemm: each load has a constant offset)
+                        st4 = bsk << 2
+                        emax = 0
+                        qa = ptr32(uint(pb) + (i0 << 2))
+                        for k in range(KT):
+                            e = (qa[0] >> 23) & 0xFF
+                            if e > emax:
+                                emax = e
+                            qa = ptr32(uint(qa) + st4)
+                        if emax == 255:
+                            emax = 254
+                        base = emax + 24 - P
+                        # the values that quantize to nonzero: e >= elo, i.e. a normal number (e >= 1) whose shift
+                        # sh = base - e is at most 30 (one compare per value). +-inf and NaN (e = 255, only when the
+                        # block's emax is 255, read as 254) get sh = 23 - P and a q of at least 2^P: clamped to lim,
+                        # as FLT_MAX (the mantissa 2^24 - 1 at e = 254) would be.
+                        elo = base - 30
+                        if elo < 1:
+                            elo = 1
+                        qa = ptr32(uint(pb) + (i0 << 2))
+                        for k in range(KT):
+                            v = qa[0]
+                            qa = ptr32(uint(qa) + st4)
+                            e = (v >> 23) & 0xFF
+                            if e >= elo:
+                                sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
+                                q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
+                                if q > lim:
+                                    q = lim
+                                if (v >> 31) & 1:
+                                    q = 0 - q
+                            else:
+                                q = 0
+                            qb[0] = q
+                            qb = ptr32(uint(qb) + 4)
+                    # from host/viper/snippets.py:1530 (snippet gemm_bpiece)
+                    for k in range(KT, KT4):
+                        qb[0] = 0
+                        qb = ptr32(uint(qb) + 4)
+                    S[xn + n] = emax
                 # from host/viper/gemm.py:116
-                ea = emax - 252 - P - P + sh4
-                # from host/viper/snippets.py:588 (snippet gemm_arow)
-                if nc <= 2:
-                    a0 = S[ex]
-                    a1 = S[ex + 1]
-                    a2 = S[ex + 2]
-                    a3 = S[ex + 3]
-                    if nc == 2:
-                        a4 = S[ex + 4]
-                        a5 = S[ex + 5]
-                        a6 = S[ex + 6]
-                        a7 = S[ex + 7]
-                # from host/viper/gemm.py:118
-                pw = po
-                oi = ob + m * osm
-                qb = ptr32(sa)                  # B row n; the MAC moves it to the next row
-                # from host/viper/snippets.py:681 (snippet gemm_outs)
-                if mode == _ADD_NONE and nc <= 2:
-                    # short rows without an addend (the attention products, most input gradients)
-                    if nc == 1:
-                        for n in range(N):
-                            # from host/viper/snippets.py:619 (snippet mac_c1)
-                            # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
-                            # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
-                            # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
-                            v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                            v = (v << s32) >> s32                       #!chk v
-                            qb = ptr32(uint(qb) + 16)
-                            # from host/viper/snippets.py:712 (snippet gemm_put0)
-                            e = ea + S[xq + n]                  # value = acc * 2^e
-                            # from host/viper/snippets.py:116 (snippet unsign)
-                            sg = 0
-                            if v < 0:
-                                sg = 1
-                                v = 0 - v
-                            # from host/viper/snippets.py:30 (snippet pack_by)
-                            if v == 0:
-                                pw[oi] = 0
-                            else:
-                                # from host/viper/snippets.py:71 (snippet norm24_bl)
-                                if v >= 0x1000000:
-                                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
-                                    sh = bl[t]
-                                    # from host/viper/snippets.py:106 (snippet round_near)
-                                    v = (v + (1 << (sh - 1))) >> sh
-                                    # from host/viper/snippets.py:75 (snippet norm24_bl)
-                                    e += sh
-                                    if v >= 0x1000000:
-                                        v = v >> 1
-                                        e += 1
-                                else:
-                                    if v >= 0x10000:
-                                        t = 8 - bl[v >> 16]
-                                    elif v >= 0x100:
-                                        t = 16 - bl[v >> 8]
-                                    else:
-                                        t = 24 - bl[v]
-                                    v = v << t
-                                    e -= t
-                                # from host/viper/snippets.py:34 (snippet pack_by)
-                                be = e + 150
-                                if be >= 255:
-                                    be = 255
-                                    pw[oi] = (sg << 31) | (be << 23)
-                                elif be <= 0:
-                                    pw[oi] = 0
-                                else:
-                                    pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                            # from host/viper/snippets.py:714 (snippet gemm_put0)
-                            oi += osn
-                    # from host/viper/snippets.py:687 (snippet gemm_outs)
-                    else:
-                        for n in range(N):
-                            # from host/viper/snippets.py:631 (snippet mac_c2)
-                            v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                                   + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-                            v = (v << s32) >> s32                       #!chk v
-                            qb = ptr32(uint(qb) + 32)
-                            # from host/viper/snippets.py:712 (snippet gemm_put0)
-                            e = ea + S[xq + n]                  # value = acc * 2^e
-                            # from host/viper/snippets.py:116 (snippet unsign)
-                            sg = 0
-                            if v < 0:
-                                sg = 1
-                                v = 0 - v
-                            # from host/viper/snippets.py:30 (snippet pack_by)
-                            if v == 0:
-                                pw[oi] = 0
-                            else:
-                                # from host/viper/snippets.py:71 (snippet norm24_bl)
-                                if v >= 0x1000000:
-                                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
-                                    sh = bl[t]
-                                    # from host/viper/snippets.py:106 (snippet round_near)
-                                    v = (v + (1 << (sh - 1))) >> sh
-                                    # from host/viper/snippets.py:75 (snippet norm24_bl)
-                                    e += sh
-                                    if v >= 0x1000000:
-                                        v = v >> 1
-                                        e += 1
-                                else:
-                                    if v >= 0x10000:
-                                        t = 8 - bl[v >> 16]
-                                    elif v >= 0x100:
-                                        t = 16 - bl[v >> 8]
-                                    else:
-                                        t = 24 - bl[v]
-                                    v = v << t
-                                    e -= t
-                                # from host/viper/snippets.py:34 (snippet pack_by)
-                                be = e + 150
-                                if be >= 255:
-                                    be = 255
-                                    pw[oi] = (sg << 31) | (be << 23)
-                                elif be <= 0:
-                                    pw[oi] = 0
-                                else:
-                                    pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                            # from host/viper/snippets.py:714 (snippet gemm_put0)
-                            oi += osn
-                # from host/viper/snippets.py:691 (snippet gemm_outs)
-                elif mode == _ADD_BIAS and nc <= 2:
-                    # short rows plus a bias (the forward of Dense and of the projections)
-                    for n in range(N):
-                        if nc == 1:
-                            # from host/viper/snippets.py:619 (snippet mac_c1)
-                            # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
-                            # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
-                            # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
-                            v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                            v = (v << s32) >> s32                       #!chk v
-                            qb = ptr32(uint(qb) + 16)
-                        # from host/viper/snippets.py:696 (snippet gemm_outs)
+                for m in range(M):
+                    # quantize row m of A into S[ex : ex + KT]
+                    i0 = ab + m * asm
+                    qb = ptr32(sa + (ex << 2))
+                    # from host/viper/snippets.py:352 (snippet quantize)
+                    # qa walks the block (a register local of _gemm: each load has a constant offset)
+                    st4 = ask << 2
+                    emax = 0
+                    qa = ptr32(uint(pa) + (i0 << 2))
+                    for k in range(KT):
+                        e = (qa[0] >> 23) & 0xFF
+                        if e > emax:
+                            emax = e
+                        qa = ptr32(uint(qa) + st4)
+                    if emax == 255:
+                        emax = 254
+                    base = emax + 24 - P
+                    # the values that quantize to nonzero: e >= elo, i.e. a normal number (e >= 1) whose shift
+                    # sh = base - e is at most 30 (one compare per value). +-inf and NaN (e = 255, only when the
+                    # block's emax is 255, read as 254) get sh = 23 - P and a q of at least 2^P: clamped to lim,
+                    # as FLT_MAX (the mantissa 2^24 - 1 at e = 254) would be.
+                    elo = base - 30
+                    if elo < 1:
+                        elo = 1
+                    qa = ptr32(uint(pa) + (i0 << 2))
+                    for k in range(KT):
+                        v = qa[0]
+                        qa = ptr32(uint(qa) + st4)
+                        e = (v >> 23) & 0xFF
+                        if e >= elo:
+                            sh = base - e           # >= 24 - P = 10 (23 - P for inf and NaN)
+                            q = (((v & 0x7FFFFF) | 0x800000) + (1 << (sh - 1))) >> sh
+                            if q > lim:
+                                q = lim
+                            if (v >> 31) & 1:
+                                q = 0 - q
                         else:
-                            # from host/viper/snippets.py:631 (snippet mac_c2)
-                            v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                                   + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-                            v = (v << s32) >> s32                       #!chk v
-                            qb = ptr32(uint(qb) + 32)
-                        # from host/viper/snippets.py:810 (snippet gemm_putb)
-                        e = ea + S[xq + n]                  # value = acc * 2^e
-                        # from host/viper/snippets.py:764 (snippet halve2)
+                            q = 0
+                        qb[0] = q
+                        qb = ptr32(uint(qb) + 4)
+                    # from host/viper/gemm.py:121
+                    ea = emax - 252 - P - P + sh4
+                    # from host/viper/snippets.py:588 (snippet gemm_arow)
+                    if nc <= 2:
+                        a0 = S[ex]
+                        a1 = S[ex + 1]
+                        a2 = S[ex + 2]
+                        a3 = S[ex + 3]
                         if nc == 2:
-                            v = (v + 1) >> 1
-                            e += 1
-                        # from host/viper/snippets.py:774 (snippet add_bias)
-                        xm = (S[bd + n + n] << s32) >> s32
-                        xe = (S[bd + n + n + 1] << s32) >> s32
-                        # from host/viper/snippets.py:783 (snippet addto_acc)
-                        if xm != 0:
-                            if v == 0:
-                                v = xm
-                                e = xe
-                            elif xe <= e:
-                                sh = e - xe
-                                # from host/viper/snippets.py:269 (snippet rsh)
-                                if sh > 30:
-                                    xm = 0
-                                else:
-                                    xm = (xm + ((1 << sh) >> 1)) >> sh
-                                # from host/viper/snippets.py:790 (snippet addto_acc)
-                                v += xm                               #!chk v
-                            else:
-                                uu = xe - e
-                                if uu > 6:
-                                    uu = 6
-                                xm = xm << uu
-                                sh = xe - uu - e
-                                if sh > 30:
-                                    v = 0
-                                elif sh > 0:
-                                    v = (v + (1 << (sh - 1))) >> sh
-                                v += xm                               #!chk v
-                                e = xe - uu
-                        # from host/viper/snippets.py:116 (snippet unsign)
-                        sg = 0
-                        if v < 0:
-                            sg = 1
-                            v = 0 - v
-                        # from host/viper/snippets.py:30 (snippet pack_by)
-                        if v == 0:
-                            pw[oi] = 0
-                        else:
-                            # from host/viper/snippets.py:71 (snippet norm24_bl)
-                            if v >= 0x1000000:
-                                t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
-                                sh = bl[t]
-                                # from host/viper/snippets.py:106 (snippet round_near)
-                                v = (v + (1 << (sh - 1))) >> sh
-                                # from host/viper/snippets.py:75 (snippet norm24_bl)
-                                e += sh
-                                if v >= 0x1000000:
-                                    v = v >> 1
-                                    e += 1
-                            else:
-                                if v >= 0x10000:
-                                    t = 8 - bl[v >> 16]
-                                elif v >= 0x100:
-                                    t = 16 - bl[v >> 8]
-                                else:
-                                    t = 24 - bl[v]
-                                v = v << t
-                                e -= t
-                            # from host/viper/snippets.py:34 (snippet pack_by)
-                            be = e + 150
-                            if be >= 255:
-                                be = 255
-                                pw[oi] = (sg << 31) | (be << 23)
-                            elif be <= 0:
-                                pw[oi] = 0
-                            else:
-                                pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                        # from host/viper/snippets.py:813 (snippet gemm_putb)
-                        oi += osn
-                # from host/viper/snippets.py:699 (snippet gemm_outs)
-                else:
-                    for n in range(NB):
-                        if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
-                            pw = pbias
-                            oi = m
-                        # from host/viper/snippets.py:605 (snippet mac4)
+                            a4 = S[ex + 4]
+                            a5 = S[ex + 5]
+                            a6 = S[ex + 6]
+                            a7 = S[ex + 7]
+                    # from host/viper/gemm.py:123
+                    pw = po
+                    oi = ob + m * osm + n0 * osn
+                    qb = ptr32(sa)              # B row n0; the MAC moves it to the next row
+                    # from host/viper/snippets.py:681 (snippet gemm_outs)
+                    if mode == _ADD_NONE and nc <= 2:
+                        # short rows without an addend (the attention products, most input gradients)
                         if nc == 1:
-                            # from host/viper/snippets.py:619 (snippet mac_c1)
-                            # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
-                            # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
-                            # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
-                            v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                            v = (v << s32) >> s32                       #!chk v
-                            qb = ptr32(uint(qb) + 16)
-                        # from host/viper/snippets.py:607 (snippet mac4)
-                        elif nc == 2:
-                            # from host/viper/snippets.py:631 (snippet mac_c2)
-                            v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
-                                   + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
-                            v = (v << s32) >> s32                       #!chk v
-                            qb = ptr32(uint(qb) + 32)
-                        # from host/viper/snippets.py:609 (snippet mac4)
-                        else:
-                            # from host/viper/snippets.py:641 (snippet mac_long)
-                            # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
-                            # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
-                            v = 0
-                            qa = ptr32(sa + (ex << 2))
-                            for c in range(nc >> 2):
-                                # from host/viper/snippets.py:667 (snippet pair8)
-                                t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
-                                     + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
-                                t = (t << s32) >> s32                       #!chk t
-                                v += (t + rh) >> sh4                          #!chk v
-                                # from host/viper/snippets.py:667 (snippet pair8)
-                                t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
-                                     + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
-                                t = (t << s32) >> s32                       #!chk t
-                                v += (t + rh) >> sh4                          #!chk v
-                                # from host/viper/snippets.py:648 (snippet mac_long)
-                                qa = ptr32(uint(qa) + 64)
-                                qb = ptr32(uint(qb) + 64)
-                            if nc & 2:
-                                # from host/viper/snippets.py:667 (snippet pair8)
-                                t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
-                                     + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
-                                t = (t << s32) >> s32                       #!chk t
-                                v += (t + rh) >> sh4                          #!chk v
-                                # from host/viper/snippets.py:652 (snippet mac_long)
-                                qa = ptr32(uint(qa) + 32)
-                                qb = ptr32(uint(qb) + 32)
-                            if nc & 1:
-                                t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
-                                t = (t << s32) >> s32                       #!chk t
-                                v += (t + rh) >> sh4                          #!chk v
+                            for n in range(n0, n1):
+                                # from host/viper/snippets.py:619 (snippet mac_c1)
+                                # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                                # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                                # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                                v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                v = (v << s32) >> s32                       #!chk v
                                 qb = ptr32(uint(qb) + 16)
-                        # from host/viper/snippets.py:722 (snippet gemm_put)
-                        e = ea + S[xq + n]                  # value = acc * 2^e
-                        # from host/viper/snippets.py:749 (snippet addend)
-                        # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
-                        if mode != _ADD_NONE:
-                            if mode == _ADD_OLD:
-                                # from host/viper/snippets.py:764 (snippet halve2)
-                                if nc == 2:
-                                    v = (v + 1) >> 1
-                                    e += 1
-                                # from host/viper/snippets.py:753 (snippet addend)
-                                ov = pw[oi]
-                                # from host/viper/snippets.py:171 (snippet decode)
-                                xe = (ov >> 23) & 0xFF
-                                xm = 0
-                                if xe != 0:
-                                    # from host/viper/snippets.py:182 (snippet mag)
-                                    xm = (ov & 0x7FFFFF) | 0x800000
-                                    if xe == 255:
-                                        xm = 0xFFFFFF
-                                        xe = 254
-                                    # from host/viper/snippets.py:175 (snippet decode)
-                                    if (ov >> 31) & 1:
-                                        xm = 0 - xm
-                                # from host/viper/snippets.py:755 (snippet addend)
-                                xe = xe - 150
-                                # from host/viper/snippets.py:783 (snippet addto_acc)
-                                if xm != 0:
-                                    if v == 0:
-                                        v = xm
-                                        e = xe
-                                    elif xe <= e:
-                                        sh = e - xe
-                                        # from host/viper/snippets.py:269 (snippet rsh)
-                                        if sh > 30:
-                                            xm = 0
-                                        else:
-                                            xm = (xm + ((1 << sh) >> 1)) >> sh
-                                        # from host/viper/snippets.py:790 (snippet addto_acc)
-                                        v += xm                               #!chk v
-                                    else:
-                                        uu = xe - e
-                                        if uu > 6:
-                                            uu = 6
-                                        xm = xm << uu
-                                        sh = xe - uu - e
-                                        if sh > 30:
-                                            v = 0
-                                        elif sh > 0:
-                                            v = (v + (1 << (sh - 1))) >> sh
-                                        v += xm                               #!chk v
-                                        e = xe - uu
-                            # from host/viper/snippets.py:757 (snippet addend)
-                            else:
-                                # from host/viper/snippets.py:764 (snippet halve2)
-                                if nc == 2:
-                                    v = (v + 1) >> 1
-                                    e += 1
-                                # from host/viper/snippets.py:774 (snippet add_bias)
-                                xm = (S[bd + n + n] << s32) >> s32
-                                xe = (S[bd + n + n + 1] << s32) >> s32
-                                # from host/viper/snippets.py:783 (snippet addto_acc)
-                                if xm != 0:
-                                    if v == 0:
-                                        v = xm
-                                        e = xe
-                                    elif xe <= e:
-                                        sh = e - xe
-                                        # from host/viper/snippets.py:269 (snippet rsh)
-                                        if sh > 30:
-                                            xm = 0
-                                        else:
-                                            xm = (xm + ((1 << sh) >> 1)) >> sh
-                                        # from host/viper/snippets.py:790 (snippet addto_acc)
-                                        v += xm                               #!chk v
-                                    else:
-                                        uu = xe - e
-                                        if uu > 6:
-                                            uu = 6
-                                        xm = xm << uu
-                                        sh = xe - uu - e
-                                        if sh > 30:
-                                            v = 0
-                                        elif sh > 0:
-                                            v = (v + (1 << (sh - 1))) >> sh
-                                        v += xm                               #!chk v
-                                        e = xe - uu
-                        # from host/viper/snippets.py:116 (snippet unsign)
-                        sg = 0
-                        if v < 0:
-                            sg = 1
-                            v = 0 - v
-                        # from host/viper/snippets.py:30 (snippet pack_by)
-                        if v == 0:
-                            pw[oi] = 0
-                        else:
-                            # from host/viper/snippets.py:71 (snippet norm24_bl)
-                            if v >= 0x1000000:
-                                t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
-                                sh = bl[t]
-                                # from host/viper/snippets.py:106 (snippet round_near)
-                                v = (v + (1 << (sh - 1))) >> sh
-                                # from host/viper/snippets.py:75 (snippet norm24_bl)
-                                e += sh
-                                if v >= 0x1000000:
-                                    v = v >> 1
-                                    e += 1
-                            else:
-                                if v >= 0x10000:
-                                    t = 8 - bl[v >> 16]
-                                elif v >= 0x100:
-                                    t = 16 - bl[v >> 8]
+                                # from host/viper/snippets.py:712 (snippet gemm_put0)
+                                e = ea + S[xn + n]                  # value = acc * 2^e
+                                # from host/viper/snippets.py:116 (snippet unsign)
+                                sg = 0
+                                if v < 0:
+                                    sg = 1
+                                    v = 0 - v
+                                # from host/viper/snippets.py:30 (snippet pack_by)
+                                if v == 0:
+                                    pw[oi] = 0
                                 else:
-                                    t = 24 - bl[v]
-                                v = v << t
-                                e -= t
-                            # from host/viper/snippets.py:34 (snippet pack_by)
-                            be = e + 150
-                            if be >= 255:
-                                be = 255
-                                pw[oi] = (sg << 31) | (be << 23)
-                            elif be <= 0:
+                                    # from host/viper/snippets.py:71 (snippet norm24_bl)
+                                    if v >= 0x1000000:
+                                        t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                        sh = bl[t]
+                                        # from host/viper/snippets.py:106 (snippet round_near)
+                                        v = (v + (1 << (sh - 1))) >> sh
+                                        # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                        e += sh
+                                        if v >= 0x1000000:
+                                            v = v >> 1
+                                            e += 1
+                                    else:
+                                        if v >= 0x10000:
+                                            t = 8 - bl[v >> 16]
+                                        elif v >= 0x100:
+                                            t = 16 - bl[v >> 8]
+                                        else:
+                                            t = 24 - bl[v]
+                                        v = v << t
+                                        e -= t
+                                    # from host/viper/snippets.py:34 (snippet pack_by)
+                                    be = e + 150
+                                    if be >= 255:
+                                        be = 255
+                                        pw[oi] = (sg << 31) | (be << 23)
+                                    elif be <= 0:
+                                        pw[oi] = 0
+                                    else:
+                                        pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                                # from host/viper/snippets.py:714 (snippet gemm_put0)
+                                oi += osn
+                        # from host/viper/snippets.py:687 (snippet gemm_outs)
+                        else:
+                            for n in range(n0, n1):
+                                # from host/viper/snippets.py:631 (snippet mac_c2)
+                                v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                       + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+                                v = (v << s32) >> s32                       #!chk v
+                                qb = ptr32(uint(qb) + 32)
+                                # from host/viper/snippets.py:712 (snippet gemm_put0)
+                                e = ea + S[xn + n]                  # value = acc * 2^e
+                                # from host/viper/snippets.py:116 (snippet unsign)
+                                sg = 0
+                                if v < 0:
+                                    sg = 1
+                                    v = 0 - v
+                                # from host/viper/snippets.py:30 (snippet pack_by)
+                                if v == 0:
+                                    pw[oi] = 0
+                                else:
+                                    # from host/viper/snippets.py:71 (snippet norm24_bl)
+                                    if v >= 0x1000000:
+                                        t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                        sh = bl[t]
+                                        # from host/viper/snippets.py:106 (snippet round_near)
+                                        v = (v + (1 << (sh - 1))) >> sh
+                                        # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                        e += sh
+                                        if v >= 0x1000000:
+                                            v = v >> 1
+                                            e += 1
+                                    else:
+                                        if v >= 0x10000:
+                                            t = 8 - bl[v >> 16]
+                                        elif v >= 0x100:
+                                            t = 16 - bl[v >> 8]
+                                        else:
+                                            t = 24 - bl[v]
+                                        v = v << t
+                                        e -= t
+                                    # from host/viper/snippets.py:34 (snippet pack_by)
+                                    be = e + 150
+                                    if be >= 255:
+                                        be = 255
+                                        pw[oi] = (sg << 31) | (be << 23)
+                                    elif be <= 0:
+                                        pw[oi] = 0
+                                    else:
+                                        pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                                # from host/viper/snippets.py:714 (snippet gemm_put0)
+                                oi += osn
+                    # from host/viper/snippets.py:691 (snippet gemm_outs)
+                    elif mode == _ADD_BIAS and nc <= 2:
+                        # short rows plus a bias (the forward of Dense and of the projections)
+                        for n in range(n0, n1):
+                            if nc == 1:
+                                # from host/viper/snippets.py:619 (snippet mac_c1)
+                                # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                                # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                                # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                                v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                v = (v << s32) >> s32                       #!chk v
+                                qb = ptr32(uint(qb) + 16)
+                            # from host/viper/snippets.py:696 (snippet gemm_outs)
+                            else:
+                                # from host/viper/snippets.py:631 (snippet mac_c2)
+                                v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                       + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+                                v = (v << s32) >> s32                       #!chk v
+                                qb = ptr32(uint(qb) + 32)
+                            # from host/viper/snippets.py:810 (snippet gemm_putb)
+                            e = ea + S[xn + n]                  # value = acc * 2^e
+                            # from host/viper/snippets.py:764 (snippet halve2)
+                            if nc == 2:
+                                v = (v + 1) >> 1
+                                e += 1
+                            # from host/viper/snippets.py:774 (snippet add_bias)
+                            xm = (S[bd + n + n] << s32) >> s32
+                            xe = (S[bd + n + n + 1] << s32) >> s32
+                            # from host/viper/snippets.py:783 (snippet addto_acc)
+                            if xm != 0:
+                                if v == 0:
+                                    v = xm
+                                    e = xe
+                                elif xe <= e:
+                                    sh = e - xe
+                                    # from host/viper/snippets.py:269 (snippet rsh)
+                                    if sh > 30:
+                                        xm = 0
+                                    else:
+                                        xm = (xm + ((1 << sh) >> 1)) >> sh
+                                    # from host/viper/snippets.py:790 (snippet addto_acc)
+                                    v += xm                               #!chk v
+                                else:
+                                    uu = xe - e
+                                    if uu > 6:
+                                        uu = 6
+                                    xm = xm << uu
+                                    sh = xe - uu - e
+                                    if sh > 30:
+                                        v = 0
+                                    elif sh > 0:
+                                        v = (v + (1 << (sh - 1))) >> sh
+                                    v += xm                               #!chk v
+                                    e = xe - uu
+                            # from host/viper/snippets.py:116 (snippet unsign)
+                            sg = 0
+                            if v < 0:
+                                sg = 1
+                                v = 0 - v
+                            # from host/viper/snippets.py:30 (snippet pack_by)
+                            if v == 0:
                                 pw[oi] = 0
                             else:
-                                pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-                        # from host/viper/snippets.py:725 (snippet gemm_put)
-                        oi += osn
-    # from host/viper/gemm.py:122
+                                # from host/viper/snippets.py:71 (snippet norm24_bl)
+                                if v >= 0x1000000:
+                                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                    sh = bl[t]
+                                    # from host/viper/snippets.py:106 (snippet round_near)
+                                    v = (v + (1 << (sh - 1))) >> sh
+                                    # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                    e += sh
+                                    if v >= 0x1000000:
+                                        v = v >> 1
+                                        e += 1
+                                else:
+                                    if v >= 0x10000:
+                                        t = 8 - bl[v >> 16]
+                                    elif v >= 0x100:
+                                        t = 16 - bl[v >> 8]
+                                    else:
+                                        t = 24 - bl[v]
+                                    v = v << t
+                                    e -= t
+                                # from host/viper/snippets.py:34 (snippet pack_by)
+                                be = e + 150
+                                if be >= 255:
+                                    be = 255
+                                    pw[oi] = (sg << 31) | (be << 23)
+                                elif be <= 0:
+                                    pw[oi] = 0
+                                else:
+                                    pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                            # from host/viper/snippets.py:813 (snippet gemm_putb)
+                            oi += osn
+                    # from host/viper/snippets.py:699 (snippet gemm_outs)
+                    else:
+                        for n in range(n0, n1):
+                            if n == N:                  # the ones row: dbias[m] += sum_k A[m, k]
+                                pw = pbias
+                                oi = m
+                            # from host/viper/snippets.py:605 (snippet mac4)
+                            if nc == 1:
+                                # from host/viper/snippets.py:619 (snippet mac_c1)
+                                # [B1] |q| <= 2^14 - 1: a 4-term chunk t has |t| <= 2^30 - 2^17 + 4, so KT <= 4
+                                # needs no shift and KT <= 8 sums two chunks to |acc| <= 2^31 - 2^18 + 8; longer
+                                # rows shift each chunk (rounded) by sh4 = clog2(KT4/4): |acc| < 2^30
+                                v = a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                v = (v << s32) >> s32                       #!chk v
+                                qb = ptr32(uint(qb) + 16)
+                            # from host/viper/snippets.py:607 (snippet mac4)
+                            elif nc == 2:
+                                # from host/viper/snippets.py:631 (snippet mac_c2)
+                                v = (a0 * qb[0] + a1 * qb[1] + a2 * qb[2] + a3 * qb[3]
+                                       + a4 * qb[4] + a5 * qb[5] + a6 * qb[6] + a7 * qb[7])
+                                v = (v << s32) >> s32                       #!chk v
+                                qb = ptr32(uint(qb) + 32)
+                            # from host/viper/snippets.py:609 (snippet mac4)
+                            else:
+                                # from host/viper/snippets.py:641 (snippet mac_long)
+                                # pairs of chunks (8 products, |t| <= 2^31 - 2^18 + 8) share one shift; two pairs a
+                                # turn (fewer loop and pointer steps), then the odd pair and the odd chunk
+                                v = 0
+                                qa = ptr32(sa + (ex << 2))
+                                for c in range(nc >> 2):
+                                    # from host/viper/snippets.py:667 (snippet pair8)
+                                    t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
+                                         + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
+                                    t = (t << s32) >> s32                       #!chk t
+                                    v += (t + rh) >> sh4                          #!chk v
+                                    # from host/viper/snippets.py:667 (snippet pair8)
+                                    t = (qa[8] * qb[8] + qa[8 + 1] * qb[8 + 1] + qa[8 + 2] * qb[8 + 2] + qa[8 + 3] * qb[8 + 3]
+                                         + qa[8 + 4] * qb[8 + 4] + qa[8 + 5] * qb[8 + 5] + qa[8 + 6] * qb[8 + 6] + qa[8 + 7] * qb[8 + 7])
+                                    t = (t << s32) >> s32                       #!chk t
+                                    v += (t + rh) >> sh4                          #!chk v
+                                    # from host/viper/snippets.py:648 (snippet mac_long)
+                                    qa = ptr32(uint(qa) + 64)
+                                    qb = ptr32(uint(qb) + 64)
+                                if nc & 2:
+                                    # from host/viper/snippets.py:667 (snippet pair8)
+                                    t = (qa[0] * qb[0] + qa[0 + 1] * qb[0 + 1] + qa[0 + 2] * qb[0 + 2] + qa[0 + 3] * qb[0 + 3]
+                                         + qa[0 + 4] * qb[0 + 4] + qa[0 + 5] * qb[0 + 5] + qa[0 + 6] * qb[0 + 6] + qa[0 + 7] * qb[0 + 7])
+                                    t = (t << s32) >> s32                       #!chk t
+                                    v += (t + rh) >> sh4                          #!chk v
+                                    # from host/viper/snippets.py:652 (snippet mac_long)
+                                    qa = ptr32(uint(qa) + 32)
+                                    qb = ptr32(uint(qb) + 32)
+                                if nc & 1:
+                                    t = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
+                                    t = (t << s32) >> s32                       #!chk t
+                                    v += (t + rh) >> sh4                          #!chk v
+                                    qb = ptr32(uint(qb) + 16)
+                            # from host/viper/snippets.py:722 (snippet gemm_put)
+                            e = ea + S[xn + n]                  # value = acc * 2^e
+                            # from host/viper/snippets.py:749 (snippet addend)
+                            # addend: the old output (_ADD_OLD) or bias[n] (_ADD_BIAS)  [B2]
+                            if mode != _ADD_NONE:
+                                if mode == _ADD_OLD:
+                                    # from host/viper/snippets.py:764 (snippet halve2)
+                                    if nc == 2:
+                                        v = (v + 1) >> 1
+                                        e += 1
+                                    # from host/viper/snippets.py:753 (snippet addend)
+                                    ov = pw[oi]
+                                    # from host/viper/snippets.py:171 (snippet decode)
+                                    xe = (ov >> 23) & 0xFF
+                                    xm = 0
+                                    if xe != 0:
+                                        # from host/viper/snippets.py:182 (snippet mag)
+                                        xm = (ov & 0x7FFFFF) | 0x800000
+                                        if xe == 255:
+                                            xm = 0xFFFFFF
+                                            xe = 254
+                                        # from host/viper/snippets.py:175 (snippet decode)
+                                        if (ov >> 31) & 1:
+                                            xm = 0 - xm
+                                    # from host/viper/snippets.py:755 (snippet addend)
+                                    xe = xe - 150
+                                    # from host/viper/snippets.py:783 (snippet addto_acc)
+                                    if xm != 0:
+                                        if v == 0:
+                                            v = xm
+                                            e = xe
+                                        elif xe <= e:
+                                            sh = e - xe
+                                            # from host/viper/snippets.py:269 (snippet rsh)
+                                            if sh > 30:
+                                                xm = 0
+                                            else:
+                                                xm = (xm + ((1 << sh) >> 1)) >> sh
+                                            # from host/viper/snippets.py:790 (snippet addto_acc)
+                                            v += xm                               #!chk v
+                                        else:
+                                            uu = xe - e
+                                            if uu > 6:
+                                                uu = 6
+                                            xm = xm << uu
+                                            sh = xe - uu - e
+                                            if sh > 30:
+                                                v = 0
+                                            elif sh > 0:
+                                                v = (v + (1 << (sh - 1))) >> sh
+                                            v += xm                               #!chk v
+                                            e = xe - uu
+                                # from host/viper/snippets.py:757 (snippet addend)
+                                else:
+                                    # from host/viper/snippets.py:764 (snippet halve2)
+                                    if nc == 2:
+                                        v = (v + 1) >> 1
+                                        e += 1
+                                    # from host/viper/snippets.py:774 (snippet add_bias)
+                                    xm = (S[bd + n + n] << s32) >> s32
+                                    xe = (S[bd + n + n + 1] << s32) >> s32
+                                    # from host/viper/snippets.py:783 (snippet addto_acc)
+                                    if xm != 0:
+                                        if v == 0:
+                                            v = xm
+                                            e = xe
+                                        elif xe <= e:
+                                            sh = e - xe
+                                            # from host/viper/snippets.py:269 (snippet rsh)
+                                            if sh > 30:
+                                                xm = 0
+                                            else:
+                                                xm = (xm + ((1 << sh) >> 1)) >> sh
+                                            # from host/viper/snippets.py:790 (snippet addto_acc)
+                                            v += xm                               #!chk v
+                                        else:
+                                            uu = xe - e
+                                            if uu > 6:
+                                                uu = 6
+                                            xm = xm << uu
+                                            sh = xe - uu - e
+                                            if sh > 30:
+                                                v = 0
+                                            elif sh > 0:
+                                                v = (v + (1 << (sh - 1))) >> sh
+                                            v += xm                               #!chk v
+                                            e = xe - uu
+                            # from host/viper/snippets.py:116 (snippet unsign)
+                            sg = 0
+                            if v < 0:
+                                sg = 1
+                                v = 0 - v
+                            # from host/viper/snippets.py:30 (snippet pack_by)
+                            if v == 0:
+                                pw[oi] = 0
+                            else:
+                                # from host/viper/snippets.py:71 (snippet norm24_bl)
+                                if v >= 0x1000000:
+                                    t = v >> 24                     # v < 2^31: t < 128, sh 1 .. 7
+                                    sh = bl[t]
+                                    # from host/viper/snippets.py:106 (snippet round_near)
+                                    v = (v + (1 << (sh - 1))) >> sh
+                                    # from host/viper/snippets.py:75 (snippet norm24_bl)
+                                    e += sh
+                                    if v >= 0x1000000:
+                                        v = v >> 1
+                                        e += 1
+                                else:
+                                    if v >= 0x10000:
+                                        t = 8 - bl[v >> 16]
+                                    elif v >= 0x100:
+                                        t = 16 - bl[v >> 8]
+                                    else:
+                                        t = 24 - bl[v]
+                                    v = v << t
+                                    e -= t
+                                # from host/viper/snippets.py:34 (snippet pack_by)
+                                be = e + 150
+                                if be >= 255:
+                                    be = 255
+                                    pw[oi] = (sg << 31) | (be << 23)
+                                elif be <= 0:
+                                    pw[oi] = 0
+                                else:
+                                    pw[oi] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
+                            # from host/viper/snippets.py:725 (snippet gemm_put)
+                            oi += osn
+                # from host/viper/gemm.py:127
+                n0 = n1
     return 0
 
 
@@ -667,7 +702,7 @@ def _gemm(v: int, qb: ptr32, qa: ptr32, out, a, b, bias, s, kind: int, x: int, y
 _NONE = None                            # viper compares objects with a global, not the literal
 
 
-# from host/viper/gemm.py:132
+# from host/viper/gemm.py:138
 @micropython.viper
 def _mm(out, a, b, bias, kind: int, x: int, y: int, z: int, w: int, u: int):
     # _gemm with the module scratch, grown on demand
@@ -692,7 +727,7 @@ _KEEP_N = const(4)
 _KEEP_PART = const(3072)
 
 
-# from host/viper/gemm.py:156
+# from host/viper/gemm.py:162
 def keep_weight(keep, weight, bias, C, OC):
     # keep[0] = [weight, bias, hb, out (N, rows of the largest part), then per part: its first
     # row o, its rows r, weight rows view, bias rows view, scratch]; made again when the weight or
@@ -709,14 +744,14 @@ def keep_weight(keep, weight, bias, C, OC):
     keep[0] = k
 
 
-# from host/viper/gemm.py:172
+# from host/viper/gemm.py:178
 def _keep_out(k, n):
     # the keep's output buffer, grown to n floats (more rows than before)
     k[3] = None
     k[3] = array("f", bytes(4 * n))
 
 
-# from host/viper/gemm.py:178
+# from host/viper/gemm.py:184
 @micropython.viper
 def _put_rows(out, o: int, OC: int, part, r: int, N: int):
     # out[m, o : o+r] = part[m, 0 : r] for the N rows m of out (N, OC), bit for bit
@@ -727,7 +762,7 @@ def _put_rows(out, o: int, OC: int, part, r: int, N: int):
             po[m * OC + o + j] = pp[m * r + j]
 
 
-# from host/viper/gemm.py:188
+# from host/viper/gemm.py:194
 @micropython.viper
 def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
     # matmul_forward, reusing the quantized weight kept in keep[0] while the weight is unchanged
@@ -751,7 +786,7 @@ def matmul_forward_kept(out, inp, weight, bias, N: int, C: int, OC: int, keep):
         i += 5
 
 
-# from host/viper/gemm.py:211
+# from host/viper/gemm.py:217
 @micropython.viper
 def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
     # out (N, OC) = inp (N, C) . weight (OC, C)^T + bias (OC,); bias may be None
@@ -761,7 +796,7 @@ def matmul_forward(out, inp, weight, bias, N: int, C: int, OC: int):
         _mm(out, inp, weight, bias, MM_FORWARD, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:220
+# from host/viper/gemm.py:226
 @micropython.viper
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC: int):
     # in the forward pass this was out (N, OC) = inp (N, C) . weight (OC, C)^T + bias
@@ -777,14 +812,14 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, N: int, C: int, OC:
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:235
+# from host/viper/gemm.py:241
 @micropython.viper
 def matmul_backward_input(dinp, dout, weight, N: int, C: int, OC: int):
     # matmul_backward's input gradient alone: dinp (N, C) = dout (N, OC) . weight (OC, C) (written)
     _mm(dinp, dout, weight, dinp, MM_DINP, N, C, OC, 0, 0)
 
 
-# from host/viper/gemm.py:241
+# from host/viper/gemm.py:247
 @micropython.viper
 def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
     # matmul_backward's weight gradients alone: dweight (OC, C) += dout^T . inp; dbias (OC,) +=
@@ -798,7 +833,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, N: int, C: int, OC: int):
         _mm(dweight, dout, inp, dbias, MM_DWEIGHT, N, C, OC, 1, 0)
 
 
-# from host/viper/gemm.py:254
+# from host/viper/gemm.py:260
 @micropython.viper
 def matmul_backward_input_acc(dinp, dout, weight, N: int, C: int, OC: int):
     # dinp (N, C) += dout (N, OC) . weight (OC, C)   (MM_DINP with its accumulate flag)
@@ -810,7 +845,7 @@ _INV = {}                               # T -> array('f') of T copies of 1/T
 _INVT = {}                              # T -> (mantissa Q15, exponent) of 1/T
 
 
-# from host/viper/gemm.py:265
+# from host/viper/gemm.py:271
 def _invs(T):
     a = _INV.get(T)
     if a is None:
@@ -818,7 +853,7 @@ def _invs(T):
     return a
 
 
-# from host/viper/gemm.py:272
+# from host/viper/gemm.py:278
 def _invT(T):
     sc = _INVT.get(T)
     if sc is None:
@@ -826,7 +861,7 @@ def _invT(T):
     return sc
 
 
-# from host/viper/gemm.py:279
+# from host/viper/gemm.py:285
 @micropython.viper
 def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
     # dinp (B, T, C) = dout (B, C) * im * 2^ie, broadcast over T: each value is computed once,
@@ -905,14 +940,14 @@ def _bcast(dinp, dout, B: int, T: int, C: int, im: int, ie: int):
                         pi[i] = 0
                     else:
                         pi[i] = (sg << 31) | (be << 23) | (v & 0x7FFFFF)
-            # from host/viper/gemm.py:302
+            # from host/viper/gemm.py:308
             r = pi[i]
             for t in range(1, T):
                 i += C
                 pi[i] = r
 
 
-# from host/viper/gemm.py:308
+# from host/viper/gemm.py:314
 @micropython.viper
 def avgpool_forward(out, inp, B: int, T: int, C: int):
     # out (B, C) = mean over T of inp (B, T, C)
@@ -921,7 +956,7 @@ def avgpool_forward(out, inp, B: int, T: int, C: int):
     _mm(out, inp, _invs(T), out, MEAN_POOL, B, T, C, 0, 0)
 
 
-# from host/viper/gemm.py:316
+# from host/viper/gemm.py:322
 @micropython.viper
 def avgpool_backward(dinp, dout, B: int, T: int, C: int):
     # dinp (B, T, C) = dout (B, C) / T, broadcast over T (written)
