@@ -720,6 +720,7 @@ class Session:
             t.optimizer = None
         if not had_snap:
             t.drop_snapshot()
+        t.unset_checkpoint()        # the blocks as they were, when the plan switched checkpoint on
         t.release()
         gc.collect()
 

@@ -560,7 +560,7 @@ class Trainer:
         except BaseException:            # refused: the threshold as it was
             self.unsettle()
             self._labels = None
-            self._unset_checkpoint()
+            self.unset_checkpoint()
             raise
         self.last_checkpoint = bool(self._ckpt)
         self.last_rows = self._micro or B
@@ -577,7 +577,7 @@ class Trainer:
             self._micro = None
             self._auto = False
             self._labels = None
-            self._unset_checkpoint()
+            self.unset_checkpoint()
 
     def _set_checkpoint(self):
         # Trainer(checkpoint=True / False): every EncoderBlock's switch as asked, for each fit
@@ -587,8 +587,9 @@ class Trainer:
             for b in blocks(self.model):
                 b.checkpoint = self.checkpoint
 
-    def _unset_checkpoint(self):
-        # the blocks the plan switched checkpoint on in, back off (the fit has ended)
+    def unset_checkpoint(self):
+        """The EncoderBlocks the memory plan switched checkpoint on in (choose_micro), back off:
+        a fit does it when it ends; a caller that chose the micro-batch and then did not fit too."""
         if self._ckpt:
             from .memplan import set_checkpoint
             set_checkpoint(self, False)

@@ -114,6 +114,12 @@ def fit_tight(micro, loose=False):
     memplan._free = lambda: free
     seen = []
     try:
+        # a caller that chose the micro-batch and then did not fit (the board session refusing
+        # the fit after the plan) puts the blocks back with unset_checkpoint
+        t.choose_micro(8, micro)
+        chosen = flags(m)
+        t.unset_checkpoint()
+        assert chosen == [True, True] and flags(m) == [False, False], (chosen, flags(m))
         t.fit(data(16), epochs=1, verbose=True, micro_batch=micro, on_epoch=lambda r: seen.append(flags(m)))
     finally:
         memplan._free = real
