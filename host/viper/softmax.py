@@ -298,15 +298,17 @@ def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: in
 
 
 def reserve_decode(B, L, C, NH):
-    # not a kernel: the module scratch attention_decode needs at its largest (T = L, a full cache
-    # of L tokens), made now at its exact size, so that decoding never grows it token by token
-    # (each growth leaves the old block as a hole in the heap). _gemm reports what a product needs
-    # when its scratch is smaller, computing nothing; the softmax takes 2 T ints.
+    # not a kernel: the module scratch attention_decode needs at its largest over the tokens
+    # T = 1 .. L of a cache of L, made now at its exact size, so that decoding never grows it
+    # token by token (each growth leaves the old block as a hole in the heap). _gemm reports what
+    # a product needs when its scratch is smaller, computing nothing; the softmax takes 2 T ints.
+    # Every T is asked: with B's rows in pieces (gemm.py, PIECES) the need is not largest at T = L.
     n = L + L
     for kind in (DECODE_SCORES, DECODE_CONTEXT):
-        k = int(_gemm(0, 0, 0, _NO, _NO, _NO, _NO, _NO, kind, B, L, L, C, NH))
-        if k > n:
-            n = k
+        for T in range(1, L + 1):
+            k = int(_gemm(0, 0, 0, _NO, _NO, _NO, _NO, _NO, kind, B, T, L, C, NH))
+            if k > n:
+                n = k
     if len(_S[0]) < n:
         _S[0] = None                    # the old one can go before the new one is made
         _S[0] = _filled("i", n, 0)

@@ -485,15 +485,17 @@ def attention_decode(out, att, q, kc, vc, B: int, T: int, L: int, C: int, NH: in
 
 # from host/viper/softmax.py:300
 def reserve_decode(B, L, C, NH):
-    # not a kernel: the module scratch attention_decode needs at its largest (T = L, a full cache
-    # of L tokens), made now at its exact size, so that decoding never grows it token by token
-    # (each growth leaves the old block as a hole in the heap). _gemm reports what a product needs
-    # when its scratch is smaller, computing nothing; the softmax takes 2 T ints.
+    # not a kernel: the module scratch attention_decode needs at its largest over the tokens
+    # T = 1 .. L of a cache of L, made now at its exact size, so that decoding never grows it
+    # token by token (each growth leaves the old block as a hole in the heap). _gemm reports what
+    # a product needs when its scratch is smaller, computing nothing; the softmax takes 2 T ints.
+    # Every T is asked: with B's rows in pieces (gemm.py, PIECES) the need is not largest at T = L.
     n = L + L
     for kind in (DECODE_SCORES, DECODE_CONTEXT):
-        k = int(_gemm(0, 0, 0, _NO, _NO, _NO, _NO, _NO, kind, B, L, L, C, NH))
-        if k > n:
-            n = k
+        for T in range(1, L + 1):
+            k = int(_gemm(0, 0, 0, _NO, _NO, _NO, _NO, _NO, kind, B, T, L, C, NH))
+            if k > n:
+                n = k
     if len(_S[0]) < n:
         _S[0] = None                    # the old one can go before the new one is made
         _S[0] = _filled("i", n, 0)
@@ -513,12 +515,12 @@ def reserve_decode(B, L, C, NH):
 PIECE = const(1024)
 
 
-# from host/viper/softmax.py:329
+# from host/viper/softmax.py:331
 def _one_item(n):
     raise ValueError("attention_backward_rows: B must be 1 (one batch item per call), got %d" % n)
 
 
-# from host/viper/softmax.py:333
+# from host/viper/softmax.py:335
 @micropython.viper
 def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # in the forward pass this was out = softmax(q.k^T * scale (+mask)) . v, per head
@@ -530,7 +532,7 @@ def attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, B: int, Tq: int,
         attention_backward_block(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:344
+# from host/viper/softmax.py:346
 @micropython.viper
 def attention_backward_rows(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # attention_backward of one item (B = 1) in pieces of rows, any size; att holds dS after it
@@ -542,7 +544,7 @@ def attention_backward_rows(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk:
     _head_mm(dk, att, q, HEAD_TRANSPOSED, 1, Tq, Tk, C, NH)    # dk[j,h] = sum_t dS[h,t,j] q[t,h]
 
 
-# from host/viper/softmax.py:355
+# from host/viper/softmax.py:357
 @micropython.viper
 def attention_backward_block(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk: int, C: int, NH: int):
     # attention_backward in one (B, NH, Tq, Tk) block of the module scratch (any size; att kept)
@@ -552,7 +554,7 @@ def attention_backward_block(dq, dk, dv, dout, att, q, k, v, B: int, Tq: int, Tk
     _scores_back(dq, dk, F, att, q, k, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:364
+# from host/viper/softmax.py:366
 @micropython.viper
 def _ds_rows(dout, att, v, Tq: int, Tk: int, C: int, NH: int):
     # att (NH, Tq, Tk): the weights A in, dS = A (dA - rowsum(dA A)) / sqrt(hs) out, dA = dout . v
@@ -581,7 +583,7 @@ def _ds_rows(dout, att, v, Tq: int, Tk: int, C: int, NH: int):
         t0 += r
 
 
-# from host/viper/softmax.py:392
+# from host/viper/softmax.py:394
 @micropython.viper
 def _copy_rows(dst, d0: int, src, s0: int, n: int):
     # dst[d0 : d0 + n] = src[s0 : s0 + n], bit for bit
@@ -591,7 +593,7 @@ def _copy_rows(dst, d0: int, src, s0: int, n: int):
         pd[d0 + i] = ps[s0 + i]
 
 
-# from host/viper/softmax.py:401
+# from host/viper/softmax.py:403
 @micropython.viper
 def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int):
     # F (B, NH, Tq, Tk) holds dA; it becomes dS = A (dA - rowsum(dA A)) / sqrt(hs); then
@@ -608,7 +610,7 @@ def _scores_back(dq, dk, F, att, q, k, B: int, Tq: int, Tk: int, C: int, NH: int
 #   and the softmax backward's on dA = keep (dout . v) / (1 - p).
 
 
-# from host/viper/softmax.py:417
+# from host/viper/softmax.py:419
 def _dropped_block(n):
     # not a kernel: the dropped weights' block of the module scratch _G, grown to exactly n floats
     # (not the quarter more _gscratch adds for calls that grow a little at a time: a (B, NH, Tq, Tk)
@@ -620,7 +622,7 @@ def _dropped_block(n):
     return g
 
 
-# from host/viper/softmax.py:428
+# from host/viper/softmax.py:430
 @micropython.viper
 def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: int, scale):
     # out (B, Tq, C) = per head (att * keep * scale) . v, heads concatenated
@@ -630,7 +632,7 @@ def attention_context(out, att, keep, v, B: int, Tq: int, Tk: int, C: int, NH: i
     _head_mm(out, G, v, HEAD_CONTEXT, B, Tq, Tk, C, NH)
 
 
-# from host/viper/softmax.py:437
+# from host/viper/softmax.py:439
 @micropython.viper
 def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B: int, Tq: int, Tk: int, C: int,
                                NH: int, pscale):
@@ -651,7 +653,7 @@ def attention_backward_dropout(dq, dk, dv, scratch, dout, att, keep, q, k, v, B:
 # ---- softmax cross-entropy -------------------------------------------------------------------
 
 
-# from host/viper/softmax.py:457
+# from host/viper/softmax.py:459
 @micropython.viper
 def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
     # the mean loss (sum_b (max - s_y) + ln prod_b z_b) / B as float32 bits in lf[0], so the
@@ -706,7 +708,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             # from host/viper/snippets.py:285 (snippet addto)
             lm = lm + gm                                       #!chk lm
             le = ge
-    # from host/viper/softmax.py:492
+    # from host/viper/softmax.py:494
     v = lm
     e = le
     if v < 0:                                               # rounding below an exact 0
@@ -723,7 +725,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
             rem -= B
             q += 1
     v = q
-    # from host/viper/softmax.py:498
+    # from host/viper/softmax.py:500
     _store(lf, 0, v, e)
 
 
@@ -733,7 +735,7 @@ def _mean_loss(lf, lnt, B: int, lm: int, le: int, pm: int, pe: int):
 #   relative to the largest possible |dlogit| 1/B); probabilities below 2^-30 become 0.
 #   Logits are never clamped: s_j - max is formed from aligned mantissas, only a difference of
 #   32 or more (probability < 2^-46) is capped, and max - s_y enters the loss at full range.
-# from host/viper/softmax.py:507
+# from host/viper/softmax.py:509
 @micropython.viper
 def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, lf) -> int:
     # logits (B, V) -> dlogits (B, V) = (softmax - onehot) / B, the mean loss as float32 bits in
@@ -770,7 +772,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 v = ((e - 1) << 23) | 0x7FFFFF
             if (x >> 31) & 1:
                 v = 0 - v
-            # from host/viper/softmax.py:537
+            # from host/viper/softmax.py:539
             if e == 255:
                 bad = 1
             if j == 0 or v > mk:
@@ -789,7 +791,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             # from host/viper/snippets.py:175 (snippet decode)
             if (x >> 31) & 1:
                 mx = 0 - mx
-        # from host/viper/softmax.py:544
+        # from host/viper/softmax.py:546
         if ex == 0:
             ex = 1
         # exp(s_j - max) = t_j * 2^(-15 - k_j) with t_j in Q15 kept apart from k_j, so small
@@ -826,7 +828,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                 if sh <= 24:
                     dv = dv + (((mx >> (sh - 1)) + 1) >> 1)
                 de = e
-            # from host/viper/softmax.py:552
+            # from host/viper/softmax.py:554
             yv = 0                                  # the difference in Q16, capped at ycap
             if dv > 0:
                 sh = de - 134
@@ -838,7 +840,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         yv = dv << sh
                 elif sh > 0 - 31:
                     yv = ((dv >> (0 - sh - 1)) + 1) >> 1
-            # from host/viper/softmax.py:556
+            # from host/viper/softmax.py:558
             if j == y and dv > 0:
                 # the loss term max - s_y = dv * 2^(de - 150), uncapped: dv to [2^28, 2^29),
                 # then an aligned add onto lm (< 2^30 + 2^29 < 2^31) and lm back below 2^30
@@ -870,7 +872,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                         # from host/viper/snippets.py:285 (snippet addto)
                         lm = lm + dv                                       #!chk lm
                         le = te
-                # from host/viper/softmax.py:568
+                # from host/viper/softmax.py:570
                 if lm >= top:
                     lm = (lm + 1) >> 1
                     le += 1
@@ -887,7 +889,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             p = 32768 - ((((rr * p) >> 16) * 43691) >> 17)
             p = 32768 - (((rr * p) >> 16) >> 1)
             p = 32768 - ((rr * p) >> 16)
-            # from host/viper/softmax.py:572
+            # from host/viper/softmax.py:574
             if k <= 29:
                 z += (p << (zq - 15)) >> k                          #!chk z
             else:
@@ -905,7 +907,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
             zre = 8 + bl[z >> 8]
         else:
             zre = bl[z]
-        # from host/viper/softmax.py:580
+        # from host/viper/softmax.py:582
         zre -= 16
         if zre < 0:
             zre = 0
@@ -964,7 +966,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
                     pdl[lb + j] = 0
                 else:
                     pdl[lb + j] = (wsg << 31) | (wbe << 23) | (wv & 0x7FFFFF)
-        # from host/viper/softmax.py:585
+        # from host/viper/softmax.py:587
         z = z >> (zq - 15)
         # pm * 2^pe *= z / 2^15, mantissa kept in [2^14, 2^15)
         while z >= 32768:
@@ -979,7 +981,7 @@ def _xent(dlogits, logits, labels, B: int, V: int, ibm: int, ibe: int, s, lnt, l
     return bad
 
 
-# from host/viper/softmax.py:599
+# from host/viper/softmax.py:601
 def crossentropy_softmax(dlogits, logits, labels, B, V):
     # logits (B, V), labels (B,) ints in [0, V); returns the mean of -log softmax[label];
     # dlogits (B, V) = (softmax(logits) - onehot(label)) / B (written)
@@ -990,14 +992,14 @@ def crossentropy_softmax(dlogits, logits, labels, B, V):
     return _LF[0]
 
 
-# from host/viper/softmax.py:609
+# from host/viper/softmax.py:611
 @micropython.viper
 def _xent_run(dlogits, logits, labels, B: int, V: int) -> int:
     ib = _xent_ib(B, V)
     return int(_xent(dlogits, logits, labels, B, V, ib[0], ib[1], _iscratch(2 * V), _LNT, _LF))
 
 
-# from host/viper/softmax.py:615
+# from host/viper/softmax.py:617
 def _xent_ib(B, V):
     # 1 / B as (15-bit mantissa, exponent), after the int32 limits of _xent [B3]: the sum z needs
     # V <= 2^14, the log of the product of the B sums (N ln2 in Q16) B log2(V) < 45000
