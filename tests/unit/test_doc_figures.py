@@ -297,6 +297,7 @@ DEFINED = {
     },
     "lib/README.md": {
         "10 %": "test_trainer.py's bound on the memory plan", "4 bytes": "a float32 parameter",
+        "16 KB": "4096 ints, the GEMM scratch piece (viper_gemm _PIECE)",
         "8 bytes": "a kept weight: its quantized value and a copy of its bits",
     },
     "board/README.md": {
