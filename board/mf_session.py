@@ -613,8 +613,12 @@ class Session:
         gc.collect()
         t = self._trainer
         before = (t.optimizer, t.has_snapshot(), self.lr, self._fits, self._dirty)
-        self._fit_state(t, on_error)
         planned = [m for m in FIT_ONLY if m not in sys.modules] if _threshold else ()
+        if planned and micro == "auto":
+            # the plan's code before the optimizer and rollback copy: dropped before the first
+            # step, it leaves its room below them, not a hole above them
+            import microformer.memplan  # noqa: F401
+        self._fit_state(t, on_error)
         try:
             log = _fit_log(epochs)  # the history's records: allocated before any state changes
             batch = min(batch, len(ds))
