@@ -9,7 +9,7 @@ import gc
 import os
 from array import array
 
-from microformer.lazy import stub
+from microformer.lazy import adopt, stub
 
 
 # ---- shared by the session's modules: mf_session and those it imports on first use
@@ -105,9 +105,7 @@ def _exfile():
         import mf_exfile
     except ImportError as e:      # the text says what failed: MicroPython keeps no chained cause
         raise ImportError("mf_exfile (writing the user examples' file) failed to import: %s" % e)
-    for name in mf_exfile.METHODS:
-        setattr(Examples, name, getattr(mf_exfile.Writes, name))
-    return mf_exfile.Writes
+    return adopt(Examples, mf_exfile.Writes, mf_exfile.METHODS)
 
 
 class Examples:

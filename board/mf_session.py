@@ -11,7 +11,7 @@ from array import array
 import microformer as mf
 from microformer.data import Dataset
 from microformer.finite import hyper
-from microformer.lazy import stub
+from microformer.lazy import adopt, stub
 from microformer.tensor import Tensor, shape_size
 from microformer.train import Trainer, duration
 
@@ -178,9 +178,7 @@ def _methods():
         import mf_methods
     except ImportError as e:      # the text says what failed: MicroPython keeps no chained cause
         raise ImportError("mf_methods (the session's rarer commands) failed to import: %s" % e)
-    for name in mf_methods.METHODS:
-        setattr(Session, name, getattr(mf_methods.Methods, name))
-    return mf_methods.Methods
+    return adopt(Session, mf_methods.Methods, mf_methods.METHODS)
 
 
 class Session:

@@ -3,7 +3,7 @@
 #   A_h = softmax(Q_h K_h^T / sqrt(D) + mask), ctx_h = A_h V_h, y = concat_h(ctx_h) Wo^T + bo
 from . import backend
 from .layer import Layer, check_tensor, shape_error
-from .lazy import sibling, stub
+from .lazy import adopt, sibling, stub
 from .tensor import Grad, Rng, Tensor, default_rng, dropout_seed, xavier_uniform
 
 
@@ -121,9 +121,7 @@ _NAMES = (("Wq", "bq", "dWq", "dbq", "lora_q"), ("Wk", "bk", "dWk", "dbk", "lora
 def _paths():
     # attnpaths, imported now if it is not yet; its functions become Attention's methods
     m = sibling("attnpaths", "Attention")
-    for name in m.METHODS:
-        setattr(Attention, name, getattr(m, name))
-    return m
+    return adopt(Attention, m, m.METHODS)
 
 
 class Attention(Layer):

@@ -13,6 +13,8 @@
 #   stub(load, name)         a method whose first call runs load() (it imports a module and makes
 #                            that module's functions the class's methods, in place of its stubs)
 #                            and then the function `name` of what load() returned
+#   adopt(cls, holder, names) the functions `names` of `holder` (a module or class) become cls's
+#                            methods, in place of its stubs; returns holder (what a stub's load() gives)
 # An import that fails inside the module raises ImportError naming the module, what wanted it and
 # the module's own message (MicroPython keeps no chained cause). Modules are imported by their
 # full name: `from . import name` inside a package whose __getattr__ loads lazily would come back
@@ -59,3 +61,9 @@ def stub(load, name):
     def f(self, *args, **kw):
         return getattr(load(), name)(self, *args, **kw)
     return f
+
+
+def adopt(cls, holder, names):
+    for name in names:
+        setattr(cls, name, getattr(holder, name))
+    return holder

@@ -26,7 +26,7 @@ from math import frexp
 from . import backend
 from .layer import _epoch
 from .finite import NonFiniteError, hyper, show
-from .lazy import sibling, stub
+from .lazy import adopt, sibling, stub
 from .tensor import Tensor, has_grad, zeros
 
 # The bound (see _Optimizer._bounded): from the largest exponent field of the gradients, weights
@@ -125,9 +125,7 @@ def _state_copy(K, live, new):
 def _rare():
     # optrare, imported now if it is not yet; its functions become _Optimizer's methods
     m = sibling("optrare", "the optimizer")
-    for name in m.METHODS:
-        setattr(_Optimizer, name, getattr(m, name))
-    return m
+    return adopt(_Optimizer, m, m.METHODS)
 
 
 class _Optimizer:
