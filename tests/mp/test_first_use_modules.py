@@ -71,16 +71,19 @@ def _check(out):
     assert "ROWS 3 3" in out, out          # the prefill's forward: 3 queries by 3 keys
 
 
+def _run(tmp_path, name, text, micropython=None):
+    # the script text as the file `name`, run inside `micropython` (None: a CPython subprocess)
+    p = tmp_path / name
+    p.write_text(text)
+    return helpers.run_micropython(p, exe=micropython) if micropython else helpers.run_cpython(p)
+
+
 def test_decoding_loads_on_first_use(tmp_path, micropython):
-    p = tmp_path / "attndecode_lazy.py"
-    p.write_text(_SCRIPT)
-    _check(helpers.run_micropython(p, exe=micropython))
+    _check(_run(tmp_path, "attndecode_lazy.py", _SCRIPT, micropython))
 
 
 def test_decoding_loads_on_first_use_cpython(tmp_path):
-    p = tmp_path / "attndecode_lazy.py"
-    p.write_text(_SCRIPT)
-    _check(helpers.run_cpython(p))
+    _check(_run(tmp_path, "attndecode_lazy.py", _SCRIPT))
 
 
 # The attention's paths a plain self-attention step never runs (microformer/attnpaths.py: a given
@@ -143,15 +146,11 @@ def _check_paths(out):
 
 
 def test_attention_paths_load_on_first_use(tmp_path, micropython):
-    p = tmp_path / "attnpaths_lazy.py"
-    p.write_text(_PATHS)
-    _check_paths(helpers.run_micropython(p, exe=micropython))
+    _check_paths(_run(tmp_path, "attnpaths_lazy.py", _PATHS, micropython))
 
 
 def test_attention_paths_load_on_first_use_cpython(tmp_path):
-    p = tmp_path / "attnpaths_lazy.py"
-    p.write_text(_PATHS)
-    _check_paths(helpers.run_cpython(p))
+    _check_paths(_run(tmp_path, "attnpaths_lazy.py", _PATHS))
 
 
 # The optimizer code a step that goes through never runs (microformer/optrare.py: SGD,
@@ -193,12 +192,8 @@ def _check_opt(out):
 
 
 def test_optimizer_rarer_code_loads_on_first_use(tmp_path, micropython):
-    p = tmp_path / "optrare_lazy.py"
-    p.write_text(_OPT)
-    _check_opt(helpers.run_micropython(p, exe=micropython))
+    _check_opt(_run(tmp_path, "optrare_lazy.py", _OPT, micropython))
 
 
 def test_optimizer_rarer_code_loads_on_first_use_cpython(tmp_path):
-    p = tmp_path / "optrare_lazy.py"
-    p.write_text(_OPT)
-    _check_opt(helpers.run_cpython(p))
+    _check_opt(_run(tmp_path, "optrare_lazy.py", _OPT))
